@@ -1,0 +1,641 @@
+"""Stage 3: typed IR -> a standalone PyTorch module, rendered with Jinja2.
+
+Python here decides *what* each line says (names, expressions, shape comments); the templates
+in `templates/` decide how the file is laid out. Every spec name goes through a `Namespace`,
+literals are emitted with `repr`, and spec text is never copied into code.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+import jinja2
+
+from . import __version__, ir
+from .dims import Dim, FloorDiv
+from .ir import NoneT, ScalarT, TensorT
+from .names import Namespace, module_attribute_names
+from .ops.registry import all_ops
+from .resources import resource_dir
+
+HELPERS_ORDER = ("_attention", "_rope", "_assign", "_sinusoidal")
+
+
+@functools.lru_cache(maxsize=None)
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+        autoescape=False)
+    env.filters["pyrepr"] = repr
+    return env
+
+
+def _comment_text(text: str) -> str:
+    """Spec text shown in a `#` comment: printable, one line, no way to end the comment."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text).strip()
+
+
+class _Emitter:
+    """Lowers typed expressions and statements of one function body to Python source lines."""
+
+    def __init__(self, gen: "Generator", where: str, names: Namespace, cfg: str = "cfg"):
+        self.g, self.where, self.names, self.cfg = gen, where, names, cfg
+        self.device_src: str | None = None
+        self.lines: list[str] = []
+        self.runtime_used: set[str] = set()
+        self.helpers: set[str] = set()
+        self.read_names: dict[str, str] = {}  # outer value -> local name (block arguments)
+
+    # ---------------------------------------------------------------- dims
+    def dim(self, d: Dim, prec: int = 0) -> str:
+        derived = self.g.derived_by_dim.get(d)
+        if derived is not None:
+            return f"{self.cfg}.{self.g.cfg_names.name(derived)}"
+        code = d.render(self.atom)
+        simple = re.fullmatch(r"[\w.]+", code) is not None
+        return code if simple or prec <= 10 and not code.startswith("-") else f"({code})"
+
+    def atom(self, a) -> str:
+        if isinstance(a, FloorDiv):
+            derived = self.g.derived_by_dim.get(Dim({((a, 1),): 1}))
+            if derived is not None:
+                return f"{self.cfg}.{self.g.cfg_names.name(derived)}"
+            return f"({self.dim(a.num, 21)} // {self.dim(a.den, 21)})"
+        if a in self.g.config_fields:
+            return f"{self.cfg}.{self.g.cfg_names.name(a)}"
+        if a in self.g.derived_alias:
+            return self.atom(self.g.derived_alias[a])
+        self.runtime_used.add(a)
+        return self.names.name(a)
+
+    # ---------------------------------------------------------------- expressions
+    def expr(self, e: ir.TExpr) -> tuple[str, int]:
+        if isinstance(e, ir.Lit):
+            v = e.value
+            if isinstance(v, float):
+                return repr(v), (40 if v < 0 else 60)
+            if isinstance(v, bool) or v is None:
+                return repr(v), 60
+            if isinstance(v, int):
+                return repr(v), (40 if v < 0 else 60)
+            if isinstance(e.ty, ScalarT) and e.ty.kind == "dtype":
+                return f"torch.{v}", 60
+            return repr(str(v)), 60
+        if isinstance(e, ir.DimVal):
+            return self.dim(e.dim), 10
+        if isinstance(e, ir.Ref):
+            return self.ref(e), 60
+        if isinstance(e, ir.IsPresent):
+            return f"{self.value_name(e.name)} is not None", 4
+        if isinstance(e, ir.TCond):
+            return (f"{self.code(e.body, 1)} if {self.code(e.test, 1)} else {self.code(e.orelse, 0)}", 0)
+        if isinstance(e, ir.TList):
+            return "[" + ", ".join(self.code(i) for i in e.items) + "]", 60
+        if isinstance(e, ir.TSlice):
+            return (self.code(e.lo, 11) if e.lo is not None else "") + ":" + \
+                   (self.code(e.hi, 11) if e.hi is not None else ""), 60
+        if isinstance(e, ir.Op):
+            op = all_ops()[e.op]
+            self.helpers.update(op.helpers)
+            return op.torch(_LowerCtx(self, e)), op.prec
+        raise TypeError(f"cannot lower {type(e).__name__}")  # pragma: no cover
+
+    def code(self, e: ir.TExpr, prec: int = 0) -> str:
+        text, p = self.expr(e)
+        return f"({text})" if p < prec else text
+
+    def ref(self, e: ir.Ref) -> str:
+        if e.kind == "config":
+            return f"{self.cfg}.{self.g.cfg_names.name(e.name)}"
+        if e.kind == "dim":
+            if e.name in self.g.runtime:
+                self.runtime_used.add(e.name)
+                return self.names.name(e.name)
+            return self.dim(e.ty.dim) if e.ty.dim is not None else f"{self.cfg}.{self.g.cfg_names.name(e.name)}"
+        if e.kind == "layer_param":
+            return f"self.{self.g.attr(e.name)}"
+        if e.kind in ("param", "buffer"):
+            if self.where == "block":
+                return self.value_name(e.name)
+            return f"self.{self.g.attr(e.name)}"
+        if e.kind == "loopvar":
+            return self.names.name(e.name)
+        return self.value_name(e.name)
+
+    def value_name(self, name: str) -> str:
+        return self.names.name(name)
+
+    # ---------------------------------------------------------------- statements
+    def comment(self, ty, span) -> str:
+        parts = []
+        if isinstance(ty, TensorT):
+            parts.append(self.g.show(ty.shape))
+        parts.append(f"{self.g.spec_file}:{span.line}")
+        return "  # " + "  ".join(parts)
+
+    def emit(self, line: str, indent: int) -> None:
+        self.lines.append("    " * indent + line)
+
+    def stmts(self, stmts, indent: int) -> None:
+        for s in stmts:
+            self.stmt(s, indent)
+
+    def stmt(self, s, indent: int) -> None:
+        if isinstance(s, ir.Bind):
+            self.emit(f"{self.names.name(s.name)} = {self.code(s.value)}{self.comment(s.value.ty, s.span)}", indent)
+        elif isinstance(s, ir.SetItem):
+            idx = ", ".join(self.code(i) for i in s.index)
+            self.emit(f"{self.names.name(s.name)}[{idx}] = {self.code(s.value)}{self.comment(None, s.span)}", indent)
+        elif isinstance(s, ir.TIf):
+            self.emit(f"if {self.code(s.test)}:", indent)
+            self.stmts(s.body, indent + 1)
+            if not s.body:
+                self.emit("pass", indent + 1)
+            if s.orelse:
+                self.emit("else:", indent)
+                self.stmts(s.orelse, indent + 1)
+        elif isinstance(s, ir.FusedLinear):
+            self.fused(s, indent)
+        elif isinstance(s, ir.Loop):
+            self.g.loop_call(self, s, indent)
+        else:  # pragma: no cover
+            raise TypeError(type(s).__name__)
+
+    def fused(self, s: ir.FusedLinear, indent: int) -> None:
+        targets = ", ".join(self.names.name(t) for t in s.targets)
+        sizes = self.dim(s.sizes[0]) if len(set(s.sizes)) == 1 else "(" + ", ".join(self.dim(d) for d in s.sizes) + ")"
+        bias = f", self.{self.g.attr(s.fused_bias)}" if s.fused_bias else ""
+        shapes = " ".join(self.g.show(t.shape) for t in s.tys if isinstance(t, TensorT))
+        self.emit(f"# one matmul for {', '.join(s.weights)}", indent)
+        self.emit(f"{targets} = F.linear({self.code(s.input)}, self.{self.g.attr(s.fused_weight)}{bias})"
+                  f".split({sizes}, dim=-1)  # {shapes}  {self.g.spec_file}:{s.span.line}", indent)
+
+
+class _LowerCtx:
+    """What an op's torch lowering may ask (see `ops/core.py`)."""
+
+    def __init__(self, em: _Emitter, op: ir.Op):
+        self.em, self.op, self.args = em, op, dict(op.args)
+
+    def code(self, name: str, prec: int = 0) -> str:
+        return self.em.code(self.args[name], prec)
+
+    def val(self, name: str):
+        a = self.args[name]
+        return a.value if isinstance(a, ir.Lit) else None
+
+    def ty(self, name: str):
+        return self.args[name].ty
+
+    def given(self, name: str) -> bool:
+        a = self.args.get(name)
+        return a is not None and not (isinstance(a, ir.Lit) and a.value is None)
+
+    def dim(self, d: Dim) -> str:
+        return self.em.dim(d)
+
+    def dims_code(self, name: str) -> str:
+        a = self.args[name]
+        return ", ".join(self.em.dim(i.ty.dim) if isinstance(i, ir.Lit) or isinstance(i, ir.Ref) and
+                         i.kind in ("config", "dim") else self.em.code(i) for i in a.items)
+
+    def slices(self, name: str) -> str:
+        return ", ".join(self.em.code(i) for i in self.args[name].items)
+
+    def eq(self, a: Dim, b: Dim) -> bool:
+        from .dims import equal
+        return equal(a, b)[0]
+
+    @property
+    def device(self) -> str:
+        return self.em.g.device_expr(self.em)
+
+
+@dataclass
+class Generator:
+    model: ir.Model
+    spec_path: str
+    block_names: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        m = self.model
+        self.spec_file = PurePosixPath(self.spec_path.replace("\\", "/")).name
+        self.config_fields = {c.name for c in m.config}
+        self.derived_alias = {}
+        self.derived_by_dim = {}
+        for d in m.derived:
+            if d.alias_of is not None and d.dim is not None:
+                self.derived_alias[d.name] = d.dim
+            elif d.dim is not None and not d.dim.is_const:
+                self.derived_by_dim.setdefault(d.dim, d.name)
+        self.runtime = {d for d, _, _ in m.runtime_dims} | self._all_runtime()
+        self.display = dict(m.display)
+        self.cfg_names = Namespace({"head_dim"} - {d.name for d in m.derived}, attribute=True)
+        self.cfg_names.reserve("self")
+        for c in m.config:
+            self.cfg_names.name(c.name)
+        for d in m.derived:
+            if d.alias_of is None:
+                self.cfg_names.name(d.name)
+        attrs = set(module_attribute_names()) | {"config", "layers", "blocks", "_fused"}
+        self.attrs = Namespace(attrs, attribute=True)
+        for p in m.params + m.buffers:
+            self.attrs.name(p.name)
+
+    def _all_runtime(self) -> set:
+        out = set()
+        for i in self.model.inputs + self.model.outputs:
+            for d in i.ty.shape:
+                out |= {s for s in d.symbols() if s not in self.config_fields}
+        return out - {d.name for d in self.model.derived}
+
+    def attr(self, name: str) -> str:
+        return self.attrs.name(name)
+
+    def show(self, shape) -> str:
+        def atom(a):
+            if a in self.display:
+                return self.display[a]
+            return a if isinstance(a, str) else f"({show_dim(a.num)} // {show_dim(a.den)})"
+
+        def show_dim(d):
+            return self.display.get(d) or d.render(atom)
+        return "[" + ", ".join(show_dim(d) for d in shape) + "]"
+
+    def device_expr(self, em: _Emitter) -> str:
+        if em.device_src is None:
+            raise ValueError("no tensor in scope to take a device from")
+        return f"{em.device_src}.device"
+
+    # ---------------------------------------------------------------- parameters
+    def param_shape_code(self, em: _Emitter, t: ir.Tensor, stacked: bool) -> str:
+        shape = t.ty.shape[1:] if stacked else t.ty.shape
+        return ", ".join(em.dim(d) for d in shape)
+
+    def init_line(self, em: _Emitter, t: ir.Tensor, target: str) -> str:
+        if t.init is not None:
+            kind, args = t.init.op, {k: em.code(v) for k, v in t.init.args}
+        elif t.role == "bias":
+            kind, args = "zeros", {}
+        elif t.role == "norm_weight":
+            kind, args = "ones", {}
+        else:
+            kind, args = "normal", {"mean": "0.0", "std": "0.02"}
+        if kind == "normal":
+            return f"nn.init.normal_({target}, mean={args['mean']}, std={args['std']})"
+        if kind == "zeros":
+            return f"nn.init.zeros_({target})"
+        if kind == "ones":
+            return f"nn.init.ones_({target})"
+        if kind == "constant":
+            return f"nn.init.constant_({target}, {args['value']})"
+        if kind == "sinusoidal":
+            em.helpers.add("_sinusoidal")
+            return f"{target}.copy_(_sinusoidal({target}.shape, {args['base']}))"
+        raise ValueError(kind)  # pragma: no cover
+
+    def decl_lines(self, em: _Emitter, tensors, stacked: bool) -> list[str]:
+        lines = []
+        for t in tensors:
+            attr = self.attr(t.name)
+            shape = self.param_shape_code(em, t, stacked)
+            is_buffer = t in self.model.buffers
+            make = f"torch.empty({shape})" if shape else "torch.empty(())"
+            cond = f" if {em.code(t.condition)} else None" if t.condition is not None else ""
+            if is_buffer:
+                if cond:
+                    lines.append(f"self.register_buffer({attr!r}, {make}{cond})")
+                else:
+                    lines.append(f"self.register_buffer({attr!r}, {make})")
+            else:
+                lines.append(f"self.{attr} = nn.Parameter({make}){cond}")
+            lines[-1] += f"  # {self.show(t.ty.shape[1:] if stacked else t.ty.shape)}  {self.spec_file}:{t.span.line}"
+        return lines
+
+    def init_lines(self, em: _Emitter, tensors, fused_views: dict) -> list[str]:
+        lines = []
+        for t in tensors:
+            target = fused_views.get(t.name, f"self.{self.attr(t.name)}")
+            line = self.init_line(em, t, target)
+            if t.condition is not None:
+                lines.append(f"if {target} is not None:")
+                lines.append("    " + line)
+            else:
+                lines.append(line)
+        return lines
+
+    # ---------------------------------------------------------------- the layer loop
+    def loop_call(self, em: _Emitter, loop: ir.Loop, indent: int) -> None:
+        block = self.block_names[id(loop)]
+        args = []
+        for name in block["reads"]:
+            kind = block["kinds"][name]
+            if kind in ("param", "buffer"):
+                args.append(f"self.{self.attr(name)}")
+            elif kind == "dim":
+                args.append(em.dim(Dim.sym(name)))
+            else:
+                args.append(em.value_name(name))
+        carried = [em.value_name(n) for n in loop.carried]
+        lhs = ", ".join(carried) + ("," if len(carried) == 1 and block["tuple_out"] else "")
+        call_args = ", ".join(carried + args)
+        if loop.uses_var:
+            em.emit(f"for {em.names.name(loop.var)}, layer in enumerate(self.{block['attr']}):", indent)
+            call_args = f"{call_args}, {em.names.name(loop.var)}" if call_args else em.names.name(loop.var)
+        else:
+            em.emit(f"for layer in self.{block['attr']}:", indent)
+        if carried:
+            em.emit(f"{lhs} = layer({call_args})  # {self.spec_file}:{loop.span.line}", indent + 1)
+        else:
+            em.emit(f"layer({call_args})  # {self.spec_file}:{loop.span.line}", indent + 1)
+
+    def block_context(self, loop: ir.Loop, index: int, types: dict) -> dict:
+        m = self.model
+        names = Namespace()
+        em = _Emitter(self, "block", names)
+        em.device_src = next((names.name(n) for n in list(loop.carried) + list(loop.reads)
+                              if isinstance(types.get(n), TensorT) and not types[n].maybe_none), None)
+        stacked = [m.param(n) for n in loop.stacked]
+        fused = [s for s in ir.walk_stmts(loop.body) if isinstance(s, ir.FusedLinear)]
+        fused_parts = {w for f in fused for w in f.weights} | {b for f in fused for b in f.biases if b}
+        plain = [t for t in stacked if t.name not in fused_parts]
+        carried = list(loop.carried)
+        reads = [r for r in loop.reads if r not in carried]
+        # body first: it tells which run-time dims the block needs
+        for n in carried + reads:
+            names.name(n)
+        if loop.uses_var:
+            names.name(loop.var)
+        em.stmts(loop.body, 2)
+        body_lines = em.lines
+        em.lines = []
+        # run-time dims: unpack from a tensor argument when one carries them, else pass them in
+        prologue, dim_args = [], []
+        for dim in sorted(em.runtime_used):
+            src = None
+            for n in carried + reads:
+                t = types.get(n)
+                if isinstance(t, TensorT) and not t.maybe_none:
+                    for axis, d in enumerate(t.shape):
+                        if d.as_symbol() == dim:
+                            src = (n, axis)
+                            break
+                if src:
+                    break
+            if src:
+                prologue.append(f"{names.name(dim)} = {names.name(src[0])}.size({src[1]})")
+            else:
+                dim_args.append(dim)
+        kinds = {}
+        for n in reads:
+            kinds[n] = "local"
+            for t in m.params:
+                if t.name == n:
+                    kinds[n] = "param"
+            for t in m.buffers:
+                if t.name == n:
+                    kinds[n] = "buffer"
+        for d in dim_args:
+            kinds[d] = "dim"
+        signature = []
+        for n in carried + reads + dim_args:
+            t = types.get(n)
+            ann = _annotation(t) if n not in dim_args else "int"
+            signature.append(f"{names.name(n)}: {ann}")
+        if loop.uses_var:
+            signature.append(f"{names.name(loop.var)}: int")
+        ret = [names.name(n) for n in carried]
+        ret_ann = ("tuple[" + ", ".join(_annotation(types.get(n)) for n in carried) + "]") if len(carried) > 1 \
+            else (_annotation(types.get(carried[0])) if carried else "None")
+        cls = "Block" if index == 0 else f"Block{index + 1}"
+        attr = "layers" if index == 0 else f"layers{index + 1}"
+        info = {"attr": attr, "reads": reads + dim_args, "kinds": kinds, "tuple_out": False}
+        self.block_names[id(loop)] = info
+
+        fused_decls, fused_meta, fused_views, reset_fused = [], [], {}, []
+        for f in fused:
+            for group, fused_name in ((f.weights, f.fused_weight), (f.biases, f.fused_bias)):
+                if fused_name is None:
+                    continue
+                parts = [m.param(p) for p in group]
+                shapes = [p.ty.shape[1:] for p in parts]
+                total = sum((s[0] for s in shapes), Dim.const(0))
+                rest = shapes[0][1:]
+                dims = ", ".join(em.dim(d) for d in (total,) + tuple(rest))
+                cond = parts[0].condition
+                cond_code = f" if {em.code(cond)} else None" if cond is not None else ""
+                fused_decls.append(f"self.{self.attr(fused_name)} = nn.Parameter(torch.empty({dims}))"
+                                   f"{cond_code}  # {', '.join(group)} stacked on axis 0")
+                sizes = ", ".join(em.dim(s[0]) for s in shapes)
+                fused_meta.append(f"{self.attr(fused_name)!r}: ({tuple(self.attr(p) for p in group)!r}, ({sizes})),")
+                views = f"dict(zip({tuple(self.attr(p) for p in group)!r}, self.{self.attr(fused_name)}.split(self._fused[{self.attr(fused_name)!r}][1])))"
+                reset_fused.append((fused_name, views, parts, cond is not None))
+        init_lines = self.init_lines(em, plain, {})
+        for fused_name, views, parts, conditional in reset_fused:
+            pre = "    " if conditional else ""
+            if conditional:
+                init_lines.append(f"if self.{self.attr(fused_name)} is not None:")
+            init_lines.append(f"{pre}parts = {views}")
+            for p in parts:
+                init_lines.append(pre + self.init_line(em, p, f"parts[{self.attr(p.name)!r}]"))
+        return {
+            "cls": cls, "attr": attr, "line": loop.span.line, "var": loop.var,
+            "decls": self.decl_lines(em, plain, True) + fused_decls,
+            "fused_meta": fused_meta, "init_lines": init_lines,
+            "signature": ", ".join(signature), "ret_ann": ret_ann,
+            "prologue": prologue, "body": body_lines,
+            "ret": ", ".join(ret) if ret else None, "helpers": em.helpers,
+        }
+
+    # ---------------------------------------------------------------- the whole file
+    def render(self) -> str:
+        m = self.model
+        types = self._local_types()
+        loops = [s for s in m.body if isinstance(s, ir.Loop)]
+        blocks = [self.block_context(loop, i, types) for i, loop in enumerate(loops)]
+        names = Namespace()
+        inputs = sorted(m.inputs, key=lambda i: i.optional)
+        for i in inputs:
+            names.name(i.name)
+        em = _Emitter(self, "model", names)
+        first = next((i for i in inputs if not i.optional), None)
+        em.device_src = names.name(first.name) if first is not None else None
+        em.stmts(m.body, 2)
+        body = em.lines
+        em.lines = []
+        top = [t for t in m.params + m.buffers if t.name not in m.stacked]
+        prologue = self.forward_prologue(em, names, inputs)
+        outputs = [(names.name(o.name), o) for o in m.outputs]
+        out_fields = Namespace(attribute=True)
+        helpers = set(em.helpers)
+        for b in blocks:
+            helpers |= b["helpers"]
+        decls = self.decl_lines(em, top, False)
+        init_lines = self.init_lines(em, top, {})
+        helpers |= em.helpers
+        ctx = {
+            "version": __version__, "spec_path": self.spec_path, "spec_path_repr": repr(self.spec_path),
+            "sha256": m.sha256, "model_name": m.name, "spec_file": self.spec_file,
+            "config": self.config_context(), "derived": self.derived_context(em),
+            "constraints": self.constraint_context(),
+            "blocks": blocks,
+            "decls": decls, "init_lines": init_lines,
+            "inputs": [(names.name(i.name), _annotation(i.ty, i.optional), i.optional, self.show(i.ty.shape))
+                       for i in inputs],
+            "prologue": prologue, "body": body,
+            "outputs": [(out_fields.name(o.name), n, self.show(o.ty.shape), o.optional) for n, o in outputs],
+            "helpers": [h for h in HELPERS_ORDER if h in helpers],
+            "spec_parameters": self.spec_parameter_table(),
+            "checkpoints": self.checkpoint_table(),
+            "docstring": f"{m.name}: generated by snfc from {self.spec_file}.",
+        }
+        text = _env().get_template("module.py.j2").render(**ctx)
+        return text
+
+    def forward_prologue(self, em: _Emitter, names: Namespace, inputs) -> list[str]:
+        lines = ["cfg = self.config"]
+        bound = set()
+        for i in inputs:
+            n = names.name(i.name)
+            rank = i.ty.rank
+            dims = [d.as_symbol() if d.as_symbol() in self.runtime else None for d in i.ty.shape]
+            check = f"_check_input({i.name!r}, {n}, {rank}, {self.show(i.ty.shape)!r})"
+            lines.append(check if not i.optional else f"if {n} is not None:\n            {check}")
+            new = [d for d in dims if d and d not in bound]
+            if not new:
+                continue
+            if i.optional:
+                for axis, d in enumerate(dims):
+                    if d and d not in bound:
+                        lines.append(f"{names.name(d)} = {n}.size({axis}) if {n} is not None else 0")
+                        bound.add(d)
+            else:
+                targets = ", ".join(names.name(d) if d and d not in bound else "_" for d in dims)
+                if rank == 1:
+                    targets += ","
+                lines.append(f"{targets} = {n}.shape")
+                bound.update(d for d in dims if d)
+        for c in self.model.checks:
+            lhs, rhs = em.dim(c.lhs), em.dim(c.rhs)
+            msg = (f"{self.show((c.lhs,))[1:-1]} = {{{lhs}}} exceeds {self.show((c.rhs,))[1:-1]} = {{{rhs}}}"
+                   f" ({self.spec_file}:{c.span.line})")
+            lines.append(f"if {em.dim(c.lhs, 5)} > {em.dim(c.rhs, 5)}:")
+            lines.append(f"    raise ValueError(f{msg!r})")
+        return lines
+
+    def _local_types(self) -> dict:
+        types = {i.name: TensorT(i.ty.shape, i.ty.dtype, i.optional) for i in self.model.inputs}
+        for t in self.model.params + self.model.buffers:
+            types[t.name] = t.ty
+        for s in ir.walk_stmts(self.model.body):
+            if isinstance(s, ir.Bind) and s.let:
+                types.setdefault(s.name, s.value.ty)
+            elif isinstance(s, ir.FusedLinear):
+                for n, t in zip(s.targets, s.tys):
+                    types.setdefault(n, t)
+        return types
+
+    def config_context(self) -> list[dict]:
+        rows = []
+        for c in self.model.config:
+            default = None if c.default is ir.MISSING else repr(c.default)
+            rows.append({"name": self.cfg_names.name(c.name), "type": c.kind, "default": default,
+                         "comment": f"{self.spec_file}:{c.span.line}"})
+        # fields without defaults must come first in a dataclass
+        return sorted(rows, key=lambda r: r["default"] is not None)
+
+    def derived_context(self, em: _Emitter) -> list[dict]:
+        rows = []
+        em = _Emitter(self, "config", Namespace(), cfg="self")
+        for d in self.model.derived:
+            if d.alias_of is not None:
+                continue
+            code = em.code(d.value)
+            if d.dim is not None:
+                # a derived dim is its canonical form, so `D // H` reads as n_embd // n_head
+                code = d.dim.render(em.atom) if d.dim not in self.derived_by_dim or \
+                    self.derived_by_dim[d.dim] == d.name else em.dim(d.dim)
+                if self.derived_by_dim.get(d.dim) == d.name:
+                    code = _without_self_alias(d.dim, em)
+                if code.startswith("(") and code.endswith(")") and code.count("(") == 1:
+                    code = code[1:-1]
+            rows.append({"name": self.cfg_names.name(d.name), "type": "int" if d.dim is not None else
+                         ("float" if isinstance(d.value.ty, ScalarT) and d.value.ty.kind == "float" else "bool"),
+                         "code": code, "line": d.span.line})
+        return rows
+
+    def constraint_context(self) -> list[dict]:
+        rows = []
+        em = _Emitter(self, "config", Namespace(), cfg="self")
+        for c in self.model.constraints:
+            num, den = em.dim(c.cond.num, 21), em.dim(c.cond.den, 21)
+            fields = sorted(c.cond.num.symbols() | c.cond.den.symbols())
+            shown = ", ".join(f"{self.cfg_names.name(f)}={{self.{self.cfg_names.name(f)}}}" for f in fields
+                              if f in self.config_fields)
+            msg = f"{c.why} ({self.spec_file}:{c.span.line}); got {shown}"
+            rows.append({"cond": f"{num} % {den} != 0", "message": msg})
+        return rows
+
+    def spec_parameter_table(self) -> list[str]:
+        rows = []
+        for t in self.model.params + self.model.buffers:
+            stacked = t.name in self.model.stacked
+            path = f"layers.{{l}}.{self.attr(t.name)}" if stacked else self.attr(t.name)
+            rows.append(f"{t.name!r}: ({path!r}, {stacked!r}),")
+        return rows
+
+    def checkpoint_table(self) -> list[str]:
+        rows = []
+        by_fmt: dict[str, list] = {}
+        for e in self.model.mappings:
+            by_fmt.setdefault(e.fmt, []).append(e)
+        for fmt, entries in by_fmt.items():
+            rows.append(f"{fmt!r}: {{")
+            for e in entries:
+                rows.append(f"    {e.name!r}: {encode_mapping(e.source)!r},")
+            rows.append("},")
+        return rows
+
+
+def encode_mapping(e: ir.Expr):
+    """A checkpoint source expression as plain data (`snf.interop` reads it; nothing is eval'd)."""
+    if isinstance(e, ir.Str):
+        return ("key", e.value)
+    if isinstance(e, ir.Attribute) and e.attr == "T":
+        return ("T", encode_mapping(e.value))
+    if isinstance(e, ir.BoolOp) and e.op == "or":
+        return ("or", encode_mapping(e.left), encode_mapping(e.right))
+    if isinstance(e, ir.Call) and e.func == "split":
+        kw = {k.name: k.value for k in e.kwargs}
+        src = encode_mapping(e.args[0])
+        n = e.args[1].value
+        return ("split", src, n, kw["axis"].value, kw["index"].value)
+    if isinstance(e, ir.Call) and e.func in ("reshape", "flatten", "unsqueeze"):
+        return (e.func, encode_mapping(e.args[0])) + tuple(a.value for a in e.args[1:])
+    raise ValueError("bad mapping")
+
+
+def _without_self_alias(d: Dim, em: _Emitter) -> str:
+    """A derived dim's own definition (its property must not refer to itself)."""
+    saved = em.g.derived_by_dim
+    em.g.derived_by_dim = {k: v for k, v in saved.items() if k != d}
+    try:
+        return d.render(em.atom)
+    finally:
+        em.g.derived_by_dim = saved
+
+
+def _annotation(t, optional: bool = False) -> str:
+    if isinstance(t, TensorT):
+        return "Optional[torch.Tensor]" if optional or t.maybe_none else "torch.Tensor"
+    if isinstance(t, ScalarT):
+        return {"int": "int", "float": "float", "bool": "bool"}.get(t.kind, "object")
+    return "object"
+
+
+def generate(model: ir.Model, spec_path: str) -> str:
+    return Generator(model, spec_path).render()

@@ -1,0 +1,59 @@
+"""The pipeline: read -> parse -> check -> passes -> generate. One function per stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import ir
+from .check import check
+from .diagnostics import Diagnostic, Reporter, SpecError
+from .parser import parse
+from .source import Source
+
+
+@dataclass
+class Result:
+    source: Source
+    diagnostics: list[Diagnostic]
+    spec: ir.Spec | None = None
+    model: ir.Model | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.model is not None and not any(d.severity == "error" for d in self.diagnostics)
+
+
+def analyze(source: Source) -> Result:
+    """Parse and check one spec; diagnostics are sorted and de-duplicated. Never raises on bad input."""
+    r = Reporter(source)
+    spec = parse(source, r)
+    model = None
+    if spec is not None and not r.has_errors:
+        try:
+            model = check(spec, r)
+        except RecursionError:
+            r.error("too-large", "the spec nests too deeply", spec.body[0].span if spec.body else ir.NO_SPAN
+                    if hasattr(ir, "NO_SPAN") else None)
+            model = None
+    return Result(source, r.sorted(), spec, model if not r.has_errors else None)
+
+
+def lower(model: ir.Model) -> ir.Model:
+    from .passes import run_passes
+    return run_passes(model)
+
+
+def generate_source(result: Result, spec_path: str | None = None) -> str:
+    from .codegen import generate
+    assert result.model is not None
+    return generate(lower(result.model), spec_path or result.source.path)
+
+
+def compile_file(path: str | Path, display_path: str | None = None) -> str:
+    """Spec file -> Python source text; raises SpecError with every diagnostic on a bad spec."""
+    source = Source.read(path)
+    result = analyze(source)
+    if not result.ok:
+        raise SpecError([d for d in result.diagnostics], {source.path: source})
+    return generate_source(result, display_path or str(path))

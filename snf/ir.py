@@ -1,0 +1,506 @@
+"""The IR: frozen dataclasses, each node keeping its source span.
+
+Two layers live here:
+
+* the *syntax* nodes the parser builds (`Name`, `Call`, `Let`, `For`, ...), close to the text;
+* the *typed* nodes the checker builds (`Ref`, `Op`, `Bind`, `Loop`, `Model`, ...), where
+  every expression carries its type with symbolic shape, names are resolved, and calls are
+  bound to an op's signature. Code generation and the NumPy interpreter read only these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Union
+
+from .dims import Dim, Divides
+from .source import NO_SPAN, Span
+
+# ============================================================================ syntax nodes
+
+
+@dataclass(frozen=True)
+class Name:
+    id: str
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Num:
+    value: int | float
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Str:
+    value: str
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Const:
+    """True, False or None."""
+
+    value: Any
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class BinOp:
+    op: str  # + - * / // % @ **
+    left: "Expr"
+    right: "Expr"
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Unary:
+    op: str  # - + not
+    operand: "Expr"
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Compare:
+    op: str  # == != < <= > >=
+    left: "Expr"
+    right: "Expr"
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class BoolOp:
+    op: str  # and | or
+    left: "Expr"
+    right: "Expr"
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Cond:
+    """`body if test else orelse`; orelse is None for a guarded statement (`x = f(x) if c`)."""
+
+    body: "Expr"
+    test: "Expr"
+    orelse: "Expr | None"
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Keyword:
+    name: str
+    value: "Expr"
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Call:
+    func: str
+    args: tuple["Expr", ...]
+    kwargs: tuple[Keyword, ...]
+    span: Span = NO_SPAN
+    func_span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class SliceExpr:
+    lo: "Expr | None"
+    hi: "Expr | None"
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Subscript:
+    value: "Expr"
+    index: tuple["Expr", ...]
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Attribute:
+    value: "Expr"
+    attr: str
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class ListExpr:
+    items: tuple["Expr", ...]
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Exists:
+    name: Name
+    span: Span = NO_SPAN
+
+
+Expr = Union[Name, Num, Str, Const, BinOp, Unary, Compare, BoolOp, Cond, Call, SliceExpr,
+             Subscript, Attribute, ListExpr, Exists]
+
+
+@dataclass(frozen=True)
+class Let:
+    name: str
+    value: Expr
+    span: Span = NO_SPAN
+    name_span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Assign:
+    name: str
+    index: tuple[Expr, ...] | None
+    value: Expr
+    span: Span = NO_SPAN
+    name_span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class If:
+    test: Expr
+    body: tuple["Stmt", ...]
+    orelse: tuple["Stmt", ...]
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class For:
+    var: str
+    lo: Expr
+    hi: Expr  # inclusive, as in `0..n_layer-1`
+    body: tuple["Stmt", ...]
+    span: Span = NO_SPAN
+
+
+Stmt = Union[Let, Assign, If, For]
+
+
+@dataclass(frozen=True)
+class Decl:
+    """One line of a section: `name : type [?] [= default] [if cond else None]`, or `name = expr`."""
+
+    section: str
+    name: str
+    type: Expr | None  # None for a derived `name = expr`
+    value: Expr | None  # default / init / derived value
+    optional: bool = False
+    condition: Expr | None = None
+    where: tuple["Decl", ...] = ()
+    span: Span = NO_SPAN
+    name_span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class MapEntry:
+    """`name[l] <- source` in a `checkpoint FMT:` section."""
+
+    fmt: str
+    name: str
+    layer_var: str | None
+    source: Expr
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A parsed spec, before checking."""
+
+    path: str
+    sha256: str
+    name: str
+    decls: tuple[Decl, ...]
+    body: tuple[Stmt, ...]
+    mappings: tuple[MapEntry, ...] = ()
+    notation: str = "dsl"
+
+
+# ============================================================================ types
+
+
+@dataclass(frozen=True)
+class TensorT:
+    shape: tuple[Dim, ...]
+    dtype: str
+    maybe_none: bool = False  # a conditional parameter or an optional input
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(frozen=True)
+class ScalarT:
+    kind: str  # int | float | bool | str | dtype
+    dim: Dim | None = None  # the symbolic value of an int, when known
+
+
+@dataclass(frozen=True)
+class ShapeT:
+    dims: tuple[Dim, ...]
+
+
+@dataclass(frozen=True)
+class ListT:
+    items: tuple["Type", ...]
+
+
+@dataclass(frozen=True)
+class SliceT:
+    lo: Dim | None
+    hi: Dim | None
+
+
+@dataclass(frozen=True)
+class NoneT:
+    pass
+
+
+@dataclass(frozen=True)
+class ErrorT:
+    """The type of a value whose checking already failed: uses of it report nothing more."""
+
+
+Type = Union[TensorT, ScalarT, ShapeT, ListT, SliceT, NoneT, ErrorT]
+INT, FLOAT, BOOL, STR = ScalarT("int"), ScalarT("float"), ScalarT("bool"), ScalarT("str")
+
+# ============================================================================ typed IR
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A resolved name. kind: local | config | dim | input | param | layer_param | buffer | loopvar."""
+
+    name: str
+    kind: str
+    ty: Type
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Lit:
+    value: Any  # int | float | bool | str | None
+    ty: Type
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class DimVal:
+    """An int known only symbolically (a shape entry, a derived dim)."""
+
+    dim: Dim
+    ty: Type
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Op:
+    """A call of a registry op; args are bound to the op's parameter names, in signature order."""
+
+    op: str
+    args: tuple[tuple[str, "TExpr"], ...]
+    ty: Type
+    span: Span = NO_SPAN
+
+    def arg(self, name: str) -> "TExpr":
+        return dict(self.args)[name]
+
+
+@dataclass(frozen=True)
+class TCond:
+    test: "TExpr"
+    body: "TExpr"
+    orelse: "TExpr"
+    ty: Type
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class TList:
+    items: tuple["TExpr", ...]
+    ty: Type
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class TSlice:
+    lo: "TExpr | None"
+    hi: "TExpr | None"
+    ty: Type
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class IsPresent:
+    """`X exists` for an optional input."""
+
+    name: str
+    ty: Type = BOOL
+    span: Span = NO_SPAN
+
+
+TExpr = Union[Ref, Lit, DimVal, Op, TCond, TList, TSlice, IsPresent]
+
+
+@dataclass(frozen=True)
+class Bind:
+    """`name = value`; `let` marks the first binding in its scope."""
+
+    name: str
+    value: TExpr
+    let: bool
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class SetItem:
+    """`name[index] = value`, an in-place write into a local tensor."""
+
+    name: str
+    index: tuple[TExpr, ...]
+    value: TExpr
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class TIf:
+    test: TExpr
+    body: tuple["TStmt", ...]
+    orelse: tuple["TStmt", ...]
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A layer loop over `count` iterations; stacked params indexed by `var` become per-layer."""
+
+    var: str
+    count: Dim
+    body: tuple["TStmt", ...]
+    carried: tuple[str, ...]  # outer locals the body re-assigns
+    reads: tuple[str, ...]  # outer locals/inputs the body reads
+    stacked: tuple[str, ...]  # parameters indexed per layer
+    span: Span = NO_SPAN
+    uses_var: bool = False  # var used other than to index stacked params
+
+
+@dataclass(frozen=True)
+class FusedLinear:
+    """Several `linear`s of one input, fused into one matmul (the `fuse_linear` pass)."""
+
+    targets: tuple[str, ...]
+    input: TExpr
+    weights: tuple[str, ...]  # per-layer parameter names, in target order
+    biases: tuple[str | None, ...]
+    fused_weight: str
+    fused_bias: str | None
+    sizes: tuple[Dim, ...]
+    tys: tuple[Type, ...]
+    span: Span = NO_SPAN
+
+
+TStmt = Union[Bind, SetItem, TIf, Loop, FusedLinear]
+
+
+@dataclass(frozen=True)
+class ConfigField:
+    name: str
+    kind: str  # int | float | bool | str
+    default: Any  # python value, or MISSING
+    span: Span = NO_SPAN
+
+
+MISSING = object()
+
+
+@dataclass(frozen=True)
+class Derived:
+    """`head_dim = D // H` (an int dim) or a derived float."""
+
+    name: str
+    dim: Dim | None
+    value: TExpr
+    alias_of: str | None  # `D = n_embd`
+    span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An input, parameter, buffer or output declaration, typed."""
+
+    name: str
+    ty: TensorT
+    optional: bool = False
+    condition: TExpr | None = None  # `if bias else None`
+    init: TExpr | None = None  # parameter/buffer initialiser
+    span: Span = NO_SPAN
+    role: str = ""  # registry-inferred default init role: weight | bias | norm_weight | embedding
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A condition on config fields, checked when a Config is built."""
+
+    cond: Divides
+    span: Span
+    why: str
+
+
+@dataclass(frozen=True)
+class Check:
+    """A run-time condition `lhs <= rhs` (a slice end within its axis), checked on entry to forward."""
+
+    lhs: Dim
+    rhs: Dim
+    span: Span
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    path: str
+    sha256: str
+    config: tuple[ConfigField, ...]
+    derived: tuple[Derived, ...]
+    inputs: tuple[Tensor, ...]
+    params: tuple[Tensor, ...]
+    buffers: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    body: tuple[TStmt, ...]
+    constraints: tuple[Constraint, ...] = ()
+    runtime_dims: tuple[tuple[str, str, int], ...] = ()  # (dim, input, axis) where first bound
+    display: tuple[tuple[Any, str], ...] = ()  # atom -> spec spelling, for messages and comments
+    mappings: tuple[MapEntry, ...] = ()
+    stacked: tuple[str, ...] = ()  # parameters that live per layer
+    checks: tuple[Check, ...] = ()
+
+    def param(self, name: str) -> Tensor:
+        return next(p for p in self.params + self.buffers if p.name == name)
+
+
+def walk_stmts(stmts) -> "list":
+    """Every statement, nested ones included, in order."""
+    out = []
+    for s in stmts:
+        out.append(s)
+        if isinstance(s, TIf):
+            out += walk_stmts(s.body) + walk_stmts(s.orelse)
+        elif isinstance(s, Loop):
+            out += walk_stmts(s.body)
+    return out
+
+
+def children(e) -> list:
+    """Direct sub-expressions of a typed expression."""
+    if isinstance(e, Op):
+        return [a for _, a in e.args]
+    if isinstance(e, TCond):
+        return [e.test, e.body, e.orelse]
+    if isinstance(e, TList):
+        return list(e.items)
+    if isinstance(e, TSlice):
+        return [x for x in (e.lo, e.hi) if x is not None]
+    return []
+
+
+__all__ = [n for n in dir() if not n.startswith("_")] + ["replace", "field"]

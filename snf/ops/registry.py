@@ -1,0 +1,83 @@
+"""The op registry: one `OpDef` per op holds everything snfc knows about it.
+
+An entry gives the op's signature, its shape-and-dtype rule, a NumPy reference (float64,
+used by `snf.interpret`) and a torch lowering (used by code generation). Adding an op is
+one `register(OpDef(...))` in `snf/ops/core.py`; no other file changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+REQUIRED = object()
+
+# Argument kinds a signature may use:
+#   tensor      a tensor                      tensor?   a tensor or None (optional bias, mask)
+#   value       a tensor or a number          int / float / bool / str   a scalar (str: from `choices`)
+#   dims        a list of dims [B, T, D]      slices    a list of slices/indices [0:T, :]
+#   tensors     a list of tensors             dtype     float32, int64, ...
+KINDS = {"tensor", "tensor?", "value", "int", "float", "bool", "str", "dims", "slices", "tensors", "dtype"}
+
+
+@dataclass(frozen=True)
+class P:
+    """One parameter of an op."""
+
+    name: str
+    kind: str
+    default: Any = REQUIRED
+    aliases: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()
+    role: str | None = None  # default init of a spec parameter passed here (weight, bias, norm_weight, ...)
+    static: bool = False  # must be a compile-time constant (a literal or config expression)
+
+    def __post_init__(self):
+        assert self.kind in KINDS, self.kind
+
+
+class OpError(Exception):
+    """Raised by a shape rule; the checker turns it into a located diagnostic."""
+
+    def __init__(self, message: str, arg: str | None = None, hint: str | None = None,
+                 code: str = "shape-mismatch", blame: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.message, self.arg, self.hint, self.code, self.blame = message, arg, hint, code, blame
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    params: tuple[P, ...]
+    shape: Callable  # (ctx, args) -> Type; args: dict name -> checked value (see check.py)
+    numpy: Callable  # (**args) -> ndarray | scalar, float64
+    torch: Callable  # (c) -> str, a Python expression; c gives each argument's code
+    doc: str = ""
+    helpers: tuple[str, ...] = ()  # helper functions (templates/helpers.py.j2) the lowering calls
+    elementwise: bool = False
+    prec: int = 50  # precedence of the lowered expression (50: a call or attribute access)
+
+    def param(self, name: str) -> P | None:
+        for p in self.params:
+            if p.name == name or name in p.aliases:
+                return p
+        return None
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    assert op.name not in OPS, f"op {op.name} registered twice"
+    OPS[op.name] = op
+    return op
+
+
+def get(name: str) -> OpDef | None:
+    from . import core  # noqa: F401  (fills OPS)
+    return OPS.get(name)
+
+
+def all_ops() -> dict[str, OpDef]:
+    from . import core  # noqa: F401
+    return OPS

@@ -1,0 +1,239 @@
+"""`snfc`: check, compile, ir, explain. Exit 0 clean, 1 spec errors, 2 internal error."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+from . import __version__
+from .diagnostics import CODES, Diagnostic, render_github, render_json, render_text, use_color
+from .source import Source
+
+EXIT_OK, EXIT_SPEC, EXIT_INTERNAL = 0, 1, 2
+SPEC_SUFFIXES = (".snf",)
+
+
+def _specs(paths: list[str]) -> tuple[list[Path], list[str]]:
+    """Files named, and spec files found under folders named (sorted)."""
+    found, problems = [], []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            found += sorted(q for q in path.rglob("*") if q.suffix in SPEC_SUFFIXES and q.is_file())
+        elif path.is_file():
+            found.append(path)
+        else:
+            problems.append(f"snfc: error: no such file or folder: {p}")
+    return found, problems
+
+
+def _display(path: Path) -> str:
+    """The path as written in messages and headers: relative to the working folder when inside it."""
+    try:
+        rel = path.resolve().relative_to(Path.cwd().resolve())
+        return rel.as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _read(path: Path) -> Source:
+    return Source.from_bytes(_display(path), path.read_bytes())
+
+
+def _emit(diags: list[Diagnostic], sources: dict, fmt: str) -> None:
+    if fmt == "json":
+        print(render_json(diags))
+    elif fmt == "github":
+        if diags:
+            print(render_github(diags))
+    elif diags:
+        print(render_text(diags, sources, color=use_color(sys.stdout)))
+
+
+def _summary(diags: list[Diagnostic], n_files: int, fmt: str) -> None:
+    if fmt != "text":
+        return
+    errors = sum(d.severity == "error" for d in diags)
+    warnings = sum(d.severity == "warning" for d in diags)
+    if errors:
+        print(f"Found {errors} error{'s' * (errors != 1)}"
+              f"{f' and {warnings} warning' + 's' * (warnings != 1) if warnings else ''} "
+              f"in {n_files} file{'s' * (n_files != 1)}", file=sys.stderr)
+    else:
+        print(f"Success: {n_files} spec{'s' * (n_files != 1)} checked"
+              f"{f', {warnings} warning' + 's' * (warnings != 1) if warnings else ''}", file=sys.stderr)
+
+
+def cmd_check(args) -> int:
+    from .compiler import analyze
+    files, problems = _specs(args.paths)
+    for p in problems:
+        print(p, file=sys.stderr)
+    all_diags, sources = [], {}
+    for f in files:
+        src = _read(f)
+        sources[src.path] = src
+        all_diags += analyze(src).diagnostics
+    _emit(all_diags, sources, args.format)
+    _summary(all_diags, len(files), args.format)
+    if problems or any(d.severity == "error" for d in all_diags):
+        return EXIT_SPEC
+    return EXIT_OK
+
+
+def module_name(spec: Path) -> str:
+    stem = spec.name.split(".")[0]
+    name = "".join(ch if ch.isalnum() and ch.isascii() or ch == "_" else "_" for ch in stem) or "model"
+    return name if not name[0].isdigit() else "_" + name
+
+
+def default_output(spec: Path) -> Path:
+    return Path("generated") / f"{module_name(spec)}.py"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _generate(f: Path, sources: dict, diags: list) -> str | None:
+    from .compiler import analyze, generate_source
+    src = _read(f)
+    sources[src.path] = src
+    result = analyze(src)
+    diags += result.diagnostics
+    if not result.ok:
+        return None
+    return generate_source(result, src.path)
+
+
+def cmd_compile(args) -> int:
+    paths = args.paths or (["specs"] if args.check else [])
+    if not paths:
+        print("snfc compile: error: name at least one spec", file=sys.stderr)
+        return EXIT_SPEC
+    files, problems = _specs(paths)
+    for p in problems:
+        print(p, file=sys.stderr)
+    if args.output and len(files) != 1:
+        print("snfc compile: error: -o takes exactly one spec", file=sys.stderr)
+        return EXIT_SPEC
+    diags, sources, stale, status = [], {}, [], EXIT_SPEC if problems else EXIT_OK
+    for f in files:
+        code = _generate(f, sources, diags)
+        if code is None:
+            status = EXIT_SPEC
+            continue
+        out = Path(args.output) if args.output else default_output(f)
+        if args.check:
+            old = out.read_text(encoding="utf-8") if out.exists() else ""
+            if old != code:
+                stale.append(out)
+                sys.stdout.writelines(difflib.unified_diff(
+                    old.splitlines(True), code.splitlines(True), f"{out.as_posix()} (committed)",
+                    f"{out.as_posix()} (from {_display(f)})"))
+            continue
+        write_atomic(out, code)
+        init = out.parent / "__init__.py"
+        if out.parent.name == "generated" and not init.exists():
+            write_atomic(init, '"""Modules generated by snfc from specs/ (do not edit)."""\n')
+        if not args.quiet:
+            print(f"{_display(f)} -> {out.as_posix()}", file=sys.stderr)
+    _emit(diags, sources, "text")
+    if stale:
+        print(f"snfc: {len(stale)} generated file(s) are stale: " + ", ".join(p.as_posix() for p in stale)
+              + "\n  run `snfc compile specs/*.snf` and commit the result", file=sys.stderr)
+        return EXIT_SPEC
+    return status
+
+
+def cmd_ir(args) -> int:
+    from .compiler import analyze
+    from .irdump import dump
+    src = _read(Path(args.spec)) if Path(args.spec).is_file() else None
+    if src is None:
+        print(f"snfc: error: no such file: {args.spec}", file=sys.stderr)
+        return EXIT_SPEC
+    result = analyze(src)
+    _emit(result.diagnostics, {src.path: src}, "text")
+    if not result.ok:
+        return EXIT_SPEC
+    model = result.model
+    if args.lowered:
+        from .compiler import lower
+        model = lower(model)
+    sys.stdout.write(dump(model))
+    return EXIT_OK
+
+
+def cmd_explain(args) -> int:
+    code = args.code
+    if code not in CODES:
+        close = difflib.get_close_matches(code, list(CODES), n=3)
+        print(f"snfc: unknown error code {code!r}" + (f"; did you mean {', '.join(close)}?" if close else ""),
+              file=sys.stderr)
+        return EXIT_SPEC
+    print(f"{code}: {CODES[code]}")
+    from .explain import EXAMPLES
+    if code in EXAMPLES:
+        print()
+        print(EXAMPLES[code])
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="snfc", description="Compile SNF transformer specs to PyTorch modules.")
+    p.add_argument("--version", action="version", version=f"snfc {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("check", help="parse and shape-check specs (files or folders)")
+    c.add_argument("paths", nargs="+")
+    c.add_argument("--format", choices=("text", "json", "github"), default="text")
+    c.set_defaults(fn=cmd_check)
+    c = sub.add_parser("compile", help="generate PyTorch modules (generated/<stem>.py by default)")
+    c.add_argument("paths", nargs="*")
+    c.add_argument("-o", "--output", help="output file (one spec only)")
+    c.add_argument("--check", action="store_true", help="exit 1 with a diff when a generated file is stale")
+    c.add_argument("-q", "--quiet", action="store_true")
+    c.set_defaults(fn=cmd_compile)
+    c = sub.add_parser("ir", help="print the typed IR with every value's symbolic shape")
+    c.add_argument("spec")
+    c.add_argument("--lowered", action="store_true", help="after the optimisation passes")
+    c.set_defaults(fn=cmd_ir)
+    c = sub.add_parser("explain", help="explain an error code")
+    c.add_argument("code")
+    c.set_defaults(fn=cmd_explain)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse exits 2 on usage errors; a usage error is the user's, so 1
+        return EXIT_SPEC if e.code not in (0, None) else EXIT_OK
+    try:
+        return args.fn(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as e:  # an snfc bug: say so, and how to report it
+        print(f"snfc: internal error: {type(e).__name__}: {e}\n"
+              "  This is a bug in snfc, not in your spec; please report it with the spec that caused it.",
+              file=sys.stderr)
+        if os.environ.get("SNFC_TRACEBACK"):
+            traceback.print_exc()
+        return EXIT_INTERNAL

@@ -1,0 +1,141 @@
+"""The NumPy reference interpreter: evaluates the typed IR in float64.
+
+It shares nothing with the torch lowering but the IR and the registry's NumPy references, so
+it serves as the oracle for differential tests of generated modules.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import ir
+from .dims import Dim
+from .ir import ScalarT, TensorT
+from .ops.registry import all_ops
+
+
+class Interpreter:
+    def __init__(self, model: ir.Model, config: dict | None = None):
+        self.m = model
+        cfg = {c.name: c.default for c in model.config if c.default is not ir.MISSING}
+        cfg.update(config or {})
+        missing = [c.name for c in model.config if c.name not in cfg]
+        if missing:
+            raise ValueError("config values missing: " + ", ".join(missing))
+        self.cfg = cfg
+        self.ints = {k: v for k, v in cfg.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+    def dim(self, d: Dim) -> int:
+        return d.evaluate(self.ints)
+
+    def run(self, params: dict, inputs: dict) -> dict:
+        m = self.m
+        self.params = {k: (np.asarray(v, dtype=np.float64) if v is not None else None) for k, v in params.items()}
+        self.inputs = {}
+        for i in m.inputs:
+            v = inputs.get(i.name)
+            if v is None and not i.optional:
+                raise ValueError(f"input {i.name} is required")
+            self.inputs[i.name] = None if v is None else np.asarray(v) if np.asarray(v).dtype.kind in "iub" \
+                else np.asarray(v, dtype=np.float64)
+        for i in m.inputs:  # run-time dims from input shapes; an absent optional input's dims are 0
+            for axis, d in enumerate(i.ty.shape):
+                s = d.as_symbol()
+                if s is not None and s not in self.ints:
+                    v = self.inputs[i.name]
+                    if v is not None:
+                        self.ints[s] = int(v.shape[axis])
+        for i in m.inputs:
+            for d in i.ty.shape:
+                s = d.as_symbol()
+                if s is not None and s not in self.ints:
+                    self.ints[s] = 0
+        self.derived = {}
+        for d in m.derived:
+            self.derived[d.name] = self.dim(d.dim) if d.dim is not None else self.eval(d.value, {})
+        for t in m.params + m.buffers:
+            if t.condition is not None and not self.eval(t.condition, {}):
+                self.params[t.name] = None
+        env: dict = {}
+        self.block(m.body, env)
+        return {o.name: env.get(o.name) for o in m.outputs}
+
+    # ------------------------------------------------------------------ statements
+    def block(self, stmts, env: dict) -> None:
+        for s in stmts:
+            if isinstance(s, ir.Bind):
+                env[s.name] = self.eval(s.value, env)
+            elif isinstance(s, ir.SetItem):
+                target = np.array(env[s.name], copy=True)
+                target[tuple(self.index(i, env) for i in s.index)] = self.eval(s.value, env)
+                env[s.name] = target
+            elif isinstance(s, ir.TIf):
+                self.block(s.body if self.eval(s.test, env) else s.orelse, env)
+            elif isinstance(s, ir.Loop):
+                for layer in range(self.dim(s.count)):
+                    env[s.var] = layer
+                    self.block(s.body, env)
+            else:
+                raise TypeError(f"the interpreter runs before fusion passes, got {type(s).__name__}")
+
+    def index(self, e, env):
+        v = self.eval(e, env)
+        return v
+
+    # ------------------------------------------------------------------ expressions
+    def eval(self, e, env: dict):
+        if isinstance(e, ir.Lit):
+            return e.value
+        if isinstance(e, ir.DimVal):
+            return self.dim(e.dim)
+        if isinstance(e, ir.IsPresent):
+            return self.inputs.get(e.name) is not None
+        if isinstance(e, ir.Ref):
+            return self.ref(e, env)
+        if isinstance(e, ir.TCond):
+            return self.eval(e.body if self.eval(e.test, env) else e.orelse, env)
+        if isinstance(e, ir.TList):
+            return [self.eval(i, env) for i in e.items]
+        if isinstance(e, ir.TSlice):
+            return slice(self.eval(e.lo, env) if e.lo is not None else None,
+                         self.eval(e.hi, env) if e.hi is not None else None)
+        if isinstance(e, ir.Op):
+            if isinstance(e.ty, ScalarT) and e.ty.kind == "int" and e.ty.dim is not None and e.op != "size":
+                return self.dim(e.ty.dim)
+            op = all_ops()[e.op]
+            kwargs = {}
+            for name, a in e.args:
+                v = self.eval(a, env)
+                kind = op.param(name).kind
+                if kind in ("dims", "slices"):
+                    v = tuple(v)
+                kwargs[name] = v
+            return op.numpy(**kwargs)
+        raise TypeError(type(e).__name__)
+
+    def ref(self, e: ir.Ref, env: dict):
+        if e.kind == "config":
+            return self.cfg[e.name]
+        if e.kind == "dim":
+            if e.name in self.ints:
+                return self.ints[e.name]
+            return self.derived[e.name]
+        if e.kind == "input":
+            return self.inputs[e.name]
+        if e.kind in ("param", "buffer"):
+            return self.params[e.name]
+        if e.kind == "layer_param":
+            p = self.params[e.name]
+            return None if p is None else p[env[self.loop_var(env)]]
+        return env[e.name]
+
+    def loop_var(self, env: dict) -> str:
+        for s in ir.walk_stmts(self.m.body):
+            if isinstance(s, ir.Loop):
+                return s.var
+        raise KeyError("no loop")
+
+
+def interpret(model: ir.Model, params: dict, inputs: dict, config: dict | None = None) -> dict:
+    """Evaluate `model` on spec-named `params` (stacked per layer) and `inputs`; float64 outputs."""
+    return Interpreter(model, config).run(params, inputs)

@@ -1,0 +1,128 @@
+"""`snfc ir`: the typed IR as text, every value with its symbolic shape (golden-tested)."""
+
+from __future__ import annotations
+
+from . import ir
+from .dims import Dim
+from .ir import ScalarT, TensorT
+from .ops.registry import all_ops
+
+
+class _Printer:
+    def __init__(self, model: ir.Model):
+        self.m = model
+        self.display = dict(model.display)
+        self.out: list[str] = []
+
+    def dim(self, d: Dim) -> str:
+        if d in self.display:
+            return self.display[d]
+        return d.render(lambda a: self.display.get(a) or (a if isinstance(a, str) else
+                                                          f"({self.dim(a.num)} // {self.dim(a.den)})"))
+
+    def ty(self, t) -> str:
+        if isinstance(t, TensorT):
+            return "[" + ", ".join(self.dim(d) for d in t.shape) + f"] {t.dtype}" + ("?" if t.maybe_none else "")
+        if isinstance(t, ScalarT):
+            return t.kind + (f" = {self.dim(t.dim)}" if t.dim is not None and t.kind == "int" else "")
+        return type(t).__name__
+
+    def expr(self, e) -> str:
+        if isinstance(e, ir.Lit):
+            return repr(e.value)
+        if isinstance(e, ir.DimVal):
+            return self.dim(e.dim)
+        if isinstance(e, ir.Ref):
+            return f"{e.name}[layer]" if e.kind == "layer_param" else e.name
+        if isinstance(e, ir.IsPresent):
+            return f"{e.name} exists"
+        if isinstance(e, ir.TCond):
+            return f"({self.expr(e.body)} if {self.expr(e.test)} else {self.expr(e.orelse)})"
+        if isinstance(e, ir.TList):
+            return "[" + ", ".join(self.expr(i) for i in e.items) + "]"
+        if isinstance(e, ir.TSlice):
+            return (self.expr(e.lo) if e.lo else "") + ":" + (self.expr(e.hi) if e.hi else "")
+        if isinstance(e, ir.Op):
+            op = all_ops().get(e.op)  # initialisers (normal, zeros, ...) are not registry ops
+            args = []
+            for name, a in e.args:
+                p = op.param(name) if op is not None else None
+                if isinstance(a, ir.Lit) and p is not None and a.value == p.default and \
+                        type(a.value) is type(p.default):
+                    continue
+                args.append(f"{name}={self.expr(a)}")
+            return f"{e.op}(" + ", ".join(args) + ")"
+        return "?"
+
+    def stmts(self, stmts, indent: int) -> None:
+        pad = "  " * indent
+        for s in stmts:
+            line = f"  # line {s.span.line}"
+            if isinstance(s, ir.Bind):
+                kw = "let " if s.let else ""
+                self.out.append(f"{pad}{kw}{s.name}: {self.ty(s.value.ty)} = {self.expr(s.value)}{line}")
+            elif isinstance(s, ir.SetItem):
+                idx = ", ".join(self.expr(i) for i in s.index)
+                self.out.append(f"{pad}{s.name}[{idx}] = {self.expr(s.value)}{line}")
+            elif isinstance(s, ir.TIf):
+                self.out.append(f"{pad}if {self.expr(s.test)}:{line}")
+                self.stmts(s.body, indent + 1)
+                if s.orelse:
+                    self.out.append(f"{pad}else:")
+                    self.stmts(s.orelse, indent + 1)
+            elif isinstance(s, ir.Loop):
+                self.out.append(f"{pad}for {s.var} in 0..{self.dim(s.count - 1)}:{line}")
+                self.out.append(f"{pad}  # carried: {', '.join(s.carried) or '-'}; reads: {', '.join(s.reads) or '-'}")
+                self.stmts(s.body, indent + 1)
+            elif isinstance(s, ir.FusedLinear):
+                self.out.append(f"{pad}{', '.join(s.targets)} = fused_linear({self.expr(s.input)}, "
+                                f"{s.fused_weight}, {s.fused_bias}){line}")
+
+    def tensor(self, t: ir.Tensor) -> str:
+        extra = []
+        if t.optional and t.condition is None:
+            extra.append("optional")
+        if t.condition is not None:
+            extra.append(f"if {self.expr(t.condition)}")
+        if t.name in self.m.stacked:
+            extra.append("per layer")
+        if t.init is not None:
+            extra.append(f"init {self.expr(t.init)}")
+        elif t.role:
+            extra.append(f"role {t.role}")
+        return f"  {t.name}: {self.ty(t.ty)}" + ("  (" + "; ".join(extra) + ")" if extra else "")
+
+    def model(self) -> str:
+        m = self.m
+        self.out.append(f"model {m.name}  sha256:{m.sha256[:16]}")
+        self.out.append("config:")
+        for c in m.config:
+            default = "" if c.default is ir.MISSING else f" = {c.default!r}"
+            self.out.append(f"  {c.name}: {c.kind}{default}")
+        if m.derived:
+            self.out.append("derived:")
+            for d in m.derived:
+                value = self.dim(d.dim) if d.dim is not None else self.expr(d.value)
+                if d.dim is not None:
+                    value = d.dim.render()
+                self.out.append(f"  {d.name} = {value}")
+        if m.constraints:
+            self.out.append("constraints (checked when a Config is built):")
+            for c in m.constraints:
+                self.out.append(f"  {c.cond}  # line {c.span.line}")
+        if m.checks:
+            self.out.append("run-time checks:")
+            for c in m.checks:
+                self.out.append(f"  {self.dim(c.lhs)} <= {self.dim(c.rhs)}  # line {c.span.line}")
+        for title, items in (("inputs", m.inputs), ("parameters", m.params), ("buffers", m.buffers),
+                             ("outputs", m.outputs)):
+            if items:
+                self.out.append(f"{title}:")
+                self.out.extend(self.tensor(t) for t in items)
+        self.out.append("body:")
+        self.stmts(m.body, 1)
+        return "\n".join(self.out) + "\n"
+
+
+def dump(model: ir.Model) -> str:
+    return _Printer(model).model()

@@ -156,8 +156,7 @@ class Block(nn.Module):
     @_hot_path
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         cfg = self.config
-        B = x.size(0)
-        T = x.size(1)
+        B, T, _ = x.shape
         x_norm = F.layer_norm(x, (cfg.n_embd,), self.ln1_weight, self.ln1_bias, 1e-05)  # [B, T, D]  nanogpt.snf:64
         # one matmul for attn_q_weight, attn_k_weight, attn_v_weight
         q, k, v = F.linear(x_norm, self.attn_qkv_weight, self.attn_qkv_bias).split(cfg.n_embd, dim=-1)  # [B, T, D] [B, T, D] [B, T, D]  nanogpt.snf:65
@@ -207,8 +206,8 @@ class Model(nn.Module):
         cfg = self.config
         _check_input('idx', idx, 2, '[B, T]')
         B, T = idx.shape
-        if T > cfg.block_size:
-            raise ValueError(f'T = {T} exceeds block_size = {cfg.block_size} (nanogpt.snf:58)')
+        if not T <= cfg.block_size:
+            raise ValueError(f'expected T <= block_size, got T = {T} and block_size = {cfg.block_size} (nanogpt.snf:58)')
         tok_emb = F.embedding(idx, self.token_embedding)  # [B, T, D]  nanogpt.snf:57
         pos_emb = self.position_embedding[0:T, :]  # [T, D]  nanogpt.snf:58
         x = tok_emb + pos_emb  # [B, T, D]  nanogpt.snf:59

@@ -8,9 +8,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.snfc-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
-    .venv/bin/python -m pip install -q "torch==2.13.0"
-    .venv/bin/python -m pip install -q -e ".[test]"
+    echo "setting up .venv (torch 2.13.0, snfc, test tools); log in .venv/install.log" >&2
+    {
+        .venv/bin/python -m pip install --upgrade pip
+        # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
+        .venv/bin/python -m pip install "torch==2.13.0"
+        .venv/bin/python -m pip install -e ".[test]"
+    } > .venv/install.log 2>&1 || { tail -n 40 .venv/install.log >&2; exit 1; }
     touch "$stamp"
 fi

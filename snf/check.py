@@ -70,7 +70,7 @@ class ShapeCtx:
             return
         if equal(hi, size)[0] or (size - hi).value is not None and (size - hi).value >= 0:
             return
-        self.c.runtime_checks.setdefault((hi, size), self.span)
+        self.c.runtime_checks.setdefault((hi, size, "<="), self.span)
 
     def product(self, dims) -> Dim:
         out = Dim.const(1)
@@ -215,6 +215,7 @@ class Checker:
         if kind not in SCALAR_KINDS:
             self.r.error("bad-type", f"a param is `int`, `float`, `bool` or `str`, not `{_text(d.type)}`", d.type.span,
                          hint="tensors are declared in `input:`, `parameter:`, `buffer:` or `output:`")
+            self.declare(d.name, Binding("config", ERR, d.name_span, uses=1), d.name_span)  # no cascade
             return
         default = ir.MISSING
         if d.value is not None:
@@ -341,6 +342,8 @@ class Checker:
         else:
             ty = self.tensor_type(d.type, "output" if kind == "output" else "config")
         if ty is None:
+            if kind != "output":  # declared all the same, so its uses report nothing more
+                self.declare(d.name, Binding(kind, ERR, d.name_span, d.optional, uses=1), d.name_span)
             return
         cond = None
         if d.condition is not None:
@@ -353,6 +356,7 @@ class Checker:
         if d.optional and kind not in ("input", "output"):
             self.r.error("syntax", "only inputs and outputs may be optional (`?`)", d.span,
                          hint="a parameter that may be absent is written `... if flag else None`")
+            optional = cond is not None  # reported once; its uses are not also "unguarded"
         init = None
         if d.value is not None:
             if kind in ("param", "buffer"):
@@ -397,6 +401,15 @@ class Checker:
         if close and not hint:
             hint = f"did you mean `{close[0]}`?"
         self.r.error(code, f"`{name}` is not defined", span, hint=hint)
+
+    def presence(self, test: ir.TExpr) -> frozenset:
+        """Optional inputs known to exist where `test` holds; after a broken test, all of them
+        (so one mistake in a guard is not reported again at every use it guards)."""
+        if isinstance(test, ir.IsPresent):
+            return frozenset([test.name])
+        if isinstance(test.ty, ErrorT):
+            return frozenset(i.name for i in self.inputs if i.optional)
+        return frozenset()
 
     def condition(self, e: ir.Expr) -> ir.TExpr:
         t = self.expr(e)
@@ -487,7 +500,7 @@ class Checker:
 
     def e_Cond(self, e: ir.Cond):
         test = self.condition(e.test)
-        present = frozenset([test.name]) if isinstance(test, ir.IsPresent) else frozenset()
+        present = self.presence(test)
         self.push(present)
         body = self.expr(e.body)
         self.pop()
@@ -568,6 +581,13 @@ class Checker:
         if not isinstance(base.ty, TensorT):
             self.r.error("arg-kind", f"`{_text(e.value)}` is not a tensor and cannot be indexed", e.value.span)
             return ir.Lit(None, ERR, e.span)
+        if isinstance(base, ir.Ref) and base.kind in ("param", "buffer") and self.loops and self.is_stacked(base.ty) \
+                and not (len(e.index) == 1 and isinstance(e.index[0], ir.Name) and e.index[0].id == self.loops[-1]["var"]):
+            var = self.loops[-1]["var"]
+            self.r.error("stacked-index", f"`{base.name}` is stacked per layer {self.show(base.ty.shape)}; inside the "
+                         f"loop it is indexed by the loop variable alone", e.span,
+                         hint=f"write `{base.name}[{var}]` (and index that value further if needed)")
+            return ir.Lit(None, ERR, e.span)
         # a stacked parameter indexed by the loop variable: one layer's slice
         if isinstance(base, ir.Ref) and base.kind in ("param", "buffer") and len(e.index) == 1 \
                 and isinstance(e.index[0], ir.Name) and self.loops and e.index[0].id == self.loops[-1]["var"]:
@@ -606,7 +626,8 @@ class Checker:
             hint = f"guard this use with {guard}"
             if self.present:
                 hint += f"; only {', '.join(f'`{p}`' for p in sorted(self.present))} is known to exist here"
-            self.r.error("optional-unguarded", f"`{name}` is an {kind} and may be absent here", span, hint=hint,
+            self.r.error("optional-unguarded", f"`{name}` is {'an' if kind[0] in 'aeiou' else 'a'} {kind} and may "
+                         "be absent here", span, hint=hint,
                          related=related)
             return False
         return True
@@ -822,7 +843,7 @@ class Checker:
             guard = self.condition(value_e.test)
             value_e = value_e.body
         b = self.lookup(s.name)
-        present = frozenset([guard.name]) if isinstance(guard, ir.IsPresent) else frozenset()
+        present = self.presence(guard) if guard is not None else frozenset()
         self.push(present)
         value = self.expr(value_e)
         self.pop()
@@ -896,9 +917,32 @@ class Checker:
             if b.loop_depth < loop["depth"]:
                 loop["carried"].setdefault(name, None)
 
+    def s_Assert(self, s: ir.Assert):
+        e = s.test
+        if not (isinstance(e, ir.Compare) and e.op in ("<=", "<", ">=", ">", "==")):
+            self.r.error("bad-condition", "`assert` compares two dims, e.g. `assert T <= block_size`", s.test.span)
+            return None
+        lhs, rhs = self.expr(e.left), self.expr(e.right)
+        dims = []
+        for side, part in ((lhs, e.left), (rhs, e.right)):
+            if isinstance(side.ty, ErrorT):
+                return None
+            if not (isinstance(side.ty, ScalarT) and side.ty.kind == "int" and side.ty.dim is not None):
+                self.r.error("bad-condition", f"`{_text(part)}` is not a dim", part.span)
+                return None
+            dims.append(side.ty.dim)
+        a, b = dims
+        if a.value is not None and b.value is not None:
+            if not {"<=": a.value <= b.value, "<": a.value < b.value, ">=": a.value >= b.value,
+                    ">": a.value > b.value, "==": a.value == b.value}[e.op]:
+                self.r.error("bad-constraint", f"this assertion is always false ({a.value} {e.op} {b.value})", s.span)
+            return None
+        self.runtime_checks.setdefault((a, b, e.op), s.span)
+        return None
+
     def s_If(self, s: ir.If):
         test = self.condition(s.test)
-        present = frozenset([test.name]) if isinstance(test, ir.IsPresent) else frozenset()
+        present = self.presence(test)
         self.push(present)
         body = self.block(s.body)
         self.pop()
@@ -963,12 +1007,15 @@ class Checker:
                 self.r.error("output-mismatch", f"output `{o.name}` must be a tensor", o.span)
             outputs.append(o)
         self.unused_warnings()
+        stacked = tuple(dict.fromkeys(n for s in ir.walk_stmts(body) if isinstance(s, ir.Loop) for n in s.stacked))
         for name, use in self.stacked_use.items():
-            if use == "whole" and name in self.roles_stacked():
-                pass
+            if use == "whole" and name in stacked:
+                self.r.error("stacked-index", f"`{name}` is used both per layer (`{name}[l]`) and whole",
+                             self.decl_spans.get(name, NO_SPAN),
+                             hint="a stacked parameter lives per layer; index it with the loop variable everywhere")
+        self.check_mappings(set(stacked))
         if self.r.has_errors:
             return None
-        stacked = tuple(dict.fromkeys(n for s in ir.walk_stmts(body) if isinstance(s, ir.Loop) for n in s.stacked))
         params = tuple(ir.replace(p, role=self.roles.get(p.name, "")) for p in self.params)
         buffers = tuple(ir.replace(p, role=self.roles.get(p.name, "")) for p in self.buffers)
         return ir.Model(
@@ -979,10 +1026,32 @@ class Checker:
             runtime_dims=tuple((d, inp, ax) for d, (inp, ax) in self.runtime.items() if inp),
             display=tuple(sorted(((k, v) for k, v in self.display.items()), key=lambda kv: kv[1])),
             mappings=self.spec.mappings, stacked=stacked,
-            checks=tuple(ir.Check(lo, hi, span) for (lo, hi), span in self.runtime_checks.items()))
+            checks=tuple(ir.Check(lo, hi, span, op) for (lo, hi, op), span in self.runtime_checks.items()))
 
-    def roles_stacked(self):
-        return ()
+    def check_mappings(self, stacked: set) -> None:
+        from .codegen_data import MappingError, encode_mapping
+        tensors = {t.name for t in self.params + self.buffers}
+        seen: dict[tuple, Span] = {}
+        for e in self.spec.mappings:
+            if e.name != "_" and e.name not in tensors:
+                self.unknown(e.name, e.span, "bad-checkpoint",
+                             hint="a checkpoint entry maps a parameter or buffer (or `_` for keys to ignore)")
+                continue
+            if (e.fmt, e.name) in seen and e.name != "_":
+                self.r.error("bad-checkpoint", f"`{e.name}` is mapped twice in `checkpoint {e.fmt}`", e.span,
+                             related=(Related(seen[(e.fmt, e.name)], "first mapped here"),))
+                continue
+            seen[(e.fmt, e.name)] = e.span
+            if e.name != "_" and (e.name in stacked) != (e.layer_var is not None):
+                want = f"`{e.name}[l] <- ...` with `{{l}}` in the key" if e.name in stacked else f"`{e.name} <- ...`"
+                self.r.error("bad-checkpoint", f"`{e.name}` is {'per layer' if e.name in stacked else 'not per layer'}"
+                             f"; write {want}", e.span)
+                continue
+            try:
+                encode_mapping(e.source)
+            except MappingError as err:
+                self.r.error("bad-checkpoint", str(err), getattr(err, "span", None) or e.span,
+                             hint='sources are "key" strings, `.T`, `a or b` and split("key", n, axis=i, index=j)')
 
     def output_dim(self, declared: Dim, got: Dim) -> bool:
         sym = declared.as_symbol()
@@ -992,11 +1061,20 @@ class Checker:
         return equal(declared, got)[0]
 
     def unused_warnings(self) -> None:
+        for name in RECOGNISED_CONFIG:
+            b = self.scopes[0].names.get(name)
+            if b is not None and b.kind == "config":
+                b.uses += 1
+                if b.ty != BOOL:
+                    self.r.error("bad-type", f"`{name}` is a switch snfc reads: declare it `bool`", b.span)
         for name, b in self.scopes[0].names.items():
             if b.uses == 0 and b.kind in ("config", "param", "buffer", "input"):
                 what = _KIND_NAMES[b.kind]
                 self.r.warning("unused", f"{what} `{name}` is declared but never used", b.span)
 
+
+# Config switches the code generator acts on (docs/language.md, "Recognised params").
+RECOGNISED_CONFIG = ("gradient_checkpointing",)
 
 _KIND_NAMES = {"config": "param", "param": "parameter", "buffer": "buffer", "input": "input", "dim": "dim",
                "loopvar": "loop variable", "output": "output", "local": "value"}

@@ -18,6 +18,7 @@ from . import __version__, ir
 from .dims import Dim, FloorDiv
 from .ir import NoneT, ScalarT, TensorT
 from .names import Namespace, module_attribute_names
+from .codegen_data import encode_mapping, mapping_keys
 from .ops.registry import all_ops
 from .resources import resource_dir
 
@@ -37,6 +38,13 @@ def _env() -> jinja2.Environment:
 def _comment_text(text: str) -> str:
     """Spec text shown in a `#` comment: printable, one line, no way to end the comment."""
     return "".join(ch if ch.isprintable() else "?" for ch in text).strip()
+
+
+def _display_text(text: str) -> str:
+    """A file or model name shown in comments, docstrings and f-string messages of generated code:
+    printable, one line, and without quotes, backslashes or braces (which could end a docstring or
+    open an f-string field)."""
+    return "".join("?" if ch in "{}\\\"'" else ch for ch in _comment_text(text)) or "?"
 
 
 class _Emitter:
@@ -206,6 +214,18 @@ class _LowerCtx:
     def slices(self, name: str) -> str:
         return ", ".join(self.em.code(i) for i in self.args[name].items)
 
+    def slice_objects(self, name: str) -> str:
+        """The index list as a tuple of `slice(...)` objects and ints (for passing to a helper)."""
+        parts = []
+        for i in self.args[name].items:
+            if isinstance(i, ir.TSlice):
+                lo = self.em.code(i.lo) if i.lo is not None else "None"
+                hi = self.em.code(i.hi) if i.hi is not None else "None"
+                parts.append(f"slice({lo}, {hi})")
+            else:
+                parts.append(self.em.code(i))
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
     def eq(self, a: Dim, b: Dim) -> bool:
         from .dims import equal
         return equal(a, b)[0]
@@ -223,7 +243,7 @@ class Generator:
 
     def __post_init__(self):
         m = self.model
-        self.spec_file = PurePosixPath(self.spec_path.replace("\\", "/")).name
+        self.spec_file = _display_text(PurePosixPath(self.spec_path.replace("\\", "/")).name)
         self.config_fields = {c.name for c in m.config}
         self.derived_alias = {}
         self.derived_by_dim = {}
@@ -348,10 +368,18 @@ class Generator:
             call_args = f"{call_args}, {em.names.name(loop.var)}" if call_args else em.names.name(loop.var)
         else:
             em.emit(f"for layer in self.{block['attr']}:", indent)
-        if carried:
-            em.emit(f"{lhs} = layer({call_args})  # {self.spec_file}:{loop.span.line}", indent + 1)
+        assign = f"{lhs} = " if carried else ""
+        where = f"  # {self.spec_file}:{loop.span.line}"
+        if "gradient_checkpointing" in self.config_fields:
+            # recompute each layer in backward instead of keeping its activations
+            em.emit(f"if {em.cfg}.{self.cfg_names.name('gradient_checkpointing')} and self.training "
+                    f"and torch.is_grad_enabled():", indent + 1)
+            em.emit(f"{assign}torch.utils.checkpoint.checkpoint(layer, {call_args}, use_reentrant=False)",
+                    indent + 2)
+            em.emit("else:", indent + 1)
+            em.emit(f"{assign}layer({call_args}){where}", indent + 2)
         else:
-            em.emit(f"layer({call_args})  # {self.spec_file}:{loop.span.line}", indent + 1)
+            em.emit(f"{assign}layer({call_args}){where}", indent + 1)
 
     def block_context(self, loop: ir.Loop, index: int, types: dict) -> dict:
         m = self.model
@@ -374,22 +402,25 @@ class Generator:
         body_lines = em.lines
         em.lines = []
         # run-time dims: unpack from a tensor argument when one carries them, else pass them in
-        prologue, dim_args = [], []
+        sources, dim_args = {}, []
         for dim in sorted(em.runtime_used):
-            src = None
-            for n in carried + reads:
-                t = types.get(n)
-                if isinstance(t, TensorT) and not t.maybe_none:
-                    for axis, d in enumerate(t.shape):
-                        if d.as_symbol() == dim:
-                            src = (n, axis)
-                            break
-                if src:
-                    break
+            src = next(((n, axis) for n in carried + reads
+                        if isinstance(types.get(n), TensorT) and not types[n].maybe_none
+                        for axis, d in enumerate(types[n].shape) if d.as_symbol() == dim), None)
             if src:
-                prologue.append(f"{names.name(dim)} = {names.name(src[0])}.size({src[1]})")
+                sources.setdefault(src[0], {})[src[1]] = dim
             else:
                 dim_args.append(dim)
+        prologue = []
+        for n, axes in sources.items():
+            rank = types[n].rank
+            targets = [names.name(axes[a]) if a in axes else "_" for a in range(rank)]
+            while targets and targets[-1] == "_" and len(targets) > 1 and targets.count("_") > 1:
+                targets.pop()
+            if len(targets) == rank:
+                prologue.append(f"{', '.join(targets)}{',' if rank == 1 else ''} = {names.name(n)}.shape")
+            else:
+                prologue += [f"{names.name(axes[a])} = {names.name(n)}.size({a})" for a in sorted(axes)]
         kinds = {}
         for n in reads:
             kinds[n] = "local"
@@ -479,7 +510,7 @@ class Generator:
         helpers |= em.helpers
         ctx = {
             "version": __version__, "spec_path": self.spec_path, "spec_path_repr": repr(self.spec_path),
-            "sha256": m.sha256, "model_name": m.name, "spec_file": self.spec_file,
+            "sha256": m.sha256, "model_name": _display_text(m.name), "spec_file": self.spec_file,
             "config": self.config_context(), "derived": self.derived_context(em),
             "constraints": self.constraint_context(),
             "blocks": blocks,
@@ -491,7 +522,8 @@ class Generator:
             "helpers": [h for h in HELPERS_ORDER if h in helpers],
             "spec_parameters": self.spec_parameter_table(),
             "checkpoints": self.checkpoint_table(),
-            "docstring": f"{m.name}: generated by snfc from {self.spec_file}.",
+            "docstring": f"{_display_text(m.name)}: generated by snfc from {self.spec_file}.",
+            "uses_checkpoint": bool(loops) and "gradient_checkpointing" in self.config_fields,
         }
         text = _env().get_template("module.py.j2").render(**ctx)
         return text
@@ -520,12 +552,18 @@ class Generator:
                 lines.append(f"{targets} = {n}.shape")
                 bound.update(d for d in dims if d)
         for c in self.model.checks:
+            if not self.is_runtime_check(c):
+                continue
             lhs, rhs = em.dim(c.lhs), em.dim(c.rhs)
-            msg = (f"{self.show((c.lhs,))[1:-1]} = {{{lhs}}} exceeds {self.show((c.rhs,))[1:-1]} = {{{rhs}}}"
+            msg = (f"expected {self.show((c.lhs,))[1:-1]} {c.op} {self.show((c.rhs,))[1:-1]}, got "
+                   f"{self.show((c.lhs,))[1:-1]} = {{{lhs}}} and {self.show((c.rhs,))[1:-1]} = {{{rhs}}}"
                    f" ({self.spec_file}:{c.span.line})")
-            lines.append(f"if {em.dim(c.lhs, 5)} > {em.dim(c.rhs, 5)}:")
+            lines.append(f"if not {em.dim(c.lhs, 5)} {c.op} {em.dim(c.rhs, 5)}:")
             lines.append(f"    raise ValueError(f{msg!r})")
         return lines
+
+    def is_runtime_check(self, c: ir.Check) -> bool:
+        return bool((c.lhs.symbols() | c.rhs.symbols()) - self.config_fields)
 
     def _local_types(self) -> dict:
         types = {i.name: TensorT(i.ty.shape, i.ty.dtype, i.optional) for i in self.model.inputs}
@@ -578,6 +616,14 @@ class Generator:
                               if f in self.config_fields)
             msg = f"{c.why} ({self.spec_file}:{c.span.line}); got {shown}"
             rows.append({"cond": f"{num} % {den} != 0", "message": msg})
+        for c in self.model.checks:
+            if self.is_runtime_check(c):
+                continue
+            fields = sorted(c.lhs.symbols() | c.rhs.symbols())
+            shown = ", ".join(f"{self.cfg_names.name(f)}={{self.{self.cfg_names.name(f)}}}" for f in fields)
+            msg = (f"expected {self.show((c.lhs,))[1:-1]} {c.op} {self.show((c.rhs,))[1:-1]} "
+                   f"({self.spec_file}:{c.span.line}); got {shown}")
+            rows.append({"cond": f"not {em.dim(c.lhs, 5)} {c.op} {em.dim(c.rhs, 5)}", "message": msg})
         return rows
 
     def spec_parameter_table(self) -> list[str]:
@@ -595,28 +641,16 @@ class Generator:
             by_fmt.setdefault(e.fmt, []).append(e)
         for fmt, entries in by_fmt.items():
             rows.append(f"{fmt!r}: {{")
+            ignored = []
             for e in entries:
+                if e.name == "_":  # keys the checkpoint has but the model does not need (tied copies)
+                    ignored += mapping_keys(e.source)
+                    continue
                 rows.append(f"    {e.name!r}: {encode_mapping(e.source)!r},")
+            if ignored:
+                rows.append(f"    '_ignore': {tuple(ignored)!r},")
             rows.append("},")
         return rows
-
-
-def encode_mapping(e: ir.Expr):
-    """A checkpoint source expression as plain data (`snf.interop` reads it; nothing is eval'd)."""
-    if isinstance(e, ir.Str):
-        return ("key", e.value)
-    if isinstance(e, ir.Attribute) and e.attr == "T":
-        return ("T", encode_mapping(e.value))
-    if isinstance(e, ir.BoolOp) and e.op == "or":
-        return ("or", encode_mapping(e.left), encode_mapping(e.right))
-    if isinstance(e, ir.Call) and e.func == "split":
-        kw = {k.name: k.value for k in e.kwargs}
-        src = encode_mapping(e.args[0])
-        n = e.args[1].value
-        return ("split", src, n, kw["axis"].value, kw["index"].value)
-    if isinstance(e, ir.Call) and e.func in ("reshape", "flatten", "unsqueeze"):
-        return (e.func, encode_mapping(e.args[0])) + tuple(a.value for a in e.args[1:])
-    raise ValueError("bad mapping")
 
 
 def _without_self_alias(d: Dim, em: _Emitter) -> str:

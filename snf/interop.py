@@ -88,7 +88,8 @@ def convert_state_dict(model: torch.nn.Module, state_dict: dict, fmt: str) -> di
                 mismatched.append((key, tuple(own[key].shape), tuple(tensor.shape)))
                 continue
             out[key] = tensor
-    unexpected = sorted(k for k in state_dict if k not in used and not _ignorable(k))
+    ignored = set(mapping.get("_ignore", ()))
+    unexpected = sorted(k for k in state_dict if k not in used and k not in ignored and not _ignorable(k))
     if missing or unexpected or mismatched:
         raise CheckpointError(fmt, missing, unexpected, mismatched)
     return out

@@ -173,7 +173,15 @@ class For:
     span: Span = NO_SPAN
 
 
-Stmt = Union[Let, Assign, If, For]
+@dataclass(frozen=True)
+class Assert:
+    """`assert T <= block_size`: a condition on dims, checked at run time (or in Config)."""
+
+    test: Expr
+    span: Span = NO_SPAN
+
+
+Stmt = Union[Let, Assign, If, For, Assert]
 
 
 @dataclass(frozen=True)
@@ -448,11 +456,14 @@ class Constraint:
 
 @dataclass(frozen=True)
 class Check:
-    """A run-time condition `lhs <= rhs` (a slice end within its axis), checked on entry to forward."""
+    """A condition `lhs <op> rhs` on dims (a slice end within its axis, an `assert`).
+
+    Checked when a Config is built if it names config fields only, else on entry to forward."""
 
     lhs: Dim
     rhs: Dim
     span: Span
+    op: str = "<="
 
 
 @dataclass(frozen=True)

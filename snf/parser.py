@@ -166,6 +166,9 @@ class _ToIR(Transformer):
     def else_block(self, meta, *stmts):
         return tuple(stmts)
 
+    def assert_stmt(self, meta, test):
+        return ir.Assert(test, _span(meta).to(test.span))
+
     def for_stmt(self, meta, var, lo, _range, hi, *body):
         return ir.For(str(var), lo, hi, tuple(body), _span(meta))
 
@@ -245,46 +248,126 @@ def _parse_error(e: UnexpectedInput, src: Source, r: Reporter) -> None:
         line = tok.line if tok.line and tok.line > 0 else len(src.lines)
         col = tok.column if tok.column and tok.column > 0 else 1
         if tok.type == "_NL":
-            # report at the end of the line that ended too early
-            line, col = max(line, 1), len(src.line(line)) + 1
+            # report just after the code of the line that ended too early (before any comment)
+            line = max(line, 1)
+            col = len(src.line(line)[:col - 1].rstrip()) + 1
             if col == 1 and line > 1:
                 line -= 1
                 col = len(src.line(line)) + 1
+        unclosed = _unclosed_bracket(src.text, tok) if tok.type != "_NL" else None
+        if unclosed is not None:
+            (bline, bcol, ch), closer = unclosed, {"(": ")", "[": "]"}[unclosed[2]]
+            r.error("syntax", f"`{ch}` is never closed", Span(bline, bcol, bline, bcol + 1),
+                    f"add the matching `{closer}`" + (f"; the parser gave up at {_token_text(tok)} (line {line})"
+                                                      if tok.type != "$END" else ""))
+            return
         width = len(str(tok)) if tok.type not in ("_NL", "_INDENT", "_DEDENT", "$END") else 1
         span = Span(line, col, line, col + max(width, 1))
         hint = None
         if tok.type == "_INDENT":
             hint = "this line is indented more than the block it belongs to"
-        elif "_INDENT" in e.expected:
+        elif "_INDENT" in e.expected or _after_colon_line(src, line, col):
             hint = "a line ending in ':' must be followed by an indented block"
+        keyword = src.line(line)[:col - 1].strip()
+        if keyword in ("else", "elif") and tok.type != "_NL":
+            r.error("syntax", f"`{keyword}` without a matching `if` block", Span(line, col - len(keyword) - (
+                    len(src.line(line)[:col - 1]) - len(src.line(line)[:col - 1].rstrip())), line, col),
+                    "`else:` goes at the indentation of its `if`, right after the `if` block"
+                    if keyword == "else" else "SNF has no `elif`; nest an `if` inside `else:`")
+            return
         r.error("syntax", f"unexpected {_token_text(tok)}{_describe(e.expected)}", span, hint)
     elif isinstance(e, UnexpectedCharacters):
         ch = src.line(e.line)[e.column - 1:e.column] or "?"
-        what = f"character {ch!r}" if ch.isprintable() else f"character U+{ord(ch):04X}"
+        what = f"character {ch!r}" if ch.isprintable() and ch != "\ufffd" else f"character U+{ord(ch):04X}"
         hint = "the file contains bytes that are not UTF-8 text" if ch == "\ufffd" else None
         code = "encoding" if hint else "syntax"
-        r.error(code, f"unexpected {what}", Span(e.line, e.column, e.line, e.column + 1), hint)
+        message = f"unexpected {what}"
+        if ch in "\"'":
+            message = f"unexpected {what}: the string it starts is not closed on this line"
+        r.error(code, message, Span(e.line, e.column, e.line, e.column + 1), hint)
     elif isinstance(e, UnexpectedEOF):
         n = max(len(src.lines), 1)
+        unclosed = _unclosed_bracket(src.text, None)
+        if unclosed is not None:
+            bline, bcol, ch = unclosed
+            r.error("syntax", f"`{ch}` is never closed", Span(bline, bcol, bline, bcol + 1),
+                    f"add the matching `{ {'(': ')', '[': ']'}[ch]}`")
+            return
         r.error("syntax", f"unexpected end of file{_describe(e.expected)}", Span(n, 1, n, 2))
     else:  # pragma: no cover - lark's other input errors
         r.error("syntax", str(e).splitlines()[0], Span(getattr(e, "line", 1), getattr(e, "column", 1),
                                                         getattr(e, "line", 1), getattr(e, "column", 1) + 1))
 
 
-def _nesting_too_deep(text: str) -> tuple[int, int] | None:
-    depth, line, col = 0, 1, 0
-    for ch in text:
+def _brackets(text: str):
+    """(line, col, char) of every bracket outside comments and string literals."""
+    line, col, quote, comment = 1, 0, None, False
+    chars = iter(text)
+    for ch in chars:
         col += 1
         if ch == "\n":
-            line, col = line + 1, 0
-        elif ch in "([":
+            line, col, quote, comment = line + 1, 0, None, False
+        elif comment:
+            continue
+        elif quote:
+            if ch == "\\":
+                nxt = next(chars, "")
+                col += 1
+                if nxt == "\n":
+                    line, col, quote = line + 1, 0, None
+            elif ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            comment = True
+        elif ch in "()[]":
+            yield line, col, ch
+
+
+def _after_colon_line(src: Source, line: int, col: int) -> bool:
+    """Whether the error is at the first token of a line that follows a line ending in ':'."""
+    if src.line(line)[:col - 1].strip():
+        return False
+    for n in range(line - 1, 0, -1):
+        code = src.line(n).split("#", 1)[0].rstrip()
+        if code:
+            return code.endswith(":")
+    return False
+
+
+def _nesting_too_deep(text: str) -> tuple[int, int] | None:
+    depth = 0
+    for line, col, ch in _brackets(text):
+        if ch in "([":
             depth += 1
             if depth > MAX_DEPTH:
                 return line, col
-        elif ch in ")]":
+        else:
             depth = max(depth - 1, 0)
     return None
+
+
+def _unclosed_bracket(text: str, tok) -> tuple[int, int, str] | None:
+    """The innermost bracket open where the parser failed that is never closed in the whole file,
+    when the failure is at the end of the file (`tok` None or $END) or at the first token of a line
+    (a new statement swallowed by the open bracket); otherwise None."""
+    if tok is not None and tok.type != "$END":
+        if not tok.line or not tok.column or text.split("\n")[tok.line - 1][:tok.column - 1].strip():
+            return None
+    stack, open_at_error = [], None
+    for line, col, ch in _brackets(text):
+        if tok is not None and tok.type != "$END" and open_at_error is None and (line, col) >= (tok.line, tok.column):
+            open_at_error = list(stack)
+        if ch in "([":
+            stack.append((line, col, ch))
+        elif stack:
+            stack.pop()
+    if open_at_error is None:
+        open_at_error = list(stack)
+    never_closed = set(stack)
+    candidates = [b for b in open_at_error if b in never_closed]
+    return candidates[-1] if candidates else None
 
 
 def parse(src: Source, r: Reporter) -> ir.Spec | None:

@@ -24,7 +24,7 @@ INTS = ("int32", "int64")
 def _same_dtype(a: TensorT, b: TensorT, an: str, bn: str) -> None:
     if a.dtype != b.dtype:
         raise OpError(f"`{bn}` is {b.dtype} but `{an}` is {a.dtype}", bn, code="dtype-mismatch",
-                      hint="operands of one op must share a dtype")
+                      hint="operands of one op must share a dtype", blame=(an, bn))
 
 
 def _float(t: TensorT, name: str) -> None:
@@ -506,7 +506,7 @@ def _np_assign(x, index, value):
 
 register(OpDef("assign", (P("x", "tensor"), P("index", "slices"), P("value", "value")), _assign_rule,
                numpy=_np_assign,
-               torch=lambda c: f"_assign({c.code('x')}, ({c.slices('index')},), {c.code('value')})",
+               torch=lambda c: f"_assign({c.code('x')}, {c.slice_objects('index')}, {c.code('value')})",
                helpers=("_assign",), doc="a copy of `x` with `x[index] = value`."))
 
 
@@ -646,8 +646,7 @@ def _lower_ce(c):
     lg, tg = c.code("logits", prec=50), c.code("targets", prec=50)
     if c.val("shift"):
         lg, tg = f"{lg}[..., :-1, :]", f"{tg}[..., 1:]"
-    return (f"F.cross_entropy({lg}.reshape(-1, {lg}.size(-1)), {tg}.reshape(-1), "
-            f"ignore_index={c.code('ignore_index')})")
+    return f"F.cross_entropy({lg}.flatten(0, -2), {tg}.flatten(), ignore_index={c.code('ignore_index')})"
 
 
 register(OpDef(

@@ -1,0 +1,44 @@
+"""Checkpoint mappings as plain data (checked by `check`, emitted by `codegen`, read by `interop`)."""
+
+from __future__ import annotations
+
+from . import ir
+
+
+class MappingError(ValueError):
+    def __init__(self, message: str, span=None):
+        super().__init__(message)
+        self.span = span
+
+
+def _int(e: ir.Expr, what: str) -> int:
+    neg = isinstance(e, ir.Unary) and e.op == "-"
+    base = e.operand if neg else e
+    if isinstance(base, ir.Num) and isinstance(base.value, int):
+        return -base.value if neg else base.value
+    raise MappingError(f"{what} must be an integer literal", getattr(e, "span", None))
+
+
+def encode_mapping(e: ir.Expr):
+    """A checkpoint source expression as nested tuples; nothing in it is ever evaluated as code."""
+    if isinstance(e, ir.Str):
+        return ("key", e.value)
+    if isinstance(e, ir.Attribute) and e.attr == "T":
+        return ("T", encode_mapping(e.value))
+    if isinstance(e, ir.BoolOp) and e.op == "or":
+        return ("or", encode_mapping(e.left), encode_mapping(e.right))
+    if isinstance(e, ir.Call) and e.func == "split":
+        kw = {k.name: k.value for k in e.kwargs}
+        if len(e.args) != 2 or set(kw) != {"axis", "index"}:
+            raise MappingError('write split("key", n, axis=i, index=j)', e.span)
+        return ("split", encode_mapping(e.args[0]), _int(e.args[1], "n"), _int(kw["axis"], "axis"),
+                _int(kw["index"], "index"))
+    raise MappingError("unsupported checkpoint source expression", getattr(e, "span", None))
+
+
+def mapping_keys(e: ir.Expr) -> list[str]:
+    if isinstance(e, ir.Str):
+        return [e.value]
+    if isinstance(e, ir.BoolOp):
+        return mapping_keys(e.left) + mapping_keys(e.right)
+    return []

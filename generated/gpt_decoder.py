@@ -77,9 +77,10 @@ def _hot_path(fn):
     return wrapper
 
 
-def _check_input(name: str, t: torch.Tensor, rank: int, shape: str) -> None:
-    if not isinstance(t, torch.Tensor) or t.dim() != rank:
-        got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, sizes: Optional[dict] = None) -> None:
+    """Rank, and the sizes of axes fixed by the config, of one input."""
+    if not isinstance(t, torch.Tensor) or t.dim() != rank or any(t.size(a) != n for a, n in (sizes or {}).items()):
+        got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
         raise ValueError(f"input {name} must be {shape}, got {got}")
 
 

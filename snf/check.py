@@ -396,7 +396,8 @@ class Checker:
 
     # ------------------------------------------------------------------ expressions
     def unknown(self, name: str, span: Span, code: str = "unknown-name", hint: str | None = None) -> None:
-        names = [n for s in self.scopes for n in s.names]
+        self.n_unknown = getattr(self, "n_unknown", 0) + 1
+        names = [n for s in self.scopes for n in s.names] if self.n_unknown <= 50 else []  # bounded cost
         close = difflib.get_close_matches(name, names, n=1)
         if close and not hint:
             hint = f"did you mean `{close[0]}`?"
@@ -409,6 +410,11 @@ class Checker:
             return frozenset([test.name])
         if isinstance(test.ty, ErrorT):
             return frozenset(i.name for i in self.inputs if i.optional)
+        if isinstance(test, ir.Ref) and test.kind == "config":  # parameters declared `if flag else None`
+            return frozenset(t.name for t in self.params + self.buffers
+                             if isinstance(t.condition, ir.Ref) and t.condition.name == test.name)
+        if isinstance(test, ir.Op) and test.op == "and":
+            return self.presence(test.arg("a")) | self.presence(test.arg("b"))
         return frozenset()
 
     def condition(self, e: ir.Expr) -> ir.TExpr:
@@ -443,7 +449,7 @@ class Checker:
             return ir.Ref(e.id, "error", ERR, e.span)
         b.uses += 1
         ty = b.ty
-        if b.kind == "input" and b.optional and e.id in self.present and isinstance(ty, TensorT):
+        if b.optional and e.id in self.present and isinstance(ty, TensorT):
             ty = TensorT(ty.shape, ty.dtype, False)
         if b.kind in ("param", "buffer", "input") and self.loops:
             self.note_read(e.id, b)
@@ -469,7 +475,7 @@ class Checker:
 
     def e_BoolOp(self, e: ir.BoolOp):
         left = self.expr(e.left)
-        extra = frozenset([left.name]) if isinstance(left, ir.IsPresent) and e.op == "and" else frozenset()
+        extra = self.presence(left) if e.op == "and" else frozenset()
         self.push(extra)
         right = self.expr(e.right)
         self.pop()
@@ -775,6 +781,11 @@ class Checker:
             if isinstance(ty, NoneT):
                 return None
             return bad("a number")
+        if p.static and not isinstance(a, ir.Lit) and kind in ("bool", "int", "str"):
+            self.r.error("arg-kind", f"`{p.name}` of `{opname}` must be a literal constant, not a computed value",
+                         span, hint=f"write e.g. `{p.name}={p.default!r}`; the generated code is specialised on it"
+                         if p.default is not REQUIRED else None)
+            return _FAIL
         if kind == "bool":
             if isinstance(ty, ScalarT) and ty.kind == "bool":
                 return a.value if isinstance(a, ir.Lit) else None
@@ -985,6 +996,9 @@ class Checker:
     def run(self) -> ir.Model | None:
         self.declarations()
         body = self.block(self.spec.body)
+        if not self.outputs and not self.r.has_errors:
+            self.r.error("output-unbound", "the spec declares no output", Span(1, 1, 1, 2),
+                         hint="add an `output:` section, e.g. `output:` / `  y : Tensor([B, D], float32)`")
         outputs = []
         for o in self.outputs:
             b = self.scopes[0].names.get(o.name)

@@ -80,7 +80,8 @@ def cmd_check(args) -> int:
         sources[src.path] = src
         all_diags += analyze(src).diagnostics
     _emit(all_diags, sources, args.format)
-    _summary(all_diags, len(files), args.format)
+    if not problems:
+        _summary(all_diags, len(files), args.format)
     if problems or any(d.severity == "error" for d in all_diags):
         return EXIT_SPEC
     return EXIT_OK

@@ -474,7 +474,7 @@ class Generator:
             for p in parts:
                 init_lines.append(pre + self.init_line(em, p, f"parts[{self.attr(p.name)!r}]"))
         return {
-            "cls": cls, "attr": attr, "line": loop.span.line, "var": loop.var,
+            "cls": cls, "attr": attr, "line": loop.span.line, "var": loop.var, "count": em.dim(loop.count),
             "decls": self.decl_lines(em, plain, True) + fused_decls,
             "fused_meta": fused_meta, "init_lines": init_lines,
             "signature": ", ".join(signature), "ret_ann": ret_ann,
@@ -535,7 +535,11 @@ class Generator:
             n = names.name(i.name)
             rank = i.ty.rank
             dims = [d.as_symbol() if d.as_symbol() in self.runtime else None for d in i.ty.shape]
-            check = f"_check_input({i.name!r}, {n}, {rank}, {self.show(i.ty.shape)!r})"
+            fixed = {axis: em.dim(d) for axis, d in enumerate(i.ty.shape)
+                     if not (d.as_symbol() and d.as_symbol() in self.runtime)
+                     and not (d.symbols() & self.runtime)}
+            sizes = ", {" + ", ".join(f"{a}: {code}" for a, code in fixed.items()) + "}" if fixed else ""
+            check = f"_check_input({_display_text(i.name)!r}, {n}, {rank}, {self.show(i.ty.shape)!r}{sizes})"
             lines.append(check if not i.optional else f"if {n} is not None:\n            {check}")
             new = [d for d in dims if d and d not in bound]
             if not new:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
 from lark import Lark, Token, Transformer, Tree, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 from lark.indenter import DedentError, Indenter
 
 from . import ir
@@ -15,6 +16,7 @@ from .resources import read_resource
 from .source import Source, Span
 
 MAX_DEPTH = 48  # bracket nesting; deeper specs are refused, not crashed on
+MAX_NODE_DEPTH = 100  # syntax-tree depth (operator chains, blocks); later stages recurse over it
 MAX_BYTES = 2_000_000
 
 
@@ -222,8 +224,11 @@ _FRIENDLY = {
 }
 
 
+_KEYWORDS = {"TRUE": "'True'", "FALSE": "'False'", "NONE": "'None'"}
+
+
 def _describe(expected) -> str:
-    names = sorted({_FRIENDLY.get(e, repr(e.lower()) if e.isalpha() else e) for e in expected})
+    names = sorted({_FRIENDLY.get(e, _KEYWORDS.get(e, repr(e.lower())) if e.isalpha() else e) for e in expected})
     if not names:
         return ""
     if len(names) > 6:
@@ -254,12 +259,11 @@ def _parse_error(e: UnexpectedInput, src: Source, r: Reporter) -> None:
             if col == 1 and line > 1:
                 line -= 1
                 col = len(src.line(line)) + 1
-        unclosed = _unclosed_bracket(src.text, tok) if tok.type != "_NL" else None
+        unclosed = _unclosed_bracket(src.text, tok) if tok.type not in ("_NL", "$END") else None
         if unclosed is not None:
             (bline, bcol, ch), closer = unclosed, {"(": ")", "[": "]"}[unclosed[2]]
             r.error("syntax", f"`{ch}` is never closed", Span(bline, bcol, bline, bcol + 1),
-                    f"add the matching `{closer}`" + (f"; the parser gave up at {_token_text(tok)} (line {line})"
-                                                      if tok.type != "$END" else ""))
+                    f"add the matching `{closer}`; the parser gave up at {_token_text(tok)} (line {line})")
             return
         width = len(str(tok)) if tok.type not in ("_NL", "_INDENT", "_DEDENT", "$END") else 1
         span = Span(line, col, line, col + max(width, 1))
@@ -278,7 +282,7 @@ def _parse_error(e: UnexpectedInput, src: Source, r: Reporter) -> None:
         r.error("syntax", f"unexpected {_token_text(tok)}{_describe(e.expected)}", span, hint)
     elif isinstance(e, UnexpectedCharacters):
         ch = src.line(e.line)[e.column - 1:e.column] or "?"
-        what = f"character {ch!r}" if ch.isprintable() and ch != "\ufffd" else f"character U+{ord(ch):04X}"
+        what = f"character {ch!r}" if ch.isprintable() else f"character U+{ord(ch):04X}"
         hint = "the file contains bytes that are not UTF-8 text" if ch == "\ufffd" else None
         code = "encoding" if hint else "syntax"
         message = f"unexpected {what}"
@@ -287,12 +291,6 @@ def _parse_error(e: UnexpectedInput, src: Source, r: Reporter) -> None:
         r.error(code, message, Span(e.line, e.column, e.line, e.column + 1), hint)
     elif isinstance(e, UnexpectedEOF):
         n = max(len(src.lines), 1)
-        unclosed = _unclosed_bracket(src.text, None)
-        if unclosed is not None:
-            bline, bcol, ch = unclosed
-            r.error("syntax", f"`{ch}` is never closed", Span(bline, bcol, bline, bcol + 1),
-                    f"add the matching `{ {'(': ')', '[': ']'}[ch]}`")
-            return
         r.error("syntax", f"unexpected end of file{_describe(e.expected)}", Span(n, 1, n, 2))
     else:  # pragma: no cover - lark's other input errors
         r.error("syntax", str(e).splitlines()[0], Span(getattr(e, "line", 1), getattr(e, "column", 1),
@@ -349,15 +347,14 @@ def _nesting_too_deep(text: str) -> tuple[int, int] | None:
 
 
 def _unclosed_bracket(text: str, tok) -> tuple[int, int, str] | None:
-    """The innermost bracket open where the parser failed that is never closed in the whole file,
-    when the failure is at the end of the file (`tok` None or $END) or at the first token of a line
-    (a new statement swallowed by the open bracket); otherwise None."""
-    if tok is not None and tok.type != "$END":
-        if not tok.line or not tok.column or text.split("\n")[tok.line - 1][:tok.column - 1].strip():
-            return None
+    """The innermost bracket open where the parser failed at `tok`, the first token of a line (a new
+    statement swallowed by the open bracket), when that bracket is never closed in the whole file."""
+    lines = text.split("\n")
+    if not tok.line or not tok.column or tok.line > len(lines) or lines[tok.line - 1][:tok.column - 1].strip():
+        return None
     stack, open_at_error = [], None
     for line, col, ch in _brackets(text):
-        if tok is not None and tok.type != "$END" and open_at_error is None and (line, col) >= (tok.line, tok.column):
+        if open_at_error is None and (line, col) >= (tok.line, tok.column):
             open_at_error = list(stack)
         if ch in "([":
             stack.append((line, col, ch))
@@ -395,7 +392,9 @@ def parse(src: Source, r: Reporter) -> ir.Spec | None:
         return None
     try:
         items = _ToIR(r).transform(tree)
-    except RecursionError:
+    except (RecursionError, VisitError) as e:
+        if isinstance(e, VisitError) and not isinstance(e.orig_exc, RecursionError):
+            raise
         r.error("too-large", "the spec nests too deeply", Span(1, 1, 1, 2))
         return None
     decls, body, maps = [], [], []
@@ -406,7 +405,30 @@ def parse(src: Source, r: Reporter) -> ir.Spec | None:
             maps += item[2]
         else:
             body.append(item)
+    deep = _too_deep(decls + body + maps)
+    if deep is not None:
+        r.error("too-large", f"expressions and blocks nest more than {MAX_NODE_DEPTH} deep here", deep.span,
+                "split the expression with `let` values")
+        return None
     return ir.Spec(src.path, src.sha256, _model_name(src.path), tuple(decls), tuple(body), tuple(maps))
+
+
+def _too_deep(roots: list):
+    """The first node nested more than MAX_NODE_DEPTH deep (operators, calls, blocks), or None.
+    Later stages recurse over the IR, so depth is bounded here, without recursion."""
+    stack = [(node, 1) for node in reversed(roots)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NODE_DEPTH and getattr(node, "span", None) is not None and node.span.line:
+            return node
+        if not dataclasses.is_dataclass(node) or isinstance(node, Span):
+            continue
+        for f in dataclasses.fields(node):
+            value = getattr(node, f.name)
+            for child in (value if isinstance(value, (tuple, list)) else (value,)):
+                if dataclasses.is_dataclass(child) and not isinstance(child, Span):
+                    stack.append((child, depth + 1))
+    return None
 
 
 def _dedent_line(text: str) -> int:

@@ -1,0 +1,120 @@
+"""Shared test helpers: repo paths, seed lookup, golden files, running the CLI.
+
+Generated modules run eagerly in tests (`SNF_COMPILE=0`, set here for this process and every
+subprocess it starts); only tests/test_compile.py turns torch.compile on, for itself.
+
+Golden files live in tests/golden/. When output changes on purpose, regenerate them with
+
+    SNF_ACCEPT=1 python -m pytest tests/test_golden.py
+
+and review the diff; never edit a golden file by hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import importlib.util
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ["SNF_COMPILE"] = "0"
+os.environ["NO_COLOR"] = "1"
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
+GOLDEN = TESTS / "golden"
+SEEDS = REPO.parent / "shared" / "seeds"
+SEEDS_REL = "../shared/seeds"  # as written on the command line, with cwd = REPO
+
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+def seed_path(name: str) -> Path:
+    """The seed document `name`, or skip the calling test with the reason."""
+    path = SEEDS / name
+    if not path.is_file():
+        pytest.skip(f"seed document {SEEDS_REL}/{name} is absent (the seeds live next to the repo "
+                    "on developer and CI machines only)")
+    return path
+
+
+def assert_golden(name: str, text: str, golden_dir: Path | None = None) -> None:
+    """Compare `text` with tests/golden/<name>; with SNF_ACCEPT=1, (re)write the golden instead."""
+    path = (golden_dir or GOLDEN) / name
+    if os.environ.get("SNF_ACCEPT") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text.encode("utf-8"))
+        return
+    if not path.exists():
+        pytest.fail(f"golden file {path.name} is missing; create it with SNF_ACCEPT=1", pytrace=False)
+    expected = path.read_bytes().decode("utf-8")
+    if expected != text:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
+                                            f"golden/{name}", "actual"))
+        pytest.fail(f"output differs from golden/{name} (rerun with SNF_ACCEPT=1 if the change is "
+                    f"intended):\n{diff}", pytrace=False)
+
+
+@contextlib.contextmanager
+def chdir(path: Path):
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def snfc(*args: str, cwd: Path = REPO) -> tuple[int, str, str]:
+    """Run `snfc ARGS` in process with the working folder `cwd`; returns (exit code, stdout, stderr)."""
+    from snf.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(args))
+    return rc, out.getvalue(), err.getvalue()
+
+
+def snfc_subprocess(*args: str, cwd: Path = REPO, env: dict | None = None,
+                    timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `python -m snf ARGS` in a fresh interpreter."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(REPO) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "snf", *args], cwd=cwd, env=e, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def python_subprocess(code: str, cwd: Path = REPO, env: dict | None = None,
+                      timeout: float = 120) -> subprocess.CompletedProcess:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(REPO) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=e, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def fresh_module(path: Path, name: str):
+    """Import the file at `path` as a new module `name` (its own torch.compile state)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_spec(tmp_path: Path, text: str, name: str = "spec.snf") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO

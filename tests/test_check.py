@@ -1,0 +1,283 @@
+"""The checker: located errors with exact text, seed 001's known errors, Config constraints, snf.load."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import textwrap
+
+import pytest
+
+from conftest import REPO, SEEDS_REL, seed_path, snfc, write_spec
+from snf.compiler import analyze
+from snf.source import Source
+
+HEADER = textwrap.dedent("""\
+    param:
+      D : int = 4
+
+    input:
+      x : Tensor([B, D], float32)
+      m : Tensor([B, D], float32)?
+
+    """)
+
+
+def check_text(tmp_path, body: str) -> tuple[int, list[str], str]:
+    write_spec(tmp_path, HEADER + textwrap.dedent(body), "t.snf")
+    rc, out, err = snfc("check", "t.snf", cwd=tmp_path)
+    assert "internal error" not in err and "Traceback" not in out + err
+    return rc, out.splitlines(), err
+
+
+def test_linear_weight_stored_in_out(tmp_path):
+    rc, lines, err = check_text(tmp_path, """\
+        parameter:
+          w : Tensor([D, 2*D], float32)
+
+        output:
+          y : Tensor([B, 2*D], float32)
+
+        let y = linear(x + m if m exists else x, weight=w)
+        """)
+    assert rc == 1
+    assert lines == [
+        "t.snf:14:42: error: `w` is [D, 2*D] but `linear` takes [out, in] = [2*D, D] for the input "
+        "`x + m if m exists else x` [B, D]  [shape-mismatch]",
+        "  14 | let y = linear(x + m if m exists else x, weight=w)",
+        "     |                                          ^~~~~~~~",
+        "t.snf:9:3: note: `w` declared as [D, 2*D] here",
+        "   9 |   w : Tensor([D, 2*D], float32)",
+        "  hint: declare the weight transposed as [2*D, D], or use `matmul(x, weight)` for a plain x @ W",
+    ]
+    assert err.strip() == "Found 1 error in 1 file"
+
+
+def test_optional_input_used_unguarded(tmp_path):
+    rc, lines, _ = check_text(tmp_path, """\
+        output:
+          y : Tensor([B, D], float32)
+
+        let y = x + m
+        """)
+    assert rc == 1
+    assert lines == [
+        "t.snf:11:13: error: `m` is an optional input and may be absent here  [optional-unguarded]",
+        "  11 | let y = x + m",
+        "     |             ^",
+        "t.snf:6:3: note: `m` declared optional here",
+        "   6 |   m : Tensor([B, D], float32)?",
+        "  hint: guard this use with `if m exists:`",
+    ]
+
+
+def test_guards_make_optional_uses_legal(tmp_path):
+    rc, lines, err = check_text(tmp_path, """\
+        output:
+          y : Tensor([B, D], float32)
+
+        let y = x
+        y = y + m if m exists
+        if m exists:
+            y = y * m
+        let z = if m exists:
+            m
+        else: x
+        y = y + z
+        """)
+    assert (rc, lines) == (0, []), lines
+    assert err.strip() == "Success: 1 spec checked"
+
+
+def test_unknown_name_with_suggestion(tmp_path):
+    rc, lines, _ = check_text(tmp_path, """\
+        output:
+          y : Tensor([B, D], float32)
+
+        let y = relu(xx)
+        """)
+    assert rc == 1
+    assert "t.snf:11:14: error: `xx` is not defined  [unknown-name]" in lines
+    i = lines.index("t.snf:11:14: error: `xx` is not defined  [unknown-name]")
+    assert lines[i + 1:i + 4] == ["  11 | let y = relu(xx)", "     |              ^~", "  hint: did you mean `x`?"]
+
+
+def test_stacked_parameter_with_wrong_leading_axis(tmp_path):
+    rc, lines, _ = check_text(tmp_path, """\
+        parameter:
+          w : Tensor([3, D, D], float32)
+
+        output:
+          y : Tensor([B, D], float32)
+
+        let y = x + m if m exists else x
+        for l in 0..D-1:
+            y = linear(y, weight=w[l])
+        """)
+    assert rc == 1
+    assert lines[:5] == [
+        "t.snf:16:26: error: `w` is [3, D, D], but the loop over `l` runs D times: a stacked parameter's "
+        "first axis must match  [stacked-index]",
+        "  16 |     y = linear(y, weight=w[l])",
+        "     |                          ^~~~",
+        "t.snf:9:3: note: `w` declared here",
+        "   9 |   w : Tensor([3, D, D], float32)",
+    ]
+
+
+def test_every_error_is_reported_not_just_the_first(tmp_path):
+    rc, lines, err = check_text(tmp_path, """\
+        output:
+          y : Tensor([B, D], float32)
+
+        let y = x + m if m exists else x
+        y = reshape(x, [B, D, 1])
+        let y = x
+        z = x
+        """)
+    assert rc == 1
+    firsts = [ln for ln in lines if ": error: " in ln]
+    assert firsts == [
+        "t.snf:12:1: error: `y` was [B, D] float32 and is re-assigned [B, D, 1] float32  [reassign-type]",
+        "t.snf:13:5: error: `y` is already declared  [redefinition]",
+        "t.snf:14:1: error: `z` is assigned but was never declared  [assign-undeclared]",
+    ]
+    assert err.strip() == "Found 3 errors in 1 file"
+
+
+def test_output_shape_mismatch_and_divisibility(tmp_path):
+    write_spec(tmp_path, textwrap.dedent("""\
+        param:
+          D : int = 4
+          H : int = 2
+
+        input:
+          x : Tensor([B, T, D], float32)
+
+        output:
+          y : Tensor([B, T, H, D], float32)
+
+        let y = reshape(x, [B, T, H, D // H])
+        """), "t.snf")
+    rc, out, _ = snfc("check", "t.snf", cwd=tmp_path)
+    assert rc == 1
+    assert out.splitlines()[0] == ("t.snf:9:3: error: output `y` is declared [B, T, H, D] float32 but computed as "
+                                   "[B, T, H, (D // H)] float32  [output-mismatch]")
+
+
+def test_reshape_records_the_divisibility_constraint():
+    text = textwrap.dedent("""\
+        param:
+          D : int = 4
+          H : int = 2
+          hd = D // H
+
+        input:
+          x : Tensor([B, T, D], float32)
+
+        output:
+          y : Tensor([B, T, H, hd], float32)
+
+        let y = reshape(x, [B, T, H, hd])
+        """)
+    result = analyze(Source.from_text("t.snf", text))
+    assert result.ok, result.diagnostics
+    (c,) = result.model.constraints
+    assert str(c.cond) == "D % H == 0" and c.span.line == 12
+
+
+# ------------------------------------------------------------------------ seed 001
+
+SEED_001 = "001_c5e4031d01631893.txt"
+
+
+def test_seed_001_as_written_has_exactly_its_known_errors():
+    seed_path(SEED_001)
+    rc, out, err = snfc("check", "--format", "json", f"{SEEDS_REL}/{SEED_001}")
+    assert rc == 1
+    rows = json.loads(out)
+    errors = {(r["code"], r["line"], r["column"]) for r in rows if r["severity"] == "error"}
+    warnings = {(r["code"], r["line"], r["column"]) for r in rows if r["severity"] == "warning"}
+    assert errors == {
+        ("optional-unguarded", 87, 60),
+        ("shape-mismatch", 107, 16),
+        ("shape-mismatch", 110, 16),
+        ("shape-mismatch", 142, 28),
+        ("shape-mismatch", 146, 25),
+    }
+    assert ("fixed-length", 23, 20) in warnings
+    assert len([r for r in rows if r["severity"] == "error"]) == 5  # one error per root cause
+
+
+def test_seed_001_text_output_has_no_traceback():
+    seed_path(SEED_001)
+    rc, out, err = snfc("check", f"{SEEDS_REL}/{SEED_001}")
+    assert rc == 1
+    assert out.startswith(f"{SEEDS_REL}/{SEED_001}:23:20: warning: ")
+    assert "Traceback" not in out + err and "internal error" not in err
+    assert err.strip() == "Found 5 errors and 1 warning in 1 file"
+
+
+# ------------------------------------------------------------------------ Config constraints
+
+def test_config_divisibility_names_the_spec_line():
+    import generated.nanogpt as ng
+    with pytest.raises(ValueError, match=r"nanogpt\.snf:\d+") as info:
+        ng.Config(n_embd=50, n_head=3)
+    msg = str(info.value)
+    assert "divisible" in msg and "n_embd=50" in msg and "n_head=3" in msg
+    ng.Config(n_embd=48, n_head=3)  # fine
+
+
+def test_sequence_longer_than_block_size_is_a_clear_error():
+    import torch
+    import generated.nanogpt as ng
+    m = ng.Model(vocab_size=11, block_size=4, n_layer=1, n_head=1, n_embd=8)
+    m(torch.zeros(1, 4, dtype=torch.long))  # T == block_size is fine
+    with pytest.raises(ValueError) as info:
+        m(torch.zeros(1, 5, dtype=torch.long))
+    msg = str(info.value)
+    assert "T = 5" in msg and "block_size = 4" in msg
+    assert re.search(r"\(nanogpt\.snf:\d+\)$", msg), msg
+
+
+def test_input_of_wrong_rank_is_a_clear_error():
+    import torch
+    import generated.nanogpt as ng
+    m = ng.Model(vocab_size=11, block_size=4, n_layer=1, n_head=1, n_embd=8)
+    with pytest.raises(ValueError, match=r"input idx must be \[B, T\], got \[4\]"):
+        m(torch.zeros(4, dtype=torch.long))
+
+
+# ------------------------------------------------------------------------ snf.load
+
+def test_load_returns_a_cached_module():
+    import snf
+    mod = snf.load(REPO / "specs" / "nanogpt.snf")
+    assert hasattr(mod, "Config") and hasattr(mod, "Model")
+    assert snf.load(str(REPO / "specs" / "nanogpt.snf")) is mod
+    cfg = mod.Config(vocab_size=13, block_size=4, n_layer=1, n_head=2, n_embd=8)
+    model = mod.Model(cfg)
+    assert model(__import__("torch").zeros(2, 3, dtype=__import__("torch").long)).shape == (2, 3, 13)
+
+
+def test_load_compiles_a_changed_spec_anew(tmp_path):
+    import snf
+    path = tmp_path / "tiny.snf"
+    shutil.copy(REPO / "tests" / "specs" / "tiny_mlp.snf", path)
+    first = snf.load(path)
+    path.write_text(path.read_text().replace("width : int = 8", "width : int = 6"))
+    second = snf.load(path)
+    assert second is not first
+    assert (first.Config().width, second.Config().width) == (8, 6)
+
+
+def test_load_of_a_bad_spec_raises_spec_error(tmp_path):
+    import snf
+    from snf.diagnostics import SpecError
+    path = write_spec(tmp_path, HEADER + "output:\n  y : Tensor([B, D], float32)\n\nlet y = x + m\n", "bad.snf")
+    with pytest.raises(SpecError) as info:
+        snf.load(path)
+    assert [d.code for d in info.value.diagnostics if d.severity == "error"] == ["optional-unguarded"]
+    assert ":11:13: error: `m` is an optional input" in str(info.value)

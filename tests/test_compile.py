@@ -1,0 +1,75 @@
+"""torch.compile of the generated hot path: one graph for all layers, no graph breaks, eager fallback.
+
+Each test imports its own copy of generated/nanogpt.py, because the compile state of
+`_hot_path` lives in the module (shared by every Block), and other tests run it eagerly.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import REPO, fresh_module
+
+CONFIG = dict(vocab_size=31, block_size=8, n_layer=3, n_head=2, n_embd=16)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch internals, while compiling
+def test_compiled_matches_eager_in_one_graph(monkeypatch):
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    ng = fresh_module(REPO / "generated" / "nanogpt.py", "nanogpt_compile_test")
+    torch.manual_seed(0)
+    model = ng.Model(**CONFIG).eval()
+    idx = torch.randint(0, CONFIG["vocab_size"], (2, 8))
+    monkeypatch.setenv("SNF_COMPILE", "0")
+    with torch.no_grad():
+        eager = model(idx)
+
+    torch._dynamo.reset()
+    counters.clear()
+    monkeypatch.setenv("SNF_COMPILE", "1")
+    with torch.no_grad():
+        compiled = model(idx)
+    assert dict(counters["graph_break"]) == {}
+    assert counters["stats"]["unique_graphs"] == 1  # the three layers share one graph
+    assert (compiled - eager).abs().max().item() <= 1e-5
+    with torch.no_grad():
+        again = model(idx)
+    assert counters["stats"]["unique_graphs"] == 1  # no recompilation on the second call
+    assert (again - eager).abs().max().item() <= 1e-5
+
+
+def test_compile_failure_falls_back_to_eager(monkeypatch):
+    ng = fresh_module(REPO / "generated" / "nanogpt.py", "nanogpt_fallback_test")
+    torch.manual_seed(0)
+    model = ng.Model(**CONFIG).eval()
+    idx = torch.randint(0, CONFIG["vocab_size"], (2, 8))
+    with torch.no_grad():
+        eager = model(idx)
+
+    calls = []
+
+    def broken_compile(fn, *args, **kwargs):
+        calls.append(fn)
+
+        def run(*a, **k):
+            raise RuntimeError("no compiler here")
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    monkeypatch.setenv("SNF_COMPILE", "1")
+    with pytest.warns(RuntimeWarning, match="running eager"):
+        with torch.no_grad():
+            out = model(idx)
+    assert calls, "the generated module did not try torch.compile"
+    assert torch.equal(out, eager)
+    # once broken, later calls stay eager without warning again
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            assert torch.equal(model(idx), eager)
+    assert len(calls) == 1

@@ -1,0 +1,175 @@
+"""generated/nanogpt.py against transformers' GPT2LMHeadModel on the same (random) weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import generated.nanogpt as ng  # noqa: E402
+from snf.interop import CheckpointError, load_state_dict  # noqa: E402
+
+CONFIGS = [
+    # odd sizes: 3 heads of 16, a prime vocabulary, T shorter than the context
+    dict(n_layer=2, n_head=3, n_embd=48, vocab_size=97, block_size=16, T=11),
+    dict(n_layer=1, n_head=1, n_embd=16, vocab_size=50, block_size=8, T=8),
+    dict(n_layer=3, n_head=4, n_embd=32, vocab_size=64, block_size=12, T=5),
+]
+
+
+def make_hf(cfg: dict, seed: int = 0):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(seed)
+    hc = GPT2Config(vocab_size=cfg["vocab_size"], n_positions=cfg["block_size"], n_embd=cfg["n_embd"],
+                    n_layer=cfg["n_layer"], n_head=cfg["n_head"], resid_pdrop=0.0, embd_pdrop=0.0,
+                    attn_pdrop=0.0, bos_token_id=None, eos_token_id=None)
+    hf = GPT2LMHeadModel(hc).eval()
+    with torch.no_grad():  # random everything, so biases and norm weights matter too
+        for name, p in hf.named_parameters():
+            centre = 1.0 if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")) else 0.0
+            p.copy_(centre + torch.randn_like(p) * 0.2)
+    return hf
+
+
+def make_snf(cfg: dict):
+    return ng.Model(vocab_size=cfg["vocab_size"], block_size=cfg["block_size"], n_layer=cfg["n_layer"],
+                    n_head=cfg["n_head"], n_embd=cfg["n_embd"]).eval()
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"L{c['n_layer']}H{c['n_head']}D{c['n_embd']}V{c['vocab_size']}")
+def test_logits_match_gpt2(cfg):
+    hf = make_hf(cfg)
+    model = make_snf(cfg)
+    load_state_dict(model, hf.state_dict(), "hf")
+    idx = torch.randint(0, cfg["vocab_size"], (2, cfg["T"]), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = hf(idx).logits
+        got = model(idx)
+    assert got.shape == want.shape == (2, cfg["T"], cfg["vocab_size"])
+    assert want.abs().max() > 0.5  # a non-trivial comparison
+    assert (got - want).abs().max().item() <= 1e-5
+
+
+def test_untied_lm_head_is_loaded_from_lm_head_weight():
+    cfg = CONFIGS[1]
+    hf = make_hf(cfg)
+    sd = dict(hf.state_dict())
+    sd["lm_head.weight"] = torch.randn_like(sd["lm_head.weight"])
+    model = make_snf(cfg)
+    load_state_dict(model, sd, "hf")
+    assert torch.equal(model.lm_head_weight, sd["lm_head.weight"])
+    assert torch.equal(model.token_embedding, sd["transformer.wte.weight"])
+
+
+# ------------------------------------------------------------------------ checkpoint errors
+
+def _snapshot(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _unchanged(model, before) -> bool:
+    after = model.state_dict()
+    return after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
+
+
+@pytest.fixture
+def pair():
+    cfg = CONFIGS[0]
+    return make_hf(cfg), make_snf(cfg)
+
+
+def test_wrong_shape_is_listed_and_nothing_is_copied(pair):
+    hf, model = pair
+    sd = dict(hf.state_dict())
+    sd["transformer.h.1.mlp.c_fc.bias"] = torch.zeros(7)
+    before = _snapshot(model)
+    with pytest.raises(CheckpointError) as info:
+        load_state_dict(model, sd, "hf")
+    msg = str(info.value)
+    assert "layers.1.mlp_fc_bias: expected shape [192], got [7]" in msg
+    assert info.value.mismatched == [("layers.1.mlp_fc_bias", (192,), (7,))]
+    assert _unchanged(model, before)
+
+
+def test_missing_key_is_listed_and_nothing_is_copied(pair):
+    hf, model = pair
+    sd = dict(hf.state_dict())
+    del sd["transformer.h.0.ln_1.weight"]
+    before = _snapshot(model)
+    with pytest.raises(CheckpointError) as info:
+        load_state_dict(model, sd, "hf")
+    assert "missing keys: transformer.h.0.ln_1.weight" in str(info.value)
+    assert _unchanged(model, before)
+
+
+def test_extra_key_is_listed_and_nothing_is_copied(pair):
+    hf, model = pair
+    sd = dict(hf.state_dict())
+    sd["transformer.h.0.mlp.extra.weight"] = torch.zeros(3)
+    before = _snapshot(model)
+    with pytest.raises(CheckpointError) as info:
+        load_state_dict(model, sd, "hf")
+    assert "unexpected keys: transformer.h.0.mlp.extra.weight" in str(info.value)
+    assert _unchanged(model, before)
+
+
+def test_all_problems_are_reported_together(pair):
+    hf, model = pair
+    sd = dict(hf.state_dict())
+    del sd["transformer.ln_f.bias"]
+    sd["surplus"] = torch.zeros(1)
+    sd["transformer.wpe.weight"] = torch.zeros(3, 3)
+    with pytest.raises(CheckpointError) as info:
+        load_state_dict(model, sd, "hf")
+    e = info.value
+    assert "transformer.ln_f.bias" in e.missing and e.unexpected == ["surplus"]
+    assert [m[0] for m in e.mismatched] == ["position_embedding"]
+
+
+def test_unknown_format_is_refused(pair):
+    hf, model = pair
+    with pytest.raises(ValueError, match="no checkpoint format 'gguf'"):
+        load_state_dict(model, hf.state_dict(), "gguf")
+
+
+# ------------------------------------------------------------------------ the spec's own names
+
+def test_state_dict_uses_spec_names_though_qkv_is_fused():
+    model = make_snf(CONFIGS[0])
+    internal = dict(model.named_parameters())
+    assert "layers.0.attn_qkv_weight" in internal and "layers.0.attn_q_weight" not in internal
+    keys = set(model.state_dict())
+    for name in ("attn_q_weight", "attn_k_weight", "attn_v_weight", "attn_q_bias", "attn_k_bias", "attn_v_bias"):
+        assert f"layers.0.{name}" in keys and f"layers.1.{name}" in keys
+    assert not any("qkv" in k for k in keys)
+    assert model.state_dict()["layers.0.attn_k_weight"].shape == (48, 48)
+
+
+def test_state_dict_round_trip():
+    cfg = CONFIGS[0]
+    src = make_snf(cfg)
+    load_state_dict(src, make_hf(cfg, seed=3).state_dict(), "hf")
+    sd = src.state_dict()
+    dst = make_snf(cfg)
+    dst.load_state_dict(sd)  # plain torch loading, through the spec names
+    assert _unchanged(dst, {k: v.clone() for k, v in sd.items()})
+    other = make_snf(cfg)
+    load_state_dict(other, sd, "spec")
+    idx = torch.randint(0, cfg["vocab_size"], (1, 6))
+    with torch.no_grad():
+        assert torch.equal(src(idx), dst(idx)) and torch.equal(src(idx), other(idx))
+    # the fused weight is the spec's q, k, v stacked in order
+    assert torch.equal(dst.layers[1].attn_qkv_weight[48:96], sd["layers.1.attn_k_weight"])
+
+
+def test_spec_load_reports_wrong_names():
+    model = make_snf(CONFIGS[1])
+    sd = dict(model.state_dict())
+    sd["layers.0.attn_qkv_weight"] = sd.pop("layers.0.attn_q_weight")
+    before = _snapshot(model)
+    with pytest.raises(CheckpointError) as info:
+        load_state_dict(model, sd, "spec")
+    assert info.value.missing == ["layers.0.attn_q_weight"]
+    assert info.value.unexpected == ["layers.0.attn_qkv_weight"]
+    assert _unchanged(model, before)

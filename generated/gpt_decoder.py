@@ -211,7 +211,7 @@ class Model(nn.Module):
         _check_input('idx', idx, 2, '[B, T]')
         B, T = idx.shape
         if labels is not None:
-            _check_input('labels', labels, 2, '[B, T]')
+            _check_input('labels', labels, 2, '[B, T]', {0: B, 1: T})
         if not T <= cfg.block_size:
             raise ValueError(f'expected T <= block_size, got T = {T} and block_size = {cfg.block_size} (gpt_decoder.snf:48)')
         x = F.embedding(idx, self.token_embedding)  # [B, T, D]  gpt_decoder.snf:49

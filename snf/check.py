@@ -403,11 +403,27 @@ class Checker:
             hint = f"did you mean `{close[0]}`?"
         self.r.error(code, f"`{name}` is not defined", span, hint=hint)
 
+    def group(self, name: str) -> frozenset:
+        """Optional inputs that share a run-time dim one of them introduces (`past_keys` and
+        `past_values` share T_past) are given together or not at all: one `exists` covers all."""
+        group, changed = {name}, True
+        while changed:
+            changed = False
+            for i in self.inputs:
+                if i.optional and i.name not in group:
+                    dims = {s for d in i.ty.shape for s in d.symbols()}
+                    member_dims = {s for g in group for t in self.inputs if t.name == g
+                                   for d in t.ty.shape for s in d.symbols()}
+                    if any(self.owner.get(s) in group or self.owner.get(s) == i.name for s in dims & member_dims):
+                        group.add(i.name)
+                        changed = True
+        return frozenset(group)
+
     def presence(self, test: ir.TExpr) -> frozenset:
         """Optional inputs known to exist where `test` holds; after a broken test, all of them
         (so one mistake in a guard is not reported again at every use it guards)."""
         if isinstance(test, ir.IsPresent):
-            return frozenset([test.name])
+            return self.group(test.name)
         if isinstance(test.ty, ErrorT):
             return frozenset(i.name for i in self.inputs if i.optional)
         if isinstance(test, ir.Ref) and test.kind == "config":  # parameters declared `if flag else None`
@@ -526,7 +542,7 @@ class Checker:
             return TensorT(b.shape, b.dtype, True)
         zero = {}
         if isinstance(test, ir.IsPresent):
-            zero = {s: Dim.const(0) for s, o in self.owner.items() if o == test.name}
+            zero = {s: Dim.const(0) for s, o in self.owner.items() if o in self.group(test.name)}
         if isinstance(a, ScalarT) and isinstance(b, ScalarT):
             if a.kind == b.kind == "int" and a.dim is not None and b.dim is not None:
                 if a.dim == b.dim or a.dim.subs(zero) == b.dim:
@@ -605,17 +621,20 @@ class Checker:
                              e.span, related=(Related(self.decl_spans.get(base.name, NO_SPAN),
                                                       f"`{base.name}` declared here"),))
                 return ir.Lit(None, ERR, e.span)
-            if self.stacked_use.get(base.name) == "whole_only":
-                pass
             self.stacked_use[base.name] = "layer"
             loop["stacked"].setdefault(base.name, None)
             loop["reads"].pop(base.name, None)
             ty = TensorT(base.ty.shape[1:], base.ty.dtype, base.ty.maybe_none)
             return ir.Ref(base.name, "layer_param", ty, e.span)
+        # a stacked input (a per-layer cache) indexed by the loop variable: the layer's slice
+        if isinstance(base, ir.Ref) and base.kind == "input" and len(e.index) == 1 \
+                and isinstance(e.index[0], ir.Name) and self.loops and e.index[0].id == self.loops[-1]["var"] \
+                and base.ty.rank > 0 and equal(base.ty.shape[0], self.loops[-1]["count"])[0]:
+            self.loops[-1]["layer_inputs"].setdefault(base.name, None)
+            ty = TensorT(base.ty.shape[1:], base.ty.dtype, base.ty.maybe_none)
+            return ir.Ref(base.name, "layer_input", ty, e.span)
         items = ir.TList(tuple(self.expr(i) for i in e.index), ListT(()), e.span)
         items = ir.TList(items.items, ListT(tuple(i.ty for i in items.items)), e.span)
-        if isinstance(base, ir.Ref) and base.kind == "loopvar":
-            pass
         for i in items.items:
             if isinstance(i, ir.Ref) and i.kind == "loopvar":
                 self.loops[-1]["uses_var"] = True
@@ -712,6 +731,11 @@ class Checker:
                     related.insert(0, origin)
             related = tuple(r for r in related if r.span.line)
             message = err.message
+            items = bound.get("tensors", (None,))[0]
+            if isinstance(items, ir.TList) and name in self.ops:  # `#i`: the i-th tensor of a list argument
+                for i, item in enumerate(items.items):
+                    text = self.source_text(item.span) or f"tensor {i}"
+                    message = message.replace(f"`#{i}`", f"`{text}`")
             for argname in (err.arg,) + err.blame:
                 if argname in bound:
                     text = self.source_text(bound[argname][1], strip_kw=argname)
@@ -981,7 +1005,7 @@ class Checker:
             self.r.error("loop-range", "the number of layers must come from params, not run-time dims", s.hi.span)
             return None
         loop = {"var": s.var, "count": count, "depth": len(self.loops) + 1, "carried": {}, "reads": {},
-                "stacked": {}, "uses_var": False}
+                "stacked": {}, "uses_var": False, "layer_inputs": {}}
         self.loops.append(loop)
         self.push()
         self.declare(s.var, Binding("loopvar", ScalarT("int", None), s.span), s.span)
@@ -990,7 +1014,7 @@ class Checker:
         self.loops.pop()
         return ir.Loop(s.var, count, body, tuple(loop["carried"]), tuple(n for n in loop["reads"] if n not in
                                                                           loop["carried"]),
-                       tuple(loop["stacked"]), s.span, loop["uses_var"])
+                       tuple(loop["stacked"]), s.span, loop["uses_var"], tuple(loop["layer_inputs"]))
 
     # ------------------------------------------------------------------ whole spec
     def run(self) -> ir.Model | None:
@@ -1040,7 +1064,12 @@ class Checker:
             runtime_dims=tuple((d, inp, ax) for d, (inp, ax) in self.runtime.items() if inp),
             display=tuple(sorted(((k, v) for k, v in self.display.items()), key=lambda kv: kv[1])),
             mappings=self.spec.mappings, stacked=stacked,
-            checks=tuple(ir.Check(lo, hi, span, op) for (lo, hi, op), span in self.runtime_checks.items()))
+            checks=tuple(ir.Check(lo, hi, span, op) for (lo, hi, op), span in self.runtime_checks.items()),
+            input_groups=tuple(sorted({tuple(sorted(self.group(i.name), key=self.input_order))
+                                       for i in self.inputs if i.optional and len(self.group(i.name)) > 1})))
+
+    def input_order(self, name: str) -> int:
+        return [i.name for i in self.inputs].index(name)
 
     def check_mappings(self, stacked: set) -> None:
         from .codegen_data import MappingError, encode_mapping

@@ -360,15 +360,22 @@ class Generator:
                 args.append(em.dim(Dim.sym(name)))
             else:
                 args.append(em.value_name(name))
-        carried = [em.value_name(n) for n in loop.carried]
-        lhs = ", ".join(carried) + ("," if len(carried) == 1 and block["tuple_out"] else "")
+            if name in loop.layer_inputs:  # this layer's slice of a stacked input
+                var = em.names.name(loop.var)
+                args[-1] = (f"{args[-1]}[{var}] if {args[-1]} is not None else None"
+                            if self.input_optional(name) else f"{args[-1]}[{var}]")
+        carried = [em.value_name(n) for n in block["carried"]]
+        written = [em.names.fresh(f"{h.name}_layer") for h in block["hoisted"]]
+        outs = carried + written
+        lhs = ", ".join(outs) + ("," if len(outs) == 1 and block["tuple_out"] else "")
         call_args = ", ".join(carried + args)
-        if loop.uses_var:
-            em.emit(f"for {em.names.name(loop.var)}, layer in enumerate(self.{block['attr']}):", indent)
+        if block["uses_var"]:
             call_args = f"{call_args}, {em.names.name(loop.var)}" if call_args else em.names.name(loop.var)
+        if block["uses_var"] or loop.layer_inputs or written:
+            em.emit(f"for {em.names.name(loop.var)}, layer in enumerate(self.{block['attr']}):", indent)
         else:
             em.emit(f"for layer in self.{block['attr']}:", indent)
-        assign = f"{lhs} = " if carried else ""
+        assign = f"{lhs} = " if outs else ""
         where = f"  # {self.spec_file}:{loop.span.line}"
         if "gradient_checkpointing" in self.config_fields:
             # recompute each layer in backward instead of keeping its activations
@@ -380,6 +387,12 @@ class Generator:
             em.emit(f"{assign}layer({call_args}){where}", indent + 2)
         else:
             em.emit(f"{assign}layer({call_args}){where}", indent + 1)
+        for h, tmp in zip(block["hoisted"], written):
+            em.emit(f"{em.value_name(h.name)}[{em.names.name(loop.var)}] = {tmp}"
+                    f"  # {self.spec_file}:{h.span.line}", indent + 1)
+
+    def input_optional(self, name: str) -> bool:
+        return any(i.name == name and i.optional for i in self.model.inputs)
 
     def block_context(self, loop: ir.Loop, index: int, types: dict) -> dict:
         m = self.model
@@ -391,14 +404,22 @@ class Generator:
         fused = [s for s in ir.walk_stmts(loop.body) if isinstance(s, ir.FusedLinear)]
         fused_parts = {w for f in fused for w in f.weights} | {b for f in fused for b in f.biases if b}
         plain = [t for t in stacked if t.name not in fused_parts]
-        carried = list(loop.carried)
-        reads = [r for r in loop.reads if r not in carried]
+        types = dict(types)
+        for n in loop.layer_inputs:  # the block sees one layer's slice of a stacked input
+            t = types[n]
+            types[n] = TensorT(t.shape[1:], t.dtype, t.maybe_none)
+        # `cache[l] = value` writes leave the (compiled) block: it returns the value, the caller writes
+        hoisted = [st for st in loop.body if _hoistable(st, loop)]
+        body = tuple(st for st in loop.body if st not in hoisted)
+        carried = [n for n in loop.carried if n not in {h.name for h in hoisted}]
+        reads = [r for r in loop.reads if r not in loop.carried]
+        uses_var = _uses_loopvar(body)
         # body first: it tells which run-time dims the block needs
         for n in carried + reads:
             names.name(n)
-        if loop.uses_var:
+        if uses_var:
             names.name(loop.var)
-        em.stmts(loop.body, 2)
+        em.stmts(body, 2)
         body_lines = em.lines
         em.lines = []
         # run-time dims: unpack from a tensor argument when one carries them, else pass them in
@@ -437,14 +458,16 @@ class Generator:
             t = types.get(n)
             ann = _annotation(t) if n not in dim_args else "int"
             signature.append(f"{names.name(n)}: {ann}")
-        if loop.uses_var:
+        if uses_var:
             signature.append(f"{names.name(loop.var)}: int")
-        ret = [names.name(n) for n in carried]
-        ret_ann = ("tuple[" + ", ".join(_annotation(types.get(n)) for n in carried) + "]") if len(carried) > 1 \
-            else (_annotation(types.get(carried[0])) if carried else "None")
+        outs = carried + [h.value.name for h in hoisted]
+        ret = [names.name(n) for n in outs]
+        ret_ann = ("tuple[" + ", ".join(_annotation(types.get(n)) for n in outs) + "]") if len(outs) > 1 \
+            else (_annotation(types.get(outs[0])) if outs else "None")
         cls = "Block" if index == 0 else f"Block{index + 1}"
         attr = "layers" if index == 0 else f"layers{index + 1}"
-        info = {"attr": attr, "reads": reads + dim_args, "kinds": kinds, "tuple_out": False}
+        info = {"attr": attr, "reads": reads + dim_args, "kinds": kinds, "tuple_out": False, "carried": carried,
+                "hoisted": hoisted, "uses_var": uses_var}
         self.block_names[id(loop)] = info
 
         fused_decls, fused_meta, fused_views, reset_fused = [], [], {}, []
@@ -536,8 +559,7 @@ class Generator:
             rank = i.ty.rank
             dims = [d.as_symbol() if d.as_symbol() in self.runtime else None for d in i.ty.shape]
             fixed = {axis: em.dim(d) for axis, d in enumerate(i.ty.shape)
-                     if not (d.as_symbol() and d.as_symbol() in self.runtime)
-                     and not (d.symbols() & self.runtime)}
+                     if not (d.symbols() & self.runtime) or d.symbols() <= bound}
             sizes = ", {" + ", ".join(f"{a}: {code}" for a, code in fixed.items()) + "}" if fixed else ""
             check = f"_check_input({_display_text(i.name)!r}, {n}, {rank}, {self.show(i.ty.shape)!r}{sizes})"
             lines.append(check if not i.optional else f"if {n} is not None:\n            {check}")
@@ -555,6 +577,10 @@ class Generator:
                     targets += ","
                 lines.append(f"{targets} = {n}.shape")
                 bound.update(d for d in dims if d)
+        for group in self.model.input_groups:
+            given = [names.name(n) for n in group]
+            lines.append(f"if len({{{', '.join(f'{g} is None' for g in given)}}}) != 1:")
+            lines.append(f"    raise ValueError({(', '.join(group) + ' must be given together, or not at all')!r})")
         for c in self.model.checks:
             if not self.is_runtime_check(c):
                 continue
@@ -655,6 +681,26 @@ class Generator:
                 rows.append(f"    '_ignore': {tuple(ignored)!r},")
             rows.append("},")
         return rows
+
+
+def _hoistable(s, loop: ir.Loop) -> bool:
+    """`name[l] = local` at the top of the loop body, into an outer tensor: done by the caller."""
+    return (isinstance(s, ir.SetItem) and s.name in loop.carried and len(s.index) == 1
+            and isinstance(s.index[0], ir.Ref) and s.index[0].kind == "loopvar"
+            and isinstance(s.value, ir.Ref) and s.value.kind == "local"
+            and not any(isinstance(t, (ir.Bind, ir.SetItem)) and t.name == s.name and t is not s
+                        for t in ir.walk_stmts(loop.body)))
+
+
+def _uses_loopvar(stmts) -> bool:
+    def visit(e) -> bool:
+        return (isinstance(e, ir.Ref) and e.kind == "loopvar") or any(visit(c) for c in ir.children(e))
+    for s in ir.walk_stmts(stmts):
+        exprs = [getattr(s, "value", None), getattr(s, "test", None), getattr(s, "input", None)]
+        exprs += list(getattr(s, "index", ()) or ())
+        if any(e is not None and visit(e) for e in exprs):
+            return True
+    return False
 
 
 def _without_self_alias(d: Dim, em: _Emitter) -> str:

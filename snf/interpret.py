@@ -124,8 +124,8 @@ class Interpreter:
             return self.inputs[e.name]
         if e.kind in ("param", "buffer"):
             return self.params[e.name]
-        if e.kind == "layer_param":
-            p = self.params[e.name]
+        if e.kind in ("layer_param", "layer_input"):
+            p = self.params[e.name] if e.kind == "layer_param" else self.inputs[e.name]
             return None if p is None else p[env[self.loop_var(env)]]
         return env[e.name]
 

@@ -277,7 +277,7 @@ INT, FLOAT, BOOL, STR = ScalarT("int"), ScalarT("float"), ScalarT("bool"), Scala
 
 @dataclass(frozen=True)
 class Ref:
-    """A resolved name. kind: local | config | dim | input | param | layer_param | buffer | loopvar."""
+    """A resolved name. kind: local | config | dim | input | param | layer_param | layer_input | buffer | loopvar."""
 
     name: str
     kind: str
@@ -390,6 +390,7 @@ class Loop:
     stacked: tuple[str, ...]  # parameters indexed per layer
     span: Span = NO_SPAN
     uses_var: bool = False  # var used other than to index stacked params
+    layer_inputs: tuple[str, ...] = ()  # inputs indexed per layer (`past_keys[l]`): each layer gets its slice
 
 
 @dataclass(frozen=True)
@@ -484,6 +485,7 @@ class Model:
     mappings: tuple[MapEntry, ...] = ()
     stacked: tuple[str, ...] = ()  # parameters that live per layer
     checks: tuple[Check, ...] = ()
+    input_groups: tuple[tuple[str, ...], ...] = ()  # optional inputs given together or not at all
 
     def param(self, name: str) -> Tensor:
         return next(p for p in self.params + self.buffers if p.name == name)

@@ -69,6 +69,14 @@ class Namespace:
         self.used.add(cand)
         return cand
 
+    def fresh(self, base: str) -> str:
+        """A new identifier no spec name maps to (for temporaries the generator introduces)."""
+        cand, i = safe_identifier(base), 2
+        while cand in self.reserved or cand in self.used or cand in self.map:
+            cand, i = f"{safe_identifier(base)}_{i}", i + 1
+        self.used.add(cand)
+        return cand
+
     def reserve(self, *names: str) -> None:
         self.reserved.update(names)
 

@@ -126,14 +126,16 @@ def test_compile_check_in_sync_and_stale(tmp_path):
     assert (rc, out) == (0, ""), err
     # a hand edit makes it stale: exit 1 and a unified diff
     gen = tmp_path / "generated" / "nanogpt.py"
-    gen.write_text(gen.read_text().replace("        return logits\n", "        return logits * 2\n"))
+    edited = gen.read_text().replace("logits = F.linear(", "logits = 2 * F.linear(")
+    assert edited != gen.read_text()
+    gen.write_text(edited)
     rc, out, err = snfc("compile", "--check", "specs/nanogpt.snf", cwd=tmp_path)
     assert rc == 1
     assert "--- generated/nanogpt.py (committed)" in out
     assert "+++ generated/nanogpt.py (from specs/nanogpt.snf)" in out
-    assert "-        return logits * 2\n" in out and "+        return logits\n" in out
+    assert "-        logits = 2 * F.linear(" in out and "+        logits = F.linear(" in out
     assert "stale" in err and "generated/nanogpt.py" in err
-    assert gen.read_text().count("return logits * 2") == 1  # --check never writes
+    assert gen.read_text().count("logits = 2 * F.linear(") == 1  # --check never writes
     # a missing generated file is stale too
     gen.unlink()
     assert snfc("compile", "--check", "specs/nanogpt.snf", cwd=tmp_path)[0] == 1

@@ -459,9 +459,16 @@ def _concat_rule(ctx, a):
                           code="rank-mismatch")
         for k, (d0, d1) in enumerate(zip(first.shape, t.shape)):
             if k != ax and not ctx.eq(d0, d1):
-                raise OpError(f"cannot concatenate {ctx.show(first.shape)} and {ctx.show(t.shape)} along axis {ax}: "
-                              f"axis {k} is {ctx.show_dim(d0)} in one and {ctx.show_dim(d1)} in the other",
-                              "tensors", blame=("tensors",))
+                hint = None
+                if sorted(map(str, first.shape[:ax] + first.shape[ax + 1:])) == \
+                        sorted(map(str, t.shape[:ax] + t.shape[ax + 1:])) or \
+                        sorted(map(str, first.shape)) != sorted(map(str, t.shape)) and \
+                        set(map(str, first.shape)) & set(map(str, t.shape)) and first.rank > 2:
+                    hint = ("the two tensors hold the same kind of axes in different orders: declare one in the "
+                            "other's layout (or transpose it) before concatenating")
+                raise OpError(f"cannot concatenate `#0` {ctx.show(first.shape)} and `#{i}` {ctx.show(t.shape)} "
+                              f"along axis {ax}: axis {k} is {ctx.show_dim(d0)} in one and {ctx.show_dim(d1)} "
+                              f"in the other", "tensors", hint=hint, blame=("tensors",))
         _same_dtype(first, t, "tensors", "tensors")
         total = total + t.shape[ax]
     s = list(first.shape)

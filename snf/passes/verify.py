@@ -45,6 +45,8 @@ def verify(model: ir.Model) -> None:
                 _need(e.name in locals_, f"use of undefined local {e.name}")
             elif e.kind == "layer_param":
                 _need(in_loop and e.name in names, f"layer_param {e.name} outside a loop")
+            elif e.kind == "layer_input":
+                _need(in_loop and e.name in defined, f"layer_input {e.name} outside a loop")
             elif e.kind in ("param", "buffer"):
                 _need(e.name in names, f"unknown parameter {e.name}")
             elif e.kind == "input":

@@ -100,6 +100,23 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
 
 
+def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_p: Optional[float],
+            generator: Optional[torch.Generator]) -> torch.Tensor:
+    """One token per row of logits [B, V], as [B, 1]: greedy at temperature 0, else sampled."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits.float() / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        outside = probs.cumsum(dim=-1) - probs > top_p  # keep the smallest prefix whose mass reaches top_p
+        logits = logits.scatter(-1, order, sorted_logits.masked_fill(outside, float("-inf")))
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
+
+
 class Block(nn.Module):
     """One layer of the loop at nanogpt.snf:77 (`for l ...`), with its own parameters."""
 
@@ -242,6 +259,30 @@ class Model(nn.Module):
         x_final = F.layer_norm(x, (cfg.n_embd,), self.ln_f_weight, self.ln_f_bias, 1e-05)  # [B, T, D]  nanogpt.snf:106
         logits = F.linear(x_final, self.lm_head_weight)  # [B, T, vocab_size]  nanogpt.snf:107
         return Output(logits, new_keys, new_values)
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: Optional[int] = None, top_p: Optional[float] = None,
+                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """Append `max_new_tokens` tokens to `idx` [B, T] and return all of them.
+
+        `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
+        with `generator`. The prompt is run once; each later step feeds only the newest
+        token and the KV cache (past_keys, past_values).
+        """
+        was_training = self.training
+        self.eval()
+        try:
+            out = self(idx)
+            tokens = [idx]
+            for step in range(max_new_tokens):
+                token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
+                tokens.append(token)
+                if step + 1 < max_new_tokens:
+                    out = self(token, past_keys=out.new_keys, past_values=out.new_values)
+            return torch.cat(tokens, dim=1)
+        finally:
+            self.train(was_training)
 
 
 # The spec's parameters: name -> (state-dict key, with {l} for the layer; stacked per layer?).

@@ -1,0 +1,176 @@
+"""KV-cache decoding (issue 5): incremental == full recompute, greedy generate == transformers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from snf.interop import load_state_dict
+
+
+@pytest.fixture(autouse=True)
+def _eager(monkeypatch):
+    monkeypatch.setenv("SNF_COMPILE", "0")
+
+
+def _nanogpt(seed=0, **over):
+    from generated.nanogpt import Model
+    torch.manual_seed(seed)
+    cfg = dict(vocab_size=97, block_size=64, n_layer=2, n_head=3, n_embd=48)
+    cfg.update(over)
+    model = Model(**cfg).eval()
+    with torch.no_grad():  # random everything, biases and norms included, so nothing hides
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+def _decoder(seed=0, **over):
+    from generated.gpt_decoder import Model
+    torch.manual_seed(seed)
+    cfg = dict(vocab_size=97, block_size=64, n_layer=2, n_head=3, n_embd=48, mlp_hidden=64)
+    cfg.update(over)
+    model = Model(**cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+MODELS = {"nanogpt": _nanogpt, "gpt_decoder": _decoder}
+CHUNKINGS = [(7, 1, 3, 1, 8, 2), (1, 1, 1, 1), (16,), (5, 11)]
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("chunks", CHUNKINGS, ids=["-".join(map(str, c)) for c in CHUNKINGS])
+def test_incremental_equals_full_recompute(name, chunks):
+    model = MODELS[name]()
+    idx = torch.randint(0, 97, (2, sum(chunks)))
+    with torch.no_grad():
+        full = model(idx).logits
+        keys = values = None
+        start, pieces = 0, []
+        for n in chunks:
+            out = model(idx[:, start:start + n], past_keys=keys, past_values=values)
+            pieces.append(out.logits)
+            keys, values = out.new_keys, out.new_values
+            start += n
+    assert keys.shape[2] == sum(chunks)
+    assert (torch.cat(pieces, dim=1) - full).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_cache_of_a_full_pass_equals_the_chunked_cache(name):
+    model = MODELS[name]()
+    idx = torch.randint(0, 97, (2, 12))
+    with torch.no_grad():
+        whole = model(idx)
+        first = model(idx[:, :5])
+        rest = model(idx[:, 5:], past_keys=first.new_keys, past_values=first.new_values)
+    assert (rest.new_keys - whole.new_keys).abs().max().item() <= 1e-5
+    assert (rest.new_values - whole.new_values).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_block_size_overflow_is_a_clear_error(name):
+    model = MODELS[name](block_size=10)
+    idx = torch.randint(0, 97, (1, 8))
+    with torch.no_grad():
+        out = model(idx)
+        model(idx[:, :2], past_keys=out.new_keys, past_values=out.new_values)  # 8 + 2 = 10 is fine
+        with pytest.raises(ValueError, match=r"<= block_size") as info:
+            model(idx[:, :3], past_keys=out.new_keys, past_values=out.new_values)
+    assert "block_size = 10" in str(info.value) and "= 11" in str(info.value)
+    with pytest.raises(ValueError, match="block_size"):
+        model.generate(idx, max_new_tokens=5)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_cache_inputs_come_together(name):
+    model = MODELS[name]()
+    idx = torch.randint(0, 97, (1, 4))
+    with torch.no_grad():
+        out = model(idx)
+        with pytest.raises(ValueError, match="together"):
+            model(idx, past_keys=out.new_keys)
+
+
+def _hf_gpt2(model):
+    transformers = pytest.importorskip("transformers")
+    c = model.config
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd, vocab_size=c.vocab_size, n_positions=c.block_size,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=False)).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0.0, 0.1)
+    load_state_dict(model, hf.state_dict(), "hf")
+    return hf
+
+
+def _hf_llama(model):
+    transformers = pytest.importorskip("transformers")
+    c = model.config
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        num_hidden_layers=c.n_layer, hidden_size=c.n_embd, num_attention_heads=c.n_head,
+        num_key_value_heads=c.n_head, intermediate_size=c.mlp_hidden, vocab_size=c.vocab_size,
+        tie_word_embeddings=True, rms_norm_eps=c.norm_eps, rope_theta=c.rope_base,
+        max_position_embeddings=c.block_size)).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0.0, 0.1)
+    load_state_dict(model, hf.state_dict(), "hf")
+    return hf
+
+
+@pytest.mark.parametrize("name,hf_of", [("nanogpt", _hf_gpt2), ("gpt_decoder", _hf_llama)])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_greedy_generate_equals_transformers(name, hf_of, batch):
+    model = MODELS[name]()
+    hf = hf_of(model)
+    prompt = torch.randint(0, 97, (batch, 9))
+    ours = model.generate(prompt, max_new_tokens=24, temperature=0)
+    theirs = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=24, do_sample=False,
+                         pad_token_id=0, eos_token_id=None)
+    assert ours.shape == (batch, 33)
+    assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_generate_uses_the_cache_and_matches_recompute(name):
+    model = MODELS[name]()
+    prompt = torch.randint(0, 97, (2, 5))
+    calls = []
+    original = model.forward
+    model.forward = lambda *a, **k: calls.append(a[0].shape[1]) or original(*a, **k)
+    out = model.generate(prompt, max_new_tokens=6, temperature=0)
+    assert calls == [5, 1, 1, 1, 1, 1]  # the prompt once, then one token per step
+    model.forward = original
+    seq = prompt
+    with torch.no_grad():  # the same tokens by recomputing the whole sequence each step
+        for _ in range(6):
+            seq = torch.cat([seq, model(seq).logits[:, -1:].argmax(-1)], dim=1)
+    assert torch.equal(out, seq)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_sampling_is_reproducible_with_a_generator(name):
+    model = MODELS[name]()
+    prompt = torch.randint(0, 97, (2, 4))
+    runs = [model.generate(prompt, 10, temperature=0.9, top_k=20, top_p=0.9,
+                           generator=torch.Generator().manual_seed(7)) for _ in range(2)]
+    other = model.generate(prompt, 10, temperature=0.9, top_k=20, top_p=0.9, generator=torch.Generator().manual_seed(8))
+    assert torch.equal(runs[0], runs[1])
+    assert not torch.equal(runs[0], other)
+    assert torch.equal(runs[0][:, :4], prompt)
+
+
+def test_top_k_and_top_p_restrict_the_candidates():
+    from generated.nanogpt import _sample
+    logits = torch.tensor([[4.0, 3.0, 2.0, -1.0, -2.0]])
+    g = torch.Generator().manual_seed(0)
+    picks = {_sample(logits, 1.0, 2, None, g).item() for _ in range(200)}
+    assert picks == {0, 1}
+    picks = {_sample(logits, 1.0, None, 0.5, g).item() for _ in range(200)}
+    assert picks == {0}  # token 0 alone has ~66% of the mass
+    assert _sample(logits, 0, None, None, None).item() == 0

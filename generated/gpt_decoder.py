@@ -103,9 +103,13 @@ def _join_fused(module: nn.Module, state_dict: dict, prefix: str, *args) -> None
 
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None):
     """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask and/or a bottom-right causal mask."""
+    tq, tk = q.size(-2), k.size(-2)
+    if mask is None and (not causal or tq == 1 or tq == tk):
+        # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal and tq > 1,
+                                              scale=scale)
     allowed = None
     if causal:
-        tq, tk = q.size(-2), k.size(-2)
         allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
     if mask is not None:
         keep = (mask != 0)[:, None, None, :]

@@ -77,9 +77,13 @@ def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, sizes: Optio
 
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None):
     """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask and/or a bottom-right causal mask."""
+    tq, tk = q.size(-2), k.size(-2)
+    if mask is None and (not causal or tq == 1 or tq == tk):
+        # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal and tq > 1,
+                                              scale=scale)
     allowed = None
     if causal:
-        tq, tk = q.size(-2), k.size(-2)
         allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
     if mask is not None:
         keep = (mask != 0)[:, None, None, :]
@@ -192,7 +196,7 @@ class Model(nn.Module):
         _check_input('input_ids', input_ids, 2, '[B, T]')
         B, T = input_ids.shape
         if attention_mask is not None:
-            _check_input('attention_mask', attention_mask, 2, '[B, T]')
+            _check_input('attention_mask', attention_mask, 2, '[B, T]', {0: B, 1: T})
         if not T <= cfg.block_size:
             raise ValueError(f'expected T <= block_size, got T = {T} and block_size = {cfg.block_size} (snowflake_core.snf:48)')
         x = F.embedding(input_ids, self.token_embedding) + self.position_table[:, 0:T, :]  # [B, T, D]  snowflake_core.snf:48

@@ -45,7 +45,9 @@ def _read(path: Path) -> Source:
     return Source.from_bytes(_display(path), path.read_bytes())
 
 
-def _emit(diags: list[Diagnostic], sources: dict, fmt: str) -> None:
+def _emit(diags: list[Diagnostic], sources: dict, fmt: str, verbose: bool = False) -> None:
+    if fmt == "text" and not verbose:
+        diags = [d for d in diags if d.severity != "note"]
     if fmt == "json":
         print(render_json(diags))
     elif fmt == "github":
@@ -55,11 +57,14 @@ def _emit(diags: list[Diagnostic], sources: dict, fmt: str) -> None:
         print(render_text(diags, sources, color=use_color(sys.stdout)))
 
 
-def _summary(diags: list[Diagnostic], n_files: int, fmt: str) -> None:
+def _summary(diags: list[Diagnostic], n_files: int, fmt: str, verbose: bool = False) -> None:
     if fmt != "text":
         return
     errors = sum(d.severity == "error" for d in diags)
     warnings = sum(d.severity == "warning" for d in diags)
+    notes = sum(d.severity == "note" for d in diags)
+    if notes and not verbose:
+        print(f"({notes} note{'s' * (notes != 1)} on what was inferred; `snfc check -v` shows them)", file=sys.stderr)
     if errors:
         print(f"Found {errors} error{'s' * (errors != 1)}"
               f"{f' and {warnings} warning' + 's' * (warnings != 1) if warnings else ''} "
@@ -79,9 +84,9 @@ def cmd_check(args) -> int:
         src = _read(f)
         sources[src.path] = src
         all_diags += analyze(src).diagnostics
-    _emit(all_diags, sources, args.format)
+    _emit(all_diags, sources, args.format, args.verbose)
     if not problems:
-        _summary(all_diags, len(files), args.format)
+        _summary(all_diags, len(files), args.format, args.verbose)
     if problems or any(d.severity == "error" for d in all_diags):
         return EXIT_SPEC
     return EXIT_OK
@@ -202,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="parse and shape-check specs (files or folders)")
     c.add_argument("paths", nargs="+")
     c.add_argument("--format", choices=("text", "json", "github"), default="text")
+    c.add_argument("-v", "--verbose", action="store_true", help="also show notes (shapes snfc inferred)")
     c.set_defaults(fn=cmd_check)
     c = sub.add_parser("compile", help="generate PyTorch modules (generated/<stem>.py by default)")
     c.add_argument("paths", nargs="*")

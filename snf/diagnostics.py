@@ -88,6 +88,11 @@ class Reporter:
                 related: tuple[Related, ...] = ()) -> None:
         self._add("warning", code, message, span, hint, related)
 
+    def note(self, code: str, message: str, span: Span = NO_SPAN, hint: str | None = None,
+             related: tuple[Related, ...] = ()) -> None:
+        """Information (what snfc inferred); shown by `snfc check -v` and in JSON output."""
+        self._add("note", code, message, span, hint, related)
+
     def _add(self, severity, code, message, span, hint, related) -> None:
         assert code in CODES, code
         self.items.append(Diagnostic(severity, code, message, span, hint, tuple(related), self.source.path))

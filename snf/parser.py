@@ -377,7 +377,7 @@ def parse(src: Source, r: Reporter) -> ir.Spec | None:
     if deep:
         r.error("too-large", f"brackets nest more than {MAX_DEPTH} deep", Span(deep[0], deep[1], deep[0], deep[1] + 1))
         return None
-    if text.lstrip(" \t\n").startswith("SNF_MODEL"):
+    if _first_code_line(text).startswith("SNF_MODEL"):
         from .notation import parse_model_notation
         return parse_model_notation(src, r)
     try:
@@ -449,6 +449,15 @@ def _dedent_line(text: str) -> int:
         depth += raw.count("(") + raw.count("[") - raw.count(")") - raw.count("]")
         depth = max(depth, 0)
     return 1
+
+
+def _first_code_line(text: str) -> str:
+    """The first line that is neither blank nor a comment (which notation a file is in)."""
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            return stripped
+    return ""
 
 
 def _model_name(path: str) -> str:

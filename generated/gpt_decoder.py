@@ -101,9 +101,19 @@ def _join_fused(module: nn.Module, state_dict: dict, prefix: str, *args) -> None
             state_dict[prefix + fused] = torch.cat([state_dict.pop(k) for k in keys])
 
 
-def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None):
-    """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask and/or a bottom-right causal mask."""
+def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
+               cache_position: Optional[torch.Tensor] = None):
+    """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask and/or a bottom-right causal mask.
+
+    With `cache_position`, the keys are a preallocated cache: key j is visible to query i when
+    j <= cache_position + i (later slots are empty)."""
     tq, tk = q.size(-2), k.size(-2)
+    if cache_position is not None:
+        rows = cache_position + torch.arange(tq, device=q.device)
+        allowed = torch.arange(tk, device=q.device)[None, :] <= rows[:, None]
+        if mask is not None:
+            allowed = allowed & (mask != 0)[:, None, None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
     if mask is None and (not causal or tq == 1 or tq == tk):
         # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal and tq > 1,
@@ -146,6 +156,14 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
 
 
+def _cache_cat(past: torch.Tensor, new: torch.Tensor, cache_position: Optional[torch.Tensor]) -> torch.Tensor:
+    """`past` ++ `new` along time (axis 1); into a preallocated cache, `new` is written in place at
+    cache_position and the whole (fixed-size) buffer is returned."""
+    if cache_position is None:
+        return torch.cat([past, new], dim=1)
+    return past.index_copy_(1, cache_position + torch.arange(new.size(1), device=new.device), new)
+
+
 class Block(nn.Module):
     """One layer of the loop at gpt_decoder.snf:59 (`for l ...`), with its own parameters."""
 
@@ -182,7 +200,7 @@ class Block(nn.Module):
         nn.init.normal_(parts['up_weight'], mean=0.0, std=0.02)
 
     @_hot_path
-    def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor], T_past: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor], T_past: int, cache_position: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
         B, T, _ = x.shape
         h = F.rms_norm(x, (cfg.n_embd,), self.attn_norm_weight, cfg.norm_eps)  # [B, T, D]  gpt_decoder.snf:60
@@ -190,9 +208,9 @@ class Block(nn.Module):
         q, k, v = F.linear(h, self.qkv_weight).split(cfg.n_embd, dim=-1)  # [B, T, D] [B, T, D] [B, T, D]  gpt_decoder.snf:61
         k_new = _rope(k.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base)  # [B, T, H, head_dim]  gpt_decoder.snf:65
         v_new = v.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  gpt_decoder.snf:66
-        k_all = torch.cat([past_keys, k_new], dim=1) if past_keys is not None else k_new  # [B, T + T_past, H, head_dim]  gpt_decoder.snf:67
-        v_all = torch.cat([past_values, v_new], dim=1) if past_keys is not None else v_new  # [B, T + T_past, H, head_dim]  gpt_decoder.snf:68
-        attn = _attention(_rope(q.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base).transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True, dropout_p=(cfg.attn_dropout if self.training else 0.0)).transpose(1, 2)  # [B, T, H, head_dim]  gpt_decoder.snf:71
+        k_all = _cache_cat(past_keys, k_new, cache_position) if past_keys is not None else k_new  # [B, T + T_past, H, head_dim]  gpt_decoder.snf:67
+        v_all = _cache_cat(past_values, v_new, cache_position) if past_keys is not None else v_new  # [B, T + T_past, H, head_dim]  gpt_decoder.snf:68
+        attn = _attention(_rope(q.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base).transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True, dropout_p=(cfg.attn_dropout if self.training else 0.0), cache_position=cache_position).transpose(1, 2)  # [B, T, H, head_dim]  gpt_decoder.snf:71
         x = x + F.linear(attn.reshape(B, T, cfg.n_embd), self.o_weight)  # [B, T, D]  gpt_decoder.snf:73
         m = F.rms_norm(x, (cfg.n_embd,), self.mlp_norm_weight, cfg.norm_eps)  # [B, T, D]  gpt_decoder.snf:75
         # one matmul for gate_weight, up_weight
@@ -231,11 +249,13 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
-    def forward(self, idx: torch.Tensor, labels: Optional[torch.Tensor] = None, past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None) -> Output:
+    def forward(self, idx: torch.Tensor, labels: Optional[torch.Tensor] = None, past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, cache_position: Optional[torch.Tensor] = None) -> Output:
         # idx: [B, T]
         # labels: [B, T], optional
         # past_keys: [n_layer, B, T_past, H, head_dim], optional
         # past_values: [n_layer, B, T_past, H, head_dim], optional
+        # cache_position: with it, the past_* caches are preallocated buffers written in place
+        # (fixed shapes for every decode step); without it they are concatenated (see generate)
         cfg = self.config
         _check_input('idx', idx, 2, '[B, T]')
         B, T = idx.shape
@@ -246,20 +266,22 @@ class Model(nn.Module):
         T_past = past_keys.size(2) if past_keys is not None else 0
         if past_values is not None:
             _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
+        if cache_position is not None:  # a preallocated cache of block_size slots, T_past of them filled
+            T_past = cache_position
         if len({past_keys is None, past_values is None}) != 1:
             raise ValueError('past_keys, past_values must be given together, or not at all')
         if not T + T_past <= cfg.block_size:
-            raise ValueError(f'expected T + T_past <= block_size, got T + T_past = {T + T_past} and block_size = {cfg.block_size} (gpt_decoder.snf:53)')
+            raise ValueError(f'expected T + T_past <= block_size, got T + T_past = {int(T + T_past)} and block_size = {cfg.block_size} (gpt_decoder.snf:53)')
         x = F.embedding(idx, self.token_embedding)  # [B, T, D]  gpt_decoder.snf:54
         if cfg.dropout > 0:
             x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  gpt_decoder.snf:55
-        new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device)  # [n_layer, B, T + T_past, H, head_dim]  gpt_decoder.snf:57
-        new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device)  # [n_layer, B, T + T_past, H, head_dim]  gpt_decoder.snf:58
+        new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_keys  # [n_layer, B, T + T_past, H, head_dim]  gpt_decoder.snf:57
+        new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_values  # [n_layer, B, T + T_past, H, head_dim]  gpt_decoder.snf:58
         for l, layer in enumerate(self.layers):
             if cfg.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                x, new_keys_layer, new_values_layer = torch.utils.checkpoint.checkpoint(layer, x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, use_reentrant=False)
+                x, new_keys_layer, new_values_layer = torch.utils.checkpoint.checkpoint(layer, x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, cache_position, use_reentrant=False)
             else:
-                x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past)  # gpt_decoder.snf:59
+                x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, cache_position)  # gpt_decoder.snf:59
             new_keys[l] = new_keys_layer  # gpt_decoder.snf:69
             new_values[l] = new_values_layer  # gpt_decoder.snf:70
         logits = F.linear(F.rms_norm(x, (cfg.n_embd,), self.norm_weight, cfg.norm_eps), self.token_embedding)  # [B, T, vocab_size]  gpt_decoder.snf:82
@@ -281,11 +303,23 @@ class Model(nn.Module):
         try:
             out = self(idx)
             tokens = [idx]
+            # the cache moves into buffers of cfg.block_size slots, written in place at
+            # `position`: every decode step then has the same shapes, so torch.compile compiles it once
+            cfg = self.config
+            position = idx.size(1)
+            filled = out.new_keys
+            past_keys = filled.new_zeros(filled.shape[:2] + (cfg.block_size,) + filled.shape[3:])
+            past_keys.narrow(2, 0, position).copy_(filled)
+            filled = out.new_values
+            past_values = filled.new_zeros(filled.shape[:2] + (cfg.block_size,) + filled.shape[3:])
+            past_values.narrow(2, 0, position).copy_(filled)
             for step in range(max_new_tokens):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
                 tokens.append(token)
                 if step + 1 < max_new_tokens:
-                    out = self(token, past_keys=out.new_keys, past_values=out.new_values)
+                    at = torch.tensor(position, device=idx.device)
+                    out = self(token, past_keys=past_keys, past_values=past_values, cache_position=at)
+                    position += 1
             return torch.cat(tokens, dim=1)
         finally:
             self.train(was_training)

@@ -88,9 +88,19 @@ def _join_fused(module: nn.Module, state_dict: dict, prefix: str, *args) -> None
             state_dict[prefix + fused] = torch.cat([state_dict.pop(k) for k in keys])
 
 
-def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None):
-    """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask and/or a bottom-right causal mask."""
+def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
+               cache_position: Optional[torch.Tensor] = None):
+    """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask and/or a bottom-right causal mask.
+
+    With `cache_position`, the keys are a preallocated cache: key j is visible to query i when
+    j <= cache_position + i (later slots are empty)."""
     tq, tk = q.size(-2), k.size(-2)
+    if cache_position is not None:
+        rows = cache_position + torch.arange(tq, device=q.device)
+        allowed = torch.arange(tk, device=q.device)[None, :] <= rows[:, None]
+        if mask is not None:
+            allowed = allowed & (mask != 0)[:, None, None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
     if mask is None and (not causal or tq == 1 or tq == tk):
         # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal and tq > 1,
@@ -119,6 +129,14 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_
         outside = probs.cumsum(dim=-1) - probs > top_p  # keep the smallest prefix whose mass reaches top_p
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(outside, float("-inf")))
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
+
+
+def _cache_cat(past: torch.Tensor, new: torch.Tensor, cache_position: Optional[torch.Tensor]) -> torch.Tensor:
+    """`past` ++ `new` along time (axis 1); into a preallocated cache, `new` is written in place at
+    cache_position and the whole (fixed-size) buffer is returned."""
+    if cache_position is None:
+        return torch.cat([past, new], dim=1)
+    return past.index_copy_(1, cache_position + torch.arange(new.size(1), device=new.device), new)
 
 
 class Block(nn.Module):
@@ -176,7 +194,7 @@ class Block(nn.Module):
             nn.init.zeros_(parts['attn_v_bias'])
 
     @_hot_path
-    def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor], cache_position: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
         B, T, _ = x.shape
         x_norm = F.layer_norm(x, (cfg.n_embd,), self.ln1_weight, self.ln1_bias, 1e-05)  # [B, T, D]  nanogpt.snf:78
@@ -184,9 +202,9 @@ class Block(nn.Module):
         q, k, v = F.linear(x_norm, self.attn_qkv_weight, self.attn_qkv_bias).split(cfg.n_embd, dim=-1)  # [B, T, D] [B, T, D] [B, T, D]  nanogpt.snf:79
         k_head = k.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  nanogpt.snf:82
         v_head = v.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  nanogpt.snf:83
-        k_full = torch.cat([past_keys, k_head], dim=1) if past_keys is not None else k_head  # [B, T_total, H, head_dim]  nanogpt.snf:84
-        v_full = torch.cat([past_values, v_head], dim=1) if past_values is not None else v_head  # [B, T_total, H, head_dim]  nanogpt.snf:85
-        attn_output = _attention(q.reshape(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2), k_full.transpose(1, 2), v_full.transpose(1, 2), None, causal=True, dropout_p=(cfg.dropout if self.training else 0.0)).transpose(1, 2)  # [B, T, H, head_dim]  nanogpt.snf:88
+        k_full = _cache_cat(past_keys, k_head, cache_position) if past_keys is not None else k_head  # [B, T_total, H, head_dim]  nanogpt.snf:84
+        v_full = _cache_cat(past_values, v_head, cache_position) if past_values is not None else v_head  # [B, T_total, H, head_dim]  nanogpt.snf:85
+        attn_output = _attention(q.reshape(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2), k_full.transpose(1, 2), v_full.transpose(1, 2), None, causal=True, dropout_p=(cfg.dropout if self.training else 0.0), cache_position=cache_position).transpose(1, 2)  # [B, T, H, head_dim]  nanogpt.snf:88
         attn_proj = F.linear(attn_output.reshape(B, T, cfg.n_embd), self.attn_proj_weight, self.attn_proj_bias)  # [B, T, D]  nanogpt.snf:95
         if cfg.dropout > 0:
             attn_proj = F.dropout(attn_proj, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:96
@@ -233,10 +251,12 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
-    def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None) -> Output:
+    def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, cache_position: Optional[torch.Tensor] = None) -> Output:
         # idx: [B, T]
         # past_keys: [n_layer, B, T_past, H, head_dim], optional
         # past_values: [n_layer, B, T_past, H, head_dim], optional
+        # cache_position: with it, the past_* caches are preallocated buffers written in place
+        # (fixed shapes for every decode step); without it they are concatenated (see generate)
         cfg = self.config
         _check_input('idx', idx, 2, '[B, T]')
         B, T = idx.shape
@@ -245,19 +265,21 @@ class Model(nn.Module):
         T_past = past_keys.size(2) if past_keys is not None else 0
         if past_values is not None:
             _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
+        if cache_position is not None:  # a preallocated cache of block_size slots, T_past of them filled
+            T_past = cache_position
         if len({past_keys is None, past_values is None}) != 1:
             raise ValueError('past_keys, past_values must be given together, or not at all')
         if not T + T_past <= cfg.block_size:
-            raise ValueError(f'expected T_total <= block_size, got T_total = {T + T_past} and block_size = {cfg.block_size} (nanogpt.snf:66)')
+            raise ValueError(f'expected T_total <= block_size, got T_total = {int(T + T_past)} and block_size = {cfg.block_size} (nanogpt.snf:66)')
         tok_emb = F.embedding(idx, self.token_embedding)  # [B, T, D]  nanogpt.snf:69
         pos_emb = self.position_embedding[T_past:(T_past + T), :]  # [T, D]  nanogpt.snf:70
         x = tok_emb + pos_emb  # [B, T, D]  nanogpt.snf:71
         if cfg.dropout > 0:
             x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:72
-        new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device)  # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:75
-        new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device)  # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:76
+        new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_keys  # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:75
+        new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_values  # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:76
         for l, layer in enumerate(self.layers):
-            x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None)  # nanogpt.snf:77
+            x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, cache_position)  # nanogpt.snf:77
             new_keys[l] = new_keys_layer  # nanogpt.snf:86
             new_values[l] = new_values_layer  # nanogpt.snf:87
         x_final = F.layer_norm(x, (cfg.n_embd,), self.ln_f_weight, self.ln_f_bias, 1e-05)  # [B, T, D]  nanogpt.snf:106
@@ -279,11 +301,23 @@ class Model(nn.Module):
         try:
             out = self(idx)
             tokens = [idx]
+            # the cache moves into buffers of cfg.block_size slots, written in place at
+            # `position`: every decode step then has the same shapes, so torch.compile compiles it once
+            cfg = self.config
+            position = idx.size(1)
+            filled = out.new_keys
+            past_keys = filled.new_zeros(filled.shape[:2] + (cfg.block_size,) + filled.shape[3:])
+            past_keys.narrow(2, 0, position).copy_(filled)
+            filled = out.new_values
+            past_values = filled.new_zeros(filled.shape[:2] + (cfg.block_size,) + filled.shape[3:])
+            past_values.narrow(2, 0, position).copy_(filled)
             for step in range(max_new_tokens):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
                 tokens.append(token)
                 if step + 1 < max_new_tokens:
-                    out = self(token, past_keys=out.new_keys, past_values=out.new_values)
+                    at = torch.tensor(position, device=idx.device)
+                    out = self(token, past_keys=past_keys, past_values=past_values, cache_position=at)
+                    position += 1
             return torch.cat(tokens, dim=1)
         finally:
             self.train(was_training)

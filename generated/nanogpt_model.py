@@ -65,9 +65,19 @@ def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, sizes: Optio
         raise ValueError(f"input {name} must be {shape}, got {got}")
 
 
-def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None):
-    """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask and/or a bottom-right causal mask."""
+def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
+               cache_position: Optional[torch.Tensor] = None):
+    """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask and/or a bottom-right causal mask.
+
+    With `cache_position`, the keys are a preallocated cache: key j is visible to query i when
+    j <= cache_position + i (later slots are empty)."""
     tq, tk = q.size(-2), k.size(-2)
+    if cache_position is not None:
+        rows = cache_position + torch.arange(tq, device=q.device)
+        allowed = torch.arange(tk, device=q.device)[None, :] <= rows[:, None]
+        if mask is not None:
+            allowed = allowed & (mask != 0)[:, None, None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
     if mask is None and (not causal or tq == 1 or tq == tk):
         # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal and tq > 1,
@@ -193,7 +203,7 @@ class Model(nn.Module):
         _check_input('tok', tok, 2, '[B, T]')
         B, T = tok.shape
         if not T <= cfg.P:
-            raise ValueError(f'expected T <= P, got T = {T} and P = {cfg.P} (nanogpt_model.snf:33)')
+            raise ValueError(f'expected T <= P, got T = {int(T)} and P = {cfg.P} (nanogpt_model.snf:33)')
         h = F.embedding(tok, self.θ_embed) + self.θ_pos[0:T, :]  # [B, T, D]  nanogpt_model.snf:33
         for layer in self.layers:
             h = layer(h)  # nanogpt_model.snf:54

@@ -22,7 +22,7 @@ from .codegen_data import encode_mapping, mapping_keys
 from .ops.registry import all_ops
 from .resources import resource_dir
 
-HELPERS_ORDER = ("_attention", "_rope", "_assign", "_sinusoidal")
+HELPERS_ORDER = ("_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat")
 
 
 @functools.lru_cache(maxsize=None)
@@ -53,6 +53,7 @@ class _Emitter:
     def __init__(self, gen: "Generator", where: str, names: Namespace, cfg: str = "cfg"):
         self.g, self.where, self.names, self.cfg = gen, where, names, cfg
         self.device_src: str | None = None
+        self.cache_position: str | None = None  # set where a preallocated KV cache may be in use
         self.lines: list[str] = []
         self.runtime_used: set[str] = set()
         self.helpers: set[str] = set()
@@ -107,6 +108,10 @@ class _Emitter:
             return (self.code(e.lo, 11) if e.lo is not None else "") + ":" + \
                    (self.code(e.hi, 11) if e.hi is not None else ""), 60
         if isinstance(e, ir.Op):
+            if self.cache_position and e.op == "concat" and self.g.is_cache_concat(e):
+                past, new = e.arg("tensors").items
+                self.helpers.add("_cache_cat")
+                return f"_cache_cat({self.code(past)}, {self.code(new)}, {self.cache_position})", 50
             op = all_ops()[e.op]
             self.helpers.update(op.helpers)
             return op.torch(_LowerCtx(self, e)), op.prec
@@ -153,7 +158,13 @@ class _Emitter:
             self.stmt(s, indent)
 
     def stmt(self, s, indent: int) -> None:
-        if isinstance(s, ir.Bind):
+        static = self.g.static_cache() if self.cache_position and self.where == "model" else None
+        past = dict((new, past) for past, new in static["pairs"]).get(getattr(s, "name", None)) if static else None
+        if isinstance(s, ir.Bind) and past and isinstance(s.value, ir.Op) and s.value.op == "full":
+            # with a preallocated cache the layers write into the caller's buffer
+            self.emit(f"{self.names.name(s.name)} = {self.code(s.value, 1)} if {self.cache_position} is None "
+                      f"else {self.names.name(past)}{self.comment(s.value.ty, s.span)}", indent)
+        elif isinstance(s, ir.Bind):
             self.emit(f"{self.names.name(s.name)} = {self.code(s.value)}{self.comment(s.value.ty, s.span)}", indent)
         elif isinstance(s, ir.SetItem):
             idx = ", ".join(self.code(i) for i in s.index)
@@ -231,6 +242,10 @@ class _LowerCtx:
         return equal(a, b)[0]
 
     @property
+    def cache_position(self) -> str | None:
+        return self.em.cache_position
+
+    @property
     def device(self) -> str:
         return self.em.g.device_expr(self.em)
 
@@ -255,7 +270,7 @@ class Generator:
         self.runtime = {d for d, _, _ in m.runtime_dims} | self._all_runtime()
         self.display = dict(m.display)
         self.cfg_names = Namespace({"head_dim"} - {d.name for d in m.derived}, attribute=True)
-        self.cfg_names.reserve("self")
+        self.cfg_names.reserve("self", "property")  # `property` decorates derived dims in the Config body
         for c in m.config:
             self.cfg_names.name(c.name)
         for d in m.derived:
@@ -371,6 +386,8 @@ class Generator:
         call_args = ", ".join(carried + args)
         if block["uses_var"]:
             call_args = f"{call_args}, {em.names.name(loop.var)}" if call_args else em.names.name(loop.var)
+        if block["cache_position"]:
+            call_args = f"{call_args}, {em.cache_position}"
         if block["uses_var"] or loop.layer_inputs or written:
             em.emit(f"for {em.names.name(loop.var)}, layer in enumerate(self.{block['attr']}):", indent)
         else:
@@ -391,7 +408,7 @@ class Generator:
             em.emit(f"{em.value_name(h.name)}[{em.names.name(loop.var)}] = {tmp}"
                     f"  # {self.spec_file}:{h.span.line}", indent + 1)
 
-    def generate_context(self, names: Namespace, out_fields: Namespace) -> dict | None:
+    def generate_context(self, names: Namespace, out_fields: Namespace, em: _Emitter) -> dict | None:
         """`Model.generate` for causal language models: the first input is int64 token ids [B, T],
         the first output logits [B, T, V] with attention causal; each optional input `past_X` paired
         with an output `new_X` is a cache fed back at the next step."""
@@ -410,7 +427,49 @@ class Generator:
         cache = [(names.name(i.name), out_fields.name("new_" + i.name[len("past_"):]))
                  for i in m.inputs if i.optional and i.name.startswith("past_")
                  and "new_" + i.name[len("past_"):] in outputs]
-        return {"tokens": names.name(tokens.name), "logits": out_fields.name(logits.name), "cache": cache}
+        static = self.static_cache()
+        if static and em.cache_position:
+            static = {"size": em.dim(static["size"]), "axis": static["axis"], "position": em.cache_position,
+                      "pairs": [(names.name(p), out_fields.name(n)) for p, n in static["pairs"]]}
+        else:
+            static = None
+        return {"tokens": names.name(tokens.name), "logits": out_fields.name(logits.name), "cache": cache,
+                "static": static}
+
+    def static_cache(self) -> dict | None:
+        """The fixed-shape decode path: when the spec's cache inputs `past_X` (paired with outputs
+        `new_X`) grow along one run-time dim (T_past) that an `assert`/slice bounds by a config
+        value (block_size), generated code can keep them in preallocated buffers of that size,
+        written in place at `cache_position`, so every decode step has the same shapes."""
+        if hasattr(self, "_static"):
+            return self._static
+        self._static = None
+        m = self.model
+        outputs = {o.name for o in m.outputs}
+        pairs = [(i.name, "new_" + i.name[len("past_"):]) for i in m.inputs
+                 if i.optional and i.name.startswith("past_") and "new_" + i.name[len("past_"):] in outputs]
+        loops = [s for s in m.body if isinstance(s, ir.Loop)]
+        if not pairs or len(loops) != 1 or not {p for p, _ in pairs} <= set(loops[0].layer_inputs):
+            return None
+        owned = [(d, inp, ax) for d, inp, ax in m.runtime_dims if inp in {p for p, _ in pairs}]
+        if len(owned) != 1:
+            return None
+        dim, _, axis = owned[0]
+        bound = next((c.rhs for c in m.checks if dim in c.lhs.symbols() and c.op in ("<=", "<")
+                      and not (c.rhs.symbols() - self.config_fields)), None)
+        if bound is None:
+            return None
+        self._static = {"dim": dim, "axis": axis, "size": bound, "pairs": pairs}
+        return self._static
+
+    def is_cache_concat(self, e: ir.Op) -> bool:
+        """`concat([past_X[l], new], axis=T)`: appending to a cache along its growing axis."""
+        st = self.static_cache()
+        items = e.arg("tensors").items
+        axis = e.arg("axis")
+        return (st is not None and len(items) == 2 and isinstance(items[0], ir.Ref)
+                and items[0].kind == "layer_input" and items[0].name in {p for p, _ in st["pairs"]}
+                and isinstance(axis, ir.Lit) and axis.value in (st["axis"] - 1, st["axis"] - 1 - items[0].ty.rank - 1))
 
     def input_optional(self, name: str) -> bool:
         return any(i.name == name and i.optional for i in self.model.inputs)
@@ -440,6 +499,9 @@ class Generator:
             names.name(n)
         if uses_var:
             names.name(loop.var)
+        static = self.static_cache() if loop.layer_inputs else None
+        if static:
+            em.cache_position = names.fresh("cache_position")
         em.stmts(body, 2)
         body_lines = em.lines
         em.lines = []
@@ -481,6 +543,8 @@ class Generator:
             signature.append(f"{names.name(n)}: {ann}")
         if uses_var:
             signature.append(f"{names.name(loop.var)}: int")
+        if em.cache_position:
+            signature.append(f"{em.cache_position}: Optional[torch.Tensor] = None")
         outs = carried + [h.value.name for h in hoisted]
         ret = [names.name(n) for n in outs]
         ret_ann = ("tuple[" + ", ".join(_annotation(types.get(n)) for n in outs) + "]") if len(outs) > 1 \
@@ -488,7 +552,7 @@ class Generator:
         cls = "Block" if index == 0 else f"Block{index + 1}"
         attr = "layers" if index == 0 else f"layers{index + 1}"
         info = {"attr": attr, "reads": reads + dim_args, "kinds": kinds, "tuple_out": False, "carried": carried,
-                "hoisted": hoisted, "uses_var": uses_var}
+                "hoisted": hoisted, "uses_var": uses_var, "cache_position": bool(em.cache_position)}
         self.block_names[id(loop)] = info
 
         fused_decls, fused_meta, fused_views, reset_fused = [], [], {}, []
@@ -539,6 +603,9 @@ class Generator:
         em = _Emitter(self, "model", names)
         first = next((i for i in inputs if not i.optional), None)
         em.device_src = names.name(first.name) if first is not None else None
+        static = self.static_cache()
+        if static:
+            em.cache_position = names.fresh("cache_position")
         em.stmts(m.body, 2)
         body = em.lines
         em.lines = []
@@ -568,7 +635,8 @@ class Generator:
             "checkpoints": self.checkpoint_table(),
             "docstring": f"{_display_text(m.name)}: generated by snfc from {self.spec_file}.",
             "uses_checkpoint": bool(loops) and "gradient_checkpointing" in self.config_fields,
-            "generate": self.generate_context(names, out_fields),
+            "generate": self.generate_context(names, out_fields, em),
+            "cache_position": em.cache_position,
         }
         text = _env().get_template("module.py.j2").render(**ctx)
         return text
@@ -599,6 +667,12 @@ class Generator:
                     targets += ","
                 lines.append(f"{targets} = {n}.shape")
                 bound.update(d for d in dims if d)
+        static = self.static_cache()
+        if static:
+            cp, dim = em.cache_position, names.name(static["dim"])
+            lines.append(f"if {cp} is not None:  # a preallocated cache of {self.show((static['size'],))[1:-1]} "
+                         f"slots, {dim} of them filled")
+            lines.append(f"    {dim} = {cp}")
         for group in self.model.input_groups:
             given = [names.name(n) for n in group]
             lines.append(f"if len({{{', '.join(f'{g} is None' for g in given)}}}) != 1:")
@@ -608,7 +682,7 @@ class Generator:
                 continue
             lhs, rhs = em.dim(c.lhs), em.dim(c.rhs)
             msg = (f"expected {self.show((c.lhs,))[1:-1]} {c.op} {self.show((c.rhs,))[1:-1]}, got "
-                   f"{self.show((c.lhs,))[1:-1]} = {{{lhs}}} and {self.show((c.rhs,))[1:-1]} = {{{rhs}}}"
+                   f"{self.show((c.lhs,))[1:-1]} = {{int({lhs})}} and {self.show((c.rhs,))[1:-1]} = {{{rhs}}}"
                    f" ({self.spec_file}:{c.span.line})")
             lines.append(f"if not {em.dim(c.lhs, 5)} {c.op} {em.dim(c.rhs, 5)}:")
             lines.append(f"    raise ValueError(f{msg!r})")

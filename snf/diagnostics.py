@@ -147,7 +147,7 @@ def _caret(src_line: str, span: Span) -> str:
 
 def render_one(d: Diagnostic, source: Source | None, color: bool = False) -> str:
     c = (lambda key, s: f"{_COLORS.get(key, _BOLD)}{s}{_RESET}") if color else (lambda key, s: s)
-    loc = f"{d.file}:{d.span.line}:{d.span.col}" if d.span.line else d.file
+    loc = f"{_safe(d.file)}:{d.span.line}:{d.span.col}" if d.span.line else _safe(d.file)
     out = [f"{c('bold', loc)}: {c(d.severity, d.severity)}: {_safe(d.message)}  [{d.code}]"]
     if source is not None and d.span.line:
         line = source.line(d.span.line)
@@ -155,7 +155,7 @@ def render_one(d: Diagnostic, source: Source | None, color: bool = False) -> str
         out.append(gutter + _safe(line))
         out.append(" " * (len(gutter) - 2) + "| " + c(d.severity, _caret(line, d.span)))
     for r in d.related:
-        out.append(f"{d.file}:{r.span.line}:{r.span.col}: note: {_safe(r.message)}")
+        out.append(f"{_safe(d.file)}:{r.span.line}:{r.span.col}: note: {_safe(r.message)}")
         if source is not None and r.span.line:
             out.append(f"{r.span.line:>4} | " + _safe(source.line(r.span.line)))
     if d.hint:

@@ -64,7 +64,7 @@ class Namespace:
         base = safe_identifier(spec_name)
         cand = base
         while cand in self.reserved or cand in self.used or cand.startswith("__"):
-            cand = cand.lstrip("_") + "_" if cand.startswith("__") else cand + "_"
+            cand = (cand.lstrip("_") or "v") + "_" if cand.startswith("__") else cand + "_"  # "_", "__": "v_"
         self.map[spec_name] = cand
         self.used.add(cand)
         return cand

@@ -174,3 +174,48 @@ def test_top_k_and_top_p_restrict_the_candidates():
     picks = {_sample(logits, 1.0, None, 0.5, g).item() for _ in range(200)}
     assert picks == {0}  # token 0 alone has ~66% of the mass
     assert _sample(logits, 0, None, None, None).item() == 0
+
+
+@pytest.mark.slow
+def test_fixed_shape_decode_compiles_once(monkeypatch):
+    """generate() moves the cache into preallocated buffers written in place: every decode step
+    has the same shapes, so torch.compile compiles the step once (the prompt is the other graph)."""
+    from pathlib import Path
+
+    from torch._dynamo.utils import counters
+
+    from conftest import fresh_module
+    torch._dynamo.reset()
+    mod = fresh_module(Path(__file__).resolve().parents[1] / "generated" / "nanogpt.py", "nanogpt_decode_once")
+    torch.manual_seed(0)
+    model = mod.Model(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=32).eval()
+    prompt = torch.randint(0, 64, (2, 5))
+    monkeypatch.setenv("SNF_COMPILE", "1")
+    counters.clear()
+    first = model.generate(prompt, 3, temperature=0)  # compiles: the prompt pass, then one decode step
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs == 2
+    again = model.generate(prompt, 12, temperature=0)  # ten more decode steps at new positions
+    assert counters["stats"]["unique_graphs"] == graphs  # no recompilation
+    assert not counters["graph_break"]
+    monkeypatch.setenv("SNF_COMPILE", "0")
+    assert torch.equal(again, model.generate(prompt, 12, temperature=0))
+    assert torch.equal(first, again[:, :8])
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_preallocated_cache_step_equals_concatenated_cache(name):
+    model = MODELS[name]()
+    idx = torch.randint(0, 97, (2, 9))
+    with torch.no_grad():
+        out = model(idx[:, :6])
+        size = model.config.block_size
+        keys = out.new_keys.new_zeros(out.new_keys.shape[:2] + (size,) + out.new_keys.shape[3:])
+        values = torch.zeros_like(keys)
+        keys[:, :, :6], values[:, :, :6] = out.new_keys, out.new_values
+        static = model(idx[:, 6:], past_keys=keys, past_values=values, cache_position=torch.tensor(6))
+        grown = model(idx[:, 6:], past_keys=out.new_keys, past_values=out.new_values)
+    assert (static.logits - grown.logits).abs().max().item() <= 1e-5
+    assert static.new_keys is keys  # written in place
+    assert (keys[:, :, :9] - grown.new_keys).abs().max().item() <= 1e-5
+    assert keys[:, :, 9:].abs().max().item() == 0.0

@@ -584,6 +584,8 @@ def _lower_attention(c):
     same_len = c.eq(c.ty("q").shape[1], c.ty("k").shape[1])
     if c.given("mask") or (causal and not same_len):
         mask = c.code("mask") if c.given("mask") else "None"
+        if causal and not same_len and c.cache_position:  # keys may sit in a preallocated cache
+            extra += f", cache_position={c.cache_position}"
         return f"_attention({q}, {k}, {v}, {mask}, causal={bool(causal)}{extra}).transpose(1, 2)"
     return f"F.scaled_dot_product_attention({q}, {k}, {v}, is_causal={bool(causal)}{extra}).transpose(1, 2)"
 

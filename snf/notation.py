@@ -34,7 +34,7 @@ from lark.indenter import DedentError
 from . import ir
 from .diagnostics import Reporter
 from .dims import Dim, DimError, FloorDiv, equal
-from .parser import SNFIndenter, _dedent_line, _token_text
+from .parser import AtomTransformer, SNFIndenter, _dedent_line, _span, _tok_span, _token_text
 from .resources import read_resource
 from .source import Source, Span
 
@@ -175,10 +175,6 @@ class Section:
     span: Span
 
 
-def _span(meta) -> Span:
-    return Span(meta.line, meta.column, meta.end_line, meta.end_column)
-
-
 def _block_span(meta, items) -> Span:
     """A block from its header to the end of its last item (not the newlines that follow)."""
     start = Span(meta.line, meta.column, meta.line, meta.column + 1)
@@ -186,37 +182,13 @@ def _block_span(meta, items) -> Span:
     return start.to(last.span if last is not None else None)
 
 
-def _tok_span(tok: Token) -> Span:
-    return Span(tok.line, tok.column, tok.end_line or tok.line, tok.end_column or tok.column + len(tok))
-
-
 _OPS = {"−": "-", "·": "*", "×": "*"}
 
 
 @v_args(meta=True, inline=True)
-class _ToNotation(Transformer):
-    """Lark tree -> notation nodes; callbacks are named after grammar rules."""
-
-    def __init__(self, reporter: Reporter):
-        super().__init__()
-        self.r = reporter
-
-    # --- expressions (DSL syntax nodes where the DSL has one)
-    def name(self, meta, tok):
-        return ir.Name(str(tok), _tok_span(tok))
-
-    def int_lit(self, meta, tok):
-        if len(tok) > 18:
-            self.r.error("too-large", f"integer literal {str(tok)[:20]}... is too large", _tok_span(tok))
-            return ir.Num(0, _tok_span(tok))
-        return ir.Num(int(tok), _tok_span(tok))
-
-    def float_lit(self, meta, tok):
-        value = float(tok)
-        if value in (float("inf"), float("-inf")):
-            self.r.error("too-large", f"float literal {str(tok)[:20]} overflows", _tok_span(tok))
-            value = 0.0
-        return ir.Num(value, _tok_span(tok))
+class _ToNotation(AtomTransformer):
+    """Lark tree -> notation nodes (DSL syntax nodes where the DSL has one); callbacks are named
+    after grammar rules."""
 
     def str_lit(self, meta, tok):
         return ir.Str(str(tok)[1:-1], _tok_span(tok))

@@ -44,14 +44,13 @@ def _tok_span(tok: Token) -> Span:
 
 
 @v_args(meta=True, inline=True)
-class _ToIR(Transformer):
-    """Lark tree -> syntax nodes. Callbacks are named after grammar rules."""
+class AtomTransformer(Transformer):
+    """Names and numbers, shared by both notations' transformers (snf/notation.py too)."""
 
     def __init__(self, reporter: Reporter):
         super().__init__()
         self.r = reporter
 
-    # --- atoms
     def name(self, meta, tok):
         return ir.Name(str(tok), _tok_span(tok))
 
@@ -67,6 +66,11 @@ class _ToIR(Transformer):
             self.r.error("too-large", f"float literal {str(tok)[:20]} overflows", _tok_span(tok))
             value = 0.0
         return ir.Num(value, _tok_span(tok))
+
+
+@v_args(meta=True, inline=True)
+class _ToIR(AtomTransformer):
+    """Lark tree -> syntax nodes. Callbacks are named after grammar rules."""
 
     def str_lit(self, meta, tok):
         raw = str(tok)[1:-1]

@@ -84,21 +84,30 @@ def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, sizes: Optio
         raise ValueError(f"input {name} must be {shape}, got {got}")
 
 
-def _split_fused(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
-    """State-dict hook: save fused parameters under the spec's names."""
-    for fused, (names, sizes) in module._fused.items():
-        tensor = state_dict.pop(prefix + fused, None)
+def _to_spec_layout(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
+    """State-dict hook: save fused or transposed parameters under the spec's names and layout."""
+    for stored, (names, sizes, transposed) in module._stored.items():
+        tensor = state_dict.pop(prefix + stored, None)
         if tensor is not None:
-            for name, part in zip(names, tensor.split(sizes)):
+            tensor = tensor.t() if transposed else tensor
+            for name, part in zip(names, tensor.split(sizes) if sizes else (tensor,)):
                 state_dict[prefix + name] = part
 
 
-def _join_fused(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
-    """Load hook: join the spec's names into the fused parameter."""
-    for fused, (names, sizes) in module._fused.items():
+def _from_spec_layout(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+    """Load hook: the spec's names and layout back into the stored parameters."""
+    for stored, (names, sizes, transposed) in module._stored.items():
         keys = [prefix + name for name in names]
         if all(k in state_dict for k in keys):
-            state_dict[prefix + fused] = torch.cat([state_dict.pop(k) for k in keys])
+            tensor = torch.cat([state_dict.pop(k) for k in keys])
+            state_dict[prefix + stored] = tensor.t() if transposed else tensor
+
+
+def _linear_t(x: torch.Tensor, weight_t: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """`linear` with the weight stored [in, out]: one x @ W (+ bias) over the flattened leading axes."""
+    flat = x.reshape(-1, x.size(-1))
+    out = torch.addmm(bias, flat, weight_t) if bias is not None else flat @ weight_t
+    return out.view(*x.shape[:-1], weight_t.size(-1))
 
 
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
@@ -171,31 +180,33 @@ class Block(nn.Module):
         super().__init__()
         self.config = cfg = config
         self.attn_norm_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  gpt_decoder.snf:36
-        self.o_weight = nn.Parameter(torch.empty(cfg.n_embd, cfg.n_embd))  # [D, D]  gpt_decoder.snf:40
+        self.o_weight_t = nn.Parameter(torch.empty(cfg.n_embd, cfg.n_embd))  # o_weight [D, D], stored transposed  gpt_decoder.snf:40
         self.mlp_norm_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  gpt_decoder.snf:41
-        self.down_weight = nn.Parameter(torch.empty(cfg.n_embd, cfg.mlp_hidden))  # [D, mlp_hidden]  gpt_decoder.snf:44
-        self.qkv_weight = nn.Parameter(torch.empty(3*cfg.n_embd, cfg.n_embd))  # q_weight, k_weight, v_weight stacked on axis 0
-        self.gateup_weight = nn.Parameter(torch.empty(2*cfg.mlp_hidden, cfg.n_embd))  # gate_weight, up_weight stacked on axis 0
-        # fused parameters: name -> (the spec's names of the parts, their sizes on axis 0)
-        self._fused = {
-            'qkv_weight': (('q_weight', 'k_weight', 'v_weight'), (cfg.n_embd, cfg.n_embd, cfg.n_embd)),
-            'gateup_weight': (('gate_weight', 'up_weight'), (cfg.mlp_hidden, cfg.mlp_hidden)),
+        self.down_weight_t = nn.Parameter(torch.empty(cfg.mlp_hidden, cfg.n_embd))  # down_weight [D, mlp_hidden], stored transposed  gpt_decoder.snf:44
+        self.qkv_weight_t = nn.Parameter(torch.empty(cfg.n_embd, 3*cfg.n_embd))  # q_weight, k_weight, v_weight stacked on axis 1, stored transposed
+        self.gateup_weight_t = nn.Parameter(torch.empty(cfg.n_embd, 2*cfg.mlp_hidden))  # gate_weight, up_weight stacked on axis 1, stored transposed
+        # parameters stored unlike the spec: name -> (the spec's names, sizes of the fused parts, transposed)
+        self._stored = {
+            'qkv_weight_t': (('q_weight', 'k_weight', 'v_weight'), (cfg.n_embd, cfg.n_embd, cfg.n_embd,), True),
+            'gateup_weight_t': (('gate_weight', 'up_weight'), (cfg.mlp_hidden, cfg.mlp_hidden,), True),
+            'o_weight_t': (('o_weight',), None, True),
+            'down_weight_t': (('down_weight',), None, True),
         }
-        self.register_state_dict_post_hook(_split_fused)
-        self.register_load_state_dict_pre_hook(_join_fused)
+        self.register_state_dict_post_hook(_to_spec_layout)
+        self.register_load_state_dict_pre_hook(_from_spec_layout)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         cfg = self.config
         nn.init.ones_(self.attn_norm_weight)
-        nn.init.normal_(self.o_weight, mean=0.0, std=cfg.residual_std)
+        nn.init.normal_(self.o_weight_t.t(), mean=0.0, std=cfg.residual_std)
         nn.init.ones_(self.mlp_norm_weight)
-        nn.init.normal_(self.down_weight, mean=0.0, std=cfg.residual_std)
-        parts = dict(zip(('q_weight', 'k_weight', 'v_weight'), self.qkv_weight.split(self._fused['qkv_weight'][1])))
+        nn.init.normal_(self.down_weight_t.t(), mean=0.0, std=cfg.residual_std)
+        parts = dict(zip(('q_weight', 'k_weight', 'v_weight'), self.qkv_weight_t.t().split(self._stored['qkv_weight_t'][1])))
         nn.init.normal_(parts['q_weight'], mean=0.0, std=0.02)
         nn.init.normal_(parts['k_weight'], mean=0.0, std=0.02)
         nn.init.normal_(parts['v_weight'], mean=0.0, std=0.02)
-        parts = dict(zip(('gate_weight', 'up_weight'), self.gateup_weight.split(self._fused['gateup_weight'][1])))
+        parts = dict(zip(('gate_weight', 'up_weight'), self.gateup_weight_t.t().split(self._stored['gateup_weight_t'][1])))
         nn.init.normal_(parts['gate_weight'], mean=0.0, std=0.02)
         nn.init.normal_(parts['up_weight'], mean=0.0, std=0.02)
 
@@ -205,17 +216,17 @@ class Block(nn.Module):
         B, T, _ = x.shape
         h = F.rms_norm(x, (cfg.n_embd,), self.attn_norm_weight, cfg.norm_eps)  # [B, T, D]  gpt_decoder.snf:60
         # one matmul for q_weight, k_weight, v_weight
-        q, k, v = F.linear(h, self.qkv_weight).split(cfg.n_embd, dim=-1)  # [B, T, D] [B, T, D] [B, T, D]  gpt_decoder.snf:61
+        q, k, v = _linear_t(h, self.qkv_weight_t, None).split(cfg.n_embd, dim=-1)  # [B, T, D] [B, T, D] [B, T, D]  gpt_decoder.snf:61
         k_new = _rope(k.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base)  # [B, T, H, head_dim]  gpt_decoder.snf:65
         v_new = v.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  gpt_decoder.snf:66
         k_all = _cache_cat(past_keys, k_new, cache_position) if past_keys is not None else k_new  # [B, T + T_past, H, head_dim]  gpt_decoder.snf:67
         v_all = _cache_cat(past_values, v_new, cache_position) if past_keys is not None else v_new  # [B, T + T_past, H, head_dim]  gpt_decoder.snf:68
         attn = _attention(_rope(q.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base).transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True, dropout_p=(cfg.attn_dropout if self.training else 0.0), cache_position=cache_position).transpose(1, 2)  # [B, T, H, head_dim]  gpt_decoder.snf:71
-        x = x + F.linear(attn.reshape(B, T, cfg.n_embd), self.o_weight)  # [B, T, D]  gpt_decoder.snf:73
+        x = x + _linear_t(attn.reshape(B, T, cfg.n_embd), self.o_weight_t, None)  # [B, T, D]  gpt_decoder.snf:73
         m = F.rms_norm(x, (cfg.n_embd,), self.mlp_norm_weight, cfg.norm_eps)  # [B, T, D]  gpt_decoder.snf:75
         # one matmul for gate_weight, up_weight
-        gate, up = F.linear(m, self.gateup_weight).split(cfg.mlp_hidden, dim=-1)  # [B, T, mlp_hidden] [B, T, mlp_hidden]  gpt_decoder.snf:76
-        mlp_out = F.linear(F.silu(gate) * up, self.down_weight)  # [B, T, D]  gpt_decoder.snf:78
+        gate, up = _linear_t(m, self.gateup_weight_t, None).split(cfg.mlp_hidden, dim=-1)  # [B, T, mlp_hidden] [B, T, mlp_hidden]  gpt_decoder.snf:76
+        mlp_out = _linear_t(F.silu(gate) * up, self.down_weight_t, None)  # [B, T, D]  gpt_decoder.snf:78
         if cfg.mlp_dropout > 0:
             mlp_out = F.dropout(mlp_out, p=cfg.mlp_dropout, training=self.training)  # [B, T, D]  gpt_decoder.snf:79
         x = x + mlp_out  # [B, T, D]  gpt_decoder.snf:80

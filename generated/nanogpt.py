@@ -71,21 +71,30 @@ def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, sizes: Optio
         raise ValueError(f"input {name} must be {shape}, got {got}")
 
 
-def _split_fused(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
-    """State-dict hook: save fused parameters under the spec's names."""
-    for fused, (names, sizes) in module._fused.items():
-        tensor = state_dict.pop(prefix + fused, None)
+def _to_spec_layout(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
+    """State-dict hook: save fused or transposed parameters under the spec's names and layout."""
+    for stored, (names, sizes, transposed) in module._stored.items():
+        tensor = state_dict.pop(prefix + stored, None)
         if tensor is not None:
-            for name, part in zip(names, tensor.split(sizes)):
+            tensor = tensor.t() if transposed else tensor
+            for name, part in zip(names, tensor.split(sizes) if sizes else (tensor,)):
                 state_dict[prefix + name] = part
 
 
-def _join_fused(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
-    """Load hook: join the spec's names into the fused parameter."""
-    for fused, (names, sizes) in module._fused.items():
+def _from_spec_layout(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+    """Load hook: the spec's names and layout back into the stored parameters."""
+    for stored, (names, sizes, transposed) in module._stored.items():
         keys = [prefix + name for name in names]
         if all(k in state_dict for k in keys):
-            state_dict[prefix + fused] = torch.cat([state_dict.pop(k) for k in keys])
+            tensor = torch.cat([state_dict.pop(k) for k in keys])
+            state_dict[prefix + stored] = tensor.t() if transposed else tensor
+
+
+def _linear_t(x: torch.Tensor, weight_t: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """`linear` with the weight stored [in, out]: one x @ W (+ bias) over the flattened leading axes."""
+    flat = x.reshape(-1, x.size(-1))
+    out = torch.addmm(bias, flat, weight_t) if bias is not None else flat @ weight_t
+    return out.view(*x.shape[:-1], weight_t.size(-1))
 
 
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
@@ -147,23 +156,26 @@ class Block(nn.Module):
         self.config = cfg = config
         self.ln1_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  nanogpt.snf:38
         self.ln1_bias = nn.Parameter(torch.empty(cfg.n_embd)) if cfg.bias else None  # [D]  nanogpt.snf:39
-        self.attn_proj_weight = nn.Parameter(torch.empty(cfg.n_embd, cfg.n_embd))  # [D, D]  nanogpt.snf:46
+        self.attn_proj_weight_t = nn.Parameter(torch.empty(cfg.n_embd, cfg.n_embd))  # attn_proj_weight [D, D], stored transposed  nanogpt.snf:46
         self.attn_proj_bias = nn.Parameter(torch.empty(cfg.n_embd)) if cfg.bias else None  # [D]  nanogpt.snf:47
         self.ln2_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  nanogpt.snf:49
         self.ln2_bias = nn.Parameter(torch.empty(cfg.n_embd)) if cfg.bias else None  # [D]  nanogpt.snf:50
-        self.mlp_fc_weight = nn.Parameter(torch.empty(4*cfg.n_embd, cfg.n_embd))  # [4*D, D]  nanogpt.snf:51
+        self.mlp_fc_weight_t = nn.Parameter(torch.empty(cfg.n_embd, 4*cfg.n_embd))  # mlp_fc_weight [4*D, D], stored transposed  nanogpt.snf:51
         self.mlp_fc_bias = nn.Parameter(torch.empty(4*cfg.n_embd)) if cfg.bias else None  # [4*D]  nanogpt.snf:52
-        self.mlp_proj_weight = nn.Parameter(torch.empty(cfg.n_embd, 4*cfg.n_embd))  # [D, 4*D]  nanogpt.snf:53
+        self.mlp_proj_weight_t = nn.Parameter(torch.empty(4*cfg.n_embd, cfg.n_embd))  # mlp_proj_weight [D, 4*D], stored transposed  nanogpt.snf:53
         self.mlp_proj_bias = nn.Parameter(torch.empty(cfg.n_embd)) if cfg.bias else None  # [D]  nanogpt.snf:54
-        self.attn_qkv_weight = nn.Parameter(torch.empty(3*cfg.n_embd, cfg.n_embd))  # attn_q_weight, attn_k_weight, attn_v_weight stacked on axis 0
+        self.attn_qkv_weight_t = nn.Parameter(torch.empty(cfg.n_embd, 3*cfg.n_embd))  # attn_q_weight, attn_k_weight, attn_v_weight stacked on axis 1, stored transposed
         self.attn_qkv_bias = nn.Parameter(torch.empty(3*cfg.n_embd)) if cfg.bias else None  # attn_q_bias, attn_k_bias, attn_v_bias stacked on axis 0
-        # fused parameters: name -> (the spec's names of the parts, their sizes on axis 0)
-        self._fused = {
-            'attn_qkv_weight': (('attn_q_weight', 'attn_k_weight', 'attn_v_weight'), (cfg.n_embd, cfg.n_embd, cfg.n_embd)),
-            'attn_qkv_bias': (('attn_q_bias', 'attn_k_bias', 'attn_v_bias'), (cfg.n_embd, cfg.n_embd, cfg.n_embd)),
+        # parameters stored unlike the spec: name -> (the spec's names, sizes of the fused parts, transposed)
+        self._stored = {
+            'attn_qkv_weight_t': (('attn_q_weight', 'attn_k_weight', 'attn_v_weight'), (cfg.n_embd, cfg.n_embd, cfg.n_embd,), True),
+            'attn_qkv_bias': (('attn_q_bias', 'attn_k_bias', 'attn_v_bias'), (cfg.n_embd, cfg.n_embd, cfg.n_embd,), False),
+            'attn_proj_weight_t': (('attn_proj_weight',), None, True),
+            'mlp_fc_weight_t': (('mlp_fc_weight',), None, True),
+            'mlp_proj_weight_t': (('mlp_proj_weight',), None, True),
         }
-        self.register_state_dict_post_hook(_split_fused)
-        self.register_load_state_dict_pre_hook(_join_fused)
+        self.register_state_dict_post_hook(_to_spec_layout)
+        self.register_load_state_dict_pre_hook(_from_spec_layout)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -171,24 +183,24 @@ class Block(nn.Module):
         nn.init.ones_(self.ln1_weight)
         if self.ln1_bias is not None:
             nn.init.zeros_(self.ln1_bias)
-        nn.init.normal_(self.attn_proj_weight, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        nn.init.normal_(self.attn_proj_weight_t.t(), mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
         if self.attn_proj_bias is not None:
             nn.init.zeros_(self.attn_proj_bias)
         nn.init.ones_(self.ln2_weight)
         if self.ln2_bias is not None:
             nn.init.zeros_(self.ln2_bias)
-        nn.init.normal_(self.mlp_fc_weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.mlp_fc_weight_t.t(), mean=0.0, std=0.02)
         if self.mlp_fc_bias is not None:
             nn.init.zeros_(self.mlp_fc_bias)
-        nn.init.normal_(self.mlp_proj_weight, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        nn.init.normal_(self.mlp_proj_weight_t.t(), mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
         if self.mlp_proj_bias is not None:
             nn.init.zeros_(self.mlp_proj_bias)
-        parts = dict(zip(('attn_q_weight', 'attn_k_weight', 'attn_v_weight'), self.attn_qkv_weight.split(self._fused['attn_qkv_weight'][1])))
+        parts = dict(zip(('attn_q_weight', 'attn_k_weight', 'attn_v_weight'), self.attn_qkv_weight_t.t().split(self._stored['attn_qkv_weight_t'][1])))
         nn.init.normal_(parts['attn_q_weight'], mean=0.0, std=0.02)
         nn.init.normal_(parts['attn_k_weight'], mean=0.0, std=0.02)
         nn.init.normal_(parts['attn_v_weight'], mean=0.0, std=0.02)
         if self.attn_qkv_bias is not None:
-            parts = dict(zip(('attn_q_bias', 'attn_k_bias', 'attn_v_bias'), self.attn_qkv_bias.split(self._fused['attn_qkv_bias'][1])))
+            parts = dict(zip(('attn_q_bias', 'attn_k_bias', 'attn_v_bias'), self.attn_qkv_bias.split(self._stored['attn_qkv_bias'][1])))
             nn.init.zeros_(parts['attn_q_bias'])
             nn.init.zeros_(parts['attn_k_bias'])
             nn.init.zeros_(parts['attn_v_bias'])
@@ -199,19 +211,19 @@ class Block(nn.Module):
         B, T, _ = x.shape
         x_norm = F.layer_norm(x, (cfg.n_embd,), self.ln1_weight, self.ln1_bias, 1e-05)  # [B, T, D]  nanogpt.snf:78
         # one matmul for attn_q_weight, attn_k_weight, attn_v_weight
-        q, k, v = F.linear(x_norm, self.attn_qkv_weight, self.attn_qkv_bias).split(cfg.n_embd, dim=-1)  # [B, T, D] [B, T, D] [B, T, D]  nanogpt.snf:79
+        q, k, v = _linear_t(x_norm, self.attn_qkv_weight_t, self.attn_qkv_bias).split(cfg.n_embd, dim=-1)  # [B, T, D] [B, T, D] [B, T, D]  nanogpt.snf:79
         k_head = k.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  nanogpt.snf:82
         v_head = v.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  nanogpt.snf:83
         k_full = _cache_cat(past_keys, k_head, cache_position) if past_keys is not None else k_head  # [B, T_total, H, head_dim]  nanogpt.snf:84
         v_full = _cache_cat(past_values, v_head, cache_position) if past_values is not None else v_head  # [B, T_total, H, head_dim]  nanogpt.snf:85
         attn_output = _attention(q.reshape(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2), k_full.transpose(1, 2), v_full.transpose(1, 2), None, causal=True, dropout_p=(cfg.dropout if self.training else 0.0), cache_position=cache_position).transpose(1, 2)  # [B, T, H, head_dim]  nanogpt.snf:88
-        attn_proj = F.linear(attn_output.reshape(B, T, cfg.n_embd), self.attn_proj_weight, self.attn_proj_bias)  # [B, T, D]  nanogpt.snf:95
+        attn_proj = _linear_t(attn_output.reshape(B, T, cfg.n_embd), self.attn_proj_weight_t, self.attn_proj_bias)  # [B, T, D]  nanogpt.snf:95
         if cfg.dropout > 0:
             attn_proj = F.dropout(attn_proj, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:96
         x = x + attn_proj  # [B, T, D]  nanogpt.snf:97
         x_norm_mlp = F.layer_norm(x, (cfg.n_embd,), self.ln2_weight, self.ln2_bias, 1e-05)  # [B, T, D]  nanogpt.snf:99
-        mlp_hidden = F.gelu(F.linear(x_norm_mlp, self.mlp_fc_weight, self.mlp_fc_bias), approximate='tanh')  # [B, T, 4*D]  nanogpt.snf:100
-        mlp_out = F.linear(mlp_hidden, self.mlp_proj_weight, self.mlp_proj_bias)  # [B, T, D]  nanogpt.snf:101
+        mlp_hidden = F.gelu(_linear_t(x_norm_mlp, self.mlp_fc_weight_t, self.mlp_fc_bias), approximate='tanh')  # [B, T, 4*D]  nanogpt.snf:100
+        mlp_out = _linear_t(mlp_hidden, self.mlp_proj_weight_t, self.mlp_proj_bias)  # [B, T, D]  nanogpt.snf:101
         if cfg.dropout > 0:
             mlp_out = F.dropout(mlp_out, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:102
         x = x + mlp_out  # [B, T, D]  nanogpt.snf:103
@@ -234,8 +246,14 @@ class Model(nn.Module):
         self.position_embedding = nn.Parameter(torch.empty(cfg.block_size, cfg.n_embd))  # [block_size, D]  nanogpt.snf:36
         self.ln_f_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  nanogpt.snf:56
         self.ln_f_bias = nn.Parameter(torch.empty(cfg.n_embd)) if cfg.bias else None  # [D]  nanogpt.snf:57
-        self.lm_head_weight = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_embd))  # [vocab_size, D]  nanogpt.snf:58
+        self.lm_head_weight_t = nn.Parameter(torch.empty(cfg.n_embd, cfg.vocab_size))  # lm_head_weight [vocab_size, D], stored transposed  nanogpt.snf:58
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        # parameters stored unlike the spec: name -> (the spec's names, sizes of the fused parts, transposed)
+        self._stored = {
+            'lm_head_weight_t': (('lm_head_weight',), None, True),
+        }
+        self.register_state_dict_post_hook(_to_spec_layout)
+        self.register_load_state_dict_pre_hook(_from_spec_layout)
         self.reset_parameters()
 
     @torch.no_grad()
@@ -247,7 +265,7 @@ class Model(nn.Module):
         nn.init.ones_(self.ln_f_weight)
         if self.ln_f_bias is not None:
             nn.init.zeros_(self.ln_f_bias)
-        nn.init.normal_(self.lm_head_weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.lm_head_weight_t.t(), mean=0.0, std=0.02)
         for layer in self.layers:
             layer.reset_parameters()
 
@@ -283,7 +301,7 @@ class Model(nn.Module):
             new_keys[l] = new_keys_layer  # nanogpt.snf:86
             new_values[l] = new_values_layer  # nanogpt.snf:87
         x_final = F.layer_norm(x, (cfg.n_embd,), self.ln_f_weight, self.ln_f_bias, 1e-05)  # [B, T, D]  nanogpt.snf:106
-        logits = F.linear(x_final, self.lm_head_weight)  # [B, T, vocab_size]  nanogpt.snf:107
+        logits = _linear_t(x_final, self.lm_head_weight_t, None)  # [B, T, vocab_size]  nanogpt.snf:107
         return Output(logits, new_keys, new_values)
 
     @torch.no_grad()

@@ -65,6 +65,32 @@ def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, sizes: Optio
         raise ValueError(f"input {name} must be {shape}, got {got}")
 
 
+def _to_spec_layout(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
+    """State-dict hook: save fused or transposed parameters under the spec's names and layout."""
+    for stored, (names, sizes, transposed) in module._stored.items():
+        tensor = state_dict.pop(prefix + stored, None)
+        if tensor is not None:
+            tensor = tensor.t() if transposed else tensor
+            for name, part in zip(names, tensor.split(sizes) if sizes else (tensor,)):
+                state_dict[prefix + name] = part
+
+
+def _from_spec_layout(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+    """Load hook: the spec's names and layout back into the stored parameters."""
+    for stored, (names, sizes, transposed) in module._stored.items():
+        keys = [prefix + name for name in names]
+        if all(k in state_dict for k in keys):
+            tensor = torch.cat([state_dict.pop(k) for k in keys])
+            state_dict[prefix + stored] = tensor.t() if transposed else tensor
+
+
+def _linear_t(x: torch.Tensor, weight_t: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """`linear` with the weight stored [in, out]: one x @ W (+ bias) over the flattened leading axes."""
+    flat = x.reshape(-1, x.size(-1))
+    out = torch.addmm(bias, flat, weight_t) if bias is not None else flat @ weight_t
+    return out.view(*x.shape[:-1], weight_t.size(-1))
+
+
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
                cache_position: Optional[torch.Tensor] = None):
     """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask and/or a bottom-right causal mask.
@@ -116,39 +142,50 @@ class Block(nn.Module):
         self.config = cfg = config
         self.θ_ln_attn_weight = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:51
         self.θ_ln_attn_bias = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:51
-        self.θ_attn_Wq = nn.Parameter(torch.empty(cfg.D, cfg.D))  # [D, D]  nanogpt_model.snf:37
+        self.θ_attn_Wq_t = nn.Parameter(torch.empty(cfg.D, cfg.D))  # θ_attn_Wq [D, D], stored transposed  nanogpt_model.snf:37
         self.θ_attn_bq = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:37
-        self.θ_attn_Wk = nn.Parameter(torch.empty(cfg.D, cfg.D))  # [D, D]  nanogpt_model.snf:38
+        self.θ_attn_Wk_t = nn.Parameter(torch.empty(cfg.D, cfg.D))  # θ_attn_Wk [D, D], stored transposed  nanogpt_model.snf:38
         self.θ_attn_bk = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:38
-        self.θ_attn_Wv = nn.Parameter(torch.empty(cfg.D, cfg.D))  # [D, D]  nanogpt_model.snf:39
+        self.θ_attn_Wv_t = nn.Parameter(torch.empty(cfg.D, cfg.D))  # θ_attn_Wv [D, D], stored transposed  nanogpt_model.snf:39
         self.θ_attn_bv = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:39
-        self.θ_attn_Wo = nn.Parameter(torch.empty(cfg.D, cfg.D))  # [D, D]  nanogpt_model.snf:42
+        self.θ_attn_Wo_t = nn.Parameter(torch.empty(cfg.D, cfg.D))  # θ_attn_Wo [D, D], stored transposed  nanogpt_model.snf:42
         self.θ_attn_bo = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:42
         self.θ_ln_mlp_weight = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:52
         self.θ_ln_mlp_bias = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:52
-        self.θ_mlp_W_fc = nn.Parameter(torch.empty(4*cfg.D, cfg.D))  # [4*D, D]  nanogpt_model.snf:46
+        self.θ_mlp_W_fc_t = nn.Parameter(torch.empty(cfg.D, 4*cfg.D))  # θ_mlp_W_fc [4*D, D], stored transposed  nanogpt_model.snf:46
         self.θ_mlp_b_fc = nn.Parameter(torch.empty(4*cfg.D))  # [4*D]  nanogpt_model.snf:46
-        self.θ_mlp_W_proj = nn.Parameter(torch.empty(cfg.D, 4*cfg.D))  # [D, 4*D]  nanogpt_model.snf:47
+        self.θ_mlp_W_proj_t = nn.Parameter(torch.empty(4*cfg.D, cfg.D))  # θ_mlp_W_proj [D, 4*D], stored transposed  nanogpt_model.snf:47
         self.θ_mlp_b_proj = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:47
+        # parameters stored unlike the spec: name -> (the spec's names, sizes of the fused parts, transposed)
+        self._stored = {
+            'θ_attn_Wq_t': (('θ_attn_Wq',), None, True),
+            'θ_attn_Wk_t': (('θ_attn_Wk',), None, True),
+            'θ_attn_Wv_t': (('θ_attn_Wv',), None, True),
+            'θ_attn_Wo_t': (('θ_attn_Wo',), None, True),
+            'θ_mlp_W_fc_t': (('θ_mlp_W_fc',), None, True),
+            'θ_mlp_W_proj_t': (('θ_mlp_W_proj',), None, True),
+        }
+        self.register_state_dict_post_hook(_to_spec_layout)
+        self.register_load_state_dict_pre_hook(_from_spec_layout)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         cfg = self.config
         nn.init.ones_(self.θ_ln_attn_weight)
         nn.init.zeros_(self.θ_ln_attn_bias)
-        nn.init.normal_(self.θ_attn_Wq, mean=0.0, std=0.02)
+        nn.init.normal_(self.θ_attn_Wq_t.t(), mean=0.0, std=0.02)
         nn.init.zeros_(self.θ_attn_bq)
-        nn.init.normal_(self.θ_attn_Wk, mean=0.0, std=0.02)
+        nn.init.normal_(self.θ_attn_Wk_t.t(), mean=0.0, std=0.02)
         nn.init.zeros_(self.θ_attn_bk)
-        nn.init.normal_(self.θ_attn_Wv, mean=0.0, std=0.02)
+        nn.init.normal_(self.θ_attn_Wv_t.t(), mean=0.0, std=0.02)
         nn.init.zeros_(self.θ_attn_bv)
-        nn.init.normal_(self.θ_attn_Wo, mean=0.0, std=0.02)
+        nn.init.normal_(self.θ_attn_Wo_t.t(), mean=0.0, std=0.02)
         nn.init.zeros_(self.θ_attn_bo)
         nn.init.ones_(self.θ_ln_mlp_weight)
         nn.init.zeros_(self.θ_ln_mlp_bias)
-        nn.init.normal_(self.θ_mlp_W_fc, mean=0.0, std=0.02)
+        nn.init.normal_(self.θ_mlp_W_fc_t.t(), mean=0.0, std=0.02)
         nn.init.zeros_(self.θ_mlp_b_fc)
-        nn.init.normal_(self.θ_mlp_W_proj, mean=0.0, std=0.02)
+        nn.init.normal_(self.θ_mlp_W_proj_t.t(), mean=0.0, std=0.02)
         nn.init.zeros_(self.θ_mlp_b_proj)
 
     @_hot_path
@@ -157,14 +194,14 @@ class Block(nn.Module):
         B, T, _ = h.shape
         x = h  # [B, T, D]  nanogpt_model.snf:50
         attention_x = F.layer_norm(x, (cfg.D,), self.θ_ln_attn_weight, self.θ_ln_attn_bias, 1e-05)  # [B, T, D]  nanogpt_model.snf:51
-        q = F.linear(attention_x, self.θ_attn_Wq, self.θ_attn_bq).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:37
-        k = F.linear(attention_x, self.θ_attn_Wk, self.θ_attn_bk).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:38
-        v = F.linear(attention_x, self.θ_attn_Wv, self.θ_attn_bv).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:39
+        q = _linear_t(attention_x, self.θ_attn_Wq_t, self.θ_attn_bq).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:37
+        k = _linear_t(attention_x, self.θ_attn_Wk_t, self.θ_attn_bk).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:38
+        v = _linear_t(attention_x, self.θ_attn_Wv_t, self.θ_attn_bv).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:39
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, scale=1 / math.sqrt(cfg.D // cfg.H)).transpose(1, 2).reshape(B, T, cfg.D)  # [B, T, D]  nanogpt_model.snf:41
-        x = x + F.linear(o, self.θ_attn_Wo, self.θ_attn_bo)  # [B, T, D]  nanogpt_model.snf:51
+        x = x + _linear_t(o, self.θ_attn_Wo_t, self.θ_attn_bo)  # [B, T, D]  nanogpt_model.snf:51
         mlp_x = F.layer_norm(x, (cfg.D,), self.θ_ln_mlp_weight, self.θ_ln_mlp_bias, 1e-05)  # [B, T, D]  nanogpt_model.snf:52
-        u = F.linear(mlp_x, self.θ_mlp_W_fc, self.θ_mlp_b_fc)  # [B, T, 4*D]  nanogpt_model.snf:46
-        h = x + F.linear(F.gelu(u), self.θ_mlp_W_proj, self.θ_mlp_b_proj)  # [B, T, D]  nanogpt_model.snf:52
+        u = _linear_t(mlp_x, self.θ_mlp_W_fc_t, self.θ_mlp_b_fc)  # [B, T, 4*D]  nanogpt_model.snf:46
+        h = x + _linear_t(F.gelu(u), self.θ_mlp_W_proj_t, self.θ_mlp_b_proj)  # [B, T, D]  nanogpt_model.snf:52
         return h
 
 

@@ -75,6 +75,32 @@ def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, sizes: Optio
         raise ValueError(f"input {name} must be {shape}, got {got}")
 
 
+def _to_spec_layout(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
+    """State-dict hook: save fused or transposed parameters under the spec's names and layout."""
+    for stored, (names, sizes, transposed) in module._stored.items():
+        tensor = state_dict.pop(prefix + stored, None)
+        if tensor is not None:
+            tensor = tensor.t() if transposed else tensor
+            for name, part in zip(names, tensor.split(sizes) if sizes else (tensor,)):
+                state_dict[prefix + name] = part
+
+
+def _from_spec_layout(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+    """Load hook: the spec's names and layout back into the stored parameters."""
+    for stored, (names, sizes, transposed) in module._stored.items():
+        keys = [prefix + name for name in names]
+        if all(k in state_dict for k in keys):
+            tensor = torch.cat([state_dict.pop(k) for k in keys])
+            state_dict[prefix + stored] = tensor.t() if transposed else tensor
+
+
+def _linear_t(x: torch.Tensor, weight_t: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """`linear` with the weight stored [in, out]: one x @ W (+ bias) over the flattened leading axes."""
+    flat = x.reshape(-1, x.size(-1))
+    out = torch.addmm(bias, flat, weight_t) if bias is not None else flat @ weight_t
+    return out.view(*x.shape[:-1], weight_t.size(-1))
+
+
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
                cache_position: Optional[torch.Tensor] = None):
     """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask and/or a bottom-right causal mask.
@@ -120,31 +146,40 @@ class Block(nn.Module):
         self.config = cfg = config
         self.ln1_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  snowflake_core.snf:26
         self.ln1_bias = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  snowflake_core.snf:27
-        self.qkv_weight = nn.Parameter(torch.empty(3*cfg.n_embd, cfg.n_embd))  # [3*D, D]  snowflake_core.snf:28
+        self.qkv_weight_t = nn.Parameter(torch.empty(cfg.n_embd, 3*cfg.n_embd))  # qkv_weight [3*D, D], stored transposed  snowflake_core.snf:28
         self.qkv_bias = nn.Parameter(torch.empty(3*cfg.n_embd))  # [3*D]  snowflake_core.snf:29
-        self.wo_weight = nn.Parameter(torch.empty(cfg.n_embd, cfg.n_embd))  # [D, D]  snowflake_core.snf:30
+        self.wo_weight_t = nn.Parameter(torch.empty(cfg.n_embd, cfg.n_embd))  # wo_weight [D, D], stored transposed  snowflake_core.snf:30
         self.wo_bias = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  snowflake_core.snf:31
         self.ln2_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  snowflake_core.snf:32
         self.ln2_bias = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  snowflake_core.snf:33
-        self.ff1_weight = nn.Parameter(torch.empty(cfg.d_ff, cfg.n_embd))  # [d_ff, D]  snowflake_core.snf:34
+        self.ff1_weight_t = nn.Parameter(torch.empty(cfg.n_embd, cfg.d_ff))  # ff1_weight [d_ff, D], stored transposed  snowflake_core.snf:34
         self.ff1_bias = nn.Parameter(torch.empty(cfg.d_ff))  # [d_ff]  snowflake_core.snf:35
-        self.ff2_weight = nn.Parameter(torch.empty(cfg.n_embd, cfg.d_ff))  # [D, d_ff]  snowflake_core.snf:36
+        self.ff2_weight_t = nn.Parameter(torch.empty(cfg.d_ff, cfg.n_embd))  # ff2_weight [D, d_ff], stored transposed  snowflake_core.snf:36
         self.ff2_bias = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  snowflake_core.snf:37
+        # parameters stored unlike the spec: name -> (the spec's names, sizes of the fused parts, transposed)
+        self._stored = {
+            'qkv_weight_t': (('qkv_weight',), None, True),
+            'wo_weight_t': (('wo_weight',), None, True),
+            'ff1_weight_t': (('ff1_weight',), None, True),
+            'ff2_weight_t': (('ff2_weight',), None, True),
+        }
+        self.register_state_dict_post_hook(_to_spec_layout)
+        self.register_load_state_dict_pre_hook(_from_spec_layout)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         cfg = self.config
         nn.init.ones_(self.ln1_weight)
         nn.init.zeros_(self.ln1_bias)
-        nn.init.normal_(self.qkv_weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.qkv_weight_t.t(), mean=0.0, std=0.02)
         nn.init.zeros_(self.qkv_bias)
-        nn.init.normal_(self.wo_weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.wo_weight_t.t(), mean=0.0, std=0.02)
         nn.init.zeros_(self.wo_bias)
         nn.init.ones_(self.ln2_weight)
         nn.init.zeros_(self.ln2_bias)
-        nn.init.normal_(self.ff1_weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.ff1_weight_t.t(), mean=0.0, std=0.02)
         nn.init.zeros_(self.ff1_bias)
-        nn.init.normal_(self.ff2_weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.ff2_weight_t.t(), mean=0.0, std=0.02)
         nn.init.zeros_(self.ff2_bias)
 
     @_hot_path
@@ -152,19 +187,19 @@ class Block(nn.Module):
         cfg = self.config
         B, T, _ = x.shape
         h = F.layer_norm(x, (cfg.n_embd,), self.ln1_weight, self.ln1_bias, 1e-05)  # [B, T, D]  snowflake_core.snf:52
-        qkv = F.linear(h, self.qkv_weight, self.qkv_bias)  # [B, T, 3*D]  snowflake_core.snf:53
+        qkv = _linear_t(h, self.qkv_weight_t, self.qkv_bias)  # [B, T, 3*D]  snowflake_core.snf:53
         q = qkv[:, :, 0:cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  snowflake_core.snf:54
         k = qkv[:, :, cfg.n_embd:2 * cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  snowflake_core.snf:55
         v = qkv[:, :, 2 * cfg.n_embd:3 * cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  snowflake_core.snf:56
         attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False).transpose(1, 2)  # [B, T, H, head_dim]  snowflake_core.snf:57
-        attn_out = F.linear(attn.reshape(B, T, cfg.n_embd), self.wo_weight, self.wo_bias)  # [B, T, D]  snowflake_core.snf:58
+        attn_out = _linear_t(attn.reshape(B, T, cfg.n_embd), self.wo_weight_t, self.wo_bias)  # [B, T, D]  snowflake_core.snf:58
         if cfg.dropout > 0:
             attn_out = F.dropout(attn_out, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:59
         x = x + attn_out  # [B, T, D]  snowflake_core.snf:60
-        ff = F.gelu(F.linear(F.layer_norm(x, (cfg.n_embd,), self.ln2_weight, self.ln2_bias, 1e-05), self.ff1_weight, self.ff1_bias))  # [B, T, d_ff]  snowflake_core.snf:62
+        ff = F.gelu(_linear_t(F.layer_norm(x, (cfg.n_embd,), self.ln2_weight, self.ln2_bias, 1e-05), self.ff1_weight_t, self.ff1_bias))  # [B, T, d_ff]  snowflake_core.snf:62
         if cfg.dropout > 0:
             ff = F.dropout(ff, p=cfg.dropout, training=self.training)  # [B, T, d_ff]  snowflake_core.snf:63
-        ff_out = F.linear(ff, self.ff2_weight, self.ff2_bias)  # [B, T, D]  snowflake_core.snf:64
+        ff_out = _linear_t(ff, self.ff2_weight_t, self.ff2_bias)  # [B, T, D]  snowflake_core.snf:64
         if cfg.dropout > 0:
             ff_out = F.dropout(ff_out, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:66
         if cfg.dropout > 0:

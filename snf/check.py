@@ -235,7 +235,8 @@ class Checker:
               "bool": lambda v: isinstance(v, bool),
               "str": lambda v: isinstance(v, str)}[kind]
         if value is None or not ok(value):
-            self.r.error("bad-default", f"the default of a `{kind}` param must be a {kind} literal", e.span)
+            self.r.error("bad-default", f"the default of {'an' if kind == 'int' else 'a'} `{kind}` param must be "
+                         f"{'an' if kind == 'int' else 'a'} {kind} literal", e.span)
             return ir.MISSING
         return float(value) if kind == "float" else value
 
@@ -890,7 +891,8 @@ class Checker:
                          hint=f"declare it first: `let {s.name} = ...`")
             return None
         if b.kind != "local":
-            self.r.error("assign-undeclared", f"`{s.name}` is a {_KIND_NAMES.get(b.kind, b.kind)}; only `let` "
+            what = _KIND_NAMES.get(b.kind, b.kind)
+            self.r.error("assign-undeclared", f"`{s.name}` is {'an' if what[0] in 'aeiou' else 'a'} {what}; only `let` "
                          f"values can be re-assigned", s.name_span, related=(Related(b.span, "declared here"),))
             return None
         self.note_write(s.name, b)

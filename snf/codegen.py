@@ -22,7 +22,7 @@ from .codegen_data import encode_mapping, mapping_keys
 from .ops.registry import all_ops
 from .resources import resource_dir
 
-HELPERS_ORDER = ("_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat")
+HELPERS_ORDER = ("_linear_t", "_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat")
 
 
 @functools.lru_cache(maxsize=None)
@@ -108,6 +108,12 @@ class _Emitter:
             return (self.code(e.lo, 11) if e.lo is not None else "") + ":" + \
                    (self.code(e.hi, 11) if e.hi is not None else ""), 60
         if isinstance(e, ir.Op):
+            weight = e.arg("weight") if e.op == "linear" else None
+            if isinstance(weight, ir.Ref) and weight.name in self.g.transposed:
+                self.helpers.add("_linear_t")
+                bias = e.arg("bias")
+                bias_code = self.code(bias) if not (isinstance(bias, ir.Lit) and bias.value is None) else "None"
+                return f"_linear_t({self.code(e.arg('x'))}, self.{self.g.transposed[weight.name]}, {bias_code})", 50
             if self.cache_position and e.op == "concat" and self.g.is_cache_concat(e):
                 past, new = e.arg("tensors").items
                 self.helpers.add("_cache_cat")
@@ -190,8 +196,13 @@ class _Emitter:
         bias = f", self.{self.g.attr(s.fused_bias)}" if s.fused_bias else ""
         shapes = " ".join(self.g.show(t.shape) for t in s.tys if isinstance(t, TensorT))
         self.emit(f"# one matmul for {', '.join(s.weights)}", indent)
-        self.emit(f"{targets} = F.linear({self.code(s.input)}, self.{self.g.attr(s.fused_weight)}{bias})"
-                  f".split({sizes}, dim=-1)  # {shapes}  {self.g.spec_file}:{s.span.line}", indent)
+        if all(w in self.g.transposed for w in s.weights):
+            self.helpers.add("_linear_t")
+            call = (f"_linear_t({self.code(s.input)}, self.{self.g.fused_attr(s.fused_weight, True)}, "
+                    f"{f'self.{self.g.attr(s.fused_bias)}' if s.fused_bias else 'None'})")
+        else:
+            call = f"F.linear({self.code(s.input)}, self.{self.g.attr(s.fused_weight)}{bias})"
+        self.emit(f"{targets} = {call}.split({sizes}, dim=-1)  # {shapes}  {self.g.spec_file}:{s.span.line}", indent)
 
 
 class _LowerCtx:
@@ -276,10 +287,13 @@ class Generator:
         for d in m.derived:
             if d.alias_of is None:
                 self.cfg_names.name(d.name)
-        attrs = set(module_attribute_names()) | {"config", "layers", "blocks", "_fused"}
+        attrs = set(module_attribute_names()) | {"config", "layers", "blocks", "_stored"}
         self.attrs = Namespace(attrs, attribute=True)
         for p in m.params + m.buffers:
             self.attrs.name(p.name)
+        # weights used only by `linear` are stored [in, out]: CPU BLAS multiplies x @ W faster than
+        # x @ W.T (HF's GPT-2 Conv1D layout); state dicts keep the spec's [out, in]
+        self.transposed = {name: self.attrs.fresh(self.attrs.name(name) + "_t") for name in _linear_only(m)}
 
     def _all_runtime(self) -> set:
         out = set()
@@ -338,6 +352,11 @@ class Generator:
         for t in tensors:
             attr = self.attr(t.name)
             shape = self.param_shape_code(em, t, stacked)
+            if t.name in self.transposed:
+                out, inn = (t.ty.shape[1:] if stacked else t.ty.shape)
+                lines.append(f"self.{self.transposed[t.name]} = nn.Parameter(torch.empty({em.dim(inn)}, {em.dim(out)}))"
+                             f"  # {t.name} {self.show((out, inn))}, stored transposed  {self.spec_file}:{t.span.line}")
+                continue
             is_buffer = t in self.model.buffers
             make = f"torch.empty({shape})" if shape else "torch.empty(())"
             cond = f" if {em.code(t.condition)} else None" if t.condition is not None else ""
@@ -354,7 +373,8 @@ class Generator:
     def init_lines(self, em: _Emitter, tensors, fused_views: dict) -> list[str]:
         lines = []
         for t in tensors:
-            target = fused_views.get(t.name, f"self.{self.attr(t.name)}")
+            target = fused_views.get(t.name, f"self.{self.transposed[t.name]}.t()" if t.name in self.transposed
+                                     else f"self.{self.attr(t.name)}")
             line = self.init_line(em, t, target)
             if t.condition is not None:
                 lines.append(f"if {target} is not None:")
@@ -555,7 +575,7 @@ class Generator:
                 "hoisted": hoisted, "uses_var": uses_var, "cache_position": bool(em.cache_position)}
         self.block_names[id(loop)] = info
 
-        fused_decls, fused_meta, fused_views, reset_fused = [], [], {}, []
+        fused_decls, fused_meta, reset_fused = [], [], []
         for f in fused:
             for group, fused_name in ((f.weights, f.fused_weight), (f.biases, f.fused_bias)):
                 if fused_name is None:
@@ -563,24 +583,29 @@ class Generator:
                 parts = [m.param(p) for p in group]
                 shapes = [p.ty.shape[1:] for p in parts]
                 total = sum((s[0] for s in shapes), Dim.const(0))
-                rest = shapes[0][1:]
-                dims = ", ".join(em.dim(d) for d in (total,) + tuple(rest))
+                flip = fused_name == f.fused_weight and all(p in self.transposed for p in group)
+                shape = (total,) + tuple(shapes[0][1:])
+                stored = self.fused_attr(fused_name, flip)
+                dims = ", ".join(em.dim(d) for d in (shape[::-1] if flip else shape))
                 cond = parts[0].condition
                 cond_code = f" if {em.code(cond)} else None" if cond is not None else ""
-                fused_decls.append(f"self.{self.attr(fused_name)} = nn.Parameter(torch.empty({dims}))"
-                                   f"{cond_code}  # {', '.join(group)} stacked on axis 0")
+                how = f"stacked on axis {1 if flip else 0}" + (", stored transposed" if flip else "")
+                fused_decls.append(f"self.{stored} = nn.Parameter(torch.empty({dims}))"
+                                   f"{cond_code}  # {', '.join(group)} {how}")
                 sizes = ", ".join(em.dim(s[0]) for s in shapes)
-                fused_meta.append(f"{self.attr(fused_name)!r}: ({tuple(self.attr(p) for p in group)!r}, ({sizes})),")
-                views = f"dict(zip({tuple(self.attr(p) for p in group)!r}, self.{self.attr(fused_name)}.split(self._fused[{self.attr(fused_name)!r}][1])))"
-                reset_fused.append((fused_name, views, parts, cond is not None))
+                fused_meta.append(f"{stored!r}: ({tuple(self.attr(p) for p in group)!r}, ({sizes},), {flip}),")
+                whole = f"self.{stored}.t()" if flip else f"self.{stored}"
+                views = f"dict(zip({tuple(self.attr(p) for p in group)!r}, {whole}.split(self._stored[{stored!r}][1])))"
+                reset_fused.append((stored, views, parts, cond is not None))
         init_lines = self.init_lines(em, plain, {})
-        for fused_name, views, parts, conditional in reset_fused:
+        for stored, views, parts, conditional in reset_fused:
             pre = "    " if conditional else ""
             if conditional:
-                init_lines.append(f"if self.{self.attr(fused_name)} is not None:")
+                init_lines.append(f"if self.{stored} is not None:")
             init_lines.append(f"{pre}parts = {views}")
             for p in parts:
                 init_lines.append(pre + self.init_line(em, p, f"parts[{self.attr(p.name)!r}]"))
+        fused_meta += self.transposed_meta(plain)
         return {
             "cls": cls, "attr": attr, "line": loop.span.line, "var": loop.var, "count": em.dim(loop.count),
             "decls": self.decl_lines(em, plain, True) + fused_decls,
@@ -589,6 +614,19 @@ class Generator:
             "prologue": prologue, "body": body_lines,
             "ret": ", ".join(ret) if ret else None, "helpers": em.helpers,
         }
+
+    def fused_attr(self, fused_name: str, flip: bool) -> str:
+        if not flip:
+            return self.attr(fused_name)
+        key = ("fused_t", fused_name)
+        if key not in self.transposed:
+            self.transposed[key] = self.attrs.fresh(self.attr(fused_name) + "_t")
+        return self.transposed[key]
+
+    def transposed_meta(self, tensors) -> list[str]:
+        """`_stored` entries of plain weights kept [in, out]: saved and loaded as the spec's [out, in]."""
+        return [f"{self.transposed[t.name]!r}: (({self.attr(t.name)!r},), None, True),"
+                for t in tensors if t.name in self.transposed]
 
     # ---------------------------------------------------------------- the whole file
     def render(self) -> str:
@@ -612,12 +650,13 @@ class Generator:
         top = [t for t in m.params + m.buffers if t.name not in m.stacked]
         prologue = self.forward_prologue(em, names, inputs)
         outputs = [(names.name(o.name), o) for o in m.outputs]
-        out_fields = Namespace(attribute=True)
+        out_fields = Namespace(attribute=True, public=True)
         helpers = set(em.helpers)
         for b in blocks:
             helpers |= b["helpers"]
         decls = self.decl_lines(em, top, False)
         init_lines = self.init_lines(em, top, {})
+        model_stored = self.transposed_meta(top)
         helpers |= em.helpers
         ctx = {
             "version": __version__, "spec_path": self.spec_path, "spec_path_repr": repr(self.spec_path),
@@ -637,6 +676,7 @@ class Generator:
             "uses_checkpoint": bool(loops) and "gradient_checkpointing" in self.config_fields,
             "generate": self.generate_context(names, out_fields, em),
             "cache_position": em.cache_position,
+            "model_stored": model_stored,
         }
         text = _env().get_template("module.py.j2").render(**ctx)
         return text
@@ -777,6 +817,30 @@ class Generator:
                 rows.append(f"    '_ignore': {tuple(ignored)!r},")
             rows.append("},")
         return rows
+
+
+def _linear_only(m: ir.Model) -> list[str]:
+    """Parameters whose every use is the `weight` of a `linear` (fused ones included)."""
+    uses: dict[str, int] = {}
+    linear: dict[str, int] = {}
+    for s in ir.walk_stmts(m.body):
+        if isinstance(s, ir.FusedLinear):
+            for w in s.weights:
+                uses[w] = uses.get(w, 0) + 1
+                linear[w] = linear.get(w, 0) + 1
+    for e in _all_exprs(m.body):
+        if isinstance(e, ir.Ref) and e.kind in ("param", "layer_param"):
+            uses[e.name] = uses.get(e.name, 0) + 1
+        if isinstance(e, ir.Op) and e.op == "linear":
+            w = e.arg("weight")
+            if isinstance(w, ir.Ref) and w.kind in ("param", "layer_param"):
+                linear[w.name] = linear.get(w.name, 0) + 1
+    out = []
+    for t in m.params:
+        rank = t.ty.rank - (1 if t.name in m.stacked else 0)
+        if rank == 2 and t.condition is None and uses.get(t.name, 0) and uses.get(t.name) == linear.get(t.name):
+            out.append(t.name)
+    return out
 
 
 def _all_exprs(stmts):

@@ -50,8 +50,9 @@ MODULE_ATTRIBUTES = frozenset({
 class Namespace:
     """Maps spec names to unique, safe identifiers. `kind` picks the extra reserved set."""
 
-    def __init__(self, reserved: frozenset | set = frozenset(), attribute: bool = False):
+    def __init__(self, reserved: frozenset | set = frozenset(), attribute: bool = False, public: bool = False):
         self.attribute = attribute
+        self.public = public  # no leading underscore (NamedTuple field names)
         self.reserved = set(reserved) | set(keyword.kwlist) | set(keyword.softkwlist) | {"self"}
         if not attribute:
             self.reserved |= MODULE_NAMES | BUILTINS
@@ -63,8 +64,12 @@ class Namespace:
             return self.map[spec_name]
         base = safe_identifier(spec_name)
         cand = base
-        while cand in self.reserved or cand in self.used or cand.startswith("__"):
-            cand = (cand.lstrip("_") or "v") + "_" if cand.startswith("__") else cand + "_"  # "_", "__": "v_"
+        while cand in self.reserved or cand in self.used or cand.startswith("__") or \
+                self.public and cand.startswith("_"):
+            if cand.startswith("__") or self.public and cand.startswith("_"):
+                cand = (cand.lstrip("_") or "v") + "_"  # "__x": "x_"; "_", "__": "v_"
+            else:
+                cand = cand + "_"
         self.map[spec_name] = cand
         self.used.add(cand)
         return cand

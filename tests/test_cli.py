@@ -126,16 +126,16 @@ def test_compile_check_in_sync_and_stale(tmp_path):
     assert (rc, out) == (0, ""), err
     # a hand edit makes it stale: exit 1 and a unified diff
     gen = tmp_path / "generated" / "nanogpt.py"
-    edited = gen.read_text().replace("logits = F.linear(", "logits = 2 * F.linear(")
+    edited = gen.read_text().replace("        logits = _linear_t(", "        logits = 2 * _linear_t(", 1)
     assert edited != gen.read_text()
     gen.write_text(edited)
     rc, out, err = snfc("compile", "--check", "specs/nanogpt.snf", cwd=tmp_path)
     assert rc == 1
     assert "--- generated/nanogpt.py (committed)" in out
     assert "+++ generated/nanogpt.py (from specs/nanogpt.snf)" in out
-    assert "-        logits = 2 * F.linear(" in out and "+        logits = F.linear(" in out
+    assert "-        logits = 2 * _linear_t(" in out and "+        logits = _linear_t(" in out
     assert "stale" in err and "generated/nanogpt.py" in err
-    assert gen.read_text().count("logits = 2 * F.linear(") == 1  # --check never writes
+    assert gen.read_text().count("logits = 2 * ") == 1  # --check never writes
     # a missing generated file is stale too
     gen.unlink()
     assert snfc("compile", "--check", "specs/nanogpt.snf", cwd=tmp_path)[0] == 1

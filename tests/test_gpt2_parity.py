@@ -58,7 +58,8 @@ def test_untied_lm_head_is_loaded_from_lm_head_weight():
     sd["lm_head.weight"] = torch.randn_like(sd["lm_head.weight"])
     model = make_snf(cfg)
     load_state_dict(model, sd, "hf")
-    assert torch.equal(model.lm_head_weight, sd["lm_head.weight"])
+    assert torch.equal(model.state_dict()["lm_head_weight"], sd["lm_head.weight"])
+    assert torch.equal(model.lm_head_weight_t, sd["lm_head.weight"].t())  # stored [in, out]
     assert torch.equal(model.token_embedding, sd["transformer.wte.weight"])
 
 
@@ -138,7 +139,7 @@ def test_unknown_format_is_refused(pair):
 def test_state_dict_uses_spec_names_though_qkv_is_fused():
     model = make_snf(CONFIGS[0])
     internal = dict(model.named_parameters())
-    assert "layers.0.attn_qkv_weight" in internal and "layers.0.attn_q_weight" not in internal
+    assert "layers.0.attn_qkv_weight_t" in internal and "layers.0.attn_q_weight" not in internal
     keys = set(model.state_dict())
     for name in ("attn_q_weight", "attn_k_weight", "attn_v_weight", "attn_q_bias", "attn_k_bias", "attn_v_bias"):
         assert f"layers.0.{name}" in keys and f"layers.1.{name}" in keys
@@ -160,16 +161,16 @@ def test_state_dict_round_trip():
     with torch.no_grad():
         assert torch.equal(src(idx).logits, dst(idx).logits) and torch.equal(src(idx).logits, other(idx).logits)
     # the fused weight is the spec's q, k, v stacked in order
-    assert torch.equal(dst.layers[1].attn_qkv_weight[48:96], sd["layers.1.attn_k_weight"])
+    assert torch.equal(dst.layers[1].attn_qkv_weight_t[:, 48:96], sd["layers.1.attn_k_weight"].t())
 
 
 def test_spec_load_reports_wrong_names():
     model = make_snf(CONFIGS[1])
     sd = dict(model.state_dict())
-    sd["layers.0.attn_qkv_weight"] = sd.pop("layers.0.attn_q_weight")
+    sd["layers.0.attn_qkv_weight_t"] = sd.pop("layers.0.attn_q_weight")
     before = _snapshot(model)
     with pytest.raises(CheckpointError) as info:
         load_state_dict(model, sd, "spec")
     assert info.value.missing == ["layers.0.attn_q_weight"]
-    assert info.value.unexpected == ["layers.0.attn_qkv_weight"]
+    assert info.value.unexpected == ["layers.0.attn_qkv_weight_t"]
     assert _unchanged(model, before)

@@ -130,7 +130,7 @@ def test_gpt_decoder_matches_hf_llama(shape):
     assert abs(got.loss.item() - want.loss.item()) <= 1e-5
     # the comparison can fail: perturb one weight and the logits move
     with torch.no_grad():
-        ours.layers[0].qkv_weight.mul_(3.0)
+        ours.layers[0].qkv_weight_t.mul_(3.0)
         assert (ours(idx).logits - want.logits).abs().max().item() > 1e-3
 
 
@@ -186,10 +186,10 @@ def test_scaled_residual_init():
     off = Model(vocab_size=50, block_size=16, n_layer=8, n_head=4, n_embd=256, mlp_hidden=512,
                 scaled_residual_init=False)
     want = 0.02 / math.sqrt(2 * 8)
-    assert abs(on.layers[0].o_weight.std().item() - want) < 0.1 * want
-    assert abs(on.layers[0].down_weight.std().item() - want) < 0.1 * want
-    assert abs(off.layers[0].o_weight.std().item() - 0.02) < 0.002
-    assert abs(on.layers[0].qkv_weight.std().item() - 0.02) < 0.002  # other weights keep std 0.02
+    assert abs(on.layers[0].o_weight_t.std().item() - want) < 0.1 * want
+    assert abs(on.layers[0].down_weight_t.std().item() - want) < 0.1 * want
+    assert abs(off.layers[0].o_weight_t.std().item() - 0.02) < 0.002
+    assert abs(on.layers[0].qkv_weight_t.std().item() - 0.02) < 0.002  # other weights keep std 0.02
     assert torch.equal(on.layers[0].attn_norm_weight, torch.ones(256))
 
 

@@ -70,7 +70,8 @@ def _hot_path(fn):
         except Exception as err:
             out = fn(*args, **kwargs)  # an error of the model itself is raised here, eagerly
             state["broken"] = True
-            warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}); running eager",
+            reason = (str(err).strip().splitlines() or [""])[0][:200]
+            warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
                           RuntimeWarning, stacklevel=2)
             return out
 
@@ -125,8 +126,9 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
     if mask is None and (not causal or tq == 1 or tq == tk):
         # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal and tq > 1,
-                                              scale=scale)
+        if causal and tq > 1:  # a Python branch, so compiled code never sees a symbolic bool
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
     allowed = None
     if causal:
         allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
@@ -293,8 +295,9 @@ class Model(nn.Module):
                 x, new_keys_layer, new_values_layer = torch.utils.checkpoint.checkpoint(layer, x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, cache_position, use_reentrant=False)
             else:
                 x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, cache_position)  # gpt_decoder.snf:59
-            new_keys[l] = new_keys_layer  # gpt_decoder.snf:69
-            new_values[l] = new_values_layer  # gpt_decoder.snf:70
+            if cache_position is None:
+                new_keys[l] = new_keys_layer  # gpt_decoder.snf:69
+                new_values[l] = new_values_layer  # gpt_decoder.snf:70
         logits = F.linear(F.rms_norm(x, (cfg.n_embd,), self.norm_weight, cfg.norm_eps), self.token_embedding)  # [B, T, vocab_size]  gpt_decoder.snf:82
         loss = F.cross_entropy(logits[..., :-1, :].flatten(0, -2), labels[..., 1:].flatten(), ignore_index=-100) if labels is not None else None  # []  gpt_decoder.snf:83
         return Output(logits, loss, new_keys, new_values)

@@ -57,7 +57,8 @@ def _hot_path(fn):
         except Exception as err:
             out = fn(*args, **kwargs)  # an error of the model itself is raised here, eagerly
             state["broken"] = True
-            warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}); running eager",
+            reason = (str(err).strip().splitlines() or [""])[0][:200]
+            warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
                           RuntimeWarning, stacklevel=2)
             return out
 
@@ -112,8 +113,9 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
     if mask is None and (not causal or tq == 1 or tq == tk):
         # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal and tq > 1,
-                                              scale=scale)
+        if causal and tq > 1:  # a Python branch, so compiled code never sees a symbolic bool
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
     allowed = None
     if causal:
         allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
@@ -298,8 +300,9 @@ class Model(nn.Module):
         new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_values  # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:76
         for l, layer in enumerate(self.layers):
             x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, cache_position)  # nanogpt.snf:77
-            new_keys[l] = new_keys_layer  # nanogpt.snf:86
-            new_values[l] = new_values_layer  # nanogpt.snf:87
+            if cache_position is None:
+                new_keys[l] = new_keys_layer  # nanogpt.snf:86
+                new_values[l] = new_values_layer  # nanogpt.snf:87
         x_final = F.layer_norm(x, (cfg.n_embd,), self.ln_f_weight, self.ln_f_bias, 1e-05)  # [B, T, D]  nanogpt.snf:106
         logits = _linear_t(x_final, self.lm_head_weight_t, None)  # [B, T, vocab_size]  nanogpt.snf:107
         return Output(logits, new_keys, new_values)

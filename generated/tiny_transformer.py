@@ -56,7 +56,8 @@ def _hot_path(fn):
         except Exception as err:
             out = fn(*args, **kwargs)  # an error of the model itself is raised here, eagerly
             state["broken"] = True
-            warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}); running eager",
+            reason = (str(err).strip().splitlines() or [""])[0][:200]
+            warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
                           RuntimeWarning, stacklevel=2)
             return out
 
@@ -85,8 +86,9 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
     if mask is None and (not causal or tq == 1 or tq == tk):
         # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal and tq > 1,
-                                              scale=scale)
+        if causal and tq > 1:  # a Python branch, so compiled code never sees a symbolic bool
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
     allowed = None
     if causal:
         allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)

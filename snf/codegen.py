@@ -424,6 +424,9 @@ class Generator:
             em.emit(f"{assign}layer({call_args}){where}", indent + 2)
         else:
             em.emit(f"{assign}layer({call_args}){where}", indent + 1)
+        if written and block["cache_position"]:  # a preallocated cache was written in place already
+            em.emit(f"if {em.cache_position} is None:", indent + 1)
+            indent += 1
         for h, tmp in zip(block["hoisted"], written):
             em.emit(f"{em.value_name(h.name)}[{em.names.name(loop.var)}] = {tmp}"
                     f"  # {self.spec_file}:{h.span.line}", indent + 1)

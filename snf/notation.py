@@ -213,22 +213,6 @@ class _ToNotation(AtomTransformer):
     def shifted(self, meta, value, by):
         return Shifted(value, by, _span(meta))
 
-    def call(self, meta, func, args=None):
-        if not isinstance(func, ir.Name):
-            self.r.error("syntax", "only a named operation can be called", _span(meta))
-            func = ir.Name("?", _span(meta))
-        pos, kws = [], []
-        for a in args or ():
-            if isinstance(a, ir.Keyword):
-                kws.append(a)
-            elif kws:
-                self.r.error("syntax", "a positional argument follows a keyword argument", a.span)
-            else:
-                pos.append(a)
-        return ir.Call(func.id, tuple(pos), tuple(kws), _span(meta), func.span)
-
-    def args(self, meta, *items):
-        return list(items)
 
     def exprs(self, meta, *items):
         return tuple(items)

@@ -45,7 +45,7 @@ def _tok_span(tok: Token) -> Span:
 
 @v_args(meta=True, inline=True)
 class AtomTransformer(Transformer):
-    """Names and numbers, shared by both notations' transformers (snf/notation.py too)."""
+    """Names, numbers and calls, shared by both notations' transformers (snf/notation.py too)."""
 
     def __init__(self, reporter: Reporter):
         super().__init__()
@@ -66,6 +66,23 @@ class AtomTransformer(Transformer):
             self.r.error("too-large", f"float literal {str(tok)[:20]} overflows", _tok_span(tok))
             value = 0.0
         return ir.Num(value, _tok_span(tok))
+
+    def call(self, meta, func, args=None):
+        if not isinstance(func, ir.Name):
+            self.r.error("syntax", "only a named operation can be called", _span(meta))
+            func = ir.Name("?", _span(meta))
+        pos, kws = [], []
+        for a in args or ():
+            if isinstance(a, ir.Keyword):
+                kws.append(a)
+            elif kws:
+                self.r.error("syntax", "a positional argument follows a keyword argument", a.span)
+            else:
+                pos.append(a)
+        return ir.Call(func.id, tuple(pos), tuple(kws), _span(meta), func.span)
+
+    def args(self, meta, *items):
+        return list(items)
 
 
 @v_args(meta=True, inline=True)
@@ -121,22 +138,6 @@ class _ToIR(AtomTransformer):
         return ir.Exists(value, _span(meta))
 
     # --- postfix
-    def call(self, meta, func, args=None):
-        if not isinstance(func, ir.Name):
-            self.r.error("syntax", "only a named operation can be called", _span(meta))
-            func = ir.Name("?", _span(meta))
-        pos, kws = [], []
-        for a in args or ():
-            if isinstance(a, ir.Keyword):
-                kws.append(a)
-            elif kws:
-                self.r.error("syntax", "a positional argument follows a keyword argument", a.span)
-            else:
-                pos.append(a)
-        return ir.Call(func.id, tuple(pos), tuple(kws), _span(meta), func.span)
-
-    def args(self, meta, *items):
-        return list(items)
 
     def kwarg(self, meta, name, value):
         return ir.Keyword(str(name), value, _tok_span(name).to(value.span))

@@ -189,8 +189,8 @@ class Block(nn.Module):
         self.gateup_weight_t = nn.Parameter(torch.empty(cfg.n_embd, 2*cfg.mlp_hidden))  # gate_weight, up_weight stacked on axis 1, stored transposed
         # parameters stored unlike the spec: name -> (the spec's names, sizes of the fused parts, transposed)
         self._stored = {
-            'qkv_weight_t': (('q_weight', 'k_weight', 'v_weight'), (cfg.n_embd, cfg.n_embd, cfg.n_embd,), True),
-            'gateup_weight_t': (('gate_weight', 'up_weight'), (cfg.mlp_hidden, cfg.mlp_hidden,), True),
+            'qkv_weight_t': (('q_weight', 'k_weight', 'v_weight'), (cfg.n_embd, cfg.n_embd, cfg.n_embd), True),
+            'gateup_weight_t': (('gate_weight', 'up_weight'), (cfg.mlp_hidden, cfg.mlp_hidden), True),
             'o_weight_t': (('o_weight',), None, True),
             'down_weight_t': (('down_weight',), None, True),
         }

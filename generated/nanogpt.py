@@ -170,8 +170,8 @@ class Block(nn.Module):
         self.attn_qkv_bias = nn.Parameter(torch.empty(3*cfg.n_embd)) if cfg.bias else None  # attn_q_bias, attn_k_bias, attn_v_bias stacked on axis 0
         # parameters stored unlike the spec: name -> (the spec's names, sizes of the fused parts, transposed)
         self._stored = {
-            'attn_qkv_weight_t': (('attn_q_weight', 'attn_k_weight', 'attn_v_weight'), (cfg.n_embd, cfg.n_embd, cfg.n_embd,), True),
-            'attn_qkv_bias': (('attn_q_bias', 'attn_k_bias', 'attn_v_bias'), (cfg.n_embd, cfg.n_embd, cfg.n_embd,), False),
+            'attn_qkv_weight_t': (('attn_q_weight', 'attn_k_weight', 'attn_v_weight'), (cfg.n_embd, cfg.n_embd, cfg.n_embd), True),
+            'attn_qkv_bias': (('attn_q_bias', 'attn_k_bias', 'attn_v_bias'), (cfg.n_embd, cfg.n_embd, cfg.n_embd), False),
             'attn_proj_weight_t': (('attn_proj_weight',), None, True),
             'mlp_fc_weight_t': (('mlp_fc_weight',), None, True),
             'mlp_proj_weight_t': (('mlp_proj_weight',), None, True),

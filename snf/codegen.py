@@ -596,7 +596,8 @@ class Generator:
                 fused_decls.append(f"self.{stored} = nn.Parameter(torch.empty({dims}))"
                                    f"{cond_code}  # {', '.join(group)} {how}")
                 sizes = ", ".join(em.dim(s[0]) for s in shapes)
-                fused_meta.append(f"{stored!r}: ({tuple(self.attr(p) for p in group)!r}, ({sizes},), {flip}),")
+                sizes = f"({sizes},)" if len(shapes) == 1 else f"({sizes})"
+                fused_meta.append(f"{stored!r}: ({tuple(self.attr(p) for p in group)!r}, {sizes}, {flip}),")
                 whole = f"self.{stored}.t()" if flip else f"self.{stored}"
                 views = f"dict(zip({tuple(self.attr(p) for p in group)!r}, {whole}.split(self._stored[{stored!r}][1])))"
                 reset_fused.append((stored, views, parts, cond is not None))

@@ -283,7 +283,7 @@ class Model(nn.Module):
             T_past = cache_position
         if len({past_keys is None, past_values is None}) != 1:
             raise ValueError('past_keys, past_values must be given together, or not at all')
-        if not T + T_past <= cfg.block_size:
+        if cache_position is None and not T + T_past <= cfg.block_size:
             raise ValueError(f'expected T + T_past <= block_size, got T + T_past = {int(T + T_past)} and block_size = {cfg.block_size} (gpt_decoder.snf:53)')
         x = F.embedding(idx, self.token_embedding)  # [B, T, D]  gpt_decoder.snf:54
         if cfg.dropout > 0:
@@ -321,6 +321,9 @@ class Model(nn.Module):
             # `position`: every decode step then has the same shapes, so torch.compile compiles it once
             cfg = self.config
             position = idx.size(1)
+            if position + max_new_tokens - 1 > cfg.block_size:
+                raise ValueError(f"the prompt ({position} tokens) and max_new_tokens={max_new_tokens} need "
+                                 f"{position + max_new_tokens - 1} cache slots; the model has block_size = {cfg.block_size}")
             filled = out.new_keys
             past_keys = filled.new_zeros(filled.shape[:2] + (cfg.block_size,) + filled.shape[3:])
             past_keys.narrow(2, 0, position).copy_(filled)

@@ -150,6 +150,13 @@ def _cache_cat(past: torch.Tensor, new: torch.Tensor, cache_position: Optional[t
     return past.index_copy_(1, cache_position + torch.arange(new.size(1), device=new.device), new)
 
 
+def _narrow(x: torch.Tensor, dim: int, start, length: int) -> torch.Tensor:
+    """x[start:start + length] along `dim`; `start` may be a 0-d tensor (a cache position)."""
+    if isinstance(start, torch.Tensor):
+        return x.index_select(dim, start + torch.arange(length, device=x.device))
+    return x.narrow(dim, start, length)
+
+
 class Block(nn.Module):
     """One layer of the loop at nanogpt.snf:77 (`for l ...`), with its own parameters."""
 
@@ -289,10 +296,10 @@ class Model(nn.Module):
             T_past = cache_position
         if len({past_keys is None, past_values is None}) != 1:
             raise ValueError('past_keys, past_values must be given together, or not at all')
-        if not T + T_past <= cfg.block_size:
+        if cache_position is None and not T + T_past <= cfg.block_size:
             raise ValueError(f'expected T_total <= block_size, got T_total = {int(T + T_past)} and block_size = {cfg.block_size} (nanogpt.snf:66)')
         tok_emb = F.embedding(idx, self.token_embedding)  # [B, T, D]  nanogpt.snf:69
-        pos_emb = self.position_embedding[T_past:(T_past + T), :]  # [T, D]  nanogpt.snf:70
+        pos_emb = _narrow(self.position_embedding, 0, T_past, T)  # [T, D]  nanogpt.snf:70
         x = tok_emb + pos_emb  # [B, T, D]  nanogpt.snf:71
         if cfg.dropout > 0:
             x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:72
@@ -326,6 +333,9 @@ class Model(nn.Module):
             # `position`: every decode step then has the same shapes, so torch.compile compiles it once
             cfg = self.config
             position = idx.size(1)
+            if position + max_new_tokens - 1 > cfg.block_size:
+                raise ValueError(f"the prompt ({position} tokens) and max_new_tokens={max_new_tokens} need "
+                                 f"{position + max_new_tokens - 1} cache slots; the model has block_size = {cfg.block_size}")
             filled = out.new_keys
             past_keys = filled.new_zeros(filled.shape[:2] + (cfg.block_size,) + filled.shape[3:])
             past_keys.narrow(2, 0, position).copy_(filled)

@@ -22,7 +22,7 @@ from .codegen_data import encode_mapping, mapping_keys
 from .ops.registry import all_ops
 from .resources import resource_dir
 
-HELPERS_ORDER = ("_linear_t", "_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat")
+HELPERS_ORDER = ("_linear_t", "_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat", "_narrow")
 
 
 @functools.lru_cache(maxsize=None)
@@ -114,6 +114,12 @@ class _Emitter:
                 bias = e.arg("bias")
                 bias_code = self.code(bias) if not (isinstance(bias, ir.Lit) and bias.value is None) else "None"
                 return f"_linear_t({self.code(e.arg('x'))}, self.{self.g.transposed[weight.name]}, {bias_code})", 50
+            if self.cache_position and e.op in ("slice", "index") and self.g.slices_at_cache(e):
+                axis, item = next((a, i) for a, i in enumerate(e.arg("index").items) if isinstance(i, ir.TSlice)
+                                  and i.lo is not None)
+                self.helpers.add("_narrow")
+                length = self.dim(item.hi.ty.dim - item.lo.ty.dim)
+                return f"_narrow({self.code(e.arg('x'))}, {axis}, {self.code(item.lo)}, {length})", 50
             if self.cache_position and e.op == "concat" and self.g.is_cache_concat(e):
                 past, new = e.arg("tensors").items
                 self.helpers.add("_cache_cat")
@@ -485,6 +491,19 @@ class Generator:
         self._static = {"dim": dim, "axis": axis, "size": bound, "pairs": pairs}
         return self._static
 
+    def slices_at_cache(self, e: ir.Op) -> bool:
+        """`x[T_past:T_past + T, :]`: one slice starting at the cache dim, every other axis whole.
+        With a preallocated cache T_past is a tensor, so it lowers to a tensor-safe `_narrow`."""
+        st = self.static_cache()
+        items = e.arg("index").items
+        cut = [i for i in items if isinstance(i, ir.TSlice) and (i.lo is not None or i.hi is not None)]
+        if st is None or len(cut) != 1 or any(not isinstance(i, ir.TSlice) for i in items):
+            return False
+        item = cut[0]
+        return (item.lo is not None and item.hi is not None and isinstance(item.lo.ty, ScalarT)
+                and item.lo.ty.dim is not None and st["dim"] in item.lo.ty.dim.symbols()
+                and isinstance(item.hi.ty, ScalarT) and item.hi.ty.dim is not None)
+
     def is_cache_concat(self, e: ir.Op) -> bool:
         """`concat([past_X[l], new], axis=T)`: appending to a cache along its growing axis."""
         st = self.static_cache()
@@ -728,7 +747,10 @@ class Generator:
             msg = (f"expected {self.show((c.lhs,))[1:-1]} {c.op} {self.show((c.rhs,))[1:-1]}, got "
                    f"{self.show((c.lhs,))[1:-1]} = {{int({lhs})}} and {self.show((c.rhs,))[1:-1]} = {{{rhs}}}"
                    f" ({self.spec_file}:{c.span.line})")
-            lines.append(f"if not {em.dim(c.lhs, 5)} {c.op} {em.dim(c.rhs, 5)}:")
+            guard = ""
+            if static and static["dim"] in (c.lhs.symbols() | c.rhs.symbols()):
+                guard = f"{em.cache_position} is None and "  # a buffer's bound is checked by its caller
+            lines.append(f"if {guard}not {em.dim(c.lhs, 5)} {c.op} {em.dim(c.rhs, 5)}:")
             lines.append(f"    raise ValueError(f{msg!r})")
         return lines
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from . import ir
 from .diagnostics import Related, Reporter
-from .dims import Dim, DimError, Divides, FloorDiv, default_atom_str, equal
+from .dims import Dim, DimError, Divides, equal
 from .ir import BOOL, FLOAT, INT, STR, ErrorT, ListT, NoneT, ScalarT, ShapeT, SliceT, TensorT
 from .ops.registry import REQUIRED, OpError, all_ops
 from .source import NO_SPAN, Span

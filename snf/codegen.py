@@ -16,7 +16,7 @@ import jinja2
 
 from . import __version__, ir
 from .dims import Dim, FloorDiv
-from .ir import NoneT, ScalarT, TensorT
+from .ir import ScalarT, TensorT
 from .names import Namespace, module_attribute_names
 from .codegen_data import encode_mapping, mapping_keys
 from .ops.registry import all_ops

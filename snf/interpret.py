@@ -10,7 +10,7 @@ import numpy as np
 
 from . import ir
 from .dims import Dim
-from .ir import ScalarT, TensorT
+from .ir import ScalarT
 from .ops.registry import all_ops
 
 

@@ -27,7 +27,7 @@ import difflib
 import functools
 from dataclasses import dataclass, field
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from lark.indenter import DedentError
 

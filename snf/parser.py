@@ -6,7 +6,7 @@ import dataclasses
 import functools
 from pathlib import Path
 
-from lark import Lark, Token, Transformer, Tree, v_args
+from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 from lark.indenter import DedentError, Indenter
 
@@ -390,7 +390,7 @@ def parse(src: Source, r: Reporter) -> ir.Spec | None:
     except UnexpectedInput as e:
         _parse_error(e, src, r)
         return None
-    except DedentError as e:
+    except DedentError:
         line = _dedent_line(text)
         r.error("indent", "unindent does not match any outer indentation level", Span(line, 1, line, 2),
                 "indent this line like the block it belongs to")

@@ -9,7 +9,6 @@ gives located diagnostics and exit 1, never a traceback.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 import pytest

@@ -7,7 +7,6 @@ registry without a case here fails `test_every_op_has_a_case`.
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from ..dims import Dim
-from ..ir import BOOL, FLOAT, INT, ScalarT, TensorT
+from ..ir import BOOL, FLOAT, ScalarT, TensorT
 from .registry import REQUIRED, OpDef, OpError, P, register
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")

@@ -7,7 +7,7 @@ one `register(OpDef(...))` in `snf/ops/core.py`; no other file changes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 REQUIRED = object()

@@ -376,11 +376,11 @@ class Generator:
             lines[-1] += f"  # {self.show(t.ty.shape[1:] if stacked else t.ty.shape)}  {self.spec_file}:{t.span.line}"
         return lines
 
-    def init_lines(self, em: _Emitter, tensors, fused_views: dict) -> list[str]:
+    def init_lines(self, em: _Emitter, tensors) -> list[str]:
         lines = []
         for t in tensors:
-            target = fused_views.get(t.name, f"self.{self.transposed[t.name]}.t()" if t.name in self.transposed
-                                     else f"self.{self.attr(t.name)}")
+            target = (f"self.{self.transposed[t.name]}.t()" if t.name in self.transposed
+                      else f"self.{self.attr(t.name)}")
             line = self.init_line(em, t, target)
             if t.condition is not None:
                 lines.append(f"if {target} is not None:")
@@ -446,7 +446,7 @@ class Generator:
             return None
         tokens, logits = m.inputs[0], m.outputs[0]
         causal = any(isinstance(e, ir.Op) and e.op == "flash_attention" and dict(e.args)["causal"].value is True
-                     for e in _all_exprs(m.body))
+                     for e in ir.walk_exprs(m.body))
         if not (causal and tokens.ty.dtype == "int64" and tokens.ty.rank == 2 and not tokens.optional
                 and logits.ty.rank == 3 and logits.ty.shape[:2] == tokens.ty.shape):
             return None
@@ -620,7 +620,7 @@ class Generator:
                 whole = f"self.{stored}.t()" if flip else f"self.{stored}"
                 views = f"dict(zip({tuple(self.attr(p) for p in group)!r}, {whole}.split(self._stored[{stored!r}][1])))"
                 reset_fused.append((stored, views, parts, cond is not None))
-        init_lines = self.init_lines(em, plain, {})
+        init_lines = self.init_lines(em, plain)
         for stored, views, parts, conditional in reset_fused:
             pre = "    " if conditional else ""
             if conditional:
@@ -678,7 +678,7 @@ class Generator:
         for b in blocks:
             helpers |= b["helpers"]
         decls = self.decl_lines(em, top, False)
-        init_lines = self.init_lines(em, top, {})
+        init_lines = self.init_lines(em, top)
         model_stored = self.transposed_meta(top)
         helpers |= em.helpers
         ctx = {
@@ -854,7 +854,7 @@ def _linear_only(m: ir.Model) -> list[str]:
             for w in s.weights:
                 uses[w] = uses.get(w, 0) + 1
                 linear[w] = linear.get(w, 0) + 1
-    for e in _all_exprs(m.body):
+    for e in ir.walk_exprs(m.body):
         if isinstance(e, ir.Ref) and e.kind in ("param", "layer_param"):
             uses[e.name] = uses.get(e.name, 0) + 1
         if isinstance(e, ir.Op) and e.op == "linear":
@@ -869,18 +869,6 @@ def _linear_only(m: ir.Model) -> list[str]:
     return out
 
 
-def _all_exprs(stmts):
-    """Every typed expression in a body, nested ones included."""
-    stack = []
-    for s in ir.walk_stmts(stmts):
-        stack += [e for e in (getattr(s, "value", None), getattr(s, "test", None), getattr(s, "input", None))
-                  if e is not None]
-    while stack:
-        e = stack.pop()
-        yield e
-        stack.extend(ir.children(e))
-
-
 def _hoistable(s, loop: ir.Loop) -> bool:
     """`name[l] = local` at the top of the loop body, into an outer tensor: done by the caller."""
     return (isinstance(s, ir.SetItem) and s.name in loop.carried and len(s.index) == 1
@@ -891,14 +879,7 @@ def _hoistable(s, loop: ir.Loop) -> bool:
 
 
 def _uses_loopvar(stmts) -> bool:
-    def visit(e) -> bool:
-        return (isinstance(e, ir.Ref) and e.kind == "loopvar") or any(visit(c) for c in ir.children(e))
-    for s in ir.walk_stmts(stmts):
-        exprs = [getattr(s, "value", None), getattr(s, "test", None), getattr(s, "input", None)]
-        exprs += list(getattr(s, "index", ()) or ())
-        if any(e is not None and visit(e) for e in exprs):
-            return True
-    return False
+    return any(isinstance(e, ir.Ref) and e.kind == "loopvar" for e in ir.walk_exprs(stmts))
 
 
 def _without_self_alias(d: Dim, em: _Emitter) -> str:

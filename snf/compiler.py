@@ -9,7 +9,7 @@ from . import ir
 from .check import check
 from .diagnostics import Diagnostic, Reporter, SpecError
 from .parser import parse
-from .source import Source
+from .source import Source, Span
 
 
 @dataclass
@@ -33,8 +33,7 @@ def analyze(source: Source) -> Result:
         try:
             model = check(spec, r)
         except RecursionError:
-            r.error("too-large", "the spec nests too deeply", spec.body[0].span if spec.body else ir.NO_SPAN
-                    if hasattr(ir, "NO_SPAN") else None)
+            r.error("too-large", "the spec nests too deeply", spec.body[0].span if spec.body else Span(1, 1, 1, 2))
             model = None
     return Result(source, r.sorted(), spec, model if not r.has_errors else None)
 

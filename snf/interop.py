@@ -7,6 +7,7 @@ expressions against a foreign state dict, checks every shape first, and only the
 
 from __future__ import annotations
 
+import re
 import sys
 
 import torch
@@ -88,16 +89,17 @@ def convert_state_dict(model: torch.nn.Module, state_dict: dict, fmt: str) -> di
                 mismatched.append((key, tuple(own[key].shape), tuple(tensor.shape)))
                 continue
             out[key] = tensor
-    ignored = set(mapping.get("_ignore", ()))
-    unexpected = sorted(k for k in state_dict if k not in used and k not in ignored and not _ignorable(k))
+    ignored = _key_patterns(mapping.get("_ignore", ()))
+    unexpected = sorted(k for k in state_dict if k not in used and not ignored.fullmatch(k))
     if missing or unexpected or mismatched:
         raise CheckpointError(fmt, missing, unexpected, mismatched)
     return out
 
 
-def _ignorable(key: str) -> bool:
-    # buffers foreign models keep that carry no weights (masks, rotary caches)
-    return key.endswith((".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq"))
+def _key_patterns(keys) -> re.Pattern:
+    """The spec's `_ <- "key"` entries as one pattern; `{l}` in a key stands for any layer index."""
+    alternatives = [re.escape(k).replace(re.escape("{l}"), r"\d+") for k in keys]
+    return re.compile("|".join(alternatives) if alternatives else r"(?!)")
 
 
 def load_state_dict(model: torch.nn.Module, state_dict: dict, fmt: str = "spec") -> torch.nn.Module:

@@ -67,20 +67,16 @@ class Interpreter:
                 env[s.name] = self.eval(s.value, env)
             elif isinstance(s, ir.SetItem):
                 target = np.array(env[s.name], copy=True)
-                target[tuple(self.index(i, env) for i in s.index)] = self.eval(s.value, env)
+                target[tuple(self.eval(i, env) for i in s.index)] = self.eval(s.value, env)
                 env[s.name] = target
             elif isinstance(s, ir.TIf):
                 self.block(s.body if self.eval(s.test, env) else s.orelse, env)
             elif isinstance(s, ir.Loop):
                 for layer in range(self.dim(s.count)):
-                    env[s.var] = layer
+                    env[s.var] = self.layer = layer
                     self.block(s.body, env)
             else:
                 raise TypeError(f"the interpreter runs before fusion passes, got {type(s).__name__}")
-
-    def index(self, e, env):
-        v = self.eval(e, env)
-        return v
 
     # ------------------------------------------------------------------ expressions
     def eval(self, e, env: dict):
@@ -126,14 +122,8 @@ class Interpreter:
             return self.params[e.name]
         if e.kind in ("layer_param", "layer_input"):
             p = self.params[e.name] if e.kind == "layer_param" else self.inputs[e.name]
-            return None if p is None else p[env[self.loop_var(env)]]
+            return None if p is None else p[self.layer]
         return env[e.name]
-
-    def loop_var(self, env: dict) -> str:
-        for s in ir.walk_stmts(self.m.body):
-            if isinstance(s, ir.Loop):
-                return s.var
-        raise KeyError("no loop")
 
 
 def interpret(model: ir.Model, params: dict, inputs: dict, config: dict | None = None) -> dict:

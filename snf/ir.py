@@ -503,6 +503,19 @@ def walk_stmts(stmts) -> "list":
     return out
 
 
+def walk_exprs(stmts):
+    """Every typed expression in a body, nested statements and sub-expressions included."""
+    stack = []
+    for s in walk_stmts(stmts):
+        stack += [e for e in (getattr(s, "value", None), getattr(s, "test", None), getattr(s, "input", None))
+                  if e is not None]
+        stack += list(getattr(s, "index", None) or ())
+    while stack:
+        e = stack.pop()
+        yield e
+        stack.extend(children(e))
+
+
 def children(e) -> list:
     """Direct sub-expressions of a typed expression."""
     if isinstance(e, Op):

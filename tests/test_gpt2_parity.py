@@ -174,3 +174,16 @@ def test_spec_load_reports_wrong_names():
     assert info.value.missing == ["layers.0.attn_q_weight"]
     assert info.value.unexpected == ["layers.0.attn_qkv_weight_t"]
     assert _unchanged(model, before)
+
+
+def test_keys_the_spec_declares_ignorable_are_ignored_per_layer():
+    # older GPT-2 checkpoints carry causal-mask buffers; the spec lists them as `_ <- "...{l}..."`
+    cfg = CONFIGS[0]
+    sd = dict(make_hf(cfg).state_dict())
+    sd["transformer.h.0.attn.bias"] = torch.ones(1)
+    sd["transformer.h.1.attn.masked_bias"] = torch.ones(1)
+    load_state_dict(make_snf(cfg), sd, "hf")
+    sd["transformer.h.0.attn.extra"] = torch.ones(1)
+    with pytest.raises(CheckpointError) as info:
+        load_state_dict(make_snf(cfg), sd, "hf")
+    assert info.value.unexpected == ["transformer.h.0.attn.extra"]

@@ -38,17 +38,9 @@ def _candidate(s, model: ir.Model):
 
 def _uses(stmts) -> dict[str, int]:
     counts: dict[str, int] = {}
-
-    def visit(e):
+    for e in ir.walk_exprs(stmts):
         if isinstance(e, ir.Ref) and e.kind == "layer_param":
             counts[e.name] = counts.get(e.name, 0) + 1
-        for c in ir.children(e):
-            visit(c)
-
-    for s in ir.walk_stmts(stmts):
-        for e in (getattr(s, "value", None), getattr(s, "test", None)):
-            if e is not None:
-                visit(e)
     return counts
 
 

@@ -78,11 +78,37 @@ def _hot_path(fn):
     return wrapper
 
 
+def _fits(t, rank: int, sizes: dict) -> bool:
+    return isinstance(t, torch.Tensor) and t.dim() == rank and all(t.size(a) == n for a, n in sizes.items())
+
+
 def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, sizes: Optional[dict] = None) -> None:
     """Rank, and the sizes of axes fixed by the config, of one input."""
-    if not isinstance(t, torch.Tensor) or t.dim() != rank or any(t.size(a) != n for a, n in (sizes or {}).items()):
+    if not _fits(t, rank, sizes or {}):
         got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
         raise ValueError(f"input {name} must be {shape}, got {got}")
+
+
+def _check_cache(name: str, cache, rank: int, shape: str, sizes: dict) -> None:
+    """A preallocated cache: one tensor stacked over the layers (axis 0), or a list of per-layer
+    tensors. The list compiles better: each buffer is written in place on its own, where writing
+    into a slice of one stacked input makes the compiled step copy the whole input back."""
+    if not isinstance(cache, (list, tuple)):
+        return _check_input(name, cache, rank, shape, sizes)
+    layer = {axis - 1: n for axis, n in sizes.items() if axis}
+    if len(cache) != sizes[0] or not all(_fits(t, rank - 1, layer) for t in cache):
+        got = [list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in cache]
+        raise ValueError(f"input {name} must be {shape}, or a list of its {sizes[0]} layers, got a list of {got}")
+
+
+def _cache_buffers(cache: torch.Tensor, axis: int, size: int) -> list:
+    """A stacked cache [n_layer, ...] as one buffer per layer with `size` slots along (the layer's)
+    `axis`, the first ones holding the cache: the per-layer form `_check_cache` prefers."""
+    buffers = []
+    for filled in cache:
+        buffers.append(filled.new_zeros(filled.shape[:axis] + (size,) + filled.shape[axis + 1:]))
+        buffers[-1].narrow(axis, 0, filled.size(axis)).copy_(filled)
+    return buffers
 
 
 def _to_spec_layout(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
@@ -123,6 +149,11 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         allowed = torch.arange(tk, device=q.device)[None, :] <= rows[:, None]
         if mask is not None:
             allowed = allowed & (mask != 0)[:, None, None, :]
+        if tq == 1 and dropout_p == 0.0 and torch.compiler.is_compiling():
+            # a compiled decode step: one query over a buffer of mostly empty slots. Written out, the
+            # compiler fuses it with its neighbours; on CPU that beats an SDPA call by 10-15% of the step
+            scores = (q @ k.transpose(-1, -2)) * (q.size(-1) ** -0.5 if scale is None else scale)
+            return scores.masked_fill(~allowed, float("-inf")).float().softmax(-1).to(v.dtype) @ v
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
     if mask is None and (not causal or tq == 1 or tq == tk):
         # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
@@ -268,18 +299,23 @@ class Model(nn.Module):
         # past_keys: [n_layer, B, T_past, H, head_dim], optional
         # past_values: [n_layer, B, T_past, H, head_dim], optional
         # cache_position: with it, the past_* caches are preallocated buffers written in place
-        # (fixed shapes for every decode step); without it they are concatenated (see generate)
+        # (fixed shapes for every decode step; see _decode_step); without it they are concatenated
         cfg = self.config
         _check_input('idx', idx, 2, '[B, T]')
         B, T = idx.shape
         if labels is not None:
             _check_input('labels', labels, 2, '[B, T]', {0: B, 1: T})
-        if past_keys is not None:
-            _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, H, head_dim]', {0: cfg.n_layer, 1: B, 3: cfg.n_head, 4: cfg.head_dim})
-        T_past = past_keys.size(2) if past_keys is not None else 0
-        if past_values is not None:
-            _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
-        if cache_position is not None:  # a preallocated cache of block_size slots, T_past of them filled
+        if cache_position is None:
+            if past_keys is not None:
+                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, H, head_dim]', {0: cfg.n_layer, 1: B, 3: cfg.n_head, 4: cfg.head_dim})
+            T_past = past_keys.size(2) if past_keys is not None else 0
+            if past_values is not None:
+                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
+        else:  # preallocated caches of block_size slots, T_past of them filled
+            if past_keys is not None:
+                _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
+            if past_values is not None:
+                _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, H, head_dim]', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
             T_past = cache_position
         if len({past_keys is None, past_values is None}) != 1:
             raise ValueError('past_keys, past_values must be given together, or not at all')
@@ -301,6 +337,10 @@ class Model(nn.Module):
         logits = F.linear(F.rms_norm(x, (cfg.n_embd,), self.norm_weight, cfg.norm_eps), self.token_embedding)  # [B, T, vocab_size]  gpt_decoder.snf:82
         loss = F.cross_entropy(logits[..., :-1, :].flatten(0, -2), labels[..., 1:].flatten(), ignore_index=-100) if labels is not None else None  # []  gpt_decoder.snf:83
         return Output(logits, loss, new_keys, new_values)
+
+    # forward with preallocated caches (cache_position given), compiled as one graph: a decode
+    # step of generate. Its shapes never change, so it compiles once; the layers run inside it.
+    _decode_step = _hot_path(forward)
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
@@ -324,18 +364,14 @@ class Model(nn.Module):
             if position + max_new_tokens - 1 > cfg.block_size:
                 raise ValueError(f"the prompt ({position} tokens) and max_new_tokens={max_new_tokens} need "
                                  f"{position + max_new_tokens - 1} cache slots; the model has block_size = {cfg.block_size}")
-            filled = out.new_keys
-            past_keys = filled.new_zeros(filled.shape[:2] + (cfg.block_size,) + filled.shape[3:])
-            past_keys.narrow(2, 0, position).copy_(filled)
-            filled = out.new_values
-            past_values = filled.new_zeros(filled.shape[:2] + (cfg.block_size,) + filled.shape[3:])
-            past_values.narrow(2, 0, position).copy_(filled)
+            past_keys = _cache_buffers(out.new_keys, 1, cfg.block_size)
+            past_values = _cache_buffers(out.new_values, 1, cfg.block_size)
             for step in range(max_new_tokens):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
                 tokens.append(token)
                 if step + 1 < max_new_tokens:
                     at = torch.tensor(position, device=idx.device)
-                    out = self(token, past_keys=past_keys, past_values=past_values, cache_position=at)
+                    out = self._decode_step(token, past_keys=past_keys, past_values=past_values, cache_position=at)
                     position += 1
             return torch.cat(tokens, dim=1)
         finally:

@@ -112,7 +112,7 @@ class Checker:
         self.owner: dict[str, str] = {}  # runtime dim -> the optional input that introduces it
         self.constraints: list[ir.Constraint] = []
         self.loops: list[dict] = []  # open loops: var, count, depth, carried, reads, stacked
-        self.stacked_use: dict[str, str] = {}  # param -> "layer" | "whole"
+        self.whole_reads: dict[str, list[Span]] = {}  # param -> where it is read other than as `p[l]`
         self.roles: dict[str, str] = {}
         self.where_dims: dict[str, Dim] = {}
         self.free_out: set[str] = set()
@@ -470,8 +470,8 @@ class Checker:
             ty = TensorT(ty.shape, ty.dtype, False)
         if b.kind in ("param", "buffer", "input") and self.loops:
             self.note_read(e.id, b)
-            if b.kind in ("param", "buffer") and isinstance(ty, TensorT) and ty.rank and self.is_stacked(ty):
-                self.stacked_use.setdefault(e.id, "whole")
+        if b.kind in ("param", "buffer"):
+            self.whole_reads.setdefault(e.id, []).append(e.span)
         if b.kind == "local":
             self.note_read(e.id, b)
         return ir.Ref(e.id, b.kind, ty, e.span)
@@ -622,7 +622,7 @@ class Checker:
                              e.span, related=(Related(self.decl_spans.get(base.name, NO_SPAN),
                                                       f"`{base.name}` declared here"),))
                 return ir.Lit(None, ERR, e.span)
-            self.stacked_use[base.name] = "layer"
+            self.whole_reads[base.name].pop()  # read as `p[l]` after all
             loop["stacked"].setdefault(base.name, None)
             loop["reads"].pop(base.name, None)
             ty = TensorT(base.ty.shape[1:], base.ty.dtype, base.ty.maybe_none)
@@ -1047,12 +1047,21 @@ class Checker:
                 self.r.error("output-mismatch", f"output `{o.name}` must be a tensor", o.span)
             outputs.append(o)
         self.unused_warnings()
-        stacked = tuple(dict.fromkeys(n for s in ir.walk_stmts(body) if isinstance(s, ir.Loop) for n in s.stacked))
-        for name, use in self.stacked_use.items():
-            if use == "whole" and name in stacked:
-                self.r.error("stacked-index", f"`{name}` is used both per layer (`{name}[l]`) and whole",
-                             self.decl_spans.get(name, NO_SPAN),
-                             hint="a stacked parameter lives per layer; index it with the loop variable everywhere")
+        loops = [s for s in ir.walk_stmts(body) if isinstance(s, ir.Loop)]
+        stacked = tuple(dict.fromkeys(n for s in loops for n in s.stacked))
+        for name in stacked:  # each layer of the loop owns its slice, so nothing else may read it
+            owners = [s for s in loops if name in s.stacked]
+            if self.whole_reads.get(name):
+                self.r.error("stacked-index", f"`{name}` is used both per layer (`{name}[{owners[0].var}]`) and "
+                             f"otherwise", self.whole_reads[name][0],
+                             related=(Related(owners[0].span, f"used per layer in the loop over `{owners[0].var}`"),),
+                             hint="a stacked parameter lives in the layers of its loop: index it with the loop "
+                                  "variable everywhere, or declare a separate parameter for this use")
+            elif len(owners) > 1:
+                self.r.error("stacked-index", f"`{name}` is used per layer in two loops; the layers of each loop "
+                             f"own their parameters", owners[1].span,
+                             related=(Related(owners[0].span, "the first loop"),),
+                             hint="declare one stacked parameter for each loop")
         self.check_mappings(set(stacked))
         if self.r.has_errors:
             return None

@@ -673,7 +673,7 @@ class Generator:
         top = [t for t in m.params + m.buffers if t.name not in m.stacked]
         prologue = self.forward_prologue(em, names, inputs)
         outputs = [(names.name(o.name), o) for o in m.outputs]
-        out_fields = Namespace(attribute=True, public=True)
+        out_fields = Namespace(attribute=True)
         helpers = set(em.helpers)
         for b in blocks:
             helpers |= b["helpers"]
@@ -706,36 +706,14 @@ class Generator:
 
     def forward_prologue(self, em: _Emitter, names: Namespace, inputs) -> list[str]:
         lines = ["cfg = self.config"]
-        bound = set()
-        for i in inputs:
-            n = names.name(i.name)
-            rank = i.ty.rank
-            dims = [d.as_symbol() if d.as_symbol() in self.runtime else None for d in i.ty.shape]
-            fixed = {axis: em.dim(d) for axis, d in enumerate(i.ty.shape)
-                     if not (d.symbols() & self.runtime) or d.symbols() <= bound}
-            sizes = ", {" + ", ".join(f"{a}: {code}" for a, code in fixed.items()) + "}" if fixed else ""
-            check = f"_check_input({_display_text(i.name)!r}, {n}, {rank}, {self.show(i.ty.shape)!r}{sizes})"
-            lines.append(check if not i.optional else f"if {n} is not None:\n            {check}")
-            new = [d for d in dims if d and d not in bound]
-            if not new:
-                continue
-            if i.optional:
-                for axis, d in enumerate(dims):
-                    if d and d not in bound:
-                        lines.append(f"{names.name(d)} = {n}.size({axis}) if {n} is not None else 0")
-                        bound.add(d)
-            else:
-                targets = ", ".join(names.name(d) if d and d not in bound else "_" for d in dims)
-                if rank == 1:
-                    targets += ","
-                lines.append(f"{targets} = {n}.shape")
-                bound.update(d for d in dims if d)
+        bound: set[str] = set()
         static = self.static_cache()
-        if static:
-            cp, dim = em.cache_position, names.name(static["dim"])
-            lines.append(f"if {cp} is not None:  # a preallocated cache of {self.show((static['size'],))[1:-1]} "
-                         f"slots, {dim} of them filled")
-            lines.append(f"    {dim} = {cp}")
+        cached = {p for p, _ in static["pairs"]} if static else set()
+        for i in inputs:
+            if i.name not in cached:
+                lines += self.input_lines(em, names, i, bound)
+            elif i.name == next(n for n in (j.name for j in inputs) if n in cached):
+                lines += self.static_cache_lines(em, names, [j for j in inputs if j.name in cached], bound)
         for group in self.model.input_groups:
             given = [names.name(n) for n in group]
             lines.append(f"if len({{{', '.join(f'{g} is None' for g in given)}}}) != 1:")
@@ -753,6 +731,57 @@ class Generator:
             lines.append(f"if {guard}not {em.dim(c.lhs, 5)} {c.op} {em.dim(c.rhs, 5)}:")
             lines.append(f"    raise ValueError(f{msg!r})")
         return lines
+
+    def input_lines(self, em: _Emitter, names: Namespace, i: ir.Tensor, bound: set, sizes_of=None,
+                    check: str = "_check_input", bind: bool = True) -> list[str]:
+        """Check one input's rank and config-fixed sizes, and bind the run-time dims it brings."""
+        lines = []
+        n = names.name(i.name)
+        rank = i.ty.rank
+        dims = [d.as_symbol() if d.as_symbol() in self.runtime else None for d in i.ty.shape]
+        shape = sizes_of or i.ty.shape
+        fixed = {axis: em.dim(d) for axis, d in enumerate(shape)
+                 if not (d.symbols() & self.runtime) or d.symbols() <= bound}
+        sizes = ", {" + ", ".join(f"{a}: {code}" for a, code in fixed.items()) + "}" if fixed else ""
+        call = f"{check}({_display_text(i.name)!r}, {n}, {rank}, {self.show(shape)!r}{sizes})"
+        lines.append(call if not i.optional else f"if {n} is not None:\n            {call}")
+        new = [d for d in dims if d and d not in bound]
+        if not new or not bind:
+            return lines
+        if i.optional:
+            for axis, d in enumerate(dims):
+                if d and d not in bound:
+                    lines.append(f"{names.name(d)} = {n}.size({axis}) if {n} is not None else 0")
+                    bound.add(d)
+        else:
+            targets = ", ".join(names.name(d) if d and d not in bound else "_" for d in dims)
+            if rank == 1:
+                targets += ","
+            lines.append(f"{targets} = {n}.shape")
+            bound.update(d for d in dims if d)
+        return lines
+
+    def static_cache_lines(self, em: _Emitter, names: Namespace, cached: list, bound: set) -> list[str]:
+        """The cache inputs' checks twice: as growing tensors, and (with cache_position) as
+        preallocated buffers of the bound's size, whose filled length is cache_position."""
+        static = self.static_cache()
+        cp, dim = em.cache_position, names.name(static["dim"])
+        size = self.show((static["size"],))[1:-1]
+        outer = set(bound)
+        grown = [line for i in cached for line in self.input_lines(em, names, i, outer)]
+        full = {}
+        for i in cached:
+            shape = list(i.ty.shape)
+            shape[static["axis"]] = static["size"]
+            full[i.name] = tuple(shape)
+        buffers = [line for i in cached
+                   for line in self.input_lines(em, names, i, bound | {static["dim"]}, full[i.name],
+                                                "_check_cache", bind=False)]
+        bound.add(static["dim"])
+        indent = lambda block: ["    " + line.replace("\n", "\n    ") for line in block]  # noqa: E731
+        return ([f"if {cp} is None:"] + indent(grown)
+                + [f"else:  # preallocated caches of {size} slots, {dim} of them filled"]
+                + indent(buffers) + [f"    {dim} = {cp}"])
 
     def is_runtime_check(self, c: ir.Check) -> bool:
         return bool((c.lhs.symbols() | c.rhs.symbols()) - self.config_fields)

@@ -1,8 +1,10 @@
 """Hygienic names for generated code (after torch.fx's `_Namespace`).
 
 A spec name becomes a Python identifier that is never a keyword, never a builtin or a name the
-generated module imports or defines, and never an `nn.Module` attribute. Clashes get a
-trailing underscore (`self` -> `self_`); each namespace maps a spec name to one identifier,
+generated module imports or defines, and never an `nn.Module` attribute. It never starts with an
+underscore either: the generated module's own helpers and private attributes all do (`_linear_t`,
+`self._stored`), so no spec name can shadow one, present or future. Clashes get a trailing
+underscore (`self` -> `self_`, `_x` -> `x_`); each namespace maps a spec name to one identifier,
 and two spec names never share one.
 """
 
@@ -17,8 +19,7 @@ import unicodedata
 MODULE_NAMES = frozenset({
     "annotations", "dataclass", "field", "functools", "math", "os", "warnings", "torch", "F", "nn",
     "NamedTuple", "Optional", "Config", "Model", "Output", "SPEC", "SPEC_PARAMETERS", "CHECKPOINTS",
-    "self", "cfg", "layer", "config", "_hot_path", "_attention", "_rope", "_assign", "_compile_enabled",
-    "_split_fused", "_join_fused", "_init", "_check_input", "_sinusoidal",
+    "self", "cfg", "layer", "config",
 })
 BUILTINS = frozenset(dir(builtins))
 _IDENT = re.compile(r"^[^\W\d]\w*$")
@@ -50,9 +51,8 @@ MODULE_ATTRIBUTES = frozenset({
 class Namespace:
     """Maps spec names to unique, safe identifiers. `kind` picks the extra reserved set."""
 
-    def __init__(self, reserved: frozenset | set = frozenset(), attribute: bool = False, public: bool = False):
+    def __init__(self, reserved: frozenset | set = frozenset(), attribute: bool = False):
         self.attribute = attribute
-        self.public = public  # no leading underscore (NamedTuple field names)
         self.reserved = set(reserved) | set(keyword.kwlist) | set(keyword.softkwlist) | {"self"}
         if not attribute:
             self.reserved |= MODULE_NAMES | BUILTINS
@@ -64,10 +64,10 @@ class Namespace:
             return self.map[spec_name]
         base = safe_identifier(spec_name)
         cand = base
-        while cand in self.reserved or cand in self.used or cand.startswith("__") or \
-                self.public and cand.startswith("_"):
-            if cand.startswith("__") or self.public and cand.startswith("_"):
-                cand = (cand.lstrip("_") or "v") + "_"  # "__x": "x_"; "_", "__": "v_"
+        while cand in self.reserved or cand in self.used or cand.startswith("_"):
+            if cand.startswith("_"):
+                rest = cand.lstrip("_")  # "_x", "__x": "x_"; "_", "__": "v_"; "_1": "v1_"
+                cand = (rest if rest[:1].isalpha() else "v" + rest) + "_"
             else:
                 cand = cand + "_"
         self.map[spec_name] = cand

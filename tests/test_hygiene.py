@@ -249,6 +249,38 @@ let private = x * 17.0
 """
 
 
+def _private_names() -> list[str]:
+    """Names generated code relies on that a spec could also write: the module-level helpers and
+    private attributes (`_linear_t`, `self._stored`, `self._decode_step`) of the committed files."""
+    names = set()
+    for path in sorted((ROOT / "generated").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr.startswith("_")
+                  and isinstance(n.value, ast.Name) and n.value.id == "self" and not n.attr.startswith("__")}
+        names |= {t.id for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body
+                  if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    return sorted(names)
+
+
+PRIVATE = _private_names()
+_SPEC_HEAD = ["param:", "  n_layer : int = 2", "  D : int = 4", "input:", "  x : Tensor([B, D], float32)",
+              "output:", "  y : Tensor([B, D], float32)", "parameter:"]
+# Every helper and private attribute name as a spec's local (a local `_linear_t` once shadowed the
+# helper of that name: UnboundLocalError at the first `linear`), as a parameter, and as a loop variable.
+PRIVATE_LOCALS = "\n".join([
+    *_SPEC_HEAD, "  v : Tensor([D, D], float32)", "  w : Tensor([n_layer, D, D], float32)", "let h = x",
+    *(f"let {n} = linear(h, weight=v) * {i + 2}.0\nh = h + tanh({n})" for i, n in enumerate(PRIVATE)),
+    f"for {PRIVATE[0]} in 0..n_layer-1:", f"    h = h + tanh(linear(h, weight=w[{PRIVATE[0]}]))",
+    "let y = h",
+]) + "\n"
+PRIVATE_PARAMS = "\n".join([
+    *_SPEC_HEAD, *(f"  {n} : Tensor([n_layer, D, D], float32)" for n in PRIVATE[1:]), "let h = x",
+    f"for {PRIVATE[0]} in 0..n_layer-1:", *(f"    h = h + tanh(linear(h, weight={n}[{PRIVATE[0]}]))" for n in PRIVATE[1:]),
+    "let y = h",
+]) + "\n"
+
+
 @pytest.mark.parametrize("name,text,sizes,int_high", [
     ("config_names", CONFIG_NAMES, {"class": 2, "T": 3}, 7),
     ("class_body_names", CLASS_BODY_NAMES, {"B": 2}, 2),
@@ -257,7 +289,10 @@ let private = x * 17.0
     ("loop_var_self", LOOP_VAR_SELF, {"B": 3}, 2),
     ("unicode_names", UNICODE_NAMES, {"B": 2}, 2),
     ("output_names", OUTPUT_NAMES, {"B": 2}, 2),
-], ids=["config", "class-body", "locals", "loop-var-layer", "loop-var-self", "unicode-nfkc", "outputs"])
+    ("private_locals", PRIVATE_LOCALS, {"B": 2}, 2),
+    ("private_params", PRIVATE_PARAMS, {"B": 2}, 2),
+], ids=["config", "class-body", "locals", "loop-var-layer", "loop-var-self", "unicode-nfkc", "outputs",
+        "private-locals", "private-params"])
 def test_colliding_names_compile_to_correct_code(name, text, sizes, int_high):
     run_against_interpreter(text, sizes, int_high, name)
 
@@ -279,6 +314,18 @@ def test_generated_identifiers_are_remapped():
         model = module.Model()
         assert set(spec_state(model)) >= {"cfg", "layer", "forward", "config", "state_dict", "layers"}
         assert module.Config().self_ == 7 and module.Config().super == 12
+
+
+def test_private_names_are_never_bound_by_a_spec():
+    assert {"_linear_t", "_attention", "_check_input", "_hot_path", "_stored", "_decode_step"} <= set(PRIVATE)
+    for text in (PRIVATE_LOCALS, PRIVATE_PARAMS):
+        with imported(text) as (_, _module, code):
+            tree = ast.parse(code)
+            bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            bound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args}
+            attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+            assert not bound & set(PRIVATE), bound & set(PRIVATE)
+            assert {a for a in attrs if a.startswith("_")} <= {"_stored"}, attrs
 
 
 def test_unicode_names_stay_apart_in_code():

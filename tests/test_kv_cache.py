@@ -140,12 +140,16 @@ def test_greedy_generate_equals_transformers(name, hf_of, batch):
 def test_generate_uses_the_cache_and_matches_recompute(name):
     model = MODELS[name]()
     prompt = torch.randint(0, 97, (2, 5))
-    calls = []
+    calls, steps = [], []
     original = model.forward
     model.forward = lambda *a, **k: calls.append(a[0].shape[1]) or original(*a, **k)
+    model._decode_step = lambda *a, **k: steps.append((a[0].shape[1], int(k["cache_position"]))) or \
+        type(model)._decode_step(model, *a, **k)
     out = model.generate(prompt, max_new_tokens=6, temperature=0)
-    assert calls == [5, 1, 1, 1, 1, 1]  # the prompt once, then one token per step
+    assert calls == [5]  # the prompt once, then one token per step at the next cache slot
+    assert steps == [(1, 5), (1, 6), (1, 7), (1, 8), (1, 9)]
     model.forward = original
+    del model._decode_step
     seq = prompt
     with torch.no_grad():  # the same tokens by recomputing the whole sequence each step
         for _ in range(6):
@@ -201,21 +205,59 @@ def test_fixed_shape_decode_compiles_once(monkeypatch):
     monkeypatch.setenv("SNF_COMPILE", "0")
     assert torch.equal(again, model.generate(prompt, 12, temperature=0))
     assert torch.equal(first, again[:, :8])
+    # the compiled step (attention written out for one query) against eager, on one cache state
+    with torch.no_grad():
+        out = model(again[:, :9])
+        caches = [mod._cache_buffers(c, 1, 32) for c in (out.new_keys, out.new_values)]
+        copies = [[t.clone() for t in c] for c in caches]
+        token = again[:, 9:10].contiguous()  # as generate's tokens are: a strided one is another graph
+        eager = model._decode_step(token, *copies, cache_position=torch.tensor(9))
+        monkeypatch.setenv("SNF_COMPILE", "1")
+        compiled = model._decode_step(token, *caches, cache_position=torch.tensor(9))
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert (compiled.logits - eager.logits).abs().max().item() <= 1e-5
+    for got, want in zip(caches[0] + caches[1], copies[0] + copies[1]):
+        assert (got - want).abs().max().item() <= 1e-5
 
 
+@pytest.mark.parametrize("steps", [1, 3], ids=["one token (decode)", "three tokens"])
+@pytest.mark.parametrize("form", ["stacked", "per-layer list"])
 @pytest.mark.parametrize("name", MODELS)
-def test_preallocated_cache_step_equals_concatenated_cache(name):
+def test_preallocated_cache_step_equals_concatenated_cache(name, form, steps):
     model = MODELS[name]()
-    idx = torch.randint(0, 97, (2, 9))
+    idx = torch.randint(0, 97, (2, 6 + steps))
     with torch.no_grad():
         out = model(idx[:, :6])
         size = model.config.block_size
         keys = out.new_keys.new_zeros(out.new_keys.shape[:2] + (size,) + out.new_keys.shape[3:])
         values = torch.zeros_like(keys)
         keys[:, :, :6], values[:, :, :6] = out.new_keys, out.new_values
-        static = model(idx[:, 6:], past_keys=keys, past_values=values, cache_position=torch.tensor(6))
+        given = (keys, values) if form == "stacked" else (list(keys), list(values))  # views: writes land in keys
+        static = model(idx[:, 6:], past_keys=given[0], past_values=given[1], cache_position=torch.tensor(6))
         grown = model(idx[:, 6:], past_keys=out.new_keys, past_values=out.new_values)
     assert (static.logits - grown.logits).abs().max().item() <= 1e-5
-    assert static.new_keys is keys  # written in place
-    assert (keys[:, :, :9] - grown.new_keys).abs().max().item() <= 1e-5
-    assert keys[:, :, 9:].abs().max().item() == 0.0
+    assert static.new_keys is given[0]  # written in place
+    assert (keys[:, :, :6 + steps] - grown.new_keys).abs().max().item() <= 1e-5
+    assert (values[:, :, :6 + steps] - grown.new_values).abs().max().item() <= 1e-5
+    assert not keys[:, :, 6 + steps:].any()  # the empty slots stay empty
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_preallocated_cache_is_checked(name):
+    model = MODELS[name]()
+    cfg = model.config
+    layer = torch.zeros(2, cfg.block_size, cfg.n_head, cfg.n_embd // cfg.n_head)
+    at = torch.tensor(3)
+    token = torch.zeros(2, 1, dtype=torch.long)
+    bad = {
+        "one layer short": [layer] * (cfg.n_layer - 1),
+        "fewer slots than block_size": [layer[:, :-1]] * cfg.n_layer,
+        "a batch of 3": [torch.zeros(3, *layer.shape[1:])] * cfg.n_layer,
+        "not tensors": [None] * cfg.n_layer,
+    }
+    for cache in bad.values():  # each one: a clear error, not an index error deep in a layer
+        with pytest.raises(ValueError, match=r"input past_keys must be \[n_layer, B, block_size, H, head_dim\], "
+                                             r"or a list of its \d+ layers"):
+            model(token, past_keys=cache, past_values=[layer] * cfg.n_layer, cache_position=at)
+    with pytest.raises(ValueError, match=r"past_values must be \[n_layer, B, block_size, H, head_dim\], got \[2, "):
+        model(token, past_keys=[layer] * cfg.n_layer, past_values=torch.zeros(2, 2), cache_position=at)

@@ -95,6 +95,20 @@ class ShapeCtx:
         self.recovered = ty
 
 
+def _index_items(items) -> tuple[tuple, ir.TExpr | None]:
+    """Index items as shape rules take them: a slice's SliceT, an int's dim (a fresh unknown one
+    for a computed int). Stops at the first item that is neither, returned second."""
+    out = []
+    for item in items:
+        if isinstance(item.ty, SliceT):
+            out.append(item.ty)
+        elif isinstance(item.ty, ScalarT) and item.ty.kind == "int":
+            out.append(item.ty.dim if item.ty.dim is not None else Dim.sym("_i"))
+        else:
+            return tuple(out), item
+    return tuple(out), None
+
+
 class Checker:
     def __init__(self, spec: ir.Spec, r: Reporter):
         self.spec, self.r = spec, r
@@ -846,15 +860,8 @@ class Checker:
                 out.append(item.ty.dim)
             return tuple(out)
         if kind == "slices":
-            out = []
-            for item in a.items:
-                if isinstance(item.ty, SliceT):
-                    out.append(item.ty)
-                elif isinstance(item.ty, ScalarT) and item.ty.kind == "int":
-                    out.append(item.ty.dim if item.ty.dim is not None else Dim.sym("_i"))
-                else:
-                    return bad("a list of indices and slices")
-            return tuple(out)
+            out, wrong = _index_items(a.items)
+            return bad("a list of indices and slices") if wrong is not None else out
         return bad(kind)  # pragma: no cover
 
     # ------------------------------------------------------------------ statements
@@ -920,17 +927,12 @@ class Checker:
         if not isinstance(b.ty, TensorT):
             self.r.error("arg-kind", f"`{s.name}` is not a tensor and cannot be indexed", s.name_span)
             return None
-        items = []
-        for i in idx:
-            if isinstance(i.ty, SliceT):
-                items.append(i.ty)
-            elif isinstance(i.ty, ScalarT) and i.ty.kind == "int":
-                items.append(i.ty.dim if i.ty.dim is not None else Dim.sym("_i"))
-                if isinstance(i, ir.Ref) and i.kind == "loopvar":
-                    self.loops[-1]["uses_var"] = True
-            else:
-                self.r.error("arg-kind", "indices must be integers or slices", i.span)
-                return None
+        items, bad = _index_items(idx)
+        if bad is not None:
+            self.r.error("arg-kind", "indices must be integers or slices", bad.span)
+            return None
+        if any(isinstance(i, ir.Ref) and i.kind == "loopvar" for i in idx):
+            self.loops[-1]["uses_var"] = True
         from .ops.core import _slices_shape
         ctx = ShapeCtx(self, s.span)
         try:

@@ -78,27 +78,33 @@ def _hot_path(fn):
     return wrapper
 
 
-def _fits(t, rank: int, sizes: dict) -> bool:
-    return isinstance(t, torch.Tensor) and t.dim() == rank and all(t.size(a) == n for a, n in sizes.items())
+def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
+    """`rank` axes, the sizes given, and the spec's dtype (any floating dtype for a floating one:
+    a model cast with .double() or .to(torch.bfloat16) takes inputs cast the same way)."""
+    return (isinstance(t, torch.Tensor) and t.dim() == rank and all(t.size(a) == n for a, n in sizes.items())
+            and (t.is_floating_point() if "float" in dtype else t.dtype == getattr(torch, dtype)))
 
 
-def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, sizes: Optional[dict] = None) -> None:
-    """Rank, and the sizes of axes fixed by the config, of one input."""
-    if not _fits(t, rank, sizes or {}):
-        got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-        raise ValueError(f"input {name} must be {shape}, got {got}")
+def _described(t) -> str:
+    return f"{list(t.shape)} {str(t.dtype).replace('torch.', '')}" if isinstance(t, torch.Tensor) else type(t).__name__
 
 
-def _check_cache(name: str, cache, rank: int, shape: str, sizes: dict) -> None:
+def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, dtype: str, sizes: Optional[dict] = None) -> None:
+    """Rank, dtype, and the sizes of axes fixed by the config, of one input."""
+    if not _fits(t, rank, dtype, sizes or {}):
+        raise ValueError(f"input {name} must be {shape} {dtype}, got {_described(t)}")
+
+
+def _check_cache(name: str, cache, rank: int, shape: str, dtype: str, sizes: dict) -> None:
     """A preallocated cache: one tensor stacked over the layers (axis 0), or a list of per-layer
     tensors. The list compiles better: each buffer is written in place on its own, where writing
     into a slice of one stacked input makes the compiled step copy the whole input back."""
     if not isinstance(cache, (list, tuple)):
-        return _check_input(name, cache, rank, shape, sizes)
+        return _check_input(name, cache, rank, shape, dtype, sizes)
     layer = {axis - 1: n for axis, n in sizes.items() if axis}
-    if len(cache) != sizes[0] or not all(_fits(t, rank - 1, layer) for t in cache):
-        got = [list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in cache]
-        raise ValueError(f"input {name} must be {shape}, or a list of its {sizes[0]} layers, got a list of {got}")
+    if len(cache) != sizes[0] or not all(_fits(t, rank - 1, dtype, layer) for t in cache):
+        raise ValueError(f"input {name} must be {shape} {dtype}, or a list of its {sizes[0]} layers, "
+                         f"got a list of {[_described(t) for t in cache]}")
 
 
 def _cache_buffers(cache: torch.Tensor, axis: int, size: int) -> list:
@@ -179,6 +185,18 @@ def _rope(x: torch.Tensor, offset, base: float) -> torch.Tensor:
     cos, sin = emb.cos()[None, :, None, :].to(x.dtype), emb.sin()[None, :, None, :].to(x.dtype)
     x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def _check_sampling(max_new_tokens, temperature, top_k, top_p) -> None:
+    """generate's arguments, before any work: a bad one is a clear error, not a strange sample."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
+        raise ValueError(f"temperature must be a number >= 0 (0 is greedy), got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
 
 
 def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_p: Optional[float],
@@ -301,21 +319,21 @@ class Model(nn.Module):
         # cache_position: with it, the past_* caches are preallocated buffers written in place
         # (fixed shapes for every decode step; see _decode_step); without it they are concatenated
         cfg = self.config
-        _check_input('idx', idx, 2, '[B, T]')
+        _check_input('idx', idx, 2, '[B, T]', 'int64')
         B, T = idx.shape
         if labels is not None:
-            _check_input('labels', labels, 2, '[B, T]', {0: B, 1: T})
+            _check_input('labels', labels, 2, '[B, T]', 'int64', {0: B, 1: T})
         if cache_position is None:
             if past_keys is not None:
-                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, H, head_dim]', {0: cfg.n_layer, 1: B, 3: cfg.n_head, 4: cfg.head_dim})
+                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 3: cfg.n_head, 4: cfg.head_dim})
             T_past = past_keys.size(2) if past_keys is not None else 0
             if past_values is not None:
-                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
+                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
         else:  # preallocated caches of block_size slots, T_past of them filled
             if past_keys is not None:
-                _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
+                _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
             if past_values is not None:
-                _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, H, head_dim]', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
+                _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
             T_past = cache_position
         if len({past_keys is None, past_values is None}) != 1:
             raise ValueError('past_keys, past_values must be given together, or not at all')
@@ -352,6 +370,7 @@ class Model(nn.Module):
         with `generator`. The prompt is run once; each later step feeds only the newest
         token and the KV cache (past_keys, past_values).
         """
+        _check_sampling(max_new_tokens, temperature, top_k, top_p)
         was_training = self.training
         self.eval()
         try:

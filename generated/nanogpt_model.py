@@ -59,15 +59,21 @@ def _hot_path(fn):
     return wrapper
 
 
-def _fits(t, rank: int, sizes: dict) -> bool:
-    return isinstance(t, torch.Tensor) and t.dim() == rank and all(t.size(a) == n for a, n in sizes.items())
+def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
+    """`rank` axes, the sizes given, and the spec's dtype (any floating dtype for a floating one:
+    a model cast with .double() or .to(torch.bfloat16) takes inputs cast the same way)."""
+    return (isinstance(t, torch.Tensor) and t.dim() == rank and all(t.size(a) == n for a, n in sizes.items())
+            and (t.is_floating_point() if "float" in dtype else t.dtype == getattr(torch, dtype)))
 
 
-def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, sizes: Optional[dict] = None) -> None:
-    """Rank, and the sizes of axes fixed by the config, of one input."""
-    if not _fits(t, rank, sizes or {}):
-        got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-        raise ValueError(f"input {name} must be {shape}, got {got}")
+def _described(t) -> str:
+    return f"{list(t.shape)} {str(t.dtype).replace('torch.', '')}" if isinstance(t, torch.Tensor) else type(t).__name__
+
+
+def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, dtype: str, sizes: Optional[dict] = None) -> None:
+    """Rank, dtype, and the sizes of axes fixed by the config, of one input."""
+    if not _fits(t, rank, dtype, sizes or {}):
+        raise ValueError(f"input {name} must be {shape} {dtype}, got {_described(t)}")
 
 
 def _to_spec_layout(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
@@ -126,6 +132,18 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         keep = (mask != 0)[:, None, None, :]
         allowed = keep if allowed is None else allowed & keep
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
+
+
+def _check_sampling(max_new_tokens, temperature, top_k, top_p) -> None:
+    """generate's arguments, before any work: a bad one is a clear error, not a strange sample."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
+        raise ValueError(f"temperature must be a number >= 0 (0 is greedy), got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
 
 
 def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_p: Optional[float],
@@ -248,7 +266,7 @@ class Model(nn.Module):
     def forward(self, tok: torch.Tensor) -> Output:
         # tok: [B, T]
         cfg = self.config
-        _check_input('tok', tok, 2, '[B, T]')
+        _check_input('tok', tok, 2, '[B, T]', 'int64')
         B, T = tok.shape
         if not T <= cfg.P:
             raise ValueError(f'expected T <= P, got T = {int(T)} and P = {cfg.P} (nanogpt_model.snf:33)')
@@ -269,6 +287,7 @@ class Model(nn.Module):
         with `generator`. The spec declares no KV cache, so each step
         runs the whole sequence again.
         """
+        _check_sampling(max_new_tokens, temperature, top_k, top_p)
         was_training = self.training
         self.eval()
         try:

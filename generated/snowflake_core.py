@@ -69,15 +69,21 @@ def _hot_path(fn):
     return wrapper
 
 
-def _fits(t, rank: int, sizes: dict) -> bool:
-    return isinstance(t, torch.Tensor) and t.dim() == rank and all(t.size(a) == n for a, n in sizes.items())
+def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
+    """`rank` axes, the sizes given, and the spec's dtype (any floating dtype for a floating one:
+    a model cast with .double() or .to(torch.bfloat16) takes inputs cast the same way)."""
+    return (isinstance(t, torch.Tensor) and t.dim() == rank and all(t.size(a) == n for a, n in sizes.items())
+            and (t.is_floating_point() if "float" in dtype else t.dtype == getattr(torch, dtype)))
 
 
-def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, sizes: Optional[dict] = None) -> None:
-    """Rank, and the sizes of axes fixed by the config, of one input."""
-    if not _fits(t, rank, sizes or {}):
-        got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-        raise ValueError(f"input {name} must be {shape}, got {got}")
+def _described(t) -> str:
+    return f"{list(t.shape)} {str(t.dtype).replace('torch.', '')}" if isinstance(t, torch.Tensor) else type(t).__name__
+
+
+def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, dtype: str, sizes: Optional[dict] = None) -> None:
+    """Rank, dtype, and the sizes of axes fixed by the config, of one input."""
+    if not _fits(t, rank, dtype, sizes or {}):
+        raise ValueError(f"input {name} must be {shape} {dtype}, got {_described(t)}")
 
 
 def _to_spec_layout(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
@@ -249,10 +255,10 @@ class Model(nn.Module):
         # input_ids: [B, T]
         # attention_mask: [B, T], optional
         cfg = self.config
-        _check_input('input_ids', input_ids, 2, '[B, T]')
+        _check_input('input_ids', input_ids, 2, '[B, T]', 'int64')
         B, T = input_ids.shape
         if attention_mask is not None:
-            _check_input('attention_mask', attention_mask, 2, '[B, T]', {0: B, 1: T})
+            _check_input('attention_mask', attention_mask, 2, '[B, T]', 'int64', {0: B, 1: T})
         if not T <= cfg.block_size:
             raise ValueError(f'expected T <= block_size, got T = {int(T)} and block_size = {cfg.block_size} (snowflake_core.snf:52)')
         x = F.embedding(input_ids, self.token_embedding) + self.position_table[:, 0:T, :]  # [B, T, D]  snowflake_core.snf:52

@@ -743,7 +743,7 @@ class Generator:
         fixed = {axis: em.dim(d) for axis, d in enumerate(shape)
                  if not (d.symbols() & self.runtime) or d.symbols() <= bound}
         sizes = ", {" + ", ".join(f"{a}: {code}" for a, code in fixed.items()) + "}" if fixed else ""
-        call = f"{check}({_display_text(i.name)!r}, {n}, {rank}, {self.show(shape)!r}{sizes})"
+        call = f"{check}({_display_text(i.name)!r}, {n}, {rank}, {self.show(shape)!r}, {i.ty.dtype!r}{sizes})"
         lines.append(call if not i.optional else f"if {n} is not None:\n            {call}")
         new = [d for d in dims if d and d not in bound]
         if not new or not bind:

@@ -247,8 +247,24 @@ def test_input_of_wrong_rank_is_a_clear_error():
     import torch
     import generated.nanogpt as ng
     m = ng.Model(vocab_size=11, block_size=4, n_layer=1, n_head=1, n_embd=8)
-    with pytest.raises(ValueError, match=r"input idx must be \[B, T\], got \[4\]"):
+    with pytest.raises(ValueError, match=r"input idx must be \[B, T\] int64, got \[4\] int64"):
         m(torch.zeros(4, dtype=torch.long))
+
+
+def test_input_of_wrong_dtype_is_a_clear_error():
+    import torch
+    import generated.nanogpt as ng
+    m = ng.Model(vocab_size=11, block_size=4, n_layer=1, n_head=1, n_embd=8)
+    for wrong in (torch.float32, torch.int32, torch.bool):
+        name = str(wrong).replace("torch.", "")
+        with pytest.raises(ValueError, match=rf"input idx must be \[B, T\] int64, got \[1, 4\] {name}$"):
+            m(torch.zeros(1, 4, dtype=wrong))
+    out = m(torch.zeros(1, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"input past_keys must be .* float32, got \[1, 1, 3, 1, 8\] int64"):
+        m(torch.zeros(1, 1, dtype=torch.long), past_keys=out.new_keys.long(), past_values=out.new_values)
+    m.double()  # a floating input takes any floating dtype: the model's own, after a cast
+    double = m(torch.zeros(1, 1, dtype=torch.long), past_keys=out.new_keys.double(), past_values=out.new_values.double())
+    assert double.logits.dtype == torch.float64
 
 
 # ------------------------------------------------------------------------ snf.load

@@ -180,6 +180,25 @@ def test_top_k_and_top_p_restrict_the_candidates():
     assert _sample(logits, 0, None, None, None).item() == 0
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_bad_generate_arguments_are_clear_errors(name):
+    model = MODELS[name]()
+    prompt = torch.randint(0, 97, (1, 3))
+    bad = [({"max_new_tokens": -1}, "max_new_tokens must be an int >= 0, got -1"),
+           ({"max_new_tokens": 2.5}, "max_new_tokens must be an int >= 0, got 2.5"),
+           ({"temperature": -0.5}, "temperature must be a number >= 0 .0 is greedy., got -0.5"),
+           ({"temperature": float("nan")}, "temperature must be a number >= 0 .0 is greedy., got nan"),
+           ({"top_k": 0}, "top_k must be None or an int >= 1, got 0"),
+           ({"top_p": 0.0}, r"top_p must be None or a number in \(0, 1\], got 0.0"),
+           ({"top_p": 1.5}, r"top_p must be None or a number in \(0, 1\], got 1.5")]
+    for kwargs, message in bad:
+        args = {"max_new_tokens": 2, **kwargs}
+        with pytest.raises(ValueError, match=message):
+            model.generate(prompt, **args)
+    assert torch.equal(model.generate(prompt, 0), prompt)  # nothing to add
+    assert model.generate(prompt, 2, top_k=10**6, top_p=1.0).shape == (1, 5)  # the widest settings are fine
+
+
 @pytest.mark.slow
 def test_fixed_shape_decode_compiles_once(monkeypatch):
     """generate() moves the cache into preallocated buffers written in place: every decode step
@@ -254,10 +273,11 @@ def test_preallocated_cache_is_checked(name):
         "fewer slots than block_size": [layer[:, :-1]] * cfg.n_layer,
         "a batch of 3": [torch.zeros(3, *layer.shape[1:])] * cfg.n_layer,
         "not tensors": [None] * cfg.n_layer,
+        "integers": [layer.long()] * cfg.n_layer,
     }
     for cache in bad.values():  # each one: a clear error, not an index error deep in a layer
-        with pytest.raises(ValueError, match=r"input past_keys must be \[n_layer, B, block_size, H, head_dim\], "
+        with pytest.raises(ValueError, match=r"input past_keys must be \[n_layer, B, block_size, H, head_dim\] float32, "
                                              r"or a list of its \d+ layers"):
             model(token, past_keys=cache, past_values=[layer] * cfg.n_layer, cache_position=at)
-    with pytest.raises(ValueError, match=r"past_values must be \[n_layer, B, block_size, H, head_dim\], got \[2, "):
+    with pytest.raises(ValueError, match=r"past_values must be \[n_layer, B, block_size, H, head_dim\] float32, got \[2, 2\] float32$"):
         model(token, past_keys=[layer] * cfg.n_layer, past_values=torch.zeros(2, 2), cache_position=at)

@@ -708,12 +708,12 @@ class Generator:
         lines = ["cfg = self.config"]
         bound: set[str] = set()
         static = self.static_cache()
-        cached = {p for p, _ in static["pairs"]} if static else set()
+        cached = [i for i in inputs if static and i.name in {p for p, _ in static["pairs"]}]
         for i in inputs:
-            if i.name not in cached:
+            if i not in cached:
                 lines += self.input_lines(em, names, i, bound)
-            elif i.name == next(n for n in (j.name for j in inputs) if n in cached):
-                lines += self.static_cache_lines(em, names, [j for j in inputs if j.name in cached], bound)
+            elif i is cached[0]:  # the cache inputs, checked together
+                lines += self.static_cache_lines(em, names, cached, bound)
         for group in self.model.input_groups:
             given = [names.name(n) for n in group]
             lines.append(f"if len({{{', '.join(f'{g} is None' for g in given)}}}) != 1:")
@@ -732,14 +732,15 @@ class Generator:
             lines.append(f"    raise ValueError(f{msg!r})")
         return lines
 
-    def input_lines(self, em: _Emitter, names: Namespace, i: ir.Tensor, bound: set, sizes_of=None,
+    def input_lines(self, em: _Emitter, names: Namespace, i: ir.Tensor, bound: set, shape: tuple = (),
                     check: str = "_check_input", bind: bool = True) -> list[str]:
-        """Check one input's rank and config-fixed sizes, and bind the run-time dims it brings."""
+        """Check one input's rank, dtype and known sizes (of `shape`, its declared one by default),
+        and bind the run-time dims it brings (into `bound`)."""
         lines = []
         n = names.name(i.name)
         rank = i.ty.rank
         dims = [d.as_symbol() if d.as_symbol() in self.runtime else None for d in i.ty.shape]
-        shape = sizes_of or i.ty.shape
+        shape = shape or i.ty.shape
         fixed = {axis: em.dim(d) for axis, d in enumerate(shape)
                  if not (d.symbols() & self.runtime) or d.symbols() <= bound}
         sizes = ", {" + ", ".join(f"{a}: {code}" for a, code in fixed.items()) + "}" if fixed else ""
@@ -767,21 +768,17 @@ class Generator:
         static = self.static_cache()
         cp, dim = em.cache_position, names.name(static["dim"])
         size = self.show((static["size"],))[1:-1]
-        outer = set(bound)
-        grown = [line for i in cached for line in self.input_lines(em, names, i, outer)]
-        full = {}
+        grown, buffers, outer = [], [], set(bound)
         for i in cached:
+            grown += self.input_lines(em, names, i, outer)
             shape = list(i.ty.shape)
             shape[static["axis"]] = static["size"]
-            full[i.name] = tuple(shape)
-        buffers = [line for i in cached
-                   for line in self.input_lines(em, names, i, bound | {static["dim"]}, full[i.name],
-                                                "_check_cache", bind=False)]
+            buffers += self.input_lines(em, names, i, bound | {static["dim"]}, tuple(shape), "_check_cache", False)
         bound.add(static["dim"])
-        indent = lambda block: ["    " + line.replace("\n", "\n    ") for line in block]  # noqa: E731
-        return ([f"if {cp} is None:"] + indent(grown)
-                + [f"else:  # preallocated caches of {size} slots, {dim} of them filled"]
-                + indent(buffers) + [f"    {dim} = {cp}"])
+        def nested(block: list[str]) -> list[str]:  # one level deeper, continuation lines too
+            return ["    " + line.replace("\n", "\n    ") for line in block]
+        return [f"if {cp} is None:", *nested(grown), f"else:  # preallocated caches of {size} slots, "
+                f"{dim} of them filled", *nested(buffers + [f"{dim} = {cp}"])]
 
     def is_runtime_check(self, c: ir.Check) -> bool:
         return bool((c.lhs.symbols() | c.rhs.symbols()) - self.config_fields)

@@ -1,10 +1,12 @@
 """Generation speed: the generated nanoGPT's `Model.generate` vs transformers' `generate`, both with
 their KV cache, on the same weights (greedy, so both must produce the same tokens).
 
-    PYTHONPATH=. python3 benchmarks/bench_generate.py           # full run
-    PYTHONPATH=. python3 benchmarks/bench_generate.py --quick   # smoke run
+    PYTHONPATH=. python3 benchmarks/bench_generate.py                 # full run (GPT-2)
+    PYTHONPATH=. python3 benchmarks/bench_generate.py --quick         # smoke run
+    PYTHONPATH=. python3 benchmarks/bench_generate.py --model llama   # gpt_decoder.snf vs LlamaForCausalLM
 
-4 layers, 4 heads, D=256, vocab 1024; a 16-token prompt, 64 new tokens; batch 1 and 8. Rows:
+4 layers, 4 heads, D=256, vocab 1024 (Llama: SwiGLU hidden 704, tied embeddings); a 16-token
+prompt, 64 new tokens; batch 1 and 8. Rows:
 snfc eager (SNF_COMPILE=0) and snfc as shipped (SNF_COMPILE=1: the layer block compiled, the
 decode step with its preallocated cache compiled once, compile time excluded by warmup), each
 against HF's `generate` as shipped (eager, DynamicCache), alternated rep by rep in one process.
@@ -27,6 +29,31 @@ import torch  # noqa: E402
 from benchmarks import _timing  # noqa: E402
 from benchmarks.bench_gpt2 import build_models  # noqa: E402
 
+LLAMA_HIDDEN = 704  # about 2.75 x D, as the spec's default ratio
+
+
+def build_llama(cfg: dict):
+    """The generated gpt_decoder and an HF LlamaForCausalLM (sdpa attention) holding the same weights."""
+    import transformers  # noqa: PLC0415
+
+    import snf.interop  # noqa: PLC0415
+    from generated.gpt_decoder import Config, Model  # noqa: PLC0415
+
+    transformers.logging.set_verbosity_error()
+    ours = Model(Config(vocab_size=cfg["vocab_size"], block_size=cfg["block_size"], n_layer=cfg["n_layer"],
+                        n_head=cfg["n_head"], n_embd=cfg["n_embd"], mlp_hidden=LLAMA_HIDDEN))
+    c = ours.config
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        num_hidden_layers=c.n_layer, hidden_size=c.n_embd, num_attention_heads=c.n_head,
+        num_key_value_heads=c.n_head, intermediate_size=c.mlp_hidden, vocab_size=c.vocab_size,
+        tie_word_embeddings=True, rms_norm_eps=c.norm_eps, rope_theta=c.rope_base,
+        max_position_embeddings=c.block_size, attn_implementation="sdpa"))
+    with torch.no_grad():  # HF's std 0.02 leaves near-ties in the logits that float noise flips
+        for p in hf.parameters():
+            p.normal_(0.0, 0.1)
+    snf.interop.load_state_dict(ours, hf.state_dict(), "hf")
+    return ours, hf, hf.config._attn_implementation
+
 FULL = dict(n_layer=4, n_head=4, n_embd=256, vocab_size=1024, block_size=128, prompt=16, new=64)
 QUICK = dict(n_layer=2, n_head=2, n_embd=64, vocab_size=128, block_size=64, prompt=8, new=8)
 
@@ -35,15 +62,18 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     _timing.add_common_args(parser, reps=7, warmup=2)
     parser.add_argument("--batches", default="1,8", help="comma-separated batch sizes (default 1,8)")
+    parser.add_argument("--model", choices=("gpt2", "llama"), default="gpt2",
+                        help="gpt2: nanogpt.snf vs GPT2LMHeadModel (default); llama: gpt_decoder.snf vs LlamaForCausalLM")
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     os.environ["SNF_COMPILE"] = "0"
     torch.manual_seed(0)
-    ours, hf, attn = build_models(cfg)
+    ours, hf, attn = (build_llama if args.model == "llama" else build_models)(cfg)
+    hf.generation_config.eos_token_id = None  # no end token: min_new_tokens would ban it from the argmax
     ours.eval()
     hf.eval()
     print("\n".join(_timing.environment_lines()))
-    print(f"config: {cfg}; HF attention: {attn}; greedy decoding")
+    print(f"model: {args.model}; config: {cfg}; HF attention: {attn}; greedy decoding")
     rows = []
     modes = [("eager", False)] + ([] if args.no_compile else [("compiled", True)])
     for (mode, compiled), batch in ((m, int(b)) for m in modes for b in args.batches.split(",")):

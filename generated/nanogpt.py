@@ -7,6 +7,7 @@ Standalone: this file imports only torch and the standard library.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -42,8 +43,9 @@ def _compile_enabled() -> bool:
     return os.environ.get("SNF_COMPILE", "1") != "0"
 
 
-def _hot_path(fn):
-    """Run `fn` through torch.compile(fullgraph=True); eager when SNF_COMPILE=0 or compile fails."""
+def _hot_path(fn, options: Optional[dict] = None):
+    """Run `fn` through torch.compile(fullgraph=True, options=options); eager when SNF_COMPILE=0 or
+    compile fails."""
     state = {"compiled": None, "broken": False}
 
     @functools.wraps(fn)
@@ -51,7 +53,7 @@ def _hot_path(fn):
         if state["broken"] or not _compile_enabled() or torch.compiler.is_compiling():
             return fn(*args, **kwargs)
         if state["compiled"] is None:
-            state["compiled"] = torch.compile(fn, fullgraph=True)
+            state["compiled"] = torch.compile(fn, fullgraph=True, options=options)
         try:
             return state["compiled"](*args, **kwargs)
         except Exception as err:
@@ -143,8 +145,8 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         if mask is not None:
             allowed = allowed & (mask != 0)[:, None, None, :]
         if tq == 1 and dropout_p == 0.0 and torch.compiler.is_compiling():
-            # a compiled decode step: one query over a buffer of mostly empty slots. Written out, the
-            # compiler fuses it with its neighbours; on CPU that beats an SDPA call by 10-15% of the step
+            # a compiled decode step: one query over a buffer of mostly empty slots. Written out, it
+            # fuses with its neighbours and beats an SDPA call on CPU (see _decode_step)
             scores = (q @ k.transpose(-1, -2)) * (q.size(-1) ** -0.5 if scale is None else scale)
             return scores.masked_fill(~allowed, float("-inf")).float().softmax(-1).to(v.dtype) @ v
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
@@ -160,6 +162,21 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         keep = (mask != 0)[:, None, None, :]
         allowed = keep if allowed is None else allowed & keep
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
+
+
+_DECODED: set = set()  # the configs whose decode steps this module has run
+
+
+def _same_graph(model: nn.Module, same: bool):
+    """Within one generate call the decode steps after the first have the same shapes, dtypes and
+    objects, so dynamo's guards (some 70 tensor checks, ~10% of a step at batch 1) can only repeat
+    the first step's answer: skip them. Only while one config has been decoded in this process:
+    with many, past dynamo's recompile limit a new one runs eagerly, and skipped guards could
+    then pick another config's graph."""
+    _DECODED.add(repr(model.config))
+    if same and len(_DECODED) == 1 and hasattr(torch.compiler, "set_stance"):
+        return torch.compiler.set_stance(skip_guard_eval_unsafe=True)
+    return contextlib.nullcontext()
 
 
 def _check_sampling(max_new_tokens, temperature, top_k, top_p) -> None:
@@ -370,7 +387,10 @@ class Model(nn.Module):
 
     # forward with preallocated caches (cache_position given), compiled as one graph: a decode
     # step of generate. Its shapes never change, so it compiles once; the layers run inside it.
-    _decode_step = _hot_path(forward)
+    # Attention is written out there (see _attention); on CPU inductor turns its one-row matmuls
+    # into loops that would recompute an expensive query (RoPE's cos/sin) once per key, unless
+    # such a value is first stored: a low realize threshold stores it (5-15% of a step).
+    _decode_step = _hot_path(forward, {"realize_opcount_threshold": 4})
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
@@ -402,7 +422,8 @@ class Model(nn.Module):
                 tokens.append(token)
                 if step + 1 < max_new_tokens:
                     at = torch.tensor(position, device=idx.device)
-                    out = self._decode_step(token, past_keys=past_keys, past_values=past_values, cache_position=at)
+                    with _same_graph(self, step > 0):
+                        out = self._decode_step(token, past_keys=past_keys, past_values=past_values, cache_position=at)
                     position += 1
             return torch.cat(tokens, dim=1)
         finally:

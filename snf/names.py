@@ -17,7 +17,7 @@ import unicodedata
 
 # Names the generated file itself binds at module level or in every method.
 MODULE_NAMES = frozenset({
-    "annotations", "dataclass", "field", "functools", "math", "os", "warnings", "torch", "F", "nn",
+    "annotations", "contextlib", "dataclass", "field", "functools", "math", "os", "warnings", "torch", "F", "nn",
     "NamedTuple", "Optional", "Config", "Model", "Output", "SPEC", "SPEC_PARAMETERS", "CHECKPOINTS",
     "self", "cfg", "layer", "config",
 })

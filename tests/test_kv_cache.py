@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -224,7 +226,7 @@ def test_fixed_shape_decode_compiles_once(monkeypatch):
     monkeypatch.setenv("SNF_COMPILE", "0")
     assert torch.equal(again, model.generate(prompt, 12, temperature=0))
     assert torch.equal(first, again[:, :8])
-    # the compiled step (attention written out for one query) against eager, on one cache state
+    # the compiled step against eager, on one cache state
     with torch.no_grad():
         out = model(again[:, :9])
         caches = [mod._cache_buffers(c, 1, 32) for c in (out.new_keys, out.new_values)]
@@ -237,6 +239,24 @@ def test_fixed_shape_decode_compiles_once(monkeypatch):
     assert (compiled.logits - eager.logits).abs().max().item() <= 1e-5
     for got, want in zip(caches[0] + caches[1], copies[0] + copies[1]):
         assert (got - want).abs().max().item() <= 1e-5
+    # steps after a call's first skip dynamo's guards; each call's first step still checks them,
+    # so a new batch size, and a second config, get graphs of their own
+    assert len(mod._DECODED) == 1
+    wide = torch.randint(0, 64, (3, 4))
+    other = mod.Model(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_embd=32).eval()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = [model.generate(wide, 9, temperature=0), other.generate(prompt, 9, temperature=0)]
+        assert len(mod._DECODED) == 2  # from now on every step checks the guards
+        compiled.append(model.generate(prompt, 9, temperature=0))
+    assert not [w for w in caught if "running eager" in str(w.message)]  # compiled all along
+    assert counters["stats"]["unique_graphs"] > graphs
+    monkeypatch.setenv("SNF_COMPILE", "0")
+    eager = [model.generate(wide, 9, temperature=0), other.generate(prompt, 9, temperature=0),
+             model.generate(prompt, 9, temperature=0)]
+    for got, want in zip(compiled, eager):
+        assert torch.equal(got, want)
+    assert not counters["graph_break"]
 
 
 @pytest.mark.parametrize("steps", [1, 3], ids=["one token (decode)", "three tokens"])

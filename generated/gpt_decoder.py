@@ -82,7 +82,7 @@ def _hot_path(fn, options: Optional[dict] = None):
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
     """`rank` axes, the sizes given, and the spec's dtype (any floating dtype for a floating one:
-    a model cast with .double() or .to(torch.bfloat16) takes inputs cast the same way)."""
+    autocast, or a cast of the model, decides the dtype it computes in)."""
     return (isinstance(t, torch.Tensor) and t.dim() == rank and all(t.size(a) == n for a, n in sizes.items())
             and (t.is_floating_point() if "float" in dtype else t.dtype == getattr(torch, dtype)))
 
@@ -107,6 +107,10 @@ def _check_cache(name: str, cache, rank: int, shape: str, dtype: str, sizes: dic
     if len(cache) != sizes[0] or not all(_fits(t, rank - 1, dtype, layer) for t in cache):
         raise ValueError(f"input {name} must be {shape} {dtype}, or a list of its {sizes[0]} layers, "
                          f"got a list of {[_described(t) for t in cache]}")
+
+
+def _is_position(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.dim() == 0 and not t.is_floating_point() and t.dtype != torch.bool
 
 
 def _cache_buffers(cache: torch.Tensor, axis: int, size: int) -> list:
@@ -187,6 +191,14 @@ def _rope(x: torch.Tensor, offset, base: float) -> torch.Tensor:
     cos, sin = emb.cos()[None, :, None, :].to(x.dtype), emb.sin()[None, :, None, :].to(x.dtype)
     x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def _hooked(module: nn.Module) -> bool:
+    """Whether calling `module` runs forward hooks (its own or global ones): `_decode_step`, a
+    plain function, would skip them."""
+    hooks = torch.nn.modules.module
+    return bool(module._forward_hooks or module._forward_pre_hooks or hooks._global_forward_hooks
+                or hooks._global_forward_pre_hooks)
 
 
 _DECODED: set = set()  # the configs whose decode steps this module has run
@@ -347,10 +359,10 @@ class Model(nn.Module):
             if past_values is not None:
                 _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
         else:  # preallocated caches of block_size slots, T_past of them filled
-            if past_keys is not None:
-                _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
-            if past_values is not None:
-                _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
+            if past_keys is None or past_values is None or not _is_position(cache_position):
+                raise ValueError('cache_position must be a 0-d integer tensor, given with the preallocated caches past_keys, past_values')
+            _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
+            _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
             T_past = cache_position
         if len({past_keys is None, past_values is None}) != 1:
             raise ValueError('past_keys, past_values must be given together, or not at all')
@@ -405,13 +417,14 @@ class Model(nn.Module):
                                  f"{position + max_new_tokens - 1} cache slots; the model has block_size = {cfg.block_size}")
             past_keys = _cache_buffers(out.new_keys, 1, cfg.block_size)
             past_values = _cache_buffers(out.new_values, 1, cfg.block_size)
+            decode = self if _hooked(self) else self._decode_step  # hooks run only through self(...)
             for step in range(max_new_tokens):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
                 tokens.append(token)
                 if step + 1 < max_new_tokens:
                     at = torch.tensor(position, device=idx.device)
                     with _same_graph(self, step > 0):
-                        out = self._decode_step(token, past_keys=past_keys, past_values=past_values, cache_position=at)
+                        out = decode(token, past_keys=past_keys, past_values=past_values, cache_position=at)
                     position += 1
             return torch.cat(tokens, dim=1)
         finally:

@@ -62,7 +62,7 @@ def _hot_path(fn, options: Optional[dict] = None):
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
     """`rank` axes, the sizes given, and the spec's dtype (any floating dtype for a floating one:
-    a model cast with .double() or .to(torch.bfloat16) takes inputs cast the same way)."""
+    autocast, or a cast of the model, decides the dtype it computes in)."""
     return (isinstance(t, torch.Tensor) and t.dim() == rank and all(t.size(a) == n for a, n in sizes.items())
             and (t.is_floating_point() if "float" in dtype else t.dtype == getattr(torch, dtype)))
 
@@ -285,8 +285,8 @@ class Model(nn.Module):
         """Append `max_new_tokens` tokens to `tok` [B, T] and return all of them.
 
         `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
-        with `generator`. The spec declares no KV cache, so each step
-        runs the whole sequence again.
+        with `generator`. generate uses no KV cache here
+        (docs/language.md, section 10.2), so each step runs the whole sequence again.
         """
         _check_sampling(max_new_tokens, temperature, top_k, top_p)
         was_training = self.training

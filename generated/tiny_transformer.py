@@ -67,7 +67,7 @@ def _hot_path(fn, options: Optional[dict] = None):
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
     """`rank` axes, the sizes given, and the spec's dtype (any floating dtype for a floating one:
-    a model cast with .double() or .to(torch.bfloat16) takes inputs cast the same way)."""
+    autocast, or a cast of the model, decides the dtype it computes in)."""
     return (isinstance(t, torch.Tensor) and t.dim() == rank and all(t.size(a) == n for a, n in sizes.items())
             and (t.is_floating_point() if "float" in dtype else t.dtype == getattr(torch, dtype)))
 

@@ -621,6 +621,7 @@ class Checker:
         if isinstance(base, ir.Ref) and base.kind in ("param", "buffer") and self.loops and self.is_stacked(base.ty) \
                 and not (len(e.index) == 1 and isinstance(e.index[0], ir.Name) and e.index[0].id == self.loops[-1]["var"]):
             var = self.loops[-1]["var"]
+            self.whole_reads[base.name].pop()  # reported here, not again as a read outside `p[l]`
             self.r.error("stacked-index", f"`{base.name}` is stacked per layer {self.show(base.ty.shape)}; inside the "
                          f"loop it is indexed by the loop variable alone", e.span,
                          hint=f"write `{base.name}[{var}]` (and index that value further if needed)")

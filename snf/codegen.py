@@ -22,6 +22,9 @@ from .codegen_data import encode_mapping, mapping_keys
 from .ops.registry import all_ops
 from .resources import resource_dir
 
+# Model.generate's own arguments and locals (templates/module.py.j2), kept apart from input names.
+GENERATE_LOCALS = frozenset({"max_new_tokens", "temperature", "top_k", "top_p", "generator", "was_training",
+                             "out", "tokens", "position", "step", "token", "at", "decode"})
 HELPERS_ORDER = ("_linear_t", "_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat", "_narrow")
 
 
@@ -442,20 +445,15 @@ class Generator:
         the first output logits [B, T, V] with attention causal; each optional input `past_X` paired
         with an output `new_X` is a cache fed back at the next step."""
         m = self.model
-        if not m.inputs or not m.outputs:
+        if not self.has_generate():
             return None
         tokens, logits = m.inputs[0], m.outputs[0]
-        causal = any(isinstance(e, ir.Op) and e.op == "flash_attention" and dict(e.args)["causal"].value is True
-                     for e in ir.walk_exprs(m.body))
-        if not (causal and tokens.ty.dtype == "int64" and tokens.ty.rank == 2 and not tokens.optional
-                and logits.ty.rank == 3 and logits.ty.shape[:2] == tokens.ty.shape):
-            return None
-        if len(m.outputs) == 1:
-            return None  # forward returns a bare tensor; generate reads `.logits` (see docs/language.md)
         outputs = {o.name for o in m.outputs}
-        cache = [(names.name(i.name), out_fields.name("new_" + i.name[len("past_"):]))
-                 for i in m.inputs if i.optional and i.name.startswith("past_")
+        pasts = [i.name for i in m.inputs if i.optional and i.name.startswith("past_")
                  and "new_" + i.name[len("past_"):] in outputs]
+        if any(set(g) & set(pasts) and not set(g) <= set(pasts) for g in m.input_groups):
+            pasts = []  # the cache comes with another input (a mask [B, T_past + T]) generate cannot fill
+        cache = [(names.name(p), out_fields.name("new_" + p[len("past_"):])) for p in pasts]
         static = self.static_cache()
         if static and em.cache_position:
             static = {"size": em.dim(static["size"]), "axis": static["axis"], "position": em.cache_position,
@@ -464,6 +462,16 @@ class Generator:
             static = None
         return {"tokens": names.name(tokens.name), "logits": out_fields.name(logits.name), "cache": cache,
                 "static": static}
+
+    def has_generate(self) -> bool:
+        m = self.model
+        if len(m.outputs) < 2 or not m.inputs:  # a bare-tensor forward has no `.logits` (docs/language.md)
+            return False
+        tokens, logits = m.inputs[0], m.outputs[0]
+        causal = any(isinstance(e, ir.Op) and e.op == "flash_attention" and dict(e.args)["causal"].value is True
+                     for e in ir.walk_exprs(m.body))
+        return (causal and tokens.ty.dtype == "int64" and tokens.ty.rank == 2 and not tokens.optional
+                and logits.ty.rank == 3 and logits.ty.shape[:2] == tokens.ty.shape)
 
     def static_cache(self) -> dict | None:
         """The fixed-shape decode path: when the spec's cache inputs `past_X` (paired with outputs
@@ -484,6 +492,8 @@ class Generator:
         if len(owned) != 1:
             return None
         dim, _, axis = owned[0]
+        if any(dim in d.symbols() for i in m.inputs if i.name not in {p for p, _ in pairs} for d in i.ty.shape):
+            return None  # e.g. a mask [B, T_past + T]: sized by the filled length, not the buffer's
         bound = next((c.rhs for c in m.checks if dim in c.lhs.symbols() and c.op in ("<=", "<")
                       and not (c.rhs.symbols() - self.config_fields)), None)
         if bound is None:
@@ -657,7 +667,7 @@ class Generator:
         types = self._local_types()
         loops = [s for s in m.body if isinstance(s, ir.Loop)]
         blocks = [self.block_context(loop, i, types) for i, loop in enumerate(loops)]
-        names = Namespace()
+        names = Namespace(GENERATE_LOCALS if self.has_generate() else ())  # forward's inputs are generate's too
         inputs = sorted(m.inputs, key=lambda i: i.optional)
         for i in inputs:
             names.name(i.name)
@@ -773,12 +783,19 @@ class Generator:
             grown += self.input_lines(em, names, i, outer)
             shape = list(i.ty.shape)
             shape[static["axis"]] = static["size"]
-            buffers += self.input_lines(em, names, i, bound | {static["dim"]}, tuple(shape), "_check_cache", False)
+            buffers += self.input_lines(em, names, ir.replace(i, optional=False), bound | {static["dim"]}, tuple(shape),
+                                        "_check_cache", False)  # given: checked just above
         bound.add(static["dim"])
+        given = [names.name(i.name) for i in cached]
+        message = (f"{cp} must be a 0-d integer tensor, given with the preallocated caches "
+                   + ", ".join(_display_text(i.name) for i in cached))
+        position = [f"if {' or '.join(f'{g} is None' for g in given)} or not _is_position({cp}):",
+                    f"    raise ValueError({message!r})"]
+
         def nested(block: list[str]) -> list[str]:  # one level deeper, continuation lines too
             return ["    " + line.replace("\n", "\n    ") for line in block]
         return [f"if {cp} is None:", *nested(grown), f"else:  # preallocated caches of {size} slots, "
-                f"{dim} of them filled", *nested(buffers + [f"{dim} = {cp}"])]
+                f"{dim} of them filled", *nested(position + buffers + [f"{dim} = {cp}"])]
 
     def is_runtime_check(self, c: ir.Check) -> bool:
         return bool((c.lhs.symbols() | c.rhs.symbols()) - self.config_fields)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import itertools
+import re
 import sys
 import types
 from pathlib import Path
@@ -326,6 +327,25 @@ def test_private_names_are_never_bound_by_a_spec():
             attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
             assert not bound & set(PRIVATE), bound & set(PRIVATE)
             assert {a for a in attrs if a.startswith("_")} <= {"_stored"}, attrs
+
+
+def test_inputs_named_like_generates_locals(monkeypatch):
+    """The token input of a causal spec is also `generate`'s argument: named `temperature` (or
+    `position`, ...) it must not clash with generate's own names."""
+    monkeypatch.setenv("SNF_COMPILE", "0")
+    text = (ROOT / "specs" / "nanogpt.snf").read_text(encoding="utf-8")
+    for name in ("temperature", "position", "decode", "token"):
+        renamed = re.sub(r"\bidx\b", name, text)
+        with imported(renamed) as (_, module, _code):
+            torch.manual_seed(0)
+            model = module.Model(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_embd=8).eval()
+            prompt = torch.randint(0, 11, (1, 3))
+            out = model.generate(prompt, 5, temperature=0)
+            seq = prompt
+            with torch.no_grad():
+                for _ in range(5):
+                    seq = torch.cat([seq, model(seq).logits[:, -1:].argmax(-1)], dim=1)
+            assert torch.equal(out, seq), name
 
 
 def test_unicode_names_stay_apart_in_code():

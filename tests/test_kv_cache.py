@@ -201,6 +201,39 @@ def test_bad_generate_arguments_are_clear_errors(name):
     assert model.generate(prompt, 2, top_k=10**6, top_p=1.0).shape == (1, 5)  # the widest settings are fine
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_generate_runs_the_models_forward_hooks(name):
+    model = MODELS[name]()
+    prompt = torch.randint(0, 97, (2, 4))
+    free = model.generate(prompt, 12, temperature=0)
+    banned = int(free[0, -1])  # a token greedy decoding picks
+
+    def ban(module, args, out):  # a logit bias, as a user would add one
+        out.logits[..., banned] = float("-inf")
+        return out
+
+    handle = model.register_forward_hook(ban)
+    try:
+        hooked = model.generate(prompt, 12, temperature=0)
+    finally:
+        handle.remove()
+    assert not (hooked[:, 4:] == banned).any()  # every step, the decode steps included
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_cache_position_needs_its_caches(name):
+    model = MODELS[name]()
+    token = torch.zeros(1, 1, dtype=torch.long)
+    cfg = model.config
+    layers = [torch.zeros(1, cfg.block_size, cfg.n_head, cfg.n_embd // cfg.n_head)] * cfg.n_layer
+    message = "cache_position must be a 0-d integer tensor, given with the preallocated caches past_keys, past_values"
+    for position, caches in [(torch.tensor(3), {}), (torch.tensor(3.0), {"past_keys": layers, "past_values": layers}),
+                             (torch.tensor([3]), {"past_keys": layers, "past_values": layers}),
+                             (3, {"past_keys": layers, "past_values": layers})]:
+        with pytest.raises(ValueError, match=message):
+            model(token, cache_position=position, **caches)
+
+
 @pytest.mark.slow
 def test_fixed_shape_decode_compiles_once(monkeypatch):
     """generate() moves the cache into preallocated buffers written in place: every decode step
@@ -301,3 +334,32 @@ def test_preallocated_cache_is_checked(name):
             model(token, past_keys=cache, past_values=[layer] * cfg.n_layer, cache_position=at)
     with pytest.raises(ValueError, match=r"past_values must be \[n_layer, B, block_size, H, head_dim\] float32, got \[2, 2\] float32$"):
         model(token, past_keys=[layer] * cfg.n_layer, past_values=torch.zeros(2, 2), cache_position=at)
+
+
+def test_an_input_sized_by_the_cache_turns_the_fixed_shape_path_off(tmp_path):
+    """A mask [B, T_past + T] is sized by the filled length, which a preallocated buffer does not
+    have, and must come with the cache, which generate cannot fill: such a spec gets no
+    cache_position, and generate recomputes the sequence each step, correctly."""
+    from pathlib import Path
+
+    from conftest import fresh_module, snfc, write_spec
+    text = (Path(__file__).resolve().parents[1] / "specs" / "nanogpt.snf").read_text(encoding="utf-8")
+    text = text.replace("  past_values : Tensor([n_layer, B, T_past, H, head_dim], float32)?\n",
+                        "  past_values : Tensor([n_layer, B, T_past, H, head_dim], float32)?\n"
+                        "  attention_mask : Tensor([B, T_past + T], int64)?\n")
+    text = text.replace("        causal=True,", "        mask=attention_mask,\n        causal=True,")
+    spec = write_spec(tmp_path, text, "masked.snf")
+    code, out, err = snfc("compile", str(spec), "-o", str(tmp_path / "masked.py"))
+    assert code == 0, err
+    source = (tmp_path / "masked.py").read_text(encoding="utf-8")
+    assert "def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None, past_values: " \
+           "Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None) -> Output:" in source
+    mod = fresh_module(tmp_path / "masked.py", "nanogpt_masked")
+    torch.manual_seed(0)
+    model = mod.Model(vocab_size=50, block_size=32, n_layer=2, n_head=2, n_embd=16).eval()
+    prompt = torch.randint(0, 50, (2, 5))
+    seq = prompt
+    with torch.no_grad():
+        for _ in range(6):
+            seq = torch.cat([seq, model(seq).logits[:, -1:].argmax(-1)], dim=1)
+    assert torch.equal(model.generate(prompt, 6, temperature=0), seq)

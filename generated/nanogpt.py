@@ -100,12 +100,13 @@ def _is_position(t) -> bool:
     return isinstance(t, torch.Tensor) and t.dim() == 0 and not t.is_floating_point() and t.dtype != torch.bool
 
 
-def _cache_buffers(cache: torch.Tensor, axis: int, size: int) -> list:
+def _cache_buffers(cache: torch.Tensor, axis: int, size: int, dtype: torch.dtype) -> list:
     """A stacked cache [n_layer, ...] as one buffer per layer with `size` slots along (the layer's)
-    `axis`, the first ones holding the cache: the per-layer form `_check_cache` prefers."""
+    `axis`, the first ones holding the cache: the per-layer form `_check_cache` prefers. `dtype` is
+    the one the model computes in (a cast model's, or autocast's), which new keys arrive in."""
     buffers = []
     for filled in cache:
-        buffers.append(filled.new_zeros(filled.shape[:axis] + (size,) + filled.shape[axis + 1:]))
+        buffers.append(filled.new_zeros(filled.shape[:axis] + (size,) + filled.shape[axis + 1:], dtype=dtype))
         buffers[-1].narrow(axis, 0, filled.size(axis)).copy_(filled)
     return buffers
 
@@ -427,8 +428,8 @@ class Model(nn.Module):
             if position + max_new_tokens - 1 > cfg.block_size:
                 raise ValueError(f"the prompt ({position} tokens) and max_new_tokens={max_new_tokens} need "
                                  f"{position + max_new_tokens - 1} cache slots; the model has block_size = {cfg.block_size}")
-            past_keys = _cache_buffers(out.new_keys, 1, cfg.block_size)
-            past_values = _cache_buffers(out.new_values, 1, cfg.block_size)
+            past_keys = _cache_buffers(out.new_keys, 1, cfg.block_size, out.logits.dtype)
+            past_values = _cache_buffers(out.new_values, 1, cfg.block_size, out.logits.dtype)
             decode = self if _hooked(self) else self._decode_step  # hooks run only through self(...)
             for step in range(max_new_tokens):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)

@@ -220,6 +220,29 @@ def test_generate_runs_the_models_forward_hooks(name):
     assert not (hooked[:, 4:] == banned).any()  # every step, the decode steps included
 
 
+@pytest.mark.parametrize("how", ["double", "bfloat16", "autocast"])
+@pytest.mark.parametrize("name", MODELS)
+def test_generate_on_cast_models(name, how):
+    """The spec's cache is float32; the preallocated buffers take the dtype the model computes in."""
+    model = MODELS[name]()
+    if how != "autocast":
+        model.to(getattr(torch, how))
+    prompt = torch.randint(0, 97, (2, 5))
+    context = torch.autocast("cpu", dtype=torch.bfloat16) if how == "autocast" else torch.no_grad()
+    with context:
+        out = model.generate(prompt, 6, temperature=0)
+        seq = prompt
+        with torch.no_grad():
+            for _ in range(6):
+                logits = model(seq).logits
+                seq = torch.cat([seq, logits[:, -1:].argmax(-1)], dim=1)
+    assert logits.dtype == (torch.float64 if how == "double" else torch.bfloat16)
+    if how == "bfloat16":  # 8-bit mantissas: cached and recomputed logits differ in rounding, so
+        assert out.shape == seq.shape and (out[:, :6] == seq[:, :6]).all()  # only the first pick is held
+    else:
+        assert torch.equal(out, seq)
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_cache_position_needs_its_caches(name):
     model = MODELS[name]()
@@ -262,7 +285,7 @@ def test_fixed_shape_decode_compiles_once(monkeypatch):
     # the compiled step against eager, on one cache state
     with torch.no_grad():
         out = model(again[:, :9])
-        caches = [mod._cache_buffers(c, 1, 32) for c in (out.new_keys, out.new_values)]
+        caches = [mod._cache_buffers(c, 1, 32, torch.float32) for c in (out.new_keys, out.new_values)]
         copies = [[t.clone() for t in c] for c in caches]
         token = again[:, 9:10].contiguous()  # as generate's tokens are: a strided one is another graph
         eager = model._decode_step(token, *copies, cache_position=torch.tensor(9))

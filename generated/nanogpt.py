@@ -223,9 +223,10 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_
 
 def _cache_cat(past: torch.Tensor, new: torch.Tensor, cache_position: Optional[torch.Tensor]) -> torch.Tensor:
     """`past` ++ `new` along time (axis 1); into a preallocated cache, `new` is written in place at
-    cache_position and the whole (fixed-size) buffer is returned."""
+    cache_position and the whole (fixed-size) buffer is returned. The result has `new`'s dtype, the
+    one the model computes in: a cast or autocast model is fed back its cache as the spec's float32."""
     if cache_position is None:
-        return torch.cat([past, new], dim=1)
+        return torch.cat([past.to(new.dtype), new], dim=1)
     return past.index_copy_(1, cache_position + torch.arange(new.size(1), device=new.device), new)
 
 

@@ -237,6 +237,12 @@ def test_generate_on_cast_models(name, how):
                 logits = model(seq).logits
                 seq = torch.cat([seq, logits[:, -1:].argmax(-1)], dim=1)
     assert logits.dtype == (torch.float64 if how == "double" else torch.bfloat16)
+    with context:  # chunked forward, feeding back the (float32) cache it returns
+        first = model(seq[:, :7])
+        step = model(seq[:, 7:9], past_keys=first.new_keys, past_values=first.new_values)
+        whole = model(seq[:, :9])
+    tol = 1e-6 if how == "double" else 0.05 * whole.logits.abs().max().item()  # float32 cache; bf16 rounding
+    assert (step.logits.double() - whole.logits[:, 7:].double()).abs().max().item() <= tol
     if how == "bfloat16":  # 8-bit mantissas: cached and recomputed logits differ in rounding, so
         assert out.shape == seq.shape and (out[:, :6] == seq[:, :6]).all()  # only the first pick is held
     else:

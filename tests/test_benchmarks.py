@@ -1,0 +1,28 @@
+"""The benchmark scripts still run (tiny models, one rep, eager), so they cannot rot unseen:
+each checks that the two sides agree (same logits, or the same greedy tokens) before timing."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest.importorskip("transformers")
+QUICK = ["--quick", "--no-compile", "--reps", "1", "--warmup", "0"]
+
+
+@pytest.mark.parametrize("model", ["gpt2", "llama"])
+def test_bench_generate_runs(model, capsys, monkeypatch):
+    from benchmarks import bench_generate
+    monkeypatch.setenv("SNF_COMPILE", "0")  # the script sets it; restored afterwards
+    assert bench_generate.main([*QUICK, "--model", model]) == 0
+    rows = re.findall(r"^\| snfc eager +\| (\d+) .*\| ([\d.]+)x +\|$", capsys.readouterr().out, re.M)
+    assert [batch for batch, _ in rows] == ["1", "8"] and all(float(x) > 0 for _, x in rows)
+
+
+def test_bench_gpt2_runs(capsys, monkeypatch):
+    from benchmarks import bench_gpt2
+    monkeypatch.setenv("SNF_COMPILE", "0")
+    assert bench_gpt2.main(QUICK) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^\| eager +\| forward ", out, re.M) and re.search(r"^\| eager +\| fwd\+bwd ", out, re.M)

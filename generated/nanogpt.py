@@ -180,14 +180,19 @@ def _hooked(module: nn.Module) -> bool:
 _DECODED: set = set()  # the configs whose decode steps this module has run
 
 
-def _same_graph(model: nn.Module, same: bool):
+def _only_config(model: nn.Module) -> bool:
+    """Record `model`'s config as decoded; whether it is the only one so far (see _same_graph)."""
+    _DECODED.add(repr(model.config))
+    return len(_DECODED) == 1
+
+
+def _same_graph(same: bool):
     """Within one generate call the decode steps after the first have the same shapes, dtypes and
     objects, so dynamo's guards (some 70 tensor checks, ~10% of a step at batch 1) can only repeat
     the first step's answer: skip them. Only while one config has been decoded in this process:
     with many, past dynamo's recompile limit a new one runs eagerly, and skipped guards could
     then pick another config's graph."""
-    _DECODED.add(repr(model.config))
-    if same and len(_DECODED) == 1 and hasattr(torch.compiler, "set_stance"):
+    if same and hasattr(torch.compiler, "set_stance"):
         return torch.compiler.set_stance(skip_guard_eval_unsafe=True)
     return contextlib.nullcontext()
 
@@ -432,12 +437,13 @@ class Model(nn.Module):
             past_keys = _cache_buffers(out.new_keys, 1, cfg.block_size, out.logits.dtype)
             past_values = _cache_buffers(out.new_values, 1, cfg.block_size, out.logits.dtype)
             decode = self if _hooked(self) else self._decode_step  # hooks run only through self(...)
+            one_config = _only_config(self)
             for step in range(max_new_tokens):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
                 tokens.append(token)
                 if step + 1 < max_new_tokens:
                     at = torch.tensor(position, device=idx.device)
-                    with _same_graph(self, step > 0):
+                    with _same_graph(one_config and step > 0):
                         out = decode(token, past_keys=past_keys, past_values=past_values, cache_position=at)
                     position += 1
             return torch.cat(tokens, dim=1)

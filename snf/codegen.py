@@ -24,7 +24,7 @@ from .resources import resource_dir
 
 # Model.generate's own arguments and locals (templates/module.py.j2), kept apart from input names.
 GENERATE_LOCALS = frozenset({"max_new_tokens", "temperature", "top_k", "top_p", "generator", "was_training",
-                             "out", "tokens", "position", "step", "token", "at", "decode"})
+                             "out", "tokens", "position", "step", "token", "at", "decode", "one_config"})
 HELPERS_ORDER = ("_linear_t", "_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat", "_narrow")
 
 
@@ -173,7 +173,7 @@ class _Emitter:
             self.stmt(s, indent)
 
     def stmt(self, s, indent: int) -> None:
-        static = self.g.static_cache() if self.cache_position and self.where == "model" else None
+        static = self.g.static_cache if self.cache_position and self.where == "model" else None
         past = dict((new, past) for past, new in static["pairs"]).get(getattr(s, "name", None)) if static else None
         if isinstance(s, ir.Bind) and past and isinstance(s.value, ir.Op) and s.value.op == "full":
             # with a preallocated cache the layers write into the caller's buffer
@@ -445,7 +445,7 @@ class Generator:
         the first output logits [B, T, V] with attention causal; each optional input `past_X` paired
         with an output `new_X` is a cache fed back at the next step."""
         m = self.model
-        if not self.has_generate():
+        if not self.has_generate:
             return None
         tokens, logits = m.inputs[0], m.outputs[0]
         outputs = {o.name for o in m.outputs}
@@ -454,7 +454,7 @@ class Generator:
         if any(set(g) & set(pasts) and not set(g) <= set(pasts) for g in m.input_groups):
             pasts = []  # the cache comes with another input (a mask [B, T_past + T]) generate cannot fill
         cache = [(names.name(p), out_fields.name("new_" + p[len("past_"):])) for p in pasts]
-        static = self.static_cache()
+        static = self.static_cache
         if static and em.cache_position:
             static = {"size": em.dim(static["size"]), "axis": static["axis"], "position": em.cache_position,
                       "pairs": [(names.name(p), out_fields.name(n)) for p, n in static["pairs"]]}
@@ -463,6 +463,7 @@ class Generator:
         return {"tokens": names.name(tokens.name), "logits": out_fields.name(logits.name), "cache": cache,
                 "static": static}
 
+    @functools.cached_property
     def has_generate(self) -> bool:
         m = self.model
         if len(m.outputs) < 2 or not m.inputs:  # a bare-tensor forward has no `.logits` (docs/language.md)
@@ -473,14 +474,12 @@ class Generator:
         return (causal and tokens.ty.dtype == "int64" and tokens.ty.rank == 2 and not tokens.optional
                 and logits.ty.rank == 3 and logits.ty.shape[:2] == tokens.ty.shape)
 
+    @functools.cached_property
     def static_cache(self) -> dict | None:
         """The fixed-shape decode path: when the spec's cache inputs `past_X` (paired with outputs
         `new_X`) grow along one run-time dim (T_past) that an `assert`/slice bounds by a config
         value (block_size), generated code can keep them in preallocated buffers of that size,
         written in place at `cache_position`, so every decode step has the same shapes."""
-        if hasattr(self, "_static"):
-            return self._static
-        self._static = None
         m = self.model
         outputs = {o.name for o in m.outputs}
         pairs = [(i.name, "new_" + i.name[len("past_"):]) for i in m.inputs
@@ -498,13 +497,12 @@ class Generator:
                       and not (c.rhs.symbols() - self.config_fields)), None)
         if bound is None:
             return None
-        self._static = {"dim": dim, "axis": axis, "size": bound, "pairs": pairs}
-        return self._static
+        return {"dim": dim, "axis": axis, "size": bound, "pairs": pairs}
 
     def slices_at_cache(self, e: ir.Op) -> bool:
         """`x[T_past:T_past + T, :]`: one slice starting at the cache dim, every other axis whole.
         With a preallocated cache T_past is a tensor, so it lowers to a tensor-safe `_narrow`."""
-        st = self.static_cache()
+        st = self.static_cache
         items = e.arg("index").items
         cut = [i for i in items if isinstance(i, ir.TSlice) and (i.lo is not None or i.hi is not None)]
         if st is None or len(cut) != 1 or any(not isinstance(i, ir.TSlice) for i in items):
@@ -516,7 +514,7 @@ class Generator:
 
     def is_cache_concat(self, e: ir.Op) -> bool:
         """`concat([past_X[l], new], axis=T)`: appending to a cache along its growing axis."""
-        st = self.static_cache()
+        st = self.static_cache
         items = e.arg("tensors").items
         axis = e.arg("axis")
         return (st is not None and len(items) == 2 and isinstance(items[0], ir.Ref)
@@ -551,7 +549,7 @@ class Generator:
             names.name(n)
         if uses_var:
             names.name(loop.var)
-        static = self.static_cache() if loop.layer_inputs else None
+        static = self.static_cache if loop.layer_inputs else None
         if static:
             em.cache_position = names.fresh("cache_position")
         em.stmts(body, 2)
@@ -667,14 +665,14 @@ class Generator:
         types = self._local_types()
         loops = [s for s in m.body if isinstance(s, ir.Loop)]
         blocks = [self.block_context(loop, i, types) for i, loop in enumerate(loops)]
-        names = Namespace(GENERATE_LOCALS if self.has_generate() else ())  # forward's inputs are generate's too
+        names = Namespace(GENERATE_LOCALS if self.has_generate else ())  # forward's inputs are generate's too
         inputs = sorted(m.inputs, key=lambda i: i.optional)
         for i in inputs:
             names.name(i.name)
         em = _Emitter(self, "model", names)
         first = next((i for i in inputs if not i.optional), None)
         em.device_src = names.name(first.name) if first is not None else None
-        static = self.static_cache()
+        static = self.static_cache
         if static:
             em.cache_position = names.fresh("cache_position")
         em.stmts(m.body, 2)
@@ -717,7 +715,7 @@ class Generator:
     def forward_prologue(self, em: _Emitter, names: Namespace, inputs) -> list[str]:
         lines = ["cfg = self.config"]
         bound: set[str] = set()
-        static = self.static_cache()
+        static = self.static_cache
         cached = [i for i in inputs if static and i.name in {p for p, _ in static["pairs"]}]
         for i in inputs:
             if i not in cached:
@@ -775,7 +773,7 @@ class Generator:
     def static_cache_lines(self, em: _Emitter, names: Namespace, cached: list, bound: set) -> list[str]:
         """The cache inputs' checks twice: as growing tensors, and (with cache_position) as
         preallocated buffers of the bound's size, whose filled length is cache_position."""
-        static = self.static_cache()
+        static = self.static_cache
         cp, dim = em.cache_position, names.name(static["dim"])
         size = self.show((static["size"],))[1:-1]
         grown, buffers, outer = [], [], set(bound)

@@ -18,8 +18,8 @@ from . import __version__, ir
 from .dims import Dim, FloorDiv
 from .ir import ScalarT, TensorT
 from .names import Namespace, module_attribute_names
-from .codegen_data import encode_mapping, mapping_keys
-from .ops.registry import all_ops
+from .checkpoints import encode_mapping, mapping_keys
+from .ops import all_ops
 from .resources import resource_dir
 
 # Model.generate's own arguments and locals (templates/module.py.j2), kept apart from input names.

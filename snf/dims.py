@@ -19,11 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Iterable, Union
+from types import MappingProxyType
+from typing import Callable, Iterable, Mapping, Union
 
 # Caps that keep hostile specs from building enormous numbers or expressions.
 MAX_INT = 2**62
 MAX_TERMS = 64
+_NO_NAMES: Mapping = MappingProxyType({})
 
 
 class DimError(ValueError):
@@ -283,6 +285,24 @@ class Divides:
 
     def __str__(self) -> str:
         return f"{_paren(self.num.render())} % {_paren(self.den.render())} == 0"
+
+
+def show_dim(d: Dim, display: Mapping = _NO_NAMES) -> str:
+    """`d` as a message or comment shows it: a dim or atom the spec names (`display`, e.g.
+    `head_dim` for `n_embd // n_head`) by that name, the rest as a polynomial."""
+    if isinstance(d, Dim) and d in display:
+        return display[d]
+
+    def atom(a: Atom) -> str:
+        if a in display:
+            return display[a]
+        return a if isinstance(a, str) else f"({show_dim(a.num, display)} // {show_dim(a.den, display)})"
+    return d.render(atom)
+
+
+def show_shape(shape: Iterable[Dim], display: Mapping = _NO_NAMES) -> str:
+    """A shape as `[B, T, 4*n_embd]`."""
+    return "[" + ", ".join(show_dim(d, display) for d in shape) + "]"
 
 
 def default_atom_str(a: Atom) -> str:

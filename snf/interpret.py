@@ -11,7 +11,7 @@ import numpy as np
 from . import ir
 from .dims import Dim
 from .ir import ScalarT
-from .ops.registry import all_ops
+from .ops import all_ops
 
 
 class Interpreter:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from . import ir
 from .dims import Dim
 from .ir import ScalarT, TensorT
-from .ops.registry import all_ops
+from .ops import all_ops
 
 
 class _Printer:

@@ -17,7 +17,7 @@ from snf.compiler import analyze, generate_source
 from snf.diagnostics import Reporter
 from snf.parser import parse
 from snf.interpret import interpret
-from snf.ops.registry import all_ops
+from snf.ops import all_ops
 from snf.source import Source
 
 # op -> (inputs section, body expression producing `out`, out type). Dims B, T, N, M are run-time.

@@ -13,7 +13,11 @@ import numpy as np
 
 from ..dims import Dim
 from ..ir import BOOL, FLOAT, ScalarT, TensorT
-from .registry import REQUIRED, OpDef, OpError, P, register
+from .registry import REQUIRED, OpDef, OpError, P, registrar
+from .shapes import slices_shape
+
+OPS: dict[str, OpDef] = {}
+register = registrar(OPS)
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 INTS = ("int32", "int64")
@@ -372,24 +376,8 @@ register(OpDef(
     doc="rows of `table` at `index` (an embedding lookup)."))
 
 
-def _slices_shape(ctx, shape: tuple, items: tuple, name: str) -> tuple:
-    if len(items) > len(shape):
-        raise OpError(f"{len(items)} indices for a rank-{len(shape)} tensor {ctx.show(shape)}", name,
-                      code="rank-mismatch")
-    out = []
-    for d, it in zip(shape, items):
-        if isinstance(it, Dim):  # a single index drops the axis
-            continue
-        lo = it.lo if it.lo is not None else Dim.const(0)
-        hi = it.hi if it.hi is not None else d
-        if it.hi is not None:
-            ctx.bound(hi, d, name)
-        out.append(hi - lo)
-    return tuple(out) + tuple(shape[len(items):])
-
-
 def _slice_rule(ctx, a):
-    return TensorT(_slices_shape(ctx, a["x"].shape, a["index"], "index"), a["x"].dtype)
+    return TensorT(slices_shape(ctx, a["x"].shape, a["index"], "index"), a["x"].dtype)
 
 
 def _np_index(x, index):
@@ -495,7 +483,7 @@ register(OpDef("full", (P("shape", "dims"), P("value", "float"), P("dtype", "dty
 
 def _assign_rule(ctx, a):
     x, v = a["x"], a["value"]
-    region = _slices_shape(ctx, x.shape, a["index"], "index")
+    region = slices_shape(ctx, x.shape, a["index"], "index")
     if isinstance(v, TensorT):
         broadcast(ctx, region, v.shape, "x", "value")
         got = ctx.show(v.shape)

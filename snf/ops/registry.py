@@ -2,7 +2,8 @@
 
 An entry gives the op's signature, its shape-and-dtype rule, a NumPy reference (float64,
 used by `snf.interpret`) and a torch lowering (used by code generation). Adding an op is
-one `register(OpDef(...))` in `snf/ops/core.py`; no other file changes.
+one `register(OpDef(...))` in `snf/ops/core.py`; no other file changes. This module holds
+the types only and imports no op: `snf.ops` collects the table (`all_ops()`).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class OpDef:
     numpy: Callable  # (**args) -> ndarray | scalar, float64
     torch: Callable  # (c) -> str, a Python expression; c gives each argument's code
     doc: str = ""
-    helpers: tuple[str, ...] = ()  # helper functions (templates/helpers.py.j2) the lowering calls
+    helpers: tuple[str, ...] = ()  # helper functions (templates/runtime.py.j2) the lowering calls
     elementwise: bool = False
     prec: int = 50  # precedence of the lowered expression (50: a call or attribute access)
 
@@ -64,20 +65,10 @@ class OpDef:
         return None
 
 
-OPS: dict[str, OpDef] = {}
-
-
-def register(op: OpDef) -> OpDef:
-    assert op.name not in OPS, f"op {op.name} registered twice"
-    OPS[op.name] = op
-    return op
-
-
-def get(name: str) -> OpDef | None:
-    from . import core  # noqa: F401  (fills OPS)
-    return OPS.get(name)
-
-
-def all_ops() -> dict[str, OpDef]:
-    from . import core  # noqa: F401
-    return OPS
+def registrar(table: dict[str, OpDef]) -> Callable[[OpDef], OpDef]:
+    """A `register(OpDef(...))` function that adds each op to `table`, once."""
+    def register(op: OpDef) -> OpDef:
+        assert op.name not in table, f"op {op.name} registered twice"
+        table[op.name] = op
+        return op
+    return register

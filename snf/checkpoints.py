@@ -1,4 +1,5 @@
-"""Checkpoint mappings as plain data (checked by `check`, emitted by `codegen`, read by `interop`)."""
+"""Checkpoint mappings (`checkpoint FMT:` sections) as plain data: checked by `check`, emitted by `codegen`,
+evaluated by `interop`. Nothing in a mapping is ever evaluated as code."""
 
 from __future__ import annotations
 

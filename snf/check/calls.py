@@ -1,0 +1,276 @@
+"""Op calls: binding arguments to a registry op's signature, converting them for its shape rule,
+and turning the rule's `OpError` into a located diagnostic.
+
+Shape rules live in the op registry (snf/ops/); `ShapeCtx` is all a rule may ask of the checker.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from .. import ir
+from ..dims import Dim, DimError, Divides, equal
+from ..ir import BOOL, FLOAT, STR, ErrorT, ListT, NoneT, ScalarT, SliceT, TensorT
+from ..ops.registry import REQUIRED, OpError
+from ..source import Span
+
+ERR = ErrorT()
+_FAIL = object()  # an argument that did not convert (already reported)
+
+
+class ShapeCtx:
+    """What a shape rule may ask of the checker."""
+
+    def __init__(self, checker, span: Span):
+        self.checker, self.span, self.recovered = checker, span, None
+
+    def eq(self, a: Dim, b: Dim) -> bool:
+        ok, conds = equal(a, b)
+        if ok:
+            for cond in conds:
+                self.checker.require(cond, self.span)
+        return ok
+
+    def divisible(self, d: Dim, n: int) -> bool:
+        if d.value is not None:
+            return d.value % n == 0
+        self.checker.require(Divides(d, Dim.const(n)), self.span)
+        return True
+
+    def bound(self, hi: Dim, size: Dim, arg: str) -> None:
+        """A slice end `hi` must not pass `size`; checked here when constant, else at run time."""
+        if hi.value is not None and size.value is not None:
+            if hi.value > size.value:
+                raise OpError(f"slice end {hi.value} is past the axis size {size.value}", arg, code="bad-axis")
+            return
+        if equal(hi, size)[0] or (size - hi).value is not None and (size - hi).value >= 0:
+            return
+        self.checker.runtime_checks.setdefault((hi, size, "<="), self.span)
+
+    def product(self, dims) -> Dim:
+        out = Dim.const(1)
+        for d in dims:
+            out = self.dim_op(lambda a, b: a * b, out, d)
+        return out
+
+    def dim_op(self, fn, a: Dim, b: Dim) -> Dim:
+        try:
+            return fn(a, b)
+        except (DimError, ZeroDivisionError) as e:
+            raise OpError(str(e), code="bad-constraint")
+
+    def show(self, shape) -> str:
+        return self.checker.show(shape)
+
+    def show_dim(self, d: Dim) -> str:
+        return self.checker.show_dim(d)
+
+    def recover(self, ty) -> None:
+        """The rule found an error but knows what was meant: later checks continue from `ty`."""
+        self.recovered = ty
+
+
+def index_items(items) -> tuple[tuple, ir.TExpr | None]:
+    """Index items as shape rules take them: a slice's SliceT, an int's dim (a fresh unknown one
+    for a computed int). Stops at the first item that is neither, returned second."""
+    out = []
+    for item in items:
+        if isinstance(item.ty, SliceT):
+            out.append(item.ty)
+        elif isinstance(item.ty, ScalarT) and item.ty.kind == "int":
+            out.append(item.ty.dim if item.ty.dim is not None else Dim.sym("_i"))
+        else:
+            return tuple(out), item
+    return tuple(out), None
+
+
+class Calls:
+    """Mixed into `Checker`: `call_op` and the argument conversions of op calls."""
+
+    def call_op(self, name: str, e, args: list, kwargs: dict, spans: list, func_span: Span | None = None):
+        op = self.ops.get(name)
+        span = e.span
+        if op is None:
+            close = difflib.get_close_matches(name, list(self.ops), n=1)
+            self.r.error("unknown-op", f"unknown operation `{name}`", func_span or span,
+                         hint=f"did you mean `{close[0]}`?" if close else "see `docs/ops.md` for the op list")
+            return ir.Lit(None, ERR, span)
+        bound = self.bind_args(op, name, args, kwargs, spans, span)
+        if bound is None:
+            return ir.Lit(None, ERR, span)
+        values, targs, failed = {}, [], False
+        for param in op.params:
+            if param.name not in bound:
+                if param.default is REQUIRED:
+                    self.r.error("missing-arg", f"`{name}` needs `{param.name}`", span,
+                                 hint=f"signature: {name}(" + ", ".join(q.name for q in op.params) + ")")
+                    return ir.Lit(None, ERR, span)
+                lit = default_lit(param)
+                targs.append((param.name, lit))
+                values[param.name] = value_of(lit, param.kind)
+                continue
+            arg, arg_span = bound[param.name]
+            value = self.convert(arg, param, name, arg_span)
+            if value is _FAIL:
+                failed = True
+                continue
+            targs.append((param.name, arg))
+            values[param.name] = value
+            self.note_role(param, arg)
+        if failed:
+            return ir.Op(name, tuple(targs), ERR, span)
+        ctx = ShapeCtx(self, span)
+        try:
+            ty = op.shape(ctx, values)
+        except OpError as err:
+            self.report_op_error(err, name, bound, span)
+            ty = ctx.recovered or ERR
+        return ir.Op(name, tuple(targs), ty, span)
+
+    def bind_args(self, op, name: str, args: list, kwargs: dict, spans: list, span: Span) -> dict | None:
+        """Parameter name -> (argument, its span); None after reporting a bad argument list."""
+        bound: dict[str, tuple] = {}
+        for i, arg in enumerate(args):
+            if i >= len(op.params):
+                self.r.error("arity", f"`{name}` takes at most {len(op.params)} positional arguments, got {len(args)}",
+                             spans[i] if i < len(spans) else span)
+                return None
+            bound[op.params[i].name] = (arg, spans[i] if i < len(spans) else span)
+        for kw, (arg, kw_span) in kwargs.items():
+            param = op.param(kw)
+            if param is None:
+                close = difflib.get_close_matches(kw, [q.name for q in op.params], n=1)
+                self.r.error("unknown-arg", f"`{name}` has no argument `{kw}`", kw_span,
+                             hint=f"did you mean `{close[0]}`?" if close else
+                             "it takes " + ", ".join(f"`{q.name}`" for q in op.params))
+                return None
+            if param.name in bound:
+                self.r.error("arity", f"`{name}` got `{param.name}` twice", kw_span)
+                return None
+            bound[param.name] = (arg, kw_span)
+        return bound
+
+    def report_op_error(self, err: OpError, name: str, bound: dict, span: Span) -> None:
+        """A shape rule's error at the argument it blames, in the spec's own words."""
+        arg_span = bound[err.arg][1] if err.arg in bound else span
+        related = []
+        for blamed in err.blame:
+            if blamed in bound and blamed != err.arg:
+                related.append(self.origin(bound[blamed][0], blamed))
+        if err.arg in bound:
+            origin = self.origin(bound[err.arg][0], err.arg)
+            if origin.span.line and origin.span.line != arg_span.line:
+                related.insert(0, origin)
+        related = tuple(r for r in related if r.span.line)
+        message = err.message
+        items = bound.get("tensors", (None,))[0]
+        if isinstance(items, ir.TList) and name in self.ops:  # `#i`: the i-th tensor of a list argument
+            for i, item in enumerate(items.items):
+                text = self.source_text(item.span) or f"tensor {i}"
+                message = message.replace(f"`#{i}`", f"`{text}`")
+        for argname in (err.arg,) + err.blame:
+            if argname in bound:
+                text = self.source_text(bound[argname][1])
+                if text and len(text) <= 40:
+                    message = message.replace(f"`{argname}`", f"`{text}`")
+        self.r.error(err.code, message, arg_span, hint=err.hint, related=related)
+
+    def convert(self, a: ir.TExpr, p, opname: str, span: Span):
+        """An argument's value for the shape rule, by the parameter's kind; _FAIL after reporting."""
+        ty, kind = a.ty, p.kind
+        if isinstance(ty, ErrorT) or (isinstance(ty, ListT) and any(isinstance(t, ErrorT) for t in ty.items)):
+            return _FAIL
+
+        def bad(what: str):
+            self.r.error("arg-kind", f"`{p.name}` of `{opname}` must be {what}", span)
+            return _FAIL
+        if kind in ("tensor", "tensor?"):
+            if isinstance(ty, NoneT):
+                return None if kind == "tensor?" else bad("a tensor, not None")
+            if not isinstance(ty, TensorT):
+                return bad("a tensor")
+            if kind == "tensor" and not self.must_exist(a, span):
+                return _FAIL
+            return ty
+        if kind == "value":
+            if isinstance(ty, TensorT):
+                return ty if self.must_exist(a, span) else _FAIL
+            if isinstance(ty, ScalarT) and ty.kind in ("int", "float", "bool"):
+                return ty
+            return bad("a tensor or a number")
+        if kind == "int":
+            if isinstance(ty, ScalarT) and ty.kind == "int":
+                return ty.dim
+            return bad("an integer")
+        if kind == "float":
+            if isinstance(ty, ScalarT) and ty.kind in ("int", "float"):
+                return float(a.value) if isinstance(a, ir.Lit) else None
+            if isinstance(ty, NoneT):
+                return None
+            return bad("a number")
+        if p.static and not isinstance(a, ir.Lit) and kind in ("bool", "int", "str"):
+            self.r.error("arg-kind", f"`{p.name}` of `{opname}` must be a literal constant, not a computed value",
+                         span, hint=f"write e.g. `{p.name}={p.default!r}`; the generated code is specialised on it"
+                         if p.default is not REQUIRED else None)
+            return _FAIL
+        if kind == "bool":
+            if isinstance(ty, ScalarT) and ty.kind == "bool":
+                return a.value if isinstance(a, ir.Lit) else None
+            return bad("True or False")
+        if kind == "str":
+            if not (isinstance(a, ir.Lit) and isinstance(a.value, str) and ty == STR):
+                return bad("a string")
+            if p.choices and a.value not in p.choices:
+                self.r.error("arg-kind", f"`{p.name}` must be one of " + ", ".join(f'"{c}"' for c in p.choices)
+                             + f", got {a.value!r}", span)
+                return _FAIL
+            return a.value
+        if kind == "dtype":
+            if isinstance(a, ir.Lit) and ty == ScalarT("dtype"):
+                return a.value
+            return bad("a dtype such as float32")
+        if not isinstance(a, ir.TList):
+            return bad("a list")
+        if kind == "tensors":
+            out = []
+            for item in a.items:
+                if not isinstance(item.ty, TensorT):
+                    return bad("a list of tensors")
+                if not self.must_exist(item, item.span):
+                    return _FAIL
+                out.append(item.ty)
+            return tuple(out)
+        if kind == "dims":
+            out = []
+            for item in a.items:
+                if not (isinstance(item.ty, ScalarT) and item.ty.kind == "int" and item.ty.dim is not None):
+                    return bad("a list of dims")
+                out.append(item.ty.dim)
+            return tuple(out)
+        if kind == "slices":
+            out, wrong = index_items(a.items)
+            return bad("a list of indices and slices") if wrong is not None else out
+        return bad(kind)  # pragma: no cover
+
+
+def default_lit(p) -> ir.Lit:
+    """A parameter's default as the literal the typed IR carries for an argument left out."""
+    v = p.default
+    if v is None:
+        return ir.Lit(None, NoneT())
+    if isinstance(v, bool):
+        return ir.Lit(v, BOOL)
+    if isinstance(v, int):
+        return ir.Lit(v, ScalarT("int", Dim.const(v)))
+    if isinstance(v, float):
+        return ir.Lit(v, FLOAT)
+    if p.kind == "dtype":
+        return ir.Lit(v, ScalarT("dtype"))
+    return ir.Lit(v, STR)
+
+
+def value_of(lit: ir.Lit, kind: str):
+    if kind == "int":
+        return lit.ty.dim if isinstance(lit.ty, ScalarT) else None
+    return lit.value
+

@@ -1,0 +1,117 @@
+"""The `Checker`: syntax IR -> typed IR (`ir.Model`), checking names, dtypes and symbolic shapes.
+
+All errors are collected; a value whose check failed gets `ErrorT`, and nothing that uses it
+reports again, so one root cause gives one error. The class is composed of one mixin per
+concern, each in its own module; this one holds the state they share and runs them in order.
+"""
+
+from __future__ import annotations
+
+from .. import ir
+from ..diagnostics import Related, Reporter
+from ..dims import Dim, Divides, equal
+from ..ir import ErrorT, ScalarT, TensorT
+from ..ops import all_ops
+from ..source import Span
+from .calls import Calls
+from .declarations import Declarations
+from .expressions import Expressions
+from .inits import Inits
+from .loops import Loops
+from .messages import Messages
+from .presence import Presence
+from .scopes import Scope, Scopes
+from .statements import Statements
+
+
+class Checker(Declarations, Expressions, Statements, Loops, Calls, Presence, Inits, Scopes, Messages):
+    def __init__(self, spec: ir.Spec, r: Reporter):
+        self.spec, self.r = spec, r
+        self.ops = all_ops()
+        self.scopes: list[Scope] = [Scope()]
+        self.config: list[ir.ConfigField] = []
+        self.derived: list[ir.Derived] = []
+        self.inputs: list[ir.Tensor] = []
+        self.params: list[ir.Tensor] = []
+        self.buffers: list[ir.Tensor] = []
+        self.outputs: list[ir.Tensor] = []
+        self.decl_spans: dict[str, Span] = {}
+        self.display: dict = {}  # dim or atom -> the spec's name for it, for messages
+        self.runtime: dict[str, tuple[str, int]] = {}  # runtime dim -> (input, axis)
+        self.owner: dict[str, str] = {}  # runtime dim -> the optional input that introduces it
+        self.constraints: list[ir.Constraint] = []
+        self.loops: list[dict] = []  # open loops: var, count, depth, carried, reads, stacked
+        self.whole_reads: dict[str, list[Span]] = {}  # param -> where it is read other than as `p[l]`
+        self.roles: dict[str, str] = {}
+        self.where_dims: dict[str, Dim] = {}
+        self.free_out: set[str] = set()
+        self.runtime_checks: dict[tuple, Span] = {}
+        self.free_bound: dict[str, Dim] = {}
+        self.n_unknown = 0  # unknown names reported (bounds the cost of "did you mean")
+
+    def run(self) -> ir.Model | None:
+        self.declarations()
+        body = self.block(self.spec.body)
+        if not self.outputs and not self.r.has_errors:
+            self.r.error("output-unbound", "the spec declares no output", Span(1, 1, 1, 2),
+                         hint="add an `output:` section, e.g. `output:` / `  y : Tensor([B, D], float32)`")
+        outputs = self.check_outputs()
+        self.unused_warnings()
+        stacked = self.stacked_owners(body)
+        self.check_mappings(set(stacked))
+        if self.r.has_errors:
+            return None
+        return ir.Model(
+            name=self.spec.name, path=self.spec.path, sha256=self.spec.sha256,
+            config=tuple(self.config), derived=tuple(self.derived), inputs=tuple(self.inputs),
+            params=self.with_roles(self.params), buffers=self.with_roles(self.buffers), outputs=tuple(outputs),
+            body=body, constraints=tuple(self.constraints),
+            runtime_dims=tuple((d, inp, ax) for d, (inp, ax) in self.runtime.items() if inp),
+            display=tuple(sorted(((k, v) for k, v in self.display.items()), key=lambda kv: kv[1])),
+            mappings=self.spec.mappings, stacked=stacked,
+            checks=tuple(ir.Check(lo, hi, span, op) for (lo, hi, op), span in self.runtime_checks.items()),
+            input_groups=self.input_groups())
+
+    def require(self, cond: Divides, span: Span) -> None:
+        """A divisibility condition on config fields, checked when a Config is built."""
+        syms = cond.num.symbols() | cond.den.symbols()
+        if any(s in self.runtime for s in syms):
+            return  # a run-time condition; torch checks it when it reshapes
+        if cond.den.value is not None and cond.num.value is not None:
+            return
+        if any(c.cond == cond for c in self.constraints):
+            return
+        why = f"{self.show_dim(cond.num)} must be divisible by {self.show_dim(cond.den)}"
+        self.constraints.append(ir.Constraint(cond, span, why))
+
+    def check_outputs(self) -> list[ir.Tensor]:
+        """Each declared output against the value the body computed for it."""
+        outputs = []
+        for o in self.outputs:
+            b = self.scopes[0].names.get(o.name)
+            if b is None or b.kind != "local":
+                self.r.error("output-unbound", f"output `{o.name}` is never computed", o.span,
+                             hint=f"bind it with `let {o.name} = ...`")
+                continue
+            b.uses += 1
+            got = b.ty
+            if isinstance(got, TensorT) and not isinstance(got, ErrorT):
+                ok = got.rank == o.ty.rank and all(self.output_dim(d, g) for d, g in zip(o.ty.shape, got.shape))
+                if got.maybe_none and not o.optional:
+                    self.r.error("output-mismatch", f"output `{o.name}` may be None here; declare it optional `?`",
+                                 o.span)
+                if not ok or got.dtype != o.ty.dtype:
+                    self.r.error("output-mismatch", f"output `{o.name}` is declared {self.show(o.ty.shape)} "
+                                 f"{o.ty.dtype} but computed as {self.show(got.shape)} {got.dtype}", o.span,
+                                 related=(Related(b.span, f"`{o.name}` computed here"),))
+            elif isinstance(got, ScalarT):
+                self.r.error("output-mismatch", f"output `{o.name}` must be a tensor", o.span)
+            outputs.append(o)
+        return outputs
+
+    def output_dim(self, declared: Dim, got: Dim) -> bool:
+        sym = declared.as_symbol()
+        if sym in self.free_out:
+            bound = self.free_bound.setdefault(sym, got)
+            return equal(bound, got)[0]
+        return equal(declared, got)[0]

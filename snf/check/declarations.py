@@ -1,0 +1,259 @@
+"""Declarations: the `param:`, `input:`, `parameter:`, `buffer:` and `output:` sections (config
+fields, derived dims, tensor types with symbolic shapes, run-time dims) and `checkpoint` sections."""
+
+from __future__ import annotations
+
+from .. import ir
+from ..checkpoints import MappingError, encode_mapping
+from ..diagnostics import Related
+from ..dims import Dim
+from ..ir import ErrorT, ScalarT, TensorT
+from ..language import DTYPES, RESERVED, SCALAR_KINDS
+from ..source import Span
+from .calls import ERR
+from .messages import text
+from .scopes import Binding
+
+
+class Declarations:
+    """Mixed into `Checker`: `declarations()` checks every section line; `check_mappings` the
+    checkpoint sections, once the body has shown which parameters are stacked."""
+
+    def declarations(self) -> None:
+        order = {"param": 0, "input": 1, "parameter": 2, "buffer": 2, "output": 3}
+        decls = sorted(self.spec.decls, key=lambda d: order[d.section])
+        outputs = [d for d in decls if d.section == "output"]
+        for decl in decls:
+            if decl is (outputs[0] if outputs else None):
+                for o in outputs:
+                    self.where_clauses(o)  # `where` dims serve every output
+            getattr(self, f"decl_{decl.section}")(decl)
+
+    def decl_param(self, d: ir.Decl) -> None:
+        if d.type is None:  # derived: D = n_embd, head_dim = D // H
+            value = self.expr(d.value)
+            ty = value.ty
+            if isinstance(ty, ErrorT):
+                return
+            if not isinstance(ty, ScalarT) or ty.kind not in ("int", "float", "bool"):
+                self.r.error("bad-type", f"`{d.name}` must be a number computed from params", d.value.span)
+                return
+            alias = value.name if isinstance(value, ir.Ref) and value.kind in ("config", "dim") else None
+            dim = ty.dim if ty.kind == "int" else None
+            if dim is not None and dim.value is not None and dim.value <= 0 and not alias:
+                self.r.warning("bad-constraint", f"`{d.name}` = {dim.value} is not a positive size", d.value.span)
+            if self.declare(d.name, Binding("dim", ScalarT(ty.kind, dim), d.name_span), d.name_span):
+                self.derived.append(ir.Derived(d.name, dim, value, alias, d.span))
+                if dim is not None:
+                    atoms = dim.atoms()
+                    if len(dim.terms) == 1 and dim.terms[0][1] == 1 and len(dim.terms[0][0]) == 1 \
+                            and dim.terms[0][0][0][1] == 1:
+                        atom = dim.terms[0][0][0][0]
+                        self.display.setdefault(atom, d.name)
+                    elif dim not in self.display and atoms:
+                        self.display[dim] = d.name
+            return
+        kind = d.type.id if isinstance(d.type, ir.Name) else None
+        if kind not in SCALAR_KINDS:
+            self.r.error("bad-type", f"a param is `int`, `float`, `bool` or `str`, not `{text(d.type)}`", d.type.span,
+                         hint="tensors are declared in `input:`, `parameter:`, `buffer:` or `output:`")
+            self.declare(d.name, Binding("config", ERR, d.name_span, uses=1), d.name_span)  # no cascade
+            return
+        default = ir.MISSING
+        if d.value is not None:
+            default = self.literal(d.value, kind)
+        ty = ScalarT(kind, Dim.sym(d.name) if kind == "int" else None)
+        if self.declare(d.name, Binding("config", ty, d.name_span), d.name_span):
+            self.config.append(ir.ConfigField(d.name, kind, default, d.span))
+
+    def literal(self, e: ir.Expr, kind: str):
+        neg = isinstance(e, ir.Unary) and e.op == "-"
+        base = e.operand if neg else e
+        value = base.value if isinstance(base, (ir.Num, ir.Str, ir.Const)) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and neg:
+            value = -value
+        ok = {"int": lambda v: isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**62,
+              "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+              "bool": lambda v: isinstance(v, bool),
+              "str": lambda v: isinstance(v, str)}[kind]
+        if value is None or not ok(value):
+            self.r.error("bad-default", f"the default of {'an' if kind == 'int' else 'a'} `{kind}` param must be "
+                         f"{'an' if kind == 'int' else 'a'} {kind} literal", e.span)
+            return ir.MISSING
+        return float(value) if kind == "float" else value
+
+    def tensor_type(self, e: ir.Expr, dim_mode: str) -> TensorT | None:
+        if not (isinstance(e, ir.Call) and e.func == "Tensor"):
+            self.r.error("bad-type", f"expected `Tensor([dims], dtype)`, got `{text(e)}`", e.span,
+                         hint="write e.g. `Tensor([B, T, D], float32)`")
+            return None
+        if e.kwargs or not 1 <= len(e.args) <= 2 or not isinstance(e.args[0], ir.ListExpr):
+            self.r.error("bad-type", "`Tensor` takes a list of dims and a dtype: `Tensor([B, T], int64)`", e.span)
+            return None
+        dtype = "float32"
+        if len(e.args) == 2:
+            dt = e.args[1]
+            if not isinstance(dt, ir.Name) or dt.id not in DTYPES:
+                self.r.error("bad-type", f"unknown dtype `{text(dt)}`", dt.span,
+                             hint="dtypes: " + ", ".join(DTYPES))
+                return None
+            dtype = dt.id
+        dims = []
+        for item in e.args[0].items:
+            d = self.dim_expr(item, dim_mode)
+            if d is None:
+                return None
+            dims.append(d)
+        return TensorT(tuple(dims), dtype)
+
+    def dim_expr(self, e: ir.Expr, mode: str, owner: str | None = None) -> Dim | None:
+        """A shape entry. mode: config (params only) | input (new names bind run-time dims) | output."""
+        if isinstance(e, ir.Name) and self.lookup(e.id) is None and e.id not in RESERVED:
+            if mode == "input":
+                self.runtime_dim(e.id, e.span, owner)
+                return Dim.sym(e.id)
+            if mode == "output" and e.id in self.where_dims:
+                return self.where_dims[e.id]
+            if mode == "output":  # a free dim, bound by unification with the computed output
+                self.free_out.add(e.id)
+                return Dim.sym(e.id)
+            self.unknown(e.id, e.span, "unknown-dim",
+                         "parameter shapes may use params and derived dims only" if mode == "config" else None)
+            return None
+        value = self.expr(e)
+        if isinstance(value.ty, ErrorT):
+            return None
+        if not isinstance(value.ty, ScalarT) or value.ty.kind != "int" or value.ty.dim is None:
+            self.r.error("unknown-dim", f"`{text(e)}` is not a dimension (an int param or dim expression)", e.span)
+            return None
+        if mode == "config":
+            bad = [s for s in value.ty.dim.symbols() if s in self.runtime]
+            if bad:
+                self.r.error("unknown-dim", f"`{bad[0]}` is a run-time dim; parameter shapes may use params only",
+                             e.span)
+                return None
+        return value.ty.dim
+
+    def runtime_dim(self, name: str, span: Span, owner: str | None) -> None:
+        if name in self.runtime:
+            return
+        self.scopes[0].names[name] = Binding("dim", ScalarT("int", Dim.sym(name)), span)
+        self.runtime[name] = ("", 0)
+        if owner:
+            self.owner[name] = owner
+
+    def decl_input(self, d: ir.Decl) -> None:
+        self.tensor_decl(d, "input")
+
+    def decl_parameter(self, d: ir.Decl) -> None:
+        self.tensor_decl(d, "param")
+
+    def decl_buffer(self, d: ir.Decl) -> None:
+        self.tensor_decl(d, "buffer")
+
+    def where_clauses(self, d: ir.Decl) -> None:
+        for w in d.where:
+            if w.name in self.where_dims:
+                self.r.error("redefinition", f"`{w.name}` is defined by two `where` clauses", w.name_span)
+                continue
+            dim = self.dim_expr(w.value, "input")
+            if dim is not None:
+                self.where_dims[w.name] = dim
+                self.display.setdefault(dim, w.name)
+
+    def decl_output(self, d: ir.Decl) -> None:
+        self.tensor_decl(d, "output")
+
+    def tensor_decl(self, d: ir.Decl, kind: str) -> None:
+        if d.type is None:
+            self.r.error("bad-type", f"`{d.name} = ...` belongs in `param:`; declare a tensor with a type",
+                         d.span, hint=f"write `{d.name} : Tensor([dims], dtype)`")
+            return
+        if kind == "input":
+            mode = "input"
+            before = set(self.runtime)
+            ty = self.tensor_type(d.type, mode)
+            if ty is not None and d.optional:
+                for s in set(self.runtime) - before:
+                    self.owner[s] = d.name
+            if ty is not None:
+                for axis, dim in enumerate(ty.shape):
+                    s = dim.as_symbol()
+                    if s in self.runtime and self.runtime[s] == ("", 0):
+                        self.runtime[s] = (d.name, axis)
+                self.fixed_length_warning(d, ty)
+        else:
+            ty = self.tensor_type(d.type, "output" if kind == "output" else "config")
+        if ty is None:
+            if kind != "output":  # declared all the same, so its uses report nothing more
+                self.declare(d.name, Binding(kind, ERR, d.name_span, d.optional, uses=1), d.name_span)
+            return
+        cond = None
+        if d.condition is not None:
+            if kind not in ("param", "buffer"):
+                self.r.error("syntax", "only parameters and buffers may be conditional (`if c else None`)",
+                             d.condition.span, hint="mark an optional input with `?`")
+            else:
+                cond = self.condition(d.condition)
+        optional = d.optional or cond is not None
+        if d.optional and kind not in ("input", "output"):
+            self.r.error("syntax", "only inputs and outputs may be optional (`?`)", d.span,
+                         hint="a parameter that may be absent is written `... if flag else None`")
+            optional = cond is not None  # reported once; its uses are not also "unguarded"
+        init = None
+        if d.value is not None:
+            if kind in ("param", "buffer"):
+                init = self.initialiser(d.value, ty)
+            else:
+                self.r.error("syntax", f"an {kind} takes no default value", d.value.span)
+        t = ir.Tensor(d.name, ty, optional, cond, init, d.span)
+        b = Binding(kind, TensorT(ty.shape, ty.dtype, optional), d.name_span, optional)
+        if kind == "output":
+            if d.name in {o.name for o in self.outputs}:
+                self.r.error("redefinition", f"output `{d.name}` is declared twice", d.name_span)
+            self.outputs.append(t)
+            self.decl_spans[d.name] = d.span
+            return
+        if self.declare(d.name, b, d.name_span):
+            self.decl_spans[d.name] = d.span
+            {"input": self.inputs, "param": self.params, "buffer": self.buffers}[kind].append(t)
+
+    def fixed_length_warning(self, d: ir.Decl, ty: TensorT) -> None:
+        if ty.dtype not in ("int32", "int64") or ty.rank < 2 or d.optional:
+            return
+        items = d.type.args[0].items if isinstance(d.type, ir.Call) else ()
+        for axis in range(1, ty.rank):
+            sym = ty.shape[axis].as_symbol()
+            item = items[axis] if axis < len(items) else None
+            if sym and sym not in self.runtime and isinstance(item, ir.Name):
+                self.r.warning(
+                    "fixed-length",
+                    f"axis {axis} of `{d.name}` is `{item.id}` = {sym}, a config value: every `{d.name}` must be "
+                    f"exactly {sym} long, and a cache cannot extend it", item.span,
+                    hint=f"name this axis with a fresh dim that is not a param (say `T_seq`); slice position "
+                         f"tables to it and check it against {sym} at run time")
+
+
+    def check_mappings(self, stacked: set) -> None:
+        tensors = {t.name for t in self.params + self.buffers}
+        seen: dict[tuple, Span] = {}
+        for e in self.spec.mappings:
+            if e.name != "_" and e.name not in tensors:
+                self.unknown(e.name, e.span, "bad-checkpoint",
+                             hint="a checkpoint entry maps a parameter or buffer (or `_` for keys to ignore)")
+                continue
+            if (e.fmt, e.name) in seen and e.name != "_":
+                self.r.error("bad-checkpoint", f"`{e.name}` is mapped twice in `checkpoint {e.fmt}`", e.span,
+                             related=(Related(seen[(e.fmt, e.name)], "first mapped here"),))
+                continue
+            seen[(e.fmt, e.name)] = e.span
+            if e.name != "_" and (e.name in stacked) != (e.layer_var is not None):
+                want = f"`{e.name}[l] <- ...` with `{{l}}` in the key" if e.name in stacked else f"`{e.name} <- ...`"
+                self.r.error("bad-checkpoint", f"`{e.name}` is {'per layer' if e.name in stacked else 'not per layer'}"
+                             f"; write {want}", e.span)
+                continue
+            try:
+                encode_mapping(e.source)
+            except MappingError as err:
+                self.r.error("bad-checkpoint", str(err), getattr(err, "span", None) or e.span,
+                             hint='sources are "key" strings, `.T`, `a or b` and split("key", n, axis=i, index=j)')

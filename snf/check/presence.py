@@ -1,0 +1,67 @@
+"""Optional-presence analysis: which optional inputs and conditional parameters are known to exist
+at each point (`if past exists:`, `... if flag else None`), and the error where one may be absent."""
+
+from __future__ import annotations
+
+from .. import ir
+from ..diagnostics import Related
+from ..ir import ErrorT, TensorT
+from ..source import Span
+from .messages import article
+
+
+class Presence:
+    """Mixed into `Checker`. The set known to exist is `self.present`, kept per scope."""
+
+    def group(self, name: str) -> frozenset:
+        """Optional inputs that share a run-time dim one of them introduces (`past_keys` and
+        `past_values` share T_past) are given together or not at all: one `exists` covers all."""
+        group, changed = {name}, True
+        while changed:
+            changed = False
+            for i in self.inputs:
+                if i.optional and i.name not in group:
+                    dims = {s for d in i.ty.shape for s in d.symbols()}
+                    member_dims = {s for g in group for t in self.inputs if t.name == g
+                                   for d in t.ty.shape for s in d.symbols()}
+                    if any(self.owner.get(s) in group or self.owner.get(s) == i.name for s in dims & member_dims):
+                        group.add(i.name)
+                        changed = True
+        return frozenset(group)
+
+    def presence(self, test: ir.TExpr) -> frozenset:
+        """Optional inputs known to exist where `test` holds; after a broken test, all of them
+        (so one mistake in a guard is not reported again at every use it guards)."""
+        if isinstance(test, ir.IsPresent):
+            return self.group(test.name)
+        if isinstance(test.ty, ErrorT):
+            return frozenset(i.name for i in self.inputs if i.optional)
+        if isinstance(test, ir.Ref) and test.kind == "config":  # parameters declared `if flag else None`
+            return frozenset(t.name for t in self.params + self.buffers
+                             if isinstance(t.condition, ir.Ref) and t.condition.name == test.name)
+        if isinstance(test, ir.Op) and test.op == "and":
+            return self.presence(test.arg("a")) | self.presence(test.arg("b"))
+        return frozenset()
+
+    def must_exist(self, t: ir.TExpr, span: Span) -> bool:
+        """Report a use of a value that may be absent here; False when it may be."""
+        if isinstance(t.ty, TensorT) and t.ty.maybe_none:
+            name = t.name if isinstance(t, ir.Ref) else getattr(t, "name", "value")
+            kind = "optional input" if isinstance(t, ir.Ref) and t.kind == "input" else "conditional value"
+            guard = f"`if {name} exists:`" if kind == "optional input" else "the condition it is declared under"
+            related = ()
+            if isinstance(t, ir.Ref) and t.name in self.decl_spans:
+                related = (Related(self.decl_spans[t.name], f"`{name}` declared optional here"),)
+            hint = f"guard this use with {guard}"
+            if self.present:
+                hint += f"; only {', '.join(f'`{p}`' for p in sorted(self.present))} is known to exist here"
+            self.r.error("optional-unguarded", f"`{name}` is {article(kind)} {kind} and may be absent here", span,
+                         hint=hint, related=related)
+            return False
+        return True
+
+    def input_groups(self) -> tuple:
+        """Optional inputs given together or not at all, each group in declaration order."""
+        order = [i.name for i in self.inputs]
+        return tuple(sorted({tuple(sorted(self.group(i.name), key=order.index))
+                             for i in self.inputs if i.optional and len(self.group(i.name)) > 1}))

@@ -7,7 +7,7 @@ Standalone: this file imports only torch and the standard library.
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import functools
 import math
 import os
@@ -21,8 +21,10 @@ import torch.utils.checkpoint
 from torch import nn
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
+    """The model's hyper-parameters. Frozen: make a changed copy with dataclasses.replace."""
+
     vocab_size: int = 50000  # gpt_decoder.snf:8
     block_size: int = 512  # gpt_decoder.snf:9
     n_layer: int = 8  # gpt_decoder.snf:10
@@ -38,6 +40,7 @@ class Config:
     scaled_residual_init: bool = True  # gpt_decoder.snf:20
 
     def __post_init__(self) -> None:
+        _check_fields(self)
         if self.n_embd % self.n_head != 0:
             raise ValueError(f'D must be divisible by H (gpt_decoder.snf:65); got n_embd={self.n_embd}, n_head={self.n_head}')
         if self.head_dim % 2 != 0:
@@ -52,26 +55,57 @@ class Config:
         return 0.02 / math.sqrt(2 * self.n_layer) if self.scaled_residual_init else 0.02
 
 
+def _check_fields(config) -> None:
+    """Each Config field holds its declared type: an int for `int` (not a bool), a bool for `bool`,
+    a str for `str`, and a number for `float` (kept as a float)."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if field.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+            object.__setattr__(config, field.name, float(value))  # frozen: only while it is being made
+            continue
+        ok = {"int": isinstance(value, int) and not isinstance(value, bool), "bool": isinstance(value, bool),
+              "float": isinstance(value, float), "str": isinstance(value, str)}[field.type]
+        if not ok:
+            raise TypeError(f"Config.{field.name} must be {'a' if field.type[0] in 'bfs' else 'an'} "
+                            f"{field.type}, got {value!r}")
+
+
 def _compile_enabled() -> bool:
     return os.environ.get("SNF_COMPILE", "1") != "0"
 
 
-def _hot_path(fn, options: Optional[dict] = None):
-    """Run `fn` through torch.compile(fullgraph=True, options=options); eager when SNF_COMPILE=0 or
-    compile fails."""
-    state = {"compiled": None, "broken": False}
+def _is_compile_error(err: Exception) -> bool:
+    """What a failed compile raises: dynamo's and inductor's errors, and the C++ compiler's. The
+    model's own errors, and exceptions torch uses for control flow (gradient checkpointing stops
+    its recomputation with one), are not."""
+    import torch._dynamo.exc
+    import torch._inductor.exc
+    return isinstance(err, (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.CppCompileError,
+                            torch._inductor.exc.InvalidCxxCompiler))
+
+
+def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[dict] = None):
+    """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0, or, with a
+    warning, once compiling has failed. `cpu_options` are inductor options used on the CPU only."""
+    if fn is None:
+        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options)
+    compiled: dict = {}
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if state["broken"] or not _compile_enabled() or torch.compiler.is_compiling():
+        if compiled.get("broken") or not _compile_enabled() or torch.compiler.is_compiling():
             return fn(*args, **kwargs)
-        if state["compiled"] is None:
-            state["compiled"] = torch.compile(fn, fullgraph=True, options=options)
+        device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
+        if device not in compiled:
+            options = cpu_options if device == "cpu" else None
+            compiled[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options)
         try:
-            return state["compiled"](*args, **kwargs)
+            return compiled[device](*args, **kwargs)
         except Exception as err:
-            out = fn(*args, **kwargs)  # an error of the model itself is raised here, eagerly
-            state["broken"] = True
+            if not _is_compile_error(err):
+                raise
+            out = fn(*args, **kwargs)  # the model's own error is raised here, eagerly
+            compiled["broken"] = True
             reason = (str(err).strip().splitlines() or [""])[0][:200]
             warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
                           RuntimeWarning, stacklevel=2)
@@ -97,6 +131,36 @@ def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, dtype: str, 
         raise ValueError(f"input {name} must be {shape} {dtype}, got {_described(t)}")
 
 
+def _eager_check(t: torch.Tensor) -> bool:
+    """Whether to check a tensor's values here: on the CPU, outside torch.compile. On an accelerator
+    a check would wait for the device (a host sync) every step, so it is left to the kernels."""
+    return not torch.compiler.is_compiling() and t.device.type == "cpu" and t.numel() > 0
+
+
+def _check_index(name: str, t: torch.Tensor, size: int, size_name: str) -> None:
+    """The ids in `t` index a table of `size` rows: each must be in [0, size)."""
+    if _eager_check(t):
+        low, high = int(t.min()), int(t.max())
+        if low < 0 or high >= size:
+            raise ValueError(f"input {name} must hold ids in [0, {size_name}) = [0, {size}), got "
+                             f"{low if low < 0 else high}")
+
+
+def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str) -> None:
+    """A run-time condition on dims (the spec's `assert`, or a slice end within its axis)."""
+    if isinstance(lhs, torch.Tensor) and not _eager_check(lhs):
+        return
+    lhs, rhs = int(lhs), int(rhs)
+    if not {"<=": lhs <= rhs, "<": lhs < rhs, ">=": lhs >= rhs, ">": lhs > rhs, "==": lhs == rhs}[op]:
+        raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
+
+
+def _check_together(names: tuple, values: tuple) -> None:
+    """Inputs that share a run-time dim are given together, or not at all."""
+    if len({v is None for v in values}) != 1:
+        raise ValueError(", ".join(names) + " must be given together, or not at all")
+
+
 def _check_cache(name: str, cache, rank: int, shape: str, dtype: str, sizes: dict) -> None:
     """A preallocated cache: one tensor stacked over the layers (axis 0), or a list of per-layer
     tensors. The list compiles better: each buffer is written in place on its own, where writing
@@ -109,8 +173,16 @@ def _check_cache(name: str, cache, rank: int, shape: str, dtype: str, sizes: dic
                          f"got a list of {[_described(t) for t in cache]}")
 
 
-def _is_position(t) -> bool:
-    return isinstance(t, torch.Tensor) and t.dim() == 0 and not t.is_floating_point() and t.dtype != torch.bool
+def _check_position(position, length: Optional[int], size: int, names: str, *caches) -> None:
+    """cache_position (a 0-d integer tensor: the filled slots) comes with the preallocated caches;
+    cache_length, the slots attention reads, is an int in (position, size]."""
+    if any(c is None for c in caches) or not (isinstance(position, torch.Tensor) and position.dim() == 0
+                                              and not position.is_floating_point() and position.dtype != torch.bool):
+        raise ValueError(f"cache_position must be a 0-d integer tensor, given with the preallocated caches {names}")
+    if length is not None and (isinstance(length, bool) or not isinstance(length, int) or not 0 < length <= size):
+        raise ValueError(f"cache_length must be an int in [1, {size}], got {length!r}")
+    if _eager_check(position) and not 0 <= int(position) < (length or size):
+        raise ValueError(f"cache_position {int(position)} is outside the {length or size} cache slots read")
 
 
 def _cache_buffers(cache: torch.Tensor, axis: int, size: int, dtype: torch.dtype) -> list:
@@ -122,32 +194,6 @@ def _cache_buffers(cache: torch.Tensor, axis: int, size: int, dtype: torch.dtype
         buffers.append(filled.new_zeros(filled.shape[:axis] + (size,) + filled.shape[axis + 1:], dtype=dtype))
         buffers[-1].narrow(axis, 0, filled.size(axis)).copy_(filled)
     return buffers
-
-
-def _to_spec_layout(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
-    """State-dict hook: save fused or transposed parameters under the spec's names and layout."""
-    for stored, (names, sizes, transposed) in module._stored.items():
-        tensor = state_dict.pop(prefix + stored, None)
-        if tensor is not None:
-            tensor = tensor.t() if transposed else tensor
-            for name, part in zip(names, tensor.split(sizes) if sizes else (tensor,)):
-                state_dict[prefix + name] = part
-
-
-def _from_spec_layout(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
-    """Load hook: the spec's names and layout back into the stored parameters."""
-    for stored, (names, sizes, transposed) in module._stored.items():
-        keys = [prefix + name for name in names]
-        if all(k in state_dict for k in keys):
-            tensor = torch.cat([state_dict.pop(k) for k in keys])
-            state_dict[prefix + stored] = tensor.t() if transposed else tensor
-
-
-def _linear_t(x: torch.Tensor, weight_t: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-    """`linear` with the weight stored [in, out]: one x @ W (+ bias) over the flattened leading axes."""
-    flat = x.reshape(-1, x.size(-1))
-    out = torch.addmm(bias, flat, weight_t) if bias is not None else flat @ weight_t
-    return out.view(*x.shape[:-1], weight_t.size(-1))
 
 
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
@@ -162,9 +208,9 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         allowed = torch.arange(tk, device=q.device)[None, :] <= rows[:, None]
         if mask is not None:
             allowed = allowed & (mask != 0)[:, None, None, :]
-        if tq == 1 and dropout_p == 0.0 and torch.compiler.is_compiling():
-            # a compiled decode step: one query over a buffer of mostly empty slots. Written out, it
-            # fuses with its neighbours and beats an SDPA call on CPU (see _decode_step)
+        if tq == 1 and dropout_p == 0.0 and q.device.type == "cpu" and torch.compiler.is_compiling():
+            # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
+            # out, it fuses with its neighbours and beats an SDPA call there (benchmarks/README.md)
             scores = (q @ k.transpose(-1, -2)) * (q.size(-1) ** -0.5 if scale is None else scale)
             return scores.masked_fill(~allowed, float("-inf")).float().softmax(-1).to(v.dtype) @ v
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
@@ -202,28 +248,17 @@ def _hooked(module: nn.Module) -> bool:
                 or hooks._global_forward_pre_hooks)
 
 
-_DECODED: set = set()  # the configs whose decode steps this module has run
+def _bucket(filled: int, size: int) -> int:
+    """How many cache slots a decode step reads: the next power of two from 128 up, at most
+    `size`. Attending over the filled prefix, not every slot, keeps a step's cost independent of
+    the cache's size; a power of two keeps the compiled graphs few."""
+    return min(size, max(128, 1 << (filled - 1).bit_length()))
 
 
-def _only_config(model: nn.Module) -> bool:
-    """Record `model`'s config as decoded; whether it is the only one so far (see _same_graph)."""
-    _DECODED.add(repr(model.config))
-    return len(_DECODED) == 1
-
-
-def _same_graph(same: bool):
-    """Within one generate call the decode steps after the first have the same shapes, dtypes and
-    objects, so dynamo's guards (some 70 tensor checks, ~10% of a step at batch 1) can only repeat
-    the first step's answer: skip them. Only while one config has been decoded in this process:
-    with many, past dynamo's recompile limit a new one runs eagerly, and skipped guards could
-    then pick another config's graph."""
-    if same and hasattr(torch.compiler, "set_stance"):
-        return torch.compiler.set_stance(skip_guard_eval_unsafe=True)
-    return contextlib.nullcontext()
-
-
-def _check_sampling(max_new_tokens, temperature, top_k, top_p) -> None:
+def _check_sampling(tokens, max_new_tokens, temperature, top_k, top_p) -> None:
     """generate's arguments, before any work: a bad one is a clear error, not a strange sample."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.size(1) == 0:
+        raise ValueError(f"generate needs a prompt of at least one token, [B, T] with T >= 1, got {_described(tokens)}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
@@ -251,13 +286,16 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
 
 
-def _cache_cat(past: torch.Tensor, new: torch.Tensor, cache_position: Optional[torch.Tensor]) -> torch.Tensor:
-    """`past` ++ `new` along time (axis 1); into a preallocated cache, `new` is written in place at
-    cache_position and the whole (fixed-size) buffer is returned. The result has `new`'s dtype, the
-    one the model computes in: a cast or autocast model is fed back its cache as the spec's float32."""
+def _cache_cat(past: torch.Tensor, new: torch.Tensor, cache_position: Optional[torch.Tensor],
+               cache_length: Optional[int] = None) -> torch.Tensor:
+    """`past` ++ `new` along time (axis 1). Into a preallocated cache, `new` is written in place at
+    cache_position and the buffer's first cache_length slots (all, by default) are returned. The
+    result has `new`'s dtype, the one the model computes in: a cast or autocast model is fed back
+    its cache as the spec's float32."""
     if cache_position is None:
         return torch.cat([past.to(new.dtype), new], dim=1)
-    return past.index_copy_(1, cache_position + torch.arange(new.size(1), device=new.device), new)
+    past.index_copy_(1, cache_position + torch.arange(new.size(1), device=new.device), new)
+    return past if cache_length is None else past[:, :cache_length]
 
 
 class Block(nn.Module):
@@ -266,54 +304,38 @@ class Block(nn.Module):
     def __init__(self, config: Config) -> None:
         super().__init__()
         self.config = cfg = config
-        self.attn_norm_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  gpt_decoder.snf:36
-        self.o_weight_t = nn.Parameter(torch.empty(cfg.n_embd, cfg.n_embd))  # o_weight [D, D], stored transposed  gpt_decoder.snf:40
-        self.mlp_norm_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  gpt_decoder.snf:41
-        self.down_weight_t = nn.Parameter(torch.empty(cfg.mlp_hidden, cfg.n_embd))  # down_weight [D, mlp_hidden], stored transposed  gpt_decoder.snf:44
-        self.qkv_weight_t = nn.Parameter(torch.empty(cfg.n_embd, 3*cfg.n_embd))  # q_weight, k_weight, v_weight stacked on axis 1, stored transposed
-        self.gateup_weight_t = nn.Parameter(torch.empty(cfg.n_embd, 2*cfg.mlp_hidden))  # gate_weight, up_weight stacked on axis 1, stored transposed
-        # parameters stored unlike the spec: name -> (the spec's names, sizes of the fused parts, transposed)
-        self._stored = {
-            'qkv_weight_t': (('q_weight', 'k_weight', 'v_weight'), (cfg.n_embd, cfg.n_embd, cfg.n_embd), True),
-            'gateup_weight_t': (('gate_weight', 'up_weight'), (cfg.mlp_hidden, cfg.mlp_hidden), True),
-            'o_weight_t': (('o_weight',), None, True),
-            'down_weight_t': (('down_weight',), None, True),
-        }
-        self.register_state_dict_post_hook(_to_spec_layout)
-        self.register_load_state_dict_pre_hook(_from_spec_layout)
+        self.attn_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # attn_norm_weight  gpt_decoder.snf:36
+        self.qkv = nn.Linear(cfg.n_embd, 3*cfg.n_embd, bias=False)  # q_weight, k_weight, v_weight fused  gpt_decoder.snf:37
+        self.o = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # o_weight  gpt_decoder.snf:40
+        self.mlp_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # mlp_norm_weight  gpt_decoder.snf:41
+        self.gateup = nn.Linear(cfg.n_embd, 2*cfg.mlp_hidden, bias=False)  # gate_weight, up_weight fused  gpt_decoder.snf:42
+        self.down = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=False)  # down_weight  gpt_decoder.snf:44
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         cfg = self.config
-        nn.init.ones_(self.attn_norm_weight)
-        nn.init.normal_(self.o_weight_t.t(), mean=0.0, std=cfg.residual_std)
-        nn.init.ones_(self.mlp_norm_weight)
-        nn.init.normal_(self.down_weight_t.t(), mean=0.0, std=cfg.residual_std)
-        parts = dict(zip(('q_weight', 'k_weight', 'v_weight'), self.qkv_weight_t.t().split(self._stored['qkv_weight_t'][1])))
-        nn.init.normal_(parts['q_weight'], mean=0.0, std=0.02)
-        nn.init.normal_(parts['k_weight'], mean=0.0, std=0.02)
-        nn.init.normal_(parts['v_weight'], mean=0.0, std=0.02)
-        parts = dict(zip(('gate_weight', 'up_weight'), self.gateup_weight_t.t().split(self._stored['gateup_weight_t'][1])))
-        nn.init.normal_(parts['gate_weight'], mean=0.0, std=0.02)
-        nn.init.normal_(parts['up_weight'], mean=0.0, std=0.02)
+        nn.init.ones_(self.attn_norm.weight)
+        nn.init.normal_(self.qkv.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.o.weight, mean=0.0, std=cfg.residual_std)
+        nn.init.ones_(self.mlp_norm.weight)
+        nn.init.normal_(self.gateup.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.down.weight, mean=0.0, std=cfg.residual_std)
 
     @_hot_path
-    def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor], T_past: int, cache_position: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor], T_past: int, cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
         B, T, _ = x.shape
-        h = F.rms_norm(x, (cfg.n_embd,), self.attn_norm_weight, cfg.norm_eps)  # [B, T, D]  gpt_decoder.snf:60
-        # one matmul for q_weight, k_weight, v_weight
-        q, k, v = _linear_t(h, self.qkv_weight_t, None).split(cfg.n_embd, dim=-1)  # [B, T, D] [B, T, D] [B, T, D]  gpt_decoder.snf:61
+        h = self.attn_norm(x)  # [B, T, D]  gpt_decoder.snf:60
+        q, k, v = self.qkv(h).split(cfg.n_embd, dim=-1)  # [B, T, D] [B, T, D] [B, T, D]  gpt_decoder.snf:61
         k_new = _rope(k.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base)  # [B, T, H, head_dim]  gpt_decoder.snf:65
         v_new = v.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  gpt_decoder.snf:66
-        k_all = _cache_cat(past_keys, k_new, cache_position) if past_keys is not None else k_new  # [B, T + T_past, H, head_dim]  gpt_decoder.snf:67
-        v_all = _cache_cat(past_values, v_new, cache_position) if past_keys is not None else v_new  # [B, T + T_past, H, head_dim]  gpt_decoder.snf:68
+        k_all = _cache_cat(past_keys, k_new, cache_position, cache_length) if past_keys is not None else k_new  # [B, T + T_past, H, head_dim]  gpt_decoder.snf:67
+        v_all = _cache_cat(past_values, v_new, cache_position, cache_length) if past_keys is not None else v_new  # [B, T + T_past, H, head_dim]  gpt_decoder.snf:68
         attn = _attention(_rope(q.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base).transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True, dropout_p=(cfg.attn_dropout if self.training else 0.0), cache_position=cache_position).transpose(1, 2)  # [B, T, H, head_dim]  gpt_decoder.snf:71
-        x = x + _linear_t(attn.reshape(B, T, cfg.n_embd), self.o_weight_t, None)  # [B, T, D]  gpt_decoder.snf:73
-        m = F.rms_norm(x, (cfg.n_embd,), self.mlp_norm_weight, cfg.norm_eps)  # [B, T, D]  gpt_decoder.snf:75
-        # one matmul for gate_weight, up_weight
-        gate, up = _linear_t(m, self.gateup_weight_t, None).split(cfg.mlp_hidden, dim=-1)  # [B, T, mlp_hidden] [B, T, mlp_hidden]  gpt_decoder.snf:76
-        mlp_out = _linear_t(F.silu(gate) * up, self.down_weight_t, None)  # [B, T, D]  gpt_decoder.snf:78
+        x = x + self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  gpt_decoder.snf:73
+        m = self.mlp_norm(x)  # [B, T, D]  gpt_decoder.snf:75
+        gate, up = self.gateup(m).split(cfg.mlp_hidden, dim=-1)  # [B, T, mlp_hidden] [B, T, mlp_hidden]  gpt_decoder.snf:76
+        mlp_out = self.down(F.silu(gate) * up)  # [B, T, D]  gpt_decoder.snf:78
         if cfg.mlp_dropout > 0:
             mlp_out = F.dropout(mlp_out, p=cfg.mlp_dropout, training=self.training)  # [B, T, D]  gpt_decoder.snf:79
         x = x + mlp_out  # [B, T, D]  gpt_decoder.snf:80
@@ -323,8 +345,8 @@ class Block(nn.Module):
 class Output(NamedTuple):
     logits: torch.Tensor  # [B, T, vocab_size]
     loss: Optional[torch.Tensor]  # []
-    new_keys: torch.Tensor  # [n_layer, B, T + T_past, H, head_dim]
-    new_values: torch.Tensor  # [n_layer, B, T + T_past, H, head_dim]
+    new_keys: Optional[torch.Tensor]  # [n_layer, B, T + T_past, H, head_dim]
+    new_values: Optional[torch.Tensor]  # [n_layer, B, T + T_past, H, head_dim]
 
 
 class Model(nn.Module):
@@ -332,9 +354,13 @@ class Model(nn.Module):
 
     def __init__(self, config: Optional[Config] = None, **overrides) -> None:
         super().__init__()
-        self.config = cfg = config if config is not None else Config(**overrides)
-        self.token_embedding = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_embd))  # [vocab_size, D]  gpt_decoder.snf:35
-        self.norm_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  gpt_decoder.snf:45
+        if config is None:
+            config = Config(**overrides)
+        elif overrides:
+            config = dataclasses.replace(config, **overrides)
+        self.config = cfg = config
+        self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  gpt_decoder.snf:35
+        self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # norm_weight  gpt_decoder.snf:45
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.reset_parameters()
 
@@ -342,21 +368,25 @@ class Model(nn.Module):
     def reset_parameters(self) -> None:
         """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
         cfg = self.config
-        nn.init.normal_(self.token_embedding, mean=0.0, std=0.02)
-        nn.init.ones_(self.norm_weight)
+        nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
+        nn.init.ones_(self.norm.weight)
         for layer in self.layers:
             layer.reset_parameters()
 
-    def forward(self, idx: torch.Tensor, labels: Optional[torch.Tensor] = None, past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, cache_position: Optional[torch.Tensor] = None) -> Output:
+    def forward(self, idx: torch.Tensor, labels: Optional[torch.Tensor] = None, past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None, cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> Output:
         # idx: [B, T]
         # labels: [B, T], optional
         # past_keys: [n_layer, B, T_past, H, head_dim], optional
         # past_values: [n_layer, B, T_past, H, head_dim], optional
-        # cache_position: with it, the past_* caches are preallocated buffers written in place
-        # (fixed shapes for every decode step; see _decode_step); without it they are concatenated
+        # use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
+        # cache_position: with it, the caches are preallocated buffers written in place at that
+        # position, and attention reads their first cache_length slots (see generate)
         cfg = self.config
+        if use_cache is None:
+            use_cache = not self.training
         _check_input('idx', idx, 2, '[B, T]', 'int64')
         B, T = idx.shape
+        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
         if labels is not None:
             _check_input('labels', labels, 2, '[B, T]', 'int64', {0: B, 1: T})
         if cache_position is None:
@@ -366,38 +396,36 @@ class Model(nn.Module):
             if past_values is not None:
                 _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
         else:  # preallocated caches of block_size slots, T_past of them filled
-            if past_keys is None or past_values is None or not _is_position(cache_position):
-                raise ValueError('cache_position must be a 0-d integer tensor, given with the preallocated caches past_keys, past_values')
+            _check_position(cache_position, cache_length, cfg.block_size, 'past_keys, past_values', past_keys, past_values)
             _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
             _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
             T_past = cache_position
-        if len({past_keys is None, past_values is None}) != 1:
-            raise ValueError('past_keys, past_values must be given together, or not at all')
-        if cache_position is None and not T + T_past <= cfg.block_size:
-            raise ValueError(f'expected T + T_past <= block_size, got T + T_past = {int(T + T_past)} and block_size = {cfg.block_size} (gpt_decoder.snf:53)')
-        x = F.embedding(idx, self.token_embedding)  # [B, T, D]  gpt_decoder.snf:54
+        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
+        _check_dims('T + T_past', T + T_past, '<=', 'block_size', cfg.block_size, 'gpt_decoder.snf:53')
+        x = self.token_embedding(idx)  # [B, T, D]  gpt_decoder.snf:54
         if cfg.dropout > 0:
             x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  gpt_decoder.snf:55
-        new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_keys  # [n_layer, B, T + T_past, H, head_dim]  gpt_decoder.snf:57
-        new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_values  # [n_layer, B, T + T_past, H, head_dim]  gpt_decoder.snf:58
+        if use_cache:
+            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_keys  # [n_layer, B, T + T_past, H, head_dim]  gpt_decoder.snf:57
+            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_values  # [n_layer, B, T + T_past, H, head_dim]  gpt_decoder.snf:58
+        else:
+            new_keys = new_values = None
         for l, layer in enumerate(self.layers):
             if cfg.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                x, new_keys_layer, new_values_layer = torch.utils.checkpoint.checkpoint(layer, x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, cache_position, use_reentrant=False)
+                x, new_keys_layer, new_values_layer = torch.utils.checkpoint.checkpoint(layer, x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, cache_position, cache_length, use_reentrant=False)
             else:
-                x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, cache_position)  # gpt_decoder.snf:59
-            if cache_position is None:
+                x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, cache_position, cache_length)  # gpt_decoder.snf:59
+            if use_cache and cache_position is None:
                 new_keys[l] = new_keys_layer  # gpt_decoder.snf:69
                 new_values[l] = new_values_layer  # gpt_decoder.snf:70
-        logits = F.linear(F.rms_norm(x, (cfg.n_embd,), self.norm_weight, cfg.norm_eps), self.token_embedding)  # [B, T, vocab_size]  gpt_decoder.snf:82
+        logits = F.linear(self.norm(x), self.token_embedding.weight)  # [B, T, vocab_size]  gpt_decoder.snf:82
         loss = F.cross_entropy(logits[..., :-1, :].flatten(0, -2), labels[..., 1:].flatten(), ignore_index=-100) if labels is not None else None  # []  gpt_decoder.snf:83
         return Output(logits, loss, new_keys, new_values)
 
-    # forward with preallocated caches (cache_position given), compiled as one graph: a decode
-    # step of generate. Its shapes never change, so it compiles once; the layers run inside it.
-    # Attention is written out there (see _attention); on CPU inductor turns its one-row matmuls
-    # into loops that would recompute an expensive query (RoPE's cos/sin) once per key, unless
-    # such a value is first stored: a low realize threshold stores it (5-15% of a step).
-    _decode_step = _hot_path(forward, {"realize_opcount_threshold": 4})
+    # forward with preallocated caches: a decode step of generate, compiled as one graph per
+    # cache_length bucket (its shapes are fixed). On CPU a low realize threshold makes inductor
+    # store a value (RoPE's query) instead of recomputing it inside attention's loop over keys.
+    _decode_step = _hot_path(forward, dynamic=False, cpu_options={"realize_opcount_threshold": 4})
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
@@ -409,65 +437,71 @@ class Model(nn.Module):
         with `generator`. The prompt is run once; each later step feeds only the newest
         token and the KV cache (past_keys, past_values).
         """
-        _check_sampling(max_new_tokens, temperature, top_k, top_p)
+        _check_sampling(idx, max_new_tokens, temperature, top_k, top_p)
         was_training = self.training
         self.eval()
         try:
-            out = self(idx)
+            out = self(idx, use_cache=True)
             tokens = [idx]
-            # the cache moves into buffers of cfg.block_size slots, written in place at
-            # `position`: every decode step then has the same shapes, so torch.compile compiles it once
-            cfg = self.config
-            position = idx.size(1)
-            if position + max_new_tokens - 1 > cfg.block_size:
+            # the caches move into buffers of block_size slots, written in place at `position`;
+            # each step attends over the first `_bucket(...)` of them: one compiled graph per bucket
+            position, size = idx.size(1), self.config.block_size
+            if position + max_new_tokens - 1 > size:
                 raise ValueError(f"the prompt ({position} tokens) and max_new_tokens={max_new_tokens} need "
-                                 f"{position + max_new_tokens - 1} cache slots; the model has block_size = {cfg.block_size}")
-            past_keys = _cache_buffers(out.new_keys, 1, cfg.block_size, out.logits.dtype)
-            past_values = _cache_buffers(out.new_values, 1, cfg.block_size, out.logits.dtype)
+                                 f"{position + max_new_tokens - 1} cache slots; the model has block_size = {size}")
+            past_keys = _cache_buffers(out.new_keys, 1, size, out.logits.dtype)
+            past_values = _cache_buffers(out.new_values, 1, size, out.logits.dtype)
             decode = self if _hooked(self) else self._decode_step  # hooks run only through self(...)
-            one_config = _only_config(self)
             for step in range(max_new_tokens):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
                 tokens.append(token)
                 if step + 1 < max_new_tokens:
                     at = torch.tensor(position, device=idx.device)
-                    with _same_graph(one_config and step > 0):
-                        out = decode(token, past_keys=past_keys, past_values=past_values, cache_position=at)
+                    out = decode(token, past_keys=past_keys, past_values=past_values, cache_position=at,
+                                 cache_length=_bucket(position + 1, size))
                     position += 1
             return torch.cat(tokens, dim=1)
         finally:
             self.train(was_training)
 
 
-# The spec's parameters: name -> (state-dict key, with {l} for the layer; stacked per layer?).
-SPEC_PARAMETERS = {
-    'token_embedding': ('token_embedding', False),
-    'attn_norm_weight': ('layers.{l}.attn_norm_weight', True),
-    'q_weight': ('layers.{l}.q_weight', True),
-    'k_weight': ('layers.{l}.k_weight', True),
-    'v_weight': ('layers.{l}.v_weight', True),
-    'o_weight': ('layers.{l}.o_weight', True),
-    'mlp_norm_weight': ('layers.{l}.mlp_norm_weight', True),
-    'gate_weight': ('layers.{l}.gate_weight', True),
-    'up_weight': ('layers.{l}.up_weight', True),
-    'down_weight': ('layers.{l}.down_weight', True),
-    'norm_weight': ('norm_weight', False),
-}
+def spec_parameters(config: Config) -> dict:
+    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
+    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
+    or None when it is not per layer)."""
+    cfg = config
+    return {
+        'token_embedding': ('token_embedding.weight', None, None),
+        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer),
+        'q_weight': ('layers.{l}.qkv.weight', (0, cfg.n_embd), cfg.n_layer),
+        'k_weight': ('layers.{l}.qkv.weight', (cfg.n_embd, 2*cfg.n_embd), cfg.n_layer),
+        'v_weight': ('layers.{l}.qkv.weight', (2*cfg.n_embd, 3*cfg.n_embd), cfg.n_layer),
+        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
+        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer),
+        'gate_weight': ('layers.{l}.gateup.weight', (0, cfg.mlp_hidden), cfg.n_layer),
+        'up_weight': ('layers.{l}.gateup.weight', (cfg.mlp_hidden, 2*cfg.mlp_hidden), cfg.n_layer),
+        'down_weight': ('layers.{l}.down.weight', None, cfg.n_layer),
+        'norm_weight': ('norm.weight', None, None),
+    }
 
-# Checkpoint formats the spec declares, as data for snf.interop.load_state_dict.
+
+# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
+# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
 CHECKPOINTS = {
     'hf': {
-        'token_embedding': ('key', 'model.embed_tokens.weight'),
-        'attn_norm_weight': ('key', 'model.layers.{l}.input_layernorm.weight'),
-        'q_weight': ('key', 'model.layers.{l}.self_attn.q_proj.weight'),
-        'k_weight': ('key', 'model.layers.{l}.self_attn.k_proj.weight'),
-        'v_weight': ('key', 'model.layers.{l}.self_attn.v_proj.weight'),
-        'o_weight': ('key', 'model.layers.{l}.self_attn.o_proj.weight'),
-        'mlp_norm_weight': ('key', 'model.layers.{l}.post_attention_layernorm.weight'),
-        'gate_weight': ('key', 'model.layers.{l}.mlp.gate_proj.weight'),
-        'up_weight': ('key', 'model.layers.{l}.mlp.up_proj.weight'),
-        'down_weight': ('key', 'model.layers.{l}.mlp.down_proj.weight'),
-        'norm_weight': ('key', 'model.norm.weight'),
-        '_ignore': ('lm_head.weight',),
+        'params': {
+            'token_embedding': ('key', 'model.embed_tokens.weight'),
+            'attn_norm_weight': ('key', 'model.layers.{l}.input_layernorm.weight'),
+            'q_weight': ('key', 'model.layers.{l}.self_attn.q_proj.weight'),
+            'k_weight': ('key', 'model.layers.{l}.self_attn.k_proj.weight'),
+            'v_weight': ('key', 'model.layers.{l}.self_attn.v_proj.weight'),
+            'o_weight': ('key', 'model.layers.{l}.self_attn.o_proj.weight'),
+            'mlp_norm_weight': ('key', 'model.layers.{l}.post_attention_layernorm.weight'),
+            'gate_weight': ('key', 'model.layers.{l}.mlp.gate_proj.weight'),
+            'up_weight': ('key', 'model.layers.{l}.mlp.up_proj.weight'),
+            'down_weight': ('key', 'model.layers.{l}.mlp.down_proj.weight'),
+            'norm_weight': ('key', 'model.norm.weight'),
+        },
+        'ignore': ('lm_head.weight',),
     },
 }

@@ -7,6 +7,7 @@ Standalone: this file imports only torch and the standard library.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -19,8 +20,10 @@ import torch.nn.functional as F
 from torch import nn
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
+    """The model's hyper-parameters. Frozen: make a changed copy with dataclasses.replace."""
+
     D: int = 384  # nanogpt_model.snf:12
     H: int = 6  # nanogpt_model.snf:13
     L: int = 6  # nanogpt_model.snf:14
@@ -28,30 +31,62 @@ class Config:
     P: int = 256  # nanogpt_model.snf:16
 
     def __post_init__(self) -> None:
+        _check_fields(self)
         if self.D % self.H != 0:
             raise ValueError(f'D must be divisible by H (nanogpt_model.snf:37); got D={self.D}, H={self.H}')
+
+
+def _check_fields(config) -> None:
+    """Each Config field holds its declared type: an int for `int` (not a bool), a bool for `bool`,
+    a str for `str`, and a number for `float` (kept as a float)."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if field.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+            object.__setattr__(config, field.name, float(value))  # frozen: only while it is being made
+            continue
+        ok = {"int": isinstance(value, int) and not isinstance(value, bool), "bool": isinstance(value, bool),
+              "float": isinstance(value, float), "str": isinstance(value, str)}[field.type]
+        if not ok:
+            raise TypeError(f"Config.{field.name} must be {'a' if field.type[0] in 'bfs' else 'an'} "
+                            f"{field.type}, got {value!r}")
 
 
 def _compile_enabled() -> bool:
     return os.environ.get("SNF_COMPILE", "1") != "0"
 
 
-def _hot_path(fn, options: Optional[dict] = None):
-    """Run `fn` through torch.compile(fullgraph=True, options=options); eager when SNF_COMPILE=0 or
-    compile fails."""
-    state = {"compiled": None, "broken": False}
+def _is_compile_error(err: Exception) -> bool:
+    """What a failed compile raises: dynamo's and inductor's errors, and the C++ compiler's. The
+    model's own errors, and exceptions torch uses for control flow (gradient checkpointing stops
+    its recomputation with one), are not."""
+    import torch._dynamo.exc
+    import torch._inductor.exc
+    return isinstance(err, (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.CppCompileError,
+                            torch._inductor.exc.InvalidCxxCompiler))
+
+
+def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[dict] = None):
+    """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0, or, with a
+    warning, once compiling has failed. `cpu_options` are inductor options used on the CPU only."""
+    if fn is None:
+        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options)
+    compiled: dict = {}
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if state["broken"] or not _compile_enabled() or torch.compiler.is_compiling():
+        if compiled.get("broken") or not _compile_enabled() or torch.compiler.is_compiling():
             return fn(*args, **kwargs)
-        if state["compiled"] is None:
-            state["compiled"] = torch.compile(fn, fullgraph=True, options=options)
+        device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
+        if device not in compiled:
+            options = cpu_options if device == "cpu" else None
+            compiled[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options)
         try:
-            return state["compiled"](*args, **kwargs)
+            return compiled[device](*args, **kwargs)
         except Exception as err:
-            out = fn(*args, **kwargs)  # an error of the model itself is raised here, eagerly
-            state["broken"] = True
+            if not _is_compile_error(err):
+                raise
+            out = fn(*args, **kwargs)  # the model's own error is raised here, eagerly
+            compiled["broken"] = True
             reason = (str(err).strip().splitlines() or [""])[0][:200]
             warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
                           RuntimeWarning, stacklevel=2)
@@ -77,30 +112,34 @@ def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, dtype: str, 
         raise ValueError(f"input {name} must be {shape} {dtype}, got {_described(t)}")
 
 
-def _to_spec_layout(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
-    """State-dict hook: save fused or transposed parameters under the spec's names and layout."""
-    for stored, (names, sizes, transposed) in module._stored.items():
-        tensor = state_dict.pop(prefix + stored, None)
-        if tensor is not None:
-            tensor = tensor.t() if transposed else tensor
-            for name, part in zip(names, tensor.split(sizes) if sizes else (tensor,)):
-                state_dict[prefix + name] = part
+def _eager_check(t: torch.Tensor) -> bool:
+    """Whether to check a tensor's values here: on the CPU, outside torch.compile. On an accelerator
+    a check would wait for the device (a host sync) every step, so it is left to the kernels."""
+    return not torch.compiler.is_compiling() and t.device.type == "cpu" and t.numel() > 0
 
 
-def _from_spec_layout(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
-    """Load hook: the spec's names and layout back into the stored parameters."""
-    for stored, (names, sizes, transposed) in module._stored.items():
-        keys = [prefix + name for name in names]
-        if all(k in state_dict for k in keys):
-            tensor = torch.cat([state_dict.pop(k) for k in keys])
-            state_dict[prefix + stored] = tensor.t() if transposed else tensor
+def _check_index(name: str, t: torch.Tensor, size: int, size_name: str) -> None:
+    """The ids in `t` index a table of `size` rows: each must be in [0, size)."""
+    if _eager_check(t):
+        low, high = int(t.min()), int(t.max())
+        if low < 0 or high >= size:
+            raise ValueError(f"input {name} must hold ids in [0, {size_name}) = [0, {size}), got "
+                             f"{low if low < 0 else high}")
 
 
-def _linear_t(x: torch.Tensor, weight_t: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-    """`linear` with the weight stored [in, out]: one x @ W (+ bias) over the flattened leading axes."""
-    flat = x.reshape(-1, x.size(-1))
-    out = torch.addmm(bias, flat, weight_t) if bias is not None else flat @ weight_t
-    return out.view(*x.shape[:-1], weight_t.size(-1))
+def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str) -> None:
+    """A run-time condition on dims (the spec's `assert`, or a slice end within its axis)."""
+    if isinstance(lhs, torch.Tensor) and not _eager_check(lhs):
+        return
+    lhs, rhs = int(lhs), int(rhs)
+    if not {"<=": lhs <= rhs, "<": lhs < rhs, ">=": lhs >= rhs, ">": lhs > rhs, "==": lhs == rhs}[op]:
+        raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
+
+
+def _check_together(names: tuple, values: tuple) -> None:
+    """Inputs that share a run-time dim are given together, or not at all."""
+    if len({v is None for v in values}) != 1:
+        raise ValueError(", ".join(names) + " must be given together, or not at all")
 
 
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
@@ -115,9 +154,9 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         allowed = torch.arange(tk, device=q.device)[None, :] <= rows[:, None]
         if mask is not None:
             allowed = allowed & (mask != 0)[:, None, None, :]
-        if tq == 1 and dropout_p == 0.0 and torch.compiler.is_compiling():
-            # a compiled decode step: one query over a buffer of mostly empty slots. Written out, it
-            # fuses with its neighbours and beats an SDPA call on CPU (see _decode_step)
+        if tq == 1 and dropout_p == 0.0 and q.device.type == "cpu" and torch.compiler.is_compiling():
+            # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
+            # out, it fuses with its neighbours and beats an SDPA call there (benchmarks/README.md)
             scores = (q @ k.transpose(-1, -2)) * (q.size(-1) ** -0.5 if scale is None else scale)
             return scores.masked_fill(~allowed, float("-inf")).float().softmax(-1).to(v.dtype) @ v
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
@@ -135,8 +174,10 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
 
 
-def _check_sampling(max_new_tokens, temperature, top_k, top_p) -> None:
+def _check_sampling(tokens, max_new_tokens, temperature, top_k, top_p) -> None:
     """generate's arguments, before any work: a bad one is a clear error, not a strange sample."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.size(1) == 0:
+        raise ValueError(f"generate needs a prompt of at least one token, [B, T] with T >= 1, got {_described(tokens)}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
@@ -170,68 +211,49 @@ class Block(nn.Module):
     def __init__(self, config: Config) -> None:
         super().__init__()
         self.config = cfg = config
-        self.θ_ln_attn_weight = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:51
-        self.θ_ln_attn_bias = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:51
-        self.θ_attn_Wq_t = nn.Parameter(torch.empty(cfg.D, cfg.D))  # θ_attn_Wq [D, D], stored transposed  nanogpt_model.snf:37
-        self.θ_attn_bq = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:37
-        self.θ_attn_Wk_t = nn.Parameter(torch.empty(cfg.D, cfg.D))  # θ_attn_Wk [D, D], stored transposed  nanogpt_model.snf:38
-        self.θ_attn_bk = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:38
-        self.θ_attn_Wv_t = nn.Parameter(torch.empty(cfg.D, cfg.D))  # θ_attn_Wv [D, D], stored transposed  nanogpt_model.snf:39
-        self.θ_attn_bv = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:39
-        self.θ_attn_Wo_t = nn.Parameter(torch.empty(cfg.D, cfg.D))  # θ_attn_Wo [D, D], stored transposed  nanogpt_model.snf:42
-        self.θ_attn_bo = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:42
-        self.θ_ln_mlp_weight = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:52
-        self.θ_ln_mlp_bias = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:52
-        self.θ_mlp_W_fc_t = nn.Parameter(torch.empty(cfg.D, 4*cfg.D))  # θ_mlp_W_fc [4*D, D], stored transposed  nanogpt_model.snf:46
-        self.θ_mlp_b_fc = nn.Parameter(torch.empty(4*cfg.D))  # [4*D]  nanogpt_model.snf:46
-        self.θ_mlp_W_proj_t = nn.Parameter(torch.empty(4*cfg.D, cfg.D))  # θ_mlp_W_proj [D, 4*D], stored transposed  nanogpt_model.snf:47
-        self.θ_mlp_b_proj = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:47
-        # parameters stored unlike the spec: name -> (the spec's names, sizes of the fused parts, transposed)
-        self._stored = {
-            'θ_attn_Wq_t': (('θ_attn_Wq',), None, True),
-            'θ_attn_Wk_t': (('θ_attn_Wk',), None, True),
-            'θ_attn_Wv_t': (('θ_attn_Wv',), None, True),
-            'θ_attn_Wo_t': (('θ_attn_Wo',), None, True),
-            'θ_mlp_W_fc_t': (('θ_mlp_W_fc',), None, True),
-            'θ_mlp_W_proj_t': (('θ_mlp_W_proj',), None, True),
-        }
-        self.register_state_dict_post_hook(_to_spec_layout)
-        self.register_load_state_dict_pre_hook(_from_spec_layout)
+        self.θ_ln_attn = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)  # θ_ln_attn_weight, θ_ln_attn_bias  nanogpt_model.snf:51
+        self.θ_attn_Wq = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wq, θ_attn_bq  nanogpt_model.snf:37
+        self.θ_attn_Wk = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wk, θ_attn_bk  nanogpt_model.snf:38
+        self.θ_attn_Wv = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wv, θ_attn_bv  nanogpt_model.snf:39
+        self.θ_attn_Wo = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wo, θ_attn_bo  nanogpt_model.snf:42
+        self.θ_ln_mlp = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)  # θ_ln_mlp_weight, θ_ln_mlp_bias  nanogpt_model.snf:52
+        self.θ_mlp_W_fc = nn.Linear(cfg.D, 4*cfg.D, bias=True)  # θ_mlp_W_fc, θ_mlp_b_fc  nanogpt_model.snf:46
+        self.θ_mlp_W_proj = nn.Linear(4*cfg.D, cfg.D, bias=True)  # θ_mlp_W_proj, θ_mlp_b_proj  nanogpt_model.snf:47
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         cfg = self.config
-        nn.init.ones_(self.θ_ln_attn_weight)
-        nn.init.zeros_(self.θ_ln_attn_bias)
-        nn.init.normal_(self.θ_attn_Wq_t.t(), mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_attn_bq)
-        nn.init.normal_(self.θ_attn_Wk_t.t(), mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_attn_bk)
-        nn.init.normal_(self.θ_attn_Wv_t.t(), mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_attn_bv)
-        nn.init.normal_(self.θ_attn_Wo_t.t(), mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_attn_bo)
-        nn.init.ones_(self.θ_ln_mlp_weight)
-        nn.init.zeros_(self.θ_ln_mlp_bias)
-        nn.init.normal_(self.θ_mlp_W_fc_t.t(), mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_mlp_b_fc)
-        nn.init.normal_(self.θ_mlp_W_proj_t.t(), mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_mlp_b_proj)
+        nn.init.ones_(self.θ_ln_attn.weight)
+        nn.init.zeros_(self.θ_ln_attn.bias)
+        nn.init.normal_(self.θ_attn_Wq.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_attn_Wq.bias)
+        nn.init.normal_(self.θ_attn_Wk.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_attn_Wk.bias)
+        nn.init.normal_(self.θ_attn_Wv.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_attn_Wv.bias)
+        nn.init.normal_(self.θ_attn_Wo.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_attn_Wo.bias)
+        nn.init.ones_(self.θ_ln_mlp.weight)
+        nn.init.zeros_(self.θ_ln_mlp.bias)
+        nn.init.normal_(self.θ_mlp_W_fc.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_mlp_W_fc.bias)
+        nn.init.normal_(self.θ_mlp_W_proj.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_mlp_W_proj.bias)
 
     @_hot_path
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         cfg = self.config
         B, T, _ = h.shape
         x = h  # [B, T, D]  nanogpt_model.snf:50
-        attention_x = F.layer_norm(x, (cfg.D,), self.θ_ln_attn_weight, self.θ_ln_attn_bias, 1e-05)  # [B, T, D]  nanogpt_model.snf:51
-        q = _linear_t(attention_x, self.θ_attn_Wq_t, self.θ_attn_bq).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:37
-        k = _linear_t(attention_x, self.θ_attn_Wk_t, self.θ_attn_bk).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:38
-        v = _linear_t(attention_x, self.θ_attn_Wv_t, self.θ_attn_bv).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:39
+        attention_x = self.θ_ln_attn(x)  # [B, T, D]  nanogpt_model.snf:51
+        q = self.θ_attn_Wq(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:37
+        k = self.θ_attn_Wk(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:38
+        v = self.θ_attn_Wv(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:39
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, scale=1 / math.sqrt(cfg.D // cfg.H)).transpose(1, 2).reshape(B, T, cfg.D)  # [B, T, D]  nanogpt_model.snf:41
-        x = x + _linear_t(o, self.θ_attn_Wo_t, self.θ_attn_bo)  # [B, T, D]  nanogpt_model.snf:51
-        mlp_x = F.layer_norm(x, (cfg.D,), self.θ_ln_mlp_weight, self.θ_ln_mlp_bias, 1e-05)  # [B, T, D]  nanogpt_model.snf:52
-        u = _linear_t(mlp_x, self.θ_mlp_W_fc_t, self.θ_mlp_b_fc)  # [B, T, 4*D]  nanogpt_model.snf:46
-        h = x + _linear_t(F.gelu(u), self.θ_mlp_W_proj_t, self.θ_mlp_b_proj)  # [B, T, D]  nanogpt_model.snf:52
+        x = x + self.θ_attn_Wo(o)  # [B, T, D]  nanogpt_model.snf:51
+        mlp_x = self.θ_ln_mlp(x)  # [B, T, D]  nanogpt_model.snf:52
+        u = self.θ_mlp_W_fc(mlp_x)  # [B, T, 4*D]  nanogpt_model.snf:46
+        h = x + self.θ_mlp_W_proj(F.gelu(u))  # [B, T, D]  nanogpt_model.snf:52
         return h
 
 
@@ -245,11 +267,14 @@ class Model(nn.Module):
 
     def __init__(self, config: Optional[Config] = None, **overrides) -> None:
         super().__init__()
-        self.config = cfg = config if config is not None else Config(**overrides)
-        self.θ_embed = nn.Parameter(torch.empty(cfg.V, cfg.D))  # [V, D]  nanogpt_model.snf:33
+        if config is None:
+            config = Config(**overrides)
+        elif overrides:
+            config = dataclasses.replace(config, **overrides)
+        self.config = cfg = config
+        self.θ_embed = nn.Embedding(cfg.V, cfg.D)  # θ_embed  nanogpt_model.snf:33
         self.θ_pos = nn.Parameter(torch.empty(cfg.P, cfg.D))  # [P, D]  nanogpt_model.snf:33
-        self.θ_ln_f_weight = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:57
-        self.θ_ln_f_bias = nn.Parameter(torch.empty(cfg.D))  # [D]  nanogpt_model.snf:57
+        self.θ_ln_f = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)  # θ_ln_f_weight, θ_ln_f_bias  nanogpt_model.snf:57
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.L))
         self.reset_parameters()
 
@@ -257,10 +282,10 @@ class Model(nn.Module):
     def reset_parameters(self) -> None:
         """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
         cfg = self.config
-        nn.init.normal_(self.θ_embed, mean=0.0, std=0.02)
+        nn.init.normal_(self.θ_embed.weight, mean=0.0, std=0.02)
         nn.init.normal_(self.θ_pos, mean=0.0, std=0.02)
-        nn.init.ones_(self.θ_ln_f_weight)
-        nn.init.zeros_(self.θ_ln_f_bias)
+        nn.init.ones_(self.θ_ln_f.weight)
+        nn.init.zeros_(self.θ_ln_f.bias)
         for layer in self.layers:
             layer.reset_parameters()
 
@@ -269,12 +294,12 @@ class Model(nn.Module):
         cfg = self.config
         _check_input('tok', tok, 2, '[B, T]', 'int64')
         B, T = tok.shape
-        if not T <= cfg.P:
-            raise ValueError(f'expected T <= P, got T = {int(T)} and P = {cfg.P} (nanogpt_model.snf:33)')
-        h = F.embedding(tok, self.θ_embed) + self.θ_pos[0:T, :]  # [B, T, D]  nanogpt_model.snf:33
+        _check_index('tok', tok, cfg.V, 'V')
+        _check_dims('T', T, '<=', 'P', cfg.P, 'nanogpt_model.snf:33')
+        h = self.θ_embed(tok) + self.θ_pos[0:T, :]  # [B, T, D]  nanogpt_model.snf:33
         for layer in self.layers:
             h = layer(h)  # nanogpt_model.snf:54
-        logits = F.linear(F.layer_norm(h, (cfg.D,), self.θ_ln_f_weight, self.θ_ln_f_bias, 1e-05), self.θ_embed)  # [B, T, V]  nanogpt_model.snf:57
+        logits = F.linear(self.θ_ln_f(h), self.θ_embed.weight)  # [B, T, V]  nanogpt_model.snf:57
         loss = F.cross_entropy(logits[..., :-1, :].flatten(0, -2), tok[..., 1:].flatten(), ignore_index=-100)  # []  nanogpt_model.snf:59
         return Output(logits, loss)
 
@@ -288,7 +313,7 @@ class Model(nn.Module):
         with `generator`. generate uses no KV cache here
         (docs/language.md, section 10.2), so each step runs the whole sequence again.
         """
-        _check_sampling(max_new_tokens, temperature, top_k, top_p)
+        _check_sampling(tok, max_new_tokens, temperature, top_k, top_p)
         was_training = self.training
         self.eval()
         try:
@@ -304,30 +329,36 @@ class Model(nn.Module):
             self.train(was_training)
 
 
-# The spec's parameters: name -> (state-dict key, with {l} for the layer; stacked per layer?).
-SPEC_PARAMETERS = {
-    'θ_embed': ('θ_embed', False),
-    'θ_pos': ('θ_pos', False),
-    'θ_ln_attn_weight': ('layers.{l}.θ_ln_attn_weight', True),
-    'θ_ln_attn_bias': ('layers.{l}.θ_ln_attn_bias', True),
-    'θ_attn_Wq': ('layers.{l}.θ_attn_Wq', True),
-    'θ_attn_bq': ('layers.{l}.θ_attn_bq', True),
-    'θ_attn_Wk': ('layers.{l}.θ_attn_Wk', True),
-    'θ_attn_bk': ('layers.{l}.θ_attn_bk', True),
-    'θ_attn_Wv': ('layers.{l}.θ_attn_Wv', True),
-    'θ_attn_bv': ('layers.{l}.θ_attn_bv', True),
-    'θ_attn_Wo': ('layers.{l}.θ_attn_Wo', True),
-    'θ_attn_bo': ('layers.{l}.θ_attn_bo', True),
-    'θ_ln_mlp_weight': ('layers.{l}.θ_ln_mlp_weight', True),
-    'θ_ln_mlp_bias': ('layers.{l}.θ_ln_mlp_bias', True),
-    'θ_mlp_W_fc': ('layers.{l}.θ_mlp_W_fc', True),
-    'θ_mlp_b_fc': ('layers.{l}.θ_mlp_b_fc', True),
-    'θ_mlp_W_proj': ('layers.{l}.θ_mlp_W_proj', True),
-    'θ_mlp_b_proj': ('layers.{l}.θ_mlp_b_proj', True),
-    'θ_ln_f_weight': ('θ_ln_f_weight', False),
-    'θ_ln_f_bias': ('θ_ln_f_bias', False),
-}
+def spec_parameters(config: Config) -> dict:
+    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
+    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
+    or None when it is not per layer)."""
+    cfg = config
+    return {
+        'θ_embed': ('θ_embed.weight', None, None),
+        'θ_pos': ('θ_pos', None, None),
+        'θ_ln_attn_weight': ('layers.{l}.θ_ln_attn.weight', None, cfg.L),
+        'θ_ln_attn_bias': ('layers.{l}.θ_ln_attn.bias', None, cfg.L),
+        'θ_attn_Wq': ('layers.{l}.θ_attn_Wq.weight', None, cfg.L),
+        'θ_attn_bq': ('layers.{l}.θ_attn_Wq.bias', None, cfg.L),
+        'θ_attn_Wk': ('layers.{l}.θ_attn_Wk.weight', None, cfg.L),
+        'θ_attn_bk': ('layers.{l}.θ_attn_Wk.bias', None, cfg.L),
+        'θ_attn_Wv': ('layers.{l}.θ_attn_Wv.weight', None, cfg.L),
+        'θ_attn_bv': ('layers.{l}.θ_attn_Wv.bias', None, cfg.L),
+        'θ_attn_Wo': ('layers.{l}.θ_attn_Wo.weight', None, cfg.L),
+        'θ_attn_bo': ('layers.{l}.θ_attn_Wo.bias', None, cfg.L),
+        'θ_ln_mlp_weight': ('layers.{l}.θ_ln_mlp.weight', None, cfg.L),
+        'θ_ln_mlp_bias': ('layers.{l}.θ_ln_mlp.bias', None, cfg.L),
+        'θ_mlp_W_fc': ('layers.{l}.θ_mlp_W_fc.weight', None, cfg.L),
+        'θ_mlp_b_fc': ('layers.{l}.θ_mlp_W_fc.bias', None, cfg.L),
+        'θ_mlp_W_proj': ('layers.{l}.θ_mlp_W_proj.weight', None, cfg.L),
+        'θ_mlp_b_proj': ('layers.{l}.θ_mlp_W_proj.bias', None, cfg.L),
+        'θ_ln_f_weight': ('θ_ln_f.weight', None, None),
+        'θ_ln_f_bias': ('θ_ln_f.bias', None, None),
+    }
 
-# Checkpoint formats the spec declares, as data for snf.interop.load_state_dict.
+
+# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
+# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
 CHECKPOINTS = {
 }

@@ -7,6 +7,7 @@ Standalone: this file imports only torch and the standard library.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -19,8 +20,10 @@ import torch.nn.functional as F
 from torch import nn
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
+    """The model's hyper-parameters. Frozen: make a changed copy with dataclasses.replace."""
+
     vocab_size: int = 30000  # snowflake_core.snf:8
     block_size: int = 512  # snowflake_core.snf:9
     n_layer: int = 6  # snowflake_core.snf:10
@@ -30,38 +33,70 @@ class Config:
     dropout: float = 0.1  # snowflake_core.snf:14
 
     def __post_init__(self) -> None:
-        if self.n_embd % self.n_head != 0:
-            raise ValueError(f'D must be divisible by H (snowflake_core.snf:58); got n_embd={self.n_embd}, n_head={self.n_head}')
+        _check_fields(self)
         if not self.n_embd <= 3*self.n_embd:
             raise ValueError(f'expected D <= 3*D (snowflake_core.snf:58); got n_embd={self.n_embd}')
         if not 2*self.n_embd <= 3*self.n_embd:
             raise ValueError(f'expected 2*D <= 3*D (snowflake_core.snf:59); got n_embd={self.n_embd}')
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(f'D must be divisible by H (snowflake_core.snf:58); got n_embd={self.n_embd}, n_head={self.n_head}')
 
     @property
     def head_dim(self) -> int:  # snowflake_core.snf:18
         return self.n_embd // self.n_head
 
 
+def _check_fields(config) -> None:
+    """Each Config field holds its declared type: an int for `int` (not a bool), a bool for `bool`,
+    a str for `str`, and a number for `float` (kept as a float)."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if field.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+            object.__setattr__(config, field.name, float(value))  # frozen: only while it is being made
+            continue
+        ok = {"int": isinstance(value, int) and not isinstance(value, bool), "bool": isinstance(value, bool),
+              "float": isinstance(value, float), "str": isinstance(value, str)}[field.type]
+        if not ok:
+            raise TypeError(f"Config.{field.name} must be {'a' if field.type[0] in 'bfs' else 'an'} "
+                            f"{field.type}, got {value!r}")
+
+
 def _compile_enabled() -> bool:
     return os.environ.get("SNF_COMPILE", "1") != "0"
 
 
-def _hot_path(fn, options: Optional[dict] = None):
-    """Run `fn` through torch.compile(fullgraph=True, options=options); eager when SNF_COMPILE=0 or
-    compile fails."""
-    state = {"compiled": None, "broken": False}
+def _is_compile_error(err: Exception) -> bool:
+    """What a failed compile raises: dynamo's and inductor's errors, and the C++ compiler's. The
+    model's own errors, and exceptions torch uses for control flow (gradient checkpointing stops
+    its recomputation with one), are not."""
+    import torch._dynamo.exc
+    import torch._inductor.exc
+    return isinstance(err, (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.CppCompileError,
+                            torch._inductor.exc.InvalidCxxCompiler))
+
+
+def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[dict] = None):
+    """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0, or, with a
+    warning, once compiling has failed. `cpu_options` are inductor options used on the CPU only."""
+    if fn is None:
+        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options)
+    compiled: dict = {}
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if state["broken"] or not _compile_enabled() or torch.compiler.is_compiling():
+        if compiled.get("broken") or not _compile_enabled() or torch.compiler.is_compiling():
             return fn(*args, **kwargs)
-        if state["compiled"] is None:
-            state["compiled"] = torch.compile(fn, fullgraph=True, options=options)
+        device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
+        if device not in compiled:
+            options = cpu_options if device == "cpu" else None
+            compiled[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options)
         try:
-            return state["compiled"](*args, **kwargs)
+            return compiled[device](*args, **kwargs)
         except Exception as err:
-            out = fn(*args, **kwargs)  # an error of the model itself is raised here, eagerly
-            state["broken"] = True
+            if not _is_compile_error(err):
+                raise
+            out = fn(*args, **kwargs)  # the model's own error is raised here, eagerly
+            compiled["broken"] = True
             reason = (str(err).strip().splitlines() or [""])[0][:200]
             warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
                           RuntimeWarning, stacklevel=2)
@@ -87,30 +122,34 @@ def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, dtype: str, 
         raise ValueError(f"input {name} must be {shape} {dtype}, got {_described(t)}")
 
 
-def _to_spec_layout(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
-    """State-dict hook: save fused or transposed parameters under the spec's names and layout."""
-    for stored, (names, sizes, transposed) in module._stored.items():
-        tensor = state_dict.pop(prefix + stored, None)
-        if tensor is not None:
-            tensor = tensor.t() if transposed else tensor
-            for name, part in zip(names, tensor.split(sizes) if sizes else (tensor,)):
-                state_dict[prefix + name] = part
+def _eager_check(t: torch.Tensor) -> bool:
+    """Whether to check a tensor's values here: on the CPU, outside torch.compile. On an accelerator
+    a check would wait for the device (a host sync) every step, so it is left to the kernels."""
+    return not torch.compiler.is_compiling() and t.device.type == "cpu" and t.numel() > 0
 
 
-def _from_spec_layout(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
-    """Load hook: the spec's names and layout back into the stored parameters."""
-    for stored, (names, sizes, transposed) in module._stored.items():
-        keys = [prefix + name for name in names]
-        if all(k in state_dict for k in keys):
-            tensor = torch.cat([state_dict.pop(k) for k in keys])
-            state_dict[prefix + stored] = tensor.t() if transposed else tensor
+def _check_index(name: str, t: torch.Tensor, size: int, size_name: str) -> None:
+    """The ids in `t` index a table of `size` rows: each must be in [0, size)."""
+    if _eager_check(t):
+        low, high = int(t.min()), int(t.max())
+        if low < 0 or high >= size:
+            raise ValueError(f"input {name} must hold ids in [0, {size_name}) = [0, {size}), got "
+                             f"{low if low < 0 else high}")
 
 
-def _linear_t(x: torch.Tensor, weight_t: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-    """`linear` with the weight stored [in, out]: one x @ W (+ bias) over the flattened leading axes."""
-    flat = x.reshape(-1, x.size(-1))
-    out = torch.addmm(bias, flat, weight_t) if bias is not None else flat @ weight_t
-    return out.view(*x.shape[:-1], weight_t.size(-1))
+def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str) -> None:
+    """A run-time condition on dims (the spec's `assert`, or a slice end within its axis)."""
+    if isinstance(lhs, torch.Tensor) and not _eager_check(lhs):
+        return
+    lhs, rhs = int(lhs), int(rhs)
+    if not {"<=": lhs <= rhs, "<": lhs < rhs, ">=": lhs >= rhs, ">": lhs > rhs, "==": lhs == rhs}[op]:
+        raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
+
+
+def _check_together(names: tuple, values: tuple) -> None:
+    """Inputs that share a run-time dim are given together, or not at all."""
+    if len({v is None for v in values}) != 1:
+        raise ValueError(", ".join(names) + " must be given together, or not at all")
 
 
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
@@ -125,9 +164,9 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         allowed = torch.arange(tk, device=q.device)[None, :] <= rows[:, None]
         if mask is not None:
             allowed = allowed & (mask != 0)[:, None, None, :]
-        if tq == 1 and dropout_p == 0.0 and torch.compiler.is_compiling():
-            # a compiled decode step: one query over a buffer of mostly empty slots. Written out, it
-            # fuses with its neighbours and beats an SDPA call on CPU (see _decode_step)
+        if tq == 1 and dropout_p == 0.0 and q.device.type == "cpu" and torch.compiler.is_compiling():
+            # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
+            # out, it fuses with its neighbours and beats an SDPA call there (benchmarks/README.md)
             scores = (q @ k.transpose(-1, -2)) * (q.size(-1) ** -0.5 if scale is None else scale)
             return scores.masked_fill(~allowed, float("-inf")).float().softmax(-1).to(v.dtype) @ v
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
@@ -162,62 +201,47 @@ class Block(nn.Module):
     def __init__(self, config: Config) -> None:
         super().__init__()
         self.config = cfg = config
-        self.ln1_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  snowflake_core.snf:30
-        self.ln1_bias = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  snowflake_core.snf:31
-        self.qkv_weight_t = nn.Parameter(torch.empty(cfg.n_embd, 3*cfg.n_embd))  # qkv_weight [3*D, D], stored transposed  snowflake_core.snf:32
-        self.qkv_bias = nn.Parameter(torch.empty(3*cfg.n_embd))  # [3*D]  snowflake_core.snf:33
-        self.wo_weight_t = nn.Parameter(torch.empty(cfg.n_embd, cfg.n_embd))  # wo_weight [D, D], stored transposed  snowflake_core.snf:34
-        self.wo_bias = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  snowflake_core.snf:35
-        self.ln2_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  snowflake_core.snf:36
-        self.ln2_bias = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  snowflake_core.snf:37
-        self.ff1_weight_t = nn.Parameter(torch.empty(cfg.n_embd, cfg.d_ff))  # ff1_weight [d_ff, D], stored transposed  snowflake_core.snf:38
-        self.ff1_bias = nn.Parameter(torch.empty(cfg.d_ff))  # [d_ff]  snowflake_core.snf:39
-        self.ff2_weight_t = nn.Parameter(torch.empty(cfg.d_ff, cfg.n_embd))  # ff2_weight [D, d_ff], stored transposed  snowflake_core.snf:40
-        self.ff2_bias = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  snowflake_core.snf:41
-        # parameters stored unlike the spec: name -> (the spec's names, sizes of the fused parts, transposed)
-        self._stored = {
-            'qkv_weight_t': (('qkv_weight',), None, True),
-            'wo_weight_t': (('wo_weight',), None, True),
-            'ff1_weight_t': (('ff1_weight',), None, True),
-            'ff2_weight_t': (('ff2_weight',), None, True),
-        }
-        self.register_state_dict_post_hook(_to_spec_layout)
-        self.register_load_state_dict_pre_hook(_from_spec_layout)
+        self.ln1 = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=True)  # ln1_weight, ln1_bias  snowflake_core.snf:30
+        self.qkv = nn.Linear(cfg.n_embd, 3*cfg.n_embd, bias=True)  # qkv_weight, qkv_bias  snowflake_core.snf:32
+        self.wo = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # wo_weight, wo_bias  snowflake_core.snf:34
+        self.ln2 = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=True)  # ln2_weight, ln2_bias  snowflake_core.snf:36
+        self.ff1 = nn.Linear(cfg.n_embd, cfg.d_ff, bias=True)  # ff1_weight, ff1_bias  snowflake_core.snf:38
+        self.ff2 = nn.Linear(cfg.d_ff, cfg.n_embd, bias=True)  # ff2_weight, ff2_bias  snowflake_core.snf:40
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         cfg = self.config
-        nn.init.ones_(self.ln1_weight)
-        nn.init.zeros_(self.ln1_bias)
-        nn.init.normal_(self.qkv_weight_t.t(), mean=0.0, std=1.0 / math.sqrt(3 * cfg.n_embd))
-        nn.init.zeros_(self.qkv_bias)
-        nn.init.normal_(self.wo_weight_t.t(), mean=0.0, std=1.0 / math.sqrt(3 * cfg.n_embd))
-        nn.init.zeros_(self.wo_bias)
-        nn.init.ones_(self.ln2_weight)
-        nn.init.zeros_(self.ln2_bias)
-        nn.init.normal_(self.ff1_weight_t.t(), mean=0.0, std=1.0 / math.sqrt(3 * cfg.n_embd))
-        nn.init.zeros_(self.ff1_bias)
-        nn.init.normal_(self.ff2_weight_t.t(), mean=0.0, std=1.0 / math.sqrt(3 * cfg.d_ff))
-        nn.init.zeros_(self.ff2_bias)
+        nn.init.ones_(self.ln1.weight)
+        nn.init.zeros_(self.ln1.bias)
+        nn.init.normal_(self.qkv.weight, mean=0.0, std=1.0 / math.sqrt(3 * cfg.n_embd))
+        nn.init.zeros_(self.qkv.bias)
+        nn.init.normal_(self.wo.weight, mean=0.0, std=1.0 / math.sqrt(3 * cfg.n_embd))
+        nn.init.zeros_(self.wo.bias)
+        nn.init.ones_(self.ln2.weight)
+        nn.init.zeros_(self.ln2.bias)
+        nn.init.normal_(self.ff1.weight, mean=0.0, std=1.0 / math.sqrt(3 * cfg.n_embd))
+        nn.init.zeros_(self.ff1.bias)
+        nn.init.normal_(self.ff2.weight, mean=0.0, std=1.0 / math.sqrt(3 * cfg.d_ff))
+        nn.init.zeros_(self.ff2.bias)
 
     @_hot_path
     def forward(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
         B, T, _ = x.shape
-        h = F.layer_norm(x, (cfg.n_embd,), self.ln1_weight, self.ln1_bias, 1e-05)  # [B, T, D]  snowflake_core.snf:56
-        qkv = _linear_t(h, self.qkv_weight_t, self.qkv_bias)  # [B, T, 3*D]  snowflake_core.snf:57
+        h = self.ln1(x)  # [B, T, D]  snowflake_core.snf:56
+        qkv = self.qkv(h)  # [B, T, 3*D]  snowflake_core.snf:57
         q = qkv[:, :, 0:cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  snowflake_core.snf:58
         k = qkv[:, :, cfg.n_embd:2 * cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  snowflake_core.snf:59
         v = qkv[:, :, 2 * cfg.n_embd:3 * cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  snowflake_core.snf:60
         attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False).transpose(1, 2)  # [B, T, H, head_dim]  snowflake_core.snf:61
-        attn_out = _linear_t(attn.reshape(B, T, cfg.n_embd), self.wo_weight_t, self.wo_bias)  # [B, T, D]  snowflake_core.snf:62
+        attn_out = self.wo(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  snowflake_core.snf:62
         if cfg.dropout > 0:
             attn_out = F.dropout(attn_out, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:63
         x = x + attn_out  # [B, T, D]  snowflake_core.snf:64
-        ff = F.gelu(_linear_t(F.layer_norm(x, (cfg.n_embd,), self.ln2_weight, self.ln2_bias, 1e-05), self.ff1_weight_t, self.ff1_bias))  # [B, T, d_ff]  snowflake_core.snf:66
+        ff = F.gelu(self.ff1(self.ln2(x)))  # [B, T, d_ff]  snowflake_core.snf:66
         if cfg.dropout > 0:
             ff = F.dropout(ff, p=cfg.dropout, training=self.training)  # [B, T, d_ff]  snowflake_core.snf:67
-        ff_out = _linear_t(ff, self.ff2_weight_t, self.ff2_bias)  # [B, T, D]  snowflake_core.snf:68
+        ff_out = self.ff2(ff)  # [B, T, D]  snowflake_core.snf:68
         if cfg.dropout > 0:
             ff_out = F.dropout(ff_out, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:70
         if cfg.dropout > 0:
@@ -231,10 +255,13 @@ class Model(nn.Module):
 
     def __init__(self, config: Optional[Config] = None, **overrides) -> None:
         super().__init__()
-        self.config = cfg = config if config is not None else Config(**overrides)
-        self.token_embedding = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_embd))  # [vocab_size, D]  snowflake_core.snf:29
-        self.ln_f_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  snowflake_core.snf:42
-        self.ln_f_bias = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  snowflake_core.snf:43
+        if config is None:
+            config = Config(**overrides)
+        elif overrides:
+            config = dataclasses.replace(config, **overrides)
+        self.config = cfg = config
+        self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  snowflake_core.snf:29
+        self.ln_f = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=True)  # ln_f_weight, ln_f_bias  snowflake_core.snf:42
         self.out_bias = nn.Parameter(torch.empty(cfg.vocab_size))  # [vocab_size]  snowflake_core.snf:44
         self.register_buffer('position_table', torch.empty(1, cfg.block_size, cfg.n_embd))  # [1, block_size, D]  snowflake_core.snf:47
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
@@ -244,9 +271,9 @@ class Model(nn.Module):
     def reset_parameters(self) -> None:
         """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
         cfg = self.config
-        nn.init.normal_(self.token_embedding, mean=0.0, std=1.0)
-        nn.init.ones_(self.ln_f_weight)
-        nn.init.zeros_(self.ln_f_bias)
+        nn.init.normal_(self.token_embedding.weight, mean=0.0, std=1.0)
+        nn.init.ones_(self.ln_f.weight)
+        nn.init.zeros_(self.ln_f.bias)
         nn.init.zeros_(self.out_bias)
         self.position_table.copy_(_sinusoidal(self.position_table.shape, 10000.0))
         for layer in self.layers:
@@ -258,60 +285,68 @@ class Model(nn.Module):
         cfg = self.config
         _check_input('input_ids', input_ids, 2, '[B, T]', 'int64')
         B, T = input_ids.shape
+        _check_index('input_ids', input_ids, cfg.vocab_size, 'vocab_size')
         if attention_mask is not None:
             _check_input('attention_mask', attention_mask, 2, '[B, T]', 'int64', {0: B, 1: T})
-        if not T <= cfg.block_size:
-            raise ValueError(f'expected T <= block_size, got T = {int(T)} and block_size = {cfg.block_size} (snowflake_core.snf:52)')
-        x = F.embedding(input_ids, self.token_embedding) + self.position_table[:, 0:T, :]  # [B, T, D]  snowflake_core.snf:52
+        _check_dims('T', T, '<=', 'block_size', cfg.block_size, 'snowflake_core.snf:52')
+        x = self.token_embedding(input_ids) + self.position_table[:, 0:T, :]  # [B, T, D]  snowflake_core.snf:52
         if cfg.dropout > 0:
             x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:53
         for layer in self.layers:
             x = layer(x, attention_mask)  # snowflake_core.snf:55
-        logits = F.linear(F.layer_norm(x, (cfg.n_embd,), self.ln_f_weight, self.ln_f_bias, 1e-05), self.token_embedding, self.out_bias)  # [B, T, vocab_size]  snowflake_core.snf:74
+        logits = F.linear(self.ln_f(x), self.token_embedding.weight, self.out_bias)  # [B, T, vocab_size]  snowflake_core.snf:74
         return logits
 
 
-# The spec's parameters: name -> (state-dict key, with {l} for the layer; stacked per layer?).
-SPEC_PARAMETERS = {
-    'token_embedding': ('token_embedding', False),
-    'ln1_weight': ('layers.{l}.ln1_weight', True),
-    'ln1_bias': ('layers.{l}.ln1_bias', True),
-    'qkv_weight': ('layers.{l}.qkv_weight', True),
-    'qkv_bias': ('layers.{l}.qkv_bias', True),
-    'wo_weight': ('layers.{l}.wo_weight', True),
-    'wo_bias': ('layers.{l}.wo_bias', True),
-    'ln2_weight': ('layers.{l}.ln2_weight', True),
-    'ln2_bias': ('layers.{l}.ln2_bias', True),
-    'ff1_weight': ('layers.{l}.ff1_weight', True),
-    'ff1_bias': ('layers.{l}.ff1_bias', True),
-    'ff2_weight': ('layers.{l}.ff2_weight', True),
-    'ff2_bias': ('layers.{l}.ff2_bias', True),
-    'ln_f_weight': ('ln_f_weight', False),
-    'ln_f_bias': ('ln_f_bias', False),
-    'out_bias': ('out_bias', False),
-    'position_table': ('position_table', False),
-}
+def spec_parameters(config: Config) -> dict:
+    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
+    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
+    or None when it is not per layer)."""
+    cfg = config
+    return {
+        'token_embedding': ('token_embedding.weight', None, None),
+        'ln1_weight': ('layers.{l}.ln1.weight', None, cfg.n_layer),
+        'ln1_bias': ('layers.{l}.ln1.bias', None, cfg.n_layer),
+        'qkv_weight': ('layers.{l}.qkv.weight', None, cfg.n_layer),
+        'qkv_bias': ('layers.{l}.qkv.bias', None, cfg.n_layer),
+        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer),
+        'wo_bias': ('layers.{l}.wo.bias', None, cfg.n_layer),
+        'ln2_weight': ('layers.{l}.ln2.weight', None, cfg.n_layer),
+        'ln2_bias': ('layers.{l}.ln2.bias', None, cfg.n_layer),
+        'ff1_weight': ('layers.{l}.ff1.weight', None, cfg.n_layer),
+        'ff1_bias': ('layers.{l}.ff1.bias', None, cfg.n_layer),
+        'ff2_weight': ('layers.{l}.ff2.weight', None, cfg.n_layer),
+        'ff2_bias': ('layers.{l}.ff2.bias', None, cfg.n_layer),
+        'ln_f_weight': ('ln_f.weight', None, None),
+        'ln_f_bias': ('ln_f.bias', None, None),
+        'out_bias': ('out_bias', None, None),
+        'position_table': ('position_table', None, None),
+    }
 
-# Checkpoint formats the spec declares, as data for snf.interop.load_state_dict.
+
+# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
+# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
 CHECKPOINTS = {
     'seed': {
-        'token_embedding': ('key', 'emb.weight'),
-        'position_table': ('key', 'pe'),
-        'ln1_weight': ('key', 'layers.{l}.ln1.weight'),
-        'ln1_bias': ('key', 'layers.{l}.ln1.bias'),
-        'qkv_weight': ('key', 'layers.{l}.attn.qkv.weight'),
-        'qkv_bias': ('key', 'layers.{l}.attn.qkv.bias'),
-        'wo_weight': ('key', 'layers.{l}.attn.wo.weight'),
-        'wo_bias': ('key', 'layers.{l}.attn.wo.bias'),
-        'ln2_weight': ('key', 'layers.{l}.ln2.weight'),
-        'ln2_bias': ('key', 'layers.{l}.ln2.bias'),
-        'ff1_weight': ('key', 'layers.{l}.ff.net.0.weight'),
-        'ff1_bias': ('key', 'layers.{l}.ff.net.0.bias'),
-        'ff2_weight': ('key', 'layers.{l}.ff.net.3.weight'),
-        'ff2_bias': ('key', 'layers.{l}.ff.net.3.bias'),
-        'ln_f_weight': ('key', 'ln_f.weight'),
-        'ln_f_bias': ('key', 'ln_f.bias'),
-        'out_bias': ('key', 'out.bias'),
-        '_ignore': ('out.weight',),
+        'params': {
+            'token_embedding': ('key', 'emb.weight'),
+            'position_table': ('key', 'pe'),
+            'ln1_weight': ('key', 'layers.{l}.ln1.weight'),
+            'ln1_bias': ('key', 'layers.{l}.ln1.bias'),
+            'qkv_weight': ('key', 'layers.{l}.attn.qkv.weight'),
+            'qkv_bias': ('key', 'layers.{l}.attn.qkv.bias'),
+            'wo_weight': ('key', 'layers.{l}.attn.wo.weight'),
+            'wo_bias': ('key', 'layers.{l}.attn.wo.bias'),
+            'ln2_weight': ('key', 'layers.{l}.ln2.weight'),
+            'ln2_bias': ('key', 'layers.{l}.ln2.bias'),
+            'ff1_weight': ('key', 'layers.{l}.ff.net.0.weight'),
+            'ff1_bias': ('key', 'layers.{l}.ff.net.0.bias'),
+            'ff2_weight': ('key', 'layers.{l}.ff.net.3.weight'),
+            'ff2_bias': ('key', 'layers.{l}.ff.net.3.bias'),
+            'ln_f_weight': ('key', 'ln_f.weight'),
+            'ln_f_bias': ('key', 'ln_f.bias'),
+            'out_bias': ('key', 'out.bias'),
+        },
+        'ignore': ('out.weight',),
     },
 }

@@ -7,6 +7,7 @@ Standalone: this file imports only torch and the standard library.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -19,8 +20,10 @@ import torch.nn.functional as F
 from torch import nn
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
+    """The model's hyper-parameters. Frozen: make a changed copy with dataclasses.replace."""
+
     vocab_size: int = 10  # tiny_transformer.snf:8
     block_size: int = 5  # tiny_transformer.snf:9
     n_layer: int = 1  # tiny_transformer.snf:10
@@ -29,6 +32,7 @@ class Config:
     d_ff: int = 5  # tiny_transformer.snf:13
 
     def __post_init__(self) -> None:
+        _check_fields(self)
         if self.n_embd % self.n_head != 0:
             raise ValueError(f'D must be divisible by H (tiny_transformer.snf:42); got n_embd={self.n_embd}, n_head={self.n_head}')
 
@@ -37,26 +41,57 @@ class Config:
         return self.n_embd // self.n_head
 
 
+def _check_fields(config) -> None:
+    """Each Config field holds its declared type: an int for `int` (not a bool), a bool for `bool`,
+    a str for `str`, and a number for `float` (kept as a float)."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if field.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+            object.__setattr__(config, field.name, float(value))  # frozen: only while it is being made
+            continue
+        ok = {"int": isinstance(value, int) and not isinstance(value, bool), "bool": isinstance(value, bool),
+              "float": isinstance(value, float), "str": isinstance(value, str)}[field.type]
+        if not ok:
+            raise TypeError(f"Config.{field.name} must be {'a' if field.type[0] in 'bfs' else 'an'} "
+                            f"{field.type}, got {value!r}")
+
+
 def _compile_enabled() -> bool:
     return os.environ.get("SNF_COMPILE", "1") != "0"
 
 
-def _hot_path(fn, options: Optional[dict] = None):
-    """Run `fn` through torch.compile(fullgraph=True, options=options); eager when SNF_COMPILE=0 or
-    compile fails."""
-    state = {"compiled": None, "broken": False}
+def _is_compile_error(err: Exception) -> bool:
+    """What a failed compile raises: dynamo's and inductor's errors, and the C++ compiler's. The
+    model's own errors, and exceptions torch uses for control flow (gradient checkpointing stops
+    its recomputation with one), are not."""
+    import torch._dynamo.exc
+    import torch._inductor.exc
+    return isinstance(err, (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.CppCompileError,
+                            torch._inductor.exc.InvalidCxxCompiler))
+
+
+def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[dict] = None):
+    """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0, or, with a
+    warning, once compiling has failed. `cpu_options` are inductor options used on the CPU only."""
+    if fn is None:
+        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options)
+    compiled: dict = {}
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if state["broken"] or not _compile_enabled() or torch.compiler.is_compiling():
+        if compiled.get("broken") or not _compile_enabled() or torch.compiler.is_compiling():
             return fn(*args, **kwargs)
-        if state["compiled"] is None:
-            state["compiled"] = torch.compile(fn, fullgraph=True, options=options)
+        device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
+        if device not in compiled:
+            options = cpu_options if device == "cpu" else None
+            compiled[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options)
         try:
-            return state["compiled"](*args, **kwargs)
+            return compiled[device](*args, **kwargs)
         except Exception as err:
-            out = fn(*args, **kwargs)  # an error of the model itself is raised here, eagerly
-            state["broken"] = True
+            if not _is_compile_error(err):
+                raise
+            out = fn(*args, **kwargs)  # the model's own error is raised here, eagerly
+            compiled["broken"] = True
             reason = (str(err).strip().splitlines() or [""])[0][:200]
             warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
                           RuntimeWarning, stacklevel=2)
@@ -82,6 +117,36 @@ def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, dtype: str, 
         raise ValueError(f"input {name} must be {shape} {dtype}, got {_described(t)}")
 
 
+def _eager_check(t: torch.Tensor) -> bool:
+    """Whether to check a tensor's values here: on the CPU, outside torch.compile. On an accelerator
+    a check would wait for the device (a host sync) every step, so it is left to the kernels."""
+    return not torch.compiler.is_compiling() and t.device.type == "cpu" and t.numel() > 0
+
+
+def _check_index(name: str, t: torch.Tensor, size: int, size_name: str) -> None:
+    """The ids in `t` index a table of `size` rows: each must be in [0, size)."""
+    if _eager_check(t):
+        low, high = int(t.min()), int(t.max())
+        if low < 0 or high >= size:
+            raise ValueError(f"input {name} must hold ids in [0, {size_name}) = [0, {size}), got "
+                             f"{low if low < 0 else high}")
+
+
+def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str) -> None:
+    """A run-time condition on dims (the spec's `assert`, or a slice end within its axis)."""
+    if isinstance(lhs, torch.Tensor) and not _eager_check(lhs):
+        return
+    lhs, rhs = int(lhs), int(rhs)
+    if not {"<=": lhs <= rhs, "<": lhs < rhs, ">=": lhs >= rhs, ">": lhs > rhs, "==": lhs == rhs}[op]:
+        raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
+
+
+def _check_together(names: tuple, values: tuple) -> None:
+    """Inputs that share a run-time dim are given together, or not at all."""
+    if len({v is None for v in values}) != 1:
+        raise ValueError(", ".join(names) + " must be given together, or not at all")
+
+
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
                cache_position: Optional[torch.Tensor] = None):
     """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask and/or a bottom-right causal mask.
@@ -94,9 +159,9 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         allowed = torch.arange(tk, device=q.device)[None, :] <= rows[:, None]
         if mask is not None:
             allowed = allowed & (mask != 0)[:, None, None, :]
-        if tq == 1 and dropout_p == 0.0 and torch.compiler.is_compiling():
-            # a compiled decode step: one query over a buffer of mostly empty slots. Written out, it
-            # fuses with its neighbours and beats an SDPA call on CPU (see _decode_step)
+        if tq == 1 and dropout_p == 0.0 and q.device.type == "cpu" and torch.compiler.is_compiling():
+            # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
+            # out, it fuses with its neighbours and beats an SDPA call there (benchmarks/README.md)
             scores = (q @ k.transpose(-1, -2)) * (q.size(-1) ** -0.5 if scale is None else scale)
             return scores.masked_fill(~allowed, float("-inf")).float().softmax(-1).to(v.dtype) @ v
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
@@ -164,8 +229,12 @@ class Model(nn.Module):
 
     def __init__(self, config: Optional[Config] = None, **overrides) -> None:
         super().__init__()
-        self.config = cfg = config if config is not None else Config(**overrides)
-        self.E = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_embd))  # [vocab_size, D]  tiny_transformer.snf:23
+        if config is None:
+            config = Config(**overrides)
+        elif overrides:
+            config = dataclasses.replace(config, **overrides)
+        self.config = cfg = config
+        self.E = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # E  tiny_transformer.snf:23
         self.W_out = nn.Parameter(torch.empty(cfg.n_embd, cfg.vocab_size))  # [D, vocab_size]  tiny_transformer.snf:32
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.reset_parameters()
@@ -174,7 +243,7 @@ class Model(nn.Module):
     def reset_parameters(self) -> None:
         """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
         cfg = self.config
-        nn.init.normal_(self.E, mean=0.0, std=0.02)
+        nn.init.normal_(self.E.weight, mean=0.0, std=0.02)
         nn.init.normal_(self.W_out, mean=0.0, std=0.02)
         for layer in self.layers:
             layer.reset_parameters()
@@ -184,9 +253,9 @@ class Model(nn.Module):
         cfg = self.config
         _check_input('x', x, 2, '[B, T]', 'int64')
         B, T = x.shape
-        if not T <= cfg.block_size:
-            raise ValueError(f'expected T <= block_size, got T = {int(T)} and block_size = {cfg.block_size} (tiny_transformer.snf:38)')
-        h = F.embedding(x, self.E)  # [B, T, D]  tiny_transformer.snf:39
+        _check_index('x', x, cfg.vocab_size, 'vocab_size')
+        _check_dims('T', T, '<=', 'block_size', cfg.block_size, 'tiny_transformer.snf:38')
+        h = self.E(x)  # [B, T, D]  tiny_transformer.snf:39
         for layer in self.layers:
             h = layer(h)  # tiny_transformer.snf:41
         logits = h @ self.W_out  # [B, T, vocab_size]  tiny_transformer.snf:49
@@ -194,20 +263,26 @@ class Model(nn.Module):
         return Output(logits, y)
 
 
-# The spec's parameters: name -> (state-dict key, with {l} for the layer; stacked per layer?).
-SPEC_PARAMETERS = {
-    'E': ('E', False),
-    'W_q': ('layers.{l}.W_q', True),
-    'W_k': ('layers.{l}.W_k', True),
-    'W_v': ('layers.{l}.W_v', True),
-    'W_o': ('layers.{l}.W_o', True),
-    'gamma_1': ('layers.{l}.gamma_1', True),
-    'beta_1': ('layers.{l}.beta_1', True),
-    'W_ff1': ('layers.{l}.W_ff1', True),
-    'W_ff2': ('layers.{l}.W_ff2', True),
-    'W_out': ('W_out', False),
-}
+def spec_parameters(config: Config) -> dict:
+    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
+    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
+    or None when it is not per layer)."""
+    cfg = config
+    return {
+        'E': ('E.weight', None, None),
+        'W_q': ('layers.{l}.W_q', None, cfg.n_layer),
+        'W_k': ('layers.{l}.W_k', None, cfg.n_layer),
+        'W_v': ('layers.{l}.W_v', None, cfg.n_layer),
+        'W_o': ('layers.{l}.W_o', None, cfg.n_layer),
+        'gamma_1': ('layers.{l}.gamma_1', None, cfg.n_layer),
+        'beta_1': ('layers.{l}.beta_1', None, cfg.n_layer),
+        'W_ff1': ('layers.{l}.W_ff1', None, cfg.n_layer),
+        'W_ff2': ('layers.{l}.W_ff2', None, cfg.n_layer),
+        'W_out': ('W_out', None, None),
+    }
 
-# Checkpoint formats the spec declares, as data for snf.interop.load_state_dict.
+
+# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
+# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
 CHECKPOINTS = {
 }

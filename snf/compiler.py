@@ -45,8 +45,9 @@ def lower(model: ir.Model) -> ir.Model:
 
 def generate_source(result: Result, spec_path: str | None = None) -> str:
     from .codegen import generate
+    from .passes import plan
     assert result.model is not None
-    return generate(lower(result.model), spec_path or result.source.path)
+    return generate(plan(lower(result.model)), spec_path or result.source.path)
 
 
 def compile_file(path: str | Path, display_path: str | None = None) -> str:

@@ -1,8 +1,9 @@
 """Loading foreign checkpoints through the mapping a spec declares (`checkpoint FMT:` sections).
 
-The generated module carries `SPEC_PARAMETERS` (spec name -> state-dict key) and `CHECKPOINTS`
-(format -> spec name -> source expression, as plain tuples). This module evaluates those
-expressions against a foreign state dict, checks every shape first, and only then copies.
+The generated module carries `spec_parameters(config)` (spec name -> where it lives: a state-dict
+key, the rows of that tensor, the number of layers) and `CHECKPOINTS` (format -> spec name ->
+source expression, as plain tuples). This module evaluates those expressions against a foreign
+state dict, checks every shape first, and only then copies.
 """
 
 from __future__ import annotations
@@ -32,8 +33,14 @@ def _module_of(model: torch.nn.Module):
     return sys.modules[type(model).__module__]
 
 
-def _layers(model: torch.nn.Module) -> int:
-    return len(model.layers) if hasattr(model, "layers") else 0
+def _pieces(model: torch.nn.Module) -> list[tuple[str, int | None, str, tuple | None]]:
+    """Every stored piece of every spec parameter: (spec name, layer or None, state-dict key, rows
+    of that tensor or None), as the generated module's `spec_parameters` places them."""
+    out = []
+    for name, (key, rows, layers) in _module_of(model).spec_parameters(model.config).items():
+        for layer in (range(layers) if layers is not None else [None]):
+            out.append((name, layer, key.replace("{l}", str(layer)) if layer is not None else key, rows))
+    return out
 
 
 def _eval(src, sd: dict, layer: int | None, used: set, missing: list):
@@ -57,43 +64,67 @@ def _eval(src, sd: dict, layer: int | None, used: set, missing: list):
     if kind == "split":
         _, _, n, axis, index = src
         return inner.chunk(n, dim=axis)[index]
-    if kind == "reshape":
-        return inner.reshape(*src[2:])
     raise ValueError(f"unknown checkpoint expression {kind!r}")
 
 
+def _formats(model: torch.nn.Module) -> dict:
+    return getattr(_module_of(model), "CHECKPOINTS", {})
+
+
 def convert_state_dict(model: torch.nn.Module, state_dict: dict, fmt: str) -> dict:
-    """The foreign `state_dict` as the model's own state dict; raises CheckpointError before any copy."""
-    mod = _module_of(model)
-    formats = getattr(mod, "CHECKPOINTS", {})
-    if fmt not in formats:
+    """The foreign `state_dict` as the model's own state dict; raises CheckpointError before any copy.
+
+    `fmt` is a format the spec declares (`checkpoint FMT:`), or "spec": the spec's own names, with
+    per-layer parameters stacked on axis 0 (what `spec_state` returns)."""
+    formats = _formats(model)
+    if fmt != "spec" and fmt not in formats:
         raise ValueError(f"the spec declares no checkpoint format {fmt!r}; it has: "
-                         + (", ".join(sorted(formats)) or "none"))
-    mapping, params = formats[fmt], mod.SPEC_PARAMETERS
+                         + (", ".join(sorted(formats)) or "none") + " (and 'spec', the spec's own names)")
+    mapping = formats[fmt]["params"] if fmt != "spec" else None
     own = model.state_dict()
-    out, used, missing, mismatched = {}, set(), [], []
-    n_layers = _layers(model)
-    for name, (path, stacked) in params.items():
-        layers = range(n_layers) if stacked else [None]
-        for layer in layers:
-            key = path.replace("{l}", str(layer)) if layer is not None else path
-            if key not in own:
-                continue  # a conditional parameter that is off in this config
-            if name not in mapping:
-                missing.append(f"{key} (the spec gives no {fmt!r} source for `{name}`)")
-                continue
+    assembled: dict = {}
+    used, missing, mismatched = set(), [], []
+    for name, layer, key, rows in _pieces(model):
+        if key not in own:
+            continue  # a conditional parameter that is off in this config
+        target = own[key] if rows is None else own[key][rows[0]:rows[1]]
+        shown = key if rows is None else f"{key}[{rows[0]}:{rows[1]}]"
+        if fmt == "spec":
+            tensor = _spec_source(state_dict, name, layer, used, missing)
+        elif name not in mapping:
+            missing.append(f"{shown} (the spec gives no {fmt!r} source for `{name}`)")
+            continue
+        else:
             tensor = _eval(mapping[name], state_dict, layer, used, missing)
-            if tensor is None:
-                continue
-            if tuple(tensor.shape) != tuple(own[key].shape):
-                mismatched.append((key, tuple(own[key].shape), tuple(tensor.shape)))
-                continue
-            out[key] = tensor
-    ignored = _key_patterns(mapping.get("_ignore", ()))
+        if tensor is None:
+            continue
+        if tuple(tensor.shape) != tuple(target.shape):
+            mismatched.append((shown if fmt != "spec" else name, tuple(target.shape), tuple(tensor.shape)))
+            continue
+        if rows is None:
+            assembled[key] = tensor
+        else:
+            assembled.setdefault(key, torch.empty_like(own[key], dtype=tensor.dtype))[rows[0]:rows[1]] = tensor
+    ignored = _key_patterns(formats[fmt]["ignore"] if fmt != "spec" else ())
     unexpected = sorted(k for k in state_dict if k not in used and not ignored.fullmatch(k))
     if missing or unexpected or mismatched:
-        raise CheckpointError(fmt, missing, unexpected, mismatched)
-    return out
+        raise CheckpointError(fmt, sorted(set(missing), key=missing.index), unexpected, mismatched)
+    return assembled
+
+
+def _spec_source(state_dict: dict, name: str, layer: int | None, used: set, missing: list):
+    if name not in state_dict:
+        if name not in missing:
+            missing.append(name)
+        return None
+    used.add(name)
+    tensor = state_dict[name]
+    if layer is None:
+        return tensor
+    if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0 or layer >= tensor.size(0):
+        missing.append(f"{name}[{layer}] (per-layer parameters are stacked on axis 0)")
+        return None
+    return tensor[layer]
 
 
 def _key_patterns(keys) -> re.Pattern:
@@ -105,36 +136,29 @@ def _key_patterns(keys) -> re.Pattern:
 def load_state_dict(model: torch.nn.Module, state_dict: dict, fmt: str = "spec") -> torch.nn.Module:
     """Load a foreign checkpoint into a generated model through the spec's declared mapping.
 
-    `fmt="spec"` takes the model's own names (`model.state_dict()` keys). Shapes are checked
-    for every key before any tensor is copied.
-    """
-    if fmt == "spec":
-        own = model.state_dict()
-        missing = sorted(k for k in own if k not in state_dict)
-        unexpected = sorted(k for k in state_dict if k not in own)
-        mismatched = [(k, tuple(own[k].shape), tuple(v.shape)) for k, v in state_dict.items()
-                      if k in own and tuple(v.shape) != tuple(own[k].shape)]
-        if missing or unexpected or mismatched:
-            raise CheckpointError(fmt, missing, unexpected, mismatched)
-        converted = dict(state_dict)
-    else:
-        converted = convert_state_dict(model, state_dict, fmt)
+    `fmt="spec"` takes the spec's own names (per-layer parameters stacked, as `spec_state` gives
+    them). Shapes are checked for every key before any tensor is copied. The model's own
+    `model.state_dict()` loads back with plain `model.load_state_dict`."""
+    converted = convert_state_dict(model, state_dict, fmt)
+    own = model.state_dict()
     with torch.no_grad():
-        model.load_state_dict({k: v.detach().to(model.state_dict()[k].dtype) for k, v in converted.items()},
-                              strict=True)
+        model.load_state_dict({k: v.detach().to(own[k].dtype) for k, v in converted.items()}, strict=True)
     return model
 
 
 def spec_state(model: torch.nn.Module) -> dict:
     """The model's parameters under the spec's names, per-layer ones stacked on axis 0."""
-    mod = _module_of(model)
     own = model.state_dict()
+    layers: dict[str, list] = {}
     out = {}
-    for name, (path, stacked) in mod.SPEC_PARAMETERS.items():
-        if stacked:
-            keys = [path.replace("{l}", str(i)) for i in range(_layers(model))]
-            if all(k in own for k in keys):
-                out[name] = torch.stack([own[k] for k in keys])
-        elif path in own:
-            out[name] = own[path]
-    return out
+    for name, layer, key, rows in _pieces(model):
+        if key not in own:
+            continue
+        tensor = own[key] if rows is None else own[key][rows[0]:rows[1]]
+        if layer is None:
+            out[name] = tensor
+        else:
+            layers.setdefault(name, []).append(tensor)
+    for name, parts in layers.items():
+        out[name] = torch.stack(parts)
+    return {name: out[name] for name, *_ in _pieces(model) if name in out}

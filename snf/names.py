@@ -17,11 +17,14 @@ import unicodedata
 
 # Names the generated file itself binds at module level or in every method.
 MODULE_NAMES = frozenset({
-    "annotations", "contextlib", "dataclass", "field", "functools", "math", "os", "warnings", "torch", "F", "nn",
-    "NamedTuple", "Optional", "Config", "Model", "Output", "SPEC", "SPEC_PARAMETERS", "CHECKPOINTS",
+    "annotations", "dataclasses", "dataclass", "field", "functools", "math", "os", "warnings", "torch", "F", "nn",
+    "NamedTuple", "Optional", "Config", "Model", "Output", "spec_parameters", "CHECKPOINTS",
     "self", "cfg", "layer", "config",
 })
 BUILTINS = frozenset(dir(builtins))
+# Names a generated `forward` needs for itself: no input may be called so (it is a forward argument).
+FORWARD_RESERVED = frozenset({"self", "torch", "F", "nn", "math", "Output", "Config", "Model", "enumerate",
+                              "use_cache", "cache_position", "cache_length"})
 _IDENT = re.compile(r"^[^\W\d]\w*$")
 
 
@@ -74,6 +77,18 @@ class Namespace:
         self.used.add(cand)
         return cand
 
+    def keep(self, spec_name: str, forbidden: frozenset = frozenset()) -> str:
+        """Map a name a user types (a forward argument, an output field) to itself: it is never
+        renamed. The checker refuses names that could not work (`reserved-name`), so a clash here
+        is a bug in snfc."""
+        if self.map.get(spec_name, spec_name) != spec_name or spec_name in self.used - {spec_name} \
+                or not spec_name.isidentifier() or keyword.iskeyword(spec_name) or spec_name.startswith("_") \
+                or spec_name in forbidden:
+            raise ValueError(f"{spec_name!r} cannot be kept as a name in generated code")
+        self.map[spec_name] = spec_name
+        self.used.add(spec_name)
+        return spec_name
+
     def fresh(self, base: str) -> str:
         """A new identifier no spec name maps to (for temporaries the generator introduces)."""
         cand, i = safe_identifier(base), 2
@@ -100,3 +115,35 @@ def safe_identifier(name: str) -> str:
 
 def module_attribute_names() -> frozenset:
     return MODULE_ATTRIBUTES
+
+
+# what each kind of name a user types becomes in generated code
+_PUBLIC = {"config": "a `Config` field", "dim": "a `Config` property", "input": "an argument of `forward`",
+           "output": "a field of the output", "param": "a state-dict key", "buffer": "a state-dict key"}
+
+
+def public_name_problem(kind: str, name: str) -> str | None:
+    """Why `name` cannot be the name of a `kind` (config, dim, input, output, param, buffer), or
+    None. These names appear in generated code exactly as written, since users type them
+    (`Config(head_dim=64)`, `model(idx=...)`, `out.logits`, state-dict keys): where one cannot
+    work, it is an error in the spec, never a silent rename."""
+    what = _PUBLIC.get(kind)
+    if what is None:
+        return None
+    if unicodedata.normalize("NFKC", name) != name:
+        return f"`{name}` becomes {what}, and Python would read it as `{unicodedata.normalize('NFKC', name)}`"
+    if keyword.iskeyword(name):
+        return f"`{name}` is a Python keyword and cannot be {what}"
+    if name.startswith("_"):
+        return f"`{name}` starts with `_`, which generated code keeps for its own names; it cannot be {what}"
+    if kind in ("config", "dim") and name in ("self", "property"):
+        return f"`{name}` is a name the generated `Config` class uses itself; it cannot be {what}"
+    if kind == "input" and name in FORWARD_RESERVED:
+        return f"`{name}` would shadow a name the generated `forward` uses; it cannot be {what}"
+    if kind in ("param", "buffer") and (name in MODULE_ATTRIBUTES or name in ("config", "training")
+                                        or re.fullmatch(r"layers\d*", name)):
+        return f"`{name}` is an attribute of every generated module (`nn.Module.{name}`); it cannot be {what}" \
+            if name in MODULE_ATTRIBUTES | {"training"} else \
+               f"`{name}` is an attribute the generated module sets itself; it cannot be {what}"
+    return None
+

@@ -254,7 +254,7 @@ def test_input_of_wrong_rank_is_a_clear_error():
 def test_input_of_wrong_dtype_is_a_clear_error():
     import torch
     import generated.nanogpt as ng
-    m = ng.Model(vocab_size=11, block_size=4, n_layer=1, n_head=1, n_embd=8)
+    m = ng.Model(vocab_size=11, block_size=4, n_layer=1, n_head=1, n_embd=8).eval()  # eval: caches by default
     for wrong in (torch.float32, torch.int32, torch.bool):
         name = str(wrong).replace("torch.", "")
         with pytest.raises(ValueError, match=rf"input idx must be \[B, T\] int64, got \[1, 4\] {name}$"):

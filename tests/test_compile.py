@@ -42,7 +42,18 @@ def test_compiled_matches_eager_in_one_graph(monkeypatch):
     assert (again - eager).abs().max().item() <= 1e-5
 
 
+def _broken_compile(calls: list, error: Exception):
+    def compile_(fn, *args, **kwargs):
+        calls.append(fn)
+
+        def run(*a, **k):
+            raise error
+        return run
+    return compile_
+
+
 def test_compile_failure_falls_back_to_eager(monkeypatch):
+    import torch._dynamo.exc
     ng = fresh_module(REPO / "generated" / "nanogpt.py", "nanogpt_fallback_test")
     torch.manual_seed(0)
     model = ng.Model(**CONFIG).eval()
@@ -51,15 +62,7 @@ def test_compile_failure_falls_back_to_eager(monkeypatch):
         eager = model(idx).logits
 
     calls = []
-
-    def broken_compile(fn, *args, **kwargs):
-        calls.append(fn)
-
-        def run(*a, **k):
-            raise RuntimeError("no compiler here")
-        return run
-
-    monkeypatch.setattr(torch, "compile", broken_compile)
+    monkeypatch.setattr(torch, "compile", _broken_compile(calls, torch._dynamo.exc.Unsupported("no compiler here")))
     monkeypatch.setenv("SNF_COMPILE", "1")
     with pytest.warns(RuntimeWarning, match="running eager"):
         with torch.no_grad():
@@ -73,3 +76,24 @@ def test_compile_failure_falls_back_to_eager(monkeypatch):
         with torch.no_grad():
             assert torch.equal(model(idx).logits, eager)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("error", [ValueError("the model's own error"), RuntimeError("a torch error"),
+                                   torch.utils.checkpoint._StopRecomputationError()],
+                         ids=["model-error", "runtime-error", "checkpoint-early-stop"])
+def test_only_compile_failures_fall_back(monkeypatch, error):
+    """An error that is not a failed compile passes through the compiled path untouched: running the
+    function again eagerly would hide it, or (gradient checkpointing's early stop, torch's own control
+    flow) break what raised it."""
+    ng = fresh_module(REPO / "generated" / "nanogpt.py", f"nanogpt_passthrough_{type(error).__name__}")
+    model = ng.Model(**CONFIG).eval()
+    idx = torch.randint(0, CONFIG["vocab_size"], (2, 8))
+    calls = []
+    monkeypatch.setattr(torch, "compile", _broken_compile(calls, error))
+    monkeypatch.setenv("SNF_COMPILE", "1")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(type(error)):
+            model(idx)
+    assert calls

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
 
 import generated.nanogpt as ng  # noqa: E402
-from snf.interop import CheckpointError, load_state_dict  # noqa: E402
+from snf.interop import CheckpointError, load_state_dict, spec_state  # noqa: E402
 
 CONFIGS = [
     # odd sizes: 3 heads of 16, a prime vocabulary, T shorter than the context
@@ -58,9 +60,8 @@ def test_untied_lm_head_is_loaded_from_lm_head_weight():
     sd["lm_head.weight"] = torch.randn_like(sd["lm_head.weight"])
     model = make_snf(cfg)
     load_state_dict(model, sd, "hf")
-    assert torch.equal(model.state_dict()["lm_head_weight"], sd["lm_head.weight"])
-    assert torch.equal(model.lm_head_weight_t, sd["lm_head.weight"].t())  # stored [in, out]
-    assert torch.equal(model.token_embedding, sd["transformer.wte.weight"])
+    assert torch.equal(model.lm_head.weight, sd["lm_head.weight"])  # an nn.Linear, [out, in]
+    assert torch.equal(model.token_embedding.weight, sd["transformer.wte.weight"])
 
 
 # ------------------------------------------------------------------------ checkpoint errors
@@ -88,8 +89,8 @@ def test_wrong_shape_is_listed_and_nothing_is_copied(pair):
     with pytest.raises(CheckpointError) as info:
         load_state_dict(model, sd, "hf")
     msg = str(info.value)
-    assert "layers.1.mlp_fc_bias: expected shape [192], got [7]" in msg
-    assert info.value.mismatched == [("layers.1.mlp_fc_bias", (192,), (7,))]
+    assert "layers.1.mlp_fc.bias: expected shape [192], got [7]" in msg
+    assert info.value.mismatched == [("layers.1.mlp_fc.bias", (192,), (7,))]
     assert _unchanged(model, before)
 
 
@@ -128,6 +129,15 @@ def test_all_problems_are_reported_together(pair):
     assert [m[0] for m in e.mismatched] == ["position_embedding"]
 
 
+def test_a_fused_part_of_the_wrong_shape_names_its_rows(pair):
+    hf, model = pair
+    sd = dict(hf.state_dict())
+    sd["transformer.h.0.attn.c_attn.weight"] = torch.zeros(48, 3 * 40)
+    with pytest.raises(CheckpointError) as info:
+        load_state_dict(model, sd, "hf")
+    assert ("layers.0.attn_qkv.weight[48:96]", (48, 48), (40, 48)) in info.value.mismatched
+
+
 def test_unknown_format_is_refused(pair):
     hf, model = pair
     with pytest.raises(ValueError, match="no checkpoint format 'gguf'"):
@@ -136,15 +146,20 @@ def test_unknown_format_is_refused(pair):
 
 # ------------------------------------------------------------------------ the spec's own names
 
-def test_state_dict_uses_spec_names_though_qkv_is_fused():
+def test_state_dict_and_named_parameters_tell_one_story():
     model = make_snf(CONFIGS[0])
-    internal = dict(model.named_parameters())
-    assert "layers.0.attn_qkv_weight_t" in internal and "layers.0.attn_q_weight" not in internal
+    assert list(model.state_dict()) == [n for n, _ in model.named_parameters()]  # no hidden renaming
     keys = set(model.state_dict())
-    for name in ("attn_q_weight", "attn_k_weight", "attn_v_weight", "attn_q_bias", "attn_k_bias", "attn_v_bias"):
-        assert f"layers.0.{name}" in keys and f"layers.1.{name}" in keys
-    assert not any("qkv" in k for k in keys)
-    assert model.state_dict()["layers.0.attn_k_weight"].shape == (48, 48)
+    assert {"layers.0.attn_qkv.weight", "layers.0.attn_qkv.bias", "layers.1.ln1.weight", "lm_head.weight",
+            "token_embedding.weight", "position_embedding"} <= keys
+    # where each spec name lives: the fused q, k, v are rows of one nn.Linear
+    table = sys.modules[type(model).__module__].spec_parameters(model.config)
+    assert table["attn_k_weight"] == ("layers.{l}.attn_qkv.weight", (48, 96), 2)
+    assert table["ln_f_bias"] == ("ln_f.bias", None, None)
+    assert isinstance(model.layers[0].attn_qkv, torch.nn.Linear)
+    spec = spec_state(model)
+    assert spec["attn_k_weight"].shape == (2, 48, 48)
+    assert torch.equal(spec["attn_k_weight"][1], model.layers[1].attn_qkv.weight[48:96])
 
 
 def test_state_dict_round_trip():
@@ -153,26 +168,27 @@ def test_state_dict_round_trip():
     load_state_dict(src, make_hf(cfg, seed=3).state_dict(), "hf")
     sd = src.state_dict()
     dst = make_snf(cfg)
-    dst.load_state_dict(sd)  # plain torch loading, through the spec names
+    dst.load_state_dict(sd)  # plain torch loading
     assert _unchanged(dst, {k: v.clone() for k, v in sd.items()})
     other = make_snf(cfg)
-    load_state_dict(other, sd, "spec")
+    load_state_dict(other, spec_state(src), "spec")  # through the spec's names
     idx = torch.randint(0, cfg["vocab_size"], (1, 6))
     with torch.no_grad():
         assert torch.equal(src(idx).logits, dst(idx).logits) and torch.equal(src(idx).logits, other(idx).logits)
     # the fused weight is the spec's q, k, v stacked in order
-    assert torch.equal(dst.layers[1].attn_qkv_weight_t[:, 48:96], sd["layers.1.attn_k_weight"].t())
+    assert torch.equal(dst.layers[1].attn_qkv.weight[48:96], spec_state(src)["attn_k_weight"][1])
 
 
 def test_spec_load_reports_wrong_names():
     model = make_snf(CONFIGS[1])
-    sd = dict(model.state_dict())
-    sd["layers.0.attn_qkv_weight_t"] = sd.pop("layers.0.attn_q_weight")
+    sd = spec_state(model)
+    sd["attn_qkv_weight"] = sd.pop("attn_q_weight")
+    sd["ln1_bias"] = sd["ln1_bias"][:0]  # no layers
     before = _snapshot(model)
     with pytest.raises(CheckpointError) as info:
         load_state_dict(model, sd, "spec")
-    assert info.value.missing == ["layers.0.attn_q_weight"]
-    assert info.value.unexpected == ["layers.0.attn_qkv_weight_t"]
+    assert info.value.missing == ["ln1_bias[0] (per-layer parameters are stacked on axis 0)", "attn_q_weight"]
+    assert info.value.unexpected == ["attn_qkv_weight"]
     assert _unchanged(model, before)
 
 

@@ -114,41 +114,41 @@ param:
   F : int = 6
   nn : bool = True
   math : float = 0.5
-  self : int = 7
+  cls : int = 7
   super = 2 * F
   x = F
 input:
   idx : Tensor([class, T], int64)
 parameter:
-  cfg : Tensor([self, F], float32)
+  cfg : Tensor([cls, F], float32)
   layer : Tensor([torch, super, x], float32)
   nn_bias : Tensor([torch, super], float32) if nn else None
-  forward : Tensor([torch, F, super], float32)
-  config : Tensor([F], float32)
-  state_dict : Tensor([self, F], float32)
-  layers : Tensor([F], float32)
+  torch_weight : Tensor([torch, F, super], float32)
+  norm_weight : Tensor([F], float32)
+  norm_bias : Tensor([F], float32)
+  Model : Tensor([cls, F], float32)
 output:
-  logits : Tensor([class, T, self], float32)
+  logits : Tensor([class, T, cls], float32)
 let h = gather(cfg, idx, axis=0)
 for l in 0..torch-1:
     let u = gelu(linear(h, weight=layer[l], bias=nn_bias[l])) * math
-    h = h + linear(u, weight=forward[l])
-let logits = linear(layer_norm(h, weight=config, bias=layers), weight=state_dict)
+    h = h + linear(u, weight=torch_weight[l])
+let logits = linear(layer_norm(h, weight=norm_weight, bias=norm_bias), weight=Model)
 """
 
-# Names the Config class body itself uses (`property` decorates derived dims), a builtin type
-# as a field, and a divisibility constraint whose message names them.
+# Names the Config class body itself uses (`property` decorates derived dims, so it is refused; these
+# are not), a builtin type as a field, and a divisibility constraint whose message names them.
 CLASS_BODY_NAMES = """\
 param:
-  property : int = 4
+  classmethod : int = 4
   staticmethod : int = 2
   int : int = 3
   dataclass : bool = True
   field : float = 1.5
-  wide = property * staticmethod
-  head = property // staticmethod
+  wide = classmethod * staticmethod
+  head = classmethod // staticmethod
 input:
-  x : Tensor([B, property, staticmethod], float32)
+  x : Tensor([B, classmethod, staticmethod], float32)
 output:
   z : Tensor([B, head, staticmethod * staticmethod], float32)
 let w = reshape(x, [B, wide]) * field if dataclass else reshape(x, [B, wide])
@@ -161,16 +161,16 @@ param:
   D : int = 6
 input:
   x : Tensor([B, T, D], float32)
-  self : Tensor([B, T, D], float32)?
+  cfg : Tensor([B, T, D], float32)?
 parameter:
   w : Tensor([n_layer, D, D], float32)
   F : Tensor([D], float32)
 output:
   torch : Tensor([B, T, D], float32)
-  class : Tensor([B, T, D], float32)
-let cfg = x * 2.0
-let layer = relu(cfg) + F
-let nn = layer + self if self exists else layer
+  nn : Tensor([B, T, D], float32)
+let self = x * 2.0
+let layer = relu(self) + F
+let nn = layer + cfg if cfg exists else layer
 let math = nn
 let super = math
 let __import__ = super * 0.5
@@ -180,10 +180,11 @@ let _ = for
 let __ = _ * 3.0
 for l in 0..n_layer-1:
     let F_ = linear(_, weight=w[l])
-    let cfg_ = F_ + cfg
+    let cfg_ = F_ + self
     _ = gelu(cfg_) + __
 let torch = _
 let class = torch - x
+nn = class + nn
 """
 
 LOOP_VAR_LAYER = """\
@@ -211,11 +212,11 @@ UNICODE_NAMES = """\
 param:
   D : int = 4
   H : int = 2
-  \u210c : int = 3
 input:
   x : Tensor([B, D], float32)
 output:
   y : Tensor([B, D], float32)
+let \u210c = 3.0
 let \uff58 = x * 2.0
 let _uff58 = x * 5.0
 let \U0001d431 = x * 3.0
@@ -226,23 +227,21 @@ let \u0394\u03b4 = x * 17.0
 let y = \uff58 + x + \U0001d431 * H + \u210c * _uff58 + \ufb01 + fi + \u00e9 + \u0394\u03b4
 """
 
-# Several outputs become fields of a NamedTuple: no leading underscores, no clashes.
+# Several outputs become fields of a NamedTuple, named exactly as in the spec.
 OUTPUT_NAMES = """\
 param:
   D : int = 4
 input:
   x : Tensor([B, D], float32)
 output:
-  _ : Tensor([B, D], float32)
-  _private : Tensor([B, D], float32)
-  \u210c : Tensor([B, D], float32)
+  cfg : Tensor([B, D], float32)
+  torch : Tensor([B, D], float32)
   index : Tensor([B, D], float32)
   count : Tensor([B, D], float32)
   self : Tensor([B, D], float32)
   private : Tensor([B, D], float32)
-let _ = x * 2.0
-let _private = x * 3.0
-let \u210c = x * 5.0
+let cfg = x * 2.0
+let torch = x * 3.0
 let index = x * 7.0
 let count = x * 11.0
 let self = x * 13.0
@@ -252,7 +251,7 @@ let private = x * 17.0
 
 def _private_names() -> list[str]:
     """Names generated code relies on that a spec could also write: the module-level helpers and
-    private attributes (`_linear_t`, `self._stored`, `self._decode_step`) of the committed files."""
+    private attributes (`self._decode_step`) of the committed files."""
     names = set()
     for path in sorted((ROOT / "generated").glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -291,42 +290,82 @@ PRIVATE_PARAMS = "\n".join([
     ("unicode_names", UNICODE_NAMES, {"B": 2}, 2),
     ("output_names", OUTPUT_NAMES, {"B": 2}, 2),
     ("private_locals", PRIVATE_LOCALS, {"B": 2}, 2),
-    ("private_params", PRIVATE_PARAMS, {"B": 2}, 2),
 ], ids=["config", "class-body", "locals", "loop-var-layer", "loop-var-self", "unicode-nfkc", "outputs",
-        "private-locals", "private-params"])
+        "private-locals"])
 def test_colliding_names_compile_to_correct_code(name, text, sizes, int_high):
     run_against_interpreter(text, sizes, int_high, name)
 
 
-def test_generated_identifiers_are_remapped():
+def test_names_users_type_are_kept_as_written():
+    """Config fields, forward's arguments, output fields: never renamed (`Config(head_dim=64)` must
+    work). Locals are remapped around the names generated code relies on."""
     with imported(CONFIG_NAMES) as (_, module, code):
         tree = ast.parse(code)
         model_cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
         fwd = next(n for n in model_cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
         params = [a.arg for a in fwd.args.args]
-        assert params[0] == "self" and params.count("self") == 1
-        assert "class" not in params and "class_" in {n.id for n in ast.walk(fwd) if isinstance(n, ast.Name)}
+        assert params == ["self", "idx"]
         # the module-level names generated code relies on are never rebound by spec names
         for fn in ast.walk(tree):
             if isinstance(fn, ast.FunctionDef):
                 bound = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) for t in n.targets
                          if isinstance(t, ast.Name)}
                 assert not bound & {"torch", "F", "nn", "math", "super", "self"}, (fn.name, bound)
-        model = module.Model()
-        assert set(spec_state(model)) >= {"cfg", "layer", "forward", "config", "state_dict", "layers"}
-        assert module.Config().self_ == 7 and module.Config().super == 12
+        config = module.Config(torch=3, F=4, cls=5)
+        assert (config.torch, config.F, config.cls, config.super) == (3, 4, 5, 8)
+        model = module.Model(config)
+        assert set(spec_state(model)) == {"cfg", "layer", "nn_bias", "torch_weight", "norm_weight", "norm_bias",
+                                          "Model"}
+    for name in ("head_dim", "input", "class_", "cfg", "dtype"):
+        text = f"param:\n  {name} : int = 4\ninput:\n  x : Tensor([B, {name}], float32)\noutput:\n" \
+               f"  y : Tensor([B, {name}], float32)\nlet y = x * {name}\n"
+        with imported(text) as (_, module, _code):
+            assert getattr(module.Config(**{name: 3}), name) == 3
+            assert module.Model()(x=torch.ones(1, 4)).shape == (1, 4)
+
+
+PUBLIC_REFUSED = [
+    ("param:\n  self : int = 2\n", "a name the generated `Config` class uses itself"),
+    ("param:\n  property : int = 2\n", "a name the generated `Config` class uses itself"),
+    ("param:\n  \u210c : int = 2\n", "Python would read it as `H`"),
+    ("param:\n  n : int = 2\n  _half = n // 2\n", "starts with `_`"),
+    ("input:\n  self : Tensor([B], float32)?\n", "would shadow a name the generated `forward` uses"),
+    ("input:\n  torch : Tensor([B], float32)?\n", "would shadow a name the generated `forward` uses"),
+    ("input:\n  use_cache : Tensor([B], float32)?\n", "would shadow a name the generated `forward` uses"),
+    ("input:\n  _mask : Tensor([B], float32)?\n", "starts with `_`"),
+    ("output:\n  _extra : Tensor([B], float32)?\n", "starts with `_`"),
+    ("parameter:\n  forward : Tensor([4], float32)\n", "`nn.Module.forward`"),
+    ("parameter:\n  state_dict : Tensor([4], float32)\n", "`nn.Module.state_dict`"),
+    ("parameter:\n  training : Tensor([4], float32)\n", "`nn.Module.training`"),
+    ("parameter:\n  config : Tensor([4], float32)\n", "an attribute the generated module sets itself"),
+    ("parameter:\n  layers : Tensor([4], float32)\n", "an attribute the generated module sets itself"),
+    ("buffer:\n  _stored : Tensor([4], float32)\n", "starts with `_`"),
+]
+
+
+@pytest.mark.parametrize("section,message", PUBLIC_REFUSED, ids=[s.split("\n")[1].strip() for s, _ in PUBLIC_REFUSED])
+def test_names_that_cannot_be_kept_are_refused(section, message):
+    text = "input:\n  x : Tensor([B], float32)\noutput:\n  y : Tensor([B], float32)\n" + section + "let y = x\n"
+    result = analyze(Source.from_text("r.snf", text))
+    errors = [d for d in result.diagnostics if d.severity == "error"]
+    refused = [d for d in errors if d.code == "reserved-name"]
+    assert not result.ok and len(refused) == 1, errors
+    assert message in refused[0].message, refused[0].message
+    assert refused[0].span.line == len(section.splitlines()) + 4
 
 
 def test_private_names_are_never_bound_by_a_spec():
-    assert {"_linear_t", "_attention", "_check_input", "_hot_path", "_stored", "_decode_step"} <= set(PRIVATE)
-    for text in (PRIVATE_LOCALS, PRIVATE_PARAMS):
-        with imported(text) as (_, _module, code):
-            tree = ast.parse(code)
-            bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-            bound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args}
-            attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
-            assert not bound & set(PRIVATE), bound & set(PRIVATE)
-            assert {a for a in attrs if a.startswith("_")} <= {"_stored"}, attrs
+    assert {"_attention", "_check_input", "_hot_path", "_decode_step"} <= set(PRIVATE)
+    with imported(PRIVATE_LOCALS) as (_, _module, code):
+        tree = ast.parse(code)
+        bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        bound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args}
+        attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+        assert not bound & set(PRIVATE), bound & set(PRIVATE)
+        assert not {a for a in attrs if a.startswith("_")}, attrs
+    result = analyze(Source.from_text("p.snf", PRIVATE_PARAMS))  # as parameters: refused, one error each
+    errors = [d for d in result.diagnostics if d.severity == "error"]
+    assert len(errors) == sum(n.startswith("_") for n in PRIVATE[1:]) and {d.code for d in errors} == {"reserved-name"}
 
 
 def test_inputs_named_like_generates_locals(monkeypatch):
@@ -463,10 +502,10 @@ def test_payload_in_checkpoint_keys(raw, sentinel):
     raw = raw.replace("SENTINEL", str(sentinel))
     text = BASE + f'checkpoint hf:\n  pos <- "{raw}"\n  w[l] <- "h.{{l}}.{raw}".T\n'
     with imported(text) as (result, module, code):
-        key = module.CHECKPOINTS["hf"]["pos"][1]
+        key = module.CHECKPOINTS["hf"]["params"]["pos"][1]
         exercise(module)
         model = module.Model()
-        layer_keys = [module.CHECKPOINTS["hf"]["w"][1][1].replace("{l}", str(i)) for i in range(2)]
+        layer_keys = [module.CHECKPOINTS["hf"]["params"]["w"][1][1].replace("{l}", str(i)) for i in range(2)]
         sd = {key: torch.zeros(8, 4), **{k: torch.ones(4, 4) for k in layer_keys}}
         converted = convert_state_dict(model, sd, "hf")
         assert set(converted) == set(model.state_dict())

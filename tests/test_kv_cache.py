@@ -264,9 +264,10 @@ def test_cache_position_needs_its_caches(name):
 
 
 @pytest.mark.slow
-def test_fixed_shape_decode_compiles_once(monkeypatch):
-    """generate() moves the cache into preallocated buffers written in place: every decode step
-    has the same shapes, so torch.compile compiles the step once (the prompt is the other graph)."""
+def test_fixed_shape_decode_compiles_once_per_bucket(monkeypatch):
+    """generate() moves the cache into preallocated buffers written in place and attends over the
+    first `_bucket(position)` slots: the decode steps of one bucket have the same shapes, so
+    torch.compile compiles a step once per bucket (the prompt is the other graph)."""
     from pathlib import Path
 
     from torch._dynamo.utils import counters
@@ -294,29 +295,33 @@ def test_fixed_shape_decode_compiles_once(monkeypatch):
         caches = [mod._cache_buffers(c, 1, 32, torch.float32) for c in (out.new_keys, out.new_values)]
         copies = [[t.clone() for t in c] for c in caches]
         token = again[:, 9:10].contiguous()  # as generate's tokens are: a strided one is another graph
-        eager = model._decode_step(token, *copies, cache_position=torch.tensor(9))
+        eager = model._decode_step(token, *copies, cache_position=torch.tensor(9), cache_length=32)
         monkeypatch.setenv("SNF_COMPILE", "1")
-        compiled = model._decode_step(token, *caches, cache_position=torch.tensor(9))
+        compiled = model._decode_step(token, *caches, cache_position=torch.tensor(9), cache_length=32)
     assert counters["stats"]["unique_graphs"] == graphs
     assert (compiled.logits - eager.logits).abs().max().item() <= 1e-5
     for got, want in zip(caches[0] + caches[1], copies[0] + copies[1]):
         assert (got - want).abs().max().item() <= 1e-5
-    # steps after a call's first skip dynamo's guards; each call's first step still checks them,
-    # so a new batch size, and a second config, get graphs of their own
-    assert len(mod._DECODED) == 1
+    # a long context: the steps read 128 slots, then 256 when the text passes 128, not all 512
+    long = mod.Model(vocab_size=64, block_size=512, n_layer=2, n_head=2, n_embd=32).eval()
+    text = torch.randint(0, 64, (1, 120))
+    before = counters["stats"]["unique_graphs"]
+    compiled = long.generate(text, 20, temperature=0)
+    assert counters["stats"]["unique_graphs"] == before + 3  # the prompt, and a step per bucket
+    assert [mod._bucket(n, 512) for n in (1, 128, 129, 500)] == [128, 128, 256, 512]
+    # a new batch size and a second config mixed in one loop: graphs of their own, each correct
     wide = torch.randint(0, 64, (3, 4))
     other = mod.Model(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_embd=32).eval()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        compiled = [model.generate(wide, 9, temperature=0), other.generate(prompt, 9, temperature=0)]
-        assert len(mod._DECODED) == 2  # from now on every step checks the guards
-        compiled.append(model.generate(prompt, 9, temperature=0))
+        mixed = [model.generate(wide, 9, temperature=0), other.generate(prompt, 9, temperature=0),
+                 model.generate(prompt, 9, temperature=0), long.generate(text[:, :3], 4, temperature=0)]
     assert not [w for w in caught if "running eager" in str(w.message)]  # compiled all along
-    assert counters["stats"]["unique_graphs"] > graphs
     monkeypatch.setenv("SNF_COMPILE", "0")
+    assert torch.equal(compiled, long.generate(text, 20, temperature=0))
     eager = [model.generate(wide, 9, temperature=0), other.generate(prompt, 9, temperature=0),
-             model.generate(prompt, 9, temperature=0)]
-    for got, want in zip(compiled, eager):
+             model.generate(prompt, 9, temperature=0), long.generate(text[:, :3], 4, temperature=0)]
+    for got, want in zip(mixed, eager):
         assert torch.equal(got, want)
     assert not counters["graph_break"]
 
@@ -382,7 +387,9 @@ def test_an_input_sized_by_the_cache_turns_the_fixed_shape_path_off(tmp_path):
     assert code == 0, err
     source = (tmp_path / "masked.py").read_text(encoding="utf-8")
     assert "def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None, past_values: " \
-           "Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None) -> Output:" in source
+           "Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None, *, " \
+           "use_cache: Optional[bool] = None) -> Output:" in source
+    assert "_decode_step" not in source and "_check_position" not in source  # no fixed-shape path
     mod = fresh_module(tmp_path / "masked.py", "nanogpt_masked")
     torch.manual_seed(0)
     model = mod.Model(vocab_size=50, block_size=32, n_layer=2, n_head=2, n_embd=16).eval()

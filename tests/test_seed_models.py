@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from snf.interop import load_state_dict
+from snf.interop import load_state_dict, spec_state
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
 
@@ -130,7 +131,7 @@ def test_gpt_decoder_matches_hf_llama(shape):
     assert abs(got.loss.item() - want.loss.item()) <= 1e-5
     # the comparison can fail: perturb one weight and the logits move
     with torch.no_grad():
-        ours.layers[0].qkv_weight_t.mul_(3.0)
+        ours.layers[0].qkv.weight.mul_(3.0)
         assert (ours(idx).logits - want.logits).abs().max().item() > 1e-3
 
 
@@ -186,11 +187,11 @@ def test_scaled_residual_init():
     off = Model(vocab_size=50, block_size=16, n_layer=8, n_head=4, n_embd=256, mlp_hidden=512,
                 scaled_residual_init=False)
     want = 0.02 / math.sqrt(2 * 8)
-    assert abs(on.layers[0].o_weight_t.std().item() - want) < 0.1 * want
-    assert abs(on.layers[0].down_weight_t.std().item() - want) < 0.1 * want
-    assert abs(off.layers[0].o_weight_t.std().item() - 0.02) < 0.002
-    assert abs(on.layers[0].qkv_weight_t.std().item() - 0.02) < 0.002  # other weights keep std 0.02
-    assert torch.equal(on.layers[0].attn_norm_weight, torch.ones(256))
+    assert abs(on.layers[0].o.weight.std().item() - want) < 0.1 * want
+    assert abs(on.layers[0].down.weight.std().item() - want) < 0.1 * want
+    assert abs(off.layers[0].o.weight.std().item() - 0.02) < 0.002
+    assert abs(on.layers[0].qkv.weight.std().item() - 0.02) < 0.002  # other weights keep std 0.02
+    assert torch.equal(on.layers[0].attn_norm.weight, torch.ones(256))
 
 
 def test_gpt_decoder_block_size_is_enforced():
@@ -235,8 +236,9 @@ def test_tiny_transformer_matches_the_equations(cfg):
     V, L = m.config.vocab_size, m.config.block_size
     x = torch.randint(0, V, (4, L))
     out = m(x)
-    params = {k: v.detach().double().numpy() for k, v in m.state_dict().items()}
-    params = {k.split(".")[-1]: v for k, v in params.items()}
+    table = sys.modules[type(m).__module__].spec_parameters(m.config)
+    # one layer: a per-layer parameter's only slice
+    params = {k: (v[0] if table[k][2] else v).detach().double().numpy() for k, v in spec_state(m).items()}
     logits, y = _tiny_equations(params, x.numpy())
     assert np.abs(out.logits.detach().numpy() - logits).max() <= 1e-5
     assert (out.y.numpy() == y).all()

@@ -9,6 +9,7 @@ from ..diagnostics import Related
 from ..dims import Dim
 from ..ir import ErrorT, ScalarT, TensorT
 from ..language import DTYPES, RESERVED, SCALAR_KINDS
+from ..names import public_name_problem
 from ..source import Span
 from .calls import ERR
 from .messages import text
@@ -209,7 +210,10 @@ class Declarations:
         t = ir.Tensor(d.name, ty, optional, cond, init, d.span)
         b = Binding(kind, TensorT(ty.shape, ty.dtype, optional), d.name_span, optional)
         if kind == "output":
-            if d.name in {o.name for o in self.outputs}:
+            problem = public_name_problem("output", d.name)
+            if problem:
+                self.r.error("reserved-name", problem, d.name_span, hint="pick another name")
+            elif d.name in {o.name for o in self.outputs}:
                 self.r.error("redefinition", f"output `{d.name}` is declared twice", d.name_span)
             self.outputs.append(t)
             self.decl_spans[d.name] = d.span

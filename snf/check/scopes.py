@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from .. import ir
 from ..diagnostics import Related
 from ..language import RESERVED
+from ..names import public_name_problem
 from ..source import Span
 
 
@@ -49,6 +50,11 @@ class Scopes:
     def declare(self, name: str, b: Binding, span: Span) -> bool:
         if name in RESERVED:
             self.r.error("reserved-name", f"`{name}` is reserved and cannot be declared", span)
+            return False
+        problem = public_name_problem(b.kind, name)
+        if problem:
+            self.r.error("reserved-name", problem, span, hint="pick another name")
+            self.scopes[-1].names[name] = Binding(b.kind, ir.ErrorT(), span, uses=1)  # its uses report nothing more
             return False
         prev = self.lookup(name)
         if prev is not None and (name in self.scopes[-1].names or prev.kind != "local"):

@@ -1,9 +1,23 @@
-"""IR -> IR passes, each a pure function in its own module, run in the order of `PASSES`."""
+"""The middle end: IR -> IR passes, then planning passes.
+
+Rewrites (`PASSES`) are pure functions `ir.Model -> ir.Model`, run in order, each followed by
+the verifier. Planning passes are pure functions from the typed (lowered) IR to frozen plans:
+what becomes a Block, which inputs and outputs form a cache, where each parameter lives,
+which statements each entry point needs, whether there is a `generate`. Code generation only
+emits what the plans say; no stage works out a fact another one already computed.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .. import ir
+from .blocks import BlockPlan, plan_blocks
+from .caches import CachePlan, plan_caches
+from .decode import DecodePlan, plan_decode
 from .fuse_linear import fuse_linear
+from .layout import LayoutPlan, plan_layout
+from .liveness import OutputPlan, plan_outputs
 from .verify import verify
 
 PASSES = (fuse_linear,)
@@ -15,3 +29,21 @@ def run_passes(model: ir.Model) -> ir.Model:
         model = p(model)
         verify(model)
     return model
+
+
+@dataclass(frozen=True)
+class Plans:
+    model: ir.Model  # the lowered IR the plans describe
+    blocks: BlockPlan
+    caches: CachePlan
+    layout: LayoutPlan
+    outputs: OutputPlan
+    decode: DecodePlan | None
+
+
+def plan(model: ir.Model) -> Plans:
+    """Every plan for an already lowered model."""
+    blocks = plan_blocks(model)
+    caches = plan_caches(model)
+    return Plans(model, blocks, caches, plan_layout(model, blocks), plan_outputs(model, caches.outputs),
+                 plan_decode(model, caches))

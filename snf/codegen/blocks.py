@@ -1,0 +1,142 @@
+"""A layer loop's `Block` class, and the loop over its layers in the caller, as the block plan says."""
+
+from __future__ import annotations
+
+from .. import ir
+from ..dims import Dim
+from ..ir import TensorT
+from ..names import Namespace
+from ..passes.blocks import Block
+from . import params
+from .emit import Emitter
+
+
+def block_context(gen, block: Block) -> dict:
+    m, plans = gen.model, gen.plans
+    loop = block.loop
+    names = Namespace()
+    em = Emitter(gen, block, names)
+    types = dict(gen.local_types)
+    for n in loop.layer_inputs:  # the block sees one layer's slice of a stacked input
+        t = types[n]
+        types[n] = TensorT(t.shape[1:], t.dtype, t.maybe_none)
+    reads = [n for n, _ in block.reads]
+    for n in block.carried + tuple(reads):
+        names.name(n)
+    if block.uses_var:
+        names.name(loop.var)
+    em.device_src = next((names.name(n) for n in block.carried + tuple(reads)
+                          if isinstance(types.get(n), TensorT) and not types[n].maybe_none), None)
+    pre = plans.caches.preallocated
+    if pre is not None and any(c.loop is loop for c in plans.caches.caches):
+        em.cache_position, em.cache_length = names.fresh("cache_position"), names.fresh("cache_length")
+    if any(plans.outputs.guarded(s) for s in ir.walk_stmts(block.body)):
+        em.use_cache = names.fresh("use_cache")
+    em.stmts(block.body, 2)  # the body first: it tells which run-time dims the block needs
+    body = em.lines
+    em.lines = []
+    sources, dim_args = {}, []
+    for dim in sorted(em.runtime_used):  # from a tensor argument's shape where one has it
+        src = next(((n, axis) for n in block.carried + tuple(reads)
+                    if isinstance(types.get(n), TensorT) and not types[n].maybe_none
+                    for axis, d in enumerate(types[n].shape) if d.as_symbol() == dim), None)
+        if src:
+            sources.setdefault(src[0], {})[src[1]] = dim
+        else:
+            dim_args.append(dim)
+    prologue = []
+    for n, axes in sources.items():
+        rank = types[n].rank
+        targets = [names.name(axes[a]) if a in axes else "_" for a in range(rank)]
+        while targets and targets[-1] == "_" and len(targets) > 1 and targets.count("_") > 1:
+            targets.pop()
+        if len(targets) == rank:
+            prologue.append(f"{', '.join(targets)}{',' if rank == 1 else ''} = {names.name(n)}.shape")
+        else:
+            prologue += [f"{names.name(axes[a])} = {names.name(n)}.size({a})" for a in sorted(axes)]
+    signature = [f"{names.name(n)}: {_annotation(types.get(n))}" for n in block.carried + tuple(reads)]
+    signature += [f"{names.name(d)}: int" for d in dim_args]
+    if block.uses_var:
+        signature.append(f"{names.name(loop.var)}: int")
+    if em.use_cache:
+        signature.append(f"{em.use_cache}: bool = True")
+    if em.cache_position:
+        signature += [f"{em.cache_position}: Optional[torch.Tensor] = None",
+                      f"{em.cache_length}: Optional[int] = None"]
+    outs = block.returns
+    ret_ann = ("tuple[" + ", ".join(_annotation(types.get(n)) for n in outs) + "]") if len(outs) > 1 \
+        else (_annotation(types.get(outs[0])) if outs else "None")
+    decl_em = Emitter(gen, block, Namespace())
+    gen.block_calls[id(block)] = {"dims": dim_args, "use_cache": bool(em.use_cache),
+                                  "cache_position": bool(em.cache_position)}
+    return {
+        "cls": block.cls, "attr": block.attr, "line": loop.span.line, "var": loop.var,
+        "count": decl_em.dim(loop.count),
+        "decls": params.declaration_lines(decl_em, gen, block.attr),
+        "init_lines": params.init_lines(decl_em, gen, block.attr),
+        "signature": ", ".join(signature), "ret_ann": ret_ann,
+        "prologue": prologue, "body": body,
+        "ret": ", ".join(names.name(n) for n in outs) if outs else None,
+        "helpers": em.helpers | decl_em.helpers,
+    }
+
+
+def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
+    """The caller's loop over a block's layers: each layer gets the carried values, what it reads
+    (its slice of per-layer inputs), and gives back the carried values and the hoisted writes."""
+    block = gen.plans.blocks.of(loop)
+    call = gen.block_calls[id(block)]
+    var = em.names.name(loop.var)
+    args = []
+    for name, kind in block.reads:
+        if kind in ("param", "buffer"):
+            args.append(f"self.{gen.plans.layout.place(name).path}")
+        else:
+            args.append(em.names.name(name))
+        if name in loop.layer_inputs:  # this layer's slice of a stacked input
+            args[-1] = (f"{args[-1]}[{var}] if {args[-1]} is not None else None"
+                        if gen.input_optional(name) else f"{args[-1]}[{var}]")
+    args += [em.dim(Dim.sym(d)) for d in call["dims"]]
+    carried = [em.names.name(n) for n in block.carried]
+    written = [em.names.fresh(f"{h.name}_layer") for h in block.hoisted]
+    outs = carried + written
+    call_args = ", ".join(carried + args + ([var] if block.uses_var else []))
+    if call["use_cache"]:
+        call_args += f", {em.use_cache}"
+    if call["cache_position"]:
+        call_args += f", {em.cache_position}, {em.cache_length}"
+    call_args = call_args.lstrip(", ")
+    layer = "layer" if "layer" not in em.names.used else em.names.fresh("layer")
+    if block.uses_var or loop.layer_inputs or written:
+        em.emit(f"for {var}, {layer} in enumerate(self.{block.attr}):", indent)
+    else:
+        em.emit(f"for {layer} in self.{block.attr}:", indent)
+    assign = f"{', '.join(outs)} = " if outs else ""
+    where = f"  # {gen.spec_file}:{loop.span.line}"
+    if "gradient_checkpointing" in gen.config_fields:
+        # recompute each layer in backward instead of keeping its activations
+        em.emit(f"if {em.cfg}.gradient_checkpointing and self.training and torch.is_grad_enabled():", indent + 1)
+        em.emit(f"{assign}torch.utils.checkpoint.checkpoint({layer}, {call_args}, use_reentrant=False)", indent + 2)
+        em.emit("else:", indent + 1)
+        em.emit(f"{assign}{layer}({call_args}){where}", indent + 2)
+    else:
+        em.emit(f"{assign}{layer}({call_args}){where}", indent + 1)
+    outputs = {c.output for c in gen.plans.caches.caches}
+    last = None
+    for h, tmp in zip(block.hoisted, written):  # writes under one condition share one `if`
+        conds = []
+        if em.use_cache and gen.plans.outputs.guarded(h):
+            conds.append(em.use_cache)
+        if em.cache_position and h.name in outputs:  # a preallocated cache was written in place already
+            conds.append(f"{em.cache_position} is None")
+        if conds and conds != last:
+            em.emit(f"if {' and '.join(conds)}:", indent + 1)
+        last = conds
+        em.emit(f"{em.names.name(h.name)}[{var}] = {tmp}  # {gen.spec_file}:{h.span.line}",
+                indent + (2 if conds else 1))
+
+
+def _annotation(t, optional: bool = False) -> str:
+    if isinstance(t, TensorT):
+        return "Optional[torch.Tensor]" if optional or t.maybe_none else "torch.Tensor"
+    return "object"

@@ -1,0 +1,250 @@
+"""Typed expressions and statements of one generated function, as Python source lines.
+
+The `Emitter` decides what each line says; it reads every fact from the plans (where a
+parameter lives, which op is a module call, which concat writes a preallocated cache, which
+statements only the caches need) and works none out itself.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .. import ir
+from ..dims import Dim, FloorDiv, equal
+from ..ir import ScalarT, TensorT
+from ..names import Namespace
+from ..ops import all_ops
+
+
+class Emitter:
+    """Lowers the typed statements of one function body. `owner` is the module whose method this
+    is: None for the Model, a block plan for a Block, "config" for Config's properties."""
+
+    def __init__(self, gen, owner, names: Namespace, cfg: str = "cfg"):
+        self.g, self.plans, self.owner, self.names, self.cfg = gen, gen.plans, owner, names, cfg
+        self.device_src: str | None = None
+        self.cache_position: str | None = None  # set where a preallocated cache may be in use
+        self.cache_length: str | None = None
+        self.use_cache: str | None = None  # set where some statements are only for the caches
+        self.lines: list[str] = []
+        self.runtime_used: set[str] = set()
+        self.helpers: set[str] = set()
+
+    @property
+    def in_block(self) -> bool:
+        return self.owner is not None and self.owner != "config"
+
+    @property
+    def owner_attr(self) -> str | None:
+        return self.owner.attr if self.in_block else None
+
+    # ---------------------------------------------------------------- dims
+    def dim(self, d: Dim, prec: int = 0) -> str:
+        derived = self.g.derived_by_dim.get(d)
+        if derived is not None:
+            return f"{self.cfg}.{self.g.config_name(derived)}"
+        code = d.render(self.atom)
+        simple = re.fullmatch(r"[\w.]+", code) is not None
+        return code if simple or prec <= 10 and not code.startswith("-") else f"({code})"
+
+    def atom(self, a) -> str:
+        if isinstance(a, FloorDiv):
+            derived = self.g.derived_by_dim.get(Dim({((a, 1),): 1}))
+            if derived is not None:
+                return f"{self.cfg}.{self.g.config_name(derived)}"
+            return f"({self.dim(a.num, 21)} // {self.dim(a.den, 21)})"
+        if a in self.g.config_fields:
+            return f"{self.cfg}.{self.g.config_name(a)}"
+        if a in self.g.derived_alias:
+            return self.atom(self.g.derived_alias[a])
+        self.runtime_used.add(a)
+        return self.names.name(a)
+
+    # ---------------------------------------------------------------- expressions
+    def expr(self, e: ir.TExpr) -> tuple[str, int]:
+        if isinstance(e, ir.Lit):
+            v = e.value
+            if isinstance(v, (bool, type(None))):
+                return repr(v), 60
+            if isinstance(v, (int, float)):
+                return repr(v), (40 if v < 0 else 60)
+            if isinstance(e.ty, ScalarT) and e.ty.kind == "dtype":
+                return f"torch.{v}", 60
+            return repr(str(v)), 60
+        if isinstance(e, ir.DimVal):
+            return self.dim(e.dim), 10
+        if isinstance(e, ir.Ref):
+            return self.ref(e), 60
+        if isinstance(e, ir.IsPresent):
+            return f"{self.names.name(e.name)} is not None", 4
+        if isinstance(e, ir.TCond):
+            return f"{self.code(e.body, 1)} if {self.code(e.test, 1)} else {self.code(e.orelse, 0)}", 0
+        if isinstance(e, ir.TList):
+            return "[" + ", ".join(self.code(i) for i in e.items) + "]", 60
+        if isinstance(e, ir.TSlice):
+            return (self.code(e.lo, 11) if e.lo is not None else "") + ":" + \
+                   (self.code(e.hi, 11) if e.hi is not None else ""), 60
+        if isinstance(e, ir.Op):
+            return self.op(e)
+        raise TypeError(f"cannot lower {type(e).__name__}")  # pragma: no cover
+
+    def op(self, e: ir.Op) -> tuple[str, int]:
+        call = self.plans.layout.module_call(e)
+        if call is not None and call[0].owner == self.owner_attr:
+            return f"self.{call[0].module}({self.code(e.arg(call[1]))})", 50
+        pre = self.plans.caches.preallocated
+        if self.cache_position and pre is not None and e in pre.narrows:
+            axis, item = next((a, i) for a, i in enumerate(e.arg("index").items)
+                              if isinstance(i, ir.TSlice) and i.lo is not None)
+            self.helpers.add("_narrow")
+            length = self.dim(item.hi.ty.dim - item.lo.ty.dim)
+            return f"_narrow({self.code(e.arg('x'))}, {axis}, {self.code(item.lo)}, {length})", 50
+        if self.cache_position and pre is not None and e in pre.concats:
+            past, new = e.arg("tensors").items
+            self.helpers.add("_cache_cat")
+            return (f"_cache_cat({self.code(past)}, {self.code(new)}, {self.cache_position}, "
+                    f"{self.cache_length})"), 50
+        op = all_ops()[e.op]
+        self.helpers.update(op.helpers)
+        return op.torch(LowerCtx(self, e)), op.prec
+
+    def code(self, e: ir.TExpr, prec: int = 0) -> str:
+        text, p = self.expr(e)
+        return f"({text})" if p < prec else text
+
+    def ref(self, e: ir.Ref) -> str:
+        if e.kind == "config":
+            return f"{self.cfg}.{self.g.config_name(e.name)}"
+        if e.kind == "dim":
+            if e.name in self.g.runtime:
+                self.runtime_used.add(e.name)
+                return self.names.name(e.name)
+            return self.dim(e.ty.dim) if e.ty.dim is not None else f"{self.cfg}.{self.g.config_name(e.name)}"
+        if e.kind == "layer_param" or e.kind in ("param", "buffer") and not self.in_block:
+            return f"self.{self.plans.layout.place(e.name).path}"
+        return self.names.name(e.name)
+
+    # ---------------------------------------------------------------- statements
+    def comment(self, ty, span) -> str:
+        parts = [self.g.show(ty.shape)] if isinstance(ty, TensorT) else []
+        parts.append(f"{self.g.spec_file}:{span.line}")
+        return "  # " + "  ".join(parts)
+
+    def emit(self, line: str, indent: int) -> None:
+        self.lines.append("    " * indent + line)
+
+    def stmts(self, stmts, indent: int) -> None:
+        """Statements in order; a run of those only the optional outputs need goes under one `if`."""
+        run: list = []
+        for s in list(stmts) + [None]:
+            if s is not None and self.use_cache and self.plans.outputs.guarded(s):
+                run.append(s)
+                continue
+            if run:
+                self.emit(f"if {self.use_cache}:", indent)
+                for t in run:
+                    self.stmt(t, indent + 1)
+                unset = [self.names.name(t.name) for t in run if isinstance(t, ir.Bind) and t.let
+                         and t.name in self.plans.outputs.optional_outputs]
+                if unset:
+                    self.emit("else:", indent)
+                    self.emit(" = ".join(unset) + " = None", indent + 1)
+                run = []
+            if s is not None:
+                self.stmt(s, indent)
+
+    def stmt(self, s, indent: int) -> None:
+        if isinstance(s, ir.Bind):
+            value = self.code(s.value)
+            cache = self.allocation_of(s)
+            if cache is not None:  # with a preallocated cache the layers write into the caller's buffers
+                value = f"{self.code(s.value, 1)} if {self.cache_position} is None else {self.names.name(cache.input)}"
+            self.emit(f"{self.names.name(s.name)} = {value}{self.comment(s.value.ty, s.span)}", indent)
+        elif isinstance(s, ir.SetItem):
+            idx = ", ".join(self.code(i) for i in s.index)
+            self.emit(f"{self.names.name(s.name)}[{idx}] = {self.code(s.value)}{self.comment(None, s.span)}", indent)
+        elif isinstance(s, ir.TIf):
+            self.emit(f"if {self.code(s.test)}:", indent)
+            self.stmts(s.body, indent + 1)
+            if not s.body:
+                self.emit("pass", indent + 1)
+            if s.orelse:
+                self.emit("else:", indent)
+                self.stmts(s.orelse, indent + 1)
+        elif isinstance(s, ir.FusedLinear):
+            self.fused(s, indent)
+        elif isinstance(s, ir.Loop):
+            self.g.loop_call(self, s, indent)
+        else:  # pragma: no cover
+            raise TypeError(type(s).__name__)
+
+    def allocation_of(self, s: ir.Bind):
+        """The cache whose output `s` allocates, when the preallocated buffers may replace it."""
+        if self.cache_position is None or self.plans.caches.preallocated is None:
+            return None
+        return next((c for c in self.plans.caches.caches if c.init is s), None)
+
+    def fused(self, s: ir.FusedLinear, indent: int) -> None:
+        targets = ", ".join(self.names.name(t) for t in s.targets)
+        sizes = self.dim(s.sizes[0]) if len(set(s.sizes)) == 1 else "(" + ", ".join(self.dim(d) for d in s.sizes) + ")"
+        module = self.plans.layout.place(s.weights[0]).module
+        shapes = " ".join(self.g.show(t.shape) for t in s.tys if isinstance(t, TensorT))
+        self.emit(f"{targets} = self.{module}({self.code(s.input)}).split({sizes}, dim=-1)"
+                  f"  # {shapes}  {self.g.spec_file}:{s.span.line}", indent)
+
+
+class LowerCtx:
+    """What an op's torch lowering may ask (see `ops/core.py`)."""
+
+    def __init__(self, em: Emitter, op: ir.Op):
+        self.em, self.op, self.args = em, op, dict(op.args)
+
+    def code(self, name: str, prec: int = 0) -> str:
+        return self.em.code(self.args[name], prec)
+
+    def val(self, name: str):
+        a = self.args[name]
+        return a.value if isinstance(a, ir.Lit) else None
+
+    def ty(self, name: str):
+        return self.args[name].ty
+
+    def given(self, name: str) -> bool:
+        a = self.args.get(name)
+        return a is not None and not (isinstance(a, ir.Lit) and a.value is None)
+
+    def dim(self, d: Dim) -> str:
+        return self.em.dim(d)
+
+    def dims_code(self, name: str) -> str:
+        a = self.args[name]
+        return ", ".join(self.em.dim(i.ty.dim) if isinstance(i, ir.Lit) or isinstance(i, ir.Ref) and
+                         i.kind in ("config", "dim") else self.em.code(i) for i in a.items)
+
+    def slices(self, name: str) -> str:
+        return ", ".join(self.em.code(i) for i in self.args[name].items)
+
+    def slice_objects(self, name: str) -> str:
+        """The index list as a tuple of `slice(...)` objects and ints (for passing to a helper)."""
+        parts = []
+        for i in self.args[name].items:
+            if isinstance(i, ir.TSlice):
+                lo = self.em.code(i.lo) if i.lo is not None else "None"
+                hi = self.em.code(i.hi) if i.hi is not None else "None"
+                parts.append(f"slice({lo}, {hi})")
+            else:
+                parts.append(self.em.code(i))
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+    def eq(self, a: Dim, b: Dim) -> bool:
+        return equal(a, b)[0]
+
+    @property
+    def cache_position(self) -> str | None:
+        return self.em.cache_position
+
+    @property
+    def device(self) -> str:
+        if self.em.device_src is None:
+            raise ValueError("no tensor in scope to take a device from")
+        return f"{self.em.device_src}.device"

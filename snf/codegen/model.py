@@ -1,0 +1,291 @@
+"""The generated file: `Config`, the Block classes, `Model` with its `forward` and `generate`, and
+the tables `snf.interop` reads. Facts come from the typed IR and the plans; this only emits."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import PurePosixPath
+
+import jinja2
+
+from .. import __version__, ir
+from ..checkpoints import encode_mapping, mapping_keys
+from ..dims import show_shape
+from ..ir import TensorT
+from ..names import FORWARD_RESERVED, Namespace
+from ..passes import Plans
+from ..resources import resource_dir
+from . import blocks, config, params
+from .emit import Emitter
+
+# Model.generate's own arguments, and its locals (templates/module.py.j2)
+GENERATE_ARGS = ("max_new_tokens", "temperature", "top_k", "top_p", "generator")
+GENERATE_LOCALS = ("was_training", "out", "tokens", "position", "size", "step", "token", "at", "decode")
+HELPERS_ORDER = ("_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat", "_narrow")
+
+
+@functools.lru_cache(maxsize=None)
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+        autoescape=False)
+    env.filters["pyrepr"] = repr
+    return env
+
+
+def _comment_text(text: str) -> str:
+    """Spec text shown in a `#` comment: printable, one line, no way to end the comment."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text).strip()
+
+
+def display_text(text: str) -> str:
+    """A file or model name shown in comments, docstrings and f-string messages of generated code:
+    printable, one line, and without quotes, backslashes or braces (which could end a docstring or
+    open an f-string field)."""
+    return "".join("?" if ch in "{}\\\"'" else ch for ch in _comment_text(text)) or "?"
+
+
+class Generator:
+    def __init__(self, plans: Plans, spec_path: str):
+        self.plans, self.model, self.spec_path = plans, plans.model, spec_path
+        m = self.model
+        self.spec_file = display_text(PurePosixPath(spec_path.replace("\\", "/")).name)
+        self.config_fields = {c.name for c in m.config}
+        self.derived_alias, self.derived_by_dim = {}, {}
+        for d in m.derived:
+            if d.alias_of is not None and d.dim is not None:
+                self.derived_alias[d.name] = d.dim
+            elif d.dim is not None and not d.dim.is_const:
+                self.derived_by_dim.setdefault(d.dim, d.name)
+        derived = {d.name for d in m.derived}
+        self.runtime = {d for d, _, _ in m.runtime_dims} | {
+            s for t in m.inputs + m.outputs for d in t.ty.shape for s in d.symbols()
+            if s not in self.config_fields} - derived
+        self.display = dict(m.display)
+        self.local_types = self._local_types()
+        self.block_calls: dict = {}
+
+    # ---------------------------------------------------------------- small facts
+    def config_name(self, name: str) -> str:
+        """Config fields and derived dims keep the spec's names (the checker refused unusable ones)."""
+        return name
+
+    def show(self, shape) -> str:
+        return show_shape(shape, self.display)
+
+    def is_runtime_check(self, c: ir.Check) -> bool:
+        return bool((c.lhs.symbols() | c.rhs.symbols()) - self.config_fields)
+
+    def input_optional(self, name: str) -> bool:
+        return any(i.name == name and i.optional for i in self.model.inputs)
+
+    def loop_call(self, em: Emitter, loop: ir.Loop, indent: int) -> None:
+        blocks.loop_call(self, em, loop, indent)
+
+    def _local_types(self) -> dict:
+        types = {i.name: TensorT(i.ty.shape, i.ty.dtype, i.optional) for i in self.model.inputs}
+        for t in self.model.params + self.model.buffers:
+            types[t.name] = t.ty
+        for s in ir.walk_stmts(self.model.body):
+            if isinstance(s, ir.Bind) and s.let:
+                types.setdefault(s.name, s.value.ty)
+            elif isinstance(s, ir.FusedLinear):
+                for n, t in zip(s.targets, s.tys):
+                    types.setdefault(n, t)
+        return types
+
+    # ---------------------------------------------------------------- the whole file
+    def render(self) -> str:
+        m, plans = self.model, self.plans
+        block_ctx = [blocks.block_context(self, b) for b in plans.blocks.blocks]
+        names = Namespace(FORWARD_RESERVED)
+        inputs = sorted(m.inputs, key=lambda i: i.optional)
+        for i in inputs:
+            names.keep(i.name, FORWARD_RESERVED)
+        em = Emitter(self, None, names, cfg="cfg" if "cfg" not in names.map else names.fresh("config"))
+        first = next((i for i in inputs if not i.optional), None)
+        em.device_src = first.name if first is not None else None
+        if plans.outputs.optional_outputs:
+            em.use_cache = "use_cache"
+        if plans.caches.preallocated is not None:
+            em.cache_position, em.cache_length = "cache_position", "cache_length"
+        em.stmts(m.body, 2)
+        body, em.lines = em.lines, []
+        prologue = self.forward_prologue(em, inputs)
+        out_fields = Namespace(attribute=True)
+        outputs = [(out_fields.keep(o.name), names.name(o.name), o) for o in m.outputs]
+        decl_em = Emitter(self, None, Namespace())
+        helpers = set(em.helpers)
+        for b in block_ctx:
+            helpers |= b["helpers"]
+        decls = params.declaration_lines(decl_em, self, None)
+        init_lines = params.init_lines(decl_em, self, None)
+        helpers |= decl_em.helpers
+        optional_out = plans.outputs.optional_outputs
+        ctx = {
+            "version": __version__, "spec_path_repr": repr(self.spec_path),
+            "sha256": m.sha256, "model_name": display_text(m.name), "spec_file": self.spec_file,
+            "config": config.field_rows(self), "derived": config.derived_rows(self),
+            "conditions": config.condition_rows(self),
+            "blocks": block_ctx, "decls": decls, "init_lines": init_lines,
+            "inputs": [(i.name, "Optional[torch.Tensor]" if i.optional else "torch.Tensor", i.optional,
+                        self.show(i.ty.shape)) for i in inputs],
+            "prologue": prologue, "body": body,
+            "outputs": [(f, n, self.show(o.ty.shape), o.optional or o.name in optional_out)
+                        for f, n, o in outputs],
+            "cache_outputs": ", ".join(o.name for o in m.outputs if o.name in optional_out),
+            "helpers": [h for h in HELPERS_ORDER if h in helpers],
+            "spec_parameters": self.spec_parameter_rows(),
+            "checkpoints": self.checkpoint_rows(),
+            "docstring": f"{display_text(m.name)}: generated by snfc from {self.spec_file}.",
+            "uses_checkpoint": bool(plans.blocks.blocks) and "gradient_checkpointing" in self.config_fields,
+            "use_cache": em.use_cache, "cache_position": em.cache_position,
+            "generate": self.generate_context(names, out_fields, em),
+        }
+        return _env().get_template("module.py.j2").render(**ctx)
+
+    # ---------------------------------------------------------------- forward's prologue
+    def forward_prologue(self, em: Emitter, inputs) -> list[str]:
+        lines = [f"{em.cfg} = self.config"]
+        if em.use_cache:
+            lines += ["if use_cache is None:", "    use_cache = not self.training"]
+        bound: set[str] = set()
+        cached = [i for i in inputs if self.plans.caches.preallocated and self.plans.caches.by_input(i.name)]
+        for i in inputs:
+            if i not in cached:
+                lines += self.input_lines(em, i, bound)
+            elif i is cached[0]:  # the cache inputs, checked together
+                lines += self.preallocated_lines(em, cached, bound)
+        for group in self.model.input_groups:
+            lines.append(f"_check_together({group!r}, ({', '.join(group)}))")
+        for c in self.model.checks:
+            if self.is_runtime_check(c):
+                lhs, rhs = self.show((c.lhs,))[1:-1], self.show((c.rhs,))[1:-1]
+                lines.append(f"_check_dims({lhs!r}, {em.dim(c.lhs)}, {c.op!r}, {rhs!r}, {em.dim(c.rhs)}, "
+                             f"{self.spec_file + ':' + str(c.span.line)!r})")
+        return lines
+
+    def input_lines(self, em: Emitter, i: ir.Tensor, bound: set, shape: tuple = (),
+                    check: str = "_check_input", bind: bool = True) -> list[str]:
+        """Check one input's rank, dtype and known sizes (of `shape`, its declared one by default),
+        and bind the run-time dims it brings (into `bound`)."""
+        lines = []
+        n = i.name
+        dims = [d.as_symbol() if d.as_symbol() in self.runtime else None for d in i.ty.shape]
+        shape = shape or i.ty.shape
+        fixed = {axis: em.dim(d) for axis, d in enumerate(shape)
+                 if not (d.symbols() & self.runtime) or d.symbols() <= bound}
+        sizes = ", {" + ", ".join(f"{a}: {code}" for a, code in fixed.items()) + "}" if fixed else ""
+        call = f"{check}({display_text(n)!r}, {n}, {i.ty.rank}, {self.show(shape)!r}, {i.ty.dtype!r}{sizes})"
+        lines.append(call if not i.optional else f"if {n} is not None:\n            {call}")
+        new = [d for d in dims if d and d not in bound]
+        if new and bind:
+            if i.optional:
+                for axis, d in enumerate(dims):
+                    if d and d not in bound:
+                        lines.append(f"{em.names.name(d)} = {n}.size({axis}) if {n} is not None else 0")
+                        bound.add(d)
+            else:
+                targets = ", ".join(em.names.name(d) if d and d not in bound else "_" for d in dims)
+                lines.append(f"{targets}{',' if i.ty.rank == 1 else ''} = {n}.shape")
+                bound.update(d for d in dims if d)
+        for table, axis_size in self.index_bounds(i):
+            lines.append(f"_check_index({display_text(n)!r}, {n}, {em.dim(axis_size)}, "
+                         f"{self.show((axis_size,))[1:-1]!r})")
+        return lines
+
+    def index_bounds(self, i: ir.Tensor) -> list:
+        """(table, size) for each table the integer input `i` indexes directly (an embedding)."""
+        out = []
+        for e in ir.walk_exprs(self.model.body):
+            if isinstance(e, ir.Op) and e.op == "gather":
+                index, table = e.arg("index"), e.arg("table")
+                if isinstance(index, ir.Ref) and index.name == i.name and index.kind == "input" \
+                        and isinstance(table.ty, TensorT):
+                    size = table.ty.shape[0]
+                    if all(size != s for _, s in out):
+                        out.append((table, size))
+        return out
+
+    def preallocated_lines(self, em: Emitter, cached: list, bound: set) -> list[str]:
+        """The cache inputs' checks twice: as growing tensors, and (with cache_position) as
+        preallocated buffers of the bound's size, whose filled length is cache_position."""
+        pre = self.plans.caches.preallocated
+        dim = em.names.name(pre.dim)
+        size = self.show((pre.size,))[1:-1]
+        grown, buffers, outer = [], [], set(bound)
+        for i in cached:
+            grown += self.input_lines(em, i, outer)
+            shape = list(i.ty.shape)
+            shape[self.plans.caches.by_input(i.name).axis] = pre.size
+            buffers += self.input_lines(em, ir.replace(i, optional=False), bound | {pre.dim}, tuple(shape),
+                                        "_check_cache", False)
+        bound.add(pre.dim)
+        given = ", ".join(i.name for i in cached)
+        position = [f"_check_position(cache_position, cache_length, {em.dim(pre.size)}, {display_text(given)!r}, "
+                    f"{given})"]
+
+        def nested(block: list[str]) -> list[str]:  # one level deeper, continuation lines too
+            return ["    " + line.replace("\n", "\n    ") for line in block]
+        return [f"if cache_position is None:", *nested(grown), f"else:  # preallocated caches of {size} slots, "
+                f"{dim} of them filled", *nested(position + buffers + [f"{dim} = cache_position"])]
+
+    # ---------------------------------------------------------------- generate
+    def generate_context(self, names: Namespace, out_fields: Namespace, em: Emitter) -> dict | None:
+        plan = self.plans.decode
+        if plan is None:
+            return None
+        outputs = self.model.outputs
+        single = len(outputs) == 1
+        # generate's own names keep out of the way of the inputs it names (its tokens, the caches)
+        local = Namespace(FORWARD_RESERVED | set(GENERATE_ARGS))
+        tokens = local.keep(plan.tokens) if plan.tokens not in GENERATE_ARGS else local.fresh(plan.tokens)
+        caches = [(local.fresh(c.input), c.output) for c in plan.caches]
+        g = {n: local.fresh(n) for n in GENERATE_LOCALS}
+        logits = g["out"] if single else f"{g['out']}.{plan.logits}"
+        ctx = {"tokens": tokens, "logits": logits, "single": single, "g": g, "cache": caches,
+               "cache_inputs": [c.input for c in plan.caches], "static": None}
+        if plan.preallocated:
+            pre = self.plans.caches.preallocated
+            ctx["static"] = {"size": em.dim(pre.size), "size_name": self.show((pre.size,))[1:-1],
+                             "axis": plan.caches[0].axis - 1}
+        return ctx
+
+    # ---------------------------------------------------------------- tables for snf.interop
+    def spec_parameter_rows(self) -> list[str]:
+        """`spec_parameters(cfg)`: spec name -> (state-dict key, rows of it or None, layers or None)."""
+        em = Emitter(self, "config", Namespace())
+        rows = []
+        for place in self.plans.layout.places:
+            rows_code = "None" if place.rows is None else f"({em.dim(place.rows[0])}, {em.dim(place.rows[1])})"
+            block = self.plans.blocks.owner(place.name)
+            layers = em.dim(block.loop.count) if block else "None"
+            rows.append(f"{place.name!r}: ({place.key!r}, {rows_code}, {layers}),")
+        return rows
+
+    def checkpoint_rows(self) -> list[str]:
+        rows = []
+        by_fmt: dict[str, list] = {}
+        for e in self.model.mappings:
+            by_fmt.setdefault(e.fmt, []).append(e)
+        for fmt, entries in by_fmt.items():
+            rows.append(f"{fmt!r}: {{")
+            ignored = []
+            rows.append("    'params': {")
+            for e in entries:
+                if e.name == "_":  # keys the checkpoint has but the model does not need (tied copies)
+                    ignored += mapping_keys(e.source)
+                    continue
+                rows.append(f"        {e.name!r}: {encode_mapping(e.source)!r},")
+            rows.append("    },")
+            rows.append(f"    'ignore': {tuple(ignored)!r},")
+            rows.append("},")
+        return rows
+
+
+def generate(plans: Plans, spec_path: str) -> str:
+    return Generator(plans, spec_path).render()
+
+
+__all__ = ["generate", "Generator", "display_text"]

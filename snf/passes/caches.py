@@ -1,0 +1,267 @@
+"""The cache plan: which inputs and outputs form a KV cache, from the spec's data flow.
+
+A cache is an optional input `past` that is concatenated with new values along one axis,
+`concat([past[l], k], axis=1)`, where the result (directly, or written into `new[l]` in a layer
+loop) is an output `new`: the caller feeds `new` back as `past` on the next call. No names are
+read: `past_keys` / `new_keys` are just what the specs here call them.
+
+The plan also decides whether `generate` may keep the caches in *preallocated* buffers written
+in place (fixed shapes for every decode step, so a compiled step compiles once per length
+bucket). There the concatenated value is the buffer, longer than the checked type says
+(`T_past + T`), and the cache length `T_past` is a 0-d tensor, not an int. So the fixed-shape
+path is planned only where no code depends on either: every use of a concatenated value is
+attention's `k`/`v` (which masks the empty slots) or the write into its output, and the cache
+length is used only as a RoPE offset, the start of a slice of fixed length, or in the cache
+outputs' own shapes. Otherwise `generate` concatenates, as `forward` does: slower, never wrong.
+`reason` says why a spec gets no fixed-shape path (shown by `snfc check -v`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import ir
+from ..dims import Dim
+
+
+@dataclass(frozen=True)
+class Cache:
+    input: str  # the optional input fed back (`past_keys`)
+    output: str  # the output that holds the grown cache (`new_keys`)
+    axis: int  # the growing axis of the input (and output): 2 in [n_layer, B, T_past, H, head_dim]
+    dim: str  # the input's run-time dim along that axis (`T_past`)
+    loop: ir.Loop | None  # the layer loop whose layers each own a slice of the cache, if any
+    init: ir.Bind | None  # `let new = full(...)`, the output's allocation (per-layer caches)
+
+
+@dataclass(frozen=True)
+class Preallocated:
+    size: Dim  # slots per buffer along the growing axis: the bound the spec asserts (block_size)
+    dim: str  # the cache length, a 0-d tensor (`cache_position`) on this path
+    concats: frozenset  # the concat ops that write into a buffer in place
+    narrows: frozenset  # slice ops that start at the cache length (`pos[T_past:T_past + T]`)
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    caches: tuple[Cache, ...]
+    preallocated: Preallocated | None
+    reason: str = ""  # why there is no fixed-shape path, when there are caches
+
+    def by_input(self, name: str) -> Cache | None:
+        return next((c for c in self.caches if c.input == name), None)
+
+    @property
+    def outputs(self) -> frozenset:
+        return frozenset(c.output for c in self.caches)
+
+
+def plan_caches(model: ir.Model) -> CachePlan:
+    caches, concats = _find_caches(model)
+    if not caches:
+        return CachePlan((), None)
+    pre, reason = _preallocation(model, caches, concats)
+    return CachePlan(tuple(caches), pre, reason)
+
+
+# ---------------------------------------------------------------------------- finding caches
+
+def _optional_inputs(model: ir.Model) -> dict[str, ir.Tensor]:
+    return {i.name: i for i in model.inputs if i.optional}
+
+
+def _group(model: ir.Model, name: str) -> set:
+    """The optional inputs given together with `name` (sharing the run-time dims they bring)."""
+    return next((set(g) for g in model.input_groups if name in g), {name})
+
+
+def _bound_name(stmt, op: ir.Op) -> str | None:
+    """The name `stmt` binds to `op`'s value: `let n = op`, or `let n = op if past exists else x`."""
+    if not isinstance(stmt, ir.Bind):
+        return None
+    v = stmt.value
+    if v == op or isinstance(v, ir.TCond) and v.body == op and isinstance(v.test, ir.IsPresent):
+        return stmt.name
+    return None
+
+
+def _find_caches(model: ir.Model) -> tuple[list[Cache], dict]:
+    optional = _optional_inputs(model)
+    outputs = {o.name for o in model.outputs}
+    owners = {d: (inp, axis) for d, inp, axis in model.runtime_dims}
+    found: list[Cache] = []
+    concats: dict[str, tuple[ir.Op, str]] = {}  # input -> (concat op, bound name)
+    for loop, stmt in _statements(model.body):
+        for op in _ops(stmt):
+            if op.op != "concat":
+                continue
+            items = op.arg("tensors").items
+            axis = op.arg("axis")
+            if len(items) != 2 or not isinstance(items[0], ir.Ref) or items[0].name not in optional \
+                    or items[0].kind not in ("input", "layer_input") or not isinstance(axis, ir.Lit):
+                continue
+            past = items[0]
+            per_layer = past.kind == "layer_input"
+            full_axis = axis.value % past.ty.rank + (1 if per_layer else 0)
+            dim = optional[past.name].ty.shape[full_axis].as_symbol()
+            owner = owners.get(dim, (None, None))[0]
+            if dim is None or owner not in _group(model, past.name) or past.name in concats:
+                continue  # the growing axis must be a run-time dim the cache inputs bring
+            name = _bound_name(stmt, op)
+            if name is None:
+                continue
+            out, init = _output_of(model, loop, name, outputs) if per_layer else (name if name in outputs else None,
+                                                                                  None)
+            if out is None:
+                continue
+            concats[past.name] = (op, name)
+            found.append(Cache(past.name, out, full_axis, dim, loop if per_layer else None, init))
+    return found, concats
+
+
+def _output_of(model: ir.Model, loop: ir.Loop | None, name: str, outputs: set) -> tuple[str | None, ir.Bind | None]:
+    """The output a per-layer value `name` is written into (`new[l] = name`), and its allocation."""
+    if loop is None:
+        return None, None
+    for s in ir.walk_stmts(loop.body):
+        if isinstance(s, ir.SetItem) and s.name in outputs and len(s.index) == 1 \
+                and isinstance(s.index[0], ir.Ref) and s.index[0].kind == "loopvar" \
+                and isinstance(s.value, ir.Ref) and s.value.name == name:
+            init = next((t for t in model.body if isinstance(t, ir.Bind) and t.let and t.name == s.name
+                         and isinstance(t.value, ir.Op) and t.value.op == "full"), None)
+            return (s.name, init) if init is not None else (None, None)
+    return None, None
+
+
+def _statements(stmts, loop: ir.Loop | None = None):
+    """(enclosing loop, statement) for every statement."""
+    for s in stmts:
+        yield loop, s
+        if isinstance(s, ir.Loop):
+            yield from _statements(s.body, s)
+        elif isinstance(s, ir.TIf):
+            yield from _statements(s.body + s.orelse, loop)
+
+
+def _ops(stmt):
+    return [e for e in ir.walk_exprs((stmt,)) if isinstance(e, ir.Op)] if not isinstance(stmt, (ir.Loop, ir.TIf)) \
+        else [e for e in _own_exprs(stmt) if isinstance(e, ir.Op)]
+
+
+def _own_exprs(stmt):
+    """The expressions of a compound statement's own header (a loop has none, an if its test)."""
+    if isinstance(stmt, ir.TIf):
+        stack = [stmt.test]
+        while stack:
+            e = stack.pop()
+            yield e
+            stack.extend(ir.children(e))
+
+
+# ---------------------------------------------------------------------------- the fixed-shape path
+
+def _preallocation(model: ir.Model, caches: list[Cache], concats: dict) -> tuple[Preallocated | None, str]:
+    loops = {id(c.loop) for c in caches}
+    if any(c.loop is None or c.init is None for c in caches) or len(loops) != 1:
+        return None, "the caches are not all written per layer in one layer loop"
+    dims = {c.dim for c in caches}
+    if len(dims) != 1:
+        return None, "the caches grow along different dims"
+    dim = dims.pop()
+    names = {c.input for c in caches}
+    sized = [i.name for i in model.inputs if i.name not in names and any(dim in d.symbols() for d in i.ty.shape)]
+    if sized:
+        return None, f"input `{sized[0]}` is sized by the cache length `{dim}`"
+    bound = next((c.rhs for c in model.checks if dim in c.lhs.symbols() and c.op in ("<=", "<")
+                  and not (c.rhs.symbols() - {f.name for f in model.config})), None)
+    if bound is None:
+        return None, f"no `assert` bounds `{dim}` by a config value (e.g. `assert {dim} + T <= block_size`)"
+    loop = caches[0].loop
+    bound_names = {name for _, name in concats.values()}
+    inits = {c.init for c in caches}
+    writes = {(c.output, concats[c.input][1]) for c in caches}
+    for s in ir.walk_stmts(model.body):
+        if isinstance(s, ir.Bind) and not s.let and s.name in bound_names:
+            return None, f"`{s.name}` (a grown cache) is re-assigned at line {s.span.line}"
+    for s in ir.walk_stmts(model.body):
+        if s in inits or isinstance(s, (ir.Loop, ir.TIf)) and not _test_uses(s, dim):
+            continue
+        if isinstance(s, ir.SetItem) and (s.name, getattr(s.value, "name", None)) in writes:
+            continue
+        bad = _bad_use(s, bound_names, dim, names)
+        if bad:
+            return None, bad
+    narrows = frozenset(e for e in ir.walk_exprs(loop.body) if _is_narrow(e, dim)) | \
+        frozenset(e for e in ir.walk_exprs(model.body) if _is_narrow(e, dim))
+    return Preallocated(bound, dim, frozenset(op for op, _ in concats.values()), narrows), ""
+
+
+def _test_uses(s, dim: str) -> bool:
+    return isinstance(s, ir.TIf) and any(_mentions(e, dim) for e in _own_exprs(s))
+
+
+def _mentions(e, dim: str) -> bool:
+    d = _dim_of(e)
+    return d is not None and dim in d.symbols()
+
+
+def _dim_of(e) -> Dim | None:
+    """The symbolic value of an int-valued expression (`T_past + T`), if it has one."""
+    if isinstance(e, ir.DimVal):
+        return e.dim
+    if isinstance(getattr(e, "ty", None), ir.ScalarT) and e.ty.kind == "int":
+        return e.ty.dim
+    return None
+
+
+def _is_narrow(e, dim: str) -> bool:
+    """`x[..., dim:dim + n, ...]`: one slice that starts at the cache length and has a length free of it."""
+    if not (isinstance(e, ir.Op) and e.op in ("slice", "index")):
+        return False
+    starts = [i for i in e.arg("index").items if isinstance(i, ir.TSlice) and i.lo is not None and _mentions(i.lo, dim)]
+    if len(starts) != 1 or any(not isinstance(i, ir.TSlice) for i in e.arg("index").items):
+        return False
+    lo, hi = _dim_of(starts[0].lo), _dim_of(starts[0].hi) if starts[0].hi is not None else None
+    return lo is not None and hi is not None and dim not in (hi - lo).symbols()
+
+
+def _bad_use(stmt, bound_names: set, dim: str, cache_inputs: set) -> str:
+    """Why `stmt` depends on the length of a preallocated cache, or ''."""
+    roots = [stmt.value] if isinstance(stmt, (ir.Bind, ir.SetItem)) else []
+    if isinstance(stmt, ir.SetItem):
+        roots += list(stmt.index)
+    if isinstance(stmt, ir.FusedLinear):
+        roots = [stmt.input]
+    if isinstance(stmt, ir.TIf):
+        roots = [stmt.test]
+    line = stmt.span.line
+    stack = [(r, None, None) for r in roots]
+    while stack:
+        e, parent, role = stack.pop()
+        if isinstance(e, ir.Ref) and e.kind == "local" and e.name in bound_names:
+            attention = isinstance(parent, ir.Op) and parent.op == "flash_attention" and role in ("k", "v")
+            if not attention and not (isinstance(parent, ir.TCond) and role != "test"):
+                return f"line {line} uses the grown cache `{e.name}` other than as attention's keys or values"
+        if isinstance(e, ir.Ref) and e.kind in ("input", "layer_input") and e.name in cache_inputs:
+            concat = isinstance(parent, ir.TList)
+            if not concat:
+                return f"line {line} uses the cache input `{e.name}` other than to extend it"
+        if _mentions(e, dim):
+            if not _allowed_dim_use(parent, role, dim):
+                return f"line {line} uses the cache length `{dim}` as a size"
+            continue  # an int expression: its parts are no further uses
+        if isinstance(e, ir.Op):
+            stack += [(a, e, name) for name, a in e.args]
+            if _is_narrow(e, dim):
+                stack = [t for t in stack if not (t[1] is e and t[2] == "index")]
+                stack += [(i, e, "narrowed") for i in e.arg("index").items if not isinstance(i, ir.TSlice)]
+        elif isinstance(e, ir.TCond):
+            stack += [(e.test, e, "test"), (e.body, e, "body"), (e.orelse, e, "orelse")]
+        elif isinstance(e, (ir.TList, ir.TSlice)):
+            stack += [(c, e, "item") for c in ir.children(e)]
+    return ""
+
+
+def _allowed_dim_use(parent, role, dim: str) -> bool:
+    """The cache length may offset RoPE's positions; everything else is a size."""
+    return isinstance(parent, ir.Op) and parent.op == "rope" and role == "offset"

@@ -1,0 +1,115 @@
+"""The path users get by default, compiled (SNF_COMPILE=1), for every generated module: two
+training steps with the spec's own defaults scaled down in size (gradient_checkpointing stays on
+where the spec turns it on), then `generate`. The compiled results agree with eager to 1e-5.
+
+One test runs every model, so this process pays torch.compile's start-up once. Dropout draws
+its masks from the same generator in both modes (inductor's `fallback_random`), so specs whose
+defaults train with dropout are compared as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from conftest import REPO, fresh_module
+
+# per spec: the defaults scaled down to a few seconds of compiling and running on a CPU
+SMALL = {
+    "nanogpt": dict(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=32),
+    "gpt_decoder": dict(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=32, mlp_hidden=48),
+    "snowflake_core": dict(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=32, d_ff=48),
+    "tiny_transformer": dict(block_size=12),  # otherwise its defaults are tiny
+    "nanogpt_model": dict(V=64, P=32, L=2, H=2, D=32),
+}
+
+
+def _modules() -> list:
+    return sorted(p.stem for p in (REPO / "generated").glob("*.py") if p.stem != "__init__")
+
+
+def test_every_generated_module_has_a_small_config():
+    assert set(_modules()) <= set(SMALL), "add the new spec's scaled-down config to SMALL"
+
+
+def _inputs(model, batch: int, length: int, generator: torch.Generator) -> dict:
+    """Random valid values of the required inputs, and of an optional `labels`/`targets`."""
+    import inspect
+    inputs = {}
+    for name, param in inspect.signature(model.forward).parameters.items():
+        if param.kind is not param.POSITIONAL_OR_KEYWORD:
+            continue
+        if param.default is None and name not in ("labels", "targets", "attention_mask"):
+            continue
+        if name == "attention_mask":
+            mask = torch.ones(batch, length, dtype=torch.long)
+            mask[0, -2:] = 0
+            inputs[name] = mask
+        else:
+            inputs[name] = torch.randint(0, _vocab(model.config), (batch, length), generator=generator)
+    return inputs
+
+
+def _vocab(config) -> int:
+    return getattr(config, "vocab_size", None) or config.V
+
+
+def _loss(out) -> torch.Tensor:
+    loss = getattr(out, "loss", None)
+    if loss is not None:
+        return loss
+    first = out if isinstance(out, torch.Tensor) else out[0]
+    return first.float().square().mean()  # any scalar of the outputs trains the parameters
+
+
+def _train(mod, config, compiled: bool, monkeypatch) -> tuple[list, dict, object]:
+    monkeypatch.setenv("SNF_COMPILE", "1" if compiled else "0")
+    torch.manual_seed(0)
+    model = mod.Model(config)
+    model.train()
+    # SGD, not Adam: Adam divides by the gradient's size, so it turns the float noise in a gradient
+    # that is zero in exact arithmetic (a key bias's) into a full step, different in each mode
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(1)
+    losses, grads = [], {}
+    for step in range(2):
+        inputs = _inputs(model, 2, 12, gen)
+        torch.manual_seed(100 + step)  # dropout masks
+        loss = _loss(model(**inputs))
+        loss.backward()
+        if step == 0:
+            grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses, grads, model
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # a fallback to eager would hide a compile failure
+def test_compiled_default_path_trains_and_decodes_like_eager(monkeypatch):
+    import torch._inductor.config as inductor_config
+    monkeypatch.setattr(inductor_config, "fallback_random", True)
+    checked = []
+    for name in _modules():
+        mod = fresh_module(REPO / "generated" / f"{name}.py", f"compiled_default_{name}")
+        config = dataclasses.replace(mod.Config(), **SMALL[name])
+        eager_losses, eager_grads, eager = _train(mod, config, False, monkeypatch)
+        losses, grads, model = _train(mod, config, True, monkeypatch)
+        assert max(abs(a - b) for a, b in zip(losses, eager_losses)) <= 1e-5, (name, losses, eager_losses)
+        assert grads.keys() == eager_grads.keys() and grads, name
+        for key in grads:
+            assert (grads[key] - eager_grads[key]).abs().max().item() <= 1e-5, (name, key)
+        for (key, p), q in zip(model.named_parameters(), eager.parameters()):
+            assert (p - q).abs().max().item() <= 1e-5, (name, key)
+        if hasattr(model, "generate"):
+            prompt = torch.randint(0, _vocab(config), (2, 4), generator=torch.Generator().manual_seed(2))
+            monkeypatch.setenv("SNF_COMPILE", "1")
+            tokens = model.generate(prompt, 5, temperature=0)
+            monkeypatch.setenv("SNF_COMPILE", "0")
+            assert torch.equal(tokens, eager.generate(prompt, 5, temperature=0)), name
+            assert tokens.shape == (2, 9)
+        checked.append(name)
+    assert checked == _modules()

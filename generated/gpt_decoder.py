@@ -260,6 +260,13 @@ def _cache_cat(past: torch.Tensor, new: torch.Tensor, cache_position: Optional[t
     return past.index_copy_(1, cache_position + torch.arange(new.size(1), device=new.device), new)
 
 
+def _next_tokens(targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """Next-token targets: position t gets targets[t + 1], the last position ignore_index. Rolled
+    rather than sliced (targets[..., 1:]): torch.export would exclude length 2 for a slice."""
+    last = torch.arange(targets.size(-1), device=targets.device) == targets.size(-1) - 1
+    return targets.roll(-1, dims=-1).masked_fill(last, ignore_index)
+
+
 class Block(nn.Module):
     """One layer of the loop at gpt_decoder.snf:59 (`for l ...`), with its own parameters."""
 
@@ -389,7 +396,7 @@ class Model(nn.Module):
                 new_keys[l] = new_keys_layer  # gpt_decoder.snf:69
                 new_values[l] = new_values_layer  # gpt_decoder.snf:70
         logits = F.linear(F.rms_norm(x, (cfg.n_embd,), self.norm_weight, cfg.norm_eps), self.token_embedding)  # [B, T, vocab_size]  gpt_decoder.snf:82
-        loss = F.cross_entropy(logits[..., :-1, :].flatten(0, -2), labels[..., 1:].flatten(), ignore_index=-100) if labels is not None else None  # []  gpt_decoder.snf:83
+        loss = F.cross_entropy(logits.flatten(0, -2), _next_tokens(labels, -100).flatten(), ignore_index=-100) if labels is not None else None  # []  gpt_decoder.snf:83
         return Output(logits, loss, new_keys, new_values)
 
     # forward with preallocated caches (cache_position given), compiled as one graph: a decode

@@ -164,6 +164,13 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
 
 
+def _next_tokens(targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """Next-token targets: position t gets targets[t + 1], the last position ignore_index. Rolled
+    rather than sliced (targets[..., 1:]): torch.export would exclude length 2 for a slice."""
+    last = torch.arange(targets.size(-1), device=targets.device) == targets.size(-1) - 1
+    return targets.roll(-1, dims=-1).masked_fill(last, ignore_index)
+
+
 class Block(nn.Module):
     """One layer of the loop at nanogpt_model.snf:54 (`for l ...`), with its own parameters."""
 
@@ -275,7 +282,7 @@ class Model(nn.Module):
         for layer in self.layers:
             h = layer(h)  # nanogpt_model.snf:54
         logits = F.linear(F.layer_norm(h, (cfg.D,), self.θ_ln_f_weight, self.θ_ln_f_bias, 1e-05), self.θ_embed)  # [B, T, V]  nanogpt_model.snf:57
-        loss = F.cross_entropy(logits[..., :-1, :].flatten(0, -2), tok[..., 1:].flatten(), ignore_index=-100)  # []  nanogpt_model.snf:59
+        loss = F.cross_entropy(logits.flatten(0, -2), _next_tokens(tok, -100).flatten(), ignore_index=-100)  # []  nanogpt_model.snf:59
         return Output(logits, loss)
 
     @torch.no_grad()

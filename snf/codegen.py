@@ -25,7 +25,8 @@ from .resources import resource_dir
 # Model.generate's own arguments and locals (templates/module.py.j2), kept apart from input names.
 GENERATE_LOCALS = frozenset({"max_new_tokens", "temperature", "top_k", "top_p", "generator", "was_training",
                              "out", "tokens", "position", "step", "token", "at", "decode", "one_config"})
-HELPERS_ORDER = ("_linear_t", "_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat", "_narrow")
+HELPERS_ORDER = ("_linear_t", "_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat", "_narrow",
+                 "_next_tokens")
 
 
 @functools.lru_cache(maxsize=None)
@@ -236,6 +237,11 @@ class _LowerCtx:
 
     def dim(self, d: Dim) -> str:
         return self.em.dim(d)
+
+    def helper(self, name: str) -> str:
+        """`name`, a runtime helper this lowering calls (for helpers only some calls need)."""
+        self.em.helpers.add(name)
+        return name
 
     def dims_code(self, name: str) -> str:
         a = self.args[name]

@@ -147,10 +147,12 @@ def _check_index(name: str, t: torch.Tensor, size: int, size_name: str) -> None:
 
 
 def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str) -> None:
-    """A run-time condition on dims (the spec's `assert`, or a slice end within its axis)."""
-    if isinstance(lhs, torch.Tensor) and not _eager_check(lhs):
-        return
-    lhs, rhs = int(lhs), int(rhs)
+    """A run-time condition on dims (the spec's `assert`, or a slice end within its axis). A dim
+    that is a cache position (a 0-d tensor) is checked eagerly on the CPU only (see _eager_check)."""
+    if isinstance(lhs, torch.Tensor):
+        if not _eager_check(lhs):
+            return
+        lhs = int(lhs)
     if not {"<=": lhs <= rhs, "<": lhs < rhs, ">=": lhs >= rhs, ">": lhs > rhs, "==": lhs == rhs}[op]:
         raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
 
@@ -298,6 +300,13 @@ def _cache_cat(past: torch.Tensor, new: torch.Tensor, cache_position: Optional[t
     return past if cache_length is None else past[:, :cache_length]
 
 
+def _next_tokens(targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """Next-token targets: position t gets targets[t + 1], the last position ignore_index. Rolled
+    rather than sliced (targets[..., 1:]): torch.export would exclude length 2 for a slice."""
+    last = torch.arange(targets.size(-1), device=targets.device) == targets.size(-1) - 1
+    return targets.roll(-1, dims=-1).masked_fill(last, ignore_index)
+
+
 class Block(nn.Module):
     """One layer of the loop at gpt_decoder.snf:59 (`for l ...`), with its own parameters."""
 
@@ -419,7 +428,7 @@ class Model(nn.Module):
                 new_keys[l] = new_keys_layer  # gpt_decoder.snf:69
                 new_values[l] = new_values_layer  # gpt_decoder.snf:70
         logits = F.linear(self.norm(x), self.token_embedding.weight)  # [B, T, vocab_size]  gpt_decoder.snf:82
-        loss = F.cross_entropy(logits[..., :-1, :].flatten(0, -2), labels[..., 1:].flatten(), ignore_index=-100) if labels is not None else None  # []  gpt_decoder.snf:83
+        loss = F.cross_entropy(logits.flatten(0, -2), _next_tokens(labels, -100).flatten(), ignore_index=-100) if labels is not None else None  # []  gpt_decoder.snf:83
         return Output(logits, loss, new_keys, new_values)
 
     # forward with preallocated caches: a decode step of generate, compiled as one graph per

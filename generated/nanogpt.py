@@ -134,10 +134,12 @@ def _check_index(name: str, t: torch.Tensor, size: int, size_name: str) -> None:
 
 
 def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str) -> None:
-    """A run-time condition on dims (the spec's `assert`, or a slice end within its axis)."""
-    if isinstance(lhs, torch.Tensor) and not _eager_check(lhs):
-        return
-    lhs, rhs = int(lhs), int(rhs)
+    """A run-time condition on dims (the spec's `assert`, or a slice end within its axis). A dim
+    that is a cache position (a 0-d tensor) is checked eagerly on the CPU only (see _eager_check)."""
+    if isinstance(lhs, torch.Tensor):
+        if not _eager_check(lhs):
+            return
+        lhs = int(lhs)
     if not {"<=": lhs <= rhs, "<": lhs < rhs, ">=": lhs >= rhs, ">": lhs > rhs, "==": lhs == rhs}[op]:
         raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
 

@@ -128,10 +128,12 @@ def _check_index(name: str, t: torch.Tensor, size: int, size_name: str) -> None:
 
 
 def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str) -> None:
-    """A run-time condition on dims (the spec's `assert`, or a slice end within its axis)."""
-    if isinstance(lhs, torch.Tensor) and not _eager_check(lhs):
-        return
-    lhs, rhs = int(lhs), int(rhs)
+    """A run-time condition on dims (the spec's `assert`, or a slice end within its axis). A dim
+    that is a cache position (a 0-d tensor) is checked eagerly on the CPU only (see _eager_check)."""
+    if isinstance(lhs, torch.Tensor):
+        if not _eager_check(lhs):
+            return
+        lhs = int(lhs)
     if not {"<=": lhs <= rhs, "<": lhs < rhs, ">=": lhs >= rhs, ">": lhs > rhs, "==": lhs == rhs}[op]:
         raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
 
@@ -203,6 +205,13 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_
         outside = probs.cumsum(dim=-1) - probs > top_p  # keep the smallest prefix whose mass reaches top_p
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(outside, float("-inf")))
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
+
+
+def _next_tokens(targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """Next-token targets: position t gets targets[t + 1], the last position ignore_index. Rolled
+    rather than sliced (targets[..., 1:]): torch.export would exclude length 2 for a slice."""
+    last = torch.arange(targets.size(-1), device=targets.device) == targets.size(-1) - 1
+    return targets.roll(-1, dims=-1).masked_fill(last, ignore_index)
 
 
 class Block(nn.Module):
@@ -300,7 +309,7 @@ class Model(nn.Module):
         for layer in self.layers:
             h = layer(h)  # nanogpt_model.snf:54
         logits = F.linear(self.θ_ln_f(h), self.θ_embed.weight)  # [B, T, V]  nanogpt_model.snf:57
-        loss = F.cross_entropy(logits[..., :-1, :].flatten(0, -2), tok[..., 1:].flatten(), ignore_index=-100)  # []  nanogpt_model.snf:59
+        loss = F.cross_entropy(logits.flatten(0, -2), _next_tokens(tok, -100).flatten(), ignore_index=-100)  # []  nanogpt_model.snf:59
         return Output(logits, loss)
 
     @torch.no_grad()

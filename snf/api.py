@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copyreg
 import linecache
 import sys
 import types
@@ -12,6 +13,7 @@ from .diagnostics import SpecError
 from .source import Source
 
 _CACHE: dict[str, types.ModuleType] = {}
+_PACKAGE = "snf_generated"
 
 
 def load(path: str | Path) -> types.ModuleType:
@@ -19,21 +21,54 @@ def load(path: str | Path) -> types.ModuleType:
 
     Modules are cached by the spec's sha256, so loading an unchanged spec twice returns the
     same module. Raises `SpecError` (with every diagnostic) when the spec has errors.
+    Instances of its classes pickle (and `torch.save`) with the spec's text, so that
+    unpickling, in this process or another, compiles the spec again (once) instead of importing
+    a module that exists only here.
     """
-    source = Source.read(path)
-    key = source.sha256
+    return _load(Source.read(path), str(path))
+
+
+def _load(source: Source, path: str, key: str | None = None) -> types.ModuleType:
+    key = key or source.sha256
     if key in _CACHE:
         return _CACHE[key]
     result = analyze(source)
     if not result.ok:
         raise SpecError(result.diagnostics, {source.path: source})
-    code = generate_source(result, str(path))
-    name = f"snf_generated.{result.model.name}_{key[:12]}"
+    code = generate_source(result, path)
+    name = f"{_PACKAGE}.{result.model.name}_{key[:12]}"
     filename = f"<snfc {Path(path).name} {key[:12]}>"
     module = types.ModuleType(name)
     module.__file__ = filename
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-    sys.modules[name] = module  # interop and pickling find the module through the model's class
+    # importable by name (interop finds the module through the model's class; pickle finds its
+    # functions, such as hooks, by name), once the package above it exists
+    package = sys.modules.setdefault(_PACKAGE, types.ModuleType(_PACKAGE, "modules compiled by snf.load"))
+    package.__path__ = []
+    sys.modules[name] = module
+    setattr(package, name.rpartition(".")[2], module)
     exec(compile(code, filename, "exec"), module.__dict__)
+    for value in vars(module).values():
+        if isinstance(value, type) and value.__module__ == name:
+            copyreg.pickle(value, _Reducer(source.text, path, key, value.__qualname__))
     _CACHE[key] = module
     return module
+
+
+class _Reducer:
+    """Pickles an instance of a class of a loaded spec as: compile the spec (cached by its
+    sha256), then rebuild the instance from that module's class as pickle would by default."""
+
+    def __init__(self, text: str, path: str, key: str, qualname: str):
+        self.text, self.path, self.key, self.qualname = text, path, key, qualname
+
+    def __call__(self, obj):
+        func, args, *rest = obj.__reduce_ex__(2)  # (copyreg.__newobj__, (cls, *args), state, ...)
+        if func is not copyreg.__newobj__:
+            raise TypeError(f"cannot pickle {type(obj).__qualname__}: unexpected reduction {func!r}")
+        return (_rebuild, (self.text, self.path, self.key, self.qualname, args[1:]), *rest)
+
+
+def _rebuild(text: str, path: str, key: str, qualname: str, args: tuple):
+    cls = getattr(_load(Source.from_text(path, text), path, key), qualname)
+    return cls.__new__(cls, *args)

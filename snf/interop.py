@@ -1,24 +1,34 @@
-"""Loading foreign checkpoints through the mapping a spec declares (`checkpoint FMT:` sections).
+"""Checkpoints: foreign ones through the mapping a spec declares (`checkpoint FMT:` sections), and
+files in the spec's own names.
 
 The generated module carries `spec_parameters(config)` (spec name -> where it lives: a state-dict
 key, the rows of that tensor, the number of layers) and `CHECKPOINTS` (format -> spec name ->
 source expression, as plain tuples). This module evaluates those expressions against a foreign
-state dict, checks every shape first, and only then copies.
+state dict, checks every shape first, and only then copies. `load_checkpoint` and
+`save_checkpoint` do the same from and to files: safetensors (one file, or a transformers
+`save_pretrained` folder, sharded or not) and `torch.save` state dicts.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
+import linecache
 import re
 import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import torch
 
 
 class CheckpointError(ValueError):
-    """A foreign state dict does not fit the model; lists every missing, unexpected or mis-shaped key."""
+    """A state dict does not fit the model; lists every missing, unexpected, mis-shaped or non-tensor key."""
 
-    def __init__(self, fmt: str, missing: list, unexpected: list, mismatched: list):
+    def __init__(self, fmt: str, missing: list, unexpected: list, mismatched: list, invalid: list = ()):
         self.missing, self.unexpected, self.mismatched = missing, unexpected, mismatched
+        self.invalid = list(invalid)
         lines = [f"checkpoint does not fit the model (format {fmt!r}):"]
         if missing:
             lines.append("  missing keys: " + ", ".join(missing))
@@ -26,6 +36,8 @@ class CheckpointError(ValueError):
             lines.append("  unexpected keys: " + ", ".join(unexpected))
         for key, want, got in mismatched:
             lines.append(f"  {key}: expected shape {list(want)}, got {list(got)}")
+        for key, got in self.invalid:
+            lines.append(f"  {key}: expected a tensor, got {got}")
         super().__init__("\n".join(lines))
 
 
@@ -43,7 +55,16 @@ def _pieces(model: torch.nn.Module) -> list[tuple[str, int | None, str, tuple | 
     return out
 
 
-def _eval(src, sd: dict, layer: int | None, used: set, missing: list):
+def _tensor(sd: Mapping, key: str, invalid: list):
+    """sd[key] when it is a tensor; otherwise None, and the key is listed as invalid."""
+    value = sd[key]
+    if isinstance(value, torch.Tensor):
+        return value
+    invalid.append((key, "None" if value is None else type(value).__name__))
+    return None
+
+
+def _eval(src, sd: Mapping, layer: int | None, used: set, missing: list, invalid: list):
     kind = src[0]
     if kind == "key":
         key = src[1].replace("{l}", str(layer)) if layer is not None else src[1]
@@ -51,12 +72,12 @@ def _eval(src, sd: dict, layer: int | None, used: set, missing: list):
             missing.append(key)
             return None
         used.add(key)
-        return sd[key]
+        return _tensor(sd, key, invalid)
     if kind == "or":
         trial_missing: list = []
-        first = _eval(src[1], sd, layer, used, trial_missing)
-        return first if first is not None else _eval(src[2], sd, layer, used, missing)
-    inner = _eval(src[1], sd, layer, used, missing)
+        first = _eval(src[1], sd, layer, used, trial_missing, invalid)
+        return first if first is not None else _eval(src[2], sd, layer, used, missing, invalid)
+    inner = _eval(src[1], sd, layer, used, missing, invalid)
     if inner is None:
         return None
     if kind == "T":
@@ -71,60 +92,57 @@ def _formats(model: torch.nn.Module) -> dict:
     return getattr(_module_of(model), "CHECKPOINTS", {})
 
 
-def convert_state_dict(model: torch.nn.Module, state_dict: dict, fmt: str) -> dict:
+def convert_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str) -> dict:
     """The foreign `state_dict` as the model's own state dict; raises CheckpointError before any copy.
 
     `fmt` is a format the spec declares (`checkpoint FMT:`), or "spec": the spec's own names, with
-    per-layer parameters stacked on axis 0 (what `spec_state` returns)."""
+    per-layer parameters stacked on axis 0 (what `spec_state` returns). `state_dict` may be any
+    mapping: only the keys the mapping reads are looked up."""
     formats = _formats(model)
     if fmt != "spec" and fmt not in formats:
         raise ValueError(f"the spec declares no checkpoint format {fmt!r}; it has: "
                          + (", ".join(sorted(formats)) or "none") + " (and 'spec', the spec's own names)")
-    mapping = formats[fmt]["params"] if fmt != "spec" else None
     own = model.state_dict()
-    assembled: dict = {}
-    used, missing, mismatched = set(), [], []
-    for name, layer, key, rows in _pieces(model):
-        if key not in own:
-            continue  # a conditional parameter that is off in this config
-        target = own[key] if rows is None else own[key][rows[0]:rows[1]]
+    pieces = [(name, layer, key, rows) for name, layer, key, rows in _pieces(model) if key in own]  # present here
+    if fmt == "spec":
+        values = _checked(fmt, state_dict, {name: tuple(t.shape) for name, t in spec_state(model).items()})
+        return _assemble(own, [(key, rows, values[name] if layer is None else values[name][layer])
+                               for name, layer, key, rows in pieces])
+    mapping = formats[fmt]["params"]
+    found, used, missing, mismatched, invalid = [], set(), [], [], []
+    for name, layer, key, rows in pieces:
         shown = key if rows is None else f"{key}[{rows[0]}:{rows[1]}]"
-        if fmt == "spec":
-            tensor = _spec_source(state_dict, name, layer, used, missing)
-        elif name not in mapping:
+        if name not in mapping:
             missing.append(f"{shown} (the spec gives no {fmt!r} source for `{name}`)")
             continue
-        else:
-            tensor = _eval(mapping[name], state_dict, layer, used, missing)
+        tensor = _eval(mapping[name], state_dict, layer, used, missing, invalid)
         if tensor is None:
             continue
-        if tuple(tensor.shape) != tuple(target.shape):
-            mismatched.append((shown if fmt != "spec" else name, tuple(target.shape), tuple(tensor.shape)))
+        want = _piece(own, key, rows).shape
+        if tuple(tensor.shape) != tuple(want):
+            mismatched.append((shown, tuple(want), tuple(tensor.shape)))
             continue
-        if rows is None:
-            assembled[key] = tensor
-        else:
-            assembled.setdefault(key, torch.empty_like(own[key], dtype=tensor.dtype))[rows[0]:rows[1]] = tensor
-    ignored = _key_patterns(formats[fmt]["ignore"] if fmt != "spec" else ())
+        found.append((key, rows, tensor))
+    ignored = _key_patterns(formats[fmt]["ignore"])
     unexpected = sorted(k for k in state_dict if k not in used and not ignored.fullmatch(k))
-    if missing or unexpected or mismatched:
-        raise CheckpointError(fmt, sorted(set(missing), key=missing.index), unexpected, mismatched)
-    return assembled
+    if missing or unexpected or mismatched or invalid:
+        raise CheckpointError(fmt, sorted(set(missing), key=missing.index), unexpected, mismatched, invalid)
+    return _assemble(own, found)
 
 
-def _spec_source(state_dict: dict, name: str, layer: int | None, used: set, missing: list):
-    if name not in state_dict:
-        if name not in missing:
-            missing.append(name)
-        return None
-    used.add(name)
-    tensor = state_dict[name]
-    if layer is None:
-        return tensor
-    if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0 or layer >= tensor.size(0):
-        missing.append(f"{name}[{layer}] (per-layer parameters are stacked on axis 0)")
-        return None
-    return tensor[layer]
+def _piece(own: dict, key: str, rows) -> torch.Tensor:
+    return own[key] if rows is None else own[key][rows[0]:rows[1]]
+
+
+def _assemble(own: dict, found: list) -> dict:
+    """(state-dict key, rows or None, tensor) pieces as whole state-dict entries."""
+    out: dict = {}
+    for key, rows, tensor in found:
+        if rows is None:
+            out[key] = tensor
+        else:
+            out.setdefault(key, torch.empty_like(own[key], dtype=tensor.dtype))[rows[0]:rows[1]] = tensor
+    return out
 
 
 def _key_patterns(keys) -> re.Pattern:
@@ -133,32 +151,226 @@ def _key_patterns(keys) -> re.Pattern:
     return re.compile("|".join(alternatives) if alternatives else r"(?!)")
 
 
-def load_state_dict(model: torch.nn.Module, state_dict: dict, fmt: str = "spec") -> torch.nn.Module:
-    """Load a foreign checkpoint into a generated model through the spec's declared mapping.
+def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spec") -> torch.nn.Module:
+    """Load a checkpoint into a generated model through the spec's declared mapping.
 
-    `fmt="spec"` takes the spec's own names (per-layer parameters stacked, as `spec_state` gives
-    them). Shapes are checked for every key before any tensor is copied. The model's own
-    `model.state_dict()` loads back with plain `model.load_state_dict`."""
-    converted = convert_state_dict(model, state_dict, fmt)
+    `fmt="spec"` takes the spec's own names, per-layer parameters stacked on axis 0 (what
+    `spec_state` gives and `save_checkpoint` writes), or the model's own state-dict keys
+    (`model.state_dict()`): the layout whose keys the state dict shares more of is meant. Any
+    other `fmt` is a `checkpoint FMT:` section of the spec. Shapes are checked for every key
+    before any tensor is copied.
+    """
     own = model.state_dict()
+    if fmt == "spec" and sum(k in own for k in state_dict) > sum(k in _spec_names(model) for k in state_dict):
+        converted = _checked(fmt, state_dict, {k: tuple(v.shape) for k, v in own.items()})
+    else:
+        converted = convert_state_dict(model, state_dict, fmt)
     with torch.no_grad():
         model.load_state_dict({k: v.detach().to(own[k].dtype) for k, v in converted.items()}, strict=True)
     return model
 
 
+def _spec_names(model: torch.nn.Module) -> set:
+    return set(_module_of(model).spec_parameters(model.config))
+
+
+def _checked(fmt: str, state_dict: Mapping, shapes: dict) -> dict:
+    """`state_dict` when its keys are exactly those of `shapes` and its values tensors of those shapes."""
+    missing = sorted(k for k in shapes if k not in state_dict)
+    unexpected = sorted(k for k in state_dict if k not in shapes)
+    invalid: list = []
+    values = {k: _tensor(state_dict, k, invalid) for k in shapes if k in state_dict}
+    mismatched = [(k, shapes[k], tuple(v.shape)) for k, v in values.items()
+                  if v is not None and tuple(v.shape) != shapes[k]]
+    if missing or unexpected or mismatched or invalid:
+        raise CheckpointError(fmt, missing, unexpected, mismatched, invalid)
+    return values
+
+
 def spec_state(model: torch.nn.Module) -> dict:
-    """The model's parameters under the spec's names, per-layer ones stacked on axis 0."""
+    """The model's parameters under the spec's names, per-layer ones stacked on axis 0 (a model
+    with no layers gives them with a first axis of 0)."""
     own = model.state_dict()
     layers: dict[str, list] = {}
     out = {}
     for name, layer, key, rows in _pieces(model):
         if key not in own:
             continue
-        tensor = own[key] if rows is None else own[key][rows[0]:rows[1]]
+        tensor = _piece(own, key, rows)
         if layer is None:
             out[name] = tensor
         else:
             layers.setdefault(name, []).append(tensor)
     for name, parts in layers.items():
         out[name] = torch.stack(parts)
-    return {name: out[name] for name, *_ in _pieces(model) if name in out}
+    out.update(_empty_layers(model, own))
+    return {name: out[name] for name in _module_of(model).spec_parameters(model.config) if name in out}
+
+
+def _empty_layers(model: torch.nn.Module, own: dict) -> dict:
+    """Per-layer parameters of layer loops that run no layer: [0, ...] tensors of one layer's shape,
+    from a layer built on the meta device (no memory)."""
+    mod = _module_of(model)
+    device = next(iter(own.values())).device if own else torch.device("cpu")
+    out = {}
+    for name, (key, rows, layers) in mod.spec_parameters(model.config).items():
+        if layers != 0:
+            continue
+        owner, path = key.split(".{l}.", 1)
+        with torch.device("meta"):
+            layer = getattr(mod, "Block" + owner[len("layers"):])(model.config).state_dict()
+        if path in layer:
+            like = layer[path] if rows is None else layer[path][rows[0]:rows[1]]
+            out[name] = torch.empty((0, *like.shape), dtype=like.dtype, device=device)
+    return out
+
+
+# ----------------------------------------------------------------------------- files
+
+_SAFETENSORS_INDEX, _SAFETENSORS = "model.safetensors.index.json", "model.safetensors"
+_TORCH_INDEX, _TORCH = "pytorch_model.bin.index.json", "pytorch_model.bin"
+
+
+def load_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec") -> torch.nn.Module:
+    """Load a checkpoint file or folder into a generated model through the spec's mapping `fmt`.
+
+    `path` is a `.safetensors` file, a `torch.save` state dict (read with `weights_only=True`), or
+    a folder written by transformers' `save_pretrained` (`model.safetensors`, or shards listed in
+    `model.safetensors.index.json`; `pytorch_model.bin` and its index too). Tensors are read from
+    disk only when the mapping needs them, and every key and shape is checked (CheckpointError)
+    before anything is copied into the model. `fmt="spec"` reads what `save_checkpoint` writes.
+    """
+    with _open_checkpoint(Path(path)) as tensors:
+        return load_state_dict(model, tensors, fmt)
+
+
+def save_checkpoint(model: torch.nn.Module, path: str | Path) -> Path:
+    """Write the model's parameters in the spec's names (`spec_state`: per-layer ones stacked on
+    axis 0) as one safetensors file, with the spec's file name, sha256 and the config as metadata.
+    `load_checkpoint(model, path)` reads it back."""
+    from safetensors.torch import save_file
+
+    tensors, storages = {}, set()
+    for name, tensor in spec_state(model).items():
+        tensor = tensor.detach().cpu()
+        if tensor.untyped_storage().data_ptr() in storages or not tensor.is_contiguous():
+            tensor = tensor.clone(memory_format=torch.contiguous_format)  # safetensors refuses shared memory
+        storages.add(tensor.untyped_storage().data_ptr())
+        tensors[name] = tensor
+    path = Path(path)
+    save_file(tensors, str(path), metadata=_metadata(model))
+    return path
+
+
+def _metadata(model: torch.nn.Module) -> dict:
+    """The generated module's header facts (spec file, sha256) and the config, as strings."""
+    meta = {"format": "pt", "snfc.layout": "spec_state"}
+    header = "".join(linecache.getline(getattr(_module_of(model), "__file__", "") or "", n) for n in (1, 2))
+    if found := re.search(r"from '(.*?)'", header):
+        meta["snfc.spec_file"] = found.group(1)
+    if found := re.search(r"spec sha256: ([0-9a-f]{64})", header):
+        meta["snfc.spec_sha256"] = found.group(1)
+    if dataclasses.is_dataclass(getattr(model, "config", None)):
+        meta["snfc.config"] = json.dumps(dataclasses.asdict(model.config), sort_keys=True)
+    return meta
+
+
+class _LazyTensors(Mapping):
+    """A checkpoint's tensors by key; each is read from its file when first asked for."""
+
+    def __init__(self, where: dict, open_file):
+        self._where, self._open, self._read = where, open_file, {}
+
+    def __getitem__(self, key: str):
+        if key not in self._read:
+            self._read[key] = self._open(self._where[key])[key]
+        return self._read[key]
+
+    def __contains__(self, key) -> bool:
+        return key in self._where
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+
+@contextlib.contextmanager
+def _open_checkpoint(path: Path) -> Iterator[Mapping]:
+    """The tensors of a checkpoint file or `save_pretrained` folder, as a lazy mapping."""
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    with contextlib.ExitStack() as stack:
+        opened: dict = {}
+
+        def open_file(file: Path) -> Mapping:
+            if file not in opened:
+                opened[file] = _open_file(file, stack)
+            return opened[file]
+
+        where = _files_of(path)
+        if isinstance(where, Path):  # one file: its own keys
+            where = dict.fromkeys(open_file(where).keys(), where)
+        yield _LazyTensors(where, open_file)
+
+
+def _files_of(path: Path) -> dict | Path:
+    """The file that holds each key (a folder's shard index), or the one file that holds them all."""
+    if not path.is_dir():
+        return path
+    for index in (_SAFETENSORS_INDEX, _TORCH_INDEX):
+        if (path / index).is_file():
+            try:
+                weight_map = json.loads((path / index).read_text(encoding="utf-8"))["weight_map"]
+                return {key: path / file for key, file in weight_map.items()}
+            except (ValueError, KeyError, TypeError, AttributeError) as err:
+                raise ValueError(f"{path / index} is not a shard index ({type(err).__name__}: {err})") from None
+    for single in (_SAFETENSORS, _TORCH):
+        if (path / single).is_file():
+            return path / single
+    raise FileNotFoundError(f"{path} is a folder without a checkpoint: expected {_SAFETENSORS_INDEX}, "
+                            f"{_SAFETENSORS}, {_TORCH_INDEX} or {_TORCH} in it")
+
+
+def _open_file(file: Path, stack: contextlib.ExitStack) -> Mapping:
+    """One checkpoint file, by its first bytes: safetensors (read lazily), or a torch.save state dict
+    (memory-mapped when it is in the zip format). `stack` closes a safetensors file."""
+    if not file.is_file():
+        raise FileNotFoundError(f"no checkpoint file {file}")
+    with open(file, "rb") as f:
+        head = f.read(9)
+    if len(head) == 9 and head[8:9] == b"{":  # 8-byte header length, then the JSON header
+        from safetensors import safe_open
+        try:
+            handle = safe_open(str(file), framework="pt")
+        except Exception as err:  # safetensors raises its own SafetensorError
+            raise ValueError(f"{file} is not a readable safetensors file ({err})") from None
+        stack.callback(handle.__exit__, None, None, None)
+        return _SafetensorsFile(handle)
+    if head[:2] == b"PK" or head[:1] == b"\x80":  # torch.save's zip format, or its legacy pickle
+        try:
+            data = torch.load(file, map_location="cpu", weights_only=True, mmap=head[:2] == b"PK")
+        except Exception as err:
+            raise ValueError(f"{file} is not a state dict that torch.load(weights_only=True) reads "
+                             f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{file} holds a {type(data).__name__}, not a state dict (a mapping of names to tensors)")
+        return data
+    raise ValueError(f"{file} is not a checkpoint: expected a safetensors file or a torch.save state dict")
+
+
+class _SafetensorsFile(Mapping):
+    """An open safetensors file as a mapping; `[key]` reads one tensor."""
+
+    def __init__(self, handle):
+        self._handle, self._keys = handle, list(handle.keys())
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self._handle.get_tensor(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)

@@ -91,7 +91,12 @@ def _train(mod, config, compiled: bool, monkeypatch) -> tuple[list, dict, object
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # a fallback to eager would hide a compile failure
 def test_compiled_default_path_trains_and_decodes_like_eager(monkeypatch):
     import torch._inductor.config as inductor_config
-    monkeypatch.setattr(inductor_config, "fallback_random", True)
+    with inductor_config.patch(fallback_random=True):
+        checked = _train_and_decode_every_module(monkeypatch)
+    assert checked == _modules()
+
+
+def _train_and_decode_every_module(monkeypatch) -> list:
     checked = []
     for name in _modules():
         mod = fresh_module(REPO / "generated" / f"{name}.py", f"compiled_default_{name}")
@@ -112,4 +117,4 @@ def test_compiled_default_path_trains_and_decodes_like_eager(monkeypatch):
             assert torch.equal(tokens, eager.generate(prompt, 5, temperature=0)), name
             assert tokens.shape == (2, 9)
         checked.append(name)
-    assert checked == _modules()
+    return checked

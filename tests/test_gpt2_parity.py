@@ -187,7 +187,8 @@ def test_spec_load_reports_wrong_names():
     before = _snapshot(model)
     with pytest.raises(CheckpointError) as info:
         load_state_dict(model, sd, "spec")
-    assert info.value.missing == ["ln1_bias[0] (per-layer parameters are stacked on axis 0)", "attn_q_weight"]
+    assert info.value.missing == ["attn_q_weight"]
+    assert info.value.mismatched == [("ln1_bias", (1, 16), (0, 16))]
     assert info.value.unexpected == ["attn_qkv_weight"]
     assert _unchanged(model, before)
 

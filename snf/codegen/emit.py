@@ -216,6 +216,11 @@ class LowerCtx:
     def dim(self, d: Dim) -> str:
         return self.em.dim(d)
 
+    def helper(self, name: str) -> str:
+        """`name`, a runtime helper this lowering calls (for helpers only some calls need)."""
+        self.em.helpers.add(name)
+        return name
+
     def dims_code(self, name: str) -> str:
         a = self.args[name]
         return ", ".join(self.em.dim(i.ty.dim) if isinstance(i, ir.Lit) or isinstance(i, ir.Ref) and

@@ -21,7 +21,7 @@ from .emit import Emitter
 # Model.generate's own arguments, and its locals (templates/module.py.j2)
 GENERATE_ARGS = ("max_new_tokens", "temperature", "top_k", "top_p", "generator")
 GENERATE_LOCALS = ("was_training", "out", "tokens", "position", "size", "step", "token", "at", "decode")
-HELPERS_ORDER = ("_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat", "_narrow")
+HELPERS_ORDER = ("_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat", "_narrow", "_next_tokens")
 
 
 @functools.lru_cache(maxsize=None)

@@ -640,10 +640,10 @@ def _np_ce(logits, targets, shift=False, ignore_index=-100):
 
 
 def _lower_ce(c):
-    lg, tg = c.code("logits", prec=50), c.code("targets", prec=50)
-    if c.val("shift"):
-        lg, tg = f"{lg}[..., :-1, :]", f"{tg}[..., 1:]"
-    return f"F.cross_entropy({lg}.flatten(0, -2), {tg}.flatten(), ignore_index={c.code('ignore_index')})"
+    lg, tg, ignore = c.code("logits", prec=50), c.code("targets", prec=50), c.code("ignore_index")
+    if c.val("shift"):  # targets rolled, not sliced: see _next_tokens
+        tg = f"{c.helper('_next_tokens')}({c.code('targets')}, {ignore})"
+    return f"F.cross_entropy({lg}.flatten(0, -2), {tg}.flatten(), ignore_index={ignore})"
 
 
 register(OpDef(

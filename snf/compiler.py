@@ -8,7 +8,7 @@ from pathlib import Path
 from . import ir
 from .check import check
 from .diagnostics import Diagnostic, Reporter, SpecError
-from .parser import parse
+from .frontend import parse
 from .source import Source, Span
 
 

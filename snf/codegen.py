@@ -14,13 +14,14 @@ from pathlib import PurePosixPath
 
 import jinja2
 
-from . import __version__, ir
-from .dims import Dim, FloorDiv
+from . import ir
+from .dims import Dim, FloorDiv, show_shape
 from .ir import ScalarT, TensorT
 from .names import Namespace, module_attribute_names
 from .checkpoints import encode_mapping, mapping_keys
 from .ops import all_ops
 from .resources import resource_dir
+from .version import __version__
 
 # Model.generate's own arguments and locals (templates/module.py.j2), kept apart from input names.
 GENERATE_LOCALS = frozenset({"max_new_tokens", "temperature", "top_k", "top_p", "generator", "was_training",
@@ -315,14 +316,7 @@ class Generator:
         return self.attrs.name(name)
 
     def show(self, shape) -> str:
-        def atom(a):
-            if a in self.display:
-                return self.display[a]
-            return a if isinstance(a, str) else f"({show_dim(a.num)} // {show_dim(a.den)})"
-
-        def show_dim(d):
-            return self.display.get(d) or d.render(atom)
-        return "[" + ", ".join(show_dim(d) for d in shape) + "]"
+        return show_shape(shape, self.display)
 
     def device_expr(self, em: _Emitter) -> str:
         if em.device_src is None:

@@ -57,8 +57,6 @@ def _eval(src, sd: dict, layer: int | None, used: set, missing: list):
     if kind == "split":
         _, _, n, axis, index = src
         return inner.chunk(n, dim=axis)[index]
-    if kind == "reshape":
-        return inner.reshape(*src[2:])
     raise ValueError(f"unknown checkpoint expression {kind!r}")
 
 

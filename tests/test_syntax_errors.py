@@ -76,7 +76,8 @@ CASES = {
     "empty-block": (
         edit(DSL, "output:\n  y : Tensor([B, D], float32)\n", "output:\n"),
         edit(NOTATION, "Init:\n    h = Embed(tok, θ_e)\n", "Init:\n"),
-        ((6, 1), (19, 1)), "syntax", "expected end of line", "a line ending in ':' must be followed by an indented block"),
+        ((6, 1), (19, 1)), "syntax", "expected end of line",
+        "a line ending in ':' must be followed by an indented block"),
     "line-ends-early": (  # reported just after the code, before the comment
         edit(DSL, "x + x", "x +   # comment"), edit(NOTATION, "Linear(h, θ_u)", "Linear(h, θ_u) +   # comment"),
         ((7, 12), (20, 26)), "syntax", "unexpected end of line; expected '(', '+' or '-'", None),

@@ -93,7 +93,8 @@ class Calls:
         if op is None:
             close = difflib.get_close_matches(name, list(self.ops), n=1)
             self.r.error("unknown-op", f"unknown operation `{name}`", func_span or span,
-                         hint=f"did you mean `{close[0]}`?" if close else "see `docs/ops.md` for the op list")
+                         hint=f"did you mean `{close[0]}`?" if close else
+                         "see `docs/language.md`, section 9 (Operations), for the op list")
             return ir.Lit(None, ERR, span)
         bound = self.bind_args(op, name, args, kwargs, spans, span)
         if bound is None:

@@ -81,7 +81,8 @@ register(OpDef(
     "flash_attention",
     (Param("q", "tensor", aliases=("Q",)), Param("k", "tensor", aliases=("K",)), Param("v", "tensor", aliases=("V",)),
      Param("causal", "bool", False, aliases=("is_causal",), static=True), Param("scale", "float", None),
-     Param("mask", "tensor?", None, aliases=("attention_mask",)), Param("dropout", "float", None, aliases=("dropout_p",))),
+     Param("mask", "tensor?", None, aliases=("attention_mask",)),
+     Param("dropout", "float", None, aliases=("dropout_p",))),
     _attention_rule, numpy=_np_attention, torch=_lower_attention, helpers=("_attention",),
     doc="softmax(q k^T * scale) v over [B, T, H, head_dim]; `causal` is aligned bottom-right; "
         "`mask` is a [B, T_keys] padding mask (0 = padding). Lowers to F.scaled_dot_product_attention."))
@@ -109,7 +110,8 @@ def _np_rope(x, offset=0, base=10000.0):
 
 
 register(OpDef(
-    "rope", (Param("x", "tensor"), Param("offset", "int", 0, aliases=("pos",)), Param("base", "float", 10000.0, aliases=("theta",))),
+    "rope", (Param("x", "tensor"), Param("offset", "int", 0, aliases=("pos",)),
+             Param("base", "float", 10000.0, aliases=("theta",))),
     _rope_rule, numpy=_np_rope,
     torch=lambda call: f"_rope({call.code('x')}, {call.code('offset')}, {call.code('base')})", helpers=("_rope",),
     doc="rotary position embedding on [B, T, H, head_dim], HF Llama's rotate-half convention; "

@@ -137,8 +137,8 @@ for _name, _sym, _fn in [("eq", "==", lambda a, b: a == b), ("ne", "!=", lambda 
                          ("and", "and", lambda a, b: a and b), ("or", "or", lambda a, b: a or b)]:
     register(OpDef(_name, (Param("a", "value"), Param("b", "value")), _logic_rule(_name),
                    numpy=(lambda f: lambda a, b: f(a, b))(_fn),
-                   torch=(lambda sym, p: lambda call: f"{call.code('a', prec=p + 1)} {sym} {call.code('b', prec=p + 1)}")(
-                       _sym, _LOGIC_PREC[_sym]),
+                   torch=(lambda sym, p: lambda call:
+                          f"{call.code('a', prec=p + 1)} {sym} {call.code('b', prec=p + 1)}")(_sym, _LOGIC_PREC[_sym]),
                    doc=f"`a {_sym} b` on config values", prec=_LOGIC_PREC[_sym]))
 
 register(OpDef("not", (Param("a", "value"),), _logic_rule("not"), numpy=lambda a: not a,
@@ -202,7 +202,8 @@ def _softmax_rule(ctx, args):
     return args["x"]
 
 
-register(OpDef("softmax", (Param("x", "tensor"), Param("axis", "int", -1, aliases=("dim",), static=True)), _softmax_rule,
+register(OpDef("softmax", (Param("x", "tensor"), Param("axis", "int", -1, aliases=("dim",), static=True)),
+               _softmax_rule,
                numpy=lambda x, axis=-1: np_softmax(x, axis),
                torch=lambda call: f"F.softmax({call.code('x')}, dim={call.code('axis')})", doc="softmax along an axis"))
 
@@ -250,8 +251,8 @@ def _np_layer_norm(x, weight=None, bias=None, eps=1e-5):
 
 register(OpDef(
     "layer_norm",
-    (Param("x", "tensor"), Param("weight", "tensor?", None, role="norm_weight"), Param("bias", "tensor?", None, role="bias"),
-     Param("eps", "float", 1e-5)),
+    (Param("x", "tensor"), Param("weight", "tensor?", None, role="norm_weight"),
+     Param("bias", "tensor?", None, role="bias"), Param("eps", "float", 1e-5)),
     lambda ctx, args: _norm_rule(ctx, args, True), numpy=_np_layer_norm,
     torch=lambda call: f"F.layer_norm({call.code('x')}, ({call.dim(call.ty('x').shape[-1])},), {call.code('weight')}, "
                     f"{call.code('bias')}, {call.code('eps')})",
@@ -264,9 +265,11 @@ def _np_rms_norm(x, weight=None, eps=1e-6):
 
 
 register(OpDef(
-    "rms_norm", (Param("x", "tensor"), Param("weight", "tensor?", None, role="norm_weight"), Param("eps", "float", 1e-6)),
+    "rms_norm",
+    (Param("x", "tensor"), Param("weight", "tensor?", None, role="norm_weight"), Param("eps", "float", 1e-6)),
     lambda ctx, args: _norm_rule(ctx, args, False), numpy=_np_rms_norm,
-    torch=lambda call: f"F.rms_norm({call.code('x')}, ({call.dim(call.ty('x').shape[-1])},), {call.code('weight')}, {call.code('eps')})",
+    torch=lambda call: f"F.rms_norm({call.code('x')}, ({call.dim(call.ty('x').shape[-1])},), {call.code('weight')}, "
+                       f"{call.code('eps')})",
     doc="RMSNorm over the last axis: x / sqrt(mean(x^2) + eps) * weight."))
 
 
@@ -304,7 +307,8 @@ def _np_linear(x, weight, bias=None):
 
 
 register(OpDef(
-    "linear", (Param("x", "tensor"), Param("weight", "tensor", role="weight"), Param("bias", "tensor?", None, role="bias")),
+    "linear",
+    (Param("x", "tensor"), Param("weight", "tensor", role="weight"), Param("bias", "tensor?", None, role="bias")),
     _linear_rule, numpy=_np_linear,
     torch=lambda call: (f"F.linear({call.code('x')}, {call.code('weight')}, {call.code('bias')})" if call.given("bias")
                      else f"F.linear({call.code('x')}, {call.code('weight')})"),
@@ -383,7 +387,8 @@ def _transpose_rule(ctx, args):
     return TensorT(tuple(s), x.dtype)
 
 
-register(OpDef("transpose", (Param("x", "tensor"), Param("a", "int", -2, static=True), Param("b", "int", -1, static=True)),
+register(OpDef("transpose",
+               (Param("x", "tensor"), Param("a", "int", -2, static=True), Param("b", "int", -1, static=True)),
                _transpose_rule, numpy=lambda x, a=-2, b=-1: np.swapaxes(x, a, b),
                torch=lambda call: f"{call.code('x', prec=50)}.transpose({call.code('a')}, {call.code('b')})",
                doc="swap two axes (the last two by default)."))
@@ -419,7 +424,8 @@ def _concat_rule(ctx, args):
     return TensorT(tuple(s), first.dtype)
 
 
-register(OpDef("concat", (Param("tensors", "tensors"), Param("axis", "int", 0, aliases=("dim",), static=True)), _concat_rule,
+register(OpDef("concat", (Param("tensors", "tensors"), Param("axis", "int", 0, aliases=("dim",), static=True)),
+               _concat_rule,
                numpy=lambda tensors, axis=0: np.concatenate(tensors, axis=axis),
                torch=lambda call: f"torch.cat({call.code('tensors')}, dim={call.code('axis')})",
                doc="concatenate along an axis."))
@@ -429,7 +435,8 @@ def _full_rule(ctx, args):
     return TensorT(tuple(args["shape"]), args["dtype"])
 
 
-register(OpDef("full", (Param("shape", "dims"), Param("value", "float"), Param("dtype", "dtype", "float32")), _full_rule,
+register(OpDef("full", (Param("shape", "dims"), Param("value", "float"), Param("dtype", "dtype", "float32")),
+               _full_rule,
                numpy=lambda shape, value, dtype="float32": np.full(shape, value, dtype=np.float64),
                torch=lambda call: f"torch.full(({call.dims_code('shape')},), {call.code('value')}, "
                                f"dtype=torch.{call.val('dtype')}, device={call.device})",

@@ -94,8 +94,8 @@ class Sizes:
                     self.unify(whole, times(rel.heads, part))
                     changed = True
                 elif isinstance(whole, Dim) and isinstance(part, Dim) and not equal(whole, times(rel.heads, part))[0]:
-                    self.r.error("shape-mismatch", f"{show_dim(whole)} cannot be split into {show_dim(rel.heads)} heads of "
-                                 f"{show_dim(part)}", rel.span)
+                    self.r.error("shape-mismatch", f"{show_dim(whole)} cannot be split into {show_dim(rel.heads)} "
+                                 f"heads of {show_dim(part)}", rel.span)
                     self.rels.remove(rel)
                     ok = False
                     break

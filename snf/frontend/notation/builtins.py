@@ -97,11 +97,11 @@ class Builtins:
                           f"`{ref.group}[{self.loop_name()}]`", span)
             self.fail("arg-kind", f"`{self.text(span)}` must be a parameter (from `Parameters:`)", span)
         name = ref.group + (f"_{ref.fieldname}" if ref.fieldname else "") + (f"_{suffix}" if suffix else "")
-        g = self.groups[ref.group]
-        g.used = True
-        g.used_fields.add(ref.fieldname or "")
+        group = self.groups[ref.group]
+        group.used = True
+        group.used_fields.add(ref.fieldname or "")
         kind = "norm" if suffix else role
-        seen = g.kinds.setdefault(ref.fieldname or "", (kind, ref.span))
+        seen = group.kinds.setdefault(ref.fieldname or "", (kind, ref.span))
         if seen[0] != kind and {seen[0], kind} != {"matrix", "table"}:
             # a table may also serve as a Linear weight: that is weight tying ([V, D] both ways)
             self.fail("arg-kind", f"`{self.text(span)}` is used as {KIND_TEXT[kind]} here but as "
@@ -111,7 +111,7 @@ class Builtins:
             if name in self.taken or name in RESERVED_NAMES:
                 self.fail("redefinition", f"parameter `{name}` clashes with another name", span)
             self.taken.add(name)
-            declared = g.declared.get(ref.fieldname or "")
+            declared = group.declared.get(ref.fieldname or "")
             if declared is not None:
                 shape = declared[0]
                 if len(shape) != rank:
@@ -119,7 +119,7 @@ class Builtins:
                               f"used as {ROLE_TEXT[role]}", span)
             else:
                 shape = tuple(self.sizes.var(Origin("free", span, self.text(use.span))) for _ in range(rank))
-            p = Param(name, ref.group, ref.fieldname, role, shape, g.count, ref.span, self.text(ref.span),
+            p = Param(name, ref.group, ref.fieldname, role, shape, group.count, ref.span, self.text(ref.span),
                       declared is not None, suffix)
             self.params[name] = p
 

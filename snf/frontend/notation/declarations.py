@@ -93,17 +93,17 @@ class Declarations:
             except LoweringError:
                 self.poisoned.add(e.name)
                 continue
-            g = self.groups[e.name] = Group(e, count)
+            group = self.groups[e.name] = Group(e, count)
             for f in ((e.whole,) if e.whole else ()) + e.fields:
                 key = "" if f is e.whole else f.name
-                if key in g.declared:
+                if key in group.declared:
                     self.r.error("redefinition", f"field `{f.name}` of `{e.name}` is declared twice", f.span)
                     continue
                 if SETS.get(f.set_name) != "float32":
                     self.r.error("bad-type", f"parameters live in ℝ, not `{f.set_name}`", f.span)
                     continue
                 try:
-                    g.declared[key] = (tuple(self.size(d) for d in f.dims), f)
+                    group.declared[key] = (tuple(self.size(d) for d in f.dims), f)
                 except LoweringError:
                     continue
 
@@ -169,12 +169,12 @@ class Declarations:
                     break
 
     def warn_unused(self) -> None:
-        for name, g in self.groups.items():
-            if not g.used:
-                self.r.warning("unused", f"parameter group `{name}` is declared but never used", g.entry.name_span)
+        for name, group in self.groups.items():
+            if not group.used:
+                self.r.warning("unused", f"parameter group `{name}` is declared but never used", group.entry.name_span)
                 continue
-            for key, (_, f) in g.declared.items():
-                if key not in g.used_fields:
+            for key, (_, f) in group.declared.items():
+                if key not in group.used_fields:
                     self.r.warning("unused", f"field `{f.name}` of `{name}` is declared but never used", f.span)
         for table in (self.operators, self.transitions):
             for name, d in table.items():

@@ -61,9 +61,9 @@ class Expressions:
         if e.id in self.states:
             return self.state_read(self.states[e.id], None, e.span)
         if e.id in self.groups:
-            g = self.groups[e.id]
-            g.used = True
-            if g.count is not None:
+            group = self.groups[e.id]
+            group.used = True
+            if group.count is not None:
                 return GroupRef(e.id, False, e.span)
             return ParamRef(e.id, None, False, e.span)
         if e.id in self.operators or e.id in self.transitions:
@@ -84,13 +84,13 @@ class Expressions:
             return self.state_read(self.states[e.value.id], e.index, e.span)
         base = self.expr(e.value)
         if isinstance(base, GroupRef) and not base.layered:
-            g = self.groups[base.group]
+            group = self.groups[base.group]
             if len(e.index) != 1 or self.loop is None or not (
                     isinstance(e.index[0], ir.Name) and e.index[0].id == self.loop["var"]):
                 self.fail("stacked-index", f"`{base.group}` has one entry per layer; index it with the loop "
                           f"variable inside `For`: `{base.group}[{self.loop_name()}]`", e.span)
-            if not equal(g.count, self.loop["count"])[0]:
-                self.fail("stacked-index", f"`{base.group}` has {show_dim(g.count)} entries but the loop runs "
+            if not equal(group.count, self.loop["count"])[0]:
+                self.fail("stacked-index", f"`{base.group}` has {show_dim(group.count)} entries but the loop runs "
                           f"{show_dim(self.loop['count'])} times", e.span)
             return GroupRef(base.group, True, e.span)
         self.fail("syntax", f"`{self.text(e.span)}`: only state sequences and per-layer parameter groups are "

@@ -11,7 +11,7 @@ Lowering happens in three steps:
    notation nodes; expressions reuse the DSL's syntax nodes (`ir.Name`, `ir.Call`, ...).
 2. `Lowering` (lower.py) walks the program in execution order, inlining operators and
    transitions, and emits DSL statements (`ir.Let`, `ir.Assign`, `ir.For`) that call registry
-   ops (expressions.py, builtins.py, attention.py). While it walks, it gives every tensor a shape
+   ops (states.py, expressions.py, builtins.py, attention.py). While it walks, it gives every tensor a shape
    whose unknown sizes are unification variables (sizes.py): a parameter's shape is whatever its
    uses force.
 3. Sizes nothing forces get a documented default with an `ambiguous` warning; every parameter's

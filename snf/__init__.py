@@ -5,7 +5,9 @@ Importing `snf` does not import torch; `snf.load` and `snf.interop` do.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .version import __version__
+
+__all__ = ["__version__", "load"]
 
 
 def load(path):

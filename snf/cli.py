@@ -10,9 +10,9 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from . import __version__
 from .diagnostics import CODES, Diagnostic, render_github, render_json, render_text, use_color
 from .source import Source
+from .version import __version__
 
 EXIT_OK, EXIT_SPEC, EXIT_INTERNAL = 0, 1, 2
 SPEC_SUFFIXES = (".snf",)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from . import ir
 from .check import check
-from .diagnostics import Diagnostic, Reporter, SpecError
-from .parser import parse
+from .diagnostics import Diagnostic, Reporter
+from .frontend import parse
 from .source import Source, Span
 
 
@@ -49,11 +48,3 @@ def generate_source(result: Result, spec_path: str | None = None) -> str:
     assert result.model is not None
     return generate(plan(lower(result.model)), spec_path or result.source.path)
 
-
-def compile_file(path: str | Path, display_path: str | None = None) -> str:
-    """Spec file -> Python source text; raises SpecError with every diagnostic on a bad spec."""
-    source = Source.read(path)
-    result = analyze(source)
-    if not result.ok:
-        raise SpecError([d for d in result.diagnostics], {source.path: source})
-    return generate_source(result, display_path or str(path))

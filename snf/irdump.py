@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import ir
-from .dims import Dim
+from .dims import Dim, show_dim
 from .ir import ScalarT, TensorT
 from .ops import all_ops
 
@@ -15,10 +15,7 @@ class _Printer:
         self.out: list[str] = []
 
     def dim(self, d: Dim) -> str:
-        if d in self.display:
-            return self.display[d]
-        return d.render(lambda a: self.display.get(a) or (a if isinstance(a, str) else
-                                                          f"({self.dim(a.num)} // {self.dim(a.den)})"))
+        return show_dim(d, self.display)
 
     def ty(self, t) -> str:
         if isinstance(t, TensorT):

@@ -21,7 +21,7 @@ from snf.compiler import analyze, generate_source
 from snf.diagnostics import Reporter
 from snf.interop import spec_state
 from snf.interpret import interpret
-from snf.notation import parse_model_notation
+from snf.frontend.notation import parse_model_notation
 from snf.source import NO_SPAN, Source, Span
 
 SEED = "000_a68dacb7665edf3e.txt"
@@ -233,7 +233,8 @@ BAD = {
     # name: (text, [(line, col, code, text in message)])
     "missing-colon": ("SNF_MODEL m\n\nDomain\n    B : batch\n", [(3, 7, "syntax", "expected ':'")]),
     "unclosed-call": (HEADER + "Init:\n    h = Embed(tok, θ_e\n\nlogits = Linear(h, θ_u)\n",
-                      [(20, 1, "syntax", "unexpected 'logits'")], "the '(' at line 18, column 14 is never closed"),
+                      [(18, 14, "syntax", "`(` is never closed")],
+                      "add the matching `)`; the parser gave up at 'logits' (line 20)"),
     "bad-character": (HEADER + BODY.replace("Linear(h, θ_u)", "Linear(h, θ_u) $"), [(20, 25, "syntax", "'$'")]),
     "bad-indent": (HEADER + "Init:\n        h = Embed(tok, θ_e)\n      h = h\n", [(19, 1, "indent", "unindent")]),
     "unknown-op": (HEADER + BODY.replace("Linear(h", "Linaer(h"), [(20, 10, "unknown-op", "`Linaer`")]),

@@ -15,7 +15,7 @@ import torch
 from snf.check import Checker
 from snf.compiler import analyze, generate_source
 from snf.diagnostics import Reporter
-from snf.parser import parse
+from snf.frontend import parse
 from snf.interpret import interpret
 from snf.ops import all_ops
 from snf.source import Source

@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO, snfc, write_spec
 from snf import ir
 from snf.diagnostics import Reporter
-from snf.parser import parse
+from snf.frontend import parse
 from snf.source import Source, Span
 
 

@@ -93,7 +93,8 @@ class Calls:
         if op is None:
             close = difflib.get_close_matches(name, list(self.ops), n=1)
             self.r.error("unknown-op", f"unknown operation `{name}`", func_span or span,
-                         hint=f"did you mean `{close[0]}`?" if close else "see `docs/ops.md` for the op list")
+                         hint=f"did you mean `{close[0]}`?" if close else
+                         "see `docs/language.md`, section 9 (Operations), for the op list")
             return ir.Lit(None, ERR, span)
         bound = self.bind_args(op, name, args, kwargs, spans, span)
         if bound is None:
@@ -175,26 +176,26 @@ class Calls:
                     message = message.replace(f"`{argname}`", f"`{text}`")
         self.r.error(err.code, message, arg_span, hint=err.hint, related=related)
 
-    def convert(self, a: ir.TExpr, p, opname: str, span: Span):
+    def convert(self, arg: ir.TExpr, param, opname: str, span: Span):
         """An argument's value for the shape rule, by the parameter's kind; _FAIL after reporting."""
-        ty, kind = a.ty, p.kind
+        ty, kind = arg.ty, param.kind
         if isinstance(ty, ErrorT) or (isinstance(ty, ListT) and any(isinstance(t, ErrorT) for t in ty.items)):
             return _FAIL
 
         def bad(what: str):
-            self.r.error("arg-kind", f"`{p.name}` of `{opname}` must be {what}", span)
+            self.r.error("arg-kind", f"`{param.name}` of `{opname}` must be {what}", span)
             return _FAIL
         if kind in ("tensor", "tensor?"):
             if isinstance(ty, NoneT):
                 return None if kind == "tensor?" else bad("a tensor, not None")
             if not isinstance(ty, TensorT):
                 return bad("a tensor")
-            if kind == "tensor" and not self.must_exist(a, span):
+            if kind == "tensor" and not self.must_exist(arg, span):
                 return _FAIL
             return ty
         if kind == "value":
             if isinstance(ty, TensorT):
-                return ty if self.must_exist(a, span) else _FAIL
+                return ty if self.must_exist(arg, span) else _FAIL
             if isinstance(ty, ScalarT) and ty.kind in ("int", "float", "bool"):
                 return ty
             return bad("a tensor or a number")
@@ -204,36 +205,36 @@ class Calls:
             return bad("an integer")
         if kind == "float":
             if isinstance(ty, ScalarT) and ty.kind in ("int", "float"):
-                return float(a.value) if isinstance(a, ir.Lit) else None
+                return float(arg.value) if isinstance(arg, ir.Lit) else None
             if isinstance(ty, NoneT):
                 return None
             return bad("a number")
-        if p.static and not isinstance(a, ir.Lit) and kind in ("bool", "int", "str"):
-            self.r.error("arg-kind", f"`{p.name}` of `{opname}` must be a literal constant, not a computed value",
-                         span, hint=f"write e.g. `{p.name}={p.default!r}`; the generated code is specialised on it"
-                         if p.default is not REQUIRED else None)
+        if param.static and not isinstance(arg, ir.Lit) and kind in ("bool", "int", "str"):
+            self.r.error("arg-kind", f"`{param.name}` of `{opname}` must be a literal constant, not a computed value",
+                         span, hint=f"write e.g. `{param.name}={param.default!r}`; the generated code is specialised "
+                         "on it" if param.default is not REQUIRED else None)
             return _FAIL
         if kind == "bool":
             if isinstance(ty, ScalarT) and ty.kind == "bool":
-                return a.value if isinstance(a, ir.Lit) else None
+                return arg.value if isinstance(arg, ir.Lit) else None
             return bad("True or False")
         if kind == "str":
-            if not (isinstance(a, ir.Lit) and isinstance(a.value, str) and ty == STR):
+            if not (isinstance(arg, ir.Lit) and isinstance(arg.value, str) and ty == STR):
                 return bad("a string")
-            if p.choices and a.value not in p.choices:
-                self.r.error("arg-kind", f"`{p.name}` must be one of " + ", ".join(f'"{c}"' for c in p.choices)
-                             + f", got {a.value!r}", span)
+            if param.choices and arg.value not in param.choices:
+                self.r.error("arg-kind", f"`{param.name}` must be one of " + ", ".join(f'"{c}"' for c in param.choices)
+                             + f", got {arg.value!r}", span)
                 return _FAIL
-            return a.value
+            return arg.value
         if kind == "dtype":
-            if isinstance(a, ir.Lit) and ty == ScalarT("dtype"):
-                return a.value
+            if isinstance(arg, ir.Lit) and ty == ScalarT("dtype"):
+                return arg.value
             return bad("a dtype such as float32")
-        if not isinstance(a, ir.TList):
+        if not isinstance(arg, ir.TList):
             return bad("a list")
         if kind == "tensors":
             out = []
-            for item in a.items:
+            for item in arg.items:
                 if not isinstance(item.ty, TensorT):
                     return bad("a list of tensors")
                 if not self.must_exist(item, item.span):
@@ -242,13 +243,13 @@ class Calls:
             return tuple(out)
         if kind == "dims":
             out = []
-            for item in a.items:
+            for item in arg.items:
                 if not (isinstance(item.ty, ScalarT) and item.ty.kind == "int" and item.ty.dim is not None):
                     return bad("a list of dims")
                 out.append(item.ty.dim)
             return tuple(out)
         if kind == "slices":
-            out, wrong = index_items(a.items)
+            out, wrong = index_items(arg.items)
             return bad("a list of indices and slices") if wrong is not None else out
         return bad(kind)  # pragma: no cover
 

@@ -96,7 +96,8 @@ class Checker(Declarations, Expressions, Statements, Loops, Calls, Presence, Ini
             b.uses += 1
             got = b.ty
             if isinstance(got, TensorT) and not isinstance(got, ErrorT):
-                ok = got.rank == o.ty.rank and all(self.output_dim(d, g) for d, g in zip(o.ty.shape, got.shape))
+                ok = got.rank == o.ty.rank and all(self.output_dim(want, have)
+                                                   for want, have in zip(o.ty.shape, got.shape))
                 if got.maybe_none and not o.optional:
                     self.r.error("output-mismatch", f"output `{o.name}` may be None here; declare it optional `?`",
                                  o.span)

@@ -22,7 +22,7 @@ class Presence:
             for i in self.inputs:
                 if i.optional and i.name not in group:
                     dims = {s for d in i.ty.shape for s in d.symbols()}
-                    member_dims = {s for g in group for t in self.inputs if t.name == g
+                    member_dims = {s for member in group for t in self.inputs if t.name == member
                                    for d in t.ty.shape for s in d.symbols()}
                     if any(self.owner.get(s) in group or self.owner.get(s) == i.name for s in dims & member_dims):
                         group.add(i.name)

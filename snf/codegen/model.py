@@ -8,13 +8,14 @@ from pathlib import PurePosixPath
 
 import jinja2
 
-from .. import __version__, ir
+from .. import ir
 from ..checkpoints import encode_mapping, mapping_keys
 from ..dims import show_shape
 from ..ir import TensorT
 from ..names import FORWARD_RESERVED, Namespace
 from ..passes import Plans
 from ..resources import resource_dir
+from ..version import __version__
 from . import blocks, config, params
 from .emit import Emitter
 

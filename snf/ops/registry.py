@@ -2,8 +2,9 @@
 
 An entry gives the op's signature, its shape-and-dtype rule, a NumPy reference (float64,
 used by `snf.interpret`) and a torch lowering (used by code generation). Adding an op is
-one `register(OpDef(...))` in `snf/ops/core.py`; no other file changes. This module holds
-the types only and imports no op: `snf.ops` collects the table (`all_ops()`).
+one `register(OpDef(...))` in the family module it belongs to (`snf/ops/core.py`,
+`snf/ops/attention.py`); no other file changes. This module holds the types only and imports
+no op: `snf.ops` merges the families' tables (`all_ops()`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ KINDS = {"tensor", "tensor?", "value", "int", "float", "bool", "str", "dims", "s
 
 
 @dataclass(frozen=True)
-class P:
+class Param:
     """One parameter of an op."""
 
     name: str
@@ -49,16 +50,16 @@ class OpError(Exception):
 @dataclass(frozen=True)
 class OpDef:
     name: str
-    params: tuple[P, ...]
-    shape: Callable  # (ctx, args) -> Type; args: dict name -> checked value (see check.py)
+    params: tuple[Param, ...]
+    shape: Callable  # (ctx, args) -> Type; args: dict name -> checked value (see check/calls.py)
     numpy: Callable  # (**args) -> ndarray | scalar, float64
-    torch: Callable  # (c) -> str, a Python expression; c gives each argument's code
+    torch: Callable  # (call) -> str, a Python expression; call gives each argument's code
     doc: str = ""
     helpers: tuple[str, ...] = ()  # helper functions (templates/runtime.py.j2) the lowering calls
     elementwise: bool = False
     prec: int = 50  # precedence of the lowered expression (50: a call or attribute access)
 
-    def param(self, name: str) -> P | None:
+    def param(self, name: str) -> Param | None:
         for p in self.params:
             if p.name == name or name in p.aliases:
                 return p

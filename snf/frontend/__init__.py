@@ -1,0 +1,39 @@
+"""Stage 1: text -> syntax IR (`ir.Spec`). A spec is in the SNF DSL (dsl.py) unless its first line
+of code starts with `SNF_MODEL`, the abstract model notation (notation/). Both share lark_common.py;
+their parse errors become diagnostics, never exceptions."""
+
+from __future__ import annotations
+
+from .. import ir
+from ..diagnostics import Reporter
+from ..source import Source, Span
+from .dsl import parse_dsl
+from .lark_common import nesting_too_deep
+from .notation import parse_model_notation
+
+MAX_DEPTH = 48  # bracket nesting; deeper specs are refused, not crashed on
+MAX_BYTES = 2_000_000
+
+
+def parse(src: Source, r: Reporter) -> ir.Spec | None:
+    """Parse one spec in either notation; on failure report and return None."""
+    text = src.text
+    if len(text) > MAX_BYTES:
+        r.error("too-large", f"the spec is larger than {MAX_BYTES} bytes", Span(1, 1, 1, 2))
+        return None
+    deep = nesting_too_deep(text, MAX_DEPTH)
+    if deep:
+        r.error("too-large", f"brackets nest more than {MAX_DEPTH} deep", Span(deep[0], deep[1], deep[0], deep[1] + 1))
+        return None
+    if first_code_line(text).startswith("SNF_MODEL"):
+        return parse_model_notation(src, r)
+    return parse_dsl(src, r)
+
+
+def first_code_line(text: str) -> str:
+    """The first line that is neither blank nor a comment (which notation a file is in)."""
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            return stripped
+    return ""

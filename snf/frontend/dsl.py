@@ -1,0 +1,179 @@
+"""The SNF DSL (docs/language.md): text -> syntax IR (`ir.Spec`), with Lark (grammars/snf.lark)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from lark import Token, v_args
+
+from .. import ir
+from ..diagnostics import Reporter
+from ..source import Source, Span
+from .lark_common import AtomTransformer, model_name, parse_items, span, tok_span
+
+MAX_NODE_DEPTH = 100  # syntax-tree depth (operator chains, blocks); later stages recurse over it
+
+# Keywords where they cannot start: `else` away from its `if` block, and `elif`.
+MISPLACED = {
+    "else": ("`else` without a matching `if` block",
+             "`else:` goes at the indentation of its `if`, right after the `if` block"),
+    "elif": ("`elif` without a matching `if` block", "SNF has no `elif`; nest an `if` inside `else:`"),
+}
+
+
+@v_args(meta=True, inline=True)
+class ToSyntax(AtomTransformer):
+    """Lark tree -> syntax nodes. Callbacks are named after grammar rules."""
+
+    def true_lit(self, meta):
+        return ir.Const(True, span(meta))
+
+    def false_lit(self, meta):
+        return ir.Const(False, span(meta))
+
+    def none_lit(self, meta):
+        return ir.Const(None, span(meta))
+
+    def list_lit(self, meta, items=None):
+        return ir.ListExpr(tuple(items or ()), span(meta))
+
+    # --- operators
+    def binop(self, meta, left, op, right):
+        return ir.BinOp(str(op), left, right, span(meta))
+
+    def unary(self, meta, op, operand):
+        return ir.Unary(str(op), operand, span(meta))
+
+    def not_op(self, meta, operand):
+        return ir.Unary("not", operand, span(meta))
+
+    def compare(self, meta, left, op, right):
+        return ir.Compare(str(op), left, right, span(meta))
+
+    def or_op(self, meta, left, right):
+        return ir.BoolOp("or", left, right, span(meta))
+
+    def and_op(self, meta, left, right):
+        return ir.BoolOp("and", left, right, span(meta))
+
+    def cond_expr(self, meta, body, test, orelse):
+        return ir.Cond(body, test, orelse, span(meta))
+
+    def guard_expr(self, meta, body, test):
+        return ir.Cond(body, test, None, span(meta))
+
+    def exists(self, meta, value):
+        if not isinstance(value, ir.Name):
+            self.r.error("syntax", "`exists` applies to the name of an optional input", span(meta))
+            value = ir.Name("?", span(meta))
+        return ir.Exists(value, span(meta))
+
+    # --- postfix
+    def subscripts(self, meta, *items):
+        return list(items)
+
+    def slice_item(self, meta, lo, hi):
+        return ir.SliceExpr(lo, hi, span(meta))
+
+    # --- statements
+    def let_stmt(self, meta, name, value):
+        return ir.Let(str(name), value, span(meta).to(value.span), tok_span(name))
+
+    def assign_stmt(self, meta, name, index, value):
+        return ir.Assign(str(name), tuple(index) if index is not None else None, value,
+                         span(meta).to(value.span), tok_span(name))
+
+    def block_cond(self, meta, test, body, orelse):
+        return ir.Cond(body, test, orelse, span(meta))
+
+    def if_stmt(self, meta, test, *rest):
+        body = [s for s in rest if not isinstance(s, tuple)]
+        orelse = next((s for s in rest if isinstance(s, tuple)), ())
+        return ir.If(test, tuple(body), orelse, span(meta))
+
+    def else_block(self, meta, *stmts):
+        return tuple(stmts)
+
+    def assert_stmt(self, meta, test):
+        return ir.Assert(test, span(meta).to(test.span))
+
+    def for_stmt(self, meta, var, lo, _range, hi, *body):
+        return ir.For(str(var), lo, hi, tuple(body), span(meta))
+
+    # --- sections
+    def typed_decl(self, meta, name, type_, *rest):
+        optional = any(isinstance(t, Token) and t.type == "OPTIONAL" for t in rest)
+        where = next((w for w in rest if isinstance(w, list)), [])
+        rest = [x for x in rest if not isinstance(x, (Token, list))]
+        value = rest[0] if rest else None
+        condition = None
+        end = value.span if value is not None else type_.span
+        # `T if c else None` is a conditional declaration; a trailing `= v` arrives inside `test`.
+        if isinstance(type_, ir.Cond) and isinstance(type_.orelse, ir.Const) and type_.orelse.value is None:
+            condition, type_ = type_.test, type_.body
+        return ir.Decl("", str(name), type_, value, optional, condition, tuple(where),
+                       tok_span(name).to(end), tok_span(name))
+
+    def derived_decl(self, meta, name, value):
+        return ir.Decl("", str(name), None, value, span=tok_span(name).to(value.span), name_span=tok_span(name))
+
+    def where_block(self, meta, *items):
+        return list(items)
+
+    def where_item(self, meta, name, value):
+        return ir.Decl("where", str(name), None, value, span=span(meta), name_span=tok_span(name))
+
+    def section_kind(self, meta, tok):
+        return str(tok)
+
+    def section(self, meta, kind, *decls):
+        return ("section", str(kind), [ir.replace(d, section=str(kind)) for d in decls])
+
+    def map_entry(self, meta, name, layer_var, source):
+        return ir.MapEntry("", str(name), str(layer_var) if layer_var is not None else None, source,
+                           tok_span(name).to(source.span))
+
+    def checkpoint(self, meta, fmt, *entries):
+        return ("checkpoint", str(fmt), [ir.replace(e, fmt=str(fmt)) for e in entries])
+
+    def start(self, meta, *items):
+        return list(items)
+
+
+def parse_dsl(src: Source, r: Reporter) -> ir.Spec | None:
+    """Parse a spec in the DSL; on failure report and return None."""
+    items = parse_items(src, r, "snf.lark", MISPLACED, ToSyntax)
+    if items is None:
+        return None
+    decls, body, maps = [], [], []
+    for item in items:
+        if isinstance(item, tuple) and item[0] == "section":
+            decls += item[2]
+        elif isinstance(item, tuple) and item[0] == "checkpoint":
+            maps += item[2]
+        else:
+            body.append(item)
+    deep = too_deep(decls + body + maps)
+    if deep is not None:
+        r.error("too-large", f"expressions and blocks nest more than {MAX_NODE_DEPTH} deep here", deep.span,
+                "split the expression with `let` values")
+        return None
+    return ir.Spec(src.path, src.sha256, model_name(src.path), tuple(decls), tuple(body), tuple(maps))
+
+
+def too_deep(roots: list):
+    """The first node nested more than MAX_NODE_DEPTH deep (operators, calls, blocks), or None.
+    Later stages recurse over the IR, so depth is bounded here, without recursion."""
+    stack = [(node, 1) for node in reversed(roots)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NODE_DEPTH and getattr(node, "span", None) is not None and node.span.line:
+            return node
+        if not dataclasses.is_dataclass(node) or isinstance(node, Span):
+            continue
+        for f in dataclasses.fields(node):
+            value = getattr(node, f.name)
+            for child in (value if isinstance(value, (tuple, list)) else (value,)):
+                if dataclasses.is_dataclass(child) and not isinstance(child, Span):
+                    stack.append((child, depth + 1))
+    return None

@@ -1,0 +1,320 @@
+"""What both notations share on top of Lark: the indenter, spans, the transformer of atoms and
+calls, and one reporter that turns Lark's parse errors into located `syntax` diagnostics."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Mapping
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+from lark.indenter import DedentError, Indenter
+
+from .. import ir
+from ..diagnostics import Reporter
+from ..resources import read_resource
+from ..source import Source, Span
+
+
+class SNFIndenter(Indenter):
+    NL_type = "_NL"
+    OPEN_PAREN_types = ["LPAR", "LSQB"]
+    CLOSE_PAREN_types = ["RPAR", "RSQB"]
+    INDENT_type = "_INDENT"
+    DEDENT_type = "_DEDENT"
+    tab_len = 8
+
+
+@functools.lru_cache(maxsize=None)
+def lark_parser(grammar: str) -> Lark:
+    """The LALR parser of `grammars/<grammar>`, built once."""
+    return Lark(read_resource("grammars", grammar), parser="lalr", postlex=SNFIndenter(),
+                propagate_positions=True, maybe_placeholders=True, cache=False)
+
+
+def span(meta) -> Span:
+    return Span(meta.line, meta.column, meta.end_line, meta.end_column)
+
+
+def tok_span(tok: Token) -> Span:
+    return Span(tok.line, tok.column, tok.end_line or tok.line, tok.end_column or tok.column + len(tok))
+
+
+def model_name(path: str) -> str:
+    """A spec's model name: its file name up to the first dot."""
+    return Path(path).name.split(".")[0] or "model"
+
+
+# ============================================================================ parsing and its errors
+
+# Keywords that cannot start where they stand -> (message, hint); per grammar.
+Misplaced = Mapping[str, tuple[str, str]]
+
+
+def parse_items(src: Source, r: Reporter, grammar: str, misplaced: Misplaced, transformer: type) -> list | None:
+    """`src` parsed with `grammar` and transformed (a `transformer(r)` of the tree's top items);
+    None after reporting a syntax error or a tree nested too deeply to walk."""
+    try:
+        tree = lark_parser(grammar).parse(src.text + "\n")
+    except UnexpectedInput as e:
+        report_parse_error(e, src, r, grammar, misplaced)
+        return None
+    except DedentError:
+        line = dedent_line(src.text)
+        r.error("indent", "unindent does not match any outer indentation level", Span(line, 1, line, 2),
+                "indent this line like the block it belongs to")
+        return None
+    try:
+        return transformer(r).transform(tree)
+    except (RecursionError, VisitError) as e:
+        if isinstance(e, VisitError) and not isinstance(e.orig_exc, RecursionError):
+            raise
+        r.error("too-large", "the spec nests too deeply", Span(1, 1, 1, 2))
+        return None
+
+
+FRIENDLY = {
+    "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "STRING": "a string",
+    "_NL": "end of line", "_INDENT": "an indented block", "_DEDENT": "end of the block",
+    "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'", "COMMA": "','", "COLON": "':'",
+    "EQUAL": "'='", "SECTION": "a section header", "OPTIONAL": "'?'", "RANGE": "'..'",
+    "COMP_OP": "a comparison", "ADD_OP": "'+' or '-'", "MUL_OP": "an operator", "POW_OP": "'**'",
+    "DOT": "'.'", "$END": "end of file", "LESSTHAN": "'<'", "MINUS": "'-'",
+    "SQRT": "'√'", "CARET": "'^'", "SUP_T": "'ᵀ'", "_IN": "'∈'",
+}
+
+
+def describe(expected, grammar: str) -> str:
+    """`; expected a, b, c` for the terminals Lark expected: friendly names, else a keyword's text."""
+    terminals = {t.name: t for t in lark_parser(grammar).terminals}
+    names = set()
+    for e in expected:
+        if e in FRIENDLY:
+            names.add(FRIENDLY[e])
+        elif e in terminals and terminals[e].pattern.type == "str":
+            names.add(repr(terminals[e].pattern.value))
+        else:
+            names.add(e)
+    names = sorted(names)
+    if not names:
+        return ""
+    if len(names) > 6:
+        names = names[:6] + ["..."]
+    return "; expected " + ", ".join(names)
+
+
+def token_text(tok: Token) -> str:
+    if tok.type == "_NL":
+        return "end of line"
+    if tok.type in ("_INDENT", "_DEDENT"):
+        return "a change of indentation"
+    if tok.type == "$END":
+        return "end of file"
+    text = str(tok)
+    return repr(text if len(text) <= 20 else text[:20] + "...")
+
+
+def report_parse_error(e: UnexpectedInput, src: Source, r: Reporter, grammar: str, misplaced: Misplaced) -> None:
+    if isinstance(e, UnexpectedToken):
+        unexpected_token(e, src, r, grammar, misplaced)
+    elif isinstance(e, UnexpectedCharacters):
+        ch = src.line(e.line)[e.column - 1:e.column] or "?"
+        what = f"character {ch!r}" if ch.isprintable() else f"character U+{ord(ch):04X}"
+        hint = "the file contains bytes that are not UTF-8 text" if ch == "\ufffd" else None
+        code = "encoding" if hint else "syntax"
+        message = f"unexpected {what}"
+        if ch in "\"'":
+            message = f"unexpected {what}: the string it starts is not closed on this line"
+        r.error(code, message, Span(e.line, e.column, e.line, e.column + 1), hint)
+    elif isinstance(e, UnexpectedEOF):
+        n = max(len(src.lines), 1)
+        r.error("syntax", f"unexpected end of file{describe(e.expected, grammar)}", Span(n, 1, n, 2))
+    else:  # pragma: no cover - lark's other input errors
+        r.error("syntax", str(e).splitlines()[0], Span(getattr(e, "line", 1), getattr(e, "column", 1),
+                                                        getattr(e, "line", 1), getattr(e, "column", 1) + 1))
+
+
+def unexpected_token(e: UnexpectedToken, src: Source, r: Reporter, grammar: str, misplaced: Misplaced) -> None:
+    tok = e.token
+    line = tok.line if tok.line and tok.line > 0 else len(src.lines)
+    col = tok.column if tok.column and tok.column > 0 else 1
+    if tok.type == "_NL":
+        # report just after the code of the line that ended too early (before any comment)
+        line = max(line, 1)
+        col = len(src.line(line)[:col - 1].rstrip()) + 1
+        if col == 1 and line > 1:
+            line -= 1
+            col = len(src.line(line)) + 1
+    unclosed = unclosed_bracket(src.text, tok) if tok.type not in ("_NL", "$END") else None
+    if unclosed is not None:
+        (bline, bcol, ch), closer = unclosed, {"(": ")", "[": "]"}[unclosed[2]]
+        r.error("syntax", f"`{ch}` is never closed", Span(bline, bcol, bline, bcol + 1),
+                f"add the matching `{closer}`; the parser gave up at {token_text(tok)} (line {line})")
+        return
+    width = len(str(tok)) if tok.type not in ("_NL", "_INDENT", "_DEDENT", "$END") else 1
+    span = Span(line, col, line, col + max(width, 1))
+    hint = None
+    if tok.type == "_INDENT":
+        hint = "this line is indented more than the block it belongs to"
+    elif "_INDENT" in e.expected or after_colon_line(src, line, col):
+        hint = "a line ending in ':' must be followed by an indented block"
+    before = src.line(line)[:col - 1]
+    keyword = before.strip()
+    if keyword in misplaced and tok.type != "_NL":
+        message, keyword_hint = misplaced[keyword]
+        start = col - len(keyword) - (len(before) - len(before.rstrip()))
+        r.error("syntax", message, Span(line, start, line, col), keyword_hint)
+        return
+    r.error("syntax", f"unexpected {token_text(tok)}{describe(e.expected, grammar)}", span, hint)
+
+
+def brackets(text: str):
+    """(line, col, char) of every bracket outside comments and string literals."""
+    line, col, quote, comment = 1, 0, None, False
+    chars = iter(text)
+    for ch in chars:
+        col += 1
+        if ch == "\n":
+            line, col, quote, comment = line + 1, 0, None, False
+        elif comment:
+            continue
+        elif quote:
+            if ch == "\\":
+                nxt = next(chars, "")
+                col += 1
+                if nxt == "\n":
+                    line, col, quote = line + 1, 0, None
+            elif ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            comment = True
+        elif ch in "()[]":
+            yield line, col, ch
+
+
+def after_colon_line(src: Source, line: int, col: int) -> bool:
+    """Whether the error is at the first token of a line that follows a line ending in ':'."""
+    if src.line(line)[:col - 1].strip():
+        return False
+    for n in range(line - 1, 0, -1):
+        code = src.line(n).split("#", 1)[0].rstrip()
+        if code:
+            return code.endswith(":")
+    return False
+
+
+def nesting_too_deep(text: str, limit: int) -> tuple[int, int] | None:
+    """Where brackets first nest deeper than `limit`, or None."""
+    depth = 0
+    for line, col, ch in brackets(text):
+        if ch in "([":
+            depth += 1
+            if depth > limit:
+                return line, col
+        else:
+            depth = max(depth - 1, 0)
+    return None
+
+
+def unclosed_bracket(text: str, tok) -> tuple[int, int, str] | None:
+    """The innermost bracket open where the parser failed at `tok`, the first token of a line (a new
+    statement swallowed by the open bracket), when that bracket is never closed in the whole file."""
+    lines = text.split("\n")
+    if not tok.line or not tok.column or tok.line > len(lines) or lines[tok.line - 1][:tok.column - 1].strip():
+        return None
+    stack, open_at_error = [], None
+    for line, col, ch in brackets(text):
+        if open_at_error is None and (line, col) >= (tok.line, tok.column):
+            open_at_error = list(stack)
+        if ch in "([":
+            stack.append((line, col, ch))
+        elif stack:
+            stack.pop()
+    if open_at_error is None:
+        open_at_error = list(stack)
+    never_closed = set(stack)
+    candidates = [b for b in open_at_error if b in never_closed]
+    return candidates[-1] if candidates else None
+
+
+def dedent_line(text: str) -> int:
+    """The first line whose indentation matches no enclosing level (for DedentError)."""
+    stack = [0]
+    depth = 0
+    for n, raw in enumerate(text.split("\n"), 1):
+        stripped = raw.lstrip(" \t")
+        if depth == 0 and stripped and not stripped.startswith("#"):
+            width = len(raw.expandtabs(8)) - len(stripped.expandtabs(8)) if "\t" in raw else len(raw) - len(stripped)
+            if width > stack[-1]:
+                stack.append(width)
+            elif width < stack[-1]:
+                while stack and width < stack[-1]:
+                    stack.pop()
+                if not stack or stack[-1] != width:
+                    return n
+        depth += raw.count("(") + raw.count("[") - raw.count(")") - raw.count("]")
+        depth = max(depth, 0)
+    return 1
+
+
+# ============================================================================ the shared transformer
+
+
+@v_args(meta=True, inline=True)
+class AtomTransformer(Transformer):
+    """Names, literals, calls, keyword arguments, subscripts and attributes: the callbacks both
+    notations' transformers share (they are named after grammar rules)."""
+
+    def __init__(self, reporter: Reporter):
+        super().__init__()
+        self.r = reporter
+
+    def name(self, meta, tok):
+        return ir.Name(str(tok), tok_span(tok))
+
+    def int_lit(self, meta, tok):
+        if len(tok) > 18:
+            self.r.error("too-large", f"integer literal {str(tok)[:20]}... is too large", tok_span(tok))
+            return ir.Num(0, tok_span(tok))
+        return ir.Num(int(tok), tok_span(tok))
+
+    def float_lit(self, meta, tok):
+        value = float(tok)
+        if value in (float("inf"), float("-inf")):
+            self.r.error("too-large", f"float literal {str(tok)[:20]} overflows", tok_span(tok))
+            value = 0.0
+        return ir.Num(value, tok_span(tok))
+
+    def str_lit(self, meta, tok):
+        raw = str(tok)[1:-1]
+        return ir.Str(raw.encode("utf-8", "surrogatepass").decode("unicode_escape", "replace")
+                      if "\\" in raw else raw, tok_span(tok))
+
+    def call(self, meta, func, args=None):
+        if not isinstance(func, ir.Name):
+            self.r.error("syntax", "only a named operation can be called", span(meta))
+            func = ir.Name("?", span(meta))
+        pos, kws = [], []
+        for a in args or ():
+            if isinstance(a, ir.Keyword):
+                kws.append(a)
+            elif kws:
+                self.r.error("syntax", "a positional argument follows a keyword argument", a.span)
+            else:
+                pos.append(a)
+        return ir.Call(func.id, tuple(pos), tuple(kws), span(meta), func.span)
+
+    def args(self, meta, *items):
+        return list(items)
+
+    def kwarg(self, meta, name, value):
+        return ir.Keyword(str(name), value, tok_span(name).to(value.span))
+
+    def subscript(self, meta, value, index):
+        return ir.Subscript(value, tuple(index), span(meta))
+
+    def attribute(self, meta, value, name):
+        return ir.Attribute(value, str(name), span(meta))

@@ -73,7 +73,7 @@ def logits_of(out):
 
 
 def snfc_logits(m, idx):
-    return logits_of(m(idx))
+    return logits_of(m(idx, use_cache=False))  # as HF is called: no KV cache
 
 
 def make_row_fns(ours, hf_call, idx, tgt, vocab: int, backward: bool):

@@ -57,9 +57,12 @@ class CachePlan:
 
 
 def plan_caches(model: ir.Model) -> CachePlan:
-    caches, concats = _find_caches(model)
+    caches, concats, indirect = _find_caches(model)
     if not caches:
         return CachePlan((), None)
+    if indirect:
+        return CachePlan(tuple(caches), None, f"`{sorted(indirect)[0]}` holds a value computed from a grown cache, "
+                                              f"not the cache itself")
     pre, reason = _preallocation(model, caches, concats)
     return CachePlan(tuple(caches), pre, reason)
 
@@ -75,22 +78,23 @@ def _group(model: ir.Model, name: str) -> set:
     return next((set(g) for g in model.input_groups if name in g), {name})
 
 
-def _bound_name(stmt, op: ir.Op) -> str | None:
-    """The name `stmt` binds to `op`'s value: `let n = op`, or `let n = op if past exists else x`."""
+def _bound_name(stmt, op: ir.Op) -> tuple[str | None, bool]:
+    """The name `stmt` binds `op`'s value into, and whether it binds the value itself (`let n = op`,
+    or `let n = op if past exists else x`) rather than something computed from it."""
     if not isinstance(stmt, ir.Bind):
-        return None
+        return None, False
     v = stmt.value
-    if v == op or isinstance(v, ir.TCond) and v.body == op and isinstance(v.test, ir.IsPresent):
-        return stmt.name
-    return None
+    direct = v == op or isinstance(v, ir.TCond) and v.body == op and isinstance(v.test, ir.IsPresent)
+    return stmt.name, direct
 
 
-def _find_caches(model: ir.Model) -> tuple[list[Cache], dict]:
+def _find_caches(model: ir.Model) -> tuple[list[Cache], dict, set]:
     optional = _optional_inputs(model)
     outputs = {o.name for o in model.outputs}
     owners = {d: (inp, axis) for d, inp, axis in model.runtime_dims}
     found: list[Cache] = []
     concats: dict[str, tuple[ir.Op, str]] = {}  # input -> (concat op, bound name)
+    indirect: set = set()  # names bound to a value computed from a concatenated cache
     for loop, stmt in _statements(model.body):
         for op in _ops(stmt):
             if op.op != "concat":
@@ -107,7 +111,7 @@ def _find_caches(model: ir.Model) -> tuple[list[Cache], dict]:
             owner = owners.get(dim, (None, None))[0]
             if dim is None or owner not in _group(model, past.name) or past.name in concats:
                 continue  # the growing axis must be a run-time dim the cache inputs bring
-            name = _bound_name(stmt, op)
+            name, direct = _bound_name(stmt, op)
             if name is None:
                 continue
             out, init = _output_of(model, loop, name, outputs) if per_layer else (name if name in outputs else None,
@@ -115,8 +119,10 @@ def _find_caches(model: ir.Model) -> tuple[list[Cache], dict]:
             if out is None:
                 continue
             concats[past.name] = (op, name)
+            if not direct:
+                indirect.add(name)
             found.append(Cache(past.name, out, full_axis, dim, loop if per_layer else None, init))
-    return found, concats
+    return found, concats, indirect
 
 
 def _output_of(model: ir.Model, loop: ir.Loop | None, name: str, outputs: set) -> tuple[str | None, ir.Bind | None]:

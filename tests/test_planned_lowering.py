@@ -1,0 +1,274 @@
+"""Issue 9's reproducers, as regression tests of the planned lowering (snf/passes/ -> snf/codegen/),
+and standard tooling on a generated model without wrappers.
+
+The reproducers that need torch.compile live with the other compiled tests:
+- (1) gpt_decoder trains compiled with its own gradient_checkpointing=True:
+  tests/test_compiled_default.py, and tests/test_compile.py::test_only_compile_failures_fall_back;
+- (5) a Config field named `head_dim` keeps its name: tests/test_hygiene.py.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import snf
+from conftest import REPO, write_spec
+from snf.compiler import analyze, lower
+from snf.interop import load_state_dict, spec_state
+from snf.interpret import interpret
+from snf.passes import plan
+from snf.source import Source
+
+NANOGPT = (REPO / "specs" / "nanogpt.snf").read_text(encoding="utf-8")
+SMALL = dict(vocab_size=31, block_size=16, n_layer=2, n_head=2, n_embd=16)
+
+
+def load(tmp_path: Path, text: str, name: str = "spec"):
+    return snf.load(write_spec(tmp_path, text, f"{name}.snf"))
+
+
+def plans_of(text: str):
+    result = analyze(Source.from_text("spec.snf", text))
+    assert result.ok, result.diagnostics
+    return plan(lower(result.model))
+
+
+# ------------------------------------------------------------------ (2) the cache's length in code
+
+LENGTH_DEPENDENT = NANOGPT.replace(
+    "    let k_full = concat([past_keys[l], k_head], axis=1) if past_keys exists else k_head     # [B, T_total, H, head_dim]",
+    "    let k_full = reshape(concat([past_keys[l], k_head], axis=1), [B, T_past + T, H, head_dim]) "
+    "if past_keys exists else k_head")
+
+
+def test_code_that_reads_the_cache_length_gets_no_fixed_shape_path(tmp_path):
+    """`reshape(k_all, [B, T_past + T, ...])` reads the grown cache's length, which a preallocated
+    buffer does not have: the cache plan keeps such a spec on the growing path, and generate works."""
+    assert LENGTH_DEPENDENT != NANOGPT
+    caches = plans_of(LENGTH_DEPENDENT).caches
+    assert [c.input for c in caches.caches] == ["past_keys", "past_values"]
+    assert caches.preallocated is None and "computed from a grown cache" in caches.reason
+    assert plans_of(NANOGPT).caches.preallocated is not None  # the plain spec keeps it
+    mod = load(tmp_path, LENGTH_DEPENDENT, "length_dependent")
+    torch.manual_seed(0)
+    model = mod.Model(**SMALL).eval()
+    prompt = torch.randint(0, 31, (1, 3))
+    out = model.generate(prompt, 5, temperature=0)  # crashed: shape '[1, 5, 2, 4]' is invalid for input of size 128
+    seq = prompt
+    with torch.no_grad():
+        for _ in range(5):
+            seq = torch.cat([seq, model(seq).logits[:, -1:].argmax(-1)], dim=1)
+    assert torch.equal(out, seq)
+
+
+# ------------------------------------------------------------------ (3) a loop value the Block needs
+
+FULL_IN_LOOP = """\
+param:
+  n_layer : int = 2
+  D : int = 4
+input:
+  x : Tensor([B, T, D], float32)
+parameter:
+  w : Tensor([n_layer, D, D], float32)
+output:
+  y : Tensor([B, T, D], float32)
+  ys : Tensor([n_layer, B, T, D], float32)
+let h = x
+let ys = full([n_layer, B, T, D], 0.0, float32)
+for l in 0..n_layer-1:
+    let a = linear(h, weight=w[l])
+    ys[l] = a
+    let ones = full([B, T, D], 1.0, float32)
+    h = a * ones + h
+let y = h
+"""
+
+
+def test_a_full_inside_a_loop_after_a_per_layer_write(tmp_path):
+    """`full` in a loop after `ys[l] = a` generated a Block that read `ys`, which it is not given:
+    NameError. The Block takes its device from a tensor it is given."""
+    mod = load(tmp_path, FULL_IN_LOOP, "full_in_loop")
+    model = mod.Model()
+    x = torch.randn(2, 3, 4)
+    out = model(x)
+    result = analyze(Source.from_text("full_in_loop.snf", FULL_IN_LOOP))
+    params = {k: v.detach().double().numpy() for k, v in spec_state(model).items()}
+    want = interpret(result.model, params, {"x": x.double().numpy()})
+    np.testing.assert_allclose(out.y.detach().numpy(), want["y"], rtol=1e-5, atol=1e-6)  # float32 vs float64
+    np.testing.assert_allclose(out.ys.detach().numpy(), want["ys"], rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------ (4) two layer loops
+
+TWO_LOOPS = """\
+param:
+  n_enc : int = 2
+  n_dec : int = 3
+  D : int = 4
+input:
+  x : Tensor([B, D], float32)
+parameter:
+  enc_weight : Tensor([n_enc, D, D], float32)
+  dec_weight : Tensor([n_dec, D, D], float32)
+  dec_bias : Tensor([n_dec, D], float32)
+output:
+  y : Tensor([B, D], float32)
+let h = x
+for i in 0..n_enc-1:
+    h = tanh(linear(h, weight=enc_weight[i]))
+for j in 0..n_dec-1:
+    h = h + linear(h, weight=dec_weight[j], bias=dec_bias[j])
+let y = h
+
+checkpoint ext:
+  enc_weight[l] <- "encoder.{l}.w"
+  dec_weight[l] <- "decoder.{l}.w"
+  dec_bias[l] <- "decoder.{l}.b"
+"""
+
+
+def test_two_layer_loops_have_one_name_each_everywhere(tmp_path):
+    """The second loop's Blocks are `layers2`; the state-dict keys, `spec_parameters` and interop
+    all say so (they said `layers.{l}` for both loops)."""
+    mod = load(tmp_path, TWO_LOOPS, "two_loops")
+    model = mod.Model()
+    table = mod.spec_parameters(model.config)
+    assert table["enc_weight"] == ("layers.{l}.enc.weight", None, 2)
+    assert table["dec_weight"] == ("layers2.{l}.dec.weight", None, 3)
+    assert set(model.state_dict()) == {f"layers.{i}.enc.weight" for i in range(2)} | \
+        {f"layers2.{i}.dec.{p}" for i in range(3) for p in ("weight", "bias")}
+    assert spec_state(model)["dec_weight"].shape == (3, 4, 4)
+    foreign = {f"encoder.{i}.w": torch.randn(4, 4) for i in range(2)}
+    foreign |= {f"decoder.{i}.w": torch.randn(4, 4) for i in range(3)} | {f"decoder.{i}.b": torch.randn(4)
+                                                                           for i in range(3)}
+    load_state_dict(model, foreign, "ext")
+    assert torch.equal(model.layers2[2].dec.bias, foreign["decoder.2.b"])
+    assert torch.equal(spec_state(model)["enc_weight"][1], foreign["encoder.1.w"])
+
+
+# ------------------------------------------------------------------ (6) facts from data flow, not names
+
+RENAMED_CACHE = re.sub(r"\bpast_keys\b", "k_cache", re.sub(r"\bpast_values\b", "v_cache",
+                       re.sub(r"\bnew_keys\b", "k_out", re.sub(r"\bnew_values\b", "v_out", NANOGPT))))
+
+
+def test_caches_are_found_by_data_flow_not_by_name(tmp_path):
+    caches = plans_of(RENAMED_CACHE).caches
+    assert [(c.input, c.output) for c in caches.caches] == [("k_cache", "k_out"), ("v_cache", "v_out")]
+    assert caches.preallocated is not None
+    mod = load(tmp_path, RENAMED_CACHE, "renamed_cache")
+    torch.manual_seed(0)
+    model = mod.Model(**SMALL).eval()
+    prompt = torch.randint(0, 31, (2, 4))
+    out = model.generate(prompt, 4, temperature=0)
+    seq = prompt
+    with torch.no_grad():
+        for _ in range(4):
+            seq = torch.cat([seq, model(seq).logits[:, -1:].argmax(-1)], dim=1)
+    assert torch.equal(out, seq)
+    # and names alone make no cache: `past_x` / `new_x` that are not fed back
+    fake = """\
+input:
+  x : Tensor([B, T], float32)
+  past_x : Tensor([B, T], float32)?
+output:
+  new_x : Tensor([B, T], float32)
+let new_x = x + past_x if past_x exists else x
+"""
+    assert plans_of(fake).caches.caches == ()
+
+
+# ------------------------------------------------------------------ (7) no cache in training
+
+def test_a_training_forward_builds_no_cache():
+    import generated.nanogpt as ng
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Calls(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    model = ng.Model(**SMALL)
+    idx = torch.randint(0, 31, (2, 8))
+    for training, use_cache in ((True, None), (False, False)):
+        model.train(training)
+        with Calls() as calls:
+            out = model(idx, use_cache=use_cache)
+        assert out.new_keys is None and out.new_values is None
+        assert not [op for op in calls.ops if "full" in op or "copy" in op], calls.ops  # no cache allocated or filled
+    model.train()
+    assert model(idx, use_cache=True).new_keys.shape == (2, 2, 8, 2, 8)
+    model.eval()
+    assert model(idx).new_keys.shape == (2, 2, 8, 2, 8)  # eval: the caches by default
+
+
+# ------------------------------------------------------------------ standard tooling, no wrappers
+
+def test_linear_layers_are_nn_linear_and_named_for_weight_decay():
+    import generated.gpt_decoder as gd
+    model = gd.Model(vocab_size=31, block_size=16, n_layer=2, n_head=2, n_embd=16, mlp_hidden=24)
+    linears = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert linears == {f"layers.{i}.{m}" for i in range(2) for m in ("qkv", "o", "gateup", "down")}
+    norms = {n for n, m in model.named_modules() if isinstance(m, torch.nn.RMSNorm)}
+    assert norms == {"norm"} | {f"layers.{i}.{m}" for i in range(2) for m in ("attn_norm", "mlp_norm")}
+    # minGPT's rule: decay the weights of linear layers, not norms, embeddings or biases
+    decay = {f"{m}.weight" for m in linears}
+    named = dict(model.named_parameters())
+    assert decay < set(named) and all(named[n].dim() == 2 for n in decay)
+    assert set(named) - decay == {"token_embedding.weight", "norm.weight"} | \
+        {f"layers.{i}.{m}.weight" for i in range(2) for m in ("attn_norm", "mlp_norm")}
+
+
+def test_peft_lora_wraps_the_linear_layers():
+    peft = pytest.importorskip("peft")
+    import generated.nanogpt as ng
+    torch.manual_seed(0)
+    model = ng.Model(**SMALL).eval()
+    idx = torch.randint(0, 31, (2, 8))
+    with torch.no_grad():
+        base = model(idx).logits
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["attn_qkv", "attn_proj", "mlp_fc", "mlp_proj"])
+    lora = peft.get_peft_model(model, config)
+    trainable = [n for n, p in lora.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert len(trainable) == 2 * 4 * SMALL["n_layer"]  # A and B of 4 linear layers per block
+    with torch.no_grad():
+        assert (lora(idx).logits - base).abs().max() == 0  # LoRA's B starts at zero
+    lora.train()
+    loss = lora(idx).logits.square().mean()
+    loss.backward()
+    assert all(p.grad is not None for n, p in lora.named_parameters() if p.requires_grad)
+
+
+def test_torchao_quantizes_the_linear_layers():
+    torchao = pytest.importorskip("torchao")
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+    import generated.nanogpt as ng
+    torch.manual_seed(0)
+    model = ng.Model(**SMALL).eval()
+    idx = torch.randint(0, 31, (2, 8))
+    with torch.no_grad():
+        base = model(idx).logits
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_(model, Int8WeightOnlyConfig())
+    weight = model.layers[0].attn_qkv.weight
+    assert type(weight).__name__ != "Parameter" or type(weight.data).__name__ != "Tensor"  # a quantized tensor
+    assert "Int8" in type(weight).__name__ or "Affine" in type(weight).__name__, type(weight)
+    with torch.no_grad():
+        quantized = model(idx).logits
+    assert (quantized - base).abs().max() < 0.05 * base.abs().max()  # int8 weights: close, not equal
+    assert sys.modules.get("torchao") is torchao

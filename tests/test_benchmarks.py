@@ -16,8 +16,9 @@ def test_bench_generate_runs(model, capsys, monkeypatch):
     from benchmarks import bench_generate
     monkeypatch.setenv("SNF_COMPILE", "0")  # the script sets it; restored afterwards
     assert bench_generate.main([*QUICK, "--model", model]) == 0
-    rows = re.findall(r"^\| snfc eager +\| (\d+) .*\| ([\d.]+)x +\|$", capsys.readouterr().out, re.M)
-    assert [batch for batch, _ in rows] == ["1", "8"] and all(float(x) > 0 for _, x in rows)
+    rows = re.findall(r"^\| snfc eager +\| (\d+) +\| (\d+) .*\| ([\d.]+)x +\|$", capsys.readouterr().out, re.M)
+    assert [(size, batch) for size, batch, _ in rows] == [("64", "1"), ("64", "8")]
+    assert all(float(x) > 0 for *_, x in rows)
 
 
 def test_bench_gpt2_runs(capsys, monkeypatch):

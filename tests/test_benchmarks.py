@@ -27,3 +27,10 @@ def test_bench_gpt2_runs(capsys, monkeypatch):
     assert bench_gpt2.main(QUICK) == 0
     out = capsys.readouterr().out
     assert re.search(r"^\| eager +\| forward ", out, re.M) and re.search(r"^\| eager +\| fwd\+bwd ", out, re.M)
+
+
+def test_bench_tricks_runs(capsys, monkeypatch):
+    from benchmarks import bench_tricks
+    monkeypatch.setenv("SNF_COMPILE", "0")
+    assert bench_tricks.main(QUICK) == 0
+    assert re.search(r"^\| fused q/k/v +\| eager ", capsys.readouterr().out, re.M)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
+import glob
 import os
+import secrets
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 
-from .diagnostics import CODES, Diagnostic, render_github, render_json, render_text, use_color
+from .diagnostics import CODES, Diagnostic, printable, render_github, render_json, render_text, use_color
 from .source import Source
 from .version import __version__
 
@@ -18,17 +20,45 @@ EXIT_OK, EXIT_SPEC, EXIT_INTERNAL = 0, 1, 2
 SPEC_SUFFIXES = (".snf",)
 
 
+class FileProblem(Exception):
+    """A file the environment will not let snfc read or write (a folder in the way, no permission,
+    a full disk, a file-size limit). The user's to fix, not a bug: `main` prints it and exits 1."""
+
+
+def _os_problem(err: OSError, action: str, path: Path | str) -> FileProblem:
+    reason = err.strerror or type(err).__name__
+    return FileProblem(f"snfc: error: cannot {action} {printable(str(path))}: {reason}")
+
+
+def _is_pattern(p: str) -> bool:
+    return any(ch in p for ch in "*?[")
+
+
 def _specs(paths: list[str]) -> tuple[list[Path], list[str]]:
-    """Files named, and spec files found under folders named (sorted)."""
+    """Files named, spec files found under folders named (sorted), and files a quoted glob
+    (`'specs/**/*.snf'`) matches. A folder or glob with no spec in it is a problem: a wrong
+    path in CI must not pass as "0 specs checked"."""
     found, problems = [], []
     for p in paths:
         path = Path(p)
-        if path.is_dir():
-            found += sorted(q for q in path.rglob("*") if q.suffix in SPEC_SUFFIXES and q.is_file())
-        elif path.is_file():
-            found.append(path)
-        else:
-            problems.append(f"snfc: error: no such file or folder: {p}")
+        try:
+            if path.is_dir():
+                here = sorted(q for q in path.rglob("*") if q.suffix in SPEC_SUFFIXES and q.is_file())
+                if not here:
+                    problems.append(f"snfc: error: no specs (*.snf) in folder {printable(p)}")
+            elif path.is_file():
+                here = [path]
+            elif _is_pattern(p):
+                here = sorted(q for q in map(Path, glob.glob(p, recursive=True))
+                              if q.suffix in SPEC_SUFFIXES and q.is_file())
+                if not here:
+                    problems.append(f"snfc: error: no specs (*.snf) match {printable(p)}")
+            else:
+                here = []
+                problems.append(f"snfc: error: no such file or folder: {printable(p)}")
+        except OSError as e:
+            raise _os_problem(e, "read", p) from e
+        found += here
     return found, problems
 
 
@@ -42,11 +72,15 @@ def _display(path: Path) -> str:
 
 
 def _read(path: Path) -> Source:
-    return Source.from_bytes(_display(path), path.read_bytes())
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise _os_problem(e, "read", _display(path)) from e
+    return Source.from_bytes(_display(path), data)
 
 
 def _emit(diags: list[Diagnostic], sources: dict, fmt: str, verbose: bool = False) -> None:
-    if fmt == "text" and not verbose:
+    if not verbose:  # notes say what snfc inferred: on request only, in every format
         diags = [d for d in diags if d.severity != "note"]
     if fmt == "json":
         print(render_json(diags))
@@ -102,16 +136,57 @@ def default_output(spec: Path) -> Path:
     return Path("generated") / f"{module_name(spec)}.py"
 
 
+def _outputs(files: list[Path], output: str | None) -> tuple[dict[Path, Path], list[str]]:
+    """Each spec's output file. `-o DIR/` or an existing folder holds DIR/<name>.py per spec; two
+    specs never write one file (`a.snf`, `a.b.snf`, `sub/a.snf` and `a-b.snf`/`a_b.snf` share a
+    module name), and no spec replaces a package's own `__init__.py`."""
+    to_folder = output is None or output.endswith(("/", os.sep)) or Path(output).is_dir()
+    outs: dict[Path, Path] = {}
+    owner: dict[str, Path] = {}
+    problems = []
+    if not to_folder and len({os.path.realpath(f) for f in files}) > 1:
+        return {}, ["snfc compile: error: -o FILE takes exactly one spec; give a folder (-o DIR/) for several"]
+    for f in files:
+        name = module_name(f)
+        out = Path(output or "generated") / f"{name}.py" if to_folder else Path(output)
+        if to_folder and name.startswith("__") and name.endswith("__"):
+            problems.append(f"snfc compile: error: {printable(_display(f))} would compile to {printable(out.as_posix())}, "
+                            "a file Python reserves for the package itself; rename the spec")
+            continue
+        key = os.path.normcase(os.path.realpath(out)).casefold()  # a.snf and A.snf clash on macOS and Windows
+        first = owner.setdefault(key, f)
+        if first is f:
+            outs[f] = out
+        elif os.path.realpath(first) != os.path.realpath(f):  # (a spec named twice is compiled once)
+            problems.append(f"snfc compile: error: {printable(_display(first))} and {printable(_display(f))} both compile "
+                            f"to {printable(out.as_posix())}\n  hint: a module is named after the file name up to its "
+                            "first dot, with other characters as `_`; rename one spec, or compile it with -o")
+    return outs, problems
+
+
 def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write `text` to `path` at once: a temporary file beside it, then a rename, so no reader sees
+    half a file. A symlink is written through (its target is replaced, the link stays). The file gets
+    mode 0666 less the umask (0644 with the usual umask 022), as `open(path, "w")` would give."""
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as e:  # a file where a folder is needed
+        raise FileProblem(f"snfc: error: cannot write {printable(str(path))}: a file is in the way of its folder") from e
+    except OSError as e:
+        raise _os_problem(e, "write", path) from e
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as e:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise _os_problem(e, "write", path) from e
         raise
 
 
@@ -132,24 +207,26 @@ def cmd_compile(args) -> int:
         print("snfc compile: error: name at least one spec", file=sys.stderr)
         return EXIT_SPEC
     files, problems = _specs(paths)
-    for p in problems:
+    outs, clashes = _outputs(files, args.output)
+    for p in problems + clashes:
         print(p, file=sys.stderr)
-    if args.output and len(files) != 1:
-        print("snfc compile: error: -o takes exactly one spec", file=sys.stderr)
+    if clashes:
         return EXIT_SPEC
     diags, sources, stale, status = [], {}, [], EXIT_SPEC if problems else EXIT_OK
-    for f in files:
+    for f, out in outs.items():
         code = _generate(f, sources, diags)
         if code is None:
             status = EXIT_SPEC
             continue
-        out = Path(args.output) if args.output else default_output(f)
         if args.check:
-            old = out.read_text(encoding="utf-8") if out.exists() else ""
+            try:
+                old = out.read_text(encoding="utf-8") if out.exists() else ""
+            except (OSError, UnicodeDecodeError):
+                old = None  # unreadable counts as stale
             if old != code:
                 stale.append(out)
                 sys.stdout.writelines(difflib.unified_diff(
-                    old.splitlines(True), code.splitlines(True), f"{out.as_posix()} (committed)",
+                    (old or "").splitlines(True), code.splitlines(True), f"{out.as_posix()} (committed)",
                     f"{out.as_posix()} (from {_display(f)})"))
             continue
         write_atomic(out, code)
@@ -157,10 +234,10 @@ def cmd_compile(args) -> int:
         if out.parent.name == "generated" and not init.exists():
             write_atomic(init, '"""Modules generated by snfc from specs/ (do not edit)."""\n')
         if not args.quiet:
-            print(f"{_display(f)} -> {out.as_posix()}", file=sys.stderr)
+            print(printable(f"{_display(f)} -> {out.as_posix()}"), file=sys.stderr)
     _emit(diags, sources, "text")
     if stale:
-        print(f"snfc: {len(stale)} generated file(s) are stale: " + ", ".join(p.as_posix() for p in stale)
+        print(f"snfc: {len(stale)} generated file(s) are stale: " + ", ".join(printable(p.as_posix()) for p in stale)
               + "\n  run `snfc compile specs/*.snf` and commit the result", file=sys.stderr)
         return EXIT_SPEC
     return status
@@ -211,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(fn=cmd_check)
     c = sub.add_parser("compile", help="generate PyTorch modules (generated/<stem>.py by default)")
     c.add_argument("paths", nargs="*")
-    c.add_argument("-o", "--output", help="output file (one spec only)")
+    c.add_argument("-o", "--output", help="output file (one spec), or folder (`DIR/` or an existing one)")
     c.add_argument("--check", action="store_true", help="exit 1 with a diff when a generated file is stale")
     c.add_argument("-q", "--quiet", action="store_true")
     c.set_defaults(fn=cmd_compile)
@@ -237,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_OK
+    except FileProblem as e:
+        print(e, file=sys.stderr)
+        return EXIT_SPEC
     except Exception as e:  # an snfc bug: say so, and how to report it
         print(f"snfc: internal error: {type(e).__name__}: {e}\n"
               "  This is a bug in snfc, not in your spec; please report it with the spec that caused it.",

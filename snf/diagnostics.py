@@ -90,7 +90,7 @@ class Reporter:
 
     def note(self, code: str, message: str, span: Span = NO_SPAN, hint: str | None = None,
              related: tuple[Related, ...] = ()) -> None:
-        """Information (what snfc inferred); shown by `snfc check -v` and in JSON output."""
+        """Information (what snfc inferred); shown by `snfc check -v`, in every format."""
         self._add("note", code, message, span, hint, related)
 
     def _add(self, severity, code, message, span, hint, related) -> None:
@@ -132,9 +132,14 @@ _COLORS = {"error": "\x1b[1;31m", "warning": "\x1b[1;35m", "note": "\x1b[1;36m",
 _BOLD, _RESET = "\x1b[1m", "\x1b[0m"
 
 
-def _safe(text: str) -> str:
-    """Source text shown back to a terminal: no control characters."""
-    return "".join(ch if ch == "\t" or ch >= " " and ch != "\x7f" else "?" for ch in text)
+def _control(ch: str) -> bool:
+    """C0 and C1 control characters and DEL: a terminal may act on them (escape sequences)."""
+    return ch < " " or "\x7f" <= ch <= "\x9f"
+
+
+def printable(text: str) -> str:
+    """Text shown back to a terminal (source lines, file names): control characters become `?`."""
+    return "".join("?" if _control(ch) and ch != "\t" else ch for ch in text)
 
 
 def _caret(src_line: str, span: Span) -> str:
@@ -147,19 +152,19 @@ def _caret(src_line: str, span: Span) -> str:
 
 def render_one(d: Diagnostic, source: Source | None, color: bool = False) -> str:
     c = (lambda key, s: f"{_COLORS.get(key, _BOLD)}{s}{_RESET}") if color else (lambda key, s: s)
-    loc = f"{_safe(d.file)}:{d.span.line}:{d.span.col}" if d.span.line else _safe(d.file)
-    out = [f"{c('bold', loc)}: {c(d.severity, d.severity)}: {_safe(d.message)}  [{d.code}]"]
+    loc = f"{printable(d.file)}:{d.span.line}:{d.span.col}" if d.span.line else printable(d.file)
+    out = [f"{c('bold', loc)}: {c(d.severity, d.severity)}: {printable(d.message)}  [{d.code}]"]
     if source is not None and d.span.line:
         line = source.line(d.span.line)
         gutter = f"{d.span.line:>4} | "
-        out.append(gutter + _safe(line))
+        out.append(gutter + printable(line))
         out.append(" " * (len(gutter) - 2) + "| " + c(d.severity, _caret(line, d.span)))
     for r in d.related:
-        out.append(f"{_safe(d.file)}:{r.span.line}:{r.span.col}: note: {_safe(r.message)}")
+        out.append(f"{printable(d.file)}:{r.span.line}:{r.span.col}: note: {printable(r.message)}")
         if source is not None and r.span.line:
-            out.append(f"{r.span.line:>4} | " + _safe(source.line(r.span.line)))
+            out.append(f"{r.span.line:>4} | " + printable(source.line(r.span.line)))
     if d.hint:
-        out.append(f"  {c('hint', 'hint')}: {_safe(d.hint)}")
+        out.append(f"  {c('hint', 'hint')}: {printable(d.hint)}")
     return "\n".join(out)
 
 
@@ -181,7 +186,10 @@ def render_json(diags: list[Diagnostic]) -> str:
 
 
 def _gh_escape(s: str, prop: bool = False) -> str:
+    """GitHub's workflow-command escaping (%, CR, LF; in properties also `:` and `,`), and every
+    other control character as %XX too, so no raw escape byte reaches the log."""
     s = s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    s = "".join(f"%{ord(ch):02X}" if _control(ch) else ch for ch in s)
     return s.replace(":", "%3A").replace(",", "%2C") if prop else s
 
 

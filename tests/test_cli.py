@@ -114,7 +114,7 @@ def test_compile_bad_spec_writes_nothing(tree):
 def test_compile_o_takes_one_spec(tree):
     write_spec(tree / "specs", GOOD, "other.snf")
     rc, _, err = snfc("compile", "specs/good.snf", "specs/other.snf", "-o", "x.py", cwd=tree)
-    assert rc == 1 and "-o takes exactly one spec" in err
+    assert rc == 1 and "-o FILE takes exactly one spec" in err and not (tree / "x.py").exists()
 
 
 def test_compile_check_in_sync_and_stale(tmp_path):

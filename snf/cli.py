@@ -164,7 +164,7 @@ def _outputs(files: list[Path], output: str | None) -> tuple[dict[Path, Path], l
     return outs, problems
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str | bytes) -> None:
     """Write `text` to `path` at once: a temporary file beside it, then a rename, so no reader sees
     half a file. A symlink is written through (its target is replaced, the link stays). The file gets
     mode 0666 less the umask (0644 with the usual umask 022), as `open(path, "w")` would give."""
@@ -179,8 +179,8 @@ def write_atomic(path: Path, text: str) -> None:
     tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8") if isinstance(text, str) else text)
         os.replace(tmp, path)
     except BaseException as e:
         with contextlib.suppress(OSError):
@@ -262,6 +262,80 @@ def cmd_ir(args) -> int:
     return EXIT_OK
 
 
+def _one_spec(path: str):
+    """The checked model of one spec file, or None after printing why."""
+    from .compiler import analyze
+    if not Path(path).is_file():
+        print(f"snfc: error: no such file: {printable(path)}", file=sys.stderr)
+        return None
+    src = _read(Path(path))
+    result = analyze(src)
+    _emit(result.diagnostics, {src.path: src}, "text")
+    return result.model if result.ok else None
+
+
+def cmd_stats(args) -> int:
+    from .stats import StatsError, parse_overrides, stats
+    model = _one_spec(args.spec)
+    if model is None:
+        return EXIT_SPEC
+    try:
+        result = stats(model, parse_overrides(model, args.set))
+    except StatsError as e:
+        print(f"snfc stats: error: {e}", file=sys.stderr)
+        return EXIT_SPEC
+    sys.stdout.write(result.render(args.format))
+    return EXIT_OK
+
+
+GRAPH_FORMATS = {".dot": None, ".gv": None, ".svg": "svg", ".png": "png"}  # suffix -> Graphviz format
+
+
+def cmd_graph(args) -> int:
+    from .graph import to_dot
+    out = Path(args.output) if args.output else None
+    suffix = out.suffix.lower() if out else ".dot"
+    if suffix not in GRAPH_FORMATS:
+        print(f"snfc graph: error: -o {printable(args.output)}: write .dot or .gv (DOT text), .svg or .png "
+              "(drawn by Graphviz)", file=sys.stderr)
+        return EXIT_SPEC
+    model = _one_spec(args.spec)
+    if model is None:
+        return EXIT_SPEC
+    dot = to_dot(model)
+    if out is None:
+        sys.stdout.write(dot)
+        return EXIT_OK
+    data: str | bytes = dot
+    if GRAPH_FORMATS[suffix]:
+        data = _graphviz(dot, GRAPH_FORMATS[suffix], out)
+        if data is None:
+            return EXIT_SPEC
+    write_atomic(out, data)
+    if not args.quiet:
+        print(f"{printable(_display(Path(args.spec)))} -> {printable(out.as_posix())}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _graphviz(dot: str, fmt: str, out: Path) -> bytes | None:
+    """DOT text drawn by Graphviz's `dot`, or None after saying why not."""
+    import shutil
+    import subprocess
+    exe = shutil.which("dot")
+    if exe is None:
+        print(f"snfc graph: error: drawing {printable(out.as_posix())} needs Graphviz's `dot`, which is not installed "
+              "(Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz)\n"
+              f"  hint: `-o {printable(out.with_suffix('.dot').as_posix())}` writes the DOT text without it",
+              file=sys.stderr)
+        return None
+    run = subprocess.run([exe, f"-T{fmt}"], input=dot.encode("utf-8"), capture_output=True)
+    if run.returncode != 0:
+        reason = run.stderr.decode("utf-8", "replace").strip()
+        print(f"snfc graph: error: Graphviz's dot failed: {printable(reason)}", file=sys.stderr)
+        return None
+    return run.stdout
+
+
 def cmd_explain(args) -> int:
     code = args.code
     if code not in CODES:
@@ -296,6 +370,17 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("spec")
     c.add_argument("--lowered", action="store_true", help="after the optimisation passes")
     c.set_defaults(fn=cmd_ir)
+    c = sub.add_parser("stats", help="parameters, FLOPs and memory per token, as formulas and numbers")
+    c.add_argument("spec")
+    c.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="a config field or run-time dim (T, B) for the numbers; repeatable")
+    c.add_argument("--format", choices=("text", "json"), default="text")
+    c.set_defaults(fn=cmd_stats)
+    c = sub.add_parser("graph", help="the dataflow graph as Graphviz DOT (or SVG/PNG through Graphviz's dot)")
+    c.add_argument("spec")
+    c.add_argument("-o", "--output", help="FILE.dot / .gv (DOT text), .svg or .png; DOT on stdout without -o")
+    c.add_argument("-q", "--quiet", action="store_true")
+    c.set_defaults(fn=cmd_graph)
     c = sub.add_parser("explain", help="explain an error code")
     c.add_argument("code")
     c.set_defaults(fn=cmd_explain)

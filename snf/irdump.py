@@ -8,7 +8,9 @@ from .ir import ScalarT, TensorT
 from .ops import all_ops
 
 
-class _Printer:
+class Printer:
+    """The typed IR as text, in the spec's names (`snfc ir`; also `snfc graph`'s labels)."""
+
     def __init__(self, model: ir.Model):
         self.m = model
         self.display = dict(model.display)
@@ -122,4 +124,4 @@ class _Printer:
 
 
 def dump(model: ir.Model) -> str:
-    return _Printer(model).model()
+    return Printer(model).model()

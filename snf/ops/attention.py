@@ -60,6 +60,14 @@ def _np_attention(q, k, v, causal=False, scale=None, mask=None, dropout=0.0):
     return np.swapaxes(np_softmax(s, -1) @ v, 1, 2)
 
 
+def _attention_flops(args, out, grads):
+    """q k^T and p v over every (query, key) pair, causal or not, as torch's FlopCounterMode counts
+    SDPA; the backward recomputes the scores and takes four more products (its SDPA formula)."""
+    (b, tq, h, hd), tk, hv = args["q"].shape, args["k"].shape[1], args["v"].shape[3]
+    pairs = 2 * b * h * tq * tk
+    return pairs * (hd + hv), pairs * (3 * hd + 2 * hv) if grads & {"q", "k", "v"} else pairs * 0
+
+
 def _lower_attention(call):
     q, k, v = (f"{call.code(n, prec=50)}.transpose(1, 2)" for n in ("q", "k", "v"))
     causal = call.val("causal")
@@ -83,7 +91,7 @@ register(OpDef(
      Param("causal", "bool", False, aliases=("is_causal",), static=True), Param("scale", "float", None),
      Param("mask", "tensor?", None, aliases=("attention_mask",)),
      Param("dropout", "float", None, aliases=("dropout_p",))),
-    _attention_rule, numpy=_np_attention, torch=_lower_attention, helpers=("_attention",),
+    _attention_rule, numpy=_np_attention, torch=_lower_attention, helpers=("_attention",), flops=_attention_flops,
     doc="softmax(q k^T * scale) v over [B, T, H, head_dim]; `causal` is aligned bottom-right; "
         "`mask` is a [B, T_keys] padding mask (0 = padding). Lowers to F.scaled_dot_product_attention."))
 

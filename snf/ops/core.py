@@ -15,7 +15,7 @@ import numpy as np
 
 from ..ir import BOOL, FLOAT, ScalarT, TensorT
 from .registry import OpDef, OpError, Param, registrar
-from .shapes import INTS, axis_index, broadcast, rank_at_least, require_float, same_dtype, slices_shape
+from .shapes import INTS, axis_index, broadcast, product, rank_at_least, require_float, same_dtype, slices_shape
 
 OPS: dict[str, OpDef] = {}
 register = registrar(OPS)
@@ -94,8 +94,14 @@ def _matmul_rule(ctx, args):
     return TensorT(batch + (x.shape[-2], y.shape[-1]), x.dtype)
 
 
+def _matmul_flops(args, out, grads):
+    """2 m k n per batch entry; each operand's gradient is one more product of that size."""
+    forward = 2 * product(out.shape[:-2]) * args["a"].shape[-2] * args["a"].shape[-1] * args["b"].shape[-1]
+    return forward, forward * len(grads & {"a", "b"})
+
+
 register(OpDef("matmul", (Param("a", "tensor"), Param("b", "tensor")), _matmul_rule,
-               numpy=lambda a, b: a @ b, torch=_code_binary("@"), prec=20,
+               numpy=lambda a, b: a @ b, torch=_code_binary("@"), prec=20, flops=_matmul_flops,
                doc="`a @ b`: plain matrix product, batched over leading axes (no transpose)."))
 
 
@@ -301,6 +307,13 @@ def _linear_rule(ctx, args):
     return TensorT(x.shape[:-1] + (out,), x.dtype)
 
 
+def _linear_flops(args, out, grads):
+    """x @ W.T over the flattened leading axes; the bias add is not a product."""
+    x, w = args["x"], args["weight"]
+    forward = 2 * product(x.shape[:-1]) * w.shape[0] * w.shape[1]
+    return forward, forward * len(grads & {"x", "weight"})
+
+
 def _np_linear(x, weight, bias=None):
     y = x @ weight.T
     return y + bias if bias is not None else y
@@ -309,7 +322,7 @@ def _np_linear(x, weight, bias=None):
 register(OpDef(
     "linear",
     (Param("x", "tensor"), Param("weight", "tensor", role="weight"), Param("bias", "tensor?", None, role="bias")),
-    _linear_rule, numpy=_np_linear,
+    _linear_rule, numpy=_np_linear, flops=_linear_flops,
     torch=lambda call: (f"F.linear({call.code('x')}, {call.code('weight')}, {call.code('bias')})" if call.given("bias")
                      else f"F.linear({call.code('x')}, {call.code('weight')})"),
     doc="`x @ weight.T + bias`, with weight [out, in] as in torch.nn.Linear."))
@@ -343,12 +356,12 @@ def _np_index(x, index):
     return x[tuple(index)]
 
 
-register(OpDef("slice", (Param("x", "tensor"), Param("index", "slices")), _slice_rule, numpy=_np_index,
+register(OpDef("slice", (Param("x", "tensor"), Param("index", "slices")), _slice_rule, numpy=_np_index, view=True,
                torch=lambda call: f"{call.code('x', prec=50)}[{call.slices('index')}]",
                doc="`x[0:T, :]`: a slice along leading axes."))
 
 # `x[i]` and `x[a:b]` in a spec; `index` is its name in the IR.
-register(OpDef("index", (Param("x", "tensor"), Param("index", "slices")), _slice_rule, numpy=_np_index,
+register(OpDef("index", (Param("x", "tensor"), Param("index", "slices")), _slice_rule, numpy=_np_index, view=True,
                torch=lambda call: f"{call.code('x', prec=50)}[{call.slices('index')}]", doc="subscript"))
 
 
@@ -374,7 +387,7 @@ def _reshape_rule(ctx, args):
 
 
 register(OpDef("reshape", (Param("x", "tensor"), Param("shape", "dims")), _reshape_rule,
-               numpy=lambda x, shape: x.reshape(shape),
+               numpy=lambda x, shape: x.reshape(shape), view=True,
                torch=lambda call: f"{call.code('x', prec=50)}.reshape({call.dims_code('shape')})",
                doc="reshape; the element counts must agree symbolically."))
 
@@ -389,7 +402,7 @@ def _transpose_rule(ctx, args):
 
 register(OpDef("transpose",
                (Param("x", "tensor"), Param("a", "int", -2, static=True), Param("b", "int", -1, static=True)),
-               _transpose_rule, numpy=lambda x, a=-2, b=-1: np.swapaxes(x, a, b),
+               _transpose_rule, numpy=lambda x, a=-2, b=-1: np.swapaxes(x, a, b), view=True,
                torch=lambda call: f"{call.code('x', prec=50)}.transpose({call.code('a')}, {call.code('b')})",
                doc="swap two axes (the last two by default)."))
 

@@ -58,6 +58,10 @@ class OpDef:
     helpers: tuple[str, ...] = ()  # helper functions (templates/runtime.py.j2) the lowering calls
     elementwise: bool = False
     prec: int = 50  # precedence of the lowered expression (50: a call or attribute access)
+    # (argument types by name, result type, names of the arguments that need a gradient) ->
+    # (forward, backward) FLOPs of the op's matrix products, for `snfc stats`; None: it has none
+    flops: Callable | None = None
+    view: bool = False  # the result is a view of an argument: it takes no memory of its own
 
     def param(self, name: str) -> Param | None:
         for p in self.params:

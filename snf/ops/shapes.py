@@ -11,6 +11,14 @@ FLOATS = ("float16", "bfloat16", "float32", "float64")
 INTS = ("int32", "int64")
 
 
+def product(dims) -> Dim:
+    """The product of some dims (1 for none)."""
+    out = Dim.const(1)
+    for d in dims:
+        out = out * d
+    return out
+
+
 def same_dtype(a: TensorT, b: TensorT, an: str, bn: str) -> None:
     if a.dtype != b.dtype:
         raise OpError(f"`{bn}` is {b.dtype} but `{an}` is {a.dtype}", bn, code="dtype-mismatch",

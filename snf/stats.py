@@ -1,0 +1,487 @@
+"""`snfc stats`: what a model costs, from the typed IR alone (no model is built, torch is never
+imported).
+
+Parameters, FLOPs per token (forward, and forward + backward), KV-cache bytes per token and
+activation bytes per token, each as a formula in the spec's dims and as a number for a config.
+The definitions, and what the numbers do not count, are in docs/stats.md. In short:
+
+* the forward is the plain one: every optional input absent (so no cache: `T_past = 0`), the
+  config's switches as the config sets them, dropout applied (training);
+* FLOPs are those of matrix products (`linear`, `@`, attention), 2 per multiply-add, the
+  quantity `torch.utils.flop_counter.FlopCounterMode` counts; the registry gives each op's
+  (`OpDef.flops`);
+* the backward computes the gradient of every operand that depends on a parameter;
+* activation bytes are the bytes of every tensor an op of the forward returns, views excepted.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from fractions import Fraction
+
+from . import ir
+from .dims import Dim, DimError, FloorDiv
+from .interpret import Interpreter
+from .ir import ScalarT, TensorT
+from .ops.registry import all_ops
+
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
+
+
+class StatsError(ValueError):
+    """A config or dim value `snfc stats` cannot use (exit 1, with the message)."""
+
+
+@dataclass(frozen=True)
+class Quantity:
+    key: str  # "parameters", "flops_forward", ...
+    label: str
+    formula: Dim  # in the spec's dims; per token where the label says so
+    value: Fraction  # for the config
+    unit: str  # "", "FLOPs", "bytes"
+
+
+@dataclass(frozen=True)
+class Stats:
+    model: ir.Model
+    config: dict  # every config field's value
+    dims: dict  # run-time dim -> (value, why)
+    tokens: Dim  # what "per token" divides by (B*T)
+    absent: tuple[str, ...]  # optional inputs left out of the plain forward
+    quantities: tuple[Quantity, ...]
+
+    def render(self, fmt: str = "text") -> str:
+        return render_json(self) if fmt == "json" else render_text(self)
+
+
+# ------------------------------------------------------------------------------- config
+
+def parse_overrides(model: ir.Model, pairs: list[str]) -> dict:
+    """`name=value` strings -> config values and run-time dims, typed as the spec declares them."""
+    kinds = {c.name: c.kind for c in model.config}
+    runtime = {d for d, _, _ in model.runtime_dims}
+    out: dict = {}
+    for pair in pairs:
+        name, eq, text = pair.partition("=")
+        name, text = name.strip(), text.strip()
+        if not eq or not name:
+            raise StatsError(f"--set takes name=value, got {pair!r}")
+        if name not in kinds and name not in runtime:
+            known = ", ".join(list(kinds) + sorted(runtime))
+            raise StatsError(f"--set {name}: the spec has no config field or run-time dim `{name}` (it has {known})")
+        kind = kinds.get(name, "int")
+        try:
+            out[name] = _typed(kind, text)
+        except ValueError:
+            raise StatsError(f"--set {name}={text}: `{name}` is {'an' if kind == 'int' else 'a'} {kind}") from None
+    return out
+
+
+def _typed(kind: str, text: str):
+    if kind == "int":
+        return int(text, 10)
+    if kind == "float":
+        return float(text)
+    if kind == "bool":
+        if text.lower() not in ("true", "false"):
+            raise ValueError(text)
+        return text.lower() == "true"
+    return text
+
+
+def config_values(model: ir.Model, overrides: dict) -> dict:
+    """The defaults with `overrides`, validated as the generated `Config` validates them."""
+    cfg = {}
+    for c in model.config:
+        if c.name in overrides:
+            cfg[c.name] = overrides[c.name]
+        elif c.default is not ir.MISSING:
+            cfg[c.name] = c.default
+        else:
+            raise StatsError(f"config field `{c.name}` has no default: give it with --set {c.name}=...")
+    ints = {k: v for k, v in cfg.items() if isinstance(v, int) and not isinstance(v, bool)}
+    try:
+        for c in model.constraints:
+            if c.cond.num.evaluate(ints) % c.cond.den.evaluate(ints) != 0:
+                raise StatsError(f"{c.why} (line {c.span.line}); got {_fields(c.cond.num, c.cond.den, ints)}")
+        for c in model.checks:
+            if not (c.lhs.symbols() | c.rhs.symbols()) <= set(ints):
+                continue  # a run-time check, made on entry to forward
+            if not _holds(c.lhs.evaluate(ints), c.op, c.rhs.evaluate(ints)):
+                raise StatsError(f"expected {_text(model, c.lhs)} {c.op} {_text(model, c.rhs)} (line {c.span.line}); "
+                                 f"got {_fields(c.lhs, c.rhs, ints)}")
+        for t in model.params + model.buffers + model.inputs:
+            for d in t.ty.shape:
+                if d.symbols() <= set(ints) and d.evaluate(ints) < 0:
+                    raise StatsError(f"`{t.name}` would have a negative size {_text(model, d)} = {d.evaluate(ints)}")
+    except DimError as e:
+        raise StatsError(f"{e}; got {', '.join(f'{k}={v}' for k, v in ints.items())}") from None
+    return cfg
+
+
+def _holds(a: int, op: str, b: int) -> bool:
+    return {"<=": a <= b, "<": a < b, ">=": a >= b, ">": a > b, "==": a == b}[op]
+
+
+def _fields(a: Dim, b: Dim, ints: dict) -> str:
+    return ", ".join(f"{n}={ints[n]}" for n in sorted(a.symbols() | b.symbols()) if n in ints)
+
+
+# ------------------------------------------------------------------------------- the walk
+
+class _Walk:
+    """One pass over the plain forward: FLOPs and activation bytes as polynomials, with a layer
+    loop's body counted once and multiplied by its trip count.
+
+    For the backward, every value carries the set of products whose gradients flow through it
+    (empty: it needs no gradient, like a token id or a mask). A product's backward counts when
+    its value reaches an output; it takes the gradient of each operand that needs one."""
+
+    PARAM = 0  # the "product" a parameter stands for: it needs a gradient and costs nothing
+
+    def __init__(self, model: ir.Model, cfg: dict, absent: set, runtime: dict):
+        self.m = model
+        self.ops = all_ops()
+        self.zero = {d: Dim.const(0) for d in absent}  # dims of absent inputs
+        self.forward = self.layer_forward = self.activations = Dim()
+        self.backward: list[Dim] = [Dim()]  # per product, by id
+        self.conds = Interpreter(model, cfg)  # evaluates the config's switches and `X exists`
+        self.conds.inputs = {i.name: None for i in model.inputs}
+        self.conds.ints.update(runtime)
+        self.conds.derived = {d.name: self.conds.dim(d.dim) if d.dim is not None else self.conds.eval(d.value, {})
+                              for d in model.derived}
+
+    def dim(self, d: Dim) -> Dim:
+        return d.subs(self.zero) if self.zero else d
+
+    def numel(self, ty) -> Dim:
+        n = Dim.const(1)
+        for d in ty.shape:
+            n = n * self.dim(d)
+        return n
+
+    def size(self, ty) -> Dim:
+        return DTYPE_BYTES[ty.dtype] * self.numel(ty)
+
+    def run(self) -> Dim:
+        """Walk the body; the backward FLOPs of the products that reach an output."""
+        env: dict = {}
+        self.block(self.m.body, Dim.const(1), env, in_loop=False)
+        live = frozenset().union(*(env.get(o.name, frozenset()) for o in self.m.outputs))
+        total = Dim()
+        for i in sorted(live):
+            total += self.backward[i]
+        return total
+
+    # statements; `env` maps each local to the products its gradient flows to
+    def block(self, stmts, times: Dim, env: dict, in_loop: bool) -> None:
+        for s in stmts:
+            if isinstance(s, ir.Bind):
+                env[s.name] = self.expr(s.value, times, env, in_loop)
+            elif isinstance(s, ir.SetItem):
+                for i in s.index:
+                    self.expr(i, times, env, in_loop)
+                env[s.name] = env.get(s.name, frozenset()) | self.expr(s.value, times, env, in_loop)
+            elif isinstance(s, ir.TIf):
+                self.block(s.body if self.conds.eval(s.test, {}) else s.orelse, times, env, in_loop)
+            elif isinstance(s, ir.Loop):
+                self.loop(s, times, env)
+            else:
+                raise TypeError(f"stats read the checked IR, before the passes; got {type(s).__name__}")
+
+    def loop(self, s: ir.Loop, times: Dim, env: dict) -> None:
+        """Layers one at a time while the set of locals needing a gradient changes (a carried value
+        may start without one and get one in the first layer), then the rest at once."""
+        alone = 0
+        while alone <= len(s.carried):
+            trial = dict(env)
+            self._dry(s.body, trial)
+            if {n for n, r in trial.items() if r} == {n for n, r in env.items() if r}:
+                break
+            self.block(s.body, times, env, in_loop=True)
+            alone += 1
+        self.block(s.body, times * (self.dim(s.count) - alone), env, in_loop=True)
+
+    def _dry(self, stmts, env: dict) -> None:
+        saved = (self.forward, self.layer_forward, self.activations, len(self.backward))
+        self.block(stmts, Dim.const(1), env, in_loop=True)
+        self.forward, self.layer_forward, self.activations, n = saved
+        del self.backward[n:]
+
+    def expr(self, e, times: Dim, env: dict, in_loop: bool) -> frozenset:
+        """Count `e`'s products and results; the products its gradient flows to."""
+        if isinstance(e, ir.Ref):
+            if e.kind in ("param", "layer_param"):
+                return frozenset((self.PARAM,))
+            return env.get(e.name, frozenset()) if e.kind == "local" else frozenset()
+        if isinstance(e, ir.TCond):
+            return self.expr(e.body if self.conds.eval(e.test, {}) else e.orelse, times, env, in_loop)
+        if isinstance(e, ir.TList):
+            return frozenset().union(*(self.expr(i, times, env, in_loop) for i in e.items))
+        if isinstance(e, ir.TSlice):
+            for part in (e.lo, e.hi):
+                if part is not None:
+                    self.expr(part, times, env, in_loop)
+            return frozenset()
+        if not isinstance(e, ir.Op):
+            return frozenset()  # literals, dims, `X exists`
+        flows = {name: self.expr(a, times, env, in_loop) for name, a in e.args}
+        if not isinstance(e.ty, TensorT):
+            return frozenset()
+        out = frozenset().union(*flows.values())
+        op = self.ops.get(e.op)
+        if op is not None and op.flops is not None:
+            types = {name: self._shape(a.ty) for name, a in e.args}
+            fwd, bwd = op.flops(types, self._shape(e.ty), {name for name, f in flows.items() if f})
+            self.forward += times * fwd
+            if in_loop:
+                self.layer_forward += times * fwd
+            self.backward.append(times * bwd)
+            out |= {len(self.backward) - 1}
+        if op is None or not op.view:
+            self.activations += times * self.size(e.ty)
+        return out if e.ty.dtype.startswith(("float", "bfloat")) else frozenset()
+
+    def _shape(self, ty):
+        return TensorT(tuple(self.dim(d) for d in ty.shape), ty.dtype) if isinstance(ty, TensorT) else ty
+
+
+# ------------------------------------------------------------------------------- stats
+
+def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
+    """The costs of `model`'s plain forward, as formulas and as numbers for the config
+    (`overrides` are config fields and run-time dims, as `parse_overrides` returns them)."""
+    overrides = dict(overrides or {})
+    cfg = config_values(model, {k: v for k, v in overrides.items() if k in {c.name for c in model.config}})
+    absent = _absent_dims(model)
+    tokens_dims = _token_dims(model)
+    ints = {k: v for k, v in cfg.items() if isinstance(v, int) and not isinstance(v, bool)}
+    dims = _runtime_values(model, overrides, ints, absent, tokens_dims)
+    env = {**ints, **{d: v for d, (v, _) in dims.items()}}
+
+    walk = _Walk(model, cfg, set(absent), {d: v for d, (v, _) in dims.items()})
+    backward = walk.run()
+    params = Dim()
+    for t in model.params:
+        if t.condition is None or walk.conds.eval(t.condition, {}):
+            params += walk.numel(t.ty)
+    tokens = Dim.const(1)
+    for d in tokens_dims:
+        tokens = tokens * Dim.sym(d)
+    n_tokens = tokens.evaluate(env)
+
+    def per_token(key, label, total, unit):
+        total = _simplify(total, model)
+        value = Fraction(total.evaluate(env), n_tokens) if n_tokens else Fraction(0)
+        return Quantity(key, label, _divide(total, tokens_dims), value, unit)
+
+    quantities = [
+        Quantity("parameters", "parameters", _simplify(params, model), Fraction(params.evaluate(env)), ""),
+        per_token("flops_forward", "FLOPs per token, forward", walk.forward, "FLOPs"),
+        per_token("flops_training", "FLOPs per token, forward + backward", walk.forward + backward, "FLOPs"),
+        per_token("activation_bytes", "activation bytes per token", walk.activations, "bytes"),
+    ]
+    if cfg.get("gradient_checkpointing") is True and walk.layer_forward.terms:
+        # the recognised switch (docs/language.md 10.1): the backward runs each layer again, up
+        # to the last tensor it needs; model FLOPs above leave it out, as MFU does
+        quantities.insert(3, per_token("flops_recompute", "FLOPs per token, checkpoint recompute",
+                                       walk.layer_forward, "FLOPs"))
+    names = tuple(i.name for i in model.inputs if i.optional)
+    return Stats(model, cfg, dims, tokens, names, tuple(quantities))
+
+
+_ABSENT = "its inputs are absent"
+
+
+def _absent_dims(model: ir.Model) -> list[str]:
+    """Run-time dims that only optional inputs bring: 0 in the plain forward (`T_past`)."""
+    present = {d.as_symbol() for i in model.inputs if not i.optional for d in i.ty.shape}
+    return [d for d, _, _ in model.runtime_dims if d not in present]
+
+
+def _token_dims(model: ir.Model) -> list[str]:
+    """What a token is: the run-time axes of the first required input (`idx: [B, T]` -> B, T)."""
+    runtime = {d for d, _, _ in model.runtime_dims}
+    first = next((i for i in model.inputs if not i.optional), None)
+    return [] if first is None else [d.as_symbol() for d in first.ty.shape if d.as_symbol() in runtime]
+
+
+def _runtime_values(model: ir.Model, overrides: dict, ints: dict, absent: list, tokens_dims: list) -> dict:
+    """A value, and why, for every run-time dim of the plain forward: --set, else the largest the
+    spec's checks allow, else 1 for a batch axis."""
+    out = {d: (0, _ABSENT) for d in absent}
+    zero = {d: Dim.const(0) for d in absent}
+    batch = tokens_dims[0] if len(tokens_dims) > 1 else None
+    for d, _, _ in model.runtime_dims:
+        if d in overrides:
+            out[d] = (overrides[d], "--set")
+            continue
+        if d in out:
+            continue
+        bounds = []
+        for c in model.checks:
+            lhs, rhs = c.lhs.subs(zero), c.rhs.subs(zero)
+            if c.op in ("<=", "<") and lhs == Dim.sym(d) and rhs.symbols() <= set(ints):
+                why = f"the most `{_text(model, c.lhs)} {c.op} {_text(model, c.rhs)}` allows, line {c.span.line}"
+                bounds.append((rhs.evaluate(ints) - (c.op == "<"), why))
+        if bounds:
+            out[d] = min(bounds)
+        elif d == batch:
+            out[d] = (1, "the batch size cancels out")
+        else:
+            raise StatsError(f"the spec does not bound the run-time dim `{d}`: give its value with --set {d}=N")
+    env = {**ints, **{d: v for d, (v, _) in out.items()}}
+    for d, (v, why) in out.items():
+        if v < 0:
+            raise StatsError(f"--set {d}={v}: a size cannot be negative")
+    for c in model.checks:  # as forward would check them
+        if c.lhs.symbols() | c.rhs.symbols() <= set(env) and not _holds(c.lhs.evaluate(env), c.op, c.rhs.evaluate(env)):
+            raise StatsError(f"the spec requires {_text(model, c.lhs)} {c.op} {_text(model, c.rhs)} (line {c.span.line}); "
+                             f"got {_fields(c.lhs, c.rhs, env)}")
+    return {d: out[d] for d, _, _ in model.runtime_dims}
+
+
+def _simplify(d: Dim, model: ir.Model) -> Dim:
+    """`H * (D // H)` -> `D` where the Config guarantees the division is exact."""
+    exact, conds = d.exact()
+    guaranteed = {c.cond for c in model.constraints}
+    clean = all(e > 0 for m, _ in exact.terms for _, e in m) and all(
+        isinstance(c, int) for _, c in exact.terms)
+    return exact if clean and set(conds) <= guaranteed else d
+
+
+def _divide(d: Dim, names: list[str]) -> Dim:
+    """d / (product of `names`), as a polynomial (a term without them gets a negative power)."""
+    per = Dim({tuple(sorted(((n, -1) for n in names))): 1}) if names else Dim.const(1)
+    return d * per
+
+
+# ------------------------------------------------------------------------------- rendering
+
+def _text(model: ir.Model, d: Dim, loop: str | None = None) -> str:
+    """`d` in the spec's names, powers as `D^2`, the layer count factored out: `n_layer*(12*D^2 + 13*D)`."""
+    display = dict(model.display)
+    if d in display:
+        return display[d]
+    if loop is not None:
+        inner = Dim([(m[:i] + ((a, e - 1),) + m[i + 1:] if e > 1 else m[:i] + m[i + 1:], c)
+                     for m, c in d.terms for i, (a, e) in enumerate(m) if a == loop])
+        rest = Dim([(m, c) for m, c in d.terms if all(a != loop for a, _ in m)])
+        if len(inner.terms) > 1:
+            head = f"{display.get(loop, loop)}*({_text(model, inner)})"
+            return head + ("" if not rest.terms else _signed(_text(model, rest)))
+    out = ""
+    for mono, coeff in d.terms:
+        mono = sorted(mono, key=lambda ae: ae[0] != loop)  # the layer count first: 80*n_layer*D
+        num = [_atom(model, a, display) + (f"^{e}" if e > 1 else "") for a, e in mono if e > 0]
+        den = [_atom(model, a, display) + (f"^{-e}" if e < -1 else "") for a, e in mono if e < 0]
+        text = "*".join(([str(abs(coeff))] if abs(coeff) != 1 or not num else []) + num)
+        if den:
+            text += "/" + ("*".join(den) if len(den) == 1 else "(" + "*".join(den) + ")")
+        out += ("-" if coeff < 0 else "") + text if not out else (" - " if coeff < 0 else " + ") + text
+    return out or "0"
+
+
+def _signed(text: str) -> str:
+    return " - " + text[1:] if text.startswith("-") else " + " + text
+
+
+def _atom(model: ir.Model, a, display: dict) -> str:
+    if a in display:
+        return display[a]
+    if isinstance(a, FloorDiv):
+        return f"({_text(model, a.num)} // {_text(model, a.den)})"
+    return a
+
+
+def _layer_symbol(model: ir.Model) -> str | None:
+    counts = [s.count.as_symbol() for s in model.body if isinstance(s, ir.Loop)]
+    return counts[0] if len(counts) == 1 else None
+
+
+def formula(s: Stats, q: Quantity) -> str:
+    return _text(s.model, q.formula, _layer_symbol(s.model))
+
+
+def _number(v: Fraction) -> str:
+    if v.denominator == 1:
+        return f"{v.numerator:,}"
+    return f"{float(v):,.1f}"
+
+
+def _short(v: Fraction, unit: str) -> str:
+    """124,439,808 -> 124.4 M; bytes in KiB / MiB."""
+    x = float(v)
+    if unit == "bytes":
+        for suffix, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+            if x >= size:
+                return f"{x / size:.1f} {suffix}"
+        return ""
+    for suffix, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= size:
+            return f"{x / size:.1f} {suffix}"
+    return ""
+
+
+def _per(s: Stats) -> str:
+    return " * ".join(_text(s.model, Dim.sym(d)) for d in _names(s.tokens)) or "forward"
+
+
+def _names(tokens: Dim) -> list[str]:
+    return [a for m, _ in tokens.terms for a, _ in m]
+
+
+def _aliases(s: Stats) -> list[str]:
+    """`D = n_embd`: the spec's short names the formulas use."""
+    out = []
+    for d in s.model.derived:
+        if d.dim is not None and d.dim.as_symbol() != d.name and d.name in {
+                v for _, v in s.model.display}:
+            spelled = d.dim.render(lambda a: a if isinstance(a, str) else f"{a.num.render()} // {a.den.render()}")
+            out.append(f"{d.name} = {spelled}")
+    return out
+
+
+def render_text(s: Stats) -> str:
+    m = s.model
+    lines = [f"{m.name} ({m.path})", "config: " + ", ".join(f"{k}={v}" for k, v in s.config.items())]
+    tokens = _names(s.tokens)
+    given = [f"{d} = {v} ({why})" for d, (v, why) in s.dims.items() if d not in s.dims or why != _ABSENT]
+    if tokens:
+        lines.append(f"per token: divided by {'*'.join(tokens)}, with " + "; ".join(given))
+    elif given:
+        lines.append("per forward, with " + "; ".join(given))
+    if s.absent:
+        zero = [d for d, (_, why) in s.dims.items() if why == _ABSENT]
+        lines.append("absent: " + ", ".join(s.absent) + (f" (so {', '.join(zero)} = 0)" if zero else ""))
+    if _aliases(s):
+        lines.append("where " + ", ".join(_aliases(s)))
+    lines.append("")
+    width = max(len(q.label) for q in s.quantities)
+    for q in s.quantities:
+        short = _short(q.value, q.unit)
+        number = _number(q.value) + (f" {q.unit}" if q.unit else "") + (f"  ({short})" if short else "")
+        lines.append(f"{q.label:<{width}}  {number}")
+        lines.append(f"{'':<{width}}  = {formula(s, q)}")
+    lines.append("")
+    lines.append("FLOPs count matrix products, 2 per multiply-add, attention over every query-key pair;")
+    lines.append("activation bytes count every tensor the forward makes, views excepted (docs/stats.md).")
+    return "\n".join(lines) + "\n"
+
+
+def render_json(s: Stats) -> str:
+    def num(v: Fraction):
+        return v.numerator if v.denominator == 1 else float(v)
+    doc = {
+        "model": s.model.name, "spec": s.model.path, "config": s.config,
+        "dims": {d: {"value": v, "why": why} for d, (v, why) in s.dims.items()},
+        "absent_inputs": list(s.absent), "per_token": _names(s.tokens),
+        "aliases": _aliases(s),
+        "stats": {q.key: {"label": q.label, "value": num(q.value), "unit": q.unit, "formula": formula(s, q)}
+                  for q in s.quantities},
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+__all__ = ["Stats", "Quantity", "StatsError", "stats", "parse_overrides", "config_values", "formula"]

@@ -1,0 +1,268 @@
+"""`snfc stats` against the built modules: parameter counts exact, FLOPs as FlopCounterMode counts
+them (forward, and forward + backward), activation bytes as the NumPy interpreter produces them,
+the golden output for nanoGPT, and the CLI's errors."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+import snf
+import snf.stats
+from conftest import REPO, assert_golden, python_subprocess, snfc, write_spec
+from snf import ir
+from snf.compiler import analyze
+from snf.interpret import Interpreter
+from snf.ops.registry import all_ops
+from snf.source import Source
+from snf.stats import DTYPE_BYTES, StatsError, parse_overrides, stats
+
+SPECS = sorted((REPO / "specs").glob("*.snf"))
+B, T = 2, 6
+SMALL = {"vocab_size": 37, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 16, "d_ff": 24,
+         "mlp_hidden": 24, "L": 2, "H": 2, "D": 16, "V": 37, "P": 16}
+
+aten = torch.ops.aten
+# FlopCounterMode counts SDPA's CUDA kernels (flash, memory-efficient, cuDNN) but not the one CPU
+# runs; count that one with torch's own SDPA formulas, as a CUDA run would
+CPU_SDPA = {
+    aten._scaled_dot_product_flash_attention_for_cpu:
+        lambda q, k, v, *args, out_shape=None, **kw: sdpa_flop_count(q, k, v),
+    aten._scaled_dot_product_flash_attention_for_cpu_backward:
+        lambda grad_out, q, k, v, *args, out_shape=None, **kw: sdpa_backward_flop_count(grad_out, q, k, v),
+}
+
+
+def _model_ir(path: Path) -> ir.Model:
+    result = analyze(Source.read(path))
+    assert result.ok, result.diagnostics
+    return result.model
+
+
+def _small(model: ir.Model, **extra) -> dict:
+    fields = {c.name for c in model.config}
+    small = {**SMALL, "gradient_checkpointing": False}  # see test_gradient_checkpointing_recomputes
+    return {**{k: v for k, v in small.items() if k in fields}, **extra}
+
+
+def _feeds(model: ir.Model, cfg: dict) -> dict:
+    """The required inputs: token ids [B, T] (every spec here takes those), or floats."""
+    vocab = cfg.get("vocab_size", cfg.get("V", 8))
+    gen = torch.Generator().manual_seed(0)
+    out = {}
+    for i in model.inputs:
+        if i.optional:
+            continue
+        shape = [B, T] + [d.evaluate(_ints(model, cfg)) for d in i.ty.shape[2:]]
+        out[i.name] = torch.randint(0, vocab, shape, generator=gen) if i.ty.dtype.startswith("int") \
+            else torch.randn(shape, generator=gen)
+    return out
+
+
+def _counted(fn) -> int:
+    with FlopCounterMode(display=False, custom_mapping=CPU_SDPA) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def _measure(path: Path, cfg: dict):
+    """(parameter count, forward FLOPs, forward + backward FLOPs) of the built module."""
+    mod = snf.load(path)
+    torch.manual_seed(0)
+    model = mod.Model(mod.Config(**cfg))
+    feeds = _feeds(_model_ir(path), cfg)
+
+    def outputs():
+        out = model(**feeds)
+        return [t for t in (out if isinstance(out, tuple) else (out,))
+                if isinstance(t, torch.Tensor) and t.requires_grad]
+
+    def step():
+        sum(t.sum() for t in outputs()).backward()
+
+    return sum(p.numel() for p in model.parameters()), _counted(outputs), _counted(step)
+
+
+def _close(got: Fraction, want: int, rel: float = 0.02) -> bool:
+    return abs(float(got) - want) <= rel * want
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
+def test_counts_match_the_built_module(spec):
+    model = _model_ir(spec)
+    cfg = _small(model)
+    s = {q.key: q.value for q in stats(model, {**cfg, "B": B, "T": T}).quantities}
+    params, forward, training = _measure(spec, cfg)
+    assert s["parameters"] == params  # exact
+    tokens = B * T
+    assert _close(s["flops_forward"] * tokens, forward), (s["flops_forward"] * tokens, forward)
+    assert _close(s["flops_training"] * tokens, training), (s["flops_training"] * tokens, training)
+
+
+def test_switches_and_sequence_length_follow_the_config():
+    spec = REPO / "specs" / "nanogpt.snf"
+    model = _model_ir(spec)
+    cfg = _small(model, bias=False)
+    params, forward, _ = _measure(spec, cfg)  # at T = 6
+
+    def predicted(t):
+        s = {q.key: q.value for q in stats(model, {**cfg, "B": B, "T": t}).quantities}
+        return s["parameters"], s["flops_forward"] * B * T
+
+    assert predicted(T) == (params, forward)  # without the conditional biases
+    assert predicted(3)[1] < forward  # attention's share shrinks with T
+
+
+def test_gradient_checkpointing_recomputes():
+    """The recognised switch runs each layer's forward again in the backward, up to the last
+    tensor the backward needs: between the model FLOPs and the model FLOPs plus the layers'."""
+    spec = REPO / "specs" / "gpt_decoder.snf"
+    model = _model_ir(spec)
+    cfg = _small(model, gradient_checkpointing=True)
+    s = {q.key: q.value * B * T for q in stats(model, {**cfg, "B": B, "T": T}).quantities}
+    _, _, training = _measure(spec, cfg)
+    assert s["flops_training"] < training <= s["flops_training"] + s["flops_recompute"]
+    assert "flops_recompute" not in {q.key for q in stats(model, {**_small(model), "T": T}).quantities}
+
+
+LAYERS_ON_A_RAW_INPUT = textwrap.dedent("""\
+    param:
+      D : int = 8
+      n_layer : int = 3
+
+    input:
+      x : Tensor([B, T, D], float32)
+
+    parameter:
+      w : Tensor([n_layer, D, D], float32)
+      u : Tensor([D, D], float32)
+
+    output:
+      y : Tensor([B, T, D], float32)
+
+    let h = x @ u
+    let y = x
+    for l in 0..n_layer-1:
+        y = linear(y, weight=w[l])
+    """)
+
+
+def test_backward_skips_gradients_nothing_needs(tmp_path):
+    """The first layer's input is a plain input: it gets no gradient, so layer 0 costs one product
+    less in the backward than the others; `h = x @ u` is unused, computed, and has a weight."""
+    spec = write_spec(tmp_path, LAYERS_ON_A_RAW_INPUT)
+    model = _model_ir(spec)
+    s = {q.key: q for q in stats(model, {"B": B, "T": T}).quantities}
+    params, forward, training = _measure(spec, {})
+    assert (s["parameters"].value, s["flops_forward"].value * B * T) == (params, forward)
+    assert s["flops_training"].value * B * T == training
+    # per layer 3 products of 2 D^2 (forward, and two gradients), one less in layer 0; the unused
+    # `h = x @ u` counts in the forward only, as nothing takes its gradient: 2 D^2 + 2 D^2 + 6 (n - 1) D^2
+    text = snf.stats.formula(stats(model, {"T": T}), s["flops_training"])
+    assert text == "6*n_layer*D^2"
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
+def test_activation_bytes_are_what_the_interpreter_produces(spec):
+    """Every tensor an op returns in a run of the NumPy reference interpreter, views excepted."""
+    model = _model_ir(spec)
+    cfg = _small(model)
+    predicted = {q.key: q.value for q in stats(model, {**cfg, "B": B, "T": T}).quantities}["activation_bytes"]
+    views = {name for name, op in all_ops().items() if op.view}
+
+    class Counting(Interpreter):
+        produced = 0
+
+        def eval(self, e, env):
+            value = super().eval(e, env)
+            if isinstance(e, ir.Op) and isinstance(e.ty, ir.TensorT) and e.op not in views:
+                Counting.produced += np.size(value) * DTYPE_BYTES[e.ty.dtype]
+            return value
+
+    rng = np.random.default_rng(0)
+    params = {t.name: rng.normal(size=[d.evaluate(_ints(model, cfg)) for d in t.ty.shape]) * 0.1
+              for t in model.params + model.buffers}
+    feeds = {k: v.numpy() for k, v in _feeds(model, cfg).items()}
+    Counting(model, cfg).run(params, feeds)
+    assert predicted * B * T == Counting.produced
+
+
+def _ints(model: ir.Model, cfg: dict) -> dict:
+    values = {c.name: c.default for c in model.config} | cfg
+    return {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+# ------------------------------------------------------------------------------ the command
+
+def test_golden_nanogpt():
+    rc, out, err = snfc("stats", "specs/nanogpt.snf")
+    assert rc == 0, err
+    assert_golden("stats_nanogpt.txt", out)
+    shown = (REPO / "docs" / "stats.md").read_text().split("```")[3]  # docs/stats.md shows it
+    assert shown.strip() and shown.strip() in out
+
+
+def test_json_has_formulas_and_numbers():
+    rc, out, _ = snfc("stats", "specs/nanogpt.snf", "--set", "n_layer=2", "--set", "T=64", "--format", "json")
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["config"]["n_layer"] == 2 and doc["dims"]["T"] == {"value": 64, "why": "--set"}
+    assert doc["per_token"] == ["B", "T"]
+    p = doc["stats"]["parameters"]
+    assert p["formula"] == "n_layer*(12*D^2 + 13*D) + block_size*D + 2*D*vocab_size + 2*D"
+    assert p["value"] == 2 * (12 * 768**2 + 13 * 768) + 1024 * 768 + 2 * 768 * 50257 + 2 * 768
+    f = doc["stats"]["flops_forward"]
+    assert f["formula"] == "n_layer*(4*T*D + 24*D^2) + 2*D*vocab_size"
+    assert f["value"] == 2 * (4 * 64 * 768 + 24 * 768**2) + 2 * 768 * 50257
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "n_embd=10", "--set", "n_head=3"], "D must be divisible by H"),
+    (["--set", "n_layr=2"], "has no config field or run-time dim `n_layr`"),
+    (["--set", "n_layer=two"], "`n_layer` is an int"),
+    (["--set", "bias=yes"], "`bias` is a bool"),
+    (["--set", "n_layer"], "--set takes name=value"),
+    (["--set", "T=2048"], "requires T_total <= block_size (line 66); got T=2048, T_past=0, block_size=1024"),
+    (["--set", "T=1024"], None),
+    (["--set", "n_embd=-8", "--set", "n_head=1"], "negative size"),
+])
+def test_bad_settings_exit_1_with_a_message(args, message):
+    rc, out, err = snfc("stats", "specs/nanogpt.snf", *args)
+    if message is None:
+        assert rc == 0 and "T = 1024 (--set)" in out
+    else:
+        assert rc == 1 and message in err and "bug in snfc" not in err, err
+
+
+def test_a_bad_or_missing_spec_exits_1(tmp_path):
+    bad = write_spec(tmp_path, "param:\n  D : int = 4\n\nlet y = x\n")
+    assert snfc("stats", str(bad))[0] == 1
+    assert snfc("stats", str(tmp_path / "missing.snf"))[0] == 1
+
+
+def test_an_unbounded_sequence_needs_set(tmp_path):
+    spec = write_spec(tmp_path, LAYERS_ON_A_RAW_INPUT)
+    rc, _, err = snfc("stats", str(spec))
+    assert rc == 1 and "does not bound the run-time dim `T`: give its value with --set T=N" in err
+    assert snfc("stats", str(spec), "--set", "T=4")[0] == 0
+
+
+def test_stats_never_imports_torch():
+    p = python_subprocess("import sys, snf.cli\n"
+                          "assert snf.cli.main(['stats', 'specs/nanogpt.snf']) == 0\n"
+                          "assert 'torch' not in sys.modules\n")
+    assert p.returncode == 0, p.stderr
+
+
+def test_parse_overrides_types():
+    model = _model_ir(REPO / "specs" / "nanogpt.snf")
+    assert parse_overrides(model, ["bias=False", "dropout=0.5", "T=7"]) == {"bias": False, "dropout": 0.5, "T": 7}
+    with pytest.raises(StatsError):
+        parse_overrides(model, ["dropout=lots"])

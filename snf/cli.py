@@ -1,4 +1,5 @@
-"""`snfc`: check, compile, ir, explain. Exit 0 clean, 1 spec errors, 2 internal error."""
+"""`snfc`: check, compile, ir, stats, graph, explain. Exit 0 clean, 1 spec errors (or a path or setting
+snfc cannot use), 2 internal error."""
 
 from __future__ import annotations
 

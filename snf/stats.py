@@ -24,7 +24,8 @@ from . import ir
 from .dims import Dim, DimError, FloorDiv
 from .interpret import Interpreter
 from .ir import ScalarT, TensorT
-from .ops.registry import all_ops
+from .language import GRADIENT_CHECKPOINTING
+from .ops import all_ops
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 
@@ -282,7 +283,7 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
         per_token("flops_training", "FLOPs per token, forward + backward", walk.forward + backward, "FLOPs"),
         per_token("activation_bytes", "activation bytes per token", walk.activations, "bytes"),
     ]
-    if cfg.get("gradient_checkpointing") is True and walk.layer_forward.terms:
+    if cfg.get(GRADIENT_CHECKPOINTING) is True and walk.layer_forward.terms:
         # the recognised switch (docs/language.md 10.1): the backward runs each layer again, up
         # to the last tensor it needs; model FLOPs above leave it out, as MFU does
         quantities.insert(3, per_token("flops_recompute", "FLOPs per token, checkpoint recompute",

@@ -20,7 +20,7 @@ from conftest import REPO, assert_golden, python_subprocess, snfc, write_spec
 from snf import ir
 from snf.compiler import analyze
 from snf.interpret import Interpreter
-from snf.ops.registry import all_ops
+from snf.ops import all_ops
 from snf.source import Source
 from snf.stats import DTYPE_BYTES, StatsError, parse_overrides, stats
 
@@ -259,6 +259,11 @@ def test_stats_never_imports_torch():
                           "assert snf.cli.main(['stats', 'specs/nanogpt.snf']) == 0\n"
                           "assert 'torch' not in sys.modules\n")
     assert p.returncode == 0, p.stderr
+
+
+def test_every_dtype_has_a_size():
+    from snf.language import DTYPES
+    assert set(DTYPE_BYTES) == set(DTYPES)
 
 
 def test_parse_overrides_types():

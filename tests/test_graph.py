@@ -140,7 +140,50 @@ def _kind(attrs: dict) -> str:
 
 @pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
 def test_nodes_and_edges_match_the_ir(spec):
-    model = _model(spec)
+    _check_against_ir(_model(spec))
+
+
+BRANCHES = """\
+param:
+  D : int = 4
+  use_gate : bool = True
+
+input:
+  x : Tensor([B, T, D], float32)
+  past : Tensor([B, T_past, D], float32)?
+
+parameter:
+  w : Tensor([D, D], float32)
+
+output:
+  y : Tensor([B, T, D], float32)
+  z : Tensor([B, T, D], float32)
+
+let y = linear(x, weight=w)
+if use_gate:
+    y = y * 2.0
+    y = relu(y)
+else:
+    y = y + 1.0
+let z = y
+if past exists:
+    z = z + slice(past, [:, 0:T, :])
+"""
+
+
+def test_if_blocks_are_boxes_and_their_values_merge(tmp_path):
+    model = _model(write_spec(tmp_path, BRANCHES))
+    dot = _check_against_ir(model)
+    assert sorted(a["label"] for a in dot.clusters.values()) == ["else", "if use_gate"]
+    (merge,) = [n for n, a in dot.nodes.items() if _kind(a) == "merge"]
+    assert dot.nodes[merge]["label"] == "y\nuse_gate ?"
+    into = sorted(dot.nodes[s]["label"] for s, d, _ in dot.edges if d == merge)
+    assert into == ["y = add", "y = relu"]
+    guarded = [a for a in dot.nodes.values() if a["label"] == "z = add\nif past exists"]
+    assert len(guarded) == 1 and "dashed" in guarded[0]["style"]
+
+
+def _check_against_ir(model: ir.Model) -> Dot:
     dot = parse_dot(to_dot(model))
     assert dot.name == model.name
     nodes = dot.nodes
@@ -171,6 +214,7 @@ def test_nodes_and_edges_match_the_ir(spec):
         assert carried == set(loop.carried)
         back = [(s, d) for s, d, a in dot.edges if a.get("style") == "dashed"]
         assert sorted(nodes[d]["label"] for _, d in back) == sorted(loop.carried)
+    return dot
 
 
 def test_nanogpt_edges_carry_shapes():

@@ -244,25 +244,6 @@ def cmd_compile(args) -> int:
     return status
 
 
-def cmd_ir(args) -> int:
-    from .compiler import analyze
-    from .irdump import dump
-    src = _read(Path(args.spec)) if Path(args.spec).is_file() else None
-    if src is None:
-        print(f"snfc: error: no such file: {args.spec}", file=sys.stderr)
-        return EXIT_SPEC
-    result = analyze(src)
-    _emit(result.diagnostics, {src.path: src}, "text")
-    if not result.ok:
-        return EXIT_SPEC
-    model = result.model
-    if args.lowered:
-        from .compiler import lower
-        model = lower(model)
-    sys.stdout.write(dump(model))
-    return EXIT_OK
-
-
 def _one_spec(path: str):
     """The checked model of one spec file, or None after printing why."""
     from .compiler import analyze
@@ -273,6 +254,18 @@ def _one_spec(path: str):
     result = analyze(src)
     _emit(result.diagnostics, {src.path: src}, "text")
     return result.model if result.ok else None
+
+
+def cmd_ir(args) -> int:
+    from .irdump import dump
+    model = _one_spec(args.spec)
+    if model is None:
+        return EXIT_SPEC
+    if args.lowered:
+        from .compiler import lower
+        model = lower(model)
+    sys.stdout.write(dump(model))
+    return EXIT_OK
 
 
 def cmd_stats(args) -> int:

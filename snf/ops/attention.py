@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..ir import TensorT
 from .core import np_softmax
+from .lazy_numpy import np
 from .registry import OpDef, OpError, Param, registrar
 from .shapes import require_float, same_dtype
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..ir import BOOL, FLOAT, ScalarT, TensorT
+from .lazy_numpy import np
 from .registry import OpDef, OpError, Param, registrar
 from .shapes import INTS, axis_index, broadcast, product, rank_at_least, require_float, same_dtype, slices_shape
 
@@ -59,12 +58,12 @@ def _code_binary(sym: str):
 
 _PREC = {"+": 10, "-": 10, "*": 20, "/": 20, "//": 20, "%": 20, "@": 20, "**": 30}
 
-for _name, _sym, _np in [("add", "+", np.add), ("sub", "-", np.subtract), ("mul", "*", np.multiply),
-                         ("div", "/", np.divide), ("floordiv", "//", np.floor_divide), ("mod", "%", np.mod),
-                         ("pow", "**", np.power)]:
+for _name, _sym, _np in [("add", "+", "add"), ("sub", "-", "subtract"), ("mul", "*", "multiply"),
+                         ("div", "/", "divide"), ("floordiv", "//", "floor_divide"), ("mod", "%", "mod"),
+                         ("pow", "**", "power")]:
     register(OpDef(
         _name, (Param("a", "value"), Param("b", "value")), _binary_rule(_name),
-        numpy=(lambda f: lambda a, b: f(a, b))(_np),
+        numpy=(lambda f: lambda a, b: getattr(np, f)(a, b))(_np),
         torch=_code_binary(_sym), doc=f"`a {_sym} b`, elementwise with broadcasting", elementwise=True,
         prec=_PREC[_sym]))
 
@@ -112,7 +111,7 @@ def _unaryrequire_float(name, np_fn, torch_fn, doc):
             return FLOAT
         require_float(x, "x")
         return x
-    register(OpDef(name, (Param("x", "value"),), rule, numpy=lambda x: np_fn(x),
+    register(OpDef(name, (Param("x", "value"),), rule, numpy=lambda x: getattr(np, np_fn)(x),
                    torch=lambda call: torch_fn(call), doc=doc, elementwise=True))
 
 
@@ -120,10 +119,10 @@ def _scalar_or_tensor(call, tensor_fn: str, scalar_fn: str) -> str:
     return f"{tensor_fn}({call.code('x')})" if isinstance(call.ty("x"), TensorT) else f"{scalar_fn}({call.code('x')})"
 
 
-_unaryrequire_float("sqrt", np.sqrt, lambda call: _scalar_or_tensor(call, "torch.sqrt", "math.sqrt"), "square root")
-_unaryrequire_float("exp", np.exp, lambda call: _scalar_or_tensor(call, "torch.exp", "math.exp"), "exponential")
-_unaryrequire_float("log", np.log, lambda call: _scalar_or_tensor(call, "torch.log", "math.log"), "natural logarithm")
-_unaryrequire_float("tanh", np.tanh, lambda call: f"torch.tanh({call.code('x')})", "hyperbolic tangent")
+_unaryrequire_float("sqrt", "sqrt", lambda call: _scalar_or_tensor(call, "torch.sqrt", "math.sqrt"), "square root")
+_unaryrequire_float("exp", "exp", lambda call: _scalar_or_tensor(call, "torch.exp", "math.exp"), "exponential")
+_unaryrequire_float("log", "log", lambda call: _scalar_or_tensor(call, "torch.log", "math.log"), "natural logarithm")
+_unaryrequire_float("tanh", "tanh", lambda call: f"torch.tanh({call.code('x')})", "hyperbolic tangent")
 
 
 def _logic_rule(kind_in: str):

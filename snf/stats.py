@@ -6,11 +6,13 @@ activation bytes per token, each as a formula in the spec's dims and as a number
 The definitions, and what the numbers do not count, are in docs/stats.md. In short:
 
 * the forward is the plain one: every optional input absent (so no cache: `T_past = 0`), the
-  config's switches as the config sets them, dropout applied (training);
+  config's switches as the config sets them, dropout applied, and the cache outputs not built
+  (a generated module's forward in training, `use_cache=False`);
 * FLOPs are those of matrix products (`linear`, `@`, attention), 2 per multiply-add, the
   quantity `torch.utils.flop_counter.FlopCounterMode` counts; the registry gives each op's
   (`OpDef.flops`);
 * the backward computes the gradient of every operand that depends on a parameter;
+* KV-cache bytes are those of the caches `snf.passes.caches` finds, per cached token;
 * activation bytes are the bytes of every tensor an op of the forward returns, views excepted.
 """
 
@@ -26,6 +28,8 @@ from .interpret import Interpreter
 from .ir import ScalarT, TensorT
 from .language import GRADIENT_CHECKPOINTING
 from .ops import all_ops
+from .passes.caches import plan_caches
+from .passes.liveness import plan_outputs
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 
@@ -41,6 +45,7 @@ class Quantity:
     formula: Dim  # in the spec's dims; per token where the label says so
     value: Fraction  # for the config
     unit: str  # "", "FLOPs", "bytes"
+    note: str = ""  # why it is 0, when it is
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,8 @@ class _Walk:
 
     def __init__(self, model: ir.Model, cfg: dict, absent: set, runtime: dict):
         self.m = model
+        # what only the caches need is not computed (as a generated module's training forward)
+        self.skip = plan_outputs(model, plan_caches(model).outputs).only_when_asked
         self.ops = all_ops()
         self.zero = {d: Dim.const(0) for d in absent}  # dims of absent inputs
         self.forward = self.layer_forward = self.activations = Dim()
@@ -178,6 +185,8 @@ class _Walk:
     # statements; `env` maps each local to the products its gradient flows to
     def block(self, stmts, times: Dim, env: dict, in_loop: bool) -> None:
         for s in stmts:
+            if s in self.skip:
+                continue
             if isinstance(s, ir.Bind):
                 env[s.name] = self.expr(s.value, times, env, in_loop)
             elif isinstance(s, ir.SetItem):
@@ -283,6 +292,9 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
         per_token("flops_training", "FLOPs per token, forward + backward", walk.forward + backward, "FLOPs"),
         per_token("activation_bytes", "activation bytes per token", walk.activations, "bytes"),
     ]
+    cache = _cache_bytes(model, tokens_dims)
+    quantities.insert(3, Quantity("kv_cache_bytes", "KV-cache bytes per token", _simplify(cache, model),
+                                  Fraction(cache.evaluate(env)), "bytes", "" if cache.terms else "the spec has no KV cache"))
     if cfg.get(GRADIENT_CHECKPOINTING) is True and walk.layer_forward.terms:
         # the recognised switch (docs/language.md 10.1): the backward runs each layer again, up
         # to the last tensor it needs; model FLOPs above leave it out, as MFU does
@@ -293,6 +305,22 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
 
 
 _ABSENT = "its inputs are absent"
+
+
+def _cache_bytes(model: ir.Model, tokens_dims: list[str]) -> Dim:
+    """Bytes the caches (the lead's cache plan says which inputs they are) hold per token: each
+    cache input's size without its growing axis, and without the batch axis."""
+    batch = tokens_dims[0] if len(tokens_dims) > 1 else None
+    inputs = {i.name: i for i in model.inputs}
+    total = Dim()
+    for c in plan_caches(model).caches:
+        ty = inputs[c.input].ty
+        per = Dim.const(DTYPE_BYTES[ty.dtype])
+        for axis, d in enumerate(ty.shape):
+            if axis != c.axis and d.as_symbol() != batch:
+                per = per * d
+        total += per
+    return total
 
 
 def _absent_dims(model: ir.Model) -> list[str]:
@@ -464,7 +492,7 @@ def render_text(s: Stats) -> str:
         short = _short(q.value, q.unit)
         number = _number(q.value) + (f" {q.unit}" if q.unit else "") + (f"  ({short})" if short else "")
         lines.append(f"{q.label:<{width}}  {number}")
-        lines.append(f"{'':<{width}}  = {formula(s, q)}")
+        lines.append(f"{'':<{width}}  = {formula(s, q)}" + (f"  ({q.note})" if q.note else ""))
     lines.append("")
     lines.append("FLOPs count matrix products, 2 per multiply-add, attention over every query-key pair;")
     lines.append("activation bytes count every tensor the forward makes, views excepted (docs/stats.md).")
@@ -479,8 +507,8 @@ def render_json(s: Stats) -> str:
         "dims": {d: {"value": v, "why": why} for d, (v, why) in s.dims.items()},
         "absent_inputs": list(s.absent), "per_token": _names(s.tokens),
         "aliases": _aliases(s),
-        "stats": {q.key: {"label": q.label, "value": num(q.value), "unit": q.unit, "formula": formula(s, q)}
-                  for q in s.quantities},
+        "stats": {q.key: {"label": q.label, "value": num(q.value), "unit": q.unit, "formula": formula(s, q),
+                          "note": q.note} for q in s.quantities},
     }
     return json.dumps(doc, indent=2) + "\n"
 

@@ -21,6 +21,8 @@ from snf import ir
 from snf.compiler import analyze
 from snf.interpret import Interpreter
 from snf.ops import all_ops
+from snf.passes.caches import plan_caches
+from snf.passes.liveness import plan_outputs
 from snf.source import Source
 from snf.stats import DTYPE_BYTES, StatsError, parse_overrides, stats
 
@@ -72,8 +74,9 @@ def _counted(fn) -> int:
     return counter.get_total_flops()
 
 
-def _measure(path: Path, cfg: dict):
-    """(parameter count, forward FLOPs, forward + backward FLOPs) of the built module."""
+def _measure(path: Path, cfg: dict, cached: dict | None = None):
+    """(parameter count, forward FLOPs, forward + backward FLOPs) of the built module in training
+    mode; the outputs of an eval-mode forward (which returns the caches) by name into `cached`."""
     mod = snf.load(path)
     torch.manual_seed(0)
     model = mod.Model(mod.Config(**cfg))
@@ -81,8 +84,14 @@ def _measure(path: Path, cfg: dict):
 
     def outputs():
         out = model(**feeds)
-        return [t for t in (out if isinstance(out, tuple) else (out,))
-                if isinstance(t, torch.Tensor) and t.requires_grad]
+        named = out._asdict() if hasattr(out, "_asdict") else {"out": out}
+        return [t for t in named.values() if isinstance(t, torch.Tensor) and t.requires_grad]
+
+    if cached is not None:
+        with torch.no_grad():
+            out = model.eval()(**feeds)
+        model.train()
+        cached.update(out._asdict() if hasattr(out, "_asdict") else {})
 
     def step():
         sum(t.sum() for t in outputs()).backward()
@@ -99,8 +108,12 @@ def test_counts_match_the_built_module(spec):
     model = _model_ir(spec)
     cfg = _small(model)
     s = {q.key: q.value for q in stats(model, {**cfg, "B": B, "T": T}).quantities}
-    params, forward, training = _measure(spec, cfg)
+    seen: dict = {}
+    params, forward, training = _measure(spec, cfg, seen)
     assert s["parameters"] == params  # exact
+    caches = plan_caches(model).outputs  # the cache the module returns, grown by these B*T tokens
+    assert s["kv_cache_bytes"] * B * T == sum(seen[n].nbytes for n in caches)
+    assert bool(caches) == (spec.stem in ("nanogpt", "gpt_decoder"))
     tokens = B * T
     assert _close(s["flops_forward"] * tokens, forward), (s["flops_forward"] * tokens, forward)
     assert _close(s["flops_training"] * tokens, training), (s["flops_training"] * tokens, training)
@@ -171,14 +184,19 @@ def test_backward_skips_gradients_nothing_needs(tmp_path):
 
 @pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
 def test_activation_bytes_are_what_the_interpreter_produces(spec):
-    """Every tensor an op returns in a run of the NumPy reference interpreter, views excepted."""
+    """Every tensor an op returns in a run of the NumPy reference interpreter, views excepted, and
+    without what only the cache outputs need (a training forward does not build them)."""
     model = _model_ir(spec)
     cfg = _small(model)
     predicted = {q.key: q.value for q in stats(model, {**cfg, "B": B, "T": T}).quantities}["activation_bytes"]
     views = {name for name, op in all_ops().items() if op.view}
+    cache_only = plan_outputs(model, plan_caches(model).outputs).only_when_asked
 
     class Counting(Interpreter):
         produced = 0
+
+        def block(self, stmts, env):
+            super().block([s for s in stmts if s not in cache_only], env)
 
         def eval(self, e, env):
             value = super().eval(e, env)

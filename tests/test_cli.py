@@ -194,6 +194,10 @@ def test_check_imports_little():
                           "print(len(sys.modules) - before)\n")
     assert p.returncode == 0, p.stderr
     assert int(p.stdout.split()[-1]) < 300  # today about 130
+    p = python_subprocess("import sys, snf.cli\n"
+                          "assert snf.cli.main(['check', 'specs/nanogpt.snf']) == 0\n"
+                          "assert 'snf.frontend.notation' not in sys.modules  # only for SNF_MODEL specs\n")
+    assert p.returncode == 0, p.stderr
 
 
 DETERMINISM_SCRIPT = textwrap.dedent("""\

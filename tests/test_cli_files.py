@@ -178,3 +178,44 @@ def test_github_format_escapes_control_bytes_in_file_names(tmp_path):
     assert not any(ch < " " or "\x7f" <= ch <= "\x9f" for ch in out.rstrip("\n")), repr(out)
     rc, out, _ = snfc("check", name, cwd=tmp_path)  # text: control characters shown as ?
     assert out.startswith("e?[31mvil%,:??.snf:10:19: error:")
+
+
+# ------------------------------------------------------------------------ the parser cache
+
+CHECK = "import sys, snf.cli; sys.exit(snf.cli.main(['check', 'specs']))"
+
+
+def _check_with_cache(folder) -> tuple:
+    p = python_subprocess(CHECK, env={"SNFC_CACHE_DIR": str(folder)})
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_the_grammars_tables_are_cached_and_reused(tmp_path):
+    cache = tmp_path / "cache"
+    first = _check_with_cache(cache)
+    files = sorted(cache.iterdir())
+    assert first[0] == 0 and [f.name.split(".")[0] for f in files] == ["lark-snf", "lark-snf_model"]
+    stamps = [f.stat().st_mtime_ns for f in files]
+    assert _check_with_cache(cache) == first  # the same answer from the cached tables
+    assert [f.stat().st_mtime_ns for f in files] == stamps  # read, not rebuilt
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+
+
+def test_a_damaged_cache_is_rebuilt(tmp_path):
+    cache = tmp_path / "cache"
+    good = _check_with_cache(cache)
+    for f in cache.iterdir():
+        f.write_bytes(f.read_bytes()[:100])  # cut short, as by a full disk
+    assert _check_with_cache(cache) == good
+    assert all(f.stat().st_size > 1000 for f in cache.iterdir())
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes")
+def test_no_cache_in_a_folder_others_may_write(tmp_path):
+    cache = tmp_path / "shared"
+    cache.mkdir()
+    cache.chmod(0o777)
+    assert _check_with_cache(cache)[0] == 0
+    assert list(cache.iterdir()) == []  # a pickle there could be anyone's
+    (tmp_path / "afile").write_text("")
+    assert _check_with_cache(tmp_path / "afile" / "cache")[0] == 0  # no cache, still checks

@@ -9,7 +9,6 @@ from ..diagnostics import Reporter
 from ..source import Source, Span
 from .dsl import parse_dsl
 from .lark_common import nesting_too_deep
-from .notation import parse_model_notation
 
 MAX_DEPTH = 48  # bracket nesting; deeper specs are refused, not crashed on
 MAX_BYTES = 2_000_000
@@ -26,6 +25,7 @@ def parse(src: Source, r: Reporter) -> ir.Spec | None:
         r.error("too-large", f"brackets nest more than {MAX_DEPTH} deep", Span(deep[0], deep[1], deep[0], deep[1] + 1))
         return None
     if first_code_line(text).startswith("SNF_MODEL"):
+        from .notation import parse_model_notation  # a large package: imported for notation specs only
         return parse_model_notation(src, r)
     return parse_dsl(src, r)
 

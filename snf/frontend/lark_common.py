@@ -4,16 +4,18 @@ calls, and one reporter that turns Lark's parse errors into located `syntax` dia
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 from typing import Mapping
 
+import lark
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 from lark.indenter import DedentError, Indenter
 
 from .. import ir
 from ..diagnostics import Reporter
-from ..resources import read_resource
+from ..resources import cache_file, read_resource
 from ..source import Source, Span
 
 
@@ -28,9 +30,12 @@ class SNFIndenter(Indenter):
 
 @functools.lru_cache(maxsize=None)
 def lark_parser(grammar: str) -> Lark:
-    """The LALR parser of `grammars/<grammar>`, built once."""
-    return Lark(read_resource("grammars", grammar), parser="lalr", postlex=SNFIndenter(),
-                propagate_positions=True, maybe_placeholders=True, cache=False)
+    """The LALR parser of `grammars/<grammar>`, built once per process, its tables kept between
+    runs in the user's cache folder (building them was most of `snfc check`'s time)."""
+    text = read_resource("grammars", grammar)
+    cache = cache_file(f"lark-{grammar}", f"{text}\0{lark.__version__}\0{sys.version}")
+    return Lark(text, parser="lalr", postlex=SNFIndenter(), propagate_positions=True, maybe_placeholders=True,
+                cache=cache)
 
 
 def span(meta) -> Span:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import glob
 import os
-import secrets
 import sys
 import traceback
 from pathlib import Path
@@ -177,7 +175,7 @@ def write_atomic(path: Path, text: str | bytes) -> None:
         raise FileProblem(f"snfc: error: cannot write {printable(str(path))}: a file is in the way of its folder") from e
     except OSError as e:
         raise _os_problem(e, "write", path) from e
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    tmp = path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "wb") as fh:
@@ -226,6 +224,7 @@ def cmd_compile(args) -> int:
                 old = None  # unreadable counts as stale
             if old != code:
                 stale.append(out)
+                import difflib
                 sys.stdout.writelines(difflib.unified_diff(
                     (old or "").splitlines(True), code.splitlines(True), f"{out.as_posix()} (committed)",
                     f"{out.as_posix()} (from {_display(f)})"))
@@ -333,6 +332,7 @@ def _graphviz(dot: str, fmt: str, out: Path) -> bytes | None:
 def cmd_explain(args) -> int:
     code = args.code
     if code not in CODES:
+        import difflib
         close = difflib.get_close_matches(code, list(CODES), n=3)
         print(f"snfc: unknown error code {code!r}" + (f"; did you mean {', '.join(close)}?" if close else ""),
               file=sys.stderr)

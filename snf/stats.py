@@ -286,11 +286,12 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
         value = Fraction(total.evaluate(env), n_tokens) if n_tokens else Fraction(0)
         return Quantity(key, label, _divide(total, tokens_dims), value, unit)
 
+    per = "token" if tokens_dims else "call"  # an input without run-time axes: per forward call
     quantities = [
         Quantity("parameters", "parameters", _simplify(params, model), Fraction(params.evaluate(env)), ""),
-        per_token("flops_forward", "FLOPs per token, forward", walk.forward, "FLOPs"),
-        per_token("flops_training", "FLOPs per token, forward + backward", walk.forward + backward, "FLOPs"),
-        per_token("activation_bytes", "activation bytes per token", walk.activations, "bytes"),
+        per_token("flops_forward", f"FLOPs per {per}, forward", walk.forward, "FLOPs"),
+        per_token("flops_training", f"FLOPs per {per}, forward + backward", walk.forward + backward, "FLOPs"),
+        per_token("activation_bytes", f"activation bytes per {per}", walk.activations, "bytes"),
     ]
     cache = _cache_bytes(model, tokens_dims)
     quantities.insert(3, Quantity("kv_cache_bytes", "KV-cache bytes per token", _simplify(cache, model),
@@ -298,7 +299,7 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
     if cfg.get(GRADIENT_CHECKPOINTING) is True and walk.layer_forward.terms:
         # the recognised switch (docs/language.md 10.1): the backward runs each layer again, up
         # to the last tensor it needs; model FLOPs above leave it out, as MFU does
-        quantities.insert(3, per_token("flops_recompute", "FLOPs per token, checkpoint recompute",
+        quantities.insert(3, per_token("flops_recompute", f"FLOPs per {per}, checkpoint recompute",
                                        walk.layer_forward, "FLOPs"))
     names = tuple(i.name for i in model.inputs if i.optional)
     return Stats(model, cfg, dims, tokens, names, tuple(quantities))
@@ -479,8 +480,8 @@ def render_text(s: Stats) -> str:
     given = [f"{d} = {v} ({why})" for d, (v, why) in s.dims.items() if d not in s.dims or why != _ABSENT]
     if tokens:
         lines.append(f"per token: divided by {'*'.join(tokens)}, with " + "; ".join(given))
-    elif given:
-        lines.append("per forward, with " + "; ".join(given))
+    else:
+        lines.append("per call: the first input has no run-time axes" + (", with " + "; ".join(given) if given else ""))
     if s.absent:
         zero = [d for d, (_, why) in s.dims.items() if why == _ABSENT]
         lines.append("absent: " + ", ".join(s.absent) + (f" (so {', '.join(zero)} = 0)" if zero else ""))

@@ -289,3 +289,30 @@ def test_parse_overrides_types():
     assert parse_overrides(model, ["bias=False", "dropout=0.5", "T=7"]) == {"bias": False, "dropout": 0.5, "T": 7}
     with pytest.raises(StatsError):
         parse_overrides(model, ["dropout=lots"])
+
+
+NO_DEFAULT = textwrap.dedent("""\
+    param:
+      D : int
+      V : int = 10
+
+    input:
+      x : Tensor([D], float32)
+
+    parameter:
+      w : Tensor([V, D], float32)
+
+    output:
+      y : Tensor([V], float32)
+
+    let y = linear(x, weight=w)
+    """)
+
+
+def test_a_field_without_default_needs_set_and_no_run_time_axes_is_per_call(tmp_path):
+    spec = str(write_spec(tmp_path, NO_DEFAULT))
+    rc, _, err = snfc("stats", spec)
+    assert rc == 1 and "config field `D` has no default: give it with --set D=..." in err
+    rc, out, _ = snfc("stats", spec, "--set", "D=4")
+    assert rc == 0 and "per call: the first input has no run-time axes" in out
+    assert "FLOPs per call, forward             80 FLOPs" in out  # one x @ W.T, [10, 4]

@@ -298,3 +298,38 @@ def test_load_of_a_bad_spec_raises_spec_error(tmp_path):
         snf.load(path)
     assert [d.code for d in info.value.diagnostics if d.severity == "error"] == ["optional-unguarded"]
     assert ":11:13: error: `m` is an optional input" in str(info.value)
+
+
+def test_gqa_heads_that_do_not_divide_get_a_hint(tmp_path):
+    rc, lines, _ = check_text(tmp_path, """\
+        output:
+          y : Tensor([B, 1, 6, 4], float32)
+
+        let q = full([B, 1, 6, 4], 1.0)
+        let k = full([B, 1, 4, 4], 1.0)
+        let y = flash_attention(q, k, k)
+        """)
+    assert rc == 1
+    assert ("t.snf:13:28: error: `k` has 4 heads and `q` 6: in grouped-query attention each key/value "
+                        "head serves the same number of query heads, so 4 must divide 6  [shape-mismatch]") in lines
+    assert "  hint: with 6 query heads, the key/value heads can be 1, 2, 3, 6; the layout is [B, T, H, head_dim] " \
+           "for q and [B, T, KVH, head_dim] for k and v" in lines
+
+
+def test_gqa_heads_of_config_values_are_a_config_constraint(tmp_path):
+    write_spec(tmp_path, textwrap.dedent("""\
+        param:
+          H : int = 6
+          KVH : int = 2
+        input:
+          q : Tensor([B, T, H, 4], float32)
+          k : Tensor([B, T, KVH, 4], float32)
+        output:
+          y : Tensor([B, T, H, 4], float32)
+        let y = flash_attention(q, k, k, causal=True)
+        """), "gqa.snf")
+    import snf
+    mod = snf.load(tmp_path / "gqa.snf")
+    assert mod.Config(H=6, KVH=3).H == 6
+    with pytest.raises(ValueError, match=r"H must be divisible by KVH \(gqa.snf:9\); got H=6, KVH=4"):
+        mod.Config(H=6, KVH=4)

@@ -72,12 +72,54 @@ CASES = {
     "not": ("a : Tensor([B, N], float32)", "a * 2.0 if not 1 > 2 else a"),
     "floordiv": ("a : Tensor([B, N], float32)", "reshape(a, [B, (N * 2) // 2])"),
     "mod": ("a : Tensor([B, N], float32)", "a * ((N * 3) % 2 + 1)"),
+    "where": ("a : Tensor([B, N], float32)\n  b : Tensor([N], float32)",
+              "where(a > b, a, b * 2.0) + where(a <= 0.0, 1.0, a)"),
+    "abs": ("a : Tensor([B, N], float32)", "abs(a) + cast(abs(cast(a * 3.0, int64)), float32)"),
+    "minimum": ("a : Tensor([B, N], float32)\n  b : Tensor([N], float32)",
+                "minimum(a, b) + minimum(a, 0.25) + minimum(0.5, a) * minimum(2, 3)"),
+    "maximum": ("a : Tensor([B, N], float32)\n  b : Tensor([N], float32)",
+                "maximum(a, b) + maximum(a, 0.25) + maximum(0.5, a) * maximum(2.0, 3)"),
+    "clamp": ("a : Tensor([B, N], float32)", "clamp(a, min=-0.5, max=0.5) + clamp(a, max=0.1) + clamp(a, min=0)"),
+    "cast": ("a : Tensor([B, N], float32)\n  b : Tensor([B, N], float32)",
+             "cast(a < b, float32) + cast(cast(a * 3.0, int64), float32)"),
+    "arange": ("a : Tensor([B, N], float32)",
+               "a * cast(arange(N), float32) + arange(1, N + 1, dtype=float32) + cast(arange(2, 2), float32).shape[0]"),
+    "expand": ("a : Tensor([B, N], float32)", "expand(reshape(a, [B, 1, N]), [3, B, 5, N])"),
+    "repeat_interleave": ("a : Tensor([B, T, N], float32)", "repeat_interleave(a, 3, axis=1)"),
+    "int": ("a : Tensor([B, N], float32)", "a * int(N * 1.5) + int(-2.5)"),
+    "floor": ("a : Tensor([B, N], float32)", "floor(a * 3.0) + floor(N / 2) + floor(-2.5)"),
+    "ceil": ("a : Tensor([B, N], float32)", "ceil(a * 3.0) + ceil(N / 2)"),
+    "round": ("a : Tensor([B, N], float32)", "round(a * 3.0) + round(N / 2) + round(2.5)"),
+}
+
+# More forms of some ops: comparisons between tensors, the attention variants. Heads are params
+# (grouped-query attention needs config-sized heads).
+HEADS = "param:\n  H : int = 4\n  KVH : int = 2\n  W : int = 2\n"
+MORE_CASES = {
+    "lt (tensors)": ("a : Tensor([B, N], float32)\n  b : Tensor([N], float32)",
+                     "where(a < b, 1.0, 0.0) + where(a == a, 1.0, 0.0) + where(a != b, 2.0, 0.0)"),
+    "ge (tensors)": ("a : Tensor([B, N], float32)\n  b : Tensor([B, N], float32)",
+                     "where(a >= b, a, b) + where(a > 0.5, 1.0, 0.0) + where(a <= b, 1.0, 0.0)"),
+    "flash_attention (gqa)": ("q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, T, KVH, M], float32)\n"
+                              "  v : Tensor([B, T, KVH, M], float32)", "flash_attention(q, k, v, causal=True)", HEADS),
+    "flash_attention (mqa, longer keys)": (
+        "q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, N, 1, M], float32)\n"
+        "  v : Tensor([B, N, 1, M], float32)", "flash_attention(q, concat([k, k], axis=1), concat([v, v], axis=1), "
+                                                "causal=True)", HEADS),
+    "flash_attention (window, mask)": (
+        "q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, T, KVH, M], float32)\n"
+        "  v : Tensor([B, T, KVH, M], float32)\n  m : Tensor([B, T], int64)",
+        "flash_attention(q, k, v, causal=True, window=W, mask=m)", HEADS),
+    "flash_attention (bias)": (
+        "q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, N, H, M], float32)\n"
+        "  v : Tensor([B, N, H, M], float32)\n  b : Tensor([H, 1, N], float32)\n  m : Tensor([B, N], int64)",
+        "flash_attention(q, k, v, bias=reshape(b, [1, H, 1, N]), mask=m, scale=1.0)", HEADS),
 }
 
 
 def _spec(op: str) -> str:
-    inputs, expr = CASES[op]
-    return f"input:\n  {inputs}\n\nlet out = {expr}\n"
+    inputs, expr, params = ((CASES.get(op) or MORE_CASES[op]) + ("",))[:3]
+    return f"{params}input:\n  {inputs}\n\nlet out = {expr}\n"
 
 
 def _compile(op: str):
@@ -99,6 +141,7 @@ def _compile(op: str):
 
 def _inputs(model, rng, sizes):
     out = {}
+    sizes = {**sizes, **{c.name: c.default for c in model.config}}
     for i in model.inputs:
         shape = tuple(d.evaluate(sizes) for d in i.ty.shape)
         if i.ty.dtype == "int64":
@@ -112,7 +155,7 @@ def test_every_op_has_a_case():
     assert set(CASES) == set(all_ops())
 
 
-@pytest.mark.parametrize("op", sorted(CASES))
+@pytest.mark.parametrize("op", sorted(CASES) + sorted(MORE_CASES))
 def test_op_lowering_matches_numpy(op, monkeypatch):
     monkeypatch.setenv("SNF_COMPILE", "0")
     model, Model = _compile(op)
@@ -126,3 +169,26 @@ def test_op_lowering_matches_numpy(op, monkeypatch):
         got = module(**{k: torch.from_numpy(v) for k, v in feeds.items()}).detach().numpy()
         assert got.shape == np.shape(ref), (op, sizes)
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, err_msg=f"{op} {sizes}")
+
+
+def test_a_query_that_sees_no_key_gives_zeros(monkeypatch):
+    """Every key padding, or (causal, bottom-right) a query before the first key: zeros, in torch and
+    in the NumPy reference alike (transformers' default SDPA attention gives zeros too)."""
+    monkeypatch.setenv("SNF_COMPILE", "0")
+    text = ("input:\n  q : Tensor([B, T, 2, 4], float32)\n  k : Tensor([B, N, 2, 4], float32)\n"
+            "  m : Tensor([B, N], int64)\noutput:\n  y : Tensor([B, T, 2, 4], float32)\n"
+            "  z : Tensor([B, T, 2, 4], float32)\n"
+            "let y = flash_attention(q, k, k, mask=m)\nlet z = flash_attention(q, k, k, causal=True)\n")
+    res = analyze(Source.from_text("empty_rows.snf", text))
+    assert res.ok, [d.message for d in res.diagnostics]
+    ns: dict = {}
+    exec(compile(generate_source(res), "<empty_rows>", "exec"), ns)
+    rng = np.random.default_rng(0)
+    feeds = {"q": rng.standard_normal((2, 5, 2, 4)), "k": rng.standard_normal((2, 3, 2, 4)),
+             "m": np.array([[1, 0, 1], [0, 0, 0]])}  # the second sequence is all padding
+    ref = interpret(res.model, {}, feeds)
+    got = ns["Model"]()(**{n: torch.from_numpy(v) for n, v in feeds.items()})
+    for name in ("y", "z"):
+        np.testing.assert_allclose(getattr(got, name).numpy(), ref[name], atol=1e-6, err_msg=name)
+    assert not np.isnan(ref["y"]).any() and (ref["y"][1] == 0).all() and (ref["y"][0] != 0).all()
+    assert (ref["z"][:, :2] == 0).all() and (ref["z"][:, 2:] != 0).all()  # 5 queries, 3 keys

@@ -37,6 +37,10 @@ class ShapeCtx:
         self.checker.require(Divides(d, Dim.const(n)), self.span)
         return True
 
+    def static(self, d: Dim) -> bool:
+        """Whether `d` names config values only (no run-time dim such as B or T)."""
+        return not any(s in self.checker.runtime for s in d.symbols())
+
     def bound(self, hi: Dim, size: Dim, arg: str) -> None:
         """A slice end `hi` must not pass `size`; checked here when constant, else at run time."""
         if hi.value is not None and size.value is not None:

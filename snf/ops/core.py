@@ -115,26 +115,40 @@ def _unaryrequire_float(name, np_fn, torch_fn, doc):
                    torch=lambda call: torch_fn(call), doc=doc, elementwise=True))
 
 
-def _scalar_or_tensor(call, tensor_fn: str, scalar_fn: str) -> str:
+def scalar_or_tensor(call, tensor_fn: str, scalar_fn: str) -> str:
     return f"{tensor_fn}({call.code('x')})" if isinstance(call.ty("x"), TensorT) else f"{scalar_fn}({call.code('x')})"
 
 
-_unaryrequire_float("sqrt", "sqrt", lambda call: _scalar_or_tensor(call, "torch.sqrt", "math.sqrt"), "square root")
-_unaryrequire_float("exp", "exp", lambda call: _scalar_or_tensor(call, "torch.exp", "math.exp"), "exponential")
-_unaryrequire_float("log", "log", lambda call: _scalar_or_tensor(call, "torch.log", "math.log"), "natural logarithm")
+_unaryrequire_float("sqrt", "sqrt", lambda call: scalar_or_tensor(call, "torch.sqrt", "math.sqrt"), "square root")
+_unaryrequire_float("exp", "exp", lambda call: scalar_or_tensor(call, "torch.exp", "math.exp"), "exponential")
+_unaryrequire_float("log", "log", lambda call: scalar_or_tensor(call, "torch.log", "math.log"), "natural logarithm")
 _unaryrequire_float("tanh", "tanh", lambda call: f"torch.tanh({call.code('x')})", "hyperbolic tangent")
 
 
-def _logic_rule(kind_in: str):
+def _logic_rule(opname: str):
     def rule(ctx, args):
+        tensors = {n: t for n, t in args.items() if isinstance(t, TensorT)}
+        if tensors and opname in _COMPARE:  # elementwise on tensors: a bool tensor
+            if len(tensors) == 2:
+                same_dtype(args["a"], args["b"], "a", "b")
+                return TensorT(broadcast(ctx, args["a"].shape, args["b"].shape, "a", "b"), "bool")
+            (n, t), = tensors.items()
+            other = args["b" if n == "a" else "a"]
+            if t.dtype in INTS + ("bool",) and other.kind == "float":
+                raise OpError(f"`{n}` is {t.dtype} but the number compared with it is a float", n,
+                              code="dtype-mismatch", hint="cast one side first: `cast(x, float32)`")
+            return TensorT(t.shape, "bool")
         for n, t in args.items():
             if not isinstance(t, ScalarT):
-                raise OpError("conditions compare config values, not tensors", n, code="bad-condition")
+                raise OpError("conditions compare config values, not tensors", n, code="bad-condition",
+                              hint="`and`, `or` and `not` combine config conditions; for tensors, compare them "
+                                   "(`a < b`) and pick with `where`")
         return BOOL
     return rule
 
 
 _LOGIC_PREC = {"or": 1, "and": 2, "==": 4, "!=": 4, "<": 4, "<=": 4, ">": 4, ">=": 4}
+_COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
 
 for _name, _sym, _fn in [("eq", "==", lambda a, b: a == b), ("ne", "!=", lambda a, b: a != b),
                          ("lt", "<", lambda a, b: a < b), ("le", "<=", lambda a, b: a <= b),
@@ -144,7 +158,9 @@ for _name, _sym, _fn in [("eq", "==", lambda a, b: a == b), ("ne", "!=", lambda 
                    numpy=(lambda f: lambda a, b: f(a, b))(_fn),
                    torch=(lambda sym, p: lambda call:
                           f"{call.code('a', prec=p + 1)} {sym} {call.code('b', prec=p + 1)}")(_sym, _LOGIC_PREC[_sym]),
-                   doc=f"`a {_sym} b` on config values", prec=_LOGIC_PREC[_sym]))
+                   doc=f"`a {_sym} b`: " + ("on config values, or elementwise on tensors (a bool tensor)"
+                                            if _name in _COMPARE else "on config values"),
+                   prec=_LOGIC_PREC[_sym]))
 
 register(OpDef("not", (Param("a", "value"),), _logic_rule("not"), numpy=lambda a: not a,
                torch=lambda call: f"not {call.code('a', prec=4)}", doc="`not a` on config values", prec=3))

@@ -52,7 +52,10 @@ class Interpreter:
                     self.ints[s] = 0
         self.derived = {}
         for d in m.derived:
-            self.derived[d.name] = self.dim(d.dim) if d.dim is not None else self.eval(d.value, {})
+            if d.opaque:  # `int(x)` of a float: computed, then a dim like any other
+                self.derived[d.name] = self.ints[d.name] = int(self.eval(d.value, {}))
+            else:
+                self.derived[d.name] = self.dim(d.dim) if d.dim is not None else self.eval(d.value, {})
         for t in m.params + m.buffers:
             if t.condition is not None and not self.eval(t.condition, {}):
                 self.params[t.name] = None
@@ -106,7 +109,8 @@ class Interpreter:
                 if kind in ("dims", "slices"):
                     v = tuple(v)
                 kwargs[name] = v
-            return op.numpy(**kwargs)
+            with np.errstate(all="ignore"):  # log(0) = -inf and the like, silently, as in torch
+                return op.numpy(**kwargs)
         raise TypeError(type(e).__name__)
 
     def ref(self, e: ir.Ref, env: dict):

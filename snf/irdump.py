@@ -101,9 +101,7 @@ class Printer:
         if m.derived:
             self.out.append("derived:")
             for d in m.derived:
-                value = self.dim(d.dim) if d.dim is not None else self.expr(d.value)
-                if d.dim is not None:
-                    value = d.dim.render()
+                value = d.dim.render() if d.dim is not None and not d.opaque else self.expr(d.value)
                 self.out.append(f"  {d.name} = {value}")
         if m.constraints:
             self.out.append("constraints (checked when a Config is built):")

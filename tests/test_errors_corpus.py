@@ -156,3 +156,16 @@ def test_docs_list_every_code():
     doc = (Path(__file__).parent.parent / "docs" / "diagnostics.md").read_text(encoding="utf-8")
     for code, meaning in CODES.items():
         assert f"| `{code}` | {meaning.replace('|', chr(92) + '|')} |" in doc, code
+
+
+def test_every_doc_a_message_names_exists():
+    """Hints point at docs (`docs/language.md`); each one named anywhere in snf/ or in the corpus's
+    diagnostics must exist."""
+    repo = Path(__file__).parent.parent
+    docs = re.compile(r"docs/[\w./-]+\.md")
+    named = {m for f in (repo / "snf").rglob("*.py") for m in docs.findall(f.read_text(encoding="utf-8"))}
+    for f in FILES:
+        for d in analyze(Source.read(f)).diagnostics:
+            named |= set(docs.findall(f"{d.message} {d.hint or ''}"))
+    assert "docs/language.md" in named
+    assert [n for n in sorted(named) if not (repo / n).is_file()] == []

@@ -34,17 +34,23 @@ class Declarations:
         if d.type is None:  # derived: D = n_embd, head_dim = D // H
             value = self.expr(d.value)
             ty = value.ty
-            if isinstance(ty, ErrorT):
-                return
-            if not isinstance(ty, ScalarT) or ty.kind not in ("int", "float", "bool"):
+            if not isinstance(ty, ErrorT) and (not isinstance(ty, ScalarT) or ty.kind not in ("int", "float", "bool")):
                 self.r.error("bad-type", f"`{d.name}` must be a number computed from params", d.value.span)
+                ty = ERR
+            if isinstance(ty, ErrorT):  # declared all the same, so its uses report nothing more
+                self.declare(d.name, Binding("dim", ERR, d.name_span, uses=1), d.name_span)
                 return
             alias = value.name if isinstance(value, ir.Ref) and value.kind in ("config", "dim") else None
             dim = ty.dim if ty.kind == "int" else None
+            # an int no polynomial expresses (`int(x)`, `floor(x)` of a float): a dim of its own, that
+            # Config computes; its bounds and divisibility are checked there like any config value's
+            opaque = ty.kind == "int" and dim is None
+            if opaque:
+                dim = Dim.sym(d.name)
             if dim is not None and dim.value is not None and dim.value <= 0 and not alias:
                 self.r.warning("bad-constraint", f"`{d.name}` = {dim.value} is not a positive size", d.value.span)
             if self.declare(d.name, Binding("dim", ScalarT(ty.kind, dim), d.name_span), d.name_span):
-                self.derived.append(ir.Derived(d.name, dim, value, alias, d.span))
+                self.derived.append(ir.Derived(d.name, dim, value, alias, d.span, opaque))
                 if dim is not None:
                     atoms = dim.atoms()
                     if len(dim.terms) == 1 and dim.terms[0][1] == 1 and len(dim.terms[0][0]) == 1 \
@@ -125,7 +131,8 @@ class Declarations:
         if isinstance(value.ty, ErrorT):
             return None
         if not isinstance(value.ty, ScalarT) or value.ty.kind != "int" or value.ty.dim is None:
-            self.r.error("unknown-dim", f"`{text(e)}` is not a dimension (an int param or dim expression)", e.span)
+            self.r.error("unknown-dim", f"`{text(e)}` is not a dimension (an int param or dim expression)", e.span,
+                         **self.not_an_int(value))
             return None
         if mode == "config":
             bad = [s for s in value.ty.dim.symbols() if s in self.runtime]

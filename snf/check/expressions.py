@@ -169,7 +169,7 @@ class Expressions:
                 dims.append(part.ty.dim if part.ty.dim is not None else None)
             else:
                 if not isinstance(part.ty, ErrorT):
-                    self.r.error("arg-kind", "slice bounds must be integers", part.span)
+                    self.r.error("arg-kind", "slice bounds must be integers", part.span, **self.not_an_int(part))
                 return ir.TSlice(lo, hi, ERR, e.span)
         return ir.TSlice(lo, hi, SliceT(*dims), e.span)
 

@@ -55,6 +55,18 @@ class Messages:
             text = tail.strip()
         return text
 
+    def not_an_int(self, value: ir.TExpr) -> dict:
+        """The hint and note for a float where an int belongs (a slice bound, a dim): round it where
+        it is defined."""
+        if not (isinstance(value.ty, ScalarT) and value.ty.kind == "float"):
+            return {}
+        hint = "a float becomes an int (a dim, when computed from params) with `int(...)`, `floor(...)`, " \
+               "`ceil(...)` or `round(...)`"
+        b = self.lookup(value.name) if isinstance(value, ir.Ref) else None
+        if b is not None and b.span.line:
+            return {"hint": hint, "related": (Related(b.span, f"`{value.name}` is a float, computed here"),)}
+        return {"hint": hint}
+
     def origin(self, a: ir.TExpr, argname: str) -> Related:
         """Where the value passed as `argname` comes from, for 'declared here' notes."""
         if isinstance(a, ir.Ref):

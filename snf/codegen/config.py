@@ -25,7 +25,7 @@ def derived_rows(gen) -> list[dict]:
         if d.alias_of is not None:
             continue
         code = em.code(d.value)
-        if d.dim is not None:  # a derived dim is its canonical form, so `D // H` reads as n_embd // n_head
+        if d.dim is not None and not d.opaque:  # its canonical form, so `D // H` reads as n_embd // n_head
             other = gen.derived_by_dim.get(d.dim)
             code = em.dim(d.dim) if other not in (None, d.name) else _without_self_alias(gen, d.dim, em)
             if code.startswith("(") and code.endswith(")") and code.count("(") == 1:

@@ -52,7 +52,8 @@ class Generator:
         self.plans, self.model, self.spec_path = plans, plans.model, spec_path
         m = self.model
         self.spec_file = display_text(PurePosixPath(spec_path.replace("\\", "/")).name)
-        self.config_fields = {c.name for c in m.config}
+        # the config values a dim may name: fields, and derived ints that no polynomial expresses
+        self.config_fields = {c.name for c in m.config} | {d.name for d in m.derived if d.opaque}
         self.derived_alias, self.derived_by_dim = {}, {}
         for d in m.derived:
             if d.alias_of is not None and d.dim is not None:

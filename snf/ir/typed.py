@@ -221,6 +221,7 @@ class Derived:
     value: TExpr
     alias_of: str | None  # `D = n_embd`
     span: Span = NO_SPAN
+    opaque: bool = False  # an int no polynomial of the params expresses (`int(x)` of a float): dim is its own name
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import json
 import linecache
 import re
 import sys
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -39,6 +40,10 @@ class CheckpointError(ValueError):
         for key, got in self.invalid:
             lines.append(f"  {key}: expected a tensor, got {got}")
         super().__init__("\n".join(lines))
+
+
+class CheckpointWarning(UserWarning):
+    """`load_state_dict(strict=False)` left tensors the checkpoint does not give, or ignored keys."""
 
 
 def _module_of(model: torch.nn.Module):
@@ -92,31 +97,46 @@ def _formats(model: torch.nn.Module) -> dict:
     return getattr(_module_of(model), "CHECKPOINTS", {})
 
 
-def convert_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str) -> dict:
+def convert_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool = True) -> dict:
     """The foreign `state_dict` as the model's own state dict; raises CheckpointError before any copy.
 
     `fmt` is a format the spec declares (`checkpoint FMT:`), or "spec": the spec's own names, with
     per-layer parameters stacked on axis 0 (what `spec_state` returns). `state_dict` may be any
-    mapping: only the keys the mapping reads are looked up."""
+    mapping: only the keys the mapping reads are looked up. A buffer the config decides
+    (`RECOMPUTED_BUFFERS`) needs no source. With `strict=False`, what has no source, or whose key is
+    absent, is left out of the result instead of being an error, and keys nothing uses are allowed;
+    a shape that does not fit is an error either way."""
+    return _convert(model, state_dict, fmt, strict)[0]
+
+
+def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool) -> tuple[dict, list, list]:
+    """The converted state-dict entries, the pieces of the model left as they are, and the keys
+    nothing used."""
     formats = _formats(model)
     if fmt != "spec" and fmt not in formats:
         raise ValueError(f"the spec declares no checkpoint format {fmt!r}; it has: "
                          + (", ".join(sorted(formats)) or "none") + " (and 'spec', the spec's own names)")
     own = model.state_dict()
     pieces = [(name, layer, key, rows) for name, layer, key, rows in _pieces(model) if key in own]  # present here
+    recomputed = set(getattr(_module_of(model), "RECOMPUTED_BUFFERS", ()))
     if fmt == "spec":
-        values = _checked(fmt, state_dict, {name: tuple(t.shape) for name, t in spec_state(model).items()})
-        return _assemble(own, [(key, rows, values[name] if layer is None else values[name][layer])
-                               for name, layer, key, rows in pieces])
+        shapes = {name: tuple(t.shape) for name, t in spec_state(model).items()}
+        values, unexpected = _checked(fmt, state_dict, shapes, strict, optional=recomputed)
+        found = [(key, rows, values[name] if layer is None else values[name][layer])
+                 for name, layer, key, rows in pieces if name in values]
+        left = [_shown(key, rows) for name, layer, key, rows in pieces if name not in values]
+        return _assemble(own, found), left, unexpected
     mapping = formats[fmt]["params"]
-    found, used, missing, mismatched, invalid = [], set(), [], [], []
+    found, left, used, missing, mismatched, invalid = [], [], set(), [], [], []
     for name, layer, key, rows in pieces:
-        shown = key if rows is None else f"{key}[{rows[0]}:{rows[1]}]"
-        if name not in mapping:
+        shown = _shown(key, rows)
+        tensor = None
+        if name in mapping:
+            tensor = _eval(mapping[name], state_dict, layer, used, missing, invalid)
+        elif name not in recomputed:  # a buffer the config decides keeps its value
             missing.append(f"{shown} (the spec gives no {fmt!r} source for `{name}`)")
-            continue
-        tensor = _eval(mapping[name], state_dict, layer, used, missing, invalid)
         if tensor is None:
+            left.append(shown)
             continue
         want = _piece(own, key, rows).shape
         if tuple(tensor.shape) != tuple(want):
@@ -125,9 +145,13 @@ def convert_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str) ->
         found.append((key, rows, tensor))
     ignored = _key_patterns(formats[fmt]["ignore"])
     unexpected = sorted(k for k in state_dict if k not in used and not ignored.fullmatch(k))
-    if missing or unexpected or mismatched or invalid:
+    if mismatched or invalid or strict and (missing or unexpected):
         raise CheckpointError(fmt, sorted(set(missing), key=missing.index), unexpected, mismatched, invalid)
-    return _assemble(own, found)
+    return _assemble(own, found), left, unexpected
+
+
+def _shown(key: str, rows) -> str:
+    return key if rows is None else f"{key}[{rows[0]}:{rows[1]}]"
 
 
 def _piece(own: dict, key: str, rows) -> torch.Tensor:
@@ -141,7 +165,8 @@ def _assemble(own: dict, found: list) -> dict:
         if rows is None:
             out[key] = tensor
         else:
-            out.setdefault(key, torch.empty_like(own[key], dtype=tensor.dtype))[rows[0]:rows[1]] = tensor
+            # rows of a fused tensor; rows a non-strict load leaves out keep their values
+            out.setdefault(key, own[key].to(tensor.dtype, copy=True))[rows[0]:rows[1]] = tensor
     return out
 
 
@@ -151,22 +176,35 @@ def _key_patterns(keys) -> re.Pattern:
     return re.compile("|".join(alternatives) if alternatives else r"(?!)")
 
 
-def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spec") -> torch.nn.Module:
+def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spec",
+                    strict: bool = True) -> torch.nn.Module:
     """Load a checkpoint into a generated model through the spec's declared mapping.
 
     `fmt="spec"` takes the spec's own names, per-layer parameters stacked on axis 0 (what
     `spec_state` gives and `save_checkpoint` writes), or the model's own state-dict keys
     (`model.state_dict()`): the layout whose keys the state dict shares more of is meant. Any
     other `fmt` is a `checkpoint FMT:` section of the spec. Shapes are checked for every key
-    before any tensor is copied.
+    before any tensor is copied. With `strict=False`, what the checkpoint does not give keeps its
+    value (its initial one, on a fresh model) and unused keys are allowed: a `CheckpointWarning`
+    names both.
     """
     own = model.state_dict()
     if fmt == "spec" and sum(k in own for k in state_dict) > sum(k in _spec_names(model) for k in state_dict):
-        converted = _checked(fmt, state_dict, {k: tuple(v.shape) for k, v in own.items()})
+        recomputed = set(getattr(_module_of(model), "RECOMPUTED_BUFFERS", ()))
+        optional = {key for name, _, key, _ in _pieces(model) if name in recomputed}
+        converted, unexpected = _checked(fmt, state_dict, {k: tuple(v.shape) for k, v in own.items()}, strict,
+                                         optional)
+        left = [k for k in own if k not in converted]
     else:
-        converted = convert_state_dict(model, state_dict, fmt)
+        converted, left, unexpected = _convert(model, state_dict, fmt, strict)
+    if not strict and (left or unexpected):
+        parts = [f"left as they were: {', '.join(left)}"] if left else []
+        parts += [f"unused checkpoint keys: {', '.join(unexpected)}"] if unexpected else []
+        warnings.warn(f"load_state_dict(strict=False, format {fmt!r}): " + "; ".join(parts), CheckpointWarning,
+                      stacklevel=2)
     with torch.no_grad():
-        model.load_state_dict({k: v.detach().to(own[k].dtype) for k, v in converted.items()}, strict=True)
+        values = {**own, **converted}
+        model.load_state_dict({k: v.detach().to(own[k].dtype) for k, v in values.items()}, strict=True)
     return model
 
 
@@ -174,17 +212,20 @@ def _spec_names(model: torch.nn.Module) -> set:
     return set(_module_of(model).spec_parameters(model.config))
 
 
-def _checked(fmt: str, state_dict: Mapping, shapes: dict) -> dict:
-    """`state_dict` when its keys are exactly those of `shapes` and its values tensors of those shapes."""
-    missing = sorted(k for k in shapes if k not in state_dict)
+def _checked(fmt: str, state_dict: Mapping, shapes: dict, strict: bool = True,
+             optional: set = frozenset()) -> tuple[dict, list]:
+    """The tensors of `state_dict` for the keys of `shapes`, checked against those shapes, and the
+    keys it has beyond them. Every key of `shapes` but the `optional` ones must be there, and no
+    other, unless not `strict`."""
+    missing = sorted(k for k in shapes if k not in state_dict and k not in optional)
     unexpected = sorted(k for k in state_dict if k not in shapes)
     invalid: list = []
     values = {k: _tensor(state_dict, k, invalid) for k in shapes if k in state_dict}
     mismatched = [(k, shapes[k], tuple(v.shape)) for k, v in values.items()
                   if v is not None and tuple(v.shape) != shapes[k]]
-    if missing or unexpected or mismatched or invalid:
+    if mismatched or invalid or strict and (missing or unexpected):
         raise CheckpointError(fmt, missing, unexpected, mismatched, invalid)
-    return values
+    return values, unexpected
 
 
 def spec_state(model: torch.nn.Module) -> dict:

@@ -19,6 +19,7 @@ import unicodedata
 MODULE_NAMES = frozenset({
     "annotations", "dataclasses", "dataclass", "field", "functools", "math", "os", "warnings", "torch", "F", "nn",
     "NamedTuple", "Optional", "Config", "Model", "Output", "spec_parameters", "CHECKPOINTS",
+    "RECOMPUTED_BUFFERS",
     "self", "cfg", "layer", "config",
 })
 BUILTINS = frozenset(dir(builtins))

@@ -10,7 +10,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import generated.nanogpt as ng  # noqa: E402
-from snf.interop import CheckpointError, load_state_dict, spec_state  # noqa: E402
+from snf.interop import CheckpointError, CheckpointWarning, load_state_dict, spec_state  # noqa: E402
 
 CONFIGS = [
     # odd sizes: 3 heads of 16, a prime vocabulary, T shorter than the context
@@ -136,6 +136,65 @@ def test_a_fused_part_of_the_wrong_shape_names_its_rows(pair):
     with pytest.raises(CheckpointError) as info:
         load_state_dict(model, sd, "hf")
     assert ("layers.0.attn_qkv.weight[48:96]", (48, 48), (40, 48)) in info.value.mismatched
+
+
+def test_strict_false_keeps_what_the_checkpoint_lacks_and_says_so(pair):
+    hf, model = pair
+    sd = dict(hf.state_dict())
+    del sd["transformer.h.0.ln_1.weight"]
+    sd["surplus"] = torch.zeros(1)
+    before = _snapshot(model)
+    with pytest.warns(CheckpointWarning) as record:
+        load_state_dict(model, sd, "hf", strict=False)
+    message = str(record[0].message)
+    assert "left as they were: layers.0.ln1.weight;" in message and "unused checkpoint keys: surplus" in message
+    after = model.state_dict()
+    assert torch.equal(after["layers.0.ln1.weight"], before["layers.0.ln1.weight"])  # its initial value
+    assert torch.equal(after["layers.1.ln1.weight"], sd["transformer.h.1.ln_1.weight"])  # the rest loaded
+    del sd["transformer.h.1.attn.c_attn.weight"]  # q, k and v of layer 1: rows of one fused tensor
+    sd["transformer.h.1.ln_1.weight"] = torch.zeros(48)
+    before = _snapshot(model)
+    with pytest.warns(CheckpointWarning, match=r"layers.1.attn_qkv.weight\[0:48\]"):
+        load_state_dict(model, sd, "hf", strict=False)
+    after = model.state_dict()
+    assert torch.equal(after["layers.1.attn_qkv.weight"], before["layers.1.attn_qkv.weight"])
+    assert torch.equal(after["layers.1.ln1.weight"], torch.zeros(48))
+    sd["transformer.wpe.weight"] = torch.zeros(3, 3)  # a wrong shape is an error even so
+    with pytest.raises(CheckpointError, match="position_embedding"):
+        load_state_dict(model, sd, "hf", strict=False)
+
+
+def test_strict_false_with_the_spec_names(pair):
+    _, model = pair
+    sd = {k: torch.zeros_like(v) for k, v in spec_state(model).items()}
+    kept = sd.pop("ln1_weight")
+    sd["extra"] = kept
+    with pytest.warns(CheckpointWarning, match=r"left as they were: layers.0.ln1.weight, layers.1.ln1.weight; "
+                                               r"unused checkpoint keys: extra"):
+        load_state_dict(model, sd, "spec", strict=False)
+    after = spec_state(model)
+    assert torch.equal(after["attn_q_weight"], sd["attn_q_weight"])
+    assert torch.equal(after["ln1_weight"], torch.ones_like(kept))  # as initialised
+
+
+def test_a_buffer_the_config_decides_needs_no_source(tmp_path):
+    """The issue's GQA workaround: a ones tensor kept in a buffer made loading fail with a missing key."""
+    import snf
+    spec = tmp_path / "ones_buffer.snf"
+    spec.write_text("param:\n  D : int = 4\ninput:\n  x : Tensor([B, D], float32)\nparameter:\n"
+                    "  w : Tensor([D, D], float32)\nbuffer:\n  ones_b : Tensor([D], float32) = ones\n"
+                    "  table : Tensor([6, D], float32) = sinusoidal\n  noise : Tensor([D], float32) = normal\n"
+                    "output:\n  y : Tensor([B, D], float32)\n"
+                    "let y = linear(x, weight=w) * ones_b + table[0, :] + noise\n"
+                    "checkpoint hf:\n  w <- \"w\"\n  noise <- \"noise\"\n", encoding="utf-8")
+    mod = snf.load(spec)
+    assert mod.RECOMPUTED_BUFFERS == ("ones_b", "table")
+    model = mod.Model()
+    w, noise = torch.randn(4, 4), torch.randn(4)
+    load_state_dict(model, {"w": w, "noise": noise}, "hf")  # strict, and nothing about ones_b or table
+    assert torch.equal(spec_state(model)["w"], w) and torch.equal(model.ones_b, torch.ones(4))
+    with pytest.raises(CheckpointError, match="missing keys: noise"):  # a random buffer is not recomputed
+        load_state_dict(model, {"w": w}, "hf")
 
 
 def test_unknown_format_is_refused(pair):

@@ -105,15 +105,24 @@ def init_lines(em: Emitter, gen, owner: str | None) -> list[str]:
     return lines
 
 
+# The initialiser of a tensor declared without one, by how it is used (docs/language.md, section 8).
+_DEFAULT_INIT = {"bias": "zeros", "norm_weight": "ones"}
+
+
+def recomputed_buffers(m: ir.Model) -> tuple[str, ...]:
+    """Buffers whose value the config decides (a zeros, ones, constant or sinusoidal initialiser):
+    a checkpoint need not give them (snf.interop leaves them as initialised)."""
+    deterministic = ("zeros", "ones", "constant", "sinusoidal")
+    return tuple(t.name for t in m.buffers
+                 if (t.init.op if t.init is not None else _DEFAULT_INIT.get(t.role, "normal")) in deterministic)
+
+
 def _init_line(em: Emitter, t: ir.Tensor, target: str) -> str:
     if t.init is not None:
         kind, args = t.init.op, {k: em.code(v) for k, v in t.init.args}
-    elif t.role == "bias":
-        kind, args = "zeros", {}
-    elif t.role == "norm_weight":
-        kind, args = "ones", {}
     else:
-        kind, args = "normal", {"mean": "0.0", "std": "0.02"}
+        kind = _DEFAULT_INIT.get(t.role, "normal")
+        args = {"mean": "0.0", "std": "0.02"} if kind == "normal" else {}
     if kind == "normal":
         return f"nn.init.normal_({target}, mean={args['mean']}, std={args['std']})"
     if kind == "zeros":

@@ -194,8 +194,8 @@ class Generator:
                 lines.append(f"{targets}{',' if i.ty.rank == 1 else ''} = {n}.shape")
                 bound.update(d for d in dims if d)
         for table, axis_size in self.index_bounds(i):
-            lines.append(f"_check_index({display_text(n)!r}, {n}, {em.dim(axis_size)}, "
-                         f"{self.show((axis_size,))[1:-1]!r})")
+            ids = f"_check_index({display_text(n)!r}, {n}, {em.dim(axis_size)}, {self.show((axis_size,))[1:-1]!r})"
+            lines.append(ids if not i.optional else f"if {n} is not None:\n            {ids}")
         return lines
 
     def index_bounds(self, i: ir.Tensor) -> list:

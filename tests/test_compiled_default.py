@@ -23,6 +23,12 @@ SMALL = {
     "snowflake_core": dict(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=32, d_ff=48),
     "tiny_transformer": dict(block_size=12),  # otherwise its defaults are tiny
     "nanogpt_model": dict(V=64, P=32, L=2, H=2, D=32),
+    "llama3": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48),
+    "mistral": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48,
+                    sliding_window=3),
+    "bert": dict(vocab_size=64, max_positions=32, n_layer=2, n_head=2, n_embd=32, intermediate=48),
+    "t5_encoder": dict(vocab_size=64, n_layer=2, n_head=2, d_model=32, d_kv=8, d_ff=48, num_buckets=8,
+                       max_distance=16),
 }
 
 

@@ -34,3 +34,10 @@ def test_bench_tricks_runs(capsys, monkeypatch):
     monkeypatch.setenv("SNF_COMPILE", "0")
     assert bench_tricks.main(QUICK) == 0
     assert re.search(r"^\| fused q/k/v +\| eager ", capsys.readouterr().out, re.M)
+
+
+def test_bench_gqa_runs(capsys):
+    from benchmarks import bench_gqa
+    assert bench_gqa.main(QUICK) == 0
+    rows = re.findall(r"^\| ([^|]+?) +\| (enable_gqa|repeat_interleave|expand) +\|", capsys.readouterr().out, re.M)
+    assert len(rows) == 4 * 3 and {c for _, c in rows} == {"enable_gqa", "repeat_interleave", "expand"}

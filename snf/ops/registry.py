@@ -3,8 +3,8 @@
 An entry gives the op's signature, its shape-and-dtype rule, a NumPy reference (float64,
 used by `snf.interpret`) and a torch lowering (used by code generation). Adding an op is
 one `register(OpDef(...))` in the family module it belongs to (`snf/ops/core.py`,
-`snf/ops/attention.py`); no other file changes. This module holds the types only and imports
-no op: `snf.ops` merges the families' tables (`all_ops()`).
+`elementwise.py`, `construct.py`, `attention.py`); no other file changes. This module holds the
+types only and imports no op: `snf.ops` merges the families' tables (`all_ops()`).
 """
 
 from __future__ import annotations

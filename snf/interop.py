@@ -272,7 +272,8 @@ _SAFETENSORS_INDEX, _SAFETENSORS = "model.safetensors.index.json", "model.safete
 _TORCH_INDEX, _TORCH = "pytorch_model.bin.index.json", "pytorch_model.bin"
 
 
-def load_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec") -> torch.nn.Module:
+def load_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec",
+                    strict: bool = True) -> torch.nn.Module:
     """Load a checkpoint file or folder into a generated model through the spec's mapping `fmt`.
 
     `path` is a `.safetensors` file, a `torch.save` state dict (read with `weights_only=True`), or
@@ -280,9 +281,10 @@ def load_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec")
     `model.safetensors.index.json`; `pytorch_model.bin` and its index too). Tensors are read from
     disk only when the mapping needs them, and every key and shape is checked (CheckpointError)
     before anything is copied into the model. `fmt="spec"` reads what `save_checkpoint` writes.
+    `strict` is `load_state_dict`'s.
     """
     with _open_checkpoint(Path(path)) as tensors:
-        return load_state_dict(model, tensors, fmt)
+        return load_state_dict(model, tensors, fmt, strict)
 
 
 def save_checkpoint(model: torch.nn.Module, path: str | Path) -> Path:

@@ -103,6 +103,17 @@ def test_llama_save_pretrained_folder(tmp_path):
     assert_same_logits(model, hf, LLAMA["vocab_size"])
 
 
+def test_a_file_without_some_tensors_loads_with_strict_false(tmp_path):
+    sd = hf_gpt2().state_dict()
+    kept = sd.pop("transformer.ln_f.weight")
+    torch.save(sd, tmp_path / "partial.bin")
+    with pytest.raises(CheckpointError, match="missing keys: transformer.ln_f.weight"):
+        load_checkpoint(nanogpt(), tmp_path / "partial.bin", "hf")
+    with pytest.warns(interop.CheckpointWarning, match="left as they were: ln_f.weight"):
+        model = load_checkpoint(nanogpt(), tmp_path / "partial.bin", "hf", strict=False)
+    assert torch.equal(model.state_dict()["ln_f.weight"], torch.ones_like(kept))  # as initialised
+
+
 def test_torch_save_state_dicts(tmp_path):
     hf = hf_gpt2()
     torch.save(hf.state_dict(), tmp_path / "gpt2.bin")

@@ -49,6 +49,19 @@ CASES = {
     "nanogpt_model": Case("nanogpt_model", dict(D=16, H=2, L=2, V=29, P=16), {"tok": (("B", "T"), "tokens")}, seq=16),
     "tiny_transformer": Case("tiny_transformer", dict(vocab_size=10, block_size=8, n_layer=2, n_head=1, n_embd=5,
                                                       d_ff=5), {"x": (("B", "T"), "tokens")}, seq=8, vocab=10),
+    # grouped-query attention (4 query heads, 2 key/value heads), with the KVH-wide cache
+    "llama3+cache": Case("llama3", dict(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=16,
+                                        mlp_hidden=24),
+                         {"idx": (("B", "T"), "tokens"), "past_keys": ((2, "B", "P", 2, 4), "float"),
+                          "past_values": ((2, "B", "P", 2, 4), "float")}, seq=8),
+    "mistral": Case("mistral", dict(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=16,
+                                    mlp_hidden=24, sliding_window=3), {"idx": (("B", "T"), "tokens")}, seq=16),
+    "bert+mask": Case("bert", dict(vocab_size=29, max_positions=16, n_layer=2, n_head=2, n_embd=16, intermediate=24),
+                      {"input_ids": (("B", "T"), "tokens"), "attention_mask": (("B", "T"), "mask")}, seq=16),
+    # the relative position bias is computed from arange(T) for every T
+    "t5_encoder+mask": Case("t5_encoder", dict(vocab_size=29, n_layer=2, n_head=2, d_model=16, d_kv=8, d_ff=24,
+                                               num_buckets=8, max_distance=16),
+                            {"input_ids": (("B", "T"), "tokens"), "attention_mask": (("B", "T"), "mask")}, seq=16),
 }
 TRACED = dict(B=2, T=5, P=3)
 CHECKED = [dict(B=1, T=1, P=1), dict(B=3, T=2, P=6), dict(B=4, T=7, P=1)]

@@ -50,18 +50,22 @@ class Interpreter:
                 s = d.as_symbol()
                 if s is not None and s not in self.ints:
                     self.ints[s] = 0
-        self.derived = {}
-        for d in m.derived:
-            if d.opaque:  # `int(x)` of a float: computed, then a dim like any other
-                self.derived[d.name] = self.ints[d.name] = int(self.eval(d.value, {}))
-            else:
-                self.derived[d.name] = self.dim(d.dim) if d.dim is not None else self.eval(d.value, {})
+        self.derive()
         for t in m.params + m.buffers:
             if t.condition is not None and not self.eval(t.condition, {}):
                 self.params[t.name] = None
         env: dict = {}
         self.block(m.body, env)
         return {o.name: env.get(o.name) for o in m.outputs}
+
+    def derive(self) -> None:
+        """The derived values, in order: each may use the config and the ones before it."""
+        self.derived = {}
+        for d in self.m.derived:
+            if d.opaque:  # `int(x)` of a float: computed, then a dim like any other
+                self.derived[d.name] = self.ints[d.name] = int(self.eval(d.value, {}))
+            else:
+                self.derived[d.name] = self.dim(d.dim) if d.dim is not None else self.eval(d.value, {})
 
     # ------------------------------------------------------------------ statements
     def block(self, stmts, env: dict) -> None:

@@ -157,8 +157,7 @@ class _Walk:
         self.conds = Interpreter(model, cfg)  # evaluates the config's switches and `X exists`
         self.conds.inputs = {i.name: None for i in model.inputs}
         self.conds.ints.update(runtime)
-        self.conds.derived = {d.name: self.conds.dim(d.dim) if d.dim is not None else self.conds.eval(d.value, {})
-                              for d in model.derived}
+        self.conds.derive()
 
     def dim(self, d: Dim) -> Dim:
         return d.subs(self.zero) if self.zero else d

@@ -20,20 +20,28 @@ def _int(e: ir.Expr, what: str) -> int:
     raise MappingError(f"{what} must be an integer literal", getattr(e, "span", None))
 
 
-def encode_mapping(e: ir.Expr):
-    """A checkpoint source expression as nested tuples; nothing in it is ever evaluated as code."""
+def encode_mapping(e: ir.Expr, rank: int | None = None):
+    """A checkpoint source expression as nested tuples; nothing in it is ever evaluated as code.
+    `rank`, when known, is the rank of the parameter it fills (one layer's), which a `split`'s
+    axis must lie within."""
     if isinstance(e, ir.Str):
         return ("key", e.value)
     if isinstance(e, ir.Attribute) and e.attr == "T":
-        return ("T", encode_mapping(e.value))
+        return ("T", encode_mapping(e.value, rank))
     if isinstance(e, ir.BoolOp) and e.op == "or":
-        return ("or", encode_mapping(e.left), encode_mapping(e.right))
+        return ("or", encode_mapping(e.left, rank), encode_mapping(e.right, rank))
     if isinstance(e, ir.Call) and e.func == "split":
         kw = {k.name: k.value for k in e.kwargs}
         if len(e.args) != 2 or set(kw) != {"axis", "index"}:
             raise MappingError('write split("key", n, axis=i, index=j)', e.span)
-        return ("split", encode_mapping(e.args[0]), _int(e.args[1], "n"), _int(kw["axis"], "axis"),
-                _int(kw["index"], "index"))
+        n, axis, index = _int(e.args[1], "n"), _int(kw["axis"], "axis"), _int(kw["index"], "index")
+        if n < 1:
+            raise MappingError(f"split into {n} parts: n must be at least 1", e.args[1].span)
+        if not 0 <= index < n:
+            raise MappingError(f"index={index} is not one of the {n} parts (0 to {n - 1})", kw["index"].span)
+        if rank is not None and not -rank <= axis < rank:
+            raise MappingError(f"axis={axis} is out of range for the rank-{rank} tensor this fills", kw["axis"].span)
+        return ("split", encode_mapping(e.args[0], rank), n, axis, index)
     raise MappingError("unsupported checkpoint source expression", getattr(e, "span", None))
 
 

@@ -264,7 +264,8 @@ class Declarations:
                              f"; write {want}", e.span)
                 continue
             try:
-                encode_mapping(e.source)
+                target = next((t for t in self.params + self.buffers if t.name == e.name), None)
+                encode_mapping(e.source, None if target is None else target.ty.rank - (e.name in stacked))
             except MappingError as err:
                 self.r.error("bad-checkpoint", str(err), getattr(err, "span", None) or e.span,
                              hint='sources are "key" strings, `.T`, `a or b` and split("key", n, axis=i, index=j)')

@@ -1,0 +1,115 @@
+"""Issue 10's "Config", "Inputs at run time" and "Library" findings about the generated module:
+Config validates itself and stays valid, overrides apply, run-time inputs get errors that name
+the input and the bound, and dtypes are what the spec declares."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import generated.gpt_decoder as gd
+import generated.nanogpt as ng
+import snf
+from conftest import write_spec
+from snf.diagnostics import SpecError
+
+SMALL = dict(vocab_size=31, block_size=16, n_layer=2, n_head=2, n_embd=16)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("n_embd", "8", "Config.n_embd must be an int, got '8'"),
+    ("n_layer", 2.0, "Config.n_layer must be an int, got 2.0"),
+    ("n_layer", True, "Config.n_layer must be an int, got True"),
+    ("bias", "no", "Config.bias must be a bool, got 'no'"),
+    ("bias", 1, "Config.bias must be a bool, got 1"),
+    ("dropout", "0.1", "Config.dropout must be a float, got '0.1'"),
+])
+def test_config_fields_have_their_types(field, value, message):
+    with pytest.raises(TypeError, match=message):
+        ng.Config(**{**SMALL, field: value})
+
+
+def test_an_int_is_a_float_fields_float():
+    config = ng.Config(**SMALL, dropout=0)
+    assert config.dropout == 0.0 and type(config.dropout) is float
+
+
+def test_config_is_frozen_and_a_changed_copy_is_checked_again():
+    config = ng.Config(**SMALL)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.n_layer = 3
+    with pytest.raises(ValueError, match="must be divisible"):
+        dataclasses.replace(config, n_embd=15)
+    assert dataclasses.replace(config, n_layer=3).n_layer == 3
+
+
+def test_overrides_apply_to_a_given_config():
+    model = ng.Model(ng.Config(**SMALL), n_layer=1, bias=False)
+    assert model.config.n_layer == 1 and len(model.layers) == 1 and model.layers[0].attn_proj.bias is None
+    with pytest.raises(TypeError):
+        ng.Model(ng.Config(**SMALL), n_layers=1)  # a misspelt override is an error, not ignored
+
+
+def test_token_ids_outside_the_table_name_the_input_and_the_bound():
+    model = ng.Model(**SMALL)
+    for bad in (31, -1):
+        idx = torch.tensor([[1, 2, bad]])
+        with pytest.raises(ValueError, match=rf"input idx must hold ids in \[0, vocab_size\) = \[0, 31\), got {bad}"):
+            model(idx)
+
+
+def test_a_cache_position_past_the_slots_is_a_clear_error():
+    model = ng.Model(**SMALL).eval()
+    layers = [torch.zeros(1, 16, 2, 8)] * 2
+    with pytest.raises(ValueError, match="cache_position 16 is outside the 16 cache slots read"):
+        model(torch.zeros(1, 1, dtype=torch.long), past_keys=layers, past_values=layers,
+              cache_position=torch.tensor(16))
+    with pytest.raises(ValueError, match=r"cache_length must be an int in \[1, 16\], got 17"):
+        model(torch.zeros(1, 1, dtype=torch.long), past_keys=layers, past_values=layers,
+              cache_position=torch.tensor(3), cache_length=17)
+
+
+def test_generate_needs_a_prompt():
+    model = ng.Model(**SMALL).eval()
+    with pytest.raises(ValueError, match=r"generate needs a prompt of at least one token, \[B, T\] with T >= 1, "
+                                         r"got \[2, 0\] int64"):
+        model.generate(torch.zeros(2, 0, dtype=torch.long), 3)
+
+
+def test_parameters_have_the_spec_dtype(tmp_path):
+    text = """\
+param:
+  D : int = 8
+  V : int = 11
+input:
+  x : Tensor([B, T], int64)
+parameter:
+  table : Tensor([V, D], float16)
+  w_weight : Tensor([D, D], float16)
+  norm_weight : Tensor([D], float16)
+  extra : Tensor([D], bfloat16)
+output:
+  y : Tensor([B, T, D], float16)
+let h = layer_norm(gather(table, x), weight=norm_weight)
+let y = linear(h, weight=w_weight) + cast(extra, float16)
+"""
+    mod = snf.load(write_spec(tmp_path, text, "halves.snf"))
+    model = mod.Model()
+    assert {n: p.dtype for n, p in model.named_parameters()} == {
+        "table.weight": torch.float16, "w.weight": torch.float16, "norm.weight": torch.float16,
+        "extra": torch.bfloat16}
+    assert model(torch.tensor([[1, 2]])).dtype == torch.float16  # the first matmul runs
+
+
+def test_a_parameter_cannot_be_named_like_the_checkpoint_tables_entries(tmp_path):
+    """`_ignore` once clobbered CHECKPOINTS' reserved entry: spec names never start with `_` now,
+    and a format's ignored keys live apart from its parameters."""
+    assert set(gd.CHECKPOINTS["hf"]) == {"params", "ignore"}
+    assert gd.CHECKPOINTS["hf"]["ignore"] == ("lm_head.weight",)
+    text = "input:\n  x : Tensor([B], float32)\nparameter:\n  _ignore : Tensor([4], float32)\n" \
+           "output:\n  y : Tensor([B], float32)\nlet y = x\n"
+    with pytest.raises(SpecError) as info:
+        snf.load(write_spec(tmp_path, text, "clobber.snf"))
+    assert "starts with `_`" in str(info.value)

@@ -1,27 +1,50 @@
-"""The quickstart: import the generated modules, train each briefly on a built-in task, sample.
+"""The quickstart: every spec in specs/, trained briefly on a task that fits it, then measured.
 
 Run from the repository root after `snfc compile specs/*.snf` (scripts/demo.sh does both):
 
-    python -m snf.quickstart
+    python -m snf.quickstart [--steps N]
 
-Nothing is downloaded: the character-level tasks read text this repository contains.
+The tasks read this repository's own text (README, docs, specs); nothing is downloaded.
+
+- A causal language model (a module with `generate`) learns the next character, then samples.
+- A bidirectional model reads the text with every character written twice, some of them hidden,
+  and restores each hidden one from its twin, on its left or its right. Where its module takes an
+  `attention_mask`, a quarter of the rows end in padding. A model whose output is hidden states
+  rather than character logits is read out through a linear layer the demo adds.
+- TinyTransformer has no positions, so it gets a task that needs none: every position predicts
+  the largest token of its sequence.
+- A spec with no entry in DEMO still gets a line: it is built at its defaults on the meta device
+  (no memory used) and run forward there once, which gives its parameter count and output shapes.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import importlib
+import inspect
 import math
 import os
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-os.environ.setdefault("SNF_COMPILE", "0")  # tiny models: compiling would cost more than it saves
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+EAGER = ("eager (SNF_COMPILE=0): for models this small, torch.compile costs tens of seconds per model and\n"
+         "  saves little per step. Generated modules compile by default; `SNF_COMPILE=1 bash scripts/demo.sh`\n"
+         "  runs this demo compiled.")
+COMPILED = "compiled (SNF_COMPILE=1): each model's first steps wait for torch.compile."
 
 ROOT = Path.cwd()
+ALPHABET = "\n" + "".join(map(chr, range(32, 127)))  # the characters the text tasks keep
+MASK = len(ALPHABET)                                   # the token that hides a character
+VOCAB = len(ALPHABET) + 1
+CONTEXT = 64                                           # characters per training sequence
+BATCH = 16
 
 
 class Progress:
@@ -40,9 +63,9 @@ class Progress:
             sys.stderr.write(f"\r  {self.label} [{bar:<{self.width}}] {step + 1}/{self.total} loss {loss:.3f}")
             sys.stderr.flush()
         else:
-            tenth = int(done * 4)
-            if tenth != self.last_line:
-                self.last_line = tenth
+            quarter = int(done * 4)
+            if quarter != self.last_line:
+                self.last_line = quarter
                 print(f"  {self.label} step {step + 1}/{self.total} loss {loss:.3f}", file=sys.stderr)
 
     def close(self) -> float:
@@ -50,6 +73,218 @@ class Progress:
             sys.stderr.write("\n")
         return time.perf_counter() - self.start
 
+
+def _train(model, params, batch_fn, loss_fn, steps: int, lr: float, label: str) -> None:
+    """AdamW with a short warm-up and a cosine decay; prints what the losses did."""
+    params = list(params)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps)))
+    bar, losses = Progress(steps, label), []
+    model.train()
+    for step in range(steps):
+        loss = loss_fn(model, *batch_fn())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        bar.update(step, loss.item())
+    seconds = bar.close()
+    last = losses[-10:]
+    print(f"  training loss {losses[0]:.3f} at step 1 -> {sum(last) / len(last):.3f} "
+          f"(mean of the last {len(last)} steps); {steps} steps in {seconds:.1f} s")
+    model.eval()
+
+
+def _first(out) -> torch.Tensor:
+    """A module's first output: the tensor itself, or the first field of its Output tuple."""
+    return out if isinstance(out, torch.Tensor) else out[0]
+
+
+def _count(params) -> str:
+    n = sum(p.numel() for p in params)
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k" if n >= 1e4 else f"{n:,}"
+
+
+# ------------------------------------------------------------------------------ the text
+
+class Text:
+    """This repository's README, docs and specs as character ids (ALPHABET; other characters are
+    dropped), split 90/10 into training and held-out text."""
+
+    _cached: "Text | None" = None
+
+    def __init__(self, text: str):
+        index = {c: i for i, c in enumerate(ALPHABET)}
+        data = torch.tensor([index[c] for c in text if c in index], dtype=torch.long)
+        split = int(len(data) * 0.9)
+        self.train, self.held_out = data[:split], data[split:]
+
+    @classmethod
+    def load(cls) -> "Text":
+        if cls._cached is None:
+            files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "specs").glob("*.snf"))]
+            cls._cached = cls("\n".join(p.read_text(encoding="utf-8") for p in files if p.exists()))
+        return cls._cached
+
+    def batch(self, n: int, t: int, held_out: bool = False, generator: torch.Generator | None = None):
+        """n windows of t characters, and the same windows one character later."""
+        data = self.held_out if held_out else self.train
+        starts = torch.randint(0, len(data) - t - 1, (n,), generator=generator)
+        x = torch.stack([data[s:s + t] for s in starts])
+        y = torch.stack([data[s + 1:s + t + 1] for s in starts])
+        return x, y
+
+    @staticmethod
+    def encode(s: str) -> torch.Tensor:
+        return torch.tensor([[ALPHABET.index(c) for c in s]])
+
+    @staticmethod
+    def decode(ids) -> str:
+        return "".join(ALPHABET[i] if i < len(ALPHABET) else "_" for i in ids)
+
+
+def _most_common(targets: torch.Tensor) -> tuple[int, float]:
+    """The most common target and how often it is right: the accuracy to beat."""
+    counts = torch.bincount(targets.flatten())
+    return int(counts.argmax()), counts.max().item() / targets.numel()
+
+
+# ------------------------------------------------------------------------------ the tasks
+
+def next_character(name: str, model, demo: "Demo") -> str:
+    """A causal language model: the next character of this repository's text; then a sample."""
+    text = Text.load()
+    print(f"  task: predict the next character of this repository's text "
+          f"({len(text.train):,} training characters, {VOCAB} tokens)")
+
+    def loss_fn(m, x, y):
+        return F.cross_entropy(_first(m(x)).flatten(0, 1), y.flatten())
+
+    _train(model, model.parameters(), lambda: text.batch(BATCH, CONTEXT), loss_fn, demo.steps, demo.lr, name)
+    x, y = text.batch(256, CONTEXT, held_out=True, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = _first(model(x))
+    acc = (logits.argmax(-1) == y).float().mean().item()
+    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten()).item()
+    common, base = _most_common(y)
+    print(f"  held-out text: next character right {acc:.1%} of the time (loss {loss:.3f}); "
+          f"always guessing {Text.decode([common])!r} is right {base:.1%}")
+    prompt = "let x = "
+    ids = model.generate(Text.encode(prompt), 48, temperature=0.8, top_k=20, generator=torch.Generator().manual_seed(0))
+    print(f"  sample (generate, temperature 0.8, top-k 20): {Text.decode(ids[0].tolist())!r}")
+    return f"next character: {acc:.1%} right (baseline {base:.1%})"
+
+
+def twin_characters(name: str, model, demo: "Demo") -> str:
+    """A bidirectional model: this repository's text with every character written twice
+    ("ttwwiiccee"); some characters are hidden (MASK), and each is restored from its twin, which
+    sits on its left or on its right, so the model must look both ways."""
+    text = Text.load()
+    pairs = 8                              # characters per row, so rows of 16 tokens
+    padded = "attention_mask" in inspect.signature(model.forward).parameters
+    with torch.no_grad():
+        width = _first(model(text.batch(1, 2 * pairs)[0])).size(-1)
+    head = None if width == VOCAB else torch.nn.Linear(width, VOCAB)  # hidden states: read them out
+    print(f"  task: restore hidden characters of this repository's text written twice over ('ttwwiiccee'), "
+          f"each from its twin on the left or the right"
+          + ("; a quarter of the rows end in padding" if padded else "")
+          + (f"; the model's {width}-wide output read out by a linear layer the demo adds" if head else ""))
+
+    def batch(n: int = 4 * BATCH, generator: torch.Generator | None = None, held_out: bool = False):
+        x = text.batch(n, pairs, held_out, generator)[0].repeat_interleave(2, dim=1)
+        chosen = torch.rand(n, pairs, generator=generator) < 0.3           # pairs with one twin hidden
+        left = torch.rand(n, pairs, generator=generator) < 0.5             # which twin
+        hidden = torch.stack([chosen & left, chosen & ~left], dim=2).flatten(1)
+        keep = torch.ones_like(x)
+        if padded:
+            keep[::4, pairs:] = 0  # padding: attention_mask 0, and nothing to restore there
+            hidden &= keep.bool()
+        return x.masked_fill(hidden, MASK), keep, x, hidden
+
+    def logits(m, inp, keep):
+        out = _first(m(inp, attention_mask=keep) if padded else m(inp))
+        return head(out) if head is not None else out
+
+    def loss_fn(m, inp, keep, target, hidden):
+        return F.cross_entropy(logits(m, inp, keep)[hidden], target[hidden])
+
+    params = [*model.parameters(), *(head.parameters() if head is not None else ())]
+    _train(model, params, batch, loss_fn, demo.steps, demo.lr, name)
+    inp, keep, target, hidden = batch(1024, torch.Generator().manual_seed(0), held_out=True)
+    with torch.no_grad():
+        acc = (logits(model, inp, keep).argmax(-1)[hidden] == target[hidden]).float().mean().item()
+    common, base = _most_common(target[hidden])
+    print(f"  held-out text: hidden characters restored {acc:.1%} of the time; "
+          f"always guessing {Text.decode([common])!r} is right {base:.1%}")
+    return f"hidden twin characters: {acc:.1%} right (baseline {base:.1%})"
+
+
+def sequence_maximum(name: str, model, demo: "Demo") -> str:
+    """TinyTransformer has no positions, so its task must not need them: every position predicts
+    the largest token of its sequence (the answer is the same wherever you stand)."""
+    cfg = model.config
+    print(f"  task: predict the largest token of the sequence at every position "
+          f"(sequences of {cfg.block_size} tokens out of {cfg.vocab_size})")
+
+    def batch(n=128, generator=None):
+        x = torch.randint(0, cfg.vocab_size, (n, cfg.block_size), generator=generator)
+        return x, x.max(1, keepdim=True).values.expand(-1, cfg.block_size)
+
+    def loss_fn(m, x, y):
+        return F.cross_entropy(m(x).logits.flatten(0, 1), y.flatten())
+
+    _train(model, model.parameters(), batch, loss_fn, demo.steps, demo.lr, name)
+    x, y = batch(4096, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        acc = (model(x).y == y).float().mean().item()
+    common, base = _most_common(y)
+    print(f"  4096 fresh sequences: {acc:.1%} right; always guessing {common} is right {base:.1%}; "
+          f"e.g. {x[0].tolist()} -> {model(x[:1]).y[0].tolist()}")
+    return f"sequence maximum: {acc:.1%} right (baseline {base:.1%})"
+
+
+def _task(model) -> Callable:
+    """The task a module's interface fits: next character when it generates, else twin characters."""
+    return next_character if hasattr(model, "generate") else twin_characters
+
+
+@dataclass(frozen=True)
+class Demo:
+    """How the quickstart trains one spec: its config (small enough for seconds of training on two
+    CPU cores), its steps and learning rate, and its task (by default the one its interface fits)."""
+
+    config: dict
+    steps: int
+    lr: float = 3e-3
+    task: Callable | None = None
+
+
+TEXT = dict(vocab_size=VOCAB, block_size=CONTEXT)
+DEMO = {
+    # causal language models: the next character
+    "gpt_decoder": Demo(dict(TEXT, n_layer=2, n_head=4, n_embd=64, mlp_hidden=172, gradient_checkpointing=False),
+                        steps=400),
+    "llama3": Demo(dict(TEXT, n_layer=2, n_head=4, n_kv_head=2, n_embd=64, mlp_hidden=172), steps=400),
+    "mistral": Demo(dict(TEXT, n_layer=2, n_head=4, n_kv_head=2, n_embd=64, mlp_hidden=172, sliding_window=16),
+                    steps=400),
+    "nanogpt": Demo(dict(TEXT, n_layer=2, n_head=4, n_embd=64, dropout=0.0), steps=400),
+    "nanogpt_model": Demo(dict(V=VOCAB, P=CONTEXT, L=2, H=4, D=64), steps=400),
+    # bidirectional models: twin characters (more steps: they learn where the twin is slowly, and
+    # a step costs less)
+    "bert": Demo(dict(vocab_size=VOCAB, max_positions=CONTEXT, n_layer=2, n_head=4, n_embd=64, intermediate=128,
+                      dropout=0.0, attn_dropout=0.0), steps=600),
+    "snowflake_core": Demo(dict(TEXT, n_layer=2, n_head=4, n_embd=64, d_ff=128, dropout=0.0), steps=600),
+    "t5_encoder": Demo(dict(vocab_size=VOCAB, n_layer=2, n_head=4, d_model=64, d_kv=16, d_ff=128, num_buckets=16,
+                            max_distance=32, dropout=0.0), steps=600),
+    # no positions: a task that needs none
+    "tiny_transformer": Demo({}, steps=600, lr=3e-2, task=sequence_maximum),
+}
+
+
+# ------------------------------------------------------------------------------ one spec
 
 def _module(name: str):
     sys.path.insert(0, str(ROOT))
@@ -59,162 +294,72 @@ def _module(name: str):
         sys.path.pop(0)
 
 
-def _train(model, batch_fn, loss_fn, steps: int, lr: float, label: str) -> list[float]:
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps)))
-    bar, losses = Progress(steps, label), []
-    model.train()
-    for step in range(steps):
-        loss = loss_fn(model, *batch_fn())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        bar.update(step, loss.item())
-    seconds = bar.close()
-    first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
-    print(f"  loss {first:.3f} -> {last:.3f} in {steps} steps ({seconds:.1f} s)")
-    model.eval()
-    return losses
+def _at_defaults(mod) -> tuple[str, object]:
+    """The parameter count at the spec's defaults, and the model, built on the meta device."""
+    with torch.device("meta"):
+        model = mod.Model()
+    return _count(model.parameters()), model
 
 
-# ------------------------------------------------------------------------------ tasks
-
-def tiny_max_task(steps: int) -> None:
-    """TinyTransformer has no positions, so its task must not need them: every position
-    predicts the largest token of its sequence (the answer is the same wherever you stand)."""
-    mod = _module("tiny_transformer")
-    torch.manual_seed(0)
-    model = mod.Model()
-    cfg = model.config
-    print(f"\n== tiny_transformer: predict the sequence maximum at every position "
-          f"(vocab {cfg.vocab_size}, d {cfg.n_embd}, {sum(p.numel() for p in model.parameters())} parameters)")
-
-    def batch(n=128):
-        x = torch.randint(0, cfg.vocab_size, (n, cfg.block_size))
-        return x, x.max(1, keepdim=True).values.expand(-1, cfg.block_size)
-
-    _train(model, batch, lambda m, x, y: F.cross_entropy(m(x).logits.flatten(0, 1), y.flatten()), steps, 3e-2,
-           "tiny_transformer")
-    x, y = batch(4096)
-    with torch.no_grad():
-        acc = (model(x).y == y).float().mean().item()
-    print(f"  accuracy on 4096 fresh sequences: {acc:.1%}   e.g. {x[0].tolist()} -> {model(x[:1]).y[0].tolist()}")
+def _on_meta(model) -> str:
+    """Output shapes of one forward pass on the meta device, from token ids [2, 8]."""
+    with torch.device("meta"):
+        out = model.eval()(torch.zeros(2, 8, dtype=torch.long))
+    if isinstance(out, torch.Tensor):
+        return f"output {list(out.shape)}"
+    return ", ".join(f"{k} {list(v.shape)}" for k, v in out._asdict().items() if v is not None)
 
 
-def _corpus() -> str:
-    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "specs").glob("*.snf"))]
-    text = "\n".join(p.read_text(encoding="utf-8") for p in files if p.exists())
-    return "".join(ch for ch in text if ch.isprintable() or ch == "\n")
-
-
-class Chars:
-    def __init__(self, text: str):
-        self.vocab = sorted(set(text))
-        self.index = {c: i for i, c in enumerate(self.vocab)}
-        data = torch.tensor([self.index[c] for c in text], dtype=torch.long)
-        split = int(len(data) * 0.9)
-        self.train, self.val = data[:split], data[split:]
-
-    def batch(self, n: int, t: int, val: bool = False):
-        data = self.val if val else self.train
-        starts = torch.randint(0, len(data) - t - 1, (n,))
-        x = torch.stack([data[s:s + t] for s in starts])
-        y = torch.stack([data[s + 1:s + t + 1] for s in starts])
-        return x, y
-
-    def decode(self, ids) -> str:
-        return "".join(self.vocab[i] for i in ids)
-
-
-def _logits(out):
-    return out.logits if hasattr(out, "logits") else out
-
-
-def _sample(model, chars: Chars, prompt: str, n: int, block: int, temperature: float = 0.8) -> str:
-    g = torch.Generator().manual_seed(0)
-    ids = torch.tensor([[chars.index.get(c, 0) for c in prompt]])
-    if hasattr(model, "generate") and ids.size(1) + n <= block:  # the generated KV-cache decoder
-        return chars.decode(model.generate(ids, n, temperature=temperature, top_k=20, generator=g)[0].tolist())
-    with torch.no_grad():
-        for _ in range(n):
-            logits = _logits(model(ids[:, -block:]))[:, -1] / temperature
-            nxt = torch.multinomial(F.softmax(logits, -1), 1, generator=g)
-            ids = torch.cat([ids, nxt], 1)
-    return chars.decode(ids[0].tolist())
-
-
-def char_lm(name: str, overrides: dict, steps: int, lr: float, t: int = 64) -> None:
+def run_spec(spec: Path, steps: int | None = None) -> str:
+    """Prints one spec's section; returns its line of the summary."""
+    name = spec.stem
     mod = _module(name)
-    chars = Chars(_corpus())
+    defaults, meta_model = _at_defaults(mod)
+    demo = DEMO.get(name)
+    print(f"\n== {name} ({spec.as_posix()}): {defaults} parameters at its defaults")
+    if demo is None:
+        print(f"  no demo config in snf/quickstart.py's DEMO: run forward once at its defaults on the meta "
+              f"device (no memory used), on token ids [2, 8]: {_on_meta(meta_model)}")
+        return f"built on the meta device only ({defaults} parameters)"
+    if steps is not None:
+        demo = dataclasses.replace(demo, steps=steps)
     torch.manual_seed(0)
-    model = mod.Model(vocab_size=len(chars.vocab), block_size=t, **overrides)
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"\n== {name}: character-level language model on this repository's own text "
-          f"({len(chars.train)} chars, vocab {len(chars.vocab)}, {n_params / 1e3:.0f}k parameters)")
-
-    def loss_fn(m, x, y):
-        return F.cross_entropy(_logits(m(x)).flatten(0, 1), y.flatten())
-
-    _train(model, lambda: chars.batch(32, t), loss_fn, steps, lr, name)
-    x, y = chars.batch(256, t, val=True)
-    with torch.no_grad():
-        logits = _logits(model(x))
-        acc = (logits.argmax(-1) == y).float().mean().item()
-        val = F.cross_entropy(logits.flatten(0, 1), y.flatten()).item()
-    print(f"  held-out next-character accuracy {acc:.1%} (loss {val:.3f}; chance {1 / len(chars.vocab):.1%})")
-    text = _sample(model, chars, "let x = ", 48, t)
-    print("  sample: " + repr(text))
+    model = mod.Model(**demo.config)
+    settings = " ".join(f"{k}={v}" for k, v in demo.config.items())
+    print(f"  trained here at {settings or 'its defaults'}: {_count(model.parameters())} parameters")
+    return (demo.task or _task(model))(name, model, demo)
 
 
-def snowflake_pairs(steps: int) -> None:
-    """SnowflakeCore is bidirectional: sequences are made of pairs (a, a); one token of some pairs
-    is masked, and restoring it needs its partner, which sits on its left or on its right.
-    A quarter of the rows are short and padded (the padding mask keeps them out)."""
-    mod = _module("snowflake_core")
-    vocab, t = 20, 16
-    mask_id = vocab - 1
-    torch.manual_seed(0)
-    model = mod.Model(vocab_size=vocab, block_size=t, n_layer=2, n_head=4, n_embd=64, d_ff=128, dropout=0.0)
-    print(f"\n== snowflake_core: restore masked tokens from their pair partner, left or right "
-          f"(bidirectional, padded batches, {sum(p.numel() for p in model.parameters()) / 1e3:.0f}k parameters)")
-
-    def batch(n=32):
-        x = torch.randint(0, mask_id, (n, t // 2)).repeat_interleave(2, dim=1)
-        pick = torch.randint(0, 2, (n, t // 2))                     # which one of the pair is hidden
-        hidden = torch.zeros(n, t, dtype=torch.bool)
-        chosen = torch.rand(n, t // 2) < 0.3
-        hidden[:, 0::2] = chosen & (pick == 0)
-        hidden[:, 1::2] = chosen & (pick == 1)
-        pad = torch.ones(n, t, dtype=torch.long)
-        pad[::4, t // 2:] = 0
-        hidden &= pad.bool()
-        return x.masked_fill(hidden, mask_id), pad, x, hidden
-
-    def loss_fn(m, inp, pad, target, hidden):
-        return F.cross_entropy(m(inp, pad)[hidden], target[hidden])
-
-    _train(model, batch, loss_fn, steps, 3e-3, "snowflake_core")
-    inp, pad, target, hidden = batch(512)
-    with torch.no_grad():
-        acc = (model(inp, pad).argmax(-1)[hidden] == target[hidden]).float().mean().item()
-    print(f"  accuracy on masked tokens of 512 fresh sequences: {acc:.1%} (chance {1 / (vocab - 1):.1%})")
-
-
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m snf.quickstart", description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, help="training steps per spec (default: each spec's own)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("SNF_COMPILE", "0")  # eager unless the caller asks: see EAGER
     start = time.perf_counter()
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
-    print(f"snfc quickstart: training the generated modules in generated/ (torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, SNF_COMPILE={os.environ['SNF_COMPILE']})")
-    tiny_max_task(600)
-    char_lm("gpt_decoder", dict(n_layer=2, n_head=4, n_embd=64, mlp_hidden=172, gradient_checkpointing=False),
-            steps=700, lr=3e-3)
-    char_lm("nanogpt", dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0), steps=400, lr=3e-3)
-    snowflake_pairs(1200)
-    print(f"\ndone in {time.perf_counter() - start:.0f} s")
-    return 0
+    # Models this small gain little from a second thread, and lose much on a busy machine.
+    torch.set_num_threads(1)
+    specs = sorted((ROOT / "specs").glob("*.snf"))
+    if not specs:
+        print(f"no specs in {ROOT / 'specs'}: run from the repository root", file=sys.stderr)
+        return 1
+    print(f"snfc quickstart: the {len(specs)} specs in specs/, compiled to generated/, each trained briefly "
+          f"(torch {torch.__version__}, 1 thread)")
+    print("mode: " + (EAGER if os.environ["SNF_COMPILE"] == "0" else COMPILED))
+    summary, failed = [], 0
+    for spec in specs:
+        try:
+            line = run_spec(spec.relative_to(ROOT), args.steps)
+        except Exception as err:  # one spec's failure must not hide the others
+            failed += 1
+            line = f"FAILED: {type(err).__name__}: {err}"
+            print(f"  {line}")
+        summary.append((spec.stem, line))
+    print("\nsummary (held-out results after training; a baseline always guesses the most common answer)")
+    width = max(len(name) for name, _ in summary)
+    for name, line in summary:
+        print(f"  {name:<{width}}  {line}")
+    print(f"done in {time.perf_counter() - start:.0f} s")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,45 @@
+"""snf.quickstart, the last step of scripts/demo.sh: every spec in specs/ gets a section and a
+summary line, and its numbers are what the lines say they are."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from conftest import REPO, python_subprocess
+
+import snf.quickstart as quickstart
+
+SPECS = sorted(p.stem for p in (REPO / "specs").glob("*.snf"))
+
+
+def test_every_spec_has_a_demo_config():
+    missing = set(SPECS) - set(quickstart.DEMO)
+    assert not missing, f"add a small config for {sorted(missing)} to DEMO in snf/quickstart.py"
+
+
+def test_quickstart_trains_every_spec_and_says_what_its_numbers_are():
+    proc = python_subprocess("import sys, snf.quickstart as q; sys.exit(q.main(['--steps', '3']))", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    out, err = proc.stdout, proc.stderr
+    assert "mode: eager (SNF_COMPILE=0): for models this small, torch.compile costs" in out
+    summary = out[out.index("\nsummary"):]
+    for name in SPECS:
+        assert f"\n== {name} (specs/{name}.snf): " in out, name
+        assert re.search(rf"^  {name} +\S.*right \(baseline", summary, re.M), name
+        # the loss line's first number is the first step's loss, as the progress lines print it
+        step1 = re.search(rf"^  {name} step 1/3 loss (\S+)$", err, re.M).group(1)
+        section = out[out.index(f"\n== {name} "):]
+        assert re.search(r"training loss (\S+) at step 1 -> \S+ \(mean of the last 3 steps\); 3 steps in",
+                         section).group(1) == step1, name
+
+
+def test_spec_without_demo_config_runs_forward_on_the_meta_device(monkeypatch, capsys):
+    monkeypatch.setattr(quickstart, "DEMO", {})
+    monkeypatch.setattr(quickstart, "ROOT", REPO)
+    line = quickstart.run_spec(Path("specs/nanogpt.snf"))
+    out = capsys.readouterr().out
+    assert "== nanogpt (specs/nanogpt.snf): 163.0M parameters at its defaults" in out  # GPT-2 small's sizes, untied head
+    assert "no demo config in snf/quickstart.py's DEMO" in out
+    assert "logits [2, 8, 50257], new_keys [12, 2, 8, 12, 64], new_values [12, 2, 8, 12, 64]" in out
+    assert line == "built on the meta device only (163.0M parameters)"

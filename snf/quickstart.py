@@ -294,17 +294,23 @@ def _module(name: str):
         sys.path.pop(0)
 
 
-def _at_defaults(mod) -> tuple[str, object]:
-    """The parameter count at the spec's defaults, and the model, built on the meta device."""
-    with torch.device("meta"):
-        model = mod.Model()
-    return _count(model.parameters()), model
+def _at_defaults(mod):
+    """The model at the spec's defaults, built on the meta device (no memory), or None when its
+    Config has fields without a default."""
+    try:
+        with torch.device("meta"):
+            return mod.Model()
+    except TypeError:
+        return None
 
 
 def _on_meta(model) -> str:
     """Output shapes of one forward pass on the meta device, from token ids [2, 8]."""
-    with torch.device("meta"):
-        out = model.eval()(torch.zeros(2, 8, dtype=torch.long))
+    try:
+        with torch.device("meta"):
+            out = model.eval()(torch.zeros(2, 8, dtype=torch.long))
+    except Exception as err:  # a spec whose inputs are not token ids alone
+        return f"cannot run on token ids alone ({type(err).__name__}: {err})"
     if isinstance(out, torch.Tensor):
         return f"output {list(out.shape)}"
     return ", ".join(f"{k} {list(v.shape)}" for k, v in out._asdict().items() if v is not None)
@@ -314,13 +320,16 @@ def run_spec(spec: Path, steps: int | None = None) -> str:
     """Prints one spec's section; returns its line of the summary."""
     name = spec.stem
     mod = _module(name)
-    defaults, meta_model = _at_defaults(mod)
+    at_defaults = _at_defaults(mod)
+    defaults = _count(at_defaults.parameters()) if at_defaults is not None else "?"
     demo = DEMO.get(name)
-    print(f"\n== {name} ({spec.as_posix()}): {defaults} parameters at its defaults")
+    print(f"\n== {name} ({spec.as_posix()}): "
+          + (f"{defaults} parameters at its defaults" if at_defaults is not None else "its Config has no defaults"))
     if demo is None:
-        print(f"  no demo config in snf/quickstart.py's DEMO: run forward once at its defaults on the meta "
-              f"device (no memory used), on token ids [2, 8]: {_on_meta(meta_model)}")
-        return f"built on the meta device only ({defaults} parameters)"
+        what = (f"run forward once at its defaults on the meta device (no memory used), on token ids [2, 8]: "
+                f"{_on_meta(at_defaults)}" if at_defaults is not None else "nothing to build")
+        print(f"  no demo config in snf/quickstart.py's DEMO: {what}")
+        return f"not trained: no demo config ({defaults} parameters at its defaults)"
     if steps is not None:
         demo = dataclasses.replace(demo, steps=steps)
     torch.manual_seed(0)

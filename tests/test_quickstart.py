@@ -42,4 +42,18 @@ def test_spec_without_demo_config_runs_forward_on_the_meta_device(monkeypatch, c
     assert "== nanogpt (specs/nanogpt.snf): 163.0M parameters at its defaults" in out  # GPT-2 small's sizes, untied head
     assert "no demo config in snf/quickstart.py's DEMO" in out
     assert "logits [2, 8, 50257], new_keys [12, 2, 8, 12, 64], new_values [12, 2, 8, 12, 64]" in out
-    assert line == "built on the meta device only (163.0M parameters)"
+    assert line == "not trained: no demo config (163.0M parameters at its defaults)"
+
+
+def test_a_spec_without_defaults_or_token_inputs_still_gets_a_line(tmp_path):
+    import snf
+    import torch
+    spec = tmp_path / "float_in.snf"
+    spec.write_text("param:\n  D : int\n\ninput:\n  x : Tensor([B, D], float32)\n\nparameter:\n"
+                    "  w : Tensor([D, D], float32)\n\noutput:\n  y : Tensor([B, D], float32)\n\n"
+                    "let y = linear(x, weight=w)\n", encoding="utf-8")
+    mod = snf.load(spec)
+    assert quickstart._at_defaults(mod) is None  # Config(D) has no default
+    with torch.device("meta"):
+        model = mod.Model(D=4)
+    assert quickstart._on_meta(model).startswith("cannot run on token ids alone (ValueError: input x must be")

@@ -108,7 +108,7 @@ def _summary(diags: list[Diagnostic], n_files: int, fmt: str, verbose: bool = Fa
 
 
 def cmd_check(args) -> int:
-    from .compiler import analyze
+    from .compiler import analyze, plan_notes
     files, problems = _specs(args.paths)
     for p in problems:
         print(p, file=sys.stderr)
@@ -116,7 +116,8 @@ def cmd_check(args) -> int:
     for f in files:
         src = _read(f)
         sources[src.path] = src
-        all_diags += analyze(src).diagnostics
+        result = analyze(src)
+        all_diags += result.diagnostics + (plan_notes(result) if args.verbose else [])
     _emit(all_diags, sources, args.format, args.verbose)
     if not problems:
         _summary(all_diags, len(files), args.format, args.verbose)

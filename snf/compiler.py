@@ -48,3 +48,27 @@ def generate_source(result: Result, spec_path: str | None = None) -> str:
     assert result.model is not None
     return generate(plan(lower(result.model)), spec_path or result.source.path)
 
+
+def plan_notes(result: Result) -> list[Diagnostic]:
+    """Notes on what the planning passes decided for a checked spec (`snfc check -v`): its KV
+    caches, and whether `generate` decodes with preallocated buffers."""
+    from .dims import show_dim
+    from .passes import plan
+    if not result.ok:
+        return []
+    plans = plan(lower(result.model))
+    r = Reporter(result.source)
+    spans = {t.name: t.span for t in result.model.inputs}
+    for c in plans.caches.caches:
+        r.note("cache-plan", f"`{c.input}` is a KV cache: it grows along axis {c.axis} (`{c.dim}`) and comes back "
+                             f"as the output `{c.output}`", spans[c.input])
+    if plans.caches.caches:
+        first = spans[plans.caches.caches[0].input]
+        if plans.caches.preallocated is not None:
+            size = show_dim(plans.caches.preallocated.size, dict(result.model.display))
+            r.note("cache-plan", f"generate decodes with preallocated caches of {size} slots, written in place",
+                   first)
+        else:
+            r.note("cache-plan", f"generate concatenates its caches (no preallocated buffers): "
+                                 f"{plans.caches.reason}", first)
+    return r.sorted()

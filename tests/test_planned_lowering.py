@@ -272,3 +272,17 @@ def test_torchao_quantizes_the_linear_layers():
         quantized = model(idx).logits
     assert (quantized - base).abs().max() < 0.05 * base.abs().max()  # int8 weights: close, not equal
     assert sys.modules.get("torchao") is torchao
+
+
+def test_check_v_says_what_the_cache_plan_decided(tmp_path):
+    from conftest import snfc
+    code, _, err = snfc("check", "-v", str(write_spec(tmp_path, LENGTH_DEPENDENT, "lendep.snf")),
+                        "specs/gpt_decoder.snf")
+    assert code == 0
+    assert "note: `past_keys` is a KV cache: it grows along axis 2 (`T_past`) and comes back as the output " \
+           "`new_keys`  [cache-plan]" in err
+    assert "note: generate concatenates its caches (no preallocated buffers): `k_full` holds a value computed " \
+           "from a grown cache, not the cache itself  [cache-plan]" in err
+    assert "gpt_decoder.snf:31:3: note: generate decodes with preallocated caches of block_size slots" in err
+    code, _, err = snfc("check", "specs/gpt_decoder.snf")
+    assert "cache-plan" not in err  # notes only with -v

@@ -276,13 +276,14 @@ def test_torchao_quantizes_the_linear_layers():
 
 def test_check_v_says_what_the_cache_plan_decided(tmp_path):
     from conftest import snfc
-    code, _, err = snfc("check", "-v", str(write_spec(tmp_path, LENGTH_DEPENDENT, "lendep.snf")),
-                        "specs/gpt_decoder.snf")
+    code, out, err = snfc("check", "-v", str(write_spec(tmp_path, LENGTH_DEPENDENT, "lendep.snf")),
+                          "specs/gpt_decoder.snf")
+    err = out + err
     assert code == 0
     assert "note: `past_keys` is a KV cache: it grows along axis 2 (`T_past`) and comes back as the output " \
            "`new_keys`  [cache-plan]" in err
     assert "note: generate concatenates its caches (no preallocated buffers): `k_full` holds a value computed " \
            "from a grown cache, not the cache itself  [cache-plan]" in err
     assert "gpt_decoder.snf:31:3: note: generate decodes with preallocated caches of block_size slots" in err
-    code, _, err = snfc("check", "specs/gpt_decoder.snf")
-    assert "cache-plan" not in err  # notes only with -v
+    code, out, err = snfc("check", "specs/gpt_decoder.snf")
+    assert "cache-plan" not in out + err  # notes only with -v

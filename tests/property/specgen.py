@@ -1,0 +1,1358 @@
+"""Random well-typed SNF specs, built from the op registry, and near-miss mutants of them.
+
+`build(chooser)` writes one spec as text, tracking symbolic shapes with its own polynomial
+model (`poly.Poly`), and returns it with the hints the runner needs: each config field's and
+run-time dim's sampling domain, and the value range of integer inputs. Every choice goes
+through a `Chooser`, so Hypothesis can drive (and shrink) it, or a seeded `random.Random`.
+
+What it covers (issue 10's list): layer loops with carried values and per-layer writes, `full`
+inside loops, KV caches (`past_X` optional inputs concatenated per layer, `new_X` outputs) with
+and without `assert T_past + T <= max_len`, optional inputs and conditional parameters,
+reshape, concat, slice (negative and symbolic bounds), indexing and broadcasting, every dtype
+the language names, and each op in `snf/ops/core.py` (`OP_COVERAGE` says where).
+
+`mutants(text, chooser)` makes near misses of a spec: a dim swapped or renamed, a guard dropped,
+a slice bound off by one, a dtype changed, an index moved, an assert dropped, a line deleted.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+
+import known
+from poly import Poly
+
+FLOATS = ("float32", "float64", "float16", "bfloat16")
+INTS = ("int64", "int32")
+DTYPES = FLOATS + INTS + ("bool",)
+
+
+# ----------------------------------------------------------------------------- choosers
+
+class RandomChooser:
+    def __init__(self, seed: int):
+        self.r = random.Random(seed)
+
+    def int(self, lo: int, hi: int) -> int:
+        return self.r.randint(lo, hi)
+
+    def coin(self, p: float) -> bool:
+        return self.r.random() < p
+
+    def pick(self, seq):
+        seq = list(seq)
+        return seq[self.r.randrange(len(seq))]
+
+
+class HypothesisChooser:
+    """Choices drawn from Hypothesis' `data`, so failing specs shrink: towards small integers,
+    coins that come up False, and the first item of each list (put the simplest first)."""
+
+    def __init__(self, data):
+        from hypothesis import strategies as st
+        self.data, self.st = data, st
+
+    def int(self, lo: int, hi: int) -> int:
+        return self.data.draw(self.st.integers(lo, hi))
+
+    def coin(self, p: float) -> bool:
+        return self.data.draw(self.st.integers(0, 99)) >= 100 - round(p * 100)
+
+    def pick(self, seq):
+        seq = list(seq)
+        return seq[self.data.draw(self.st.integers(0, len(seq) - 1))]
+
+
+# ----------------------------------------------------------------------------- types
+
+@dataclass(frozen=True)
+class T:
+    shape: tuple
+    dtype: str
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOATS
+
+
+@dataclass
+class E:
+    """An expression: text, precedence of its outermost operator, and type."""
+
+    text: str
+    prec: int
+    ty: T | None = None
+    scalar: str | None = None  # int | float | bool, for scalar expressions
+
+    def at(self, prec: int) -> str:
+        return self.text if self.prec >= prec else f"({self.text})"
+
+
+@dataclass
+class Local:
+    ty: T
+    kind: str  # local | input | param
+    optional: bool = False  # may be None: an optional input, or a conditional value
+    cond: str | None = None  # the config flag under which a conditional parameter exists
+    group: str | None = None  # the optional inputs that come together (share a run-time dim)
+    fresh: bool = True  # holds storage of its own (not a view or alias of another value)
+    read: bool = False  # read since it was last bound
+    hidden: bool = False  # not to be read for now (written per layer in the open loop)
+    frozen: bool = False  # not to be re-assigned for now (written per layer as it is)
+
+
+@dataclass
+class Spec:
+    text: str
+    domains: dict  # config field or run-time dim -> the values to sample
+    int_high: dict  # integer input -> exclusive upper bound of its values (a dim text or an int)
+    features: frozenset
+    masks: frozenset = frozenset()  # inputs that are padding masks (key 0 always visible)
+    name: str = "prop"
+
+
+# precedence levels, as grammars/snf.lark parses them
+COND, OR, AND, NOT, CMP, ADD, MUL, UNARY, POW, ATOM = 0, 1, 2, 3, 4, 10, 20, 30, 40, 50
+
+
+def binop(a: E, op: str, b: E, ty: T | None, scalar: str | None = None) -> E:
+    if op == "**":
+        return E(f"{a.at(ATOM)} ** {b.at(UNARY)}", POW, ty, scalar)
+    prec = ADD if op in "+-" else MUL
+    return E(f"{a.at(prec)} {op} {b.at(prec + 1)}", prec, ty, scalar)
+
+
+def call(name: str, *args: str, ty: T | None = None, scalar: str | None = None, **kw: str) -> E:
+    parts = list(args) + [f"{k}={v}" for k, v in kw.items()]
+    return E(f"{name}({', '.join(parts)})", ATOM, ty, scalar)
+
+
+def lit(x) -> E:
+    if isinstance(x, float):
+        return E(repr(x), ATOM, scalar="float")
+    return E(str(x), ATOM if x >= 0 else UNARY, scalar="int")
+
+
+# ----------------------------------------------------------------------------- the generator
+
+class Gen:
+    def __init__(self, ch, avoid=None):
+        self.ch = ch
+        # open findings (known.OPEN) whose constructs are not built
+        self.avoid = set(known.OPEN if avoid is None else avoid)
+        self.fields: list[str] = []  # param: lines
+        self.derived: list[str] = []
+        self.inputs: list[str] = []
+        self.params: list[str] = []
+        self.buffers: list[str] = []
+        self.outputs: list[str] = []
+        self.asserts: list[str] = []
+        self.body: list[str] = []
+        self.indent = 0
+        self.scopes: list[dict] = [{}]
+        self.present: set = set()  # optional values known to exist here
+        self.flags_true: set = set()  # config flags known true here
+        self.loop: dict | None = None
+        self.counter = 0
+        self.domains: dict = {}
+        self.lows: dict = {}
+        self.int_high: dict = {}
+        self.masks: set = set()
+        self.features: set = set()
+        self.factor: dict = {}  # Poly -> (a, b): a known factorisation (D = H * hd)
+        self.dims: list[Poly] = []  # dims worth reusing in new shapes
+        self.used_names: set = set()
+        self.after_loop: list = []
+        self.runtime_names: set = set()
+
+    # ------------------------------------------------------------------ helpers
+    def fresh(self, stem: str) -> str:
+        self.counter += 1
+        name = f"{stem}{self.counter}"
+        self.used_names.add(name)
+        return name
+
+    def emit(self, line: str) -> None:
+        self.body.append("    " * self.indent + line)
+
+    def lookup(self, name: str) -> Local | None:
+        for s in reversed(self.scopes):
+            if name in s:
+                return s[name]
+        return None
+
+    def bind(self, name: str, e: E, optional: bool = False, fresh: bool = True) -> str:
+        self.emit(f"let {name} = {e.text}")
+        self.scopes[-1][name] = Local(e.ty, "local", optional, fresh=fresh)
+        return name
+
+    def let(self, e: E, stem: str = "v", fresh: bool = True) -> str:
+        return self.bind(self.fresh(stem), e, fresh=fresh)
+
+    def reassigned(self, name: str, certain: bool = True) -> None:
+        """`name = ...`: fresh storage, unread, when the assignment surely runs."""
+        v = self.lookup(name)
+        if certain:
+            v.fresh, v.read = True, False
+        self.note_write(name)
+
+    def in_loop_params_hidden(self) -> bool:
+        return self.loop is not None and "loop-whole-param" in self.avoid
+
+    def visible(self, pred=lambda n, v: True, allow_optional: bool = False) -> list[str]:
+        out = []
+        for scope in self.scopes:
+            for n, v in scope.items():
+                if v.ty is None:
+                    continue
+                usable = not v.optional or n in self.present or (v.cond and v.cond in self.flags_true)
+                if v.hidden or (v.kind == "param" and self.in_loop_params_hidden()):
+                    continue
+                if (usable or allow_optional) and pred(n, v):
+                    out.append(n)
+        return list(dict.fromkeys(out))
+
+    def ref(self, name: str) -> E:
+        v = self.lookup(name)
+        v.read = True
+        if self.loop is not None:
+            self.loop["reads"].add(name)
+            if v.kind in ("local", "input") and name in self.scopes[0]:
+                self.loop["outer_reads"] = True
+        return E(name, ATOM, v.ty)
+
+    def floats(self, pred=lambda t: True) -> list[str]:
+        return self.visible(lambda n, v: v.ty.is_float and pred(v.ty))
+
+    def pick_float(self, pred=lambda t: True) -> E | None:
+        names = self.floats(pred)
+        if not names:
+            return None
+        recent = names[-4:]
+        return self.ref(self.ch.pick(recent if self.ch.coin(0.6) else names))
+
+    def render(self, d: Poly) -> str:
+        return d.render()
+
+    def shape_text(self, shape) -> str:
+        return "[" + ", ".join(self.render(d) for d in shape) + "]"
+
+    def low(self, d: Poly) -> int:
+        return d.minimum(self.lows)
+
+    def static(self, *dims) -> bool:
+        """Whether dims use params only (a parameter's shape may not use run-time dims)."""
+        return not any(d.names() & self.runtime_names for d in dims)
+
+    def param(self, shape, dtype: str, stem: str = "w", cond: str | None = None, init: str | None = None,
+              stacked: bool = False, buffer: bool = False) -> E:
+        """A new parameter (per layer inside a loop: declared [n_layer, ...], read as w[l])."""
+        name = self.fresh(stem)
+        decl_shape = ((Poly.of("n_layer"),) if stacked else ()) + tuple(shape)
+        line = f"  {name} : Tensor({self.shape_text(decl_shape)}, {dtype})"
+        if cond:
+            line += f" if {cond} else None"
+        if init:
+            line += f" = {init}"
+        (self.buffers if buffer else self.params).append(line)
+        self.scopes[0][name] = Local(T(decl_shape, dtype), "param", bool(cond), cond, hidden=stacked)
+        if stacked:
+            return E(f"{name}[{self.loop['var']}]", ATOM, T(tuple(shape), dtype))
+        return E(name, ATOM, T(tuple(shape), dtype))
+
+    def weight(self, shape, dtype, **kw) -> E:
+        stacked = self.loop is not None and (self.ch.coin(0.8) or "loop-whole-param" in self.avoid)
+        return self.param(shape, dtype, stacked=stacked, **kw)
+
+    def config(self, name: str, kind: str, default, domain=None) -> None:
+        self.fields.append(f"  {name} : {kind} = {default!r}")
+        if domain is not None:
+            self.domains[name] = list(domain)
+            if kind == "int":
+                self.lows[name] = min(domain)
+        self.scopes[0][name] = Local(None, "config")
+
+    def runtime(self, name: str, domain) -> Poly:
+        self.runtime_names.add(name)
+        self.domains[name] = list(domain)
+        self.lows[name] = min(domain)
+        return Poly.of(name)
+
+    # ------------------------------------------------------------------ config and inputs
+    def setup(self) -> None:
+        ch = self.ch
+        self.fdt = ch.pick(["float32"] * 6 + ["float64", "float16", "bfloat16"])
+        if self.fdt != "float32":
+            self.features.add(f"dtype:{self.fdt}")
+        self.idt = ch.pick(["int64", "int64", "int32"])
+        self.config("n_layer", "int", ch.int(1, 3), [1, 2, 3])
+        if ch.coin(0.5):  # D = H * hd: divisible by construction
+            self.config("H", "int", ch.pick([2, 1, 3]), [1, 2, 3])
+            self.config("hd", "int", ch.pick([4, 2]), [2, 4])
+            self.derived.append("  D = H * hd")
+            self.D = Poly.of("H") * Poly.of("hd")
+            self.lows["D"] = 2
+        else:  # hd = D // H: a constraint D % H == 0 that some sampled configs break
+            self.config("D", "int", 8, [4, 6, 8])
+            self.config("H", "int", 2, [1, 2])
+            self.derived.append("  hd = D // H")
+            self.D = Poly.of("D")
+            self.lows["hd"] = 2
+            self.factor[self.D] = (Poly.of("H"), Poly.of("hd"))
+            self.features.add("op:floordiv")
+        self.H, self.hd = Poly.of("H"), Poly.of("hd")
+        self.config("V", "int", ch.pick([11, 7]), [5, 7, 11])
+        self.config("F", "int", ch.pick([6, 3]), [1, 3, 6])
+        self.config("max_len", "int", 10, [8, 10, 12])
+        self.config("use_bias", "bool", ch.coin(0.5), [True, False])
+        self.config("flag", "bool", ch.coin(0.5), [True, False])
+        self.config("scale", "float", 0.5)
+        self.config("rate", "float", 0.0)
+        self.derived.append("  inv = 1.0 / sqrt(hd)")
+        self.scopes[0]["inv"] = Local(None, "config")
+        self.B = self.runtime("B", [1, 2, 3])
+        self.T = self.runtime("T", [1, 2, 3, 4])
+        self.dims = [self.D, self.H, self.hd, Poly.of("F"), Poly.of("V"), self.T, self.B]
+        for atom, tag in (("(hd % 3 + 1)", "op:mod"), ("(F // 2 + 1)", "op:floordiv")):  # dims with % and //
+            if ch.coin(0.3):
+                self.lows[atom] = 1
+                self.dims.append(Poly.of(atom))
+                self.features.add(tag)
+
+    def add_input(self, name: str, shape, dtype: str, optional: bool = False, group: str | None = None) -> None:
+        self.inputs.append(f"  {name} : Tensor({self.shape_text(shape)}, {dtype}){'?' if optional else ''}")
+        self.scopes[0][name] = Local(T(tuple(shape), dtype), "input", optional, group=group)
+
+    def main_input(self) -> None:
+        ch = self.ch
+        self.lm = ch.coin(0.5)
+        self.cache = self.lm and ch.coin(0.6)
+        if self.cache:
+            self.Tp = self.runtime("T_past", [0, 1, 2, 3])
+            self.features.add("cache")
+        if self.lm:
+            self.add_input("idx", (self.B, self.T), self.idt)
+            self.int_high["idx"] = "V"
+            emb = self.param((Poly.of("V"), self.D), self.fdt, stem="emb")
+            x = call("gather", emb.text, "idx", ty=T((self.B, self.T, self.D), self.fdt),
+                     **({"axis": "0"} if ch.coin(0.5) else {}))
+            self.features.add("lm")
+        else:
+            self.add_input("x0", (self.B, self.T, self.D), self.fdt)
+            x = self.ref("x0")
+        if ch.coin(0.6):  # positions: a table sliced to the tokens' positions
+            table = self.param((Poly.of("max_len"), self.D), self.fdt, stem="pos",
+                               buffer=ch.coin(0.5), init=ch.pick([None, "sinusoidal", "normal(std=0.1)"]))
+            start = self.Tp if self.cache else Poly.of(0)
+            lo = start.render() if self.cache else ch.pick(["", "0"])
+            hi = (start + self.T).render()
+            pos = E(f"{table.text}[{lo}:{hi}, :]" if ch.coin(0.7) else f"slice({table.text}, [{lo}:{hi}, :])",
+                    ATOM, T((self.T, self.D), self.fdt))
+            x = binop(x, "+", pos, x.ty)
+            self.features.add("positions")
+            if self.cache and ch.coin(0.6):
+                self.asserts.append("assert T_past + T <= max_len")
+                self.features.add("assert-cache-bound")
+        self.x = self.bind("x", x, fresh=x.text != "x0")
+
+    def optional_inputs(self) -> None:
+        ch = self.ch
+        if ch.coin(0.35):
+            self.add_input("extra", (self.B, self.T, self.D), self.fdt, optional=True)
+            self.features.add("optional-input")
+        if ch.coin(0.25):
+            self.S = self.runtime("S", [1, 2, 3])
+            required_ok = not (self.lm and "generate-required-input" in self.avoid)
+            self.add_input("mem", (self.B, self.S, self.D), self.fdt, optional=ch.coin(0.5) or not required_ok)
+            self.features.add("second-length")
+        if ch.coin(0.2) and not self.cache:
+            dt = ch.pick(["bool", "int64"])
+            self.add_input("mask", (self.B, self.T), dt, optional=True)
+            self.masks.add("mask")
+            if dt != "bool":
+                self.int_high["mask"] = 2
+            self.features.add("mask")
+        if self.lm and ch.coin(0.3):
+            dt = "int64" if "int-targets" in self.avoid else ch.pick(["int64", self.idt])
+            self.add_input("targets", (self.B, self.T), dt, optional=True)
+            self.int_high["targets"] = "V"
+
+    # ------------------------------------------------------------------ statements
+    def statement(self) -> None:
+        kinds = [
+            (self.s_unary, 3), (self.s_binary, 4), (self.s_linear, 3), (self.s_matmul, 1), (self.s_norm, 2),
+            (self.s_reshape, 2), (self.s_transpose, 1), (self.s_concat, 2), (self.s_slice, 3), (self.s_index, 2),
+            (self.s_full, 2), (self.s_setitem, 2), (self.s_assign, 1), (self.s_argmax, 1), (self.s_attention, 2),
+            (self.s_int_math, 1), (self.s_cond_value, 2), (self.s_guarded, 2), (self.s_if_block, 1),
+            (self.s_shape_of, 1), (self.s_gather, 1), (self.s_update, 2), (self.s_softmax, 1),
+        ]
+        for _ in range(4):
+            fn = self.ch.pick([f for f, w in kinds for _ in range(w)])
+            if fn() is not False:
+                return
+
+    def s_unary(self):
+        v = self.pick_float()
+        if v is None:
+            return False
+        f = self.ch.pick(["gelu", "relu", "silu", "tanh", "neg", "exp", "sqrt", "log", "dropout", "gelu_tanh",
+                          "pow", "swiglu"])
+        self.features.add(f"op:{f}")
+        if f == "gelu_tanh":
+            self.features.add("op:gelu")
+            e = call("gelu", v.text, ty=v.ty, approximate='"tanh"')
+        elif f == "neg":
+            e = E(f"-{v.at(UNARY)}", UNARY, v.ty)
+        elif f == "exp":
+            e = call("exp", binop(v, "*", lit(0.5), v.ty).text, ty=v.ty)
+        elif f == "sqrt":
+            e = call("sqrt", binop(binop(v, "*", v, v.ty), "+", lit(1.0), v.ty).text, ty=v.ty)
+        elif f == "log":
+            e = call("log", binop(call("exp", v.text, ty=v.ty), "+", lit(1.0), v.ty).text, ty=v.ty)
+        elif f == "dropout":
+            e = call("dropout", v.text, ty=v.ty, **{self.ch.pick(["rate", "p"]): "rate"})
+        elif f == "pow":
+            e = binop(v, "**", lit(self.ch.pick([2, 2.0, 3])), v.ty)
+        elif f == "swiglu":
+            names = self.visible(lambda n, x: x.ty == v.ty)
+            e = call("swiglu", v.text, self.ref(self.ch.pick(names)).text if names else v.text, ty=v.ty)
+        else:
+            e = call(f, v.text, ty=v.ty)
+        self.let(e, fresh=f != "dropout")  # dropout outside training returns its input
+
+    def other_operand(self, v: E) -> E:
+        """Something `v` may be combined with elementwise: equal shape, broadcast, or a number."""
+        ch = self.ch
+        t = v.ty
+        options = ["scalar", "config", "same", "bias", "full"]
+        kind = ch.pick(options)
+        if kind == "same":
+            names = self.visible(lambda n, x: x.ty == t)
+            if names:
+                return self.ref(ch.pick(names))
+            kind = "bias"
+        if kind == "bias" and t.rank >= 1 and t.is_float and self.static(t.shape[-1]):
+            self.features.add("broadcast")
+            return self.weight((t.shape[-1],), t.dtype, stem="b", init=ch.pick([None, "ones", "zeros",
+                                                                                "constant(value=0.5)"]))
+        if kind == "full" and t.rank >= 1 and self.full_ok():
+            self.features.add("broadcast")
+            self.features.add("op:full")
+            shape = tuple(d if ch.coin(0.5) else Poly.of(1) for d in t.shape)
+            if ch.coin(0.3) and (len(shape) > 1 or "full-scalar" not in self.avoid):
+                shape = shape[1:]
+            return call("full", self.shape_text(shape), self.fill_value(t.dtype, [0.5, 2.0, 1.0]),
+                        *( [t.dtype] if ch.coin(0.7) or t.dtype != "float32" else []), ty=T(shape, t.dtype))
+        if kind == "config" and t.is_float:
+            return E(ch.pick(["scale", "inv"]), ATOM, scalar="float")
+        return lit(ch.pick([2, 3, 0.5, 1.5]) if t.is_float else ch.pick([2, 3, 1]))
+
+    def fill_value(self, dtype: str, options) -> str:
+        if dtype not in FLOATS and "full-dtype-value" in self.avoid:  # values the dtype holds exactly
+            options = [float(int(o)) for o in options] if dtype != "bool" else [0.0, 1.0]
+        return repr(float(self.ch.pick(options)))
+
+    def full_ok(self) -> bool:
+        """`full` inside a loop that writes per layer reads a written value (issue 9 #3)."""
+        if self.loop is None:
+            return True
+        if self.loop.get("per_layer") and "loop-reads-written" in self.avoid:
+            return False
+        return self.loop.get("outer_reads") or "loop-device" not in self.avoid
+
+    def s_binary(self):
+        ch = self.ch
+        ints_ok = not self.avoid & _INT_DTYPE_FINDINGS
+        names = self.visible(lambda n, x: x.ty.rank > 0 and (x.ty.is_float or ints_ok))
+        if not names:
+            return False
+        v = self.ref(ch.pick(names[-4:] if ch.coin(0.7) else names))
+        w = self.other_operand(v)
+        op = ch.pick(["+", "-", "*", "/"] if v.ty.is_float else ["+", "*", "-"])
+        if op == "/" and w.ty is not None:  # keep the divisor away from 0
+            w = binop(binop(w, "*", w, w.ty), "+", lit(1.0), w.ty)
+        if ch.coin(0.5):
+            v, w = w, v
+        self.features.add(f"op:{ {'+': 'add', '-': 'sub', '*': 'mul', '/': 'div'}[op]}")
+        ty = v.ty if v.ty is not None else w.ty
+        if v.ty is not None and w.ty is not None:
+            ty = T(broadcast(v.ty.shape, w.ty.shape), ty.dtype)
+        if not ty.is_float:
+            self.features.add(f"int-math:{ty.dtype}")
+        self.let(binop(v, op, w, ty))
+
+    def s_linear(self):
+        ch = self.ch
+        v = self.pick_float(lambda t: t.rank >= 1 and self.static(t.shape[-1]))
+        if v is None:
+            return False
+        d_in = v.ty.shape[-1]
+        d_out = ch.pick([d_in, self.D, Poly.of("F"), 2 * self.D, self.hd])
+        w = self.weight((d_out, d_in), v.ty.dtype, init=ch.pick([None, None, "normal(std=0.2)", "zeros"]))
+        kw = {"weight": w.text}
+        b = ch.pick(["none", "plain", "cond"])
+        if b != "none":
+            bias = self.weight((d_out,), v.ty.dtype, stem="bias", cond="use_bias" if b == "cond" else None)
+            kw["bias"] = bias.text
+            if b == "cond":
+                self.features.add("conditional-param")
+        args = [v.text] if ch.coin(0.7) else []
+        if not args:
+            kw = {"x": v.text, **kw}
+        self.features.add("op:linear")
+        self.let(call("linear", *args, ty=T(v.ty.shape[:-1] + (d_out,), v.ty.dtype), **kw))
+
+    def s_matmul(self):
+        ch = self.ch
+        v = self.pick_float(lambda t: t.rank >= 2)
+        if v is None:
+            return False
+        self.features.add("op:matmul")
+        if ch.coin(0.5) and self.static(v.ty.shape[-1]):
+            m = ch.pick([self.D, Poly.of("F"), Poly.of(3)])
+            w = self.weight((v.ty.shape[-1], m), v.ty.dtype)
+            ty = T(v.ty.shape[:-1] + (m,), v.ty.dtype)
+        else:
+            r = v.ty.rank
+            w = call("transpose", v.text, ty=T(v.ty.shape[:-2] + (v.ty.shape[-1], v.ty.shape[-2]), v.ty.dtype),
+                     **({"a": str(r - 2), "b": str(r - 1)} if ch.coin(0.5) else {}))
+            ty = T(v.ty.shape[:-1] + (v.ty.shape[-2],), v.ty.dtype)
+        e = binop(v, "@", w, ty) if ch.coin(0.7) else call("matmul", v.text, w.text, ty=ty)
+        if "transpose" in w.text:
+            self.features.add("op:transpose")
+        self.let(e)
+
+    def s_norm(self):
+        ch = self.ch
+        v = self.pick_float(lambda t: t.rank >= 1 and self.static(t.shape[-1]))
+        if v is None:
+            return False
+        last = v.ty.shape[-1]
+        kind = ch.pick(["layer_norm", "rms_norm"])
+        self.features.add(f"op:{kind}")
+        kw = {}
+        if ch.coin(0.7):
+            cond = "use_bias" if ch.coin(0.3) else None
+            kw["weight"] = self.weight((last,), v.ty.dtype, stem="g", cond=cond).text
+        if kind == "layer_norm" and ch.coin(0.5):
+            kw["bias"] = self.weight((last,), v.ty.dtype, stem="bias",
+                                     cond="use_bias" if ch.coin(0.5) else None).text
+        if ch.coin(0.3):
+            kw["eps"] = ch.pick(["1e-5", "0.001"])
+        self.let(call(kind, v.text, ty=v.ty, **kw))
+
+    def s_reshape(self):
+        ch = self.ch
+        v = self.pick_float(lambda t: t.rank >= 1)
+        if v is None:
+            return False
+        s = list(v.ty.shape)
+        last = s[-1]
+        split = self.factor.get(last) or ((self.H, self.hd) if last == self.D else None)
+        if split and ch.coin(0.6):
+            new = s[:-1] + list(split)
+        elif len(s) >= 2 and ch.coin(0.7):
+            a, b = s[-2], s[-1]
+            merged = a * b
+            if (a, b) in ((self.H, self.hd),):
+                merged = self.D
+            new = s[:-2] + [merged]
+        elif len(s) >= 2:
+            new = [s[0] * s[1]] + s[2:]
+        else:
+            return False
+        self.features.add("op:reshape")
+        self.let(call("reshape", v.text, self.shape_text(new), ty=T(tuple(new), v.ty.dtype)), fresh=False)
+
+    def s_transpose(self):
+        v = self.pick_float(lambda t: t.rank >= 2)
+        if v is None:
+            return False
+        r = v.ty.rank
+        a, b = self.ch.int(0, r - 1), self.ch.int(0, r - 1)
+        s = list(v.ty.shape)
+        s[a], s[b] = s[b], s[a]
+        neg = self.ch.coin(0.3)
+        self.features.add("op:transpose")
+        self.let(call("transpose", v.text, str(a - r if neg else a), str(b), ty=T(tuple(s), v.ty.dtype)), fresh=False)
+
+    def s_concat(self):
+        ch = self.ch
+        names = self.visible(lambda n, x: x.ty.rank >= 1)
+        if not names:
+            return False
+        v = self.ref(ch.pick(names))
+        r = v.ty.rank
+        axis = ch.int(0, r - 1)
+        d = v.ty.shape[axis]
+        if ch.coin(0.5) and self.low(d) >= 2:  # split along `axis` and put it back together
+            k = ch.int(1, min(self.low(d) - 1, 3))
+            head = ", ".join([":"] * axis)
+            pre = head + ", " if head else ""
+            a = E(f"{v.at(ATOM)}[{pre}0:{k}]", ATOM)
+            b = E(f"{v.at(ATOM)}[{pre}{k}:]", ATOM)
+            parts, total = [b.text, a.text], d
+            self.features.add("slice-open-end")
+        else:
+            others = self.visible(lambda n, x: x.ty.dtype == v.ty.dtype and x.ty.rank == r and all(
+                p == q for i, (p, q) in enumerate(zip(x.ty.shape, v.ty.shape)) if i != axis))
+            w = self.ref(ch.pick(others))
+            parts, total = [v.text, w.text], d + w.ty.shape[axis]
+            if ch.coin(0.3):
+                parts.append(v.text)
+                total = total + d
+        s = list(v.ty.shape)
+        s[axis] = total
+        neg = ch.coin(0.3)
+        kw = {ch.pick(["axis", "dim"]): str(axis - r if neg else axis)}
+        self.features.add("op:concat")
+        self.let(call("concat", f"[{', '.join(parts)}]", ty=T(tuple(s), v.ty.dtype), **kw))
+
+    def slice_item(self, d: Poly) -> tuple[str, Poly | None]:
+        """One subscript item for an axis of size d: (text, new size or None when it drops the axis)."""
+        ch = self.ch
+        lo_d = self.low(d)
+        kinds = ["all", "const", "open", "neg_start", "neg_end", "index", "neg_index", "sym"]
+        kind = ch.pick(kinds)
+        if kind.startswith("neg_") and kind != "neg_index" and "negative-slice" in self.avoid:
+            kind = "const"
+        if kind == "const" and lo_d >= 1:
+            a = ch.int(0, lo_d - 1)
+            b = ch.int(a + 1, lo_d)
+            return f"{a}:{b}", Poly.of(b - a)
+        if kind == "open" and lo_d >= 1:
+            a = ch.int(0, lo_d - 1)
+            return f"{a}:", d - a
+        if kind == "neg_start" and lo_d >= 1:  # the last k entries
+            k = ch.int(1, lo_d)
+            self.features.add("slice-negative")
+            return f"-{k}:", Poly.of(k)
+        if kind == "neg_end" and lo_d >= 2:  # all but the last k
+            k = ch.int(1, lo_d - 1)
+            self.features.add("slice-negative")
+            return f"{ch.pick(['', '0'])}:-{k}", d - k
+        if kind == "index" and lo_d >= 1:
+            self.features.add("index-int")
+            return str(ch.int(0, lo_d - 1)), None
+        if kind == "neg_index" and lo_d >= 1:
+            self.features.add("index-negative")
+            return f"-{ch.int(1, lo_d)}", None
+        if kind == "sym" and d.is_sum is False and len(d.terms) == 1 and lo_d >= 1:
+            # a symbolic bound: 0:d, or 1:d when d >= 2
+            self.features.add("slice-symbolic")
+            if lo_d >= 2 and ch.coin(0.5):
+                return f"1:{d.render()}", d - 1
+            return f"0:{d.render()}", d
+        return ":", d
+
+    def s_slice(self):
+        ch = self.ch
+        names = self.visible(lambda n, x: x.ty.rank >= 1)
+        if not names:
+            return False
+        v = self.ref(ch.pick(names))
+        n = ch.int(1, v.ty.rank)
+        items, shape = [], []
+        for d in v.ty.shape[:n]:
+            text, new = self.slice_item(d)
+            items.append(text)
+            if new is not None:
+                shape.append(new)
+        shape += list(v.ty.shape[n:])
+        if all(i == ":" for i in items) and ch.coin(0.5):
+            return False
+        if all(":" in i for i in items) and ch.coin(0.3):
+            self.features.add("op:slice")
+            e = call("slice", v.text, f"[{', '.join(items)}]", ty=T(tuple(shape), v.ty.dtype))
+        else:
+            self.features.add("op:index")
+            e = E(f"{v.at(ATOM)}[{', '.join(items)}]", ATOM, T(tuple(shape), v.ty.dtype))
+        self.let(e, fresh=False)
+
+    def s_index(self):
+        """Integer indices: constants, negative, and the loop variable into a per-layer buffer."""
+        ch = self.ch
+        if self.loop is not None:
+            names = self.visible(lambda n, x: x.ty.rank >= 2 and x.ty.shape[0] == Poly.of("n_layer")
+                                 and x.kind != "param")
+            if names:
+                v = self.ref(ch.pick(names))
+                self.features.add("index-loopvar")
+                self.let(E(f"{v.text}[{self.loop['var']}]", ATOM, T(v.ty.shape[1:], v.ty.dtype)), fresh=False)
+                return
+        names = self.visible(lambda n, x: x.ty.rank >= 1 and self.low(x.ty.shape[0]) >= 1)
+        if not names:
+            return False
+        v = self.ref(ch.pick(names))
+        d = v.ty.shape[0]
+        i = ch.int(0, self.low(d) - 1)
+        text = str(i) if ch.coin(0.6) else str(-1 - i)
+        self.features.add("index-int")
+        self.let(E(f"{v.at(ATOM)}[{text}]", ATOM, T(v.ty.shape[1:], v.ty.dtype)), fresh=False)
+
+    def new_shape(self) -> tuple:
+        ch = self.ch
+        n = ch.int(1, 3)
+        return tuple(ch.pick(self.dims + [Poly.of(2), Poly.of(1)]) for _ in range(n))
+
+    def s_full(self):
+        ch = self.ch
+        if not self.full_ok():
+            return False
+        shape = self.new_shape()
+        dtype = ch.pick([self.fdt] * 4 + list(DTYPES))
+        value = self.fill_value(dtype, [0.0, 1.0, 0.5, 2.0, -1.0, 3.0])
+        args = [self.shape_text(shape), value]
+        if ch.coin(0.8) or dtype != "float32":
+            args.append(dtype if ch.coin(0.7) else f"dtype={dtype}")
+        self.features.add("op:full")
+        if self.loop is not None:
+            self.features.add("full-in-loop")
+        if dtype != self.fdt:
+            self.features.add(f"dtype:{dtype}")
+        self.let(call("full", *args, ty=T(shape, dtype)), stem="z")
+
+    def region(self, t: T) -> tuple[str, tuple] | None:
+        items, shape = [], []
+        for d in t.shape[:self.ch.int(1, t.rank)]:
+            text, new = self.slice_item(d)
+            items.append(text)
+            if new is not None:
+                shape.append(new)
+        return ", ".join(items), tuple(shape) + t.shape[len(items):]
+
+    def value_of(self, shape, dtype) -> E | None:
+        names = self.visible(lambda n, x: x.ty == T(shape, dtype))
+        if names and (self.ch.coin(0.5) or not self.full_ok() or (not shape and "full-scalar" in self.avoid)):
+            name = self.ch.pick(names)
+            if self.loop is not None and "per-layer-write-late" in self.avoid:
+                self.lookup(name).frozen = True  # written as it is now: no later re-assignment in this loop
+                self.loop["frozen"].add(name)
+            return self.ref(name)
+        if not self.full_ok() or (not shape and "full-scalar" in self.avoid):
+            return None
+        return call("full", self.shape_text(shape), self.fill_value(dtype, [0.0, 1.0, 2.5]), dtype,
+                    ty=T(shape, dtype))
+
+    def writable(self, name: str) -> bool:
+        """Whether an indexed write into `name` is safe from the open aliasing findings."""
+        v = self.lookup(name)
+        if ("write-through-view" in self.avoid or "write-through-alias" in self.avoid) and (not v.fresh or v.read):
+            return False
+        if self.loop is not None and "loop-reads-written" in self.avoid and name in self.loop["reads"]:
+            return False
+        if name in getattr(self, "cache_all", ()) and "static-cache-reassigned" in self.avoid:
+            return False
+        return True
+
+    def written(self, name: str) -> None:
+        if self.loop is not None and "loop-reads-written" in self.avoid:
+            self.lookup(name).hidden = True  # not read again in this loop
+            self.loop["hidden"].add(name)
+        self.note_write(name)
+
+    def s_setitem(self):
+        """`y[...] = value`: a region write into a `let` value (a per-layer write in a loop)."""
+        ch = self.ch
+        locals_ = [n for n in self.visible(lambda n, x: x.kind == "local" and x.ty.rank >= 1) if self.writable(n)]
+        if not locals_:
+            return False
+        name = ch.pick(locals_)
+        t = self.lookup(name).ty
+        per_layer_ok = self.loop is not None and (self.loop.get("per_layer") or "loop-reads-written" not in self.avoid)
+        if per_layer_ok and t.shape[0] == Poly.of("n_layer") and ch.coin(0.8):
+            sub = T(t.shape[1:], t.dtype)
+            value = self.value_of(sub.shape, sub.dtype)
+            if value is None:
+                return False
+            self.emit(f"{name}[{self.loop['var']}] = {value.text}")
+            self.features.add("per-layer-write")
+            self.written(name)
+            return
+        if self.loop is not None and "loop-reads-written" in self.avoid:
+            return False  # any write in a loop body is a write the Block hands back
+        idx, shape = self.region(t)
+        value = self.value_of(shape, t.dtype)
+        if value is None:
+            return False
+        self.emit(f"{name}[{idx}] = {value.text}")
+        self.features.add("setitem")
+        self.written(name)
+
+    def note_write(self, name: str) -> None:
+        if self.loop is not None and name not in self.scopes[-1]:
+            self.loop["carried"].add(name)
+
+    def s_assign(self):
+        v = self.pick_float(lambda t: t.rank >= 1)
+        if v is None:
+            return False
+        idx, shape = self.region(v.ty)
+        value = self.value_of(shape, v.ty.dtype)
+        if value is None:
+            return False
+        self.features.add("op:assign")
+        self.let(call("assign", v.text, f"[{idx}]", value.text, ty=v.ty))
+
+    def s_argmax(self):
+        v = self.pick_float(lambda t: t.rank >= 1)
+        if v is None:
+            return False
+        r = v.ty.rank
+        axis = self.ch.int(-r, r - 1)
+        s = list(v.ty.shape)
+        del s[axis]
+        self.features.add("op:argmax")
+        kw = {self.ch.pick(["axis", "dim"]): str(axis)} if self.ch.coin(0.7) or axis != -1 else {}
+        name = self.let(call("argmax", v.text, ty=T(tuple(s), "int64"), **kw), stem="k")
+        self.argmax_bound[name] = v.ty.shape[axis]
+
+    def s_softmax(self):
+        v = self.pick_float(lambda t: t.rank >= 1)
+        if v is None:
+            return False
+        r = v.ty.rank
+        axis = self.ch.int(-r, r - 1)
+        self.features.add("op:softmax")
+        self.let(call("softmax", v.text, ty=v.ty, **({"axis": str(axis)} if self.ch.coin(0.7) else {})))
+
+    def s_gather(self):
+        ch = self.ch
+        ints = self.visible(lambda n, x: x.ty.dtype in INTS and x.ty.rank >= 1)
+        ints = [n for n in ints if n in self.int_high or n in self.argmax_bound]
+        if not ints:
+            return False
+        name = ch.pick(ints)
+        t = self.lookup(name).ty
+        if name in self.int_high:
+            rows = Poly.of(self.int_high[name]) if isinstance(self.int_high[name], str) else None
+        else:
+            rows = self.argmax_bound.get(name)
+        if rows is None or not self.static(rows):
+            return False
+        table_shape = (rows, self.D) if ch.coin(0.8) or "gather-3d" in self.avoid else (rows, Poly.of(2), self.hd)
+        if len(table_shape) == 3:
+            self.features.add("gather-3d")
+        table = self.param(table_shape, self.fdt, stem="table")
+        self.features.add("op:gather")
+        self.let(call("gather", table.text, name, ty=T(t.shape + table_shape[1:], self.fdt)))
+
+    argmax_bound: dict = {}
+
+    def s_int_math(self):
+        """Arithmetic on integer and bool tensors: the dtype rules of every op."""
+        ch = self.ch
+        if self.avoid & _INT_DTYPE_FINDINGS:
+            return False
+        names = self.visible(lambda n, x: not x.ty.is_float and x.ty.rank >= 1)
+        if not names:
+            return False
+        v = self.ref(ch.pick(names))
+        op = ch.pick(["+", "*", "-", "/", "**", "neg"])
+        self.features.add(f"int-math:{v.ty.dtype}{op}")
+        if op == "neg":
+            self.let(E(f"-{v.at(UNARY)}", UNARY, v.ty), stem="k")
+            return
+        w = lit(ch.pick([1, 2, 2.0] if op != "**" else [2, -1]))
+        self.let(binop(v, op, w, v.ty), stem="k")
+
+    def guard_for(self) -> tuple[str, set, set] | None:
+        """A condition, the optional values it proves present, and the flags it proves true."""
+        ch = self.ch
+        opts = [n for n in self.visible(lambda n, x: x.kind == "input" and x.optional, allow_optional=True)
+                if n not in self.present]
+        kind = ch.pick(["flag", "exists", "compare", "logic"])
+        if kind == "exists" and opts:
+            n = ch.pick(opts)
+            return f"{n} exists", {n} | self.group_of(n), set()
+        if kind in ("compare", "logic"):
+            conditions = _COMPARE if kind == "compare" else _LOGIC
+            text = ch.pick(list(conditions))
+            self.features |= {f"op:{tag}" for tag in conditions[text]}
+            return text, set(), set()
+        f = ch.pick(["flag", "use_bias"])
+        return f, set(), {f}
+
+    def group_of(self, name: str) -> set:
+        return {n for s in self.scopes for n, v in s.items() if v.group and v.group == self.lookup(name).group
+                and self.lookup(name).group}
+
+    def s_cond_value(self):
+        ch = self.ch
+        v = self.pick_float()
+        if v is None:
+            return False
+        cond, present, flags = self.guard_for()
+        saved = (set(self.present), set(self.flags_true))
+        self.present |= present
+        self.flags_true |= flags
+        opts = [n for n in self.visible(lambda n, x: x.optional and x.ty == v.ty and (
+            n in self.present or x.cond in self.flags_true))]
+        if opts and ch.coin(0.7):
+            body = binop(v, "+", self.ref(ch.pick(opts)), v.ty)
+            self.features.add("guarded-use")
+        else:
+            body = binop(v, "*", lit(2.0), v.ty)
+        self.present, self.flags_true = saved
+        orelse = "None" if ch.coin(0.2) and self.loop is None else v.text
+        self.features.add("cond-value")
+        if ch.coin(0.3) and orelse != "None":  # the indented form
+            name = self.fresh("c")
+            self.emit(f"let {name} = if {cond}:")
+            self.emit(f"    {body.text}")
+            self.emit(f"else: {orelse}")
+            self.scopes[-1][name] = Local(v.ty, "local", fresh=False)
+            return
+        self.bind(self.fresh("c"), E(f"{body.at(OR)} if {cond} else {orelse}", COND, v.ty),
+                  optional=orelse == "None", fresh=orelse == "None")
+        if orelse == "None":
+            self.features.add("optional-value")
+
+    def reassignable(self) -> list[str]:
+        cache = getattr(self, "cache_all", ()) if "static-cache-reassigned" in self.avoid else ()
+        return [n for n in self.visible(lambda n, x: x.kind == "local" and x.ty.is_float and not x.optional
+                                        and not x.frozen) if n not in cache]
+
+    def update_expr(self, name: str) -> E:
+        """A new value of `name`'s type, computed from it."""
+        ch = self.ch
+        v = self.ref(name)
+        kind = ch.pick(["add", "act", "norm", "linear", "scale"])
+        if kind == "act":
+            return call(ch.pick(["gelu", "tanh", "silu"]), v.text, ty=v.ty)
+        if kind == "norm" and v.ty.rank >= 1 and self.static(v.ty.shape[-1]):
+            return call("rms_norm", v.text, ty=v.ty, weight=self.weight((v.ty.shape[-1],), v.ty.dtype, stem="g").text)
+        if kind == "linear" and v.ty.rank >= 1 and self.static(v.ty.shape[-1]):
+            d = v.ty.shape[-1]
+            return binop(v, "+", call("linear", v.text, ty=v.ty, weight=self.weight((d, d), v.ty.dtype).text), v.ty)
+        if kind == "scale":
+            return binop(v, "*", E("scale", ATOM, scalar="float"), v.ty)
+        return binop(v, "+", self.other_operand(v) if ch.coin(0.5) else v, v.ty)
+
+    def s_guarded(self):
+        names = self.reassignable()
+        if not names:
+            return False
+        name = self.ch.pick(names)
+        cond, present, flags = self.guard_for()
+        saved = (set(self.present), set(self.flags_true))
+        self.present |= present
+        self.flags_true |= flags
+        t = self.lookup(name).ty
+        opts = [n for n in self.visible(lambda n, x: x.optional and x.ty == t and (
+            n in self.present or x.cond in self.flags_true))]
+        e = binop(self.ref(name), "+", self.ref(self.ch.pick(opts)), t) if opts else self.update_expr(name)
+        self.present, self.flags_true = saved
+        self.emit(f"{name} = {e.at(OR)} if {cond}")
+        self.features.add("guarded-assign")
+        self.reassigned(name, certain=False)
+
+    def s_if_block(self):
+        names = self.reassignable()
+        if not names:
+            return False
+        cond, present, flags = self.guard_for()
+        self.emit(f"if {cond}:")
+        self.indent += 1
+        saved = (set(self.present), set(self.flags_true))
+        self.present |= present
+        self.flags_true |= flags
+        self.scopes.append({})
+        name = self.ch.pick(names)
+        t = self.lookup(name).ty
+        opts = [n for n in self.visible(lambda n, x: x.optional and x.ty == t and (
+            n in self.present or x.cond in self.flags_true))]
+        e = binop(self.ref(name), "+", self.ref(self.ch.pick(opts)), t) if opts else self.update_expr(name)
+        self.emit(f"{name} = {e.text}")
+        self.reassigned(name, certain=False)
+        self.scopes.pop()
+        self.present, self.flags_true = saved
+        self.indent -= 1
+        if self.ch.coin(0.5):
+            self.emit("else:")
+            self.indent += 1
+            self.emit(f"{name} = {self.update_expr(name).text}")
+            self.indent -= 1
+        self.features.add("if-block")
+
+    def s_shape_of(self):
+        v = self.pick_float(lambda t: t.rank >= 2)
+        if v is None:
+            return False
+        i = self.ch.int(0, v.ty.rank - 1)
+        shape = list(v.ty.shape)
+        dims = ", ".join(f"{v.text}.shape[{k}]" if k == i else shape[k].render() for k in range(len(shape)))
+        self.features.add("op:size")
+        self.let(call("reshape", v.text, f"[{dims}]", ty=v.ty), fresh=False)
+
+    def s_update(self):
+        names = self.reassignable()
+        if not names:
+            return False
+        name = self.ch.pick(names)
+        self.emit(f"{name} = {self.update_expr(name).text}")
+        self.reassigned(name)
+
+    def s_attention(self):
+        """Self-attention over a [B, T, D] value (with the KV cache in a loop of a cached spec),
+        or cross-attention to `mem`."""
+        ch = self.ch
+        v = self.pick_float(lambda t: t.rank == 3 and t.shape == (self.B, self.T, self.D) and t.dtype == self.fdt)
+        if v is None:
+            return False
+        fdt = self.fdt
+        head = (self.B, self.T, self.H, self.hd)
+
+        def proj(src: E, rows) -> E:
+            w = self.weight((self.D, self.D), fdt)
+            return call("reshape", call("linear", src.text, w.text, ty=None).text,
+                        self.shape_text(rows), ty=T(tuple(rows), fdt))
+
+        q = self.bind(self.fresh("q"), proj(v, head))
+        if ch.coin(0.4):
+            q = self.bind(self.fresh("q"), call("rope", q, ty=T(head, fdt),
+                                                **({"offset": "T_past"} if self.cache else {})))
+            self.features.add("op:rope")
+        src, keys_len = v, self.T
+        cross = getattr(self, "S", None) is not None and ch.coin(0.4)
+        if self.cache and self.loop is not None and not self.loop.get("cached"):
+            cross = False  # the first attention of a cached loop uses the cache
+        if cross:
+            mem = self.lookup("mem")
+            if mem.optional and "mem" not in self.present:
+                cross = False
+        if cross:
+            src, keys_len = self.ref("mem"), self.S
+        kshape = (self.B, keys_len, self.H, self.hd)
+        k = self.bind(self.fresh("k"), proj(src, kshape))
+        val = self.bind(self.fresh("vv"), proj(src, kshape))
+        kw = {}
+        causal = ch.coin(0.6) and not (cross and "fully-masked-rows" in self.avoid)
+        cached = False
+        if self.cache and self.loop is not None and not cross and not self.loop.get("cached"):
+            k, val = self.cache_step(k, val)
+            keys_len = self.Tp + self.T
+            causal = True
+            self.loop["cached"] = cached = True
+        if causal:
+            kw["causal"] = "True"
+            self.has_causal = True
+        if ch.coin(0.3):
+            kw["scale"] = ch.pick(["inv", "0.5"])
+        if ch.coin(0.2):
+            kw["dropout"] = "rate"
+        mask = self.lookup("mask")
+        if mask is not None and not cross and keys_len == self.T and ch.coin(0.7):
+            kw["mask"] = "mask"
+            self.features.add("attention-mask")
+        self.features.add("op:flash_attention")
+        out = self.bind(self.fresh("att"), call("flash_attention", q, k, val, ty=T(head, fdt), **kw))
+        if cached and "cache-length" in self.avoid:  # in generate they are block_size long (issue 9 #2)
+            for name in (k, val):
+                self.lookup(name).hidden = True
+        self.let(call("reshape", out, self.shape_text((self.B, self.T, self.D)), ty=T((self.B, self.T, self.D), fdt)),
+                 fresh=False)
+
+    def cache_step(self, k: str, v: str) -> tuple[str, str]:
+        """concat([past_X[l], x], axis=1) if past_X exists else x; new_X[l] = that."""
+        ch = self.ch
+        out = []
+        for stem, cur in (("keys", k), ("values", v)):
+            past, new = self.cache_names[stem]
+            full = self.bind(self.fresh("kv"), E(
+                f"concat([{past}[{self.loop['var']}], {cur}], axis=1) if {past} exists else {cur}", COND,
+                T((self.B, self.Tp + self.T, self.H, self.hd), self.fdt)))
+            self.emit(f"{new}[{self.loop['var']}] = {full}")
+            self.loop["carried"].add(new)
+            if "per-layer-write-late" in self.avoid:
+                self.lookup(full).frozen = True
+                self.loop["frozen"].add(full)
+            out.append(full)
+        return out[0], out[1]
+
+    # ------------------------------------------------------------------ structure
+    def declare_cache(self) -> None:
+        self.cache_names = {}
+        shape = (Poly.of("n_layer"), self.B, self.Tp, self.H, self.hd)
+        for stem in ("keys", "values"):
+            past, new = f"past_{stem}", f"new_{stem}"
+            self.add_input(past, shape, self.fdt, optional=True, group="cache")
+            self.cache_names[stem] = (past, new)
+            full_shape = (Poly.of("n_layer"), self.B, self.Tp + self.T, self.H, self.hd)
+            self.bind(new, call("full", self.shape_text(full_shape), "0.0", self.fdt, ty=T(full_shape, self.fdt)))
+            self.hide_until_loop_end(new)
+        self.cache_all = {n for pair in self.cache_names.values() for n in pair}
+
+    def hide_until_loop_end(self, name: str) -> None:
+        """A value the loop writes per layer: reading it before or in the loop is what the open
+        aliasing and Block findings trip on."""
+        if self.avoid & {"write-through-view", "loop-reads-written", "static-cache-reassigned"}:
+            self.lookup(name).hidden = True
+            if "static-cache-reassigned" not in self.avoid:  # in generate, the cache is a list of buffers
+                self.after_loop.append(name)
+
+    def layer_loop(self) -> None:
+        ch = self.ch
+        buf = None
+        if ch.coin(0.4):  # a per-layer buffer written in the loop
+            shape = (Poly.of("n_layer"), self.B, self.T, self.D)
+            buf = self.bind(self.fresh("buf"), call("full", self.shape_text(shape), "0.0", self.fdt,
+                                                    ty=T(shape, self.fdt)))
+        var = ch.pick(["l", "i", "layer"])
+        self.emit(f"for {var} in 0..n_layer-1:" if ch.coin(0.8) else f"for {var} in 0..n_layer - 1:")
+        self.features.add("loop")
+        self.loop = {"var": var, "carried": set(), "reads": set(), "hidden": set(), "frozen": set(),
+                     "per_layer": bool(buf) or self.cache}
+        if buf and self.avoid & {"write-through-view", "loop-reads-written"}:
+            self.lookup(buf).hidden = True
+        self.indent += 1
+        self.scopes.append({var: Local(None, "loopvar")})
+        n = ch.int(1, 6)
+        if self.cache:
+            self.s_attention()
+        for _ in range(n):
+            self.statement()
+        if ch.coin(0.8) and not self.lookup(self.x).frozen:
+            self.emit(f"{self.x} = {self.update_expr(self.x).text}")
+            self.reassigned(self.x)
+        if buf is not None:
+            sub = self.lookup(buf).ty
+            pick = self.visible(lambda n, x: x.ty == T(sub.shape[1:], sub.dtype))
+            if pick:
+                self.emit(f"{buf}[{var}] = {self.ref(ch.pick(pick)).text}")
+                self.features.add("per-layer-write")
+                self.note_write(buf)
+        if len(self.loop["carried"]) > 0:
+            self.features.add("carried")
+        for name in self.loop["hidden"] | {buf} - {None}:
+            self.lookup(name).hidden = False
+        for name in self.loop["frozen"]:
+            if self.lookup(name) is not None:
+                self.lookup(name).frozen = False
+        for name in self.after_loop:
+            self.lookup(name).hidden = False
+        self.after_loop = []
+        self.scopes.pop()
+        self.indent -= 1
+        self.loop = None
+
+    def choose_outputs(self) -> None:
+        ch = self.ch
+        outs = []
+        if self.lm:
+            head = self.param((Poly.of("V"), self.D), self.fdt, stem="head")
+            src = self.x
+            if ch.coin(0.5):
+                src = self.bind(self.fresh("h"), call("layer_norm", self.x, ty=T((self.B, self.T, self.D), self.fdt)))
+            self.bind("logits", call("linear", src, weight=head.text, ty=T((self.B, self.T, Poly.of("V")), self.fdt)))
+            outs.append(("logits", T((self.B, self.T, Poly.of("V")), self.fdt), False))
+            if "targets" in self.scopes[0]:
+                self.bind("loss", E(f"cross_entropy(logits, targets{', shift=True' if ch.coin(0.5) else ''}) "
+                                    f"if targets exists else None", COND, T((), self.fdt)), optional=True)
+                outs.append(("loss", T((), self.fdt), True))
+                self.features.add("op:cross_entropy")
+        if self.cache:
+            for stem in ("keys", "values"):
+                past, new = self.cache_names[stem]
+                outs.append((new, self.lookup(new).ty, False))
+        top = [n for n, v in self.scopes[0].items() if v.kind == "local" and v.ty is not None
+               and n not in {o[0] for o in outs}]
+        k = ch.int(0 if outs else 1, 3)
+        chosen = set()
+        for name in (ch.pick(top) for _ in range(k)) if top else ():
+            if name in chosen:
+                continue
+            chosen.add(name)
+            v = self.lookup(name)
+            out = f"y_{name}" if ch.coin(0.5) else name
+            if out != name:
+                self.bind(out, self.ref(name) if not v.optional else E(name, ATOM, v.ty), optional=v.optional)
+            outs.append((out, v.ty, v.optional))
+        for name, t, optional in outs:
+            shape = self.shape_text(t.shape)
+            if t.rank and ch.coin(0.2):
+                names = {i: self.fresh("N") for i, d in enumerate(t.shape) if d.is_sum}
+                where = [(names[i], d) for i, d in enumerate(t.shape) if d.is_sum]
+                if where:
+                    dims = [names[i] if d.is_sum else d.render() for i, d in enumerate(t.shape)]
+                    self.outputs.append(f"  {name} : Tensor([{', '.join(dims)}], {t.dtype}){'?' if optional else ''}")
+                    for w, d in where:
+                        self.outputs.append(f"    where {w} = {d.render()}")
+                    continue
+            self.outputs.append(f"  {name} : Tensor({shape}, {t.dtype}){'?' if optional else ''}")
+
+    def build(self) -> Spec:
+        ch = self.ch
+        self.setup()
+        self.main_input()
+        self.optional_inputs()
+        if self.cache:
+            self.declare_cache()
+        self.argmax_bound = {}
+        for _ in range(ch.int(0, 3)):
+            self.statement()
+        if self.cache or ch.coin(0.7):
+            self.layer_loop()
+        for _ in range(ch.int(0, 3)):
+            self.statement()
+        self.choose_outputs()
+        return Spec(self.render_text(), self.domains, self.int_high, frozenset(self.features), frozenset(self.masks))
+
+    def render_text(self) -> str:
+        parts = ["param:", *self.fields, *self.derived, "", "input:", *self.inputs, ""]
+        if self.params:
+            parts += ["parameter:", *self.params, ""]
+        if self.buffers:
+            parts += ["buffer:", *self.buffers, ""]
+        parts += ["output:", *self.outputs, ""]
+        parts += self.asserts + self.body
+        return "\n".join(parts) + "\n"
+
+
+_INT_DTYPE_FINDINGS = {"int-div", "int-times-float", "bool-arithmetic", "bool-times-int", "bool-neg"}
+
+# config conditions, with the registry ops each one uses
+_COMPARE = {"n_layer >= 2": ("ge",), "D > 4": ("gt",), "scale > 0.0": ("gt",), "H == 2": ("eq",),
+            "hd != 2": ("ne",), "F < 4": ("lt",), "V <= 7": ("le",)}
+_LOGIC = {"flag and use_bias": ("and",), "not flag": ("not",), "flag or n_layer > 1": ("or", "gt"),
+          "not (H == 1)": ("not", "eq")}
+
+
+def broadcast(a: tuple, b: tuple) -> tuple:
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        x = a[-i] if i <= len(a) else None
+        y = b[-i] if i <= len(b) else None
+        if x is None or x == Poly.of(1):
+            out.append(y if y is not None else x)
+        else:
+            out.append(x)
+    return tuple(reversed(out))
+
+
+def build(chooser, avoid=None) -> Spec:
+    return Gen(chooser, avoid).build()
+
+
+# ----------------------------------------------------------------------------- mutants
+
+_DIM_LIST = re.compile(r"\[([^\[\]:]*,[^\[\]:]*)\]")
+_SLICE = re.compile(r"(?<=[\[,] )?(-?[\w.]*(?: \+ \w+)?):(-?[\w]*(?: \+ \w+)?)(?=[\],])")
+_DTYPE = re.compile(r"\b(" + "|".join(DTYPES) + r")\b")
+_GUARD_EXISTS = re.compile(r" if (\w+) exists else (\w+)")
+_GUARD_BARE = re.compile(r" if (\w+ exists|flag|use_bias)$", re.M)
+_COND_PARAM = re.compile(r" if (use_bias|flag) else None")
+_INT_INDEX = re.compile(r"\[(-?\d+)(?=[\],])")
+_NAMES = ("B", "T", "D", "H", "hd", "F", "V", "n_layer", "max_len", "T_past", "S", "1", "2")
+
+
+def mutants(text: str, ch, n: int = 1) -> list[tuple[str, str]]:
+    """Near misses of `text`: (kind, mutated text)."""
+    out = []
+    for _ in range(n * 4):
+        if len(out) >= n:
+            break
+        kind = ch.pick(["swap_dims", "rename_dim", "drop_guard", "off_by_one", "dtype", "index", "drop_line",
+                        "drop_assert", "loopvar", "axis", "literal"])
+        m = _mutate(text, kind, ch)
+        if m is not None and m != text:
+            out.append((kind, m))
+    return out
+
+
+def _sub_at(text: str, match: re.Match, group: int, new: str) -> str:
+    return text[:match.start(group)] + new + text[match.end(group):]
+
+
+def _mutate(text: str, kind: str, ch) -> str | None:
+    lines = text.split("\n")
+    if kind == "swap_dims":
+        ms = list(_DIM_LIST.finditer(text))
+        if not ms:
+            return None
+        m = ch.pick(ms)
+        items = [s.strip() for s in m.group(1).split(",")]
+        i, j = ch.int(0, len(items) - 1), ch.int(0, len(items) - 1)
+        items[i], items[j] = items[j], items[i]
+        return _sub_at(text, m, 1, ", ".join(items))
+    if kind == "rename_dim":
+        ms = list(_DIM_LIST.finditer(text))
+        if not ms:
+            return None
+        m = ch.pick(ms)
+        items = [s.strip() for s in m.group(1).split(",")]
+        items[ch.int(0, len(items) - 1)] = ch.pick(_NAMES + ("T_past + T", "D - 8", "0 - B", "n_layer - 5", "T // 2"))
+        return _sub_at(text, m, 1, ", ".join(items))
+    if kind == "drop_guard":
+        choices = [(r, m) for r in (_GUARD_EXISTS, _GUARD_BARE, _COND_PARAM) for m in r.finditer(text)]
+        choices += [(None, i) for i, line in enumerate(lines) if re.match(r"\s*if .*:$", line)]
+        if not choices:
+            return None
+        r, m = ch.pick(choices)
+        if r is None:
+            lines[m] = re.sub(r"if .*:$", ch.pick(["if flag:", "if True:", "if not flag:"]), lines[m])
+            return "\n".join(lines)
+        if r is _GUARD_EXISTS and ch.coin(0.5):  # keep the optional value, drop its test
+            return text[:m.start()] + " if flag else " + m.group(2) + text[m.end():]
+        return text[:m.start()] + text[m.end():]
+    if kind == "off_by_one":
+        ms = [m for m in _SLICE.finditer(text)]
+        if not ms:
+            return None
+        m = ch.pick(ms)
+        g = ch.pick([1, 2])
+        old = m.group(g)
+        new = ch.pick([f"{old} + 1" if old else "1", f"{old} - 1" if old else "-1", "l", "l + 1", "-1", "T", "3"])
+        return _sub_at(text, m, g, new)
+    if kind == "dtype":
+        ms = list(_DTYPE.finditer(text))
+        if not ms:
+            return None
+        m = ch.pick(ms)
+        return _sub_at(text, m, 1, ch.pick([d for d in DTYPES if d != m.group(1)]))
+    if kind == "index":
+        ms = list(_INT_INDEX.finditer(text))
+        if not ms:
+            return None
+        m = ch.pick(ms)
+        return _sub_at(text, m, 1, ch.pick(["5", "-9", "l", str(int(m.group(1)) + 1)]))
+    if kind == "drop_line":
+        body = [i for i, line in enumerate(lines) if line.strip().startswith(("let ", "new_", "x ="))
+                or re.match(r"\s+\w+(\[\w+\])? = ", line)]
+        if not body:
+            return None
+        del lines[ch.pick(body)]
+        return "\n".join(lines)
+    if kind == "drop_assert":
+        asserts = [i for i, line in enumerate(lines) if line.startswith("assert")]
+        if not asserts:
+            return None
+        del lines[ch.pick(asserts)]
+        return "\n".join(lines)
+    if kind == "loopvar":
+        ms = list(re.finditer(r"\[(l|i|layer)\]", text))
+        if not ms:
+            return None
+        m = ch.pick(ms)
+        return _sub_at(text, m, 1, ch.pick(["0", "-1", f"{m.group(1)} + 1", "1"]))
+    if kind == "axis":
+        ms = list(re.finditer(r"\b(axis|dim|a|b)=(-?\d+)", text))
+        if not ms:
+            return None
+        m = ch.pick(ms)
+        return _sub_at(text, m, 2, ch.pick(["0", "1", "2", "3", "-1", "-4"]))
+    if kind == "literal":
+        ms = list(re.finditer(r"(?<![\w.])(\d+\.\d+|\d+)(?![\w.])", "\n".join(lines[lines.index("output:"):])))
+        if not ms:
+            return None
+        offset = len("\n".join(lines[:lines.index("output:")])) + 1
+        m = ch.pick(ms)
+        new = ch.pick(["0", "-1", "1.0 / 0.0", "10.0 ** 400", "2 ** 2 ** 2 ** 2 ** 2", "-8 * 1"])
+        return text[:offset + m.start(1)] + new + text[offset + m.end(1):]
+    return None

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import known
 import runner
 import specgen
-from snf.ops.registry import all_ops
+from snf.ops import all_ops
 
 LONG = os.environ.get("SNF_PROPERTY_LONG") == "1"
 EXAMPLES = 2600 if LONG else 160  # each example is a spec and one mutant of it

@@ -34,10 +34,6 @@ class Config:
 
     def __post_init__(self) -> None:
         _check_fields(self)
-        if not self.n_embd <= 3*self.n_embd:
-            raise ValueError(f'expected D <= 3*D (snowflake_core.snf:58); got n_embd={self.n_embd}')
-        if not 2*self.n_embd <= 3*self.n_embd:
-            raise ValueError(f'expected 2*D <= 3*D (snowflake_core.snf:59); got n_embd={self.n_embd}')
         if self.n_embd % self.n_head != 0:
             raise ValueError(f'D must be divisible by H (snowflake_core.snf:58); got n_embd={self.n_embd}, n_head={self.n_head}')
 
@@ -137,14 +133,20 @@ def _check_index(name: str, t: torch.Tensor, size: int, size_name: str) -> None:
                              f"{low if low < 0 else high}")
 
 
-def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str) -> None:
-    """A run-time condition on dims (the spec's `assert`, or a slice end within its axis). A dim
-    that is a cache position (a 0-d tensor) is checked eagerly on the CPU only (see _eager_check)."""
+def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str, why: str = "",
+                sizes: Optional[dict] = None) -> None:
+    """A run-time condition on dims (the spec's `assert`, an index or slice within its axis, a
+    size that is not negative, an exact division). A dim that is a cache position (a 0-d tensor)
+    is checked eagerly on the CPU only (see _eager_check). `why` is the checker's own sentence,
+    said with the `sizes` it is about."""
     if isinstance(lhs, torch.Tensor):
         if not _eager_check(lhs):
             return
         lhs = int(lhs)
     if not {"<=": lhs <= rhs, "<": lhs < rhs, ">=": lhs >= rhs, ">": lhs > rhs, "==": lhs == rhs}[op]:
+        if why:
+            got = ", ".join(f"{name} = {int(value)}" for name, value in (sizes or {}).items())
+            raise ValueError(f"{why}, got {got} ({where})")
         raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
 
 
@@ -313,7 +315,7 @@ class Model(nn.Module):
         _check_index('input_ids', input_ids, cfg.vocab_size, 'vocab_size')
         if attention_mask is not None:
             _check_input('attention_mask', attention_mask, 2, '[B, T]', 'int64', {0: B, 1: T})
-        _check_dims('T', T, '<=', 'block_size', cfg.block_size, 'snowflake_core.snf:52')
+        _check_dims('T', T, '<=', 'block_size', cfg.block_size, 'snowflake_core.snf:52', 'slice end T must lie within axis 1, of size block_size', {'T': T, 'block_size': cfg.block_size})
         x = self.token_embedding(input_ids) + self.position_table[:, 0:T, :]  # [B, T, D]  snowflake_core.snf:52
         if cfg.dropout > 0:
             x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:53

@@ -43,6 +43,9 @@ CODES: dict[str, str] = {
     "bad-checkpoint": "A checkpoint mapping entry is malformed or names an unknown parameter.",
     "reserved-name": "A name is reserved by snfc and cannot be declared in a spec.",
     "too-large": "A number or nesting depth is beyond what snfc accepts.",
+    "index-range": "An index or slice bound is outside its axis, for every config or for the default one.",
+    "bad-arithmetic": "Arithmetic on constants or config values fails: division by zero, overflow, a "
+                      "negative square root, a negative standard deviation.",
     "ambiguous": "The notation leaves a choice open; snfc made the documented one.",
     "unused": "A declared name is never used.",
     "fixed-length": "A sequence dimension is tied to a parameter, fixing every input's length.",

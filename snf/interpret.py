@@ -80,7 +80,7 @@ class Interpreter:
                 self.block(s.body if self.eval(s.test, env) else s.orelse, env)
             elif isinstance(s, ir.Loop):
                 for layer in range(self.dim(s.count)):
-                    env[s.var] = self.layer = layer
+                    env[s.var] = self.layer = self.ints[s.var] = layer  # a value, and a dim in shapes
                     self.block(s.body, env)
             else:
                 raise TypeError(f"the interpreter runs before fusion passes, got {type(s).__name__}")

@@ -41,15 +41,22 @@ class ShapeCtx:
         """Whether `d` names config values only (no run-time dim such as B or T)."""
         return not any(s in self.checker.runtime for s in d.symbols())
 
-    def bound(self, hi: Dim, size: Dim, arg: str) -> None:
-        """A slice end `hi` must not pass `size`; checked here when constant, else at run time."""
-        if hi.value is not None and size.value is not None:
-            if hi.value > size.value:
-                raise OpError(f"slice end {hi.value} is past the axis size {size.value}", arg, code="bad-axis")
-            return
-        if equal(hi, size)[0] or (size - hi).value is not None and (size - hi).value >= 0:
-            return
-        self.checker.runtime_checks.setdefault((hi, size, "<="), self.span)
+    def need(self, lhs: Dim, op: str, rhs: Dim, why: str = "") -> bool:
+        """`lhs op rhs` must hold: proved, or checked by the module; False when it is false always
+        or for the config's defaults (the rule then raises its error). See check/facts.py."""
+        return self.checker.need(lhs, op, rhs, self.span, why)
+
+    def size(self, d: Dim, what: str, arg: str | None = None) -> None:
+        """`d` is the size of an axis: not negative (proved or checked); else an OpError."""
+        if not self.checker.need(Dim.const(0), "<=", d, self.span, f"{what} must not be negative"):
+            value = d.value if d.value is not None else self.checker.at_defaults(d)
+            raise OpError(f"{what} is {self.show_dim(d)} = {value}{self.defaults_note(d)}: a size cannot be "
+                          f"negative", arg, code="bad-constraint",
+                          hint="sizes are dims >= 0; change the expression, or the defaults in `param:`")
+
+    def defaults_note(self, d: Dim) -> str:
+        """", with the default config" when `d` is only known through the defaults."""
+        return "" if d.value is not None else " with the default config"
 
     def product(self, dims) -> Dim:
         out = Dim.const(1)
@@ -75,14 +82,14 @@ class ShapeCtx:
 
 
 def index_items(items) -> tuple[tuple, ir.TExpr | None]:
-    """Index items as shape rules take them: a slice's SliceT, an int's dim (a fresh unknown one
-    for a computed int). Stops at the first item that is neither, returned second."""
+    """Index items as shape rules take them: a slice's SliceT, an int's dim. Stops at the first
+    item that is neither (an int not known as a dim cannot be bounded), returned second."""
     out = []
     for item in items:
         if isinstance(item.ty, SliceT):
             out.append(item.ty)
-        elif isinstance(item.ty, ScalarT) and item.ty.kind == "int":
-            out.append(item.ty.dim if item.ty.dim is not None else Dim.sym("_i"))
+        elif isinstance(item.ty, ScalarT) and item.ty.kind == "int" and item.ty.dim is not None:
+            out.append(item.ty.dim)
         else:
             return tuple(out), item
     return tuple(out), None
@@ -130,7 +137,9 @@ class Calls:
         except OpError as err:
             self.report_op_error(err, name, bound, span)
             ty = ctx.recovered or ERR
-        return ir.Op(name, tuple(targs), ty, span)
+        node = ir.Op(name, tuple(targs), ty, span)
+        folded = self.fold(node)  # arithmetic on numbers: evaluated now, within limits
+        return node if folded is ty else ir.Op(name, tuple(targs), folded, span)
 
     def bind_args(self, op, name: str, args: list, kwargs: dict, spans: list, span: Span) -> dict | None:
         """Parameter name -> (argument, its span); None after reporting a bad argument list."""
@@ -254,7 +263,7 @@ class Calls:
             return tuple(out)
         if kind == "slices":
             out, wrong = index_items(arg.items)
-            return bad("a list of indices and slices") if wrong is not None else out
+            return bad("a list of indices and slices whose bounds are dims") if wrong is not None else out
         return bad(kind)  # pragma: no cover
 
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from .. import ir
 from ..diagnostics import Related, Reporter
-from ..dims import Dim, Divides, equal
+from ..dims import Dim, equal
 from ..ir import ErrorT, ScalarT, TensorT
 from ..ops import all_ops
 from ..source import Span
 from .calls import Calls
 from .declarations import Declarations
 from .expressions import Expressions
+from .facts import Facts
+from .fold import Folding
 from .inits import Inits
 from .loops import Loops
 from .messages import Messages
@@ -24,7 +26,8 @@ from .scopes import Scope, Scopes
 from .statements import Statements
 
 
-class Checker(Declarations, Expressions, Statements, Loops, Calls, Presence, Inits, Scopes, Messages):
+class Checker(Declarations, Expressions, Statements, Loops, Calls, Facts, Folding, Presence, Inits, Scopes,
+              Messages):
     def __init__(self, spec: ir.Spec, r: Reporter):
         self.spec, self.r = spec, r
         self.ops = all_ops()
@@ -45,9 +48,11 @@ class Checker(Declarations, Expressions, Statements, Loops, Calls, Presence, Ini
         self.roles: dict[str, str] = {}
         self.where_dims: dict[str, Dim] = {}
         self.free_out: set[str] = set()
-        self.runtime_checks: dict[tuple, Span] = {}
+        self.runtime_checks: dict[tuple, Span] = {}  # (lhs, rhs, op) -> where the condition arose
+        self.check_why: dict[tuple, str] = {}  # (lhs, rhs, op) -> what the failing check says
         self.free_bound: dict[str, Dim] = {}
         self.n_unknown = 0  # unknown names reported (bounds the cost of "did you mean")
+        self.folded_config = False  # the last folded number used a config default
 
     def run(self) -> ir.Model | None:
         self.declarations()
@@ -69,20 +74,9 @@ class Checker(Declarations, Expressions, Statements, Loops, Calls, Presence, Ini
             runtime_dims=tuple((d, inp, ax) for d, (inp, ax) in self.runtime.items() if inp),
             display=tuple(sorted(((k, v) for k, v in self.display.items()), key=lambda kv: kv[1])),
             mappings=self.spec.mappings, stacked=stacked,
-            checks=tuple(ir.Check(lo, hi, span, op) for (lo, hi, op), span in self.runtime_checks.items()),
+            checks=tuple(ir.Check(lo, hi, span, op, self.check_why.get((lo, hi, op), ""))
+                         for (lo, hi, op), span in self.implied_checks().items()),
             input_groups=self.input_groups())
-
-    def require(self, cond: Divides, span: Span) -> None:
-        """A divisibility condition on config fields, checked when a Config is built."""
-        syms = cond.num.symbols() | cond.den.symbols()
-        if any(s in self.runtime for s in syms):
-            return  # a run-time condition; torch checks it when it reshapes
-        if cond.den.value is not None and cond.num.value is not None:
-            return
-        if any(c.cond == cond for c in self.constraints):
-            return
-        why = f"{self.show_dim(cond.num)} must be divisible by {self.show_dim(cond.den)}"
-        self.constraints.append(ir.Constraint(cond, span, why))
 
     def check_outputs(self) -> list[ir.Tensor]:
         """Each declared output against the value the body computed for it."""

@@ -89,7 +89,7 @@ class Declarations:
             return ir.MISSING
         return float(value) if kind == "float" else value
 
-    def tensor_type(self, e: ir.Expr, dim_mode: str) -> TensorT | None:
+    def tensor_type(self, e: ir.Expr, dim_mode: str, name: str = "") -> TensorT | None:
         if not (isinstance(e, ir.Call) and e.func == "Tensor"):
             self.r.error("bad-type", f"expected `Tensor([dims], dtype)`, got `{text(e)}`", e.span,
                          hint="write e.g. `Tensor([B, T, D], float32)`")
@@ -106,9 +106,9 @@ class Declarations:
                 return None
             dtype = dt.id
         dims = []
-        for item in e.args[0].items:
+        for axis, item in enumerate(e.args[0].items):
             d = self.dim_expr(item, dim_mode)
-            if d is None:
+            if d is None or not self.size(d, item.span, f"axis {axis} of `{name}`" if name else f"axis {axis}"):
                 return None
             dims.append(d)
         return TensorT(tuple(dims), dtype)
@@ -180,7 +180,7 @@ class Declarations:
         if kind == "input":
             mode = "input"
             before = set(self.runtime)
-            ty = self.tensor_type(d.type, mode)
+            ty = self.tensor_type(d.type, mode, d.name)
             if ty is not None and d.optional:
                 for s in set(self.runtime) - before:
                     self.owner[s] = d.name
@@ -191,7 +191,7 @@ class Declarations:
                         self.runtime[s] = (d.name, axis)
                 self.fixed_length_warning(d, ty)
         else:
-            ty = self.tensor_type(d.type, "output" if kind == "output" else "config")
+            ty = self.tensor_type(d.type, "output" if kind == "output" else "config", d.name)
         if ty is None:
             if kind != "output":  # declared all the same, so its uses report nothing more
                 self.declare(d.name, Binding(kind, ERR, d.name_span, d.optional, uses=1), d.name_span)

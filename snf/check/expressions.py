@@ -6,6 +6,7 @@ A value whose check failed gets `ErrorT`, and nothing that uses it reports again
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .. import ir
@@ -42,12 +43,20 @@ class Expressions:
         return t
 
     def expr(self, e: ir.Expr) -> ir.TExpr:
-        method = getattr(self, f"e_{type(e).__name__}")
-        return method(e)
+        typed = getattr(self, f"e_{type(e).__name__}")(e)
+        if isinstance(typed, ShapeOf):  # only `x.shape[i]` is a value
+            self.r.error("arg-kind", f"`{text(e)}` is a list of dims, not a value", e.span,
+                         hint=f"index it: `{text(e)}[0]` is the size of axis 0")
+            return ir.Lit(None, ERR, e.span)
+        return typed
 
     def e_Num(self, e: ir.Num):
         if isinstance(e.value, int):
             return ir.Lit(e.value, ScalarT("int", Dim.const(e.value)), e.span)
+        if not math.isfinite(e.value):  # 1e400 reads as infinity
+            self.r.error("bad-arithmetic", f"`{self.source_text(e.span) or e.value}` is too large for a float",
+                         e.span)
+            return ir.Lit(0.0, ERR, e.span)
         return ir.Lit(e.value, FLOAT, e.span)
 
     def e_Str(self, e: ir.Str):
@@ -73,6 +82,8 @@ class Expressions:
             self.whole_reads.setdefault(e.id, []).append(e.span)
         if b.kind == "local":
             self.note_read(e.id, b)
+        if b.kind == "loopvar":  # used as a value (an index, a bound, a dim), not only to pick `w[l]`
+            self.loops[-1]["uses_var"] = True
         return ir.Ref(e.id, b.kind, ty, e.span)
 
 
@@ -127,8 +138,13 @@ class Expressions:
         return ir.TCond(test, body, orelse, self.join(test, body.ty, orelse.ty, e), e.span)
 
     def join(self, test, a: ir.Type, b: ir.Type, e) -> ir.Type:
-        if isinstance(a, ErrorT) or isinstance(b, ErrorT):
+        if isinstance(a, ErrorT) and isinstance(b, ErrorT):
             return ERR
+        if isinstance(a, ErrorT) or isinstance(b, ErrorT):
+            # one branch is wrong (and reported): go on with the other, so that an independent
+            # mistake further on is reported in this run too, not only once this one is fixed
+            good = b if isinstance(a, ErrorT) else a
+            return good if isinstance(good, (TensorT, ScalarT)) else ERR
         if isinstance(b, NoneT) and isinstance(a, TensorT):
             return TensorT(a.shape, a.dtype, True)
         if isinstance(a, NoneT) and isinstance(b, TensorT):
@@ -165,11 +181,12 @@ class Expressions:
         for part in (lo, hi):
             if part is None:
                 dims.append(None)
-            elif isinstance(part.ty, ScalarT) and part.ty.kind == "int":
-                dims.append(part.ty.dim if part.ty.dim is not None else None)
+            elif isinstance(part.ty, ScalarT) and part.ty.kind == "int" and part.ty.dim is not None:
+                dims.append(part.ty.dim)
             else:
                 if not isinstance(part.ty, ErrorT):
-                    self.r.error("arg-kind", "slice bounds must be integers", part.span, **self.not_an_int(part))
+                    self.r.error("arg-kind", "slice bounds must be dims: integers known from params, sizes "
+                                 "and the loop variable", part.span, **self.not_an_int(part))
                 return ir.TSlice(lo, hi, ERR, e.span)
         return ir.TSlice(lo, hi, SliceT(*dims), e.span)
 
@@ -184,7 +201,7 @@ class Expressions:
         return ir.Lit(None, ERR, e.span)
 
     def e_Subscript(self, e: ir.Subscript):
-        base = self.expr(e.value)
+        base = self.e_Attribute(e.value) if isinstance(e.value, ir.Attribute) else self.expr(e.value)
         if isinstance(base, ShapeOf):
             if len(e.index) != 1:
                 self.r.error("syntax", "`.shape[i]` takes one index", e.span)
@@ -201,7 +218,6 @@ class Expressions:
             return sliced
         index = tuple(self.expr(i) for i in e.index)
         items = ir.TList(index, ListT(tuple(i.ty for i in index)), e.span)
-        self.note_var_use(index)
         return self.call_op("index", e, [base, items], {}, [e.value.span, e.span])
 
     def e_Call(self, e: ir.Call):

@@ -5,7 +5,7 @@ the op parameter it is first passed to, and code generation picks the default in
 from __future__ import annotations
 
 from .. import ir
-from ..ir import FLOAT, ScalarT, TensorT
+from ..ir import FLOAT, ErrorT, ScalarT, TensorT
 from ..ops.init import INITS
 
 
@@ -39,8 +39,17 @@ class Inits:
                 args.append((name, ir.Lit(value, FLOAT)))
                 continue
             typed = self.expr(value)
+            if isinstance(typed.ty, ErrorT):
+                return None
             if not (isinstance(typed.ty, ScalarT) and typed.ty.kind in ("int", "float")):
                 self.r.error("arg-kind", f"`{name}` of `{e.func}` must be a number", value.span)
+                return None
+            self.folded_config = False
+            std = self.number(typed) if name == "std" else None
+            if std is not None and std < 0:
+                where = " with the default config" if self.folded_config else ""
+                self.r.error("bad-arithmetic", f"the standard deviation of `normal` is {std}{where}; it must be >= 0",
+                             value.span)
                 return None
             args.append((name, typed))
         if e.func == "sinusoidal" and ty.rank < 2:

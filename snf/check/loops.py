@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..diagnostics import Related
-from ..dims import equal
+from ..dims import Dim, equal
 from ..ir import ErrorT, ScalarT, TensorT
 from ..source import NO_SPAN
 from .calls import ERR
@@ -39,7 +39,8 @@ class Loops:
                 "stacked": {}, "uses_var": False, "layer_inputs": {}}
         self.loops.append(loop)
         self.push()
-        self.declare(s.var, Binding("loopvar", ScalarT("int", None), s.span), s.span)
+        # the loop variable is a dim, 0 <= l <= count - 1 (facts.py): `pos[l:l + 1]` is 1 long
+        self.declare(s.var, Binding("loopvar", ScalarT("int", Dim.sym(s.var)), s.span), s.span)
         body = self.block(s.body)
         self.pop()
         self.loops.pop()
@@ -59,11 +60,6 @@ class Loops:
         for loop in self.loops:
             if b.loop_depth < loop["depth"]:
                 loop["carried"].setdefault(name, None)
-
-    def note_var_use(self, index) -> None:
-        """The loop variable used as an index (not only to pick a stacked parameter's layer)."""
-        if any(isinstance(i, ir.Ref) and i.kind == "loopvar" for i in index):
-            self.loops[-1]["uses_var"] = True
 
     def layer_slice(self, base: ir.TExpr, e: ir.Subscript) -> ir.TExpr | None:
         """`w[l]` in the loop over `l`: one layer's slice of a stacked parameter or of a per-layer

@@ -47,11 +47,14 @@ class Presence:
         """Report a use of a value that may be absent here; False when it may be."""
         if isinstance(t.ty, TensorT) and t.ty.maybe_none:
             name = t.name if isinstance(t, ir.Ref) else getattr(t, "name", "value")
-            kind = "optional input" if isinstance(t, ir.Ref) and t.kind == "input" else "conditional value"
+            ref_kind = t.kind if isinstance(t, ir.Ref) else ""
+            kind = {"input": "optional input", "param": "conditional parameter", "buffer": "conditional buffer",
+                    "layer_param": "conditional parameter"}.get(ref_kind, "conditional value")
             guard = f"`if {name} exists:`" if kind == "optional input" else "the condition it is declared under"
             related = ()
             if isinstance(t, ir.Ref) and t.name in self.decl_spans:
-                related = (Related(self.decl_spans[t.name], f"`{name}` declared optional here"),)
+                how = "optional" if kind == "optional input" else "conditional"
+                related = (Related(self.decl_spans[t.name], f"`{name}` declared {how} here"),)
             hint = f"guard this use with {guard}"
             if self.present:
                 hint += f"; only {', '.join(f'`{p}`' for p in sorted(self.present))} is known to exist here"

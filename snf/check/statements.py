@@ -9,7 +9,7 @@ from .. import ir
 from ..diagnostics import Related
 from ..dims import equal
 from ..ir import ErrorT, ScalarT, TensorT
-from ..ops.shapes import slices_shape
+from ..ops.shapes import slices_shape, stored
 from ..ops.registry import OpError
 from .calls import ShapeCtx, index_items
 from .messages import KIND_NAMES, article, text
@@ -60,6 +60,8 @@ class Statements:
         if s.index is not None:
             idx = tuple(self.expr(i) for i in s.index)
             stmt = self.set_item(s, b, idx, value)
+        elif not self.keeps_presence(b, value):
+            return None
         else:
             if not isinstance(value.ty, ErrorT) and not isinstance(b.ty, ErrorT) and not same_type(b.ty, value.ty):
                 self.r.error("reassign-type", f"`{s.name}` was {self.show_type(b.ty)} and is re-assigned "
@@ -75,20 +77,30 @@ class Statements:
             return ir.TIf(guard, (stmt,), (), s.span)
         return stmt
 
+    def keeps_presence(self, b: Binding, value: ir.TExpr) -> bool:
+        """A value that may be None goes only into a name that may be None: `let y = x` then
+        `y = opt` would leave y None though every later use (an output) takes it as present."""
+        if isinstance(b.ty, TensorT) and b.ty.maybe_none:
+            return True
+        return self.must_exist(value, value.span)
+
     def set_item(self, s: ir.Assign, b: Binding, idx: tuple, value: ir.TExpr):
         if isinstance(b.ty, ErrorT) or isinstance(value.ty, ErrorT) or any(isinstance(i.ty, ErrorT) for i in idx):
             return ir.SetItem(s.name, idx, value, s.span)
+        if not self.must_exist(value, value.span):
+            return None
         if not isinstance(b.ty, TensorT):
             self.r.error("arg-kind", f"`{s.name}` is not a tensor and cannot be indexed", s.name_span)
             return None
         items, bad = index_items(idx)
         if bad is not None:
-            self.r.error("arg-kind", "indices must be integers or slices", bad.span)
+            self.r.error("arg-kind", "indices must be dims (integers known from params, sizes and the loop "
+                         "variable) or slices", bad.span)
             return None
-        self.note_var_use(idx)
         ctx = ShapeCtx(self, s.span)
         try:
             region = slices_shape(ctx, b.ty.shape, tuple(items), "index")
+            stored(b.ty.dtype, value.ty)
         except OpError as err:
             self.r.error(err.code, err.message, s.span)
             return None

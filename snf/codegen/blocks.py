@@ -36,7 +36,7 @@ def block_context(gen, block: Block) -> dict:
     body = em.lines
     em.lines = []
     sources, dim_args = {}, []
-    for dim in sorted(em.runtime_used):  # from a tensor argument's shape where one has it
+    for dim in sorted(em.runtime_used - {loop.var}):  # from a tensor argument's shape where one has it
         src = next(((n, axis) for n in block.carried + tuple(reads)
                     if isinstance(types.get(n), TensorT) and not types[n].maybe_none
                     for axis, d in enumerate(types[n].shape) if d.as_symbol() == dim), None)

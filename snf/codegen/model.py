@@ -165,8 +165,12 @@ class Generator:
         for c in self.model.checks:
             if self.is_runtime_check(c):
                 lhs, rhs = self.show((c.lhs,))[1:-1], self.show((c.rhs,))[1:-1]
+                why = ""
+                if c.why:  # the checker's sentence, with the sizes it is about
+                    sizes = ", ".join(f"{s!r}: {em.atom(s)}" for s in sorted(c.lhs.symbols() | c.rhs.symbols()))
+                    why = f", {display_text(c.why)!r}, {{{sizes}}}"
                 lines.append(f"_check_dims({lhs!r}, {em.dim(c.lhs)}, {c.op!r}, {rhs!r}, {em.dim(c.rhs)}, "
-                             f"{self.spec_file + ':' + str(c.span.line)!r})")
+                             f"{self.spec_file + ':' + str(c.span.line)!r}{why})")
         return lines
 
     def input_lines(self, em: Emitter, i: ir.Tensor, bound: set, shape: tuple = (),

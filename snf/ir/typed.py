@@ -256,6 +256,7 @@ class Check:
     rhs: Dim
     span: Span
     op: str = "<="
+    why: str = ""  # what the error says when it fails ("T must be divisible by 2"); else the comparison
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 
+from ..dims import Dim
 from ..ir import BOOL, FLOAT, ScalarT, TensorT
 from .lazy_numpy import np
 from .registry import OpDef, OpError, Param, registrar
-from .shapes import INTS, axis_index, broadcast, product, rank_at_least, require_float, same_dtype, slices_shape
+from .shapes import (FLOATS, INTS, axis_index, broadcast, product, rank_at_least, require_float, same_dtype,
+                     slices_shape, stored)
 
 OPS: dict[str, OpDef] = {}
 register = registrar(OPS)
@@ -27,23 +29,80 @@ _SCALAR_FN = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambd
               "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b}
 
 
+_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**"}
+
+
+def _power(base: Dim, exponent: Dim) -> Dim | None:
+    """`base ** exponent` as a dim, for a small constant exponent >= 0; else None."""
+    k = exponent.value
+    if k is None or not 0 <= k <= 62:
+        return None
+    out = Dim.const(1)
+    for _ in range(k):
+        out = out * base
+    return out
+
+
+def _scalar_arith(ctx, opname: str, x: ScalarT, y: ScalarT) -> ScalarT:
+    if "bool" in (x.kind, y.kind):
+        raise OpError(f"`{_SYMBOL[opname]}` applies to numbers, not True or False", "a", code="arg-kind")
+    kind = "float" if "float" in (x.kind, y.kind) or opname == "div" else "int"
+    if kind == "int" and x.dim is not None and y.dim is not None:
+        if opname in _SCALAR_FN:
+            return ScalarT("int", ctx.dim_op(_SCALAR_FN[opname], x.dim, y.dim))
+        if opname == "pow":
+            if y.dim.value is not None and y.dim.value < 0:
+                return FLOAT  # 2 ** -1 is 0.5
+            power = ctx.dim_op(_power, x.dim, y.dim) if y.dim.value is not None else None
+            return ScalarT("int", power) if power is not None else ScalarT("int")
+    return ScalarT(kind)
+
+
+def _arith_dtype(opname: str, t: TensorT, other) -> None:
+    """The dtype rules of arithmetic on tensors (docs/language.md 5.1): the result has the tensor's
+    dtype, so nothing may change it the way torch's type promotion would."""
+    sym = _SYMBOL.get(opname, "-")
+    if t.dtype == "bool":
+        raise OpError(f"`{sym}` does not apply to bool tensors", "a", code="dtype-mismatch",
+                      hint="arithmetic takes int and float tensors; a bool tensor is a mask")
+    if t.dtype in FLOATS:
+        if isinstance(other, ScalarT) and other.kind == "bool":
+            raise OpError(f"`{sym}` of a tensor and True/False", "b", code="arg-kind")
+        return
+    # an integer tensor
+    if opname == "div":
+        raise OpError(f"`/` on {t.dtype} tensors is true division, whose result is a float tensor", "a",
+                      code="dtype-mismatch", hint="divide float tensors; `//` applies to dims, not tensors")
+    if isinstance(other, ScalarT) and other.kind != "int":
+        raise OpError(f"`{sym}` of an {t.dtype} tensor and a {other.kind} would make a float tensor", "b",
+                      code="dtype-mismatch", hint="use an integer, or a float tensor")
+    if opname == "pow":
+        if isinstance(other, TensorT):
+            raise OpError(f"`**` of {t.dtype} tensors: an exponent tensor may hold negative powers", "b",
+                          code="dtype-mismatch", hint="raise an integer tensor to a constant power >= 0")
+        if other.dim is None or other.dim.value is None or other.dim.value < 0:
+            raise OpError(f"`**` of an {t.dtype} tensor needs a constant power >= 0: integers to negative "
+                          f"powers are not integers", "b", code="dtype-mismatch")
+
+
 def _binary_rule(opname: str):
     def rule(ctx, args):
         x, y = args["a"], args["b"]
         if isinstance(x, ScalarT) and isinstance(y, ScalarT):
-            kind = "float" if "float" in (x.kind, y.kind) or opname in ("div", "pow") else "int"
-            if kind == "int" and x.dim is not None and y.dim is not None and opname in _SCALAR_FN:
-                return ScalarT("int", ctx.dim_op(_SCALAR_FN[opname], x.dim, y.dim))
-            return ScalarT(kind)
+            return _scalar_arith(ctx, opname, x, y)
         if opname in ("floordiv", "mod"):
-            raise OpError(f"`{ {'floordiv': '//', 'mod': '%'}[opname]}` applies to integers, not tensors", "a",
-                          code="arg-kind")
+            raise OpError(f"`{_SYMBOL[opname]}` applies to integers, not tensors", "a", code="arg-kind")
         tx = x if isinstance(x, TensorT) else None
         ty = y if isinstance(y, TensorT) else None
         if tx and ty:
             same_dtype(tx, ty, "a", "b")
+            _arith_dtype(opname, tx, ty)
             return TensorT(broadcast(ctx, tx.shape, ty.shape, "a", "b"), tx.dtype)
         t = tx or ty
+        if opname == "pow" and ty is not None and t.dtype not in FLOATS:  # 2 ** x on an integer x
+            raise OpError(f"`**` with an {t.dtype} exponent tensor may hold negative powers", "b",
+                          code="dtype-mismatch")
+        _arith_dtype(opname, t, y if tx else x)
         return TensorT(t.shape, t.dtype)
     return rule
 
@@ -71,7 +130,10 @@ for _name, _sym, _np in [("add", "+", "add"), ("sub", "-", "subtract"), ("mul", 
 def _neg_rule(ctx, args):
     x = args["a"]
     if isinstance(x, ScalarT):
+        if x.kind == "bool":
+            raise OpError("`-` applies to numbers, not True or False", "a", code="arg-kind")
         return ScalarT(x.kind, -x.dim if x.dim is not None else None)
+    _arith_dtype("neg", x, None)
     return x
 
 
@@ -83,6 +145,7 @@ def _matmul_rule(ctx, args):
     x, y = args["a"], args["b"]
     if not isinstance(x, TensorT) or not isinstance(y, TensorT):
         raise OpError("`@` multiplies two tensors", "a", code="arg-kind")
+    require_float(x, "a")  # integer matmul has no CUDA kernel
     same_dtype(x, y, "a", "b")
     rank_at_least(x, 2, "a")
     rank_at_least(y, 2, "b")
@@ -177,7 +240,7 @@ def _np_gelu(x, approximate="none"):
     if approximate == "tanh":
         return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
     from math import erf
-    return 0.5 * x * (1.0 + np.vectorize(erf)(x / math.sqrt(2.0)))
+    return 0.5 * x * (1.0 + np.vectorize(erf, otypes=[np.float64])(x / math.sqrt(2.0)))
 
 
 register(OpDef(
@@ -213,6 +276,8 @@ register(OpDef("swiglu", (Param("gate", "tensor"), Param("up", "tensor")), _swig
 
 
 def np_softmax(x, axis=-1):
+    if x.size == 0:  # B = 0 or T = 0: nothing to normalise (np.max has no identity to start from)
+        return np.array(x, dtype=np.float64)
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return e / np.sum(e, axis=axis, keepdims=True)
 
@@ -355,11 +420,18 @@ def _gather_rule(ctx, args):
     return TensorT(idx.shape + table.shape[1:], table.dtype)
 
 
+def _lower_gather(call):
+    table = call.ty("table")
+    if table.rank == 2 and table.dtype in FLOATS:  # an embedding table
+        return f"F.embedding({call.code('index')}, {call.code('table')})"
+    return f"{call.code('table', prec=50)}[{call.code('index')}]"  # rows of any table
+
+
 register(OpDef(
     "gather", (Param("table", "tensor", role="embedding"), Param("index", "tensor", aliases=("idx",)),
                Param("axis", "int", 0, static=True)),
     _gather_rule, numpy=lambda table, index, axis=0: table[index],
-    torch=lambda call: f"F.embedding({call.code('index')}, {call.code('table')})",
+    torch=_lower_gather,
     doc="rows of `table` at `index` (an embedding lookup)."))
 
 
@@ -393,6 +465,8 @@ register(OpDef("size", (Param("x", "tensor"), Param("axis", "int", static=True))
 
 def _reshape_rule(ctx, args):
     x, dims = args["x"], args["shape"]
+    for i, d in enumerate(dims):
+        ctx.size(d, f"axis {i} of the new shape", "shape")
     before = ctx.product(x.shape)
     after = ctx.product(dims)
     if not ctx.eq(before, after):
@@ -460,20 +534,35 @@ register(OpDef("concat", (Param("tensors", "tensors"), Param("axis", "int", 0, a
 
 
 def _full_rule(ctx, args):
-    return TensorT(tuple(args["shape"]), args["dtype"])
+    for i, d in enumerate(args["shape"]):
+        ctx.size(d, f"axis {i} of the shape", "shape")
+    dtype, value = args["dtype"], args["value"]
+    if dtype not in FLOATS:  # the value must be one the dtype holds: torch would cast it silently
+        allowed = "0 or 1" if dtype == "bool" else "a constant integer"
+        if value is None or value != int(value) or (dtype == "bool" and value not in (0, 1)):
+            raise OpError(f"the value of {'an' if dtype[0] == 'i' else 'a'} {dtype} `full` must be {allowed}", "value",
+                          code="dtype-mismatch", hint=f"torch would cast the value to {dtype}")
+    return TensorT(tuple(args["shape"]), dtype)
+
+
+def _np_full(shape, value, dtype="float32"):
+    return np.full(shape, value, dtype=np.float64)  # float64 throughout; the rule keeps `value` exact in `dtype`
+
+
+def _lower_full(call):
+    dims = call.dims_code("shape")
+    shape = f"({dims},)" if dims else "()"
+    return f"torch.full({shape}, {call.code('value')}, dtype=torch.{call.val('dtype')}, device={call.device})"
 
 
 register(OpDef("full", (Param("shape", "dims"), Param("value", "float"), Param("dtype", "dtype", "float32")),
-               _full_rule,
-               numpy=lambda shape, value, dtype="float32": np.full(shape, value, dtype=np.float64),
-               torch=lambda call: f"torch.full(({call.dims_code('shape')},), {call.code('value')}, "
-                               f"dtype=torch.{call.val('dtype')}, device={call.device})",
-               doc="a tensor filled with one value."))
+               _full_rule, numpy=_np_full, torch=_lower_full, doc="a tensor filled with one value."))
 
 
 def _assign_rule(ctx, args):
     x, v = args["x"], args["value"]
     region = slices_shape(ctx, x.shape, args["index"], "index")
+    stored(x.dtype, v)
     if isinstance(v, TensorT):
         broadcast(ctx, region, v.shape, "x", "value")
         got = ctx.show(v.shape)
@@ -497,7 +586,12 @@ register(OpDef("assign", (Param("x", "tensor"), Param("index", "slices"), Param(
 
 def _argmax_rule(ctx, args):
     x = args["x"]
+    if x.dtype == "bool":
+        raise OpError("`argmax` of a bool tensor", "x", code="dtype-mismatch", hint="argmax takes int and float tensors")
     ax = axis_index(args["axis"], x.rank)
+    if not ctx.need(Dim.const(1), "<=", x.shape[ax], f"argmax over axis {ax} needs at least one entry"):
+        raise OpError(f"argmax over axis {ax}, of size {ctx.show_dim(x.shape[ax])}, which is empty", "x",
+                      code="index-range")
     return TensorT(x.shape[:ax] + x.shape[ax + 1:], "int64")
 
 
@@ -512,8 +606,8 @@ register(OpDef("argmax", (Param("x", "tensor"), Param("axis", "int", -1, aliases
 def _ce_rule(ctx, args):
     logits, tgt = args["logits"], args["targets"]
     require_float(logits, "logits")
-    if tgt.dtype not in INTS:
-        raise OpError(f"`targets` must be an integer tensor, got {tgt.dtype}", "targets", code="dtype-mismatch")
+    if tgt.dtype != "int64":  # torch's cross_entropy takes int64 class indices only
+        raise OpError(f"`targets` must be an int64 tensor, got {tgt.dtype}", "targets", code="dtype-mismatch")
     if tgt.rank != logits.rank - 1 or not all(ctx.eq(p, q) for p, q in zip(tgt.shape, logits.shape[:-1])):
         raise OpError(f"`targets` is {ctx.show(tgt.shape)} but `logits` is {ctx.show(logits.shape)}: expected "
                       f"{ctx.show(logits.shape[:-1])}", "targets", blame=("logits", "targets"))

@@ -4,7 +4,7 @@ and raises `OpError` naming the argument it blames."""
 from __future__ import annotations
 
 from ..dims import Dim
-from ..ir import TensorT
+from ..ir import ScalarT, TensorT
 from .registry import OpError
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -61,19 +61,74 @@ def broadcast(ctx, s1: tuple, s2: tuple, n1: str, n2: str) -> tuple:
     return tuple(reversed(out))
 
 
+def stored(dtype: str, value, arg: str = "value") -> None:
+    """`value` (a TensorT or ScalarT) written into a tensor of `dtype` (`x[i] = value`, `assign`):
+    torch would cast it silently, so it must already be of that dtype (a number: of its kind)."""
+    if isinstance(value, TensorT):
+        if value.dtype != dtype:
+            raise OpError(f"the value is {value.dtype} but the tensor written into is {dtype}", arg,
+                          code="dtype-mismatch", hint="write a value of the tensor's own dtype")
+        return
+    fits = {"bool": ("bool",), "int": ("int",), "float": ("int", "float")}
+    kind = "bool" if dtype == "bool" else "float" if dtype in FLOATS else "int"
+    if isinstance(value, ScalarT) and value.kind not in fits[kind]:
+        raise OpError(f"a {value.kind} written into a {dtype} tensor would be cast", arg, code="dtype-mismatch",
+                      hint="write a value of the tensor's own kind")
+
+
 def slices_shape(ctx, shape: tuple, items: tuple, name: str) -> tuple:
-    """The shape of `x[items]` for `x` of `shape`: an index drops its axis, a slice keeps its length;
-    a slice end past its axis is an error (or a run-time check, through `ctx.bound`)."""
+    """The shape of `x[items]` for `x` of `shape`, with Python's meaning of each item: an index
+    drops its axis, a slice keeps `hi - lo` of it, and a negative constant counts from the end.
+
+    Every index and bound must lie within its axis (a negative one too: it may not wrap past the
+    start), and a slice may not end before it starts, so the length is exactly `hi - lo`: proved,
+    or checked by the module (`ctx.need`); false for the default config is an `index-range` error."""
     if len(items) > len(shape):
         raise OpError(f"{len(items)} indices for a rank-{len(shape)} tensor {ctx.show(shape)}", name,
                       code="rank-mismatch")
     out = []
-    for d, it in zip(shape, items):
+    for axis, (d, it) in enumerate(zip(shape, items)):
         if isinstance(it, Dim):  # a single index drops the axis
+            _index(ctx, it, d, axis, name)
             continue
-        lo = it.lo if it.lo is not None else Dim.const(0)
-        hi = it.hi if it.hi is not None else d
-        if it.hi is not None:
-            ctx.bound(hi, d, name)
+        lo = _bound(ctx, it.lo, d, Dim.const(0), axis, name, "start")
+        hi = _bound(ctx, it.hi, d, d, axis, name, "end")
+        if not ctx.need(lo, "<=", hi, f"the slice {ctx.show_dim(lo)}:{ctx.show_dim(hi)} of axis {axis} "
+                                      f"must not end before it starts"):
+            raise OpError(f"the slice {ctx.show_dim(lo)}:{ctx.show_dim(hi)} of axis {axis} ends before it starts"
+                          f"{ctx.defaults_note(hi - lo)}", name, code="index-range",
+                          hint="a slice keeps hi - lo entries, so it needs lo <= hi")
         out.append(hi - lo)
     return tuple(out) + tuple(shape[len(items):])
+
+
+def _index(ctx, i: Dim, d: Dim, axis: int, name: str) -> None:
+    shown, size = ctx.show_dim(i), ctx.show_dim(d)
+    why = f"index {shown} must lie within axis {axis}, of size {size}"
+    if i.value is not None and i.value < 0:  # from the end: -1 is the last entry
+        ok = ctx.need(-i, "<=", d, why)
+    else:
+        ok = ctx.need(Dim.const(0), "<=", i, why) and ctx.need(i + 1, "<=", d, why)
+    if not ok:
+        raise OpError(f"index {shown} is outside axis {axis}, of size {size}{ctx.defaults_note(d - i)}", name,
+                      code="index-range", hint=f"an index of an axis of size {size} is 0 .. {size} - 1, or "
+                                              f"-{size} .. -1 from the end")
+
+
+def _bound(ctx, b: Dim | None, d: Dim, default: Dim, axis: int, name: str, which: str) -> Dim:
+    """A slice bound as an offset from the axis start (a negative constant counts from the end)."""
+    if b is None:
+        return default
+    shown, size = ctx.show_dim(b), ctx.show_dim(d)
+    why = f"slice {which} {shown} must lie within axis {axis}, of size {size}"
+    if b.value is not None and b.value < 0:
+        ok = ctx.need(-b, "<=", d, why)
+        at = d + b
+    else:
+        ok = ctx.need(Dim.const(0), "<=", b, why) and ctx.need(b, "<=", d, why)
+        at = b
+    if not ok:
+        raise OpError(f"slice {which} {shown} is outside axis {axis}, of size {size}{ctx.defaults_note(d - b)}",
+                      name, code="index-range", hint=f"slice bounds of an axis of size {size} are 0 .. {size}, or "
+                                                     f"-{size} .. -1 from the end")
+    return at

@@ -525,6 +525,26 @@ for l in 0..n_layer-1:
 let a = flash_attention(q, q, q, causal=True)
 let logits = linear(reshape(a, [B, T, D]), weight=head)
 """, int_high={"idx": "V"}, domains={"T": [2]}),
+    _f("generate-token-range", "codegen", "(property) generate is emitted though the logits [B, T, V] have more "
+       "classes than the token table [K, D] has rows: a sampled id can be out of range", """
+param:
+  H : int = 1
+  hd : int = 2
+  V : int = 7
+  K : int = 4
+  D = H * hd
+input:
+  idx : Tensor([B, T], int64)
+parameter:
+  emb : Tensor([K, D], float32)
+  head : Tensor([V, D], float32)
+output:
+  logits : Tensor([B, T, V], float32)
+  h : Tensor([B, T, D], float32)
+let q = reshape(gather(emb, idx), [B, T, H, hd])
+let h = reshape(flash_attention(q, q, q, causal=True), [B, T, D])
+let logits = linear(h, weight=head)
+"""),
     _f("generate-required-input", "codegen", "(property) generate is emitted, but it cannot pass a required input", """
 param:
   H : int = 1

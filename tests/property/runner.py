@@ -267,6 +267,9 @@ class Runner:
                 native[i.name], wide[i.name] = t.to(TORCH_DTYPES[dt]), t.clone()
         return native, wide
 
+    def negative_sizes(self, env: dict, present: dict) -> bool:
+        return any(evaluate(d, env) < 0 for i in self.m.inputs if present.get(i.name, True) for d in i.ty.shape)
+
     def int_high(self, name: str, env: dict) -> int:
         """Integer inputs hold valid indices: below the rows of every table they index (gather)
         and the classes of cross_entropy; else the generator's hint, else 4."""
@@ -422,6 +425,9 @@ class Runner:
     def forward_once(self) -> None:
         present = self.presence()
         env = self.env_for(present, self.sample_dims())
+        if broken_checks(self.m, env) and self.negative_sizes(env, present):
+            self.outcome.refused += 1  # invalid sizes no tensor can have: nothing to call with
+            return
         native, wide = self.make_inputs(env, present)
         self.forward_pair(env, native, wide, "forward")
 
@@ -522,6 +528,9 @@ class Runner:
                 ref = interpret(self.m64, self.params, inputs, self.values)
             last = np.asarray(ref[logits_name], dtype=np.float64)[:, -1, :]
             reference.append(last)
+            if last.shape[-1] > high and step + 1 < steps:
+                self.fail(f"generate failed: its logits have {last.shape[-1]} classes but `{first.name}` takes ids "
+                          f"below {high} (config {self.values}): a sampled token can be out of range")
             choice = last.argmax(-1)[:, None].astype(seq.dtype)
             seq = np.concatenate([seq, choice], axis=1)
             if pairs:

@@ -379,8 +379,7 @@ class Gen:
                 self.int_high["mask"] = 2
             self.features.add("mask")
         if self.lm and ch.coin(0.3):
-            dt = "int64" if "int-targets" in self.avoid else ch.pick(["int64", self.idt])
-            self.add_input("targets", (self.B, self.T), dt, optional=True)
+            self.add_input("targets", (self.B, self.T), "int64", optional=True)  # class indices are int64
             self.int_high["targets"] = "V"
 
     # ------------------------------------------------------------------ statements
@@ -454,7 +453,7 @@ class Gen:
         return lit(ch.pick([2, 3, 0.5, 1.5]) if t.is_float else ch.pick([2, 3, 1]))
 
     def fill_value(self, dtype: str, options) -> str:
-        if dtype not in FLOATS and "full-dtype-value" in self.avoid:  # values the dtype holds exactly
+        if dtype not in FLOATS:  # a value the dtype holds exactly (the rule of `full`)
             options = [float(int(o)) for o in options] if dtype != "bool" else [0.0, 1.0]
         return repr(float(self.ch.pick(options)))
 
@@ -469,7 +468,7 @@ class Gen:
     def s_binary(self):
         ch = self.ch
         ints_ok = not self.avoid & _INT_DTYPE_FINDINGS
-        names = self.visible(lambda n, x: x.ty.rank > 0 and (x.ty.is_float or ints_ok))
+        names = self.visible(lambda n, x: x.ty.rank > 0 and (x.ty.is_float or ints_ok and x.ty.dtype in INTS))
         if not names:
             return False
         v = self.ref(ch.pick(names[-4:] if ch.coin(0.7) else names))
@@ -846,21 +845,23 @@ class Gen:
     argmax_bound: dict = {}
 
     def s_int_math(self):
-        """Arithmetic on integer and bool tensors: the dtype rules of every op."""
+        """Arithmetic on integer tensors, as the dtype rules allow it (docs/language.md 5.1): with
+        integers, and powers that are constants >= 0; the near misses (`/`, a float, a bool
+        tensor) are the mutants' job."""
         ch = self.ch
         if self.avoid & _INT_DTYPE_FINDINGS:
             return False
-        names = self.visible(lambda n, x: not x.ty.is_float and x.ty.rank >= 1)
+        names = self.visible(lambda n, x: x.ty.dtype in INTS and x.ty.rank >= 1)
         if not names:
             return False
         v = self.ref(ch.pick(names))
-        op = ch.pick(["+", "*", "-", "/", "**", "neg"])
-        self.features.add(f"int-math:{v.ty.dtype}{op}")
+        op = ch.pick(["+", "*", "-", "**", "neg"])
+        self.features.add(f"int-math:{v.ty.dtype}")
         if op == "neg":
             self.let(E(f"-{v.at(UNARY)}", UNARY, v.ty), stem="k")
             return
-        w = lit(ch.pick([1, 2, 2.0] if op != "**" else [2, -1]))
-        self.let(binop(v, op, w, v.ty), stem="k")
+        w = lit(ch.pick([1, 2, 3]) if op != "**" else 2)
+        self.let(binop(v, op, w, v.ty) if ch.coin(0.8) or op == "**" else binop(w, op, v, v.ty), stem="k")
 
     def guard_for(self) -> tuple[str, set, set] | None:
         """A condition, the optional values it proves present, and the flags it proves true."""

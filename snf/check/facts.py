@@ -1,0 +1,151 @@
+"""Facts about sizes: a condition on dims (an index within its axis, a size that is not
+negative, a divisibility) is proved here, or becomes a check that the generated module makes.
+
+`need(lhs, op, rhs, ...)` decides where each condition goes:
+
+* proved for every value of the dims: nothing to do. Dims are sizes, so every symbol (a config
+  field used as a size, a run-time dim, the loop variable) is >= 0, and so is a polynomial with
+  no negative coefficient;
+* about config fields only: a check `Config` makes when it is built, and it must hold for the
+  config's defaults, or the spec is wrong (reported by the caller, where the condition arose);
+* about run-time dims: a check on entry to `forward`, raising `ValueError` with the spec line.
+
+The loop variable `l` of `for l in 0..n-1` is the dim symbol `l` inside the loop body, so
+`pos[l:l + 1, :]` is `[1, D]`; a condition on it must hold for `l = 0` and `l = n - 1` (the
+conditions are linear in `l`, so that covers every layer).
+"""
+
+from __future__ import annotations
+
+from .. import ir
+from ..dims import Dim, DimError, Divides, FloorDiv
+from ..source import Span
+
+_FLIP = {">=": "<=", ">": "<"}
+
+
+def nonneg(d: Dim) -> bool:
+    """Whether `d` >= 0 for every value >= 0 of its symbols."""
+    for mono, coeff in d.terms:
+        if coeff < 0:
+            return False
+        for atom, power in mono:
+            if power < 0 or (isinstance(atom, FloorDiv) and not (nonneg(atom.num) and nonneg(atom.den))):
+                return False
+    return True
+
+
+class Facts:
+    """Mixed into `Checker`. `self.runtime_checks` maps (lhs, rhs, op) to where it arose;
+    `self.check_why` to the sentence the generated error says."""
+
+    def need(self, lhs: Dim, op: str, rhs: Dim, span: Span, why: str = "") -> bool:
+        """Make `lhs op rhs` (op one of <= < >= > ==) hold: proved, or checked by the module.
+        False when it is false for every value, or for the config's defaults: the caller
+        reports that, where the condition comes from."""
+        if op in _FLIP:
+            lhs, rhs, op = rhs, lhs, _FLIP[op]
+        ok = True
+        for a, b in self.over_layers(lhs, rhs):
+            ok = self.need_one(a, op, b, span, why) and ok
+        return ok
+
+    def over_layers(self, lhs: Dim, rhs: Dim) -> list[tuple[Dim, Dim]]:
+        """The condition at the first and at the last layer, for each loop variable in it."""
+        pairs = [(lhs, rhs)]
+        for loop in self.loops:
+            var = loop["var"]
+            if var in lhs.symbols() | rhs.symbols():
+                last = {var: loop["count"] - 1}
+                first = {var: Dim.const(0)}
+                pairs = [(a.subs(env), b.subs(env)) for a, b in pairs for env in (first, last)]
+        return pairs
+
+    def in_loop(self) -> dict:
+        """What holds inside the open loops' bodies: each runs at least once there, so a count
+        that is one symbol (n_layer) is >= 1 (read as n_layer + 1 with n_layer >= 0)."""
+        return {loop["count"].as_symbol(): loop["count"] + 1 for loop in self.loops if loop["count"].as_symbol()}
+
+    def need_one(self, lhs: Dim, op: str, rhs: Dim, span: Span, why: str) -> bool:
+        if op == "==":
+            if lhs == rhs:  # canonical equality: `2 * (T // 2) == T` is not proved by reading // as exact
+                return True
+            diff = rhs - lhs
+            if diff.value is not None:
+                return False
+        else:
+            diff = rhs - lhs - (1 if op == "<" else 0)
+            if diff.value is not None:
+                return diff.value >= 0
+            if nonneg(diff) or nonneg(diff.subs(self.in_loop())):
+                return True
+        symbols = lhs.symbols() | rhs.symbols()
+        if not symbols - self.config_names():
+            value = self.at_defaults(diff)
+            if value is not None and not (value == 0 if op == "==" else value >= 0):
+                return False
+        key = (lhs, rhs, op)
+        if key not in self.runtime_checks:
+            self.runtime_checks[key] = span
+            self.check_why[key] = why
+        return True
+
+    def implied_checks(self) -> dict:
+        """The checks, less those another one implies (`T_past <= block_size` beside
+        `T_past + T <= block_size`): one error per failing condition, and fewer lines."""
+        checks = dict(self.runtime_checks)
+        for key in list(checks):
+            lhs, rhs, op = key
+            if op != "<=":
+                continue
+            for other in checks:
+                if other != key and other[2] == "<=" and other[1] == rhs and nonneg(other[0] - lhs) \
+                        and other in checks:
+                    del checks[key]
+                    break
+        return checks
+
+    def config_names(self) -> set:
+        return {c.name for c in self.config}
+
+    def defaults(self) -> dict:
+        return {c.name: c.default for c in self.config
+                if isinstance(c.default, int) and not isinstance(c.default, bool)}
+
+    def at_defaults(self, d: Dim) -> int | None:
+        """`d` for the config's defaults; None when a field has no default (or it does not compute)."""
+        try:
+            return d.evaluate(self.defaults())
+        except (KeyError, DimError, ZeroDivisionError):
+            return None
+
+    def size(self, d: Dim, span: Span, what: str) -> bool:
+        """`d` is the size of an axis: it must not be negative. False (and reported) when it is,
+        always or for the config's defaults."""
+        if self.need(Dim.const(0), "<=", d, span, f"{what} must not be negative"):
+            return True
+        shown = self.show_dim(d)
+        value = d.value if d.value is not None else self.at_defaults(d)
+        where = "" if d.value is not None else " with the default config"
+        self.r.error("bad-constraint", f"{what} is {shown} = {value}{where}: a size cannot be negative", span,
+                     hint="sizes are dims >= 0; change the expression, or the defaults in `param:`")
+        return False
+
+    def require(self, cond: Divides, span: Span) -> None:
+        """`cond.num` divisible by `cond.den`: a check when a Config is built (config fields) or on
+        entry to forward (run-time dims), written as `den * (num // den) == num`."""
+        if cond.den.value is not None and cond.num.value is not None:
+            return
+        runtime = cond.num.symbols() | cond.den.symbols()
+        if runtime - self.config_names():
+            why = f"{self.show_dim(cond.num)} must be divisible by {self.show_dim(cond.den)}"
+            self.need(cond.den * (cond.num // cond.den), "==", cond.num, span, why)
+            return
+        if any(c.cond == cond for c in self.constraints):
+            return
+        why = f"{self.show_dim(cond.num)} must be divisible by {self.show_dim(cond.den)}"
+        num, den = self.at_defaults(cond.num), self.at_defaults(cond.den)
+        if num is not None and den is not None and (den == 0 or num % den):
+            self.r.error("bad-constraint", f"{why}, but with the default config it is {num} and {den}", span,
+                         hint="change the defaults in `param:`, or the shape")
+        self.constraints.append(ir.Constraint(cond, span, why))

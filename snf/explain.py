@@ -17,6 +17,25 @@ EXAMPLES = {
     "stacked-index": (
         "A parameter declared [n_layer, ...] is per-layer: index it with the loop variable,\n"
         "`w[l]`, inside `for l in 0..n_layer-1:`."),
+    "index-range": (
+        "Example:\n"
+        "    param:\n"
+        "      n_layer : int = 3\n"
+        "      k : int = 1\n"
+        "    let buf = full([k, B, D], 0.0, float32)\n"
+        "    for l in 0..n_layer-1:\n"
+        "        y = y + buf[l]          # l runs to 2; buf has 1 row with the defaults\n"
+        "An index or slice bound must lie within its axis. The checker proves it, or the module\n"
+        "checks it (a Config check for params, a forward check for run-time sizes); when it fails\n"
+        "for the default config, it is this error."),
+    "bad-arithmetic": (
+        "Example:\n"
+        "    param:\n"
+        "      d_ff : int = 4\n"
+        "      s = sqrt(-8 * d_ff)      # the square root of -32 with the defaults\n"
+        "Numbers in a spec (literals, and params at their defaults) are computed while checking,\n"
+        "each step bounded first: division by zero, overflow, square roots and logarithms out of\n"
+        "their domain, a negative standard deviation and power towers are errors here."),
     "fixed-length": (
         "An input axis named after a param (T = block_size) fixes every input to that length.\n"
         "Use a fresh name for the sequence axis; `slice(pos, [0:T, :])` then adds a run-time check\n"

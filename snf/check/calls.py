@@ -49,9 +49,9 @@ class ShapeCtx:
     def size(self, d: Dim, what: str, arg: str | None = None) -> None:
         """`d` is the size of an axis: not negative (proved or checked); else an OpError."""
         if not self.checker.need(Dim.const(0), "<=", d, self.span, f"{what} must not be negative"):
-            value = d.value if d.value is not None else self.checker.at_defaults(d)
-            raise OpError(f"{what} is {self.show_dim(d)} = {value}{self.defaults_note(d)}: a size cannot be "
-                          f"negative", arg, code="bad-constraint",
+            shown = self.show_dim(d) if d.value is not None else \
+                f"{self.show_dim(d)} = {self.checker.at_defaults(d)} with the default config"
+            raise OpError(f"{what} is {shown}: a size cannot be negative", arg, code="bad-constraint",
                           hint="sizes are dims >= 0; change the expression, or the defaults in `param:`")
 
     def defaults_note(self, d: Dim) -> str:

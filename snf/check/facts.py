@@ -124,10 +124,9 @@ class Facts:
         always or for the config's defaults."""
         if self.need(Dim.const(0), "<=", d, span, f"{what} must not be negative"):
             return True
-        shown = self.show_dim(d)
-        value = d.value if d.value is not None else self.at_defaults(d)
-        where = "" if d.value is not None else " with the default config"
-        self.r.error("bad-constraint", f"{what} is {shown} = {value}{where}: a size cannot be negative", span,
+        shown = self.show_dim(d) if d.value is not None else f"{self.show_dim(d)} = {self.at_defaults(d)} with the " \
+                                                              f"default config"
+        self.r.error("bad-constraint", f"{what} is {shown}: a size cannot be negative", span,
                      hint="sizes are dims >= 0; change the expression, or the defaults in `param:`")
         return False
 

@@ -236,6 +236,8 @@ class Runner:
         for d, _, _ in self.m.runtime_dims:
             dom = domains.get(d, [1, 2, 3])
             env[d] = int(dom[self.rng.integers(len(dom))])
+            if self.rng.random() < 0.05:
+                env[d] = 0  # an empty batch or sequence is a valid size too
         env.update(fixed or {})
         return env
 

@@ -28,7 +28,7 @@ import specgen
 from snf.ops import all_ops
 
 LONG = os.environ.get("SNF_PROPERTY_LONG") == "1"
-EXAMPLES = 2600 if LONG else 160  # each example is a spec and one mutant of it
+EXAMPLES = 2600 if LONG else 200  # each example is a spec and one mutant of it
 MIN_SPECS = 5000 if LONG else 300
 
 PROFILE = dict(deadline=None, derandomize=True, database=None, print_blob=False,

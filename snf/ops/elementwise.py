@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..dims import Dim
 from ..ir import ScalarT, TensorT
-from .core import scalar_or_tensor
+from .arithmetic import scalar_or_tensor
 from .lazy_numpy import np
 from .registry import OpDef, OpError, Param, registrar
 from .shapes import FLOATS, INTS, broadcast, require_float, same_dtype

@@ -418,12 +418,15 @@ input:
   x : Tensor([B, T, D], float32)
 output:
   ys : Tensor([n_layer, B, T, D], float32)
+  z : Tensor([B, T, D], float32)
 let ys = full([n_layer, B, T, D], 0.0, float32)
 let a = x
+let z = x
 for l in 0..n_layer-1:
+    a = a + x
     ys[l] = a
     let ones = full([B, T, D], 1.0, float32)
-    a = a + ones
+    z = z + ones
 """),
     _f("loop-reads-written-slice", "codegen", "(property) reading buf[l] in the loop that writes buf per layer: NameError", """
 param:

@@ -13,9 +13,6 @@ import re
 
 OPEN: dict[str, str] = {
     # code generation (the lead's, issue 9 and the Config/codegen items of issue 10)
-    "param-dtype": "parameters are created float32 whatever their declared dtype",
-    "loop-whole-param": "a whole parameter read inside a layer loop",
-    "loop-reads-written": "a layer-loop Block reads a value the loop writes per layer (issue 9 #3)",
     "loop-device": "(property) full() in a layer loop that reads no outer tensor: no device to take",
     "loop-reads-written-slice": "a layer-loop Block reads a value the loop writes per layer",
     "per-layer-write-late": "a per-layer write stores the value's last state in the layer",
@@ -23,12 +20,8 @@ OPEN: dict[str, str] = {
     "write-through-alias": "an indexed write through an alias changes the caller's input",
     "static-cache-reassigned": "generate's preallocated cache path breaks when the cache value is "
                                "re-assigned or written outside the per-layer write",
-    "cache-length": "issue 9 #2: in generate's preallocated path a concatenated cache is block_size long, "
-                    "not T_past + T",
-    "cache-pairing": "(property) generate feeds new_X back as past_X by name, even when new_X does not fit past_X",
     "generate-token-range": "(property) generate is emitted though the logits have more classes than the token "
                             "table has rows",
-    "generate-required-input": "generate is emitted for a spec with a required input it cannot pass",
     "fully-masked-rows": "fully masked attention rows: NaN in the interpreter, finite in torch (issue 12)",
 }
 
@@ -36,7 +29,7 @@ OPEN: dict[str, str] = {
 # (the traceback's last lines included) and, optionally, one over the spec text.
 _SIGNS: list[tuple[str, str, str | None]] = [
     ("loop-whole-param", r"'Model' object has no attribute", None),
-    ("loop-reads-written", r"NameError: name '\w+' is not defined", None),
+    ("loop-reads-written-slice", r"NameError: name '\w+' is not defined", None),
     ("param-dtype", r"parameter \w+ is torch\.\w+, declared", None),
     ("param-dtype", r"requires gradients must be floating point", None),
     ("static-cache-reassigned", r"generate failed(?s:.*)(list indices|'list' object|not list|'list' and 'list')", None),

@@ -19,6 +19,7 @@ concrete sizes, not by the module: a module that rejects a valid input fails too
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import re
@@ -41,6 +42,7 @@ RTOL = ATOL = 1e-5  # float64 module against the float64 interpreter: ~1e-12 apa
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
                 "float64": torch.float64, "int32": torch.int32, "int64": torch.int64, "bool": torch.bool}
 _FLOAT_NAMES = re.compile(r"\b(float16|bfloat16|float32)\b")
+_FLOATS = ("float16", "bfloat16", "float32")
 
 
 class Unsound(AssertionError):
@@ -57,6 +59,22 @@ class Outcome:
 
 def float64_twin(text: str) -> str:
     return _FLOAT_NAMES.sub("float64", text)
+
+
+def float64_model(node):
+    """The checked model with every float dtype read as float64: what checking `float64_twin` of
+    its text gives (test_property checks that), without parsing and checking it again."""
+    if isinstance(node, ir.TensorT):
+        return dataclasses.replace(node, dtype="float64") if node.dtype in _FLOATS else node
+    if isinstance(node, ir.Lit) and node.ty == ir.ScalarT("dtype") and node.value in _FLOATS:
+        return dataclasses.replace(node, value="float64")
+    if isinstance(node, tuple):
+        return tuple(float64_model(x) for x in node)
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        changes = {f.name: float64_model(getattr(node, f.name)) for f in dataclasses.fields(node)}
+        if any(changes[k] is not getattr(node, k) for k in changes):
+            return dataclasses.replace(node, **changes)
+    return node
 
 
 def checked(text: str, name: str = "prop.snf"):
@@ -118,8 +136,8 @@ def config_ints(values: dict) -> dict:
 # ----------------------------------------------------------------------------- the run
 
 class Runner:
-    def __init__(self, text: str, hints, rng: np.random.Generator, strict: bool = False, compiled: bool = False):
-        self.text, self.hints, self.rng, self.strict, self.compiled = text, hints, rng, strict, compiled
+    def __init__(self, text: str, hints, rng: np.random.Generator, compiled: bool = False):
+        self.text, self.hints, self.rng, self.compiled = text, hints, rng, compiled
         self.outcome = Outcome(False)
 
     def fail(self, what: str, detail: str = "") -> None:
@@ -134,10 +152,7 @@ class Runner:
             return self.outcome
         self.outcome.accepted = True
         self.m = result.model
-        twin = checked(float64_twin(self.text))
-        if not twin.ok:
-            self.outcome.notes.append("float64 twin rejected")
-            return self.outcome
+        twin = dataclasses.replace(result, model=float64_model(result.model))
         self.m64 = twin.model
         try:
             self.mod = load_module(result, "native")
@@ -206,22 +221,11 @@ class Runner:
             self.generate()
 
     def declared_dtypes(self, model, m: ir.Model) -> None:
-        """Parameters and buffers must have their declared dtypes. While issue 10's finding
-        `param-dtype` (they are created float32) is open, they are cast here instead, so the
-        rest of the run still tests the ops in those dtypes."""
-        from known import OPEN
+        """Parameters and buffers have their declared dtypes."""
         want = {t.name: TORCH_DTYPES[t.ty.dtype] for t in m.params + m.buffers}
-        own = model.state_dict()
         for name, tensor in spec_state(model).items():
-            if tensor.dtype == want[name]:
-                continue
-            if "param-dtype" not in OPEN or not want[name].is_floating_point or self.strict:
+            if tensor.dtype != want[name]:
                 self.fail(f"parameter {name} is {tensor.dtype}, declared {want[name]}")
-            self.outcome.notes.append("param-dtype")
-            for module in model.modules():
-                for attr, p in list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False)):
-                    if attr == name or attr.startswith(name + "_") or name in getattr(module, "_stored", {}).get(attr, ((),))[0]:
-                        p.data = p.data.to(want[name])
 
     def randomise(self, model) -> None:
         with torch.no_grad():
@@ -433,23 +437,26 @@ class Runner:
         native, wide = self.make_inputs(env, present)
         self.forward_pair(env, native, wide, "forward")
 
+    def plans(self):
+        """The module's own plans (snf/passes): which inputs and outputs are a cache, and what
+        `generate` feeds back. They say what the module promises; this test checks it keeps it."""
+        if not hasattr(self, "_plans"):
+            from snf.passes import plan, run_passes
+            self._plans = plan(run_passes(self.m))
+        return self._plans
+
     def cache_pairs(self) -> list[tuple[str, str]]:
-        """The spec's KV caches, by the language's convention: optional input past_X, output new_X."""
-        outs = {o.name for o in self.m.outputs}
-        return [(i.name, "new_" + i.name[5:]) for i in self.m.inputs
-                if i.optional and i.name.startswith("past_") and "new_" + i.name[5:] in outs]
+        """The spec's KV caches (the cache plan, from data flow): (input fed back, output)."""
+        return [(c.input, c.output) for c in self.plans().caches.caches]
 
     def time_dims(self) -> tuple[str, str] | None:
         """(T, T_past): the dim the first input grows along, and the cache's own dim."""
-        pairs = self.cache_pairs()
+        caches = self.plans().caches.caches
         first = self.m.inputs[0]
-        if first.ty.rank < 2:
+        if first.ty.rank < 2 or not caches or len({c.dim for c in caches}) != 1:
             return None
         t = first.ty.shape[1].as_symbol()
-        owned = [d for d, inp, _ in self.m.runtime_dims if inp == pairs[0][0]]
-        if t is None or len(owned) != 1:
-            return None
-        return t, owned[0]
+        return (t, caches[0].dim) if t is not None else None
 
     def cached_forward(self) -> None:
         dims = self.time_dims()
@@ -497,15 +504,15 @@ class Runner:
         the prompt once, then the newest token with each cache `new_X` fed back as `past_X`
         (docs/language.md 10.2), or the whole sequence each step when another optional input
         shares the cache's dim. Each token must be the interpreter's argmax, within tolerance."""
-        first = self.m.inputs[0]
-        required = [i.name for i in self.m.inputs[1:] if not i.optional]
+        decode = self.plans().decode
+        if decode is None:
+            self.fail("the module has generate, but its decode plan says it is no causal language model")
+        first = next(i for i in self.m.inputs if i.name == decode.tokens)
+        required = [i.name for i in self.m.inputs if not i.optional and i.name != first.name]
         if required:
             self.fail(f"generate failed: the module has generate, which cannot pass the required input "
                       f"{required[0]}: missing 1 required positional argument")
-        pairs = self.cache_pairs()
-        pasts = {p for p, _ in pairs}
-        if any(set(g) & pasts and not set(g) <= pasts for g in self.m.input_groups):
-            pairs = []
+        pairs = [(c.input, c.output) for c in decode.caches]
         env = self.sample_dims()
         B = env.get(first.ty.shape[0].as_symbol(), 2)
         prompt_len = int(self.rng.integers(1, 4))
@@ -513,7 +520,7 @@ class Runner:
         high = self.int_high(first.name, env)
         prompt = torch.from_numpy(self.rng.integers(0, high, (B, prompt_len))).to(TORCH_DTYPES[first.ty.dtype])
         # the interpreter first: it tells whether every step's sizes are valid
-        logits_name = self.m.outputs[0].name
+        logits_name = decode.logits
         seq, caches, reference = prompt.numpy(), None, []
         for step in range(steps):
             inputs = {i.name: None for i in self.m.inputs}
@@ -585,9 +592,7 @@ class Runner:
         return env
 
 
-def run(text: str, hints=None, seed: int = 0, configs: int = 2, strict: bool = False,
-        compiled: bool = False) -> Outcome:
+def run(text: str, hints=None, seed: int = 0, configs: int = 2, compiled: bool = False) -> Outcome:
     """Check one spec; raises Unsound with the details when an accepted spec misbehaves.
-    `strict`: no workarounds for open findings (the regression tests of those findings).
     `compiled`: the caller turned torch.compile on; falling back to eager fails."""
-    return Runner(text, hints, np.random.default_rng(seed), strict, compiled).go(configs)
+    return Runner(text, hints, np.random.default_rng(seed), compiled).go(configs)

@@ -461,8 +461,6 @@ class Gen:
         """`full` inside a loop that writes per layer reads a written value (issue 9 #3)."""
         if self.loop is None:
             return True
-        if self.loop.get("per_layer") and "loop-reads-written" in self.avoid:
-            return False
         return self.loop.get("outer_reads") or "loop-device" not in self.avoid
 
     def s_binary(self):
@@ -744,14 +742,14 @@ class Gen:
         v = self.lookup(name)
         if ("write-through-view" in self.avoid or "write-through-alias" in self.avoid) and (not v.fresh or v.read):
             return False
-        if self.loop is not None and "loop-reads-written" in self.avoid and name in self.loop["reads"]:
+        if self.loop is not None and "loop-reads-written-slice" in self.avoid and name in self.loop["reads"]:
             return False
         if name in getattr(self, "cache_all", ()) and "static-cache-reassigned" in self.avoid:
             return False
         return True
 
     def written(self, name: str) -> None:
-        if self.loop is not None and "loop-reads-written" in self.avoid:
+        if self.loop is not None and "loop-reads-written-slice" in self.avoid:
             self.lookup(name).hidden = True  # not read again in this loop
             self.loop["hidden"].add(name)
         self.note_write(name)
@@ -764,7 +762,7 @@ class Gen:
             return False
         name = ch.pick(locals_)
         t = self.lookup(name).ty
-        per_layer_ok = self.loop is not None and (self.loop.get("per_layer") or "loop-reads-written" not in self.avoid)
+        per_layer_ok = self.loop is not None and (self.loop.get("per_layer") or "loop-reads-written-slice" not in self.avoid)
         if per_layer_ok and t.shape[0] == Poly.of("n_layer") and ch.coin(0.8):
             sub = T(t.shape[1:], t.dtype)
             value = self.value_of(sub.shape, sub.dtype)
@@ -774,7 +772,7 @@ class Gen:
             self.features.add("per-layer-write")
             self.written(name)
             return
-        if self.loop is not None and "loop-reads-written" in self.avoid:
+        if self.loop is not None and "loop-reads-written-slice" in self.avoid:
             return False  # any write in a loop body is a write the Block hands back
         idx, shape = self.region(t)
         value = self.value_of(shape, t.dtype)
@@ -1093,7 +1091,7 @@ class Gen:
     def hide_until_loop_end(self, name: str) -> None:
         """A value the loop writes per layer: reading it before or in the loop is what the open
         aliasing and Block findings trip on."""
-        if self.avoid & {"write-through-view", "loop-reads-written", "static-cache-reassigned"}:
+        if self.avoid & {"write-through-view", "loop-reads-written-slice", "static-cache-reassigned"}:
             self.lookup(name).hidden = True
             if "static-cache-reassigned" not in self.avoid:  # in generate, the cache is a list of buffers
                 self.after_loop.append(name)
@@ -1110,7 +1108,7 @@ class Gen:
         self.features.add("loop")
         self.loop = {"var": var, "carried": set(), "reads": set(), "hidden": set(), "frozen": set(),
                      "per_layer": bool(buf) or self.cache}
-        if buf and self.avoid & {"write-through-view", "loop-reads-written"}:
+        if buf and self.avoid & {"write-through-view", "loop-reads-written-slice"}:
             self.lookup(buf).hidden = True
         self.indent += 1
         self.scopes.append({var: Local(None, "loopvar")})

@@ -1,0 +1,222 @@
+"""Arithmetic and conditions: `+ - * / // % **`, unary `-`, `@`, `sqrt exp log tanh`, and the
+comparisons and logic (of config conditions, or elementwise of tensors). The same conventions as
+core.py.
+
+The dtype rules of arithmetic live here (`_arith_dtype`, docs/language.md 5.1): a result has
+its tensor's dtype, so nothing may change it the way torch's type promotion would.
+"""
+
+from __future__ import annotations
+
+from ..dims import Dim
+from ..ir import BOOL, FLOAT, ScalarT, TensorT
+from .lazy_numpy import np
+from .registry import OpDef, OpError, Param, registrar
+from .shapes import FLOATS, INTS, broadcast, product, rank_at_least, require_float, same_dtype
+
+OPS: dict[str, OpDef] = {}
+register = registrar(OPS)
+
+
+_SCALAR_FN = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+              "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b}
+
+
+_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**"}
+
+
+def _power(base: Dim, exponent: Dim) -> Dim | None:
+    """`base ** exponent` as a dim, for a small constant exponent >= 0; else None."""
+    k = exponent.value
+    if k is None or not 0 <= k <= 62:
+        return None
+    out = Dim.const(1)
+    for _ in range(k):
+        out = out * base
+    return out
+
+
+def _scalar_arith(ctx, opname: str, x: ScalarT, y: ScalarT) -> ScalarT:
+    if "bool" in (x.kind, y.kind):
+        raise OpError(f"`{_SYMBOL[opname]}` applies to numbers, not True or False", "a", code="arg-kind")
+    kind = "float" if "float" in (x.kind, y.kind) or opname == "div" else "int"
+    if kind == "int" and x.dim is not None and y.dim is not None:
+        if opname in _SCALAR_FN:
+            return ScalarT("int", ctx.dim_op(_SCALAR_FN[opname], x.dim, y.dim))
+        if opname == "pow":
+            if y.dim.value is not None and y.dim.value < 0:
+                return FLOAT  # 2 ** -1 is 0.5
+            power = ctx.dim_op(_power, x.dim, y.dim) if y.dim.value is not None else None
+            return ScalarT("int", power) if power is not None else ScalarT("int")
+    return ScalarT(kind)
+
+
+def _arith_dtype(opname: str, t: TensorT, other) -> None:
+    """The dtype rules of arithmetic on tensors (docs/language.md 5.1): the result has the tensor's
+    dtype, so nothing may change it the way torch's type promotion would."""
+    sym = _SYMBOL.get(opname, "-")
+    if t.dtype == "bool":
+        raise OpError(f"`{sym}` does not apply to bool tensors", "a", code="dtype-mismatch",
+                      hint="arithmetic takes int and float tensors; a bool tensor is a mask")
+    if t.dtype in FLOATS:
+        if isinstance(other, ScalarT) and other.kind == "bool":
+            raise OpError(f"`{sym}` of a tensor and True/False", "b", code="arg-kind")
+        return
+    # an integer tensor
+    if opname == "div":
+        raise OpError(f"`/` on {t.dtype} tensors is true division, whose result is a float tensor", "a",
+                      code="dtype-mismatch", hint="divide float tensors; `//` applies to dims, not tensors")
+    if isinstance(other, ScalarT) and other.kind != "int":
+        raise OpError(f"`{sym}` of an {t.dtype} tensor and a {other.kind} would make a float tensor", "b",
+                      code="dtype-mismatch", hint="use an integer, or a float tensor")
+    if opname == "pow":
+        if isinstance(other, TensorT):
+            raise OpError(f"`**` of {t.dtype} tensors: an exponent tensor may hold negative powers", "b",
+                          code="dtype-mismatch", hint="raise an integer tensor to a constant power >= 0")
+        if other.dim is None or other.dim.value is None or other.dim.value < 0:
+            raise OpError(f"`**` of an {t.dtype} tensor needs a constant power >= 0: integers to negative "
+                          f"powers are not integers", "b", code="dtype-mismatch")
+
+
+def _binary_rule(opname: str):
+    def rule(ctx, args):
+        x, y = args["a"], args["b"]
+        if isinstance(x, ScalarT) and isinstance(y, ScalarT):
+            return _scalar_arith(ctx, opname, x, y)
+        if opname in ("floordiv", "mod"):
+            raise OpError(f"`{_SYMBOL[opname]}` applies to integers, not tensors", "a", code="arg-kind")
+        tx = x if isinstance(x, TensorT) else None
+        ty = y if isinstance(y, TensorT) else None
+        if tx and ty:
+            same_dtype(tx, ty, "a", "b")
+            _arith_dtype(opname, tx, ty)
+            return TensorT(broadcast(ctx, tx.shape, ty.shape, "a", "b"), tx.dtype)
+        t = tx or ty
+        if opname == "pow" and ty is not None and t.dtype not in FLOATS:  # 2 ** x on an integer x
+            raise OpError(f"`**` with an {t.dtype} exponent tensor may hold negative powers", "b",
+                          code="dtype-mismatch")
+        _arith_dtype(opname, t, y if tx else x)
+        return TensorT(t.shape, t.dtype)
+    return rule
+
+
+def _code_binary(sym: str):
+    def lower(call):
+        if sym == "**":  # right-associative, and binds tighter than a unary minus on its left
+            return f"{call.code('a', prec=41)} ** {call.code('b', prec=40)}"
+        return f"{call.code('a', prec=_PREC[sym])} {sym} {call.code('b', prec=_PREC[sym] + 1)}"
+    return lower
+
+
+_PREC = {"+": 10, "-": 10, "*": 20, "/": 20, "//": 20, "%": 20, "@": 20, "**": 30}
+
+for _name, _sym, _np in [("add", "+", "add"), ("sub", "-", "subtract"), ("mul", "*", "multiply"),
+                         ("div", "/", "divide"), ("floordiv", "//", "floor_divide"), ("mod", "%", "mod"),
+                         ("pow", "**", "power")]:
+    register(OpDef(
+        _name, (Param("a", "value"), Param("b", "value")), _binary_rule(_name),
+        numpy=(lambda f: lambda a, b: getattr(np, f)(a, b))(_np),
+        torch=_code_binary(_sym), doc=f"`a {_sym} b`, elementwise with broadcasting", elementwise=True,
+        prec=_PREC[_sym]))
+
+
+def _neg_rule(ctx, args):
+    x = args["a"]
+    if isinstance(x, ScalarT):
+        if x.kind == "bool":
+            raise OpError("`-` applies to numbers, not True or False", "a", code="arg-kind")
+        return ScalarT(x.kind, -x.dim if x.dim is not None else None)
+    _arith_dtype("neg", x, None)
+    return x
+
+
+register(OpDef("neg", (Param("a", "value"),), _neg_rule, numpy=lambda a: -a,
+               torch=lambda call: f"-{call.code('a', prec=40)}", doc="`-a`", elementwise=True, prec=40))
+
+
+def _matmul_rule(ctx, args):
+    x, y = args["a"], args["b"]
+    if not isinstance(x, TensorT) or not isinstance(y, TensorT):
+        raise OpError("`@` multiplies two tensors", "a", code="arg-kind")
+    require_float(x, "a")  # integer matmul has no CUDA kernel
+    same_dtype(x, y, "a", "b")
+    rank_at_least(x, 2, "a")
+    rank_at_least(y, 2, "b")
+    if not ctx.eq(x.shape[-1], y.shape[-2]):
+        raise OpError(f"matmul of {ctx.show(x.shape)} @ {ctx.show(y.shape)}: inner dims "
+                      f"{ctx.show_dim(x.shape[-1])} and {ctx.show_dim(y.shape[-2])} differ", "b", blame=("a", "b"))
+    batch = broadcast(ctx, x.shape[:-2], y.shape[:-2], "a", "b")
+    return TensorT(batch + (x.shape[-2], y.shape[-1]), x.dtype)
+
+
+def _matmul_flops(args, out, grads):
+    """2 m k n per batch entry; each operand's gradient is one more product of that size."""
+    forward = 2 * product(out.shape[:-2]) * args["a"].shape[-2] * args["a"].shape[-1] * args["b"].shape[-1]
+    return forward, forward * len(grads & {"a", "b"})
+
+
+register(OpDef("matmul", (Param("a", "tensor"), Param("b", "tensor")), _matmul_rule,
+               numpy=lambda a, b: a @ b, torch=_code_binary("@"), prec=20, flops=_matmul_flops,
+               doc="`a @ b`: plain matrix product, batched over leading axes (no transpose)."))
+
+
+def _unaryrequire_float(name, np_fn, torch_fn, doc):
+    def rule(ctx, args):
+        x = args["x"]
+        if isinstance(x, ScalarT):
+            return FLOAT
+        require_float(x, "x")
+        return x
+    register(OpDef(name, (Param("x", "value"),), rule, numpy=lambda x: getattr(np, np_fn)(x),
+                   torch=lambda call: torch_fn(call), doc=doc, elementwise=True))
+
+
+def scalar_or_tensor(call, tensor_fn: str, scalar_fn: str) -> str:
+    return f"{tensor_fn}({call.code('x')})" if isinstance(call.ty("x"), TensorT) else f"{scalar_fn}({call.code('x')})"
+
+
+_unaryrequire_float("sqrt", "sqrt", lambda call: scalar_or_tensor(call, "torch.sqrt", "math.sqrt"), "square root")
+_unaryrequire_float("exp", "exp", lambda call: scalar_or_tensor(call, "torch.exp", "math.exp"), "exponential")
+_unaryrequire_float("log", "log", lambda call: scalar_or_tensor(call, "torch.log", "math.log"), "natural logarithm")
+_unaryrequire_float("tanh", "tanh", lambda call: f"torch.tanh({call.code('x')})", "hyperbolic tangent")
+
+
+def _logic_rule(opname: str):
+    def rule(ctx, args):
+        tensors = {n: t for n, t in args.items() if isinstance(t, TensorT)}
+        if tensors and opname in _COMPARE:  # elementwise on tensors: a bool tensor
+            if len(tensors) == 2:
+                same_dtype(args["a"], args["b"], "a", "b")
+                return TensorT(broadcast(ctx, args["a"].shape, args["b"].shape, "a", "b"), "bool")
+            (n, t), = tensors.items()
+            other = args["b" if n == "a" else "a"]
+            if t.dtype in INTS + ("bool",) and other.kind == "float":
+                raise OpError(f"`{n}` is {t.dtype} but the number compared with it is a float", n,
+                              code="dtype-mismatch", hint="cast one side first: `cast(x, float32)`")
+            return TensorT(t.shape, "bool")
+        for n, t in args.items():
+            if not isinstance(t, ScalarT):
+                raise OpError("conditions compare config values, not tensors", n, code="bad-condition",
+                              hint="`and`, `or` and `not` combine config conditions; for tensors, compare them "
+                                   "(`a < b`) and pick with `where`")
+        return BOOL
+    return rule
+
+
+_LOGIC_PREC = {"or": 1, "and": 2, "==": 4, "!=": 4, "<": 4, "<=": 4, ">": 4, ">=": 4}
+_COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
+
+for _name, _sym, _fn in [("eq", "==", lambda a, b: a == b), ("ne", "!=", lambda a, b: a != b),
+                         ("lt", "<", lambda a, b: a < b), ("le", "<=", lambda a, b: a <= b),
+                         ("gt", ">", lambda a, b: a > b), ("ge", ">=", lambda a, b: a >= b),
+                         ("and", "and", lambda a, b: a and b), ("or", "or", lambda a, b: a or b)]:
+    register(OpDef(_name, (Param("a", "value"), Param("b", "value")), _logic_rule(_name),
+                   numpy=(lambda f: lambda a, b: f(a, b))(_fn),
+                   torch=(lambda sym, p: lambda call:
+                          f"{call.code('a', prec=p + 1)} {sym} {call.code('b', prec=p + 1)}")(_sym, _LOGIC_PREC[_sym]),
+                   doc=f"`a {_sym} b`: " + ("on config values, or elementwise on tensors (a bool tensor)"
+                                            if _name in _COMPARE else "on config values"),
+                   prec=_LOGIC_PREC[_sym]))
+
+register(OpDef("not", (Param("a", "value"),), _logic_rule("not"), numpy=lambda a: not a,
+               torch=lambda call: f"not {call.code('a', prec=4)}", doc="`not a` on config values", prec=3))

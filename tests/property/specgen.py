@@ -188,6 +188,7 @@ class Gen:
         return None
 
     def bind(self, name: str, e: E, optional: bool = False, fresh: bool = True) -> str:
+        self.reads(e.text)
         self.emit(f"let {name} = {e.text}")
         self.scopes[-1][name] = Local(e.ty, "local", optional, fresh=fresh)
         return name
@@ -202,9 +203,6 @@ class Gen:
             v.fresh, v.read = True, False
         self.note_write(name)
 
-    def in_loop_params_hidden(self) -> bool:
-        return self.loop is not None and "loop-whole-param" in self.avoid
-
     def visible(self, pred=lambda n, v: True, allow_optional: bool = False) -> list[str]:
         out = []
         for scope in self.scopes:
@@ -212,11 +210,18 @@ class Gen:
                 if v.ty is None:
                     continue
                 usable = not v.optional or n in self.present or (v.cond and v.cond in self.flags_true)
-                if v.hidden or (v.kind == "param" and self.in_loop_params_hidden()):
+                if v.hidden:
                     continue
                 if (usable or allow_optional) and pred(n, v):
                     out.append(n)
         return list(dict.fromkeys(out))
+
+    def reads(self, text: str) -> None:
+        """Every value `text` names is read (a view of it may exist from here on)."""
+        for name in set(re.findall(r"[A-Za-z_]\w*", text)):
+            v = self.lookup(name)
+            if v is not None and v.ty is not None:
+                self.ref(name)
 
     def ref(self, name: str) -> E:
         v = self.lookup(name)
@@ -267,7 +272,7 @@ class Gen:
         return E(name, ATOM, T(tuple(shape), dtype))
 
     def weight(self, shape, dtype, **kw) -> E:
-        stacked = self.loop is not None and (self.ch.coin(0.8) or "loop-whole-param" in self.avoid)
+        stacked = self.loop is not None and self.ch.coin(0.8)
         return self.param(shape, dtype, stacked=stacked, **kw)
 
     def config(self, name: str, kind: str, default, domain=None) -> None:
@@ -368,8 +373,7 @@ class Gen:
             self.features.add("optional-input")
         if ch.coin(0.25):
             self.S = self.runtime("S", [1, 2, 3])
-            required_ok = not (self.lm and "generate-required-input" in self.avoid)
-            self.add_input("mem", (self.B, self.S, self.D), self.fdt, optional=ch.coin(0.5) or not required_ok)
+            self.add_input("mem", (self.B, self.S, self.D), self.fdt, optional=ch.coin(0.5))
             self.features.add("second-length")
         if ch.coin(0.2) and not self.cache:
             dt = ch.pick(["bool", "int64"])
@@ -444,7 +448,7 @@ class Gen:
             self.features.add("broadcast")
             self.features.add("op:full")
             shape = tuple(d if ch.coin(0.5) else Poly.of(1) for d in t.shape)
-            if ch.coin(0.3) and (len(shape) > 1 or "full-scalar" not in self.avoid):
+            if ch.coin(0.3):
                 shape = shape[1:]
             return call("full", self.shape_text(shape), self.fill_value(t.dtype, [0.5, 2.0, 1.0]),
                         *( [t.dtype] if ch.coin(0.7) or t.dtype != "float32" else []), ty=T(shape, t.dtype))
@@ -465,8 +469,7 @@ class Gen:
 
     def s_binary(self):
         ch = self.ch
-        ints_ok = not self.avoid & _INT_DTYPE_FINDINGS
-        names = self.visible(lambda n, x: x.ty.rank > 0 and (x.ty.is_float or ints_ok and x.ty.dtype in INTS))
+        names = self.visible(lambda n, x: x.ty.rank > 0 and (x.ty.is_float or x.ty.dtype in INTS))
         if not names:
             return False
         v = self.ref(ch.pick(names[-4:] if ch.coin(0.7) else names))
@@ -617,8 +620,6 @@ class Gen:
         lo_d = self.low(d)
         kinds = ["all", "const", "open", "neg_start", "neg_end", "index", "neg_index", "sym"]
         kind = ch.pick(kinds)
-        if kind.startswith("neg_") and kind != "neg_index" and "negative-slice" in self.avoid:
-            kind = "const"
         if kind == "const" and lo_d >= 1:
             a = ch.int(0, lo_d - 1)
             b = ch.int(a + 1, lo_d)
@@ -726,13 +727,13 @@ class Gen:
 
     def value_of(self, shape, dtype) -> E | None:
         names = self.visible(lambda n, x: x.ty == T(shape, dtype))
-        if names and (self.ch.coin(0.5) or not self.full_ok() or (not shape and "full-scalar" in self.avoid)):
+        if names and (self.ch.coin(0.5) or not self.full_ok()):
             name = self.ch.pick(names)
             if self.loop is not None and "per-layer-write-late" in self.avoid:
                 self.lookup(name).frozen = True  # written as it is now: no later re-assignment in this loop
                 self.loop["frozen"].add(name)
             return self.ref(name)
-        if not self.full_ok() or (not shape and "full-scalar" in self.avoid):
+        if not self.full_ok():
             return None
         return call("full", self.shape_text(shape), self.fill_value(dtype, [0.0, 1.0, 2.5]), dtype,
                     ty=T(shape, dtype))
@@ -833,7 +834,7 @@ class Gen:
             rows = self.argmax_bound.get(name)
         if rows is None or not self.static(rows):
             return False
-        table_shape = (rows, self.D) if ch.coin(0.8) or "gather-3d" in self.avoid else (rows, Poly.of(2), self.hd)
+        table_shape = (rows, self.D) if ch.coin(0.8) else (rows, Poly.of(2), self.hd)
         if len(table_shape) == 3:
             self.features.add("gather-3d")
         table = self.param(table_shape, self.fdt, stem="table")
@@ -847,8 +848,6 @@ class Gen:
         integers, and powers that are constants >= 0; the near misses (`/`, a float, a bool
         tensor) are the mutants' job."""
         ch = self.ch
-        if self.avoid & _INT_DTYPE_FINDINGS:
-            return False
         names = self.visible(lambda n, x: x.ty.dtype in INTS and x.ty.rank >= 1)
         if not names:
             return False
@@ -1033,15 +1032,13 @@ class Gen:
         val = self.bind(self.fresh("vv"), proj(src, kshape))
         kw = {}
         causal = ch.coin(0.6) and not (cross and "fully-masked-rows" in self.avoid)
-        cached = False
         if self.cache and self.loop is not None and not cross and not self.loop.get("cached"):
             k, val = self.cache_step(k, val)
             keys_len = self.Tp + self.T
             causal = True
-            self.loop["cached"] = cached = True
+            self.loop["cached"] = True
         if causal:
             kw["causal"] = "True"
-            self.has_causal = True
         if ch.coin(0.3):
             kw["scale"] = ch.pick(["inv", "0.5"])
         if ch.coin(0.2):
@@ -1052,9 +1049,6 @@ class Gen:
             self.features.add("attention-mask")
         self.features.add("op:flash_attention")
         out = self.bind(self.fresh("att"), call("flash_attention", q, k, val, ty=T(head, fdt), **kw))
-        if cached and "cache-length" in self.avoid:  # in generate they are block_size long (issue 9 #2)
-            for name in (k, val):
-                self.lookup(name).hidden = True
         self.let(call("reshape", out, self.shape_text((self.B, self.T, self.D)), ty=T((self.B, self.T, self.D), fdt)),
                  fresh=False)
 
@@ -1066,7 +1060,7 @@ class Gen:
             past, new = self.cache_names[stem]
             full = self.bind(self.fresh("kv"), E(
                 f"concat([{past}[{self.loop['var']}], {cur}], axis=1) if {past} exists else {cur}", COND,
-                T((self.B, self.Tp + self.T, self.H, self.hd), self.fdt)))
+                T((self.B, self.Tp + self.T, self.H, self.hd), self.fdt)), fresh=False)  # `cur` without a cache
             self.emit(f"{new}[{self.loop['var']}] = {full}")
             self.loop["carried"].add(new)
             if "per-layer-write-late" in self.avoid:
@@ -1213,8 +1207,6 @@ class Gen:
         parts += self.asserts + self.body
         return "\n".join(parts) + "\n"
 
-
-_INT_DTYPE_FINDINGS = {"int-div", "int-times-float", "bool-arithmetic", "bool-times-int", "bool-neg"}
 
 # config conditions, with the registry ops each one uses
 _COMPARE = {"n_layer >= 2": ("ge",), "D > 4": ("gt",), "scale > 0.0": ("gt",), "H == 2": ("eq",),

@@ -111,10 +111,7 @@ def test_the_generator_covers_every_op_and_construct():
                   "optional-value", "broadcast", "slice-symbolic", "slice-open-end", "index-int", "index-negative",
                   "setitem", "second-length", "attention-mask", "positions"}
     constructs |= {f"dtype:{d}" for d in specgen.DTYPES}
-    if "negative-slice" not in known.OPEN:
-        constructs.add("slice-negative")
-    if not known.OPEN.keys() & specgen._INT_DTYPE_FINDINGS:
-        constructs |= {"int-math:int64", "int-math:int32"}
+    constructs |= {"slice-negative", "int-math:int64", "int-math:int32", "gather-3d"}
     assert not constructs - features, f"constructs never generated: {sorted(constructs - features)}"
 
 

@@ -37,6 +37,8 @@ class Config:
 
     def __post_init__(self) -> None:
         _check_fields(self)
+        if not 1 <= self.type_vocab_size:
+            raise ValueError(f'index 0 must lie within axis 0, of size type_vocab_size (bert.snf:59); got type_vocab_size={self.type_vocab_size}')
         if self.n_embd % self.n_head != 0:
             raise ValueError(f'D must be divisible by H (bert.snf:63); got n_embd={self.n_embd}, n_head={self.n_head}')
 
@@ -136,14 +138,20 @@ def _check_index(name: str, t: torch.Tensor, size: int, size_name: str) -> None:
                              f"{low if low < 0 else high}")
 
 
-def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str) -> None:
-    """A run-time condition on dims (the spec's `assert`, or a slice end within its axis). A dim
-    that is a cache position (a 0-d tensor) is checked eagerly on the CPU only (see _eager_check)."""
+def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str, why: str = "",
+                sizes: Optional[dict] = None) -> None:
+    """A run-time condition on dims (the spec's `assert`, an index or slice within its axis, a
+    size that is not negative, an exact division). A dim that is a cache position (a 0-d tensor)
+    is checked eagerly on the CPU only (see _eager_check). `why` is the checker's own sentence,
+    said with the `sizes` it is about."""
     if isinstance(lhs, torch.Tensor):
         if not _eager_check(lhs):
             return
         lhs = int(lhs)
     if not {"<=": lhs <= rhs, "<": lhs < rhs, ">=": lhs >= rhs, ">": lhs > rhs, "==": lhs == rhs}[op]:
+        if why:
+            got = ", ".join(f"{name} = {int(value)}" for name, value in (sizes or {}).items())
+            raise ValueError(f"{why}, got {got} ({where})")
         raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
 
 
@@ -309,7 +317,8 @@ class Model(nn.Module):
             _check_index('token_type_ids', token_type_ids, cfg.type_vocab_size, 'type_vocab_size')
         if attention_mask is not None:
             _check_input('attention_mask', attention_mask, 2, '[B, T]', 'int64', {0: B, 1: T})
-        _check_dims('T', T, '<=', 'max_positions', cfg.max_positions, 'bert.snf:55')
+        _check_dims('T', T, '<=', 'max_positions', cfg.max_positions, 'bert.snf:55', 'slice end T must lie within axis 0, of size max_positions', {'T': T, 'max_positions': cfg.max_positions})
+        _check_dims('1', 1, '<=', 'T', T, 'bert.snf:76', 'index 0 must lie within axis 1, of size T', {'T': T})
         x = self.word_embedding(input_ids) + self.position_embedding[0:T, :]  # [B, T, D]  bert.snf:55
         if token_type_ids is not None:
             x = x + F.embedding(token_type_ids, self.token_type_embedding)  # [B, T, D]  bert.snf:57

@@ -143,14 +143,20 @@ def _check_index(name: str, t: torch.Tensor, size: int, size_name: str) -> None:
                              f"{low if low < 0 else high}")
 
 
-def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str) -> None:
-    """A run-time condition on dims (the spec's `assert`, or a slice end within its axis). A dim
-    that is a cache position (a 0-d tensor) is checked eagerly on the CPU only (see _eager_check)."""
+def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str, why: str = "",
+                sizes: Optional[dict] = None) -> None:
+    """A run-time condition on dims (the spec's `assert`, an index or slice within its axis, a
+    size that is not negative, an exact division). A dim that is a cache position (a 0-d tensor)
+    is checked eagerly on the CPU only (see _eager_check). `why` is the checker's own sentence,
+    said with the `sizes` it is about."""
     if isinstance(lhs, torch.Tensor):
         if not _eager_check(lhs):
             return
         lhs = int(lhs)
     if not {"<=": lhs <= rhs, "<": lhs < rhs, ">=": lhs >= rhs, ">": lhs > rhs, "==": lhs == rhs}[op]:
+        if why:
+            got = ", ".join(f"{name} = {int(value)}" for name, value in (sizes or {}).items())
+            raise ValueError(f"{why}, got {got} ({where})")
         raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
 
 

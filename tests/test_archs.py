@@ -318,7 +318,7 @@ def test_an_integer_dim_from_a_float_is_checked_by_config(tmp_path):
     mod = snf.load(spec)
     with pytest.raises(ValueError, match=r"rot must be divisible by 2 \(partial_rotary.snf:11\); got rot=3"):
         mod.Config(n_embd=64, rotary_pct=0.2)  # int(16 * 0.2) = 3: RoPE needs an even size
-    with pytest.raises(ValueError, match=r"expected rot <= head_dim .*rot=24"):
+    with pytest.raises(ValueError, match=r"slice end rot must lie within axis 3, of size head_dim .*rot=24"):
         mod.Config(n_embd=64, rotary_pct=1.5)
 
 

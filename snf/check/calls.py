@@ -41,6 +41,14 @@ class ShapeCtx:
         """Whether `d` names config values only (no run-time dim such as B or T)."""
         return not any(s in self.checker.runtime for s in d.symbols())
 
+    def bound(self, lo: Dim, hi: Dim, arg: str) -> None:
+        """`lo <= hi` (an `arange`'s start and end, a window's least size): proved, or checked by
+        the module; a `bad-constraint` error when it is false for the default config."""
+        shown = f"{self.show_dim(lo)} <= {self.show_dim(hi)}"
+        if not self.need(lo, "<=", hi, f"`{arg}` needs {shown}"):
+            raise OpError(f"`{arg}` needs {shown}, which is false{self.defaults_note(hi - lo)}", arg,
+                          code="bad-constraint")
+
     def need(self, lhs: Dim, op: str, rhs: Dim, why: str = "") -> bool:
         """`lhs op rhs` must hold: proved, or checked by the module; False when it is false always
         or for the config's defaults (the rule then raises its error). See check/facts.py."""

@@ -57,7 +57,7 @@ def _arith_dtype(opname: str, t: TensorT, other) -> None:
     sym = _SYMBOL.get(opname, "-")
     if t.dtype == "bool":
         raise OpError(f"`{sym}` does not apply to bool tensors", "a", code="dtype-mismatch",
-                      hint="arithmetic takes int and float tensors; a bool tensor is a mask")
+                      hint="arithmetic takes int and float tensors; a bool tensor is a mask (`cast(m, int64)` counts)")
     if t.dtype in FLOATS:
         if isinstance(other, ScalarT) and other.kind == "bool":
             raise OpError(f"`{sym}` of a tensor and True/False", "b", code="arg-kind")
@@ -65,10 +65,10 @@ def _arith_dtype(opname: str, t: TensorT, other) -> None:
     # an integer tensor
     if opname == "div":
         raise OpError(f"`/` on {t.dtype} tensors is true division, whose result is a float tensor", "a",
-                      code="dtype-mismatch", hint="divide float tensors; `//` applies to dims, not tensors")
+                      code="dtype-mismatch", hint="divide float tensors: `cast(x, float32) / 2`")
     if isinstance(other, ScalarT) and other.kind != "int":
         raise OpError(f"`{sym}` of an {t.dtype} tensor and a {other.kind} would make a float tensor", "b",
-                      code="dtype-mismatch", hint="use an integer, or a float tensor")
+                      code="dtype-mismatch", hint="use an integer, or cast the tensor first: `cast(x, float32)`")
     if opname == "pow":
         if isinstance(other, TensorT):
             raise OpError(f"`**` of {t.dtype} tensors: an exponent tensor may hold negative powers", "b",

@@ -53,6 +53,8 @@ def _expand_rule(ctx, args):
     if len(dims) < x.rank:
         raise OpError(f"cannot expand {ctx.show(x.shape)} to {ctx.show(dims)}: fewer axes", "shape",
                       code="rank-mismatch", blame=("x", "shape"))
+    for i, d in enumerate(dims):  # torch reads -1 as "keep this size": no size here is negative
+        ctx.size(d, f"axis {i} of the new shape", "shape")
     for d, want in zip(x.shape, dims[len(dims) - x.rank:]):
         if d.value != 1 and not ctx.eq(d, want):
             raise OpError(f"cannot expand {ctx.show(x.shape)} to {ctx.show(dims)}: only axes of size 1 stretch "
@@ -74,6 +76,7 @@ def _repeat_interleave_rule(ctx, args):
         raise OpError("`repeats` must be a dim (an int param or dim expression)", "repeats", code="arg-kind")
     if n.value is not None and n.value < 1:
         raise OpError(f"the repeat count must be at least 1, got {n.value}", "repeats", code="bad-constraint")
+    ctx.bound(Dim.const(1), n, "repeats")  # a repeat count from params or sizes: checked
     s = list(x.shape)
     s[ax] = ctx.dim_op(lambda p, q: p * q, s[ax], n)
     return TensorT(tuple(s), x.dtype)

@@ -22,7 +22,6 @@ OPEN: dict[str, str] = {
                                "re-assigned or written outside the per-layer write",
     "generate-token-range": "(property) generate is emitted though the logits have more classes than the token "
                             "table has rows",
-    "fully-masked-rows": "fully masked attention rows: NaN in the interpreter, finite in torch (issue 12)",
 }
 
 # What a failure looks like for each open finding: a pattern over the failure message

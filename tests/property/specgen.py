@@ -319,11 +319,17 @@ class Gen:
         self.config("flag", "bool", ch.coin(0.5), [True, False])
         self.config("scale", "float", 0.5)
         self.config("rate", "float", 0.0)
+        self.config("W", "int", ch.pick([2, 1, 3]), [1, 2, 3])  # an attention window
         self.derived.append("  inv = 1.0 / sqrt(hd)")
+        # integers from floats: a dim computed with int / floor / ceil / round
+        fn = ch.pick(["int", "floor", "ceil", "round"])
+        self.derived.append(f"  Q = {fn}(F * 0.5) + 1")
+        self.features.add(f"op:{fn}")
+        self.lows["Q"] = 1
         self.scopes[0]["inv"] = Local(None, "config")
         self.B = self.runtime("B", [1, 2, 3])
         self.T = self.runtime("T", [1, 2, 3, 4])
-        self.dims = [self.D, self.H, self.hd, Poly.of("F"), Poly.of("V"), self.T, self.B]
+        self.dims = [self.D, self.H, self.hd, Poly.of("F"), Poly.of("V"), self.T, self.B, Poly.of("Q")]
         for atom, tag in (("(hd % 3 + 1)", "op:mod"), ("(F // 2 + 1)", "op:floordiv")):  # dims with % and //
             if ch.coin(0.3):
                 self.lows[atom] = 1
@@ -394,6 +400,8 @@ class Gen:
             (self.s_full, 2), (self.s_setitem, 2), (self.s_assign, 1), (self.s_argmax, 1), (self.s_attention, 2),
             (self.s_int_math, 1), (self.s_cond_value, 2), (self.s_guarded, 2), (self.s_if_block, 1),
             (self.s_shape_of, 1), (self.s_gather, 1), (self.s_update, 2), (self.s_softmax, 1),
+            (self.s_compare, 2), (self.s_elementwise, 2), (self.s_cast, 1), (self.s_arange, 1), (self.s_expand, 1),
+            (self.s_repeat, 1),
         ]
         for _ in range(4):
             fn = self.ch.pick([f for f, w in kinds for _ in range(w)])
@@ -820,6 +828,110 @@ class Gen:
         self.features.add("op:softmax")
         self.let(call("softmax", v.text, ty=v.ty, **({"axis": str(axis)} if self.ch.coin(0.7) else {})))
 
+    def number_for(self, t: T) -> E:
+        """A number that may stand beside a tensor of `t`'s dtype (an int beside an integer one)."""
+        return lit(self.ch.pick([0.5, -0.25, 1.0]) if t.is_float else self.ch.pick([1, 0, 2]))
+
+    def partner(self, v: E) -> E:
+        """A tensor of `v`'s dtype that broadcasts with it, or a number."""
+        ch = self.ch
+        same = self.visible(lambda n, x: x.ty == v.ty)
+        if same and ch.coin(0.5):
+            return self.ref(ch.pick(same))
+        if v.ty.is_float and v.ty.rank >= 1 and self.static(v.ty.shape[-1]) and ch.coin(0.5):
+            return self.weight((v.ty.shape[-1],), v.ty.dtype, stem="b")
+        return self.number_for(v.ty)
+
+    def s_compare(self):
+        """A comparison of tensors (a bool tensor), and `where` picking by it."""
+        ch = self.ch
+        names = self.visible(lambda n, x: x.ty.rank >= 1 and x.ty.dtype != "bool")
+        if not names:
+            return False
+        v = self.ref(ch.pick(names))
+        w = self.partner(v)
+        op = ch.pick(["<", "<=", ">", ">=", "==", "!="])
+        shape = v.ty.shape if w.ty is None else broadcast(v.ty.shape, w.ty.shape)
+        m = E(f"{v.at(CMP + 1)} {op} {w.at(CMP + 1)}", CMP, T(shape, "bool"))
+        self.features.add({"<": "op:lt", "<=": "op:le", ">": "op:gt", ">=": "op:ge", "==": "op:eq", "!=": "op:ne"}[op])
+        self.features.add("tensor-compare")
+        name = self.let(m, stem="m")
+        if ch.coin(0.7):
+            a, b = (v, w) if ch.coin(0.5) else (w, v)
+            out = shape
+            for t in (a.ty, b.ty):
+                if t is not None:
+                    out = broadcast(out, t.shape)
+            self.features.add("op:where")
+            self.let(call("where", name, a.text, b.text, ty=T(out, v.ty.dtype)))
+
+    def s_elementwise(self):
+        """abs, minimum, maximum, clamp, floor, ceil and round of a tensor."""
+        ch = self.ch
+        names = self.visible(lambda n, x: x.ty.rank >= 1 and x.ty.dtype != "bool")
+        if not names:
+            return False
+        v = self.ref(ch.pick(names))
+        f = ch.pick(["abs", "minimum", "maximum", "clamp", "floor", "ceil", "round"])
+        if f in ("floor", "ceil", "round") and not v.ty.is_float:
+            f = "abs"
+        self.features.add(f"op:{f}")
+        if f in ("minimum", "maximum"):
+            w = self.partner(v)
+            shape = v.ty.shape if w.ty is None else broadcast(v.ty.shape, w.ty.shape)
+            args = (v.text, w.text) if ch.coin(0.6) else (w.text, v.text)
+            e = call(f, *args, ty=T(shape, v.ty.dtype))
+        elif f == "clamp":
+            lo, hi = (lit(-1.0), lit(1.0)) if v.ty.is_float else (lit(0), lit(2))
+            kw = ch.pick([{"min": lo.text, "max": hi.text}, {"min": lo.text}, {"max": hi.text}])
+            e = call("clamp", v.text, ty=v.ty, **kw)
+        else:
+            e = call(f, v.text, ty=v.ty)
+        self.let(e)
+
+    def s_cast(self):
+        ch = self.ch
+        names = self.visible(lambda n, x: x.ty.rank >= 1)
+        if not names:
+            return False
+        v = self.ref(ch.pick(names))
+        dtype = ch.pick([self.fdt, self.fdt, "int64", "int32", "bool", "float64"])
+        self.features.add("op:cast")
+        self.let(call("cast", v.text, dtype, ty=T(v.ty.shape, dtype)), stem="k" if dtype in INTS else "v")
+
+    def s_arange(self):
+        ch = self.ch
+        self.features.add("op:arange")
+        if ch.coin(0.5):
+            n = ch.pick([self.T, Poly.of("F"), self.D])
+            self.let(call("arange", n.render(), ty=T((n,), "int64")), stem="k")
+        else:
+            dtype = ch.pick([self.fdt, "int64"])
+            self.let(call("arange", "1", "F + 1", ty=T((Poly.of("F"),), dtype), dtype=dtype),
+                     stem="k" if dtype in INTS else "v")
+
+    def s_expand(self):
+        v = self.pick_float(lambda t: t.rank >= 1)
+        if v is None:
+            return False
+        lead = self.ch.pick([self.B, Poly.of(2), self.H, Poly.of(1)])
+        shape = (lead,) + v.ty.shape
+        self.features.add("op:expand")
+        self.let(call("expand", v.text, self.shape_text(shape), ty=T(shape, v.ty.dtype)), fresh=False)
+
+    def s_repeat(self):
+        ch = self.ch
+        v = self.pick_float(lambda t: t.rank >= 1)
+        if v is None:
+            return False
+        axis = ch.int(0, v.ty.rank - 1)
+        n = ch.pick([Poly.of(2), Poly.of(1), self.H])
+        s = list(v.ty.shape)
+        s[axis] = s[axis] * n
+        self.features.add("op:repeat_interleave")
+        self.let(call("repeat_interleave", v.text, n.render(), ty=T(tuple(s), v.ty.dtype),
+                      **{ch.pick(["axis", "dim"]): str(axis)}))
+
     def s_gather(self):
         ch = self.ch
         ints = self.visible(lambda n, x: x.ty.dtype in INTS and x.ty.rank >= 1)
@@ -1008,7 +1120,7 @@ class Gen:
         head = (self.B, self.T, self.H, self.hd)
 
         def proj(src: E, rows) -> E:
-            w = self.weight((self.D, self.D), fdt)
+            w = self.weight((rows[2] * rows[3], self.D), fdt)
             return call("reshape", call("linear", src.text, w.text, ty=None).text,
                         self.shape_text(rows), ty=T(tuple(rows), fdt))
 
@@ -1027,7 +1139,11 @@ class Gen:
                 cross = False
         if cross:
             src, keys_len = self.ref("mem"), self.S
-        kshape = (self.B, keys_len, self.H, self.hd)
+        kv_heads = self.H
+        if not (self.cache and self.loop is not None and not self.loop.get("cached")) and ch.coin(0.25):
+            kv_heads = Poly.of(1)  # grouped-query attention: one key/value head for every query head
+            self.features.add("attention-gqa")
+        kshape = (self.B, keys_len, kv_heads, self.hd)
         k = self.bind(self.fresh("k"), proj(src, kshape))
         val = self.bind(self.fresh("vv"), proj(src, kshape))
         kw = {}
@@ -1039,12 +1155,18 @@ class Gen:
             self.loop["cached"] = True
         if causal:
             kw["causal"] = "True"
+            if ch.coin(0.3):
+                kw["window"] = "W"
+                self.features.add("attention-window")
+        if ch.coin(0.2):  # an additive bias on the scores [B, H, T, T_keys]
+            kw["bias"] = f"full([1, 1, 1, {keys_len.render()}], 0.5, {fdt})"
+            self.features.add("attention-bias")
         if ch.coin(0.3):
             kw["scale"] = ch.pick(["inv", "0.5"])
         if ch.coin(0.2):
             kw["dropout"] = "rate"
         mask = self.lookup("mask")
-        if mask is not None and not cross and keys_len == self.T and ch.coin(0.7):
+        if mask is not None and not cross and keys_len == self.T and "bias" not in kw and ch.coin(0.7):
             kw["mask"] = "mask"
             self.features.add("attention-mask")
         self.features.add("op:flash_attention")

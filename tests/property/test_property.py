@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import re
 import time
 
 import pytest
@@ -111,7 +112,8 @@ def test_the_generator_covers_every_op_and_construct():
                   "optional-value", "broadcast", "slice-symbolic", "slice-open-end", "index-int", "index-negative",
                   "setitem", "second-length", "attention-mask", "positions"}
     constructs |= {f"dtype:{d}" for d in specgen.DTYPES}
-    constructs |= {"slice-negative", "int-math:int64", "int-math:int32", "gather-3d"}
+    constructs |= {"slice-negative", "int-math:int64", "int-math:int32", "gather-3d", "tensor-compare",
+                   "attention-gqa", "attention-window", "attention-bias"}
     assert not constructs - features, f"constructs never generated: {sorted(constructs - features)}"
 
 
@@ -122,15 +124,18 @@ def test_the_float64_twin_is_the_float64_spec():
     compared = 0
     for seed in range(60):
         text = specgen.build(specgen.RandomChooser(seed)).text
+        if re.search(r"full\(\[[^\]]*\], [^,()]+\)", text):
+            continue  # a `full` with the default dtype: float32 in the text twin, float64 in the model twin
         native, twin = runner.checked(text), runner.checked(runner.float64_twin(text))
-        if not (native.ok and twin.ok):  # the text twin leaves `full`'s default float32; the model twin does not
+        if not native.ok:
             continue
+        assert twin.ok, seed
         made = generate_source(dataclasses.replace(native, model=runner.float64_model(native.model)), "p.snf")
         wanted = generate_source(twin, "p.snf")
         strip = lambda code: [line for line in code.splitlines() if "sha256" not in line]  # noqa: E731
         assert strip(made) == strip(wanted), seed
         compared += 1
-    assert compared >= 50
+    assert compared >= 25
 
 
 def test_mutants_are_near_misses():

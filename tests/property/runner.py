@@ -5,11 +5,12 @@ random valid configs and input shapes,
 
 * run its forward in the declared dtypes, with every output present or `None` as declared
   (an output may be `None` only when declared `?`), of the declared shape and dtype;
-* agree with `snf.interpret` (the NumPy float64 reference) in a float64 twin of the spec
-  (every float dtype read as float64), to rtol = atol = 1e-5, in forward, in cached forward
-  (the input in chunks, each chunk fed the caches `new_X` the previous one returned as
-  `past_X`), and in `generate` where the module has it (greedy: each token must be the
-  interpreter's argmax, within the tolerance, with the interpreter fed the same cache);
+* agree with `snf.interpret` (the NumPy float64 reference) in a float64 twin of the checked
+  model (every float dtype read as float64: `float64_model`), to rtol = atol = 1e-5, in
+  forward, in cached forward (the input in chunks, each chunk fed the caches the previous one
+  returned, as the module's cache plan pairs them), and in `generate` where the module has it
+  (greedy: each token must be a best one by the interpreter's logits, within the tolerance,
+  with the interpreter fed the same tokens and caches as the decode plan says);
 * refuse inputs or configs that break the spec's own checks (asserts, slice bounds,
   divisibility) with a ValueError, and run every input that meets them.
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import math
 import re
 import sys
 import traceback
@@ -48,6 +49,10 @@ _FLOATS = ("float16", "bfloat16", "float32")
 
 class Unsound(AssertionError):
     """An accepted spec whose module broke a promise: a bug in snfc."""
+
+
+class NoValidInput(Exception):
+    """These sizes leave an input no valid value (ids into a table of 0 rows): nothing to call."""
 
 
 @dataclass
@@ -262,6 +267,8 @@ class Runner:
             dt = i.ty.dtype
             if dt in ("int32", "int64", "bool"):
                 high = self.int_high(i.name, env)
+                if high <= 0 and dt != "bool" and math.prod(shape):
+                    raise NoValidInput(f"{i.name} indexes a table of {high} rows")
                 if dt == "bool":
                     t = torch.from_numpy(self.rng.random(shape) < 0.7)
                 else:
@@ -292,7 +299,7 @@ class Runner:
                 except (KeyError, IndexError):
                     pass
         if highs:
-            return max(1, min(highs))
+            return min(highs)
         if self.hints and name in self.hints.int_high:
             h = self.hints.int_high[name]
             return env[h] if isinstance(h, str) else h
@@ -435,7 +442,11 @@ class Runner:
         if broken_checks(self.m, env) and self.negative_sizes(env, present):
             self.outcome.refused += 1  # invalid sizes no tensor can have: nothing to call with
             return
-        native, wide = self.make_inputs(env, present)
+        try:
+            native, wide = self.make_inputs(env, present)
+        except NoValidInput:
+            self.outcome.refused += 1
+            return
         self.forward_pair(env, native, wide, "forward")
 
     def plans(self):
@@ -490,7 +501,11 @@ class Runner:
                     if list(t.shape) != want:  # this spec's new_X is no past_X: nothing to feed back
                         self.outcome.notes.append(f"{p}: the returned cache does not fit the input")
                         return
-            native, wide = self.make_inputs(env, present, fixed)
+            try:
+                native, wide = self.make_inputs(env, present, fixed)
+            except NoValidInput:
+                self.outcome.refused += 1
+                return
             outs = self.forward_pair(env, native, wide, f"cached forward, chunk {n + 1} of {len(chunks)}")
             if outs is None:
                 return
@@ -519,6 +534,8 @@ class Runner:
         prompt_len = int(self.rng.integers(1, 4))
         steps = int(self.rng.integers(1, 4))
         high = self.int_high(first.name, env)
+        if high <= 0:
+            return  # no valid token id for these sizes
         prompt = torch.from_numpy(self.rng.integers(0, high, (B, prompt_len))).to(TORCH_DTYPES[first.ty.dtype])
         # the interpreter first: it tells whether every step's sizes are valid
         logits_name = decode.logits

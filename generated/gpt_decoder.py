@@ -329,6 +329,87 @@ def _cache_cat(past: torch.Tensor, new: torch.Tensor, cache_position: Optional[t
     return past if cache_length is None else past[:, :cache_length]
 
 
+def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """Mean cross-entropy of logits [..., V] against targets [...], over the targets that are not
+    ignore_index, in float32 (or wider). When every target is ignored it is 0, with zero gradients:
+    a mean over no positions, where F.cross_entropy's mean would give 0/0 = nan."""
+    targets = targets.flatten()
+    logits = logits.flatten(0, -2)
+    total = F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets,
+                            ignore_index=ignore_index, reduction="sum")
+    return total / (targets != ignore_index).sum().clamp(min=1)
+
+
+def _loss_chunk(rows: int, vocab: int) -> int:
+    """Rows per chunk of the fused head + loss: the chunk's float32 logits take about 32 MB (256 rows
+    of GPT-2's 50257 columns), at least 16 rows; a power of two (benchmarks/README.md)."""
+    return min(max(16, 1 << ((32 << 20) // (4 * vocab)).bit_length() - 1), max(rows, 1))
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """_cross_entropy(F.linear(x, weight, bias), targets, ignore_index), a chunk of rows at a time,
+    so that the [rows, V] logits never exist. Forward computes the gradients too: each chunk's
+    logits become d loss / d logits in place (softmax minus one-hot, over the kept targets) and
+    then the gradients of x, weight and bias; backward only scales them. The matmuls run in the
+    dtype the model computes in (autocast's, or the weight's), the softmax in float32."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, targets, ignore_index: int, grads: bool):
+        device = x.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+        h, w = x.reshape(-1, x.size(-1)).to(dtype), weight.to(dtype)
+        b = bias.to(dtype) if bias is not None else None
+        targets = targets.flatten()
+        keep = targets != ignore_index
+        count = keep.sum().clamp(min=1)
+        picked = targets.masked_fill(~keep, 0)[:, None]
+        scale = keep / count  # d loss / d (a row's loss)
+        total = torch.zeros((), dtype=torch.float32, device=x.device)
+        need_x, need_w, need_b = (grads and n for n in ctx.needs_input_grad[:3])
+        grad_x = torch.empty_like(h) if need_x else None
+        grad_w = torch.zeros_like(weight, dtype=torch.float32) if need_w else None  # summed over the chunks
+        grad_b = torch.zeros_like(bias, dtype=torch.float32) if need_b else None
+        step = _loss_chunk(h.size(0), w.size(0))
+        with torch.autocast(device, enabled=False):  # dtypes are explicit here
+            for lo in range(0, h.size(0), step):
+                rows = slice(lo, min(lo + step, h.size(0)))
+                logits = F.linear(h[rows], w, b).float()
+                lse = logits.logsumexp(-1, keepdim=True)
+                total += ((lse - logits.gather(1, picked[rows])).squeeze(1) * keep[rows]).sum()
+                if grad_x is None and grad_w is None and grad_b is None:
+                    continue
+                grad = logits.sub_(lse).exp_()  # the softmax, in place of the logits
+                grad.scatter_add_(1, picked[rows], torch.full_like(lse, -1.0))
+                grad = grad.mul_(scale[rows, None]).to(dtype)
+                if grad_x is not None:
+                    torch.mm(grad, w, out=grad_x[rows])
+                if grad_w is not None and grad_w.dtype == dtype:
+                    grad_w.addmm_(grad.t(), h[rows])
+                elif grad_w is not None:  # a narrower dtype: each chunk's product, summed in float32
+                    grad_w.add_(grad.t() @ h[rows])
+                if grad_b is not None:
+                    grad_b.add_(grad.sum(0))
+        ctx.save_for_backward(grad_x, grad_w, grad_b)
+        ctx.dtypes = (x.dtype, weight.dtype, bias.dtype if bias is not None else None)
+        ctx.x_shape = x.shape
+        return total / count
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad_x, grad_w, grad_b = ctx.saved_tensors
+        x_dtype, w_dtype, b_dtype = ctx.dtypes
+        return ((grad_x * grad_loss).to(x_dtype).view(ctx.x_shape) if grad_x is not None else None,
+                (grad_w * grad_loss).to(w_dtype) if grad_w is not None else None,
+                (grad_b * grad_loss).to(b_dtype) if grad_b is not None else None, None, None, None)
+
+
+def _linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                          targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """_cross_entropy(F.linear(x, weight, bias), targets, ignore_index) without the logits: the head
+    and the loss of a training step, fused (see _LinearCrossEntropy)."""
+    return _LinearCrossEntropy.apply(x, weight, bias, targets, ignore_index, torch.is_grad_enabled())
+
+
 def _next_tokens(targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
     """Next-token targets: position t gets targets[t + 1], the last position ignore_index. Rolled
     rather than sliced (targets[..., 1:]): torch.export would exclude length 2 for a slice."""
@@ -381,7 +462,7 @@ class Block(nn.Module):
 
 
 class Output(NamedTuple):
-    logits: torch.Tensor  # [B, T, vocab_size]
+    logits: Optional[torch.Tensor]  # [B, T, vocab_size]
     loss: Optional[torch.Tensor]  # []
     new_keys: Optional[torch.Tensor]  # [n_layer, B, T + T_past, H, head_dim]
     new_values: Optional[torch.Tensor]  # [n_layer, B, T + T_past, H, head_dim]
@@ -411,17 +492,21 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
-    def forward(self, idx: torch.Tensor, labels: Optional[torch.Tensor] = None, past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None, cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> Output:
+    def forward(self, idx: torch.Tensor, labels: Optional[torch.Tensor] = None, past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None, return_logits: Optional[bool] = None, cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> Output:
         # idx: [B, T]
         # labels: [B, T], optional
         # past_keys: [n_layer, B, T_past, H, head_dim], optional
         # past_values: [n_layer, B, T_past, H, head_dim], optional
         # use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
+        # return_logits: compute logits (by default, unless training with labels: then
+        # the loss runs fused with its head, in chunks of rows, and logits is None)
         # cache_position: with it, the caches are preallocated buffers written in place at that
         # position, and attention reads their first cache_length slots (see generate)
         cfg = self.config
         if use_cache is None:
             use_cache = not self.training
+        if return_logits is None:
+            return_logits = not (self.training and labels is not None)
         _check_input('idx', idx, 2, '[B, T]', 'int64')
         B, T = idx.shape
         _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
@@ -456,8 +541,12 @@ class Model(nn.Module):
             if use_cache and cache_position is None:
                 new_keys[l] = new_keys_layer  # gpt_decoder.snf:69
                 new_values[l] = new_values_layer  # gpt_decoder.snf:70
-        logits = F.linear(self.norm(x), self.token_embedding.weight)  # [B, T, vocab_size]  gpt_decoder.snf:82
-        loss = F.cross_entropy(logits.flatten(0, -2), _next_tokens(labels, -100).flatten(), ignore_index=-100) if labels is not None else None  # []  gpt_decoder.snf:83
+        if return_logits:
+            logits = F.linear(self.norm(x), self.token_embedding.weight)  # [B, T, vocab_size]  gpt_decoder.snf:82
+            loss = _cross_entropy(logits, _next_tokens(labels, -100), -100) if labels is not None else None  # []  gpt_decoder.snf:83
+        else:
+            logits = None
+            loss = _linear_cross_entropy(self.norm(x), self.token_embedding.weight, None, _next_tokens(labels, -100), -100) if labels is not None else None  # []  gpt_decoder.snf:83
         return Output(logits, loss, new_keys, new_values)
 
     # forward with preallocated caches: a decode step of generate, compiled as one graph per

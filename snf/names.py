@@ -25,7 +25,7 @@ MODULE_NAMES = frozenset({
 BUILTINS = frozenset(dir(builtins))
 # Names a generated `forward` needs for itself: no input may be called so (it is a forward argument).
 FORWARD_RESERVED = frozenset({"self", "torch", "F", "nn", "math", "Output", "Config", "Model", "enumerate",
-                              "use_cache", "cache_position", "cache_length"})
+                              "use_cache", "return_logits", "cache_position", "cache_length"})
 _IDENT = re.compile(r"^[^\W\d]\w*$")
 
 

@@ -295,9 +295,11 @@ def test_fixed_shape_decode_compiles_once_per_bucket(monkeypatch):
         caches = [mod._cache_buffers(c, 1, 32, torch.float32) for c in (out.new_keys, out.new_values)]
         copies = [[t.clone() for t in c] for c in caches]
         token = again[:, 9:10].contiguous()  # as generate's tokens are: a strided one is another graph
-        eager = model._decode_step(token, *copies, cache_position=torch.tensor(9), cache_length=32)
+        eager = model._decode_step(token, past_keys=copies[0], past_values=copies[1], cache_position=torch.tensor(9),
+                                   cache_length=32)
         monkeypatch.setenv("SNF_COMPILE", "1")
-        compiled = model._decode_step(token, *caches, cache_position=torch.tensor(9), cache_length=32)
+        compiled = model._decode_step(token, past_keys=caches[0], past_values=caches[1],
+                                      cache_position=torch.tensor(9), cache_length=32)
     assert counters["stats"]["unique_graphs"] == graphs
     assert (compiled.logits - eager.logits).abs().max().item() <= 1e-5
     for got, want in zip(caches[0] + caches[1], copies[0] + copies[1]):
@@ -386,9 +388,10 @@ def test_an_input_sized_by_the_cache_turns_the_fixed_shape_path_off(tmp_path):
     code, out, err = snfc("compile", str(spec), "-o", str(tmp_path / "masked.py"))
     assert code == 0, err
     source = (tmp_path / "masked.py").read_text(encoding="utf-8")
-    assert "def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None, past_values: " \
-           "Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None, *, " \
-           "use_cache: Optional[bool] = None) -> Output:" in source
+    assert "def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None, past_keys: " \
+           "Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, attention_mask: " \
+           "Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None, return_logits: Optional[bool] = " \
+           "None) -> Output:" in source
     assert "_decode_step" not in source and "_check_position" not in source  # no fixed-shape path
     mod = fresh_module(tmp_path / "masked.py", "nanogpt_masked")
     torch.manual_seed(0)

@@ -60,6 +60,8 @@ CASES = {
     "rope": ("a : Tensor([B, T, N, M], float32)", "rope(a, offset=3, base=100.0)"),
     "cross_entropy": ("a : Tensor([B, T, N], float32)\n  t : Tensor([B, T], int64)",
                       "cross_entropy(a, t, shift=True)"),
+    "linear_cross_entropy": ("a : Tensor([B, T, M], float32)\n  w : Tensor([N, M], float32)\n  b : Tensor([N], float32)"
+                             "\n  t : Tensor([B, T], int64)", "linear_cross_entropy(a, w, t, bias=b, shift=True)"),
     # config-level logic and scalar arithmetic, exercised through a guarded assignment
     "eq": ("a : Tensor([B, N], float32)", "a * 2.0 if 3 == 3 else a"),
     "ne": ("a : Tensor([B, N], float32)", "a * 2.0 if 3 != 3 else a"),
@@ -162,7 +164,7 @@ def test_op_lowering_matches_numpy(op, monkeypatch):
     module = Model().eval()
     rng = np.random.default_rng(sum(map(ord, op)))
     for sizes in ({"B": 2, "T": 3, "N": 4, "M": 6}, {"B": 1, "T": 5, "N": 2, "M": 8}, {"B": 3, "T": 1, "N": 6, "M": 2}):
-        if op in ("slice", "cross_entropy") and sizes["T"] < 2:
+        if op in ("slice", "cross_entropy", "linear_cross_entropy") and sizes["T"] < 2:
             continue
         feeds = _inputs(model, rng, sizes)
         ref = interpret(model, {}, feeds)["out"]

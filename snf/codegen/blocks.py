@@ -31,7 +31,7 @@ def block_context(gen, block: Block) -> dict:
     if pre is not None and any(c.loop is loop for c in plans.caches.caches):
         em.cache_position, em.cache_length = names.fresh("cache_position"), names.fresh("cache_length")
     if any(plans.outputs.guarded(s) for s in ir.walk_stmts(block.body)):
-        em.use_cache = names.fresh("use_cache")
+        em.flags["use_cache"] = names.fresh("use_cache")
     em.stmts(block.body, 2)  # the body first: it tells which run-time dims the block needs
     body = em.lines
     em.lines = []

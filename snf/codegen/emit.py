@@ -25,10 +25,14 @@ class Emitter:
         self.device_src: str | None = None
         self.cache_position: str | None = None  # set where a preallocated cache may be in use
         self.cache_length: str | None = None
-        self.use_cache: str | None = None  # set where some statements are only for the caches
+        self.flags: dict[str, str] = {}  # a demand's flag (use_cache, return_logits) -> its name here
         self.lines: list[str] = []
         self.runtime_used: set[str] = set()
         self.helpers: set[str] = set()
+
+    @property
+    def use_cache(self) -> str | None:
+        return self.flags.get("use_cache")
 
     @property
     def in_block(self) -> bool:
@@ -134,24 +138,38 @@ class Emitter:
         self.lines.append("    " * indent + line)
 
     def stmts(self, stmts, indent: int) -> None:
-        """Statements in order; a run of those only the optional outputs need goes under one `if`."""
+        """Statements in order; a run of those only an optional output needs goes under one `if` on
+        the flag that asks for it, and what runs in their place otherwise under its `else`."""
         run: list = []
         for s in list(stmts) + [None]:
-            if s is not None and self.use_cache and self.plans.outputs.guarded(s):
+            demand = self.demand(s)
+            if demand is not None and (not run or demand is self.demand(run[0])):
                 run.append(s)
                 continue
             if run:
-                self.emit(f"if {self.use_cache}:", indent)
-                for t in run:
-                    self.stmt(t, indent + 1)
-                unset = [self.names.name(t.name) for t in run if isinstance(t, ir.Bind) and t.let
-                         and t.name in self.plans.outputs.optional_outputs]
-                if unset:
-                    self.emit("else:", indent)
-                    self.emit(" = ".join(unset) + " = None", indent + 1)
-                run = []
-            if s is not None:
+                self.guarded(run, indent)
+            run = [s] if demand is not None else []
+            if s is not None and demand is None:
                 self.stmt(s, indent)
+
+    def demand(self, s):
+        """The demand whose flag this function has and which guards `s`, if any."""
+        demand = self.plans.outputs.demand(s) if s is not None else None
+        return demand if demand is not None and demand.flag in self.flags else None
+
+    def guarded(self, run: list, indent: int) -> None:
+        demand = self.demand(run[0])
+        self.emit(f"if {self.flags[demand.flag]}:", indent)
+        for t in run:
+            self.stmt(t, indent + 1)
+        unset = [self.names.name(t.name) for t in run if isinstance(t, ir.Bind) and t.let and t.name in demand.outputs]
+        instead = [r for r in map(demand.replacement, run) if r is not None]
+        if unset or instead:
+            self.emit("else:", indent)
+            if unset:
+                self.emit(" = ".join(unset) + " = None", indent + 1)
+            for t in instead:
+                self.stmt(t, indent + 1)
 
     def stmt(self, s, indent: int) -> None:
         if isinstance(s, ir.Bind):

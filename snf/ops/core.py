@@ -409,27 +409,55 @@ def _ce_rule(ctx, args):
 
 
 def _np_ce(logits, targets, shift=False, ignore_index=-100):
+    """The mean over the targets that are not `ignore_index`; 0 when every one is (a mean over no
+    positions, and no position to move: the gradients are zero too)."""
     if shift:
         logits, targets = logits[..., :-1, :], targets[..., 1:]
     flat = logits.reshape(-1, logits.shape[-1])
     t = targets.reshape(-1)
     keep = t != ignore_index
+    if not keep.any():
+        return np.float64(0.0)
     z = flat - flat.max(-1, keepdims=True)
     logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
     return -logp[np.arange(len(t))[keep], t[keep]].mean()
 
 
-def _lower_ce(call):
-    lg, tg, ignore = call.code("logits", prec=50), call.code("targets", prec=50), call.code("ignore_index")
-    if call.val("shift"):  # targets rolled, not sliced: see _next_tokens
-        tg = f"{call.helper('_next_tokens')}({call.code('targets')}, {ignore})"
-    return f"F.cross_entropy({lg}.flatten(0, -2), {tg}.flatten(), ignore_index={ignore})"
+def _ce_targets(call) -> str:
+    """The targets' code; with `shift`, rolled, not sliced: see _next_tokens."""
+    if call.val("shift"):
+        return f"{call.helper('_next_tokens')}({call.code('targets')}, {call.code('ignore_index')})"
+    return call.code("targets")
 
 
 register(OpDef(
     "cross_entropy",
     (Param("logits", "tensor"), Param("targets", "tensor"), Param("shift", "bool", False, static=True),
      Param("ignore_index", "int", -100, static=True)),
-    _ce_rule, numpy=_np_ce, torch=_lower_ce,
-    doc="mean cross-entropy; `shift=True` scores position t against target t+1 (next-token loss)."))
+    _ce_rule, numpy=_np_ce,
+    torch=lambda call: f"_cross_entropy({call.code('logits')}, {_ce_targets(call)}, {call.code('ignore_index')})",
+    helpers=("_cross_entropy",),
+    doc="mean cross-entropy; `shift=True` scores position t against target t+1 (next-token loss); "
+        "0 when every target is `ignore_index`."))
 
+
+def _linear_ce_rule(ctx, args):
+    x, w, tgt = args["x"], args["weight"], args["targets"]
+    head = _linear_rule(ctx, {"x": x, "weight": w, "bias": args.get("bias")})
+    return _ce_rule(ctx, {"logits": head, "targets": tgt})
+
+
+register(OpDef(
+    "linear_cross_entropy",
+    (Param("x", "tensor"), Param("weight", "tensor", role="weight"), Param("targets", "tensor"),
+     Param("bias", "tensor?", None, role="bias"), Param("shift", "bool", False, static=True),
+     Param("ignore_index", "int", -100, static=True)),
+    _linear_ce_rule,
+    numpy=lambda x, weight, targets, bias=None, shift=False, ignore_index=-100:
+        _np_ce(_np_linear(x, weight, bias), targets, shift, ignore_index),
+    torch=lambda call: f"_linear_cross_entropy({call.code('x')}, {call.code('weight')}, "
+                       f"{call.code('bias') if call.given('bias') else 'None'}, {_ce_targets(call)}, "
+                       f"{call.code('ignore_index')})",
+    helpers=("_linear_cross_entropy",),
+    doc="`cross_entropy(linear(x, weight, bias), targets, ...)` computed in chunks of rows, so the "
+        "[rows, out] logits never exist; what the compiler lowers a head + loss to in training."))

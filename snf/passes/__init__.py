@@ -3,8 +3,9 @@
 Rewrites (`PASSES`) are pure functions `ir.Model -> ir.Model`, run in order, each followed by
 the verifier. Planning passes are pure functions from the typed (lowered) IR to frozen plans:
 what becomes a Block, which inputs and outputs form a cache, where each parameter lives,
-which statements each entry point needs, whether there is a `generate`. Code generation only
-emits what the plans say; no stage works out a fact another one already computed.
+which statements each entry point needs, whether there is a `generate`, which loss may run
+fused with its head. Code generation only emits what the plans say; no stage works out a fact
+another one already computed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .blocks import BlockPlan, plan_blocks
 from .caches import CachePlan, plan_caches
 from .decode import DecodePlan, plan_decode
 from .fuse_linear import fuse_linear
+from .fused_loss import FusedLoss, plan_fused_loss
 from .layout import LayoutPlan, plan_layout
 from .liveness import OutputPlan, plan_outputs
 from .verify import verify
@@ -39,11 +41,13 @@ class Plans:
     layout: LayoutPlan
     outputs: OutputPlan
     decode: DecodePlan | None
+    loss: FusedLoss | None = None
 
 
 def plan(model: ir.Model) -> Plans:
     """Every plan for an already lowered model."""
     blocks = plan_blocks(model)
     caches = plan_caches(model)
-    return Plans(model, blocks, caches, plan_layout(model, blocks), plan_outputs(model, caches.outputs),
-                 plan_decode(model, caches))
+    loss = plan_fused_loss(model)
+    return Plans(model, blocks, caches, plan_layout(model, blocks), plan_outputs(model, caches.outputs, loss),
+                 plan_decode(model, caches), loss)

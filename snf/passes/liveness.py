@@ -6,51 +6,95 @@ outputs in `wanted`: a statement is live when it binds or writes a name that a l
 (every binding of a live name is live), which keeps it simple and never drops a statement a
 wanted output needs.
 
-`plan_outputs` applies it to the entry points the generated module has: `forward` with and
-without its caches (`use_cache`). A statement live only with the caches is emitted under
-`if use_cache:`, so a training step builds no cache tensors. Nothing here is about caches as
-such: any set of outputs can be asked for.
+`plan_outputs` applies it to the entry points the generated module has. Each `Demand` is a
+group of outputs `forward` computes only when a keyword argument asks for them:
+
+- `use_cache`: the caches (from the cache plan); by default on unless the model is training;
+- `return_logits`: the logits, when the fused-loss plan can compute the loss without them; by
+  default on unless the model is training with the loss's targets (as transformers does with
+  Liger's fused loss), where the loss runs fused instead.
+
+A statement live only for a demand's outputs is emitted under `if use_cache:` (or
+`return_logits`); one with a replacement (the loss, fused) has it emitted under `else:`. So a
+training step builds no cache tensors, and no logits when it computes its loss. Nothing here is
+about caches or logits as such: any group of outputs can be asked for.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .. import ir
+
+if TYPE_CHECKING:
+    from .fused_loss import FusedLoss
+
+
+@dataclass(frozen=True)
+class Demand:
+    """Outputs computed only when forward's keyword argument `flag` asks for them."""
+
+    flag: str  # use_cache | return_logits
+    outputs: frozenset
+    statements: frozenset  # statements live only for these outputs
+    instead: tuple = ()  # (statement, what runs in its place when they are not asked for)
+    # by default the flag is on, except while training (with these inputs given, when there are any)
+    off_in_training_with: tuple[str, ...] = ()
+
+    def replacement(self, stmt):
+        return next((new for old, new in self.instead if old is stmt), None)
 
 
 @dataclass(frozen=True)
 class OutputPlan:
-    optional_outputs: frozenset  # outputs computed only when asked for (`use_cache`)
-    only_when_asked: frozenset  # statements live only for those outputs
+    demands: tuple[Demand, ...] = ()
+
+    def demand(self, stmt) -> Demand | None:
+        """The demand whose flag guards `stmt`, if any."""
+        return next((d for d in self.demands if stmt in d.statements), None)
 
     def guarded(self, stmt) -> bool:
-        return stmt in self.only_when_asked
+        return self.demand(stmt) is not None
+
+    @property
+    def optional_outputs(self) -> frozenset:
+        return frozenset().union(*(d.outputs for d in self.demands))
 
 
-def plan_outputs(model: ir.Model, on_demand: frozenset) -> OutputPlan:
-    """`on_demand`: the outputs forward computes only when asked (the caches, from the cache plan)."""
-    if not on_demand:
-        return OutputPlan(frozenset(), frozenset())
-    every = live_statements(model, {o.name for o in model.outputs})
-    base = live_statements(model, {o.name for o in model.outputs} - set(on_demand))
-    only = frozenset(s for s in every - base if not isinstance(s, (ir.Loop, ir.TIf)))
-    return OutputPlan(frozenset(on_demand), only)
+def plan_outputs(model: ir.Model, caches: frozenset, loss: "FusedLoss | None" = None) -> OutputPlan:
+    """`caches`: the cache outputs (from the cache plan); `loss`: the fused-loss plan, if any."""
+    outputs = {o.name for o in model.outputs}
+    every = live_statements(model, outputs)
+    demands = []
+    if caches:
+        demands.append(Demand("use_cache", frozenset(caches), _only(every, live_statements(model, outputs - caches))))
+    if loss is not None:
+        fused = tuple(loss.fused if s is loss.loss else s for s in model.body)
+        base = live_statements(model, outputs - {loss.logits}, fused)
+        demands.append(Demand("return_logits", frozenset({loss.logits}), _only(every, base),
+                              ((loss.loss, loss.fused),), loss.targets))
+    return OutputPlan(tuple(demands))
 
 
-def live_statements(model: ir.Model, wanted: set) -> frozenset:
-    stmts = list(_flatten(model.body, ()))
+def _only(every: frozenset, base: frozenset) -> frozenset:
+    return frozenset(s for s in every - base if not isinstance(s, (ir.Loop, ir.TIf)))
+
+
+def live_statements(model: ir.Model, wanted: set, body: tuple | None = None) -> frozenset:
+    """The statements of `body` (the model's, by default) that the outputs in `wanted` need."""
+    stmts = list(_flatten(model.body if body is None else body, ()))
     needed = set(wanted)
     changed = True
     while changed:
         changed = False
         for s, tests in stmts:
-            if _writes(s) & needed:
+            if writes(s) & needed:
                 new = (_reads(s) | _refs(tests)) - needed
                 if new:
                     needed |= new
                     changed = True
-    live = {s for s, _ in stmts if _writes(s) & needed}
+    live = {s for s, _ in stmts if writes(s) & needed}
     # a compound statement is live when anything in it is
     for s, _ in stmts:
         if isinstance(s, (ir.Loop, ir.TIf)) and any(t in live for t in ir.walk_stmts(_body(s))):
@@ -72,7 +116,8 @@ def _body(s):
     return s.body + (s.orelse if isinstance(s, ir.TIf) else ())
 
 
-def _writes(s) -> set:
+def writes(s) -> set:
+    """The names a statement binds or writes into."""
     if isinstance(s, (ir.Bind, ir.SetItem)):
         return {s.name}
     if isinstance(s, ir.FusedLinear):

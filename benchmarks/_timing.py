@@ -1,4 +1,4 @@
-"""Shared timing helpers for the snfc benchmarks (bench_gpt2.py, and later the KV-cache/generate one).
+"""Shared timing helpers for the snfc benchmarks (bench_gpt2.py, bench_generate.py).
 
 Method: the contenders run in one process, *alternated* rep by rep (A, B, A, B, ...), after
 untimed warmup calls (which is also where torch.compile compiles), with the garbage collector
@@ -69,13 +69,15 @@ def time_alternating(
     warmup: int,
     reps: int,
     setup: Optional[Mapping[str, Callable[[], object]]] = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, list[float]]:
     """Time each callable `reps` times, alternating them in the order given; return ms per call.
 
     `warmup` untimed rounds (every callable once per round, same order) come first; compiling
     callables must compile there. `setup[name]`, if given, runs untimed before every call of
     `name` (e.g. zeroing gradients). Each callable must finish its work before returning (on CPU
-    it does; a CUDA callable must synchronize itself).
+    it does; a CUDA callable must synchronize itself). `clock` is wall time by default;
+    `time.process_time` counts this process's CPU time instead (see `clock_of`).
     """
     setup = setup or {}
     names = list(fns)
@@ -93,9 +95,9 @@ def time_alternating(
             for name in names:
                 if name in setup:
                     setup[name]()
-                t0 = time.perf_counter()
+                t0 = clock()
                 fns[name]()
-                samples[name].append((time.perf_counter() - t0) * 1e3)
+                samples[name].append((clock() - t0) * 1e3)
     finally:
         if was_enabled:
             gc.enable()
@@ -171,6 +173,80 @@ def check_close(ours: torch.Tensor, theirs: torch.Tensor, tol: float, what: str)
     return diff
 
 
+# ---------------------------------------------------------------------------- devices, memory, MFU
+
+# dense peak TFLOP/s per GPU, (bfloat16/float16 tensor cores, float32 without TF32), from the
+# vendor's data sheets; matched against torch.cuda.get_device_name() in this order
+PEAK_TFLOPS = (
+    ("H100 PCIe", (756.0, 51.2)),
+    ("H100 NVL", (835.0, 60.0)),
+    ("H100", (989.4, 66.9)),  # SXM5 (e.g. "NVIDIA H100 80GB HBM3")
+    ("H200", (989.4, 66.9)),
+    ("A100", (312.0, 19.5)),
+    ("L40S", (362.1, 91.6)),
+    ("L4", (121.0, 30.3)),
+)
+
+
+def peak_flops(device: torch.device, low_precision: bool) -> tuple[float, str] | None:
+    """(peak FLOP/s, where the figure comes from) for a CUDA device this table knows, else None.
+    MFU is not reported on a CPU: there is no agreed peak to divide by."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, (low, fp32) in PEAK_TFLOPS:
+        if key in name:
+            which = "bf16 dense" if low_precision else "fp32"
+            return (low if low_precision else fp32) * 1e12, f"{name}: {key} {which} peak"
+    return None
+
+
+def synchronizer(device: torch.device) -> Callable[[], None]:
+    """What a timed callable calls last, so that its time covers its work (a no-op on a CPU)."""
+    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+
+def _proc_status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def peak_memory(fn: Callable[[], object], device: torch.device) -> Optional[int]:
+    """Bytes: on CUDA, torch.cuda.max_memory_allocated() during fn (weights included); on a CPU (Linux
+    only, else None), how far the process's resident memory rose above what it held before fn
+    (VmHWM after resetting it through /proc/self/clear_refs, minus VmRSS before, after
+    malloc_trim returned the allocator's free memory): what fn allocated at its peak, weights
+    excluded. tracemalloc does not see torch's allocations, and RSS covers compiled code too."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated(device)
+    try:
+        import ctypes  # noqa: PLC0415
+
+        gc.collect()
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        before = _proc_status("VmRSS:")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+    except (OSError, KeyError):
+        return None
+    fn()
+    return _proc_status("VmHWM:") - before
+
+
+def clock_of(name: str) -> Callable[[], float]:
+    """`wall`: time.perf_counter; `cpu`: time.process_time, this process's CPU time. With one
+    thread (--threads 1) CPU time is the work done, whatever else the machine runs: the steadiest
+    figure on a shared machine, though caches shared with other processes still slow it."""
+    return {"wall": time.perf_counter, "cpu": time.process_time}[name]
+
+
 def add_common_args(parser: argparse.ArgumentParser, *, reps: int, warmup: int) -> None:
     parser.add_argument("--reps", type=int, default=reps, help=f"timed reps per contender and row (default {reps})")
     parser.add_argument("--warmup", type=int, default=warmup,
@@ -179,3 +255,9 @@ def add_common_args(parser: argparse.ArgumentParser, *, reps: int, warmup: int) 
                         help="tiny smoke run: small model, few reps (numbers not meaningful)")
     parser.add_argument("--no-compile", action="store_true", help="skip the compiled rows")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch.set_num_threads(N) first (default: leave torch's default alone)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall time (default), or this process's CPU time (with --threads 1, on a shared "
+                             "machine; see _timing.clock_of)")

@@ -1,14 +1,19 @@
-"""Generated nanoGPT (generated/nanogpt.py) vs transformers' GPT2LMHeadModel, on the same weights.
+"""Training and forward speed of the generated nanoGPT (snfc) against transformers' GPT2LMHeadModel
+(HF) and a hand-written nanoGPT in model.py style (benchmarks/nanogpt_ref.py), on the same weights.
 
-    PYTHONPATH=. python3 benchmarks/bench_gpt2.py            # full run (a few minutes on 2 cores)
-    PYTHONPATH=. python3 benchmarks/bench_gpt2.py --quick    # smoke run, tiny model
-    PYTHONPATH=. python3 benchmarks/bench_gpt2.py --no-compile
+    PYTHONPATH=. python3 benchmarks/bench_gpt2.py                  # CPU: the bench config, then GPT-2's vocabulary
+    PYTHONPATH=. python3 benchmarks/bench_gpt2.py --device cuda    # GPT-2 small, B=16, T=1024, bf16 autocast
+    PYTHONPATH=. python3 benchmarks/bench_gpt2.py --quick          # smoke run, tiny model
+    PYTHONPATH=. python3 benchmarks/bench_gpt2.py --threads 1 --clock cpu   # steadier on a shared machine
 
-Rows: forward (eval, no_grad) and forward+backward (train mode, dropout 0, cross-entropy loss,
-gradients zeroed untimed before each rep), each eager and compiled. "compiled" means
-SNF_COMPILE=1 for ours (the generated Block.forward goes through torch.compile) and
-torch.compile(hf_model) for HF. Ratio = snfc / HF median: below 1.0 means snfc is faster.
-See benchmarks/README.md.
+Contenders: hf (eager), hf-compiled (torch.compile(model)), nanogpt and nanogpt-compiled (the
+hand-written model.py), snfc (SNF_COMPILE=0) and snfc-compiled (SNF_COMPILE=1, the default: what
+`compile_units` in the generated module says). A training step is forward, loss and backward
+(gradients zeroed untimed before each); each model computes its loss the way its users would:
+HF's logits into F.cross_entropy, nanoGPT's `model(idx, targets)`, snfc's `model(idx, targets).loss`
+(by default, in training, the head and the loss fused: the logits are never made). Forward is
+eval mode under no_grad, the logits. Each row's ratio is the median of the per-rep ratios
+against HF eager, alternated rep by rep in one process. See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -29,10 +34,19 @@ import torch.nn.functional as F  # noqa: E402
 
 from benchmarks import _timing  # noqa: E402
 
-TOL = 1e-4
-
-FULL = dict(n_layer=4, n_head=4, n_embd=256, vocab_size=1024, block_size=128, batch=8, seq=128)
-QUICK = dict(n_layer=2, n_head=2, n_embd=64, vocab_size=128, block_size=32, batch=2, seq=32)
+CONFIGS = {
+    "bench": dict(n_layer=4, n_head=4, n_embd=256, vocab_size=1024, block_size=128, batch=8, seq=128),
+    "gpt2-vocab": dict(n_layer=4, n_head=4, n_embd=256, vocab_size=50257, block_size=128, batch=8, seq=128),
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, block_size=1024, batch=16, seq=1024),
+    "quick": dict(n_layer=2, n_head=2, n_embd=64, vocab_size=128, block_size=32, batch=2, seq=32),
+}
+CONTENDERS = ("hf", "hf-compiled", "nanogpt", "nanogpt-compiled", "snfc", "snfc-compiled")
+# what runs when no --config is given: (config, passes, contenders)
+PLANS = {
+    "cpu": (("bench", ("forward", "train"), CONTENDERS), ("gpt2-vocab", ("train",), ("hf", "snfc", "snfc-compiled"))),
+    "cuda": (("gpt2", ("train", "forward"), CONTENDERS),),
+}
+TOL = {"float32": 1e-4, "bf16-autocast": 5e-2, "bfloat16": 5e-2}  # logits and losses against HF eager
 
 
 def build_models(cfg: dict):
@@ -61,152 +75,195 @@ def build_models(cfg: dict):
     return ours, hf, attn_impl
 
 
-def hf_logits(m, idx):
-    return m(input_ids=idx, use_cache=False).logits
+def build_reference(cfg: dict, hf):
+    """The hand-written nanoGPT (benchmarks/nanogpt_ref.py) with HF's weights."""
+    from benchmarks.nanogpt_ref import GPT, GPTConfig  # noqa: PLC0415
+    ref = GPT(GPTConfig(block_size=cfg["block_size"], vocab_size=cfg["vocab_size"], n_layer=cfg["n_layer"],
+                        n_head=cfg["n_head"], n_embd=cfg["n_embd"], dropout=0.0, bias=True))
+    return ref.load_hf_state_dict(hf.state_dict())
 
 
-def logits_of(out):
-    """The logits from the generated model's output: a tensor, or an Output(logits, ...) tuple."""
-    if isinstance(out, torch.Tensor):
+def flops_per_token(cfg: dict, backward: bool) -> float:
+    """nanoGPT's estimate (PaLM, appendix B): 6N + 12 L D T per trained token, a third of it for a
+    forward pass; N counts the layers' matrices and the head."""
+    L, D, V, T = cfg["n_layer"], cfg["n_embd"], cfg["vocab_size"], cfg["seq"]
+    train = 6 * (12 * L * D * D + V * D) + 12 * L * D * T
+    return train if backward else train / 3
+
+
+class Contenders:
+    """Each contender's forward and training step, as its users would call it."""
+
+    def __init__(self, cfg: dict, device: torch.device, dtype: str):
+        self.cfg, self.device, self.dtype = cfg, device, dtype
+        ours, hf, self.attn_impl = build_models(cfg)
+        ref = build_reference(cfg, hf)
+        cast = torch.bfloat16 if dtype == "bfloat16" else None
+        self.models = {"hf": hf, "nanogpt": ref, "snfc": ours}
+        for name, m in self.models.items():
+            self.models[name] = m.to(device=device, dtype=cast) if cast else m.to(device)
+        self.compiled: dict = {}
+        self.sync = _timing.synchronizer(device)
+
+    def model(self, contender: str):
+        return self.models[contender.removesuffix("-compiled")]
+
+    def _call(self, contender: str):
+        """(forward(idx) -> logits, step(idx, targets) -> loss) of one contender."""
+        base = contender.removesuffix("-compiled")
+        compiled = contender.endswith("-compiled")
+        m = self.models[base]
+        if base == "snfc":
+            def with_env(fn):
+                def run(*a):
+                    with _timing.snf_compile(compiled):
+                        return fn(*a)
+                return run
+            # no KV cache in the forward rows, as HF is called
+            return with_env(lambda idx: m(idx, use_cache=False).logits), with_env(lambda idx, tgt: m(idx, tgt).loss)
+        if compiled and base not in self.compiled:  # one compiled module per model, shared by the passes
+            self.compiled[base] = torch.compile(m)
+        run = self.compiled[base] if compiled else m
+        vocab = self.cfg["vocab_size"]
+        if base == "hf":
+            def hf_logits(idx):
+                return run(input_ids=idx, use_cache=False).logits
+            return hf_logits, lambda idx, tgt: F.cross_entropy(hf_logits(idx).float().view(-1, vocab), tgt.view(-1))
+        return lambda idx: run(idx)[0], lambda idx, tgt: run(idx, tgt)[1]
+
+    def fns(self, contenders, backward: bool, idx, tgt):
+        autocast = self.dtype == "bf16-autocast"
+        out = {}
+        for c in contenders:
+            forward, step = self._call(c)
+            model = self.model(c)
+
+            def run(forward=forward, step=step, model=model):
+                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=autocast):
+                    if backward:
+                        result = step(idx, tgt)
+                        result.backward()
+                    else:
+                        with torch.no_grad():
+                            result = forward(idx)
+                self.sync()
+                return result.detach()
+            out[c] = run
         return out
-    return out.logits if hasattr(out, "logits") else out[0]
-
-
-def snfc_logits(m, idx):
-    return logits_of(m(idx, use_cache=False))  # as HF is called: no KV cache
-
-
-def make_row_fns(ours, hf_call, idx, tgt, vocab: int, backward: bool):
-    """Callables for one row: ours and HF, forward-only or forward+backward."""
-    if not backward:
-        def fwd_ours():
-            with torch.no_grad():
-                return ours(idx)
-
-        def fwd_hf():
-            with torch.no_grad():
-                return hf_call(idx)
-
-        return {"snfc": fwd_ours, "hf": fwd_hf}
-
-    def step(call):
-        def run():
-            logits = call(idx)
-            loss = F.cross_entropy(logits.float().view(-1, vocab), tgt.view(-1))
-            loss.backward()
-            return loss
-
-        return run
-
-    return {"snfc": step(ours), "hf": step(hf_call)}
-
-
-def check_row(ours, hf_call, idx, tgt, vocab: int, what: str) -> float:
-    """Logits (no_grad) and the training loss must agree to TOL; abort otherwise."""
-    with torch.no_grad():
-        d = _timing.check_close(ours(idx), hf_call(idx), TOL, f"{what} logits")
-    lo = F.cross_entropy(ours(idx).float().view(-1, vocab), tgt.view(-1)).detach()
-    lh = F.cross_entropy(hf_call(idx).float().view(-1, vocab), tgt.view(-1)).detach()
-    _timing.check_close(lo, lh, TOL, f"{what} loss")
-    return d
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     _timing.add_common_args(ap, reps=20, warmup=3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch.set_num_threads(N) first (default: leave torch's default alone)")
+    ap.add_argument("--config", choices=sorted(CONFIGS), help="one config instead of the device's plan (see PLANS)")
+    ap.add_argument("--passes", default="forward,train", help="with --config: comma-separated, forward and/or train")
+    ap.add_argument("--contenders", default=",".join(CONTENDERS), help="with --config: comma-separated, from " +
+                    ", ".join(CONTENDERS))
+    ap.add_argument("--dtype", choices=sorted(TOL), default=None,
+                    help="float32 (CPU default), bf16-autocast (CUDA default), or bfloat16 weights")
+    ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory column")
     args = ap.parse_args(argv)
+    device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
+    dtype = args.dtype or ("bf16-autocast" if device.type == "cuda" else "float32")
     if args.quick:
-        cfg = QUICK
         given = sys.argv[1:] if argv is None else argv
-        if not any(a.startswith("--reps") for a in given):
-            args.reps = 3
-        if not any(a.startswith("--warmup") for a in given):
-            args.warmup = 1
+        args.reps = args.reps if any(a.startswith("--reps") for a in given) else 3
+        args.warmup = args.warmup if any(a.startswith("--warmup") for a in given) else 1
+        plan = (("quick", ("forward", "train"), CONTENDERS),)
+    elif args.config:
+        plan = ((args.config, tuple(args.passes.split(",")), tuple(args.contenders.split(","))),)
     else:
-        cfg = FULL
+        plan = PLANS[device.type]
+    if args.no_compile:
+        plan = tuple((c, p, tuple(x for x in cs if not x.endswith("-compiled"))) for c, p, cs in plan)
+    peak = _timing.peak_flops(device, dtype != "float32")
 
-    torch.manual_seed(args.seed)
-    ours_model, hf, attn_impl = build_models(cfg)
-
-    def ours(x):
-        return snfc_logits(ours_model, x)
-
-    B, T, V = cfg["batch"], cfg["seq"], cfg["vocab_size"]
-    g = torch.Generator().manual_seed(args.seed + 1)
-    idx = torch.randint(0, V, (B, T), generator=g)
-    tgt = torch.randint(0, V, (B, T), generator=g)
-
-    print("bench_gpt2: generated nanoGPT (snfc) vs transformers GPT2LMHeadModel (HF), same weights")
+    print("bench_gpt2: generated nanoGPT (snfc) vs transformers GPT2LMHeadModel (HF) and a hand-written nanoGPT, "
+          "same weights")
     for line in _timing.environment_lines("--threads" if args.threads else ""):
         print("  " + line)
-    print(f"  config: n_layer={cfg['n_layer']} n_head={cfg['n_head']} n_embd={cfg['n_embd']} "
-          f"vocab={V} block={cfg['block_size']} dropout=0; batch B={B}, T={T}, float32, CPU")
-    print(f"  HF attention implementation: {attn_impl!r}; HF called with use_cache=False")
-    print(f"  reps={args.reps} (timed, alternated snfc/HF), warmup={args.warmup} rounds"
+    print(f"  device {device}{' (' + torch.cuda.get_device_name(device) + ')' if device.type == 'cuda' else ''}, "
+          f"{dtype}; clock: {args.clock}; reps={args.reps} (alternated), warmup={args.warmup}"
           f"{' [--quick: numbers not meaningful]' if args.quick else ''}")
+    print(f"  MFU against {peak[1]}" if peak else "  MFU: not reported (no peak FLOP/s for this device)")
 
-    modes = [("eager", False)] + ([] if args.no_compile else [("compiled", True)])
-    rows, notes, results = [], [], []
-    for mode, compiled in modes:
-        hf_model_call = torch.compile(hf) if compiled else hf  # created here: eager rows see no compile workers
-
-        def hf_call(x, _m=hf_model_call):
-            return hf_logits(_m, x)
-
-        for pass_name, backward in (("forward", False), ("fwd+bwd", True)):
-            ours_model.train(backward)
-            hf.train(backward)
-            with _timing.snf_compile(compiled), warnings.catch_warnings(record=True) as caught:
+    rows, results, notes = [], [], []
+    for config, passes, contenders in plan:
+        cfg = CONFIGS[config]
+        torch.manual_seed(args.seed)
+        models = Contenders(cfg, device, dtype)
+        B, T, V = cfg["batch"], cfg["seq"], cfg["vocab_size"]
+        g = torch.Generator().manual_seed(args.seed + 1)
+        idx = torch.randint(0, V, (B, T), generator=g).to(device)
+        tgt = torch.randint(0, V, (B, T), generator=g).to(device)
+        print(f"  config {config}: n_layer={cfg['n_layer']} n_head={cfg['n_head']} n_embd={cfg['n_embd']} vocab={V} "
+              f"block={cfg['block_size']}; batch B={B}, T={T}; HF attention {models.attn_impl!r}", flush=True)
+        for pass_name in passes:
+            backward = pass_name == "train"
+            for m in models.models.values():
+                m.train(backward)
+            fns = models.fns(contenders, backward, idx, tgt)
+            setup = {c: (lambda m=models.model(c): m.zero_grad(set_to_none=True)) for c in contenders} if backward else {}
+            with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                fns = make_row_fns(ours, hf_call, idx, tgt, V, backward)
-                setup = {}
-                if backward:
-                    setup = {"snfc": lambda: ours_model.zero_grad(set_to_none=True),
-                             "hf": lambda: hf.zero_grad(set_to_none=True)}
-                first = {}
-                for name, fn in fns.items():  # first call: compiles in compiled mode; untimed
-                    if name in setup:
-                        setup[name]()
+                first, outputs = {}, {}
+                for c, fn in fns.items():  # the first call compiles the compiled ones: untimed
+                    setup.get(c, lambda: None)()
                     t0 = time.perf_counter()
-                    fn()
-                    first[name] = time.perf_counter() - t0
-                diff = check_row(ours, hf_call, idx, tgt, V, f"{mode} {pass_name}")
-                samples = _timing.time_alternating(fns, warmup=args.warmup, reps=args.reps, setup=setup)
-            fell_back = [str(w.message) for w in caught if "torch.compile is unavailable" in str(w.message)]
-            if fell_back:
-                notes.append(f"{mode} {pass_name}: snfc fell back to eager: {fell_back[0]}")
-            so, sh = _timing.summarize(samples["snfc"]), _timing.summarize(samples["hf"])
-            r = _timing.ratio(so.median, sh.median)
-            pr = _timing.paired_ratio(samples["snfc"], samples["hf"])
-            rows.append([mode, pass_name, so.median, sh.median, f"{r:.3f}", f"{pr:.3f}",
-                         f"{so.min:.1f} / {sh.min:.1f}", f"{100 * so.spread:.0f}% / {100 * sh.spread:.0f}%",
-                         f"{diff:.1e}"])
-            if compiled:
-                notes.append(f"{mode} {pass_name}: first call (compile, untimed) "
-                             f"snfc {first['snfc']:.1f}s, HF {first['hf']:.1f}s")
-            results.append(dict(mode=mode, pass_=pass_name, snfc=so.__dict__, hf=sh.__dict__, ratio=r,
-                                paired_ratio=pr, max_abs_logit_diff=diff, snfc_ms=samples["snfc"], hf_ms=samples["hf"]))
-            print(f"  done: {mode} {pass_name}", flush=True)
+                    outputs[c] = fn()
+                    first[c] = time.perf_counter() - t0
+                diffs = {c: _check(outputs[c], outputs[contenders[0]], TOL[dtype], f"{config} {pass_name} {c}")
+                         for c in contenders}
+                samples = _timing.time_alternating(fns, warmup=args.warmup, reps=args.reps, setup=setup,
+                                                   clock=_timing.clock_of(args.clock))
+                memory = {} if args.no_memory else {
+                    c: _timing.peak_memory(lambda c=c: (setup.get(c, lambda: None)(), fns[c]()), device)
+                    for c in contenders}
+            for w in caught:
+                if "torch.compile is unavailable" in str(w.message):
+                    notes.append(f"{config} {pass_name}: snfc fell back to eager: {w.message}")
+            base = samples["hf" if "hf" in samples else contenders[0]]
+            for c in contenders:
+                s = _timing.summarize(samples[c])
+                tokens = B * T / (s.median / 1e3)
+                mfu = f"{100 * tokens * flops_per_token(cfg, backward) / peak[0]:.1f}%" if peak else "-"
+                vs_eager = f"{_timing.paired_ratio(samples[c], samples['snfc']):.3f}" \
+                    if c == "snfc-compiled" and "snfc" in samples else "-"
+                mem = memory.get(c)
+                rows.append([config, pass_name, c, s.median, f"{tokens:.0f}", f"{_timing.paired_ratio(samples[c], base):.3f}",
+                             vs_eager, f"{mem / 2**20:.0f}" if mem is not None else "-", mfu,
+                             f"{first[c]:.1f}", f"{100 * s.spread:.0f}%", f"{diffs[c]:.1e}"])
+                results.append(dict(config=config, pass_=pass_name, contender=c, stats=s.__dict__, ms=samples[c],
+                                    tokens_per_s=tokens, peak_bytes=mem, first_call_s=first[c], max_abs_diff=diffs[c]))
+            print(f"  done: {config} {pass_name}", flush=True)
+        del models
 
     print()
     print(_timing.format_table(
-        ["mode", "pass", "snfc ms", "HF ms", "ratio", "paired", "min ms snfc / HF", "IQR snfc / HF",
-         "max |dlogit|"], rows))
-    print("\nms = median per call; ratio = snfc ms / HF ms (lower is better, < 1.0 = snfc faster); "
-          "paired = median of per-rep ratios\n(adjacent calls share the machine's load: trust it over "
-          "`ratio` when IQR is large); IQR = interquartile range / median (noise).")
+        ["config", "pass", "contender", "ms", "tokens/s", "vs hf", "vs snfc", "peak MB", "MFU",
+         "first call s", "IQR", "max |diff|"], rows))
+    print(f"\nms: median per step ({args.clock} clock); vs hf: median of the per-rep ratios to HF eager (lower is "
+          "better, < 1: faster); vs snfc: snfc-compiled against snfc eager, the same way;\npeak MB: " +
+          ("max_memory_allocated during one step (weights included)" if device.type == "cuda" else
+           "how far the process's resident memory rose during one step (weights excluded, gradients included)") +
+          "; first call: the untimed first step (where torch.compile compiles); IQR: interquartile range / median; "
+          "max |diff|: the logits' or the loss's difference from the first contender.")
     for n in notes:
         print("  note: " + n)
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(config=cfg, reps=args.reps, warmup=args.warmup,
-                                                   torch=torch.__version__, threads=torch.get_num_threads(),
-                                                   hf_attn=attn_impl, rows=results), indent=1))
+        Path(args.json).write_text(json.dumps(dict(plan=plan, reps=args.reps, warmup=args.warmup, device=str(device),
+                                                   dtype=dtype, clock=args.clock, torch=torch.__version__,
+                                                   threads=torch.get_num_threads(), rows=results), indent=1))
     return 0
+
+
+def _check(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str) -> float:
+    """Abort unless a contender's logits (or loss) agree with the first contender's."""
+    scale = 1.0 if tol < 1e-3 else max(1.0, ref.float().abs().max().item())  # bf16: relative to the largest
+    return _timing.check_close(out, ref, tol * scale, what)
 
 
 if __name__ == "__main__":

@@ -81,7 +81,6 @@ def scenarios(cfg: dict, device: str) -> list[tuple[str, tuple]]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     _timing.add_common_args(parser, reps=30, warmup=3)
-    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)

@@ -12,6 +12,7 @@ import functools
 import math
 import os
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
@@ -71,11 +72,13 @@ def _is_compile_error(err: Exception) -> bool:
                             torch._inductor.exc.InvalidCxxCompiler))
 
 
-def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[dict] = None):
+def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[dict] = None,
+              cuda_mode: Optional[str] = None):
     """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0, or, with a
-    warning, once compiling has failed. `cpu_options` are inductor options used on the CPU only."""
+    warning, once compiling has failed. `cpu_options` are inductor options used on the CPU only;
+    `cuda_mode` is torch.compile's mode on CUDA ("reduce-overhead": CUDA graphs)."""
     if fn is None:
-        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options)
+        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options, cuda_mode=cuda_mode)
     compiled: dict = {}
 
     @functools.wraps(fn)
@@ -85,20 +88,34 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[
         device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
         if device not in compiled:
             options = cpu_options if device == "cpu" else None
-            compiled[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options)
+            mode = cuda_mode if device == "cuda" else None
+            compiled[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options, mode=mode)
         try:
             return compiled[device](*args, **kwargs)
         except Exception as err:
             if not _is_compile_error(err):
                 raise
-            out = fn(*args, **kwargs)  # the model's own error is raised here, eagerly
-            compiled["broken"] = True
+            compiled["broken"] = True  # set first: a forward that calls itself compiled must not, now
+            try:
+                out = fn(*args, **kwargs)  # the model's own error is raised here, eagerly
+            except Exception:
+                del compiled["broken"]
+                raise
             reason = (str(err).strip().splitlines() or [""])[0][:200]
             warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
                           RuntimeWarning, stacklevel=2)
             return out
 
+    wrapper.compiled = compiled  # by device; "broken" once compiling has failed
     return wrapper
+
+
+def _compiles_whole(model: nn.Module, x: torch.Tensor) -> bool:
+    """Whether forward runs as one compiled graph: compiling is on, `model.compile_units` says
+    "model" for x's device and the model's mode, and torch.compile is not tracing it already."""
+    if not _compile_enabled() or torch.compiler.is_compiling() or type(model)._compiled_forward.compiled.get("broken"):
+        return False
+    return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval") == "model"
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -180,14 +197,38 @@ def _check_position(position, length: Optional[int], size: int, names: str, *cac
         raise ValueError(f"cache_position {int(position)} is outside the {length or size} cache slots read")
 
 
-def _cache_buffers(cache: torch.Tensor, axis: int, size: int, dtype: torch.dtype) -> list:
+def _cache_buffers(cache: torch.Tensor, axis: int, size: int, dtype: torch.dtype, owner: Optional[nn.Module] = None,
+                   name: str = "") -> list:
     """A stacked cache [n_layer, ...] as one buffer per layer with `size` slots along (the layer's)
     `axis`, the first ones holding the cache: the per-layer form `_check_cache` prefers. `dtype` is
     the one the model computes in (a cast model's, or autocast's), which new keys arrive in."""
-    buffers = []
-    for filled in cache:
-        buffers.append(filled.new_zeros(filled.shape[:axis] + (size,) + filled.shape[axis + 1:], dtype=dtype))
-        buffers[-1].narrow(axis, 0, filled.size(axis)).copy_(filled)
+    shape = cache.shape[1:axis + 1] + (size,) + cache.shape[axis + 2:]
+    buffers = _decode_buffers(owner if cache.is_cuda else None, name, cache.size(0), shape, dtype, cache.device)
+    for buffer, filled in zip(buffers, cache):
+        buffer.narrow(axis, 0, filled.size(axis)).copy_(filled)
+    return buffers
+
+
+# the decode buffers generate keeps per model on CUDA (see _decode_buffers)
+_KEPT_BUFFERS: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
+
+
+def _decode_buffers(owner: Optional[nn.Module], name: str, count: int, shape: tuple, dtype: torch.dtype,
+                    device: torch.device) -> list:
+    """`count` zero buffers of `shape`; those of an `owner` (on CUDA) are kept for its next generate
+    of the same shapes. There the decode step runs as a CUDA graph, which reads its inputs at fixed
+    addresses, so they are marked static (torch._dynamo.mark_static_address), as transformers'
+    StaticCache does. Slots past the filled ones may hold an earlier call's values; attention
+    never reads them."""
+    kept = _KEPT_BUFFERS.setdefault(owner, {}) if owner is not None else {}
+    key = (count, tuple(shape), dtype, device)
+    if name in kept and kept[name][0] == key:
+        return kept[name][1]
+    buffers = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(count)]
+    if owner is not None:
+        for buffer in buffers:
+            torch._dynamo.mark_static_address(buffer)
+        kept[name] = (key, buffers)
     return buffers
 
 
@@ -322,18 +363,21 @@ def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: in
     return total / (targets != ignore_index).sum().clamp(min=1)
 
 
-def _loss_chunk(rows: int, vocab: int) -> int:
-    """Rows per chunk of the fused head + loss: the chunk's float32 logits take about 32 MB (256 rows
-    of GPT-2's 50257 columns), at least 16 rows; a power of two (benchmarks/README.md)."""
-    return min(max(16, 1 << ((32 << 20) // (4 * vocab)).bit_length() - 1), max(rows, 1))
+def _loss_chunk(vocab: int) -> int:
+    """Rows per chunk of the fused head + loss: a power of two, at least 16, whose float32 logits
+    take at most 64 MB (256 rows of GPT-2's 50257 columns). Fewer rows save memory but make the
+    matmuls slower on a CPU (benchmarks/README.md)."""
+    return max(16, 1 << ((64 << 20) // (4 * vocab)).bit_length() - 1)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     """_cross_entropy(F.linear(x, weight, bias), targets, ignore_index), a chunk of rows at a time,
-    so that the [rows, V] logits never exist. Forward computes the gradients too: each chunk's
-    logits become d loss / d logits in place (softmax minus one-hot, over the kept targets) and
-    then the gradients of x, weight and bias; backward only scales them. The matmuls run in the
-    dtype the model computes in (autocast's, or the weight's), the softmax in float32."""
+    so that the [rows, V] logits never exist. Forward computes the gradients too: a chunk's
+    log-softmax becomes its softmax minus the one-hot targets (d loss / d logits, up to each row's
+    weight `scale`), which gives the chunk's share of the gradients of x, weight and bias; backward
+    only scales them. The row weights multiply the small [rows, D] sides of the products, not the
+    [rows, V] one. The matmuls run in the dtype the model computes in (autocast's, or the
+    weight's), the softmax in float32; two chunk-sized buffers serve every chunk."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, targets, ignore_index: int, grads: bool):
@@ -341,36 +385,47 @@ class _LinearCrossEntropy(torch.autograd.Function):
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
         h, w = x.reshape(-1, x.size(-1)).to(dtype), weight.to(dtype)
         b = bias.to(dtype) if bias is not None else None
+        n = h.size(0)
         targets = targets.flatten()
         keep = targets != ignore_index
         count = keep.sum().clamp(min=1)
         picked = targets.masked_fill(~keep, 0)[:, None]
-        scale = keep / count  # d loss / d (a row's loss)
+        scale = keep / count  # d loss / d (a row's loss): 0 for an ignored row
         total = torch.zeros((), dtype=torch.float32, device=x.device)
-        need_x, need_w, need_b = (grads and n for n in ctx.needs_input_grad[:3])
+        need_x, need_w, need_b = (grads and need for need in ctx.needs_input_grad[:3])
         grad_x = torch.empty_like(h) if need_x else None
         grad_w = torch.zeros_like(weight, dtype=torch.float32) if need_w else None  # summed over the chunks
         grad_b = torch.zeros_like(bias, dtype=torch.float32) if need_b else None
-        step = _loss_chunk(h.size(0), w.size(0))
+        step = min(_loss_chunk(w.size(0)), max(n, 1))
+        compiling = torch.compiler.is_compiling()  # then inductor plans the memory, and fuses the softmax's steps
+        if not compiling:  # eager: the same two chunk-sized buffers for every chunk, not fresh ones each time
+            logits = h.new_empty(step, w.size(0))
+            logp = torch.empty_like(logits, dtype=torch.float32)
         with torch.autocast(device, enabled=False):  # dtypes are explicit here
-            for lo in range(0, h.size(0), step):
-                rows = slice(lo, min(lo + step, h.size(0)))
-                logits = F.linear(h[rows], w, b).float()
-                lse = logits.logsumexp(-1, keepdim=True)
-                total += ((lse - logits.gather(1, picked[rows])).squeeze(1) * keep[rows]).sum()
+            for lo in range(0, n, step):
+                rows = slice(lo, min(lo + step, n))
+                size = rows.stop - lo
+                if compiling:
+                    lp = torch.log_softmax(F.linear(h[rows], w, b), -1, dtype=torch.float32)
+                else:
+                    z = torch.mm(h[rows], w.t(), out=logits[:size])
+                    if b is not None:
+                        z.add_(b)
+                    lp = torch.log_softmax(z, -1, dtype=torch.float32, out=logp[:size])
+                total = total - (lp.gather(1, picked[rows]).squeeze(1) * keep[rows]).sum()
                 if grad_x is None and grad_w is None and grad_b is None:
                     continue
-                grad = logits.sub_(lse).exp_()  # the softmax, in place of the logits
-                grad.scatter_add_(1, picked[rows], torch.full_like(lse, -1.0))
-                grad = grad.mul_(scale[rows, None]).to(dtype)
+                grad = lp.exp_()  # the softmax, in place
+                grad.scatter_add_(1, picked[rows], torch.full((size, 1), -1.0, device=x.device))
+                grad, weights = grad.to(dtype), scale[rows, None]
                 if grad_x is not None:
-                    torch.mm(grad, w, out=grad_x[rows])
+                    grad_x[rows] = (grad @ w) * weights
                 if grad_w is not None and grad_w.dtype == dtype:
-                    grad_w.addmm_(grad.t(), h[rows])
+                    grad_w.addmm_(grad.t(), h[rows] * weights)
                 elif grad_w is not None:  # a narrower dtype: each chunk's product, summed in float32
-                    grad_w.add_(grad.t() @ h[rows])
+                    grad_w.add_(grad.t() @ (h[rows] * weights.to(dtype)))
                 if grad_b is not None:
-                    grad_b.add_(grad.sum(0))
+                    grad_b.add_(grad.t().float() @ weights.squeeze(1))
         ctx.save_for_backward(grad_x, grad_w, grad_b)
         ctx.dtypes = (x.dtype, weight.dtype, bias.dtype if bias is not None else None)
         ctx.x_shape = x.shape
@@ -461,6 +516,12 @@ class Output(NamedTuple):
 class Model(nn.Module):
     """nanogpt, as specified in nanogpt.snf."""
 
+    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
+    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
+    # own, the rest running eagerly. Chosen by measurement (benchmarks/README.md); the CUDA entries
+    # are not measured yet. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "model", "eval": "block"}, "cuda": {"train": "model", "eval": "block"}}
+
     def __init__(self, config: Optional[Config] = None, **overrides) -> None:
         super().__init__()
         if config is None:
@@ -498,6 +559,8 @@ class Model(nn.Module):
         # the loss runs fused with its head, in chunks of rows, and logits is None)
         # cache_position: with it, the caches are preallocated buffers written in place at that
         # position, and attention reads their first cache_length slots (see generate)
+        if _compiles_whole(self, idx):
+            return self._compiled_forward(idx, targets, past_keys, past_values, use_cache=use_cache, return_logits=return_logits, cache_position=cache_position, cache_length=cache_length)
         cfg = self.config
         if use_cache is None:
             use_cache = not self.training
@@ -545,10 +608,16 @@ class Model(nn.Module):
             loss = _linear_cross_entropy(x_final, self.lm_head.weight, None, targets, -1) if targets is not None else None  # []  nanogpt.snf:111
         return Output(logits, loss, new_keys, new_values)
 
+    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
+    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
+    _compiled_forward = _hot_path(forward, dynamic=False)
+
     # forward with preallocated caches: a decode step of generate, compiled as one graph per
     # cache_length bucket (its shapes are fixed). On CPU a low realize threshold makes inductor
-    # store a value (RoPE's query) instead of recomputing it inside attention's loop over keys.
-    _decode_step = _hot_path(forward, dynamic=False, cpu_options={"realize_opcount_threshold": 4})
+    # store a value (RoPE's query) instead of recomputing it inside attention's loop over keys; on
+    # CUDA each step runs as a CUDA graph (one launch, not one per kernel).
+    _decode_step = _hot_path(forward, dynamic=False, cpu_options={"realize_opcount_threshold": 4},
+                             cuda_mode="reduce-overhead")
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
@@ -572,14 +641,16 @@ class Model(nn.Module):
             if position + max_new_tokens - 1 > size:
                 raise ValueError(f"the prompt ({position} tokens) and max_new_tokens={max_new_tokens} need "
                                  f"{position + max_new_tokens - 1} cache slots; the model has block_size = {size}")
-            past_keys = _cache_buffers(out.new_keys, 1, size, out.logits.dtype)
-            past_values = _cache_buffers(out.new_values, 1, size, out.logits.dtype)
+            past_keys = _cache_buffers(out.new_keys, 1, size, out.logits.dtype, self, 'past_keys')
+            past_values = _cache_buffers(out.new_values, 1, size, out.logits.dtype, self, 'past_values')
             decode = self if _hooked(self) else self._decode_step  # hooks run only through self(...)
             for step in range(max_new_tokens):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
                 tokens.append(token)
                 if step + 1 < max_new_tokens:
                     at = torch.tensor(position, device=idx.device)
+                    if at.is_cuda:  # the step is a CUDA graph; the last step's outputs are read already
+                        torch.compiler.cudagraph_mark_step_begin()
                     out = decode(token, past_keys=past_keys, past_values=past_values, cache_position=at,
                                  cache_length=_bucket(position + 1, size))
                     position += 1

@@ -72,11 +72,13 @@ def _is_compile_error(err: Exception) -> bool:
                             torch._inductor.exc.InvalidCxxCompiler))
 
 
-def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[dict] = None):
+def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[dict] = None,
+              cuda_mode: Optional[str] = None):
     """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0, or, with a
-    warning, once compiling has failed. `cpu_options` are inductor options used on the CPU only."""
+    warning, once compiling has failed. `cpu_options` are inductor options used on the CPU only;
+    `cuda_mode` is torch.compile's mode on CUDA ("reduce-overhead": CUDA graphs)."""
     if fn is None:
-        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options)
+        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options, cuda_mode=cuda_mode)
     compiled: dict = {}
 
     @functools.wraps(fn)
@@ -86,20 +88,34 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[
         device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
         if device not in compiled:
             options = cpu_options if device == "cpu" else None
-            compiled[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options)
+            mode = cuda_mode if device == "cuda" else None
+            compiled[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options, mode=mode)
         try:
             return compiled[device](*args, **kwargs)
         except Exception as err:
             if not _is_compile_error(err):
                 raise
-            out = fn(*args, **kwargs)  # the model's own error is raised here, eagerly
-            compiled["broken"] = True
+            compiled["broken"] = True  # set first: a forward that calls itself compiled must not, now
+            try:
+                out = fn(*args, **kwargs)  # the model's own error is raised here, eagerly
+            except Exception:
+                del compiled["broken"]
+                raise
             reason = (str(err).strip().splitlines() or [""])[0][:200]
             warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
                           RuntimeWarning, stacklevel=2)
             return out
 
+    wrapper.compiled = compiled  # by device; "broken" once compiling has failed
     return wrapper
+
+
+def _compiles_whole(model: nn.Module, x: torch.Tensor) -> bool:
+    """Whether forward runs as one compiled graph: compiling is on, `model.compile_units` says
+    "model" for x's device and the model's mode, and torch.compile is not tracing it already."""
+    if not _compile_enabled() or torch.compiler.is_compiling() or type(model)._compiled_forward.compiled.get("broken"):
+        return False
+    return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval") == "model"
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -260,6 +276,12 @@ class Output(NamedTuple):
 class Model(nn.Module):
     """tiny_transformer, as specified in tiny_transformer.snf."""
 
+    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
+    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
+    # own, the rest running eagerly. Chosen by measurement (benchmarks/README.md); the CUDA entries
+    # are not measured yet. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "model", "eval": "block"}, "cuda": {"train": "model", "eval": "block"}}
+
     def __init__(self, config: Optional[Config] = None, **overrides) -> None:
         super().__init__()
         if config is None:
@@ -283,6 +305,8 @@ class Model(nn.Module):
 
     def forward(self, x: torch.Tensor) -> Output:
         # x: [B, T]
+        if _compiles_whole(self, x):
+            return self._compiled_forward(x)
         cfg = self.config
         _check_input('x', x, 2, '[B, T]', 'int64')
         B, T = x.shape
@@ -294,6 +318,10 @@ class Model(nn.Module):
         logits = h @ self.W_out  # [B, T, vocab_size]  tiny_transformer.snf:49
         y = logits.argmax(dim=-1)  # [B, T]  tiny_transformer.snf:50
         return Output(logits, y)
+
+    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
+    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
+    _compiled_forward = _hot_path(forward, dynamic=False)
 
 
 def spec_parameters(config: Config) -> dict:

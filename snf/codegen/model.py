@@ -146,6 +146,7 @@ class Generator:
             "uses_checkpoint": bool(plans.blocks.blocks) and "gradient_checkpointing" in self.config_fields,
             "cache_position": em.cache_position,
             "generate": self.generate_context(names, out_fields, em),
+            "whole": self.whole_context(em, inputs),
         }
         return _env().get_template("module.py.j2").render(**ctx)
 
@@ -162,6 +163,16 @@ class Generator:
                 rows.append((d.flag, [f"{d.flag}: compute {asked} (by default, unless training{' with ' + given if given else ''}: then",
                                       f"the loss runs fused with its head, in chunks of rows, and {asked} is None)"]))
         return rows
+
+    def whole_context(self, em: Emitter, inputs) -> dict | None:
+        """forward's call of itself compiled as one graph (`compile_units`), when it has a tensor to
+        take the device from."""
+        if em.device_src is None:
+            return None
+        args = [i.name for i in inputs] + [f"{d.flag}={d.flag}" for d in self.plans.outputs.demands]
+        if em.cache_position:
+            args += ["cache_position=cache_position", "cache_length=cache_length"]
+        return {"device_src": em.device_src, "args": ", ".join(args)}
 
     # ---------------------------------------------------------------- forward's prologue
     def forward_prologue(self, em: Emitter, inputs) -> list[str]:

@@ -7,10 +7,12 @@ Standalone: this file imports only torch and the standard library.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
 import os
+import threading
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -58,8 +60,22 @@ def _check_fields(config) -> None:
                             f"{field.type}, got {value!r}")
 
 
+_EAGER = threading.local()  # `on` inside _eagerly()
+
+
 def _compile_enabled() -> bool:
-    return os.environ.get("SNF_COMPILE", "1") != "0"
+    return os.environ.get("SNF_COMPILE", "1") != "0" and not getattr(_EAGER, "on", False)
+
+
+@contextlib.contextmanager
+def _eagerly():
+    """Nothing compiles inside: the compile unit "none" (see Model.compile_units)."""
+    before = getattr(_EAGER, "on", False)
+    _EAGER.on = True
+    try:
+        yield
+    finally:
+        _EAGER.on = before
 
 
 def _is_compile_error(err: Exception) -> bool:
@@ -83,7 +99,7 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if compiled.get("broken") or not _compile_enabled() or torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or compiled.get("broken") or not _compile_enabled():
             return fn(*args, **kwargs)
         device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
         if device not in compiled:
@@ -110,12 +126,13 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[
     return wrapper
 
 
-def _compiles_whole(model: nn.Module, x: torch.Tensor) -> bool:
-    """Whether forward runs as one compiled graph: compiling is on, `model.compile_units` says
-    "model" for x's device and the model's mode, and torch.compile is not tracing it already."""
-    if not _compile_enabled() or torch.compiler.is_compiling() or type(model)._compiled_forward.compiled.get("broken"):
-        return False
-    return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval") == "model"
+def _compile_unit(model: nn.Module, x: torch.Tensor) -> Optional[str]:
+    """What `model.compile_units` says for x's device and the model's mode ("model", "block" or
+    "none"); None where there is nothing to decide: compiling is off, has failed for the whole
+    forward, or torch.compile is tracing it already."""
+    if torch.compiler.is_compiling() or not _compile_enabled() or type(model)._compiled_forward.compiled.get("broken"):
+        return None
+    return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -518,9 +535,10 @@ class Model(nn.Module):
 
     # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
     # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
-    # own, the rest running eagerly. Chosen by measurement (benchmarks/README.md); the CUDA entries
-    # are not measured yet. Assign a changed copy to a model to choose otherwise.
-    compile_units = {"cpu": {"train": "model", "eval": "block"}, "cuda": {"train": "model", "eval": "block"}}
+    # own, the rest running eagerly; "none", nothing. Chosen by measurement (benchmarks/README.md:
+    # on a CPU, compiling a training step measured no faster than eager); the CUDA entries are not
+    # measured yet. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "block"}, "cuda": {"train": "model", "eval": "block"}}
 
     def __init__(self, config: Optional[Config] = None, **overrides) -> None:
         super().__init__()
@@ -559,8 +577,12 @@ class Model(nn.Module):
         # the loss runs fused with its head, in chunks of rows, and logits is None)
         # cache_position: with it, the caches are preallocated buffers written in place at that
         # position, and attention reads their first cache_length slots (see generate)
-        if _compiles_whole(self, idx):
+        unit = _compile_unit(self, idx)  # see compile_units
+        if unit == "model":
             return self._compiled_forward(idx, targets, past_keys, past_values, use_cache=use_cache, return_logits=return_logits, cache_position=cache_position, cache_length=cache_length)
+        if unit == "none":
+            with _eagerly():
+                return self.forward(idx, targets, past_keys, past_values, use_cache=use_cache, return_logits=return_logits, cache_position=cache_position, cache_length=cache_length)
         cfg = self.config
         if use_cache is None:
             use_cache = not self.training

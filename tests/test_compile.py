@@ -97,3 +97,31 @@ def test_only_compile_failures_fall_back(monkeypatch, error):
         with pytest.raises(type(error)):
             model(idx)
     assert calls
+
+
+@pytest.mark.parametrize("unit, compiled", [("none", []), ("block", ["Block.forward"]), ("model", ["Model.forward"])])
+def test_compile_units_choose_what_compiles(monkeypatch, unit, compiled):
+    """`Model.compile_units` decides, per device and mode, whether forward compiles whole, layer
+    block by layer block, or not at all (here torch.compile only records what it is given)."""
+    ng = fresh_module(REPO / "generated" / "nanogpt.py", f"nanogpt_units_{unit}")
+    torch.manual_seed(0)
+    model = ng.Model(**CONFIG).train()
+    idx, targets = torch.randint(0, CONFIG["vocab_size"], (2, 8)), torch.randint(0, CONFIG["vocab_size"], (2, 8))
+    eager = model(idx, targets).loss
+    calls = []
+
+    def compile_(fn, **kwargs):
+        calls.append((fn.__qualname__, kwargs["dynamic"]))
+
+        def run(*a, **k):  # runs fn as if torch.compile were tracing it
+            with monkeypatch.context() as patch:
+                patch.setattr(torch.compiler, "is_compiling", lambda: True)
+                return fn(*a, **k)
+        return run
+    monkeypatch.setattr(torch, "compile", compile_)
+    monkeypatch.setenv("SNF_COMPILE", "1")
+    model.compile_units = {"cpu": {"train": unit, "eval": "block"}}
+    assert torch.equal(model(idx, targets).loss, eager)
+    assert [name for name, _ in calls] == compiled
+    assert all(dynamic is False for name, dynamic in calls if name == "Model.forward")  # fixed shapes
+    assert ng.Model.compile_units["cpu"]["train"] == "none"  # the class's own table is untouched

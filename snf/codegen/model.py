@@ -165,14 +165,14 @@ class Generator:
         return rows
 
     def whole_context(self, em: Emitter, inputs) -> dict | None:
-        """forward's call of itself compiled as one graph (`compile_units`), when it has a tensor to
-        take the device from."""
+        """forward's call of itself as one unit, compiled or eager (`compile_units`), when it has a
+        tensor to take the device from."""
         if em.device_src is None:
             return None
         args = [i.name for i in inputs] + [f"{d.flag}={d.flag}" for d in self.plans.outputs.demands]
         if em.cache_position:
             args += ["cache_position=cache_position", "cache_length=cache_length"]
-        return {"device_src": em.device_src, "args": ", ".join(args)}
+        return {"device_src": em.device_src, "args": ", ".join(args), "unit": em.names.fresh("unit")}
 
     # ---------------------------------------------------------------- forward's prologue
     def forward_prologue(self, em: Emitter, inputs) -> list[str]:

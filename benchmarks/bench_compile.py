@@ -1,0 +1,128 @@
+"""What torch.compile buys the generated nanoGPT, per compile unit: the data behind `compile_units`
+in the generated modules (templates/module.py.j2).
+
+    PYTHONPATH=. python3 benchmarks/bench_compile.py                        # speed per unit, then compile time vs n_layer
+    PYTHONPATH=. python3 benchmarks/bench_compile.py --threads 1 --clock cpu  # steadier on a shared machine
+    PYTHONPATH=. python3 benchmarks/bench_compile.py --quick
+
+Speed: one model per unit, the same weights, alternated rep by rep: `none` (eager), `block` (each
+layer block compiled, the rest eager) and `model` (forward compiled whole, embedding to loss);
+a training step (forward, the spec's loss with targets, backward) and an eval forward (logits,
+no cache), at the bench config (vocab 1024) and GPT-2's vocabulary (50257). Compile time: the
+first training step of a fresh process per (unit, n_layer), with inductor's on-disk caches off,
+so each compiles from scratch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from benchmarks import _timing  # noqa: E402
+
+UNITS = ("none", "block", "model")
+SIZES = {"bench": dict(vocab_size=1024), "gpt2-vocab": dict(vocab_size=50257)}
+SHAPE = dict(n_head=4, n_embd=256, block_size=128)
+BATCH, SEQ = 8, 128
+
+
+def _models(vocab: int, n_layer: int, training: bool) -> dict:
+    import generated.nanogpt as ng  # noqa: PLC0415
+    torch.manual_seed(0)
+    first = ng.Model(vocab_size=vocab, n_layer=n_layer, **SHAPE).train(training)
+    models = {u: (first if i == 0 else copy.deepcopy(first)) for i, u in enumerate(UNITS)}
+    for unit, m in models.items():
+        m.compile_units = {"cpu": {"train": unit, "eval": unit}, "cuda": {"train": unit, "eval": unit}}
+    return models
+
+
+def speed_rows(args, device: torch.device) -> list:
+    rows = []
+    sync = _timing.synchronizer(device)
+    configs = {"quick": dict(vocab_size=128)} if args.quick else SIZES
+    for config, size in configs.items():
+        vocab = size["vocab_size"]
+        idx = torch.randint(0, vocab, (BATCH, SEQ), device=device)
+        targets = torch.randint(0, vocab, (BATCH, SEQ), device=device)
+        for pass_name in ("train", "eval"):
+            training = pass_name == "train"
+            models = {u: m.to(device) for u, m in _models(vocab, args.layers, training).items()}
+
+            def fn(m):
+                def run():
+                    if training:
+                        m(idx, targets).loss.backward()
+                    else:
+                        with torch.no_grad():
+                            m(idx, use_cache=False)
+                    sync()
+                return run
+            fns = {u: fn(m) for u, m in models.items()}
+            setup = {u: (lambda m=m: m.zero_grad(set_to_none=True)) for u, m in models.items()}
+            first = {}
+            with _timing.snf_compile(True):
+                for u, f in fns.items():
+                    setup[u]()
+                    t0 = time.perf_counter()
+                    f()
+                    first[u] = time.perf_counter() - t0
+                samples = _timing.time_alternating(fns, warmup=args.warmup, reps=args.reps, setup=setup,
+                                                   clock=_timing.clock_of(args.clock))
+            for u in UNITS:
+                s = _timing.summarize(samples[u])
+                rows.append([config, pass_name, u, s.median, f"{_timing.paired_ratio(samples[u], samples['none']):.3f}",
+                             f"{first[u]:.1f}", f"{100 * s.spread:.0f}%"])
+            print(f"  done: {config} {pass_name}", flush=True)
+    return rows
+
+
+def compile_time(unit: str, n_layer: int, device: str) -> float:
+    """Seconds of the first training step, in a fresh process with inductor's caches off."""
+    code = (f"import sys, time, torch; sys.path.insert(0, {str(ROOT)!r}); import generated.nanogpt as ng; "
+            f"m = ng.Model(vocab_size=1024, n_layer={n_layer}, n_head=4, n_embd=256, block_size=128).to({device!r}).train(); "
+            f"m.compile_units = {{{device!r}: {{'train': {unit!r}, 'eval': {unit!r}}}}}; "
+            f"i = torch.randint(0, 1024, ({BATCH}, {SEQ}), device={device!r}); t0 = time.perf_counter(); "
+            f"m(i, i).loss.backward(); print(time.perf_counter() - t0)")
+    env = dict(os.environ, SNF_COMPILE="1", TORCHINDUCTOR_FX_GRAPH_CACHE="0", TORCHINDUCTOR_AUTOGRAD_CACHE="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    _timing.add_common_args(ap, reps=10, warmup=2)
+    ap.add_argument("--layers", type=int, default=4, help="n_layer of the speed rows (default 4)")
+    ap.add_argument("--compile-layers", default="1,4,12,24", help="n_layer values of the compile-time rows")
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.quick:
+        args.reps, args.warmup, args.layers, args.compile_layers = 2, 1, 1, "1"
+    print("\n".join(_timing.environment_lines("--threads" if args.threads else "")))
+    print(f"device {device}; clock {args.clock}; reps {args.reps}, warmup {args.warmup}; n_layer {args.layers}, "
+          f"n_embd {SHAPE['n_embd']}, batch {BATCH} x {SEQ}", flush=True)
+    rows = speed_rows(args, device)
+    print(_timing.format_table(["config", "pass", "unit", "ms", "vs none", "first call s", "IQR"], rows))
+    if args.no_compile:
+        return 0
+    layers = [int(n) for n in args.compile_layers.split(",")]
+    times = [[n] + [f"{compile_time(u, n, args.device):.1f}" for u in ("block", "model")] for n in layers]
+    print("\nfirst training step, s (compiling from scratch, caches off):")
+    print(_timing.format_table(["n_layer", "block", "model"], times))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -24,6 +24,8 @@ MODULE_NAMES = frozenset({
 })
 BUILTINS = frozenset(dir(builtins))
 # Names a generated `forward` needs for itself: no input may be called so (it is a forward argument).
+# attributes the generated modules set themselves (Model.compile_units: what torch.compile compiles)
+GENERATED_ATTRIBUTES = frozenset({"config", "compile_units"})
 FORWARD_RESERVED = frozenset({"self", "torch", "F", "nn", "math", "Output", "Config", "Model", "enumerate",
                               "use_cache", "return_logits", "cache_position", "cache_length"})
 _IDENT = re.compile(r"^[^\W\d]\w*$")
@@ -141,7 +143,7 @@ def public_name_problem(kind: str, name: str) -> str | None:
         return f"`{name}` is a name the generated `Config` class uses itself; it cannot be {what}"
     if kind == "input" and name in FORWARD_RESERVED:
         return f"`{name}` would shadow a name the generated `forward` uses; it cannot be {what}"
-    if kind in ("param", "buffer") and (name in MODULE_ATTRIBUTES or name in ("config", "training")
+    if kind in ("param", "buffer") and (name in MODULE_ATTRIBUTES or name in GENERATED_ATTRIBUTES | {"training"}
                                         or re.fullmatch(r"layers\d*", name)):
         return f"`{name}` is an attribute of every generated module (`nn.Module.{name}`); it cannot be {what}" \
             if name in MODULE_ATTRIBUTES | {"training"} else \

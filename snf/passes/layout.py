@@ -20,14 +20,13 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..dims import Dim
-from ..names import Namespace, module_attribute_names
+from ..names import GENERATED_ATTRIBUTES, Namespace, module_attribute_names
 from .blocks import BlockPlan
 
 # op -> (its input, the argument holding the module's weight, the one holding its bias)
 MODULE_OPS = {"linear": ("x", "weight", "bias"), "layer_norm": ("x", "weight", "bias"),
               "rms_norm": ("x", "weight", None), "gather": ("index", "table", None)}
-# attributes the generated modules set themselves
-GENERATED_ATTRS = frozenset({"config"})
+GENERATED_ATTRS = GENERATED_ATTRIBUTES
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,8 @@ about caches or logits as such: any group of outputs can be asked for.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .. import ir
-
-if TYPE_CHECKING:
-    from .fused_loss import FusedLoss
 
 
 @dataclass(frozen=True)
@@ -62,8 +58,9 @@ class OutputPlan:
         return frozenset().union(*(d.outputs for d in self.demands))
 
 
-def plan_outputs(model: ir.Model, caches: frozenset, loss: "FusedLoss | None" = None) -> OutputPlan:
-    """`caches`: the cache outputs (from the cache plan); `loss`: the fused-loss plan, if any."""
+def plan_outputs(model: ir.Model, caches: frozenset, loss=None) -> OutputPlan:
+    """`caches`: the cache outputs (from the cache plan); `loss`: the fused-loss plan
+    (`fused_loss.FusedLoss`), if any."""
     outputs = {o.name for o in model.outputs}
     every = live_statements(model, outputs)
     demands = []

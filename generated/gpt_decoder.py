@@ -412,12 +412,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
     weight `scale`), which gives the chunk's share of the gradients of x, weight and bias; backward
     only scales them. The row weights multiply the small [rows, D] sides of the products, not the
     [rows, V] one. The matmuls run in the dtype the model computes in (autocast's, or the
-    weight's), the softmax in float32; two chunk-sized buffers serve every chunk."""
+    weight's), the softmax and the sums in float32 (or wider); two chunk-sized buffers serve every
+    chunk."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, targets, ignore_index: int, grads: bool):
         device = x.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+        wide = torch.promote_types(dtype, torch.float32)  # the softmax's and the sums' dtype
         h, w = x.reshape(-1, x.size(-1)).to(dtype), weight.to(dtype)
         b = bias.to(dtype) if bias is not None else None
         n = h.size(0)
@@ -425,42 +427,42 @@ class _LinearCrossEntropy(torch.autograd.Function):
         keep = targets != ignore_index
         count = keep.sum().clamp(min=1)
         picked = targets.masked_fill(~keep, 0)[:, None]
-        scale = keep / count  # d loss / d (a row's loss): 0 for an ignored row
-        total = torch.zeros((), dtype=torch.float32, device=x.device)
+        scale = keep.to(wide) / count  # d loss / d (a row's loss): 0 for an ignored row
+        total = torch.zeros((), dtype=wide, device=x.device)
         need_x, need_w, need_b = (grads and need for need in ctx.needs_input_grad[:3])
         grad_x = torch.empty_like(h) if need_x else None
-        grad_w = torch.zeros_like(weight, dtype=torch.float32) if need_w else None  # summed over the chunks
-        grad_b = torch.zeros_like(bias, dtype=torch.float32) if need_b else None
+        grad_w = torch.zeros_like(weight, dtype=wide) if need_w else None  # summed over the chunks
+        grad_b = torch.zeros_like(bias, dtype=wide) if need_b else None
         step = min(_loss_chunk(w.size(0)), max(n, 1))
         compiling = torch.compiler.is_compiling()  # then inductor plans the memory, and fuses the softmax's steps
         if not compiling:  # eager: the same two chunk-sized buffers for every chunk, not fresh ones each time
             logits = h.new_empty(step, w.size(0))
-            logp = torch.empty_like(logits, dtype=torch.float32)
+            logp = torch.empty_like(logits, dtype=wide)
         with torch.autocast(device, enabled=False):  # dtypes are explicit here
             for lo in range(0, n, step):
                 rows = slice(lo, min(lo + step, n))
                 size = rows.stop - lo
                 if compiling:
-                    lp = torch.log_softmax(F.linear(h[rows], w, b), -1, dtype=torch.float32)
+                    lp = torch.log_softmax(F.linear(h[rows], w, b), -1, dtype=wide)
                 else:
                     z = torch.mm(h[rows], w.t(), out=logits[:size])
                     if b is not None:
                         z.add_(b)
-                    lp = torch.log_softmax(z, -1, dtype=torch.float32, out=logp[:size])
+                    lp = torch.log_softmax(z, -1, dtype=wide, out=logp[:size])
                 total = total - (lp.gather(1, picked[rows]).squeeze(1) * keep[rows]).sum()
                 if grad_x is None and grad_w is None and grad_b is None:
                     continue
                 grad = lp.exp_()  # the softmax, in place
-                grad.scatter_add_(1, picked[rows], torch.full((size, 1), -1.0, device=x.device))
+                grad.scatter_add_(1, picked[rows], grad.new_full((size, 1), -1.0))
                 grad, weights = grad.to(dtype), scale[rows, None]
                 if grad_x is not None:
                     grad_x[rows] = (grad @ w) * weights
                 if grad_w is not None and grad_w.dtype == dtype:
                     grad_w.addmm_(grad.t(), h[rows] * weights)
-                elif grad_w is not None:  # a narrower dtype: each chunk's product, summed in float32
+                elif grad_w is not None:  # a narrower dtype: each chunk's product, summed wider
                     grad_w.add_(grad.t() @ (h[rows] * weights.to(dtype)))
                 if grad_b is not None:
-                    grad_b.add_(grad.t().float() @ weights.squeeze(1))
+                    grad_b.add_(grad.t().to(wide) @ weights.squeeze(1))
         ctx.save_for_backward(grad_x, grad_w, grad_b)
         ctx.dtypes = (x.dtype, weight.dtype, bias.dtype if bias is not None else None)
         ctx.x_shape = x.shape

@@ -203,3 +203,15 @@ def test_the_helper_with_a_bias_and_every_gradient(monkeypatch):
         grads.append([loss.detach()] + [t.grad for t in leaves])
     for got, want in zip(grads[1], grads[0]):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_float64_model_keeps_float64(small_chunks):
+    for mod, model, name, _ in _models():
+        model = model.double()
+        idx, targets = torch.randint(0, V, (2, 16)), torch.randint(0, V, (2, 16))
+        plain, plain_grads = _step(model, idx, targets, name, True)
+        fused, fused_grads = _step(model, idx, targets, name, False)
+        assert fused.loss.dtype == plain.loss.dtype == torch.float64
+        torch.testing.assert_close(fused.loss, plain.loss, rtol=1e-12, atol=1e-12)
+        for key in plain_grads:
+            torch.testing.assert_close(fused_grads[key], plain_grads[key], rtol=1e-10, atol=1e-12, msg=key)

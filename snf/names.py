@@ -23,9 +23,9 @@ MODULE_NAMES = frozenset({
     "self", "cfg", "layer", "config",
 })
 BUILTINS = frozenset(dir(builtins))
-# Names a generated `forward` needs for itself: no input may be called so (it is a forward argument).
-# attributes the generated modules set themselves (Model.compile_units: what torch.compile compiles)
+# Attributes the generated modules set themselves (Model.compile_units: what torch.compile compiles).
 GENERATED_ATTRIBUTES = frozenset({"config", "compile_units"})
+# Names a generated `forward` needs for itself: no input may be called so (it is a forward argument).
 FORWARD_RESERVED = frozenset({"self", "torch", "F", "nn", "math", "Output", "Config", "Model", "enumerate",
                               "use_cache", "return_logits", "cache_position", "cache_length"})
 _IDENT = re.compile(r"^[^\W\d]\w*$")

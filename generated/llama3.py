@@ -7,11 +7,14 @@ Standalone: this file imports only torch and the standard library.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
 import os
+import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
@@ -67,8 +70,22 @@ def _check_fields(config) -> None:
                             f"{field.type}, got {value!r}")
 
 
+_EAGER = threading.local()  # `on` inside _eagerly()
+
+
 def _compile_enabled() -> bool:
-    return os.environ.get("SNF_COMPILE", "1") != "0"
+    return os.environ.get("SNF_COMPILE", "1") != "0" and not getattr(_EAGER, "on", False)
+
+
+@contextlib.contextmanager
+def _eagerly():
+    """Nothing compiles inside: the compile unit "none" (see Model.compile_units)."""
+    before = getattr(_EAGER, "on", False)
+    _EAGER.on = True
+    try:
+        yield
+    finally:
+        _EAGER.on = before
 
 
 def _is_compile_error(err: Exception) -> bool:
@@ -81,34 +98,51 @@ def _is_compile_error(err: Exception) -> bool:
                             torch._inductor.exc.InvalidCxxCompiler))
 
 
-def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[dict] = None):
+def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[dict] = None,
+              cuda_mode: Optional[str] = None):
     """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0, or, with a
-    warning, once compiling has failed. `cpu_options` are inductor options used on the CPU only."""
+    warning, once compiling has failed. `cpu_options` are inductor options used on the CPU only;
+    `cuda_mode` is torch.compile's mode on CUDA ("reduce-overhead": CUDA graphs)."""
     if fn is None:
-        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options)
+        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options, cuda_mode=cuda_mode)
     compiled: dict = {}
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if compiled.get("broken") or not _compile_enabled() or torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or compiled.get("broken") or not _compile_enabled():
             return fn(*args, **kwargs)
         device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
         if device not in compiled:
             options = cpu_options if device == "cpu" else None
-            compiled[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options)
+            mode = cuda_mode if device == "cuda" else None
+            compiled[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options, mode=mode)
         try:
             return compiled[device](*args, **kwargs)
         except Exception as err:
             if not _is_compile_error(err):
                 raise
-            out = fn(*args, **kwargs)  # the model's own error is raised here, eagerly
-            compiled["broken"] = True
+            compiled["broken"] = True  # set first: a forward that calls itself compiled must not, now
+            try:
+                out = fn(*args, **kwargs)  # the model's own error is raised here, eagerly
+            except Exception:
+                del compiled["broken"]
+                raise
             reason = (str(err).strip().splitlines() or [""])[0][:200]
             warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
                           RuntimeWarning, stacklevel=2)
             return out
 
+    wrapper.compiled = compiled  # by device; "broken" once compiling has failed
     return wrapper
+
+
+def _compile_unit(model: nn.Module, x: torch.Tensor) -> Optional[str]:
+    """What `model.compile_units` says for x's device and the model's mode ("model", "block" or
+    "none"); None where there is nothing to decide: compiling is off, has failed for the whole
+    forward, or torch.compile is tracing it already."""
+    if torch.compiler.is_compiling() or not _compile_enabled() or type(model)._compiled_forward.compiled.get("broken"):
+        return None
+    return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -190,14 +224,38 @@ def _check_position(position, length: Optional[int], size: int, names: str, *cac
         raise ValueError(f"cache_position {int(position)} is outside the {length or size} cache slots read")
 
 
-def _cache_buffers(cache: torch.Tensor, axis: int, size: int, dtype: torch.dtype) -> list:
+def _cache_buffers(cache: torch.Tensor, axis: int, size: int, dtype: torch.dtype, owner: Optional[nn.Module] = None,
+                   name: str = "") -> list:
     """A stacked cache [n_layer, ...] as one buffer per layer with `size` slots along (the layer's)
     `axis`, the first ones holding the cache: the per-layer form `_check_cache` prefers. `dtype` is
     the one the model computes in (a cast model's, or autocast's), which new keys arrive in."""
-    buffers = []
-    for filled in cache:
-        buffers.append(filled.new_zeros(filled.shape[:axis] + (size,) + filled.shape[axis + 1:], dtype=dtype))
-        buffers[-1].narrow(axis, 0, filled.size(axis)).copy_(filled)
+    shape = cache.shape[1:axis + 1] + (size,) + cache.shape[axis + 2:]
+    buffers = _decode_buffers(owner if cache.is_cuda else None, name, cache.size(0), shape, dtype, cache.device)
+    for buffer, filled in zip(buffers, cache):
+        buffer.narrow(axis, 0, filled.size(axis)).copy_(filled)
+    return buffers
+
+
+# the decode buffers generate keeps per model on CUDA (see _decode_buffers)
+_KEPT_BUFFERS: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
+
+
+def _decode_buffers(owner: Optional[nn.Module], name: str, count: int, shape: tuple, dtype: torch.dtype,
+                    device: torch.device) -> list:
+    """`count` zero buffers of `shape`; those of an `owner` (on CUDA) are kept for its next generate
+    of the same shapes. There the decode step runs as a CUDA graph, which reads its inputs at fixed
+    addresses, so they are marked static (torch._dynamo.mark_static_address), as transformers'
+    StaticCache does. Slots past the filled ones may hold an earlier call's values; attention
+    never reads them."""
+    kept = _KEPT_BUFFERS.setdefault(owner, {}) if owner is not None else {}
+    key = (count, tuple(shape), dtype, device)
+    if name in kept and kept[name][0] == key:
+        return kept[name][1]
+    buffers = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(count)]
+    if owner is not None:
+        for buffer in buffers:
+            torch._dynamo.mark_static_address(buffer)
+        kept[name] = (key, buffers)
     return buffers
 
 
@@ -378,6 +436,13 @@ class Output(NamedTuple):
 class Model(nn.Module):
     """llama3, as specified in llama3.snf."""
 
+    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
+    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
+    # own, the rest running eagerly; "none", nothing. Chosen by measurement (benchmarks/README.md:
+    # on a CPU, compiling a training step measured no faster than eager); the CUDA entries are not
+    # measured yet. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "block"}, "cuda": {"train": "model", "eval": "block"}}
+
     def __init__(self, config: Optional[Config] = None, **overrides) -> None:
         super().__init__()
         if config is None:
@@ -408,6 +473,12 @@ class Model(nn.Module):
         # use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
         # cache_position: with it, the caches are preallocated buffers written in place at that
         # position, and attention reads their first cache_length slots (see generate)
+        unit = _compile_unit(self, idx)  # see compile_units
+        if unit == "model":
+            return self._compiled_forward(idx, past_keys, past_values, use_cache=use_cache, cache_position=cache_position, cache_length=cache_length)
+        if unit == "none":
+            with _eagerly():
+                return self.forward(idx, past_keys, past_values, use_cache=use_cache, cache_position=cache_position, cache_length=cache_length)
         cfg = self.config
         if use_cache is None:
             use_cache = not self.training
@@ -441,10 +512,16 @@ class Model(nn.Module):
         logits = self.lm_head(self.norm(x))  # [B, T, vocab_size]  llama3.snf:74
         return Output(logits, new_keys, new_values)
 
+    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
+    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
+    _compiled_forward = _hot_path(forward, dynamic=False)
+
     # forward with preallocated caches: a decode step of generate, compiled as one graph per
     # cache_length bucket (its shapes are fixed). On CPU a low realize threshold makes inductor
-    # store a value (RoPE's query) instead of recomputing it inside attention's loop over keys.
-    _decode_step = _hot_path(forward, dynamic=False, cpu_options={"realize_opcount_threshold": 4})
+    # store a value (RoPE's query) instead of recomputing it inside attention's loop over keys; on
+    # CUDA each step runs as a CUDA graph (one launch, not one per kernel).
+    _decode_step = _hot_path(forward, dynamic=False, cpu_options={"realize_opcount_threshold": 4},
+                             cuda_mode="reduce-overhead")
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
@@ -468,14 +545,16 @@ class Model(nn.Module):
             if position + max_new_tokens - 1 > size:
                 raise ValueError(f"the prompt ({position} tokens) and max_new_tokens={max_new_tokens} need "
                                  f"{position + max_new_tokens - 1} cache slots; the model has block_size = {size}")
-            past_keys = _cache_buffers(out.new_keys, 1, size, out.logits.dtype)
-            past_values = _cache_buffers(out.new_values, 1, size, out.logits.dtype)
+            past_keys = _cache_buffers(out.new_keys, 1, size, out.logits.dtype, self, 'past_keys')
+            past_values = _cache_buffers(out.new_values, 1, size, out.logits.dtype, self, 'past_values')
             decode = self if _hooked(self) else self._decode_step  # hooks run only through self(...)
             for step in range(max_new_tokens):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
                 tokens.append(token)
                 if step + 1 < max_new_tokens:
                     at = torch.tensor(position, device=idx.device)
+                    if at.is_cuda:  # the step is a CUDA graph; the last step's outputs are read already
+                        torch.compiler.cudagraph_mark_step_begin()
                     out = decode(token, past_keys=past_keys, past_values=past_values, cache_position=at,
                                  cache_length=_bucket(position + 1, size))
                     position += 1

@@ -7,10 +7,12 @@ Standalone: this file imports only torch and the standard library.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
 import os
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
@@ -70,8 +72,22 @@ def _check_fields(config) -> None:
                             f"{field.type}, got {value!r}")
 
 
+_EAGER = threading.local()  # `on` inside _eagerly()
+
+
 def _compile_enabled() -> bool:
-    return os.environ.get("SNF_COMPILE", "1") != "0"
+    return os.environ.get("SNF_COMPILE", "1") != "0" and not getattr(_EAGER, "on", False)
+
+
+@contextlib.contextmanager
+def _eagerly():
+    """Nothing compiles inside: the compile unit "none" (see Model.compile_units)."""
+    before = getattr(_EAGER, "on", False)
+    _EAGER.on = True
+    try:
+        yield
+    finally:
+        _EAGER.on = before
 
 
 def _is_compile_error(err: Exception) -> bool:
@@ -84,34 +100,51 @@ def _is_compile_error(err: Exception) -> bool:
                             torch._inductor.exc.InvalidCxxCompiler))
 
 
-def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[dict] = None):
+def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[dict] = None,
+              cuda_mode: Optional[str] = None):
     """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0, or, with a
-    warning, once compiling has failed. `cpu_options` are inductor options used on the CPU only."""
+    warning, once compiling has failed. `cpu_options` are inductor options used on the CPU only;
+    `cuda_mode` is torch.compile's mode on CUDA ("reduce-overhead": CUDA graphs)."""
     if fn is None:
-        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options)
+        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options, cuda_mode=cuda_mode)
     compiled: dict = {}
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if compiled.get("broken") or not _compile_enabled() or torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or compiled.get("broken") or not _compile_enabled():
             return fn(*args, **kwargs)
         device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
         if device not in compiled:
             options = cpu_options if device == "cpu" else None
-            compiled[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options)
+            mode = cuda_mode if device == "cuda" else None
+            compiled[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options, mode=mode)
         try:
             return compiled[device](*args, **kwargs)
         except Exception as err:
             if not _is_compile_error(err):
                 raise
-            out = fn(*args, **kwargs)  # the model's own error is raised here, eagerly
-            compiled["broken"] = True
+            compiled["broken"] = True  # set first: a forward that calls itself compiled must not, now
+            try:
+                out = fn(*args, **kwargs)  # the model's own error is raised here, eagerly
+            except Exception:
+                del compiled["broken"]
+                raise
             reason = (str(err).strip().splitlines() or [""])[0][:200]
             warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
                           RuntimeWarning, stacklevel=2)
             return out
 
+    wrapper.compiled = compiled  # by device; "broken" once compiling has failed
     return wrapper
+
+
+def _compile_unit(model: nn.Module, x: torch.Tensor) -> Optional[str]:
+    """What `model.compile_units` says for x's device and the model's mode ("model", "block" or
+    "none"); None where there is nothing to decide: compiling is off, has failed for the whole
+    forward, or torch.compile is tracing it already."""
+    if torch.compiler.is_compiling() or not _compile_enabled() or type(model)._compiled_forward.compiled.get("broken"):
+        return None
+    return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -269,6 +302,13 @@ class Block(nn.Module):
 class Model(nn.Module):
     """t5_encoder, as specified in t5_encoder.snf."""
 
+    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
+    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
+    # own, the rest running eagerly; "none", nothing. Chosen by measurement (benchmarks/README.md:
+    # on a CPU, compiling a training step measured no faster than eager); the CUDA entries are not
+    # measured yet. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "block"}, "cuda": {"train": "model", "eval": "block"}}
+
     def __init__(self, config: Optional[Config] = None, **overrides) -> None:
         super().__init__()
         if config is None:
@@ -295,6 +335,12 @@ class Model(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         # input_ids: [B, T]
         # attention_mask: [B, T], optional
+        unit = _compile_unit(self, input_ids)  # see compile_units
+        if unit == "model":
+            return self._compiled_forward(input_ids, attention_mask)
+        if unit == "none":
+            with _eagerly():
+                return self.forward(input_ids, attention_mask)
         cfg = self.config
         _check_input('input_ids', input_ids, 2, '[B, T]', 'int64')
         B, T = input_ids.shape
@@ -313,6 +359,10 @@ class Model(nn.Module):
             x = layer(x, position_bias, attention_mask)  # t5_encoder.snf:58
         last_hidden_state = F.dropout(self.final_norm(x), p=cfg.dropout, training=self.training)  # [B, T, D]  t5_encoder.snf:68
         return last_hidden_state
+
+    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
+    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
+    _compiled_forward = _hot_path(forward, dynamic=False)
 
 
 def spec_parameters(config: Config) -> dict:

@@ -103,6 +103,13 @@ def _first(out) -> torch.Tensor:
     return out if isinstance(out, torch.Tensor) else out[0]
 
 
+def _logits(model, x) -> torch.Tensor:
+    """The first output, asked for where a model training with its own loss would skip the
+    logits (`return_logits`, docs/language.md section 10.3)."""
+    asked = {"return_logits": True} if "return_logits" in inspect.signature(model.forward).parameters else {}
+    return _first(model(x, **asked))
+
+
 def _count(params) -> str:
     n = sum(p.numel() for p in params)
     return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k" if n >= 1e4 else f"{n:,}"
@@ -161,7 +168,7 @@ def next_character(name: str, model, demo: "Demo") -> str:
           f"({len(text.train):,} training characters, {VOCAB} tokens)")
 
     def loss_fn(m, x, y):
-        return F.cross_entropy(_first(m(x)).flatten(0, 1), y.flatten())
+        return F.cross_entropy(_logits(m, x).flatten(0, 1), y.flatten())
 
     _train(model, model.parameters(), lambda: text.batch(BATCH, CONTEXT), loss_fn, demo.steps, demo.lr, name)
     x, y = text.batch(256, CONTEXT, held_out=True, generator=torch.Generator().manual_seed(0))

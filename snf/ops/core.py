@@ -452,7 +452,7 @@ register(OpDef(
     (Param("x", "tensor"), Param("weight", "tensor", role="weight"), Param("targets", "tensor"),
      Param("bias", "tensor?", None, role="bias"), Param("shift", "bool", False, static=True),
      Param("ignore_index", "int", -100, static=True)),
-    _linear_ce_rule,
+    _linear_ce_rule, flops=_linear_flops,  # the head's products; the loss's own work is not a product
     numpy=lambda x, weight, targets, bias=None, shift=False, ignore_index=-100:
         _np_ce(_np_linear(x, weight, bias), targets, shift, ignore_index),
     torch=lambda call: f"_linear_cross_entropy({call.code('x')}, {call.code('weight')}, "

@@ -57,6 +57,11 @@ class OutputPlan:
     def optional_outputs(self) -> frozenset:
         return frozenset().union(*(d.outputs for d in self.demands))
 
+    @property
+    def only_when_asked(self) -> frozenset:
+        """The statements some demand guards."""
+        return frozenset().union(*(d.statements for d in self.demands))
+
 
 def plan_outputs(model: ir.Model, caches: frozenset, loss=None) -> OutputPlan:
     """`caches`: the cache outputs (from the cache plan); `loss`: the fused-loss plan

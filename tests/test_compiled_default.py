@@ -115,9 +115,12 @@ def _train_and_decode_every_module(monkeypatch) -> list:
         eager_losses, eager_grads, eager = _train(mod, config, False, monkeypatch)
         losses, grads, model = _train(mod, config, True, monkeypatch)
         assert max(abs(a - b) for a, b in zip(losses, eager_losses)) <= 1e-5, (name, losses, eager_losses)
-        assert grads.keys() == eager_grads.keys() and grads, name
+        # a graph compiled whole gives the parameters of an output the loss does not read (BERT's
+        # pooler) zero gradients, where eager autograd leaves them None: both leave them unchanged
+        assert eager_grads.keys() <= grads.keys() and eager_grads, name
         for key in grads:
-            assert (grads[key] - eager_grads[key]).abs().max().item() <= 1e-5, (name, key)
+            want = eager_grads.get(key, torch.zeros_like(grads[key]))
+            assert (grads[key] - want).abs().max().item() <= 1e-5, (name, key)
         for (key, p), q in zip(model.named_parameters(), eager.parameters()):
             assert (p - q).abs().max().item() <= 1e-5, (name, key)
         if hasattr(model, "generate"):

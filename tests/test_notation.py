@@ -161,7 +161,8 @@ def _train(mod, steps: int = 25) -> tuple[float, float]:
         out.loss.backward()
         opt.step()
         losses.append(out.loss.item())
-    assert out.logits.shape == (4, 16, TINY["V"])
+    assert out.logits is None  # training: the loss fused with the head, no logits (docs/language.md 10.3)
+    assert model(tok, return_logits=True).logits.shape == (4, 16, TINY["V"])
     assert all(np.isfinite(losses))
     return losses[0], losses[-1]
 

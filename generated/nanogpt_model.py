@@ -269,15 +269,16 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
 
 
-def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
+def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, dtype: torch.dtype) -> torch.Tensor:
     """Mean cross-entropy of logits [..., V] against targets [...], over the targets that are not
-    ignore_index, in float32 (or wider). When every target is ignored it is 0, with zero gradients:
-    a mean over no positions, where F.cross_entropy's mean would give 0/0 = nan."""
+    ignore_index, computed in float32 (or wider) and given in the spec's `dtype`, or the logits'
+    where that is wider. When every target is ignored it is 0, with zero gradients: a mean over
+    no positions, where F.cross_entropy's mean would give 0/0 = nan."""
     targets = targets.flatten()
     logits = logits.flatten(0, -2)
     total = F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets,
                             ignore_index=ignore_index, reduction="sum")
-    return total / (targets != ignore_index).sum().clamp(min=1)
+    return (total / (targets != ignore_index).sum().clamp(min=1)).to(torch.promote_types(logits.dtype, dtype))
 
 
 def _loss_chunk(vocab: int) -> int:
@@ -298,7 +299,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     chunk."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, targets, ignore_index: int, grads: bool):
+    def forward(ctx, x, weight, bias, targets, ignore_index: int, out_dtype: torch.dtype, grads: bool):
         device = x.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
         wide = torch.promote_types(dtype, torch.float32)  # the softmax's and the sums' dtype
@@ -348,7 +349,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         ctx.save_for_backward(grad_x, grad_w, grad_b)
         ctx.dtypes = (x.dtype, weight.dtype, bias.dtype if bias is not None else None)
         ctx.x_shape = x.shape
-        return total / count
+        return (total / count).to(torch.promote_types(dtype, out_dtype))
 
     @staticmethod
     def backward(ctx, grad_loss):
@@ -356,14 +357,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
         x_dtype, w_dtype, b_dtype = ctx.dtypes
         return ((grad_x * grad_loss).to(x_dtype).view(ctx.x_shape) if grad_x is not None else None,
                 (grad_w * grad_loss).to(w_dtype) if grad_w is not None else None,
-                (grad_b * grad_loss).to(b_dtype) if grad_b is not None else None, None, None, None)
+                (grad_b * grad_loss).to(b_dtype) if grad_b is not None else None, None, None, None, None)
 
 
 def _linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                          targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
-    """_cross_entropy(F.linear(x, weight, bias), targets, ignore_index) without the logits: the head
-    and the loss of a training step, fused (see _LinearCrossEntropy)."""
-    return _LinearCrossEntropy.apply(x, weight, bias, targets, ignore_index, torch.is_grad_enabled())
+                          targets: torch.Tensor, ignore_index: int, dtype: torch.dtype) -> torch.Tensor:
+    """_cross_entropy(F.linear(x, weight, bias), targets, ignore_index, dtype) without the logits:
+    the head and the loss of a training step, fused (see _LinearCrossEntropy)."""
+    return _LinearCrossEntropy.apply(x, weight, bias, targets, ignore_index, dtype, torch.is_grad_enabled())
 
 
 def _next_tokens(targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
@@ -486,10 +487,10 @@ class Model(nn.Module):
             h = layer(h)  # nanogpt_model.snf:54
         if return_logits:
             logits = F.linear(self.θ_ln_f(h), self.θ_embed.weight)  # [B, T, V]  nanogpt_model.snf:57
-            loss = _cross_entropy(logits, _next_tokens(tok, -100), -100)  # []  nanogpt_model.snf:59
+            loss = _cross_entropy(logits, _next_tokens(tok, -100), -100, torch.float32)  # []  nanogpt_model.snf:59
         else:
             logits = None
-            loss = _linear_cross_entropy(self.θ_ln_f(h), self.θ_embed.weight, None, _next_tokens(tok, -100), -100)  # []  nanogpt_model.snf:59
+            loss = _linear_cross_entropy(self.θ_ln_f(h), self.θ_embed.weight, None, _next_tokens(tok, -100), -100, torch.float32)  # []  nanogpt_model.snf:59
         return Output(logits, loss)
 
     # forward compiled as one graph, for the devices and modes compile_units says; its shapes are

@@ -1272,6 +1272,11 @@ class Gen:
                                     f"if targets exists else None", COND, T((), self.fdt)), optional=True)
                 outs.append(("loss", T((), self.fdt), True))
                 self.features.add("op:cross_entropy")
+                # the same loss written as the op the compiler fuses the pair into
+                self.bind("direct_loss", E(f"linear_cross_entropy({src}, {head.text}, targets) if targets exists "
+                                           f"else None", COND, T((), self.fdt)), optional=True)
+                outs.append(("direct_loss", T((), self.fdt), True))
+                self.features.add("op:linear_cross_entropy")
         if self.cache:
             for stem in ("keys", "values"):
                 past, new = self.cache_names[stem]

@@ -19,6 +19,7 @@ from .fuse_linear import fuse_linear
 from .layout import LayoutPlan, plan_layout
 from .liveness import OutputPlan, plan_outputs
 from .verify import verify
+from .writes import plan_writes
 
 PASSES = (fuse_linear,)
 
@@ -39,6 +40,7 @@ class Plans:
     layout: LayoutPlan
     outputs: OutputPlan
     decode: DecodePlan | None
+    writes: frozenset  # the indexed writes done in place (the rest copy first)
 
 
 def plan(model: ir.Model) -> Plans:
@@ -46,4 +48,4 @@ def plan(model: ir.Model) -> Plans:
     blocks = plan_blocks(model)
     caches = plan_caches(model)
     return Plans(model, blocks, caches, plan_layout(model, blocks), plan_outputs(model, caches.outputs),
-                 plan_decode(model, caches))
+                 plan_decode(model, caches), plan_writes(model))

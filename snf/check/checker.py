@@ -49,6 +49,7 @@ class Checker(Declarations, Expressions, Statements, Loops, Calls, Facts, Foldin
         self.where_dims: dict[str, Dim] = {}
         self.free_out: set[str] = set()
         self.runtime_checks: dict[tuple, Span] = {}  # (lhs, rhs, op) -> where the condition arose
+        self.check_when: dict[tuple, frozenset] = {}  # (lhs, rhs, op) -> the optional inputs it needs given
         self.check_why: dict[tuple, str] = {}  # (lhs, rhs, op) -> what the failing check says
         self.free_bound: dict[str, Dim] = {}
         self.n_unknown = 0  # unknown names reported (bounds the cost of "did you mean")
@@ -74,7 +75,8 @@ class Checker(Declarations, Expressions, Statements, Loops, Calls, Facts, Foldin
             runtime_dims=tuple((d, inp, ax) for d, (inp, ax) in self.runtime.items() if inp),
             display=tuple(sorted(((k, v) for k, v in self.display.items()), key=lambda kv: kv[1])),
             mappings=self.spec.mappings, stacked=stacked,
-            checks=tuple(ir.Check(lo, hi, span, op, self.check_why.get((lo, hi, op), ""))
+            checks=tuple(ir.Check(lo, hi, span, op, self.check_why.get((lo, hi, op), ""),
+                                  tuple(sorted(self.check_when.get((lo, hi, op), ()))))
                          for (lo, hi, op), span in self.implied_checks().items()),
             input_groups=self.input_groups())
 

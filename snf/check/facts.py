@@ -85,10 +85,17 @@ class Facts:
             if value is not None and not (value == 0 if op == "==" else value >= 0):
                 return False
         key = (lhs, rhs, op)
+        given = frozenset(self.present) & self.optional_inputs()
         if key not in self.runtime_checks:
             self.runtime_checks[key] = span
             self.check_why[key] = why
+            self.check_when[key] = given
+        else:  # it must hold wherever it arose: checked under the guards all its places share
+            self.check_when[key] = self.check_when.get(key, frozenset()) & given
         return True
+
+    def optional_inputs(self) -> frozenset:
+        return frozenset(i.name for i in self.inputs if i.optional)
 
     def implied_checks(self) -> dict:
         """The checks, less those another one implies (`T_past <= block_size` beside
@@ -100,7 +107,8 @@ class Facts:
                 continue
             for other in checks:
                 if other != key and other[2] == "<=" and other[1] == rhs and nonneg(other[0] - lhs) \
-                        and other in checks:
+                        and other in checks and self.check_when.get(other, frozenset()) <= \
+                        self.check_when.get(key, frozenset()):
                     del checks[key]
                     break
         return checks

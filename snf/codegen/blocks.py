@@ -26,7 +26,8 @@ def block_context(gen, block: Block) -> dict:
     if block.uses_var:
         names.name(loop.var)
     em.device_src = next((names.name(n) for n in block.carried + tuple(reads)
-                          if isinstance(types.get(n), TensorT) and not types[n].maybe_none), None)
+                          if isinstance(types.get(n), TensorT) and not types[n].maybe_none), None) \
+        or gen.held_tensor(block.attr)
     pre = plans.caches.preallocated
     if pre is not None and any(c.loop is loop for c in plans.caches.caches):
         em.cache_position, em.cache_length = names.fresh("cache_position"), names.fresh("cache_length")
@@ -132,8 +133,7 @@ def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
         if conds and conds != last:
             em.emit(f"if {' and '.join(conds)}:", indent + 1)
         last = conds
-        em.emit(f"{em.names.name(h.name)}[{var}] = {tmp}  # {gen.spec_file}:{h.span.line}",
-                indent + (2 if conds else 1))
+        em.emit(f"{em.write(h.name, h.index, tmp, h)}  # {gen.spec_file}:{h.span.line}", indent + (2 if conds else 1))
 
 
 def _annotation(t, optional: bool = False) -> str:

@@ -179,8 +179,7 @@ class Emitter:
                 value = f"{self.code(s.value, 1)} if {self.cache_position} is None else {self.names.name(cache.input)}"
             self.emit(f"{self.names.name(s.name)} = {value}{self.comment(s.value.ty, s.span)}", indent)
         elif isinstance(s, ir.SetItem):
-            idx = ", ".join(self.code(i) for i in s.index)
-            self.emit(f"{self.names.name(s.name)}[{idx}] = {self.code(s.value)}{self.comment(None, s.span)}", indent)
+            self.emit(self.write(s.name, s.index, self.code(s.value), s) + self.comment(None, s.span), indent)
         elif isinstance(s, ir.TIf):
             self.emit(f"if {self.code(s.test)}:", indent)
             self.stmts(s.body, indent + 1)
@@ -195,6 +194,27 @@ class Emitter:
             self.g.loop_call(self, s, indent)
         else:  # pragma: no cover
             raise TypeError(type(s).__name__)
+
+    def write(self, name: str, index, value: str, s: ir.SetItem) -> str:
+        """`name[index] = value`: in place where the write plan allows it, else on a copy (the
+        tensor may be an input, or have views that must keep the old values)."""
+        target = self.names.name(name)
+        if s in self.plans.writes:
+            return f"{target}[{', '.join(self.code(i) for i in index)}] = {value}"
+        self.helpers.add("_assign")
+        return f"{target} = _assign({target}, {self.index_objects(index)}, {value})"
+
+    def index_objects(self, items) -> str:
+        """An index list as a tuple of `slice(...)` objects and ints (for passing to a helper)."""
+        parts = []
+        for i in items:
+            if isinstance(i, ir.TSlice):
+                lo = self.code(i.lo) if i.lo is not None else "None"
+                hi = self.code(i.hi) if i.hi is not None else "None"
+                parts.append(f"slice({lo}, {hi})")
+            else:
+                parts.append(self.code(i))
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
     def allocation_of(self, s: ir.Bind):
         """The cache whose output `s` allocates, when the preallocated buffers may replace it."""
@@ -249,15 +269,7 @@ class LowerCtx:
 
     def slice_objects(self, name: str) -> str:
         """The index list as a tuple of `slice(...)` objects and ints (for passing to a helper)."""
-        parts = []
-        for i in self.args[name].items:
-            if isinstance(i, ir.TSlice):
-                lo = self.em.code(i.lo) if i.lo is not None else "None"
-                hi = self.em.code(i.hi) if i.hi is not None else "None"
-                parts.append(f"slice({lo}, {hi})")
-            else:
-                parts.append(self.em.code(i))
-        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+        return self.em.index_objects(self.args[name].items)
 
     def eq(self, a: Dim, b: Dim) -> bool:
         return equal(a, b)[0]
@@ -268,6 +280,4 @@ class LowerCtx:
 
     @property
     def device(self) -> str:
-        if self.em.device_src is None:
-            raise ValueError("no tensor in scope to take a device from")
-        return f"{self.em.device_src}.device"
+        return f"{self.em.device_src}.device" if self.em.device_src else "torch.get_default_device()"

@@ -83,6 +83,12 @@ class Generator:
     def input_optional(self, name: str) -> bool:
         return any(i.name == name and i.optional for i in self.model.inputs)
 
+    def held_tensor(self, owner: str | None) -> str | None:
+        """A tensor the module `owner` holds (`self.ln1.weight`), to take a device from when no
+        tensor argument is at hand."""
+        return next((f"self.{p.path}" for p in self.plans.layout.places if p.owner == owner
+                     and self.model.param(p.name).condition is None), None)
+
     def loop_call(self, em: Emitter, loop: ir.Loop, indent: int) -> None:
         blocks.loop_call(self, em, loop, indent)
 
@@ -108,7 +114,7 @@ class Generator:
             names.keep(i.name, FORWARD_RESERVED)
         em = Emitter(self, None, names, cfg="cfg" if "cfg" not in names.map else names.fresh("config"))
         first = next((i for i in inputs if not i.optional), None)
-        em.device_src = first.name if first is not None else None
+        em.device_src = first.name if first is not None else self.held_tensor(None)
         for demand in plans.outputs.demands:
             em.flags[demand.flag] = demand.flag
         if plans.caches.preallocated is not None:
@@ -197,8 +203,12 @@ class Generator:
                 if c.why:  # the checker's sentence, with the sizes it is about
                     sizes = ", ".join(f"{s!r}: {em.atom(s)}" for s in sorted(c.lhs.symbols() | c.rhs.symbols()))
                     why = f", {display_text(c.why)!r}, {{{sizes}}}"
-                lines.append(f"_check_dims({lhs!r}, {em.dim(c.lhs)}, {c.op!r}, {rhs!r}, {em.dim(c.rhs)}, "
-                             f"{self.spec_file + ':' + str(c.span.line)!r}{why})")
+                call = (f"_check_dims({lhs!r}, {em.dim(c.lhs)}, {c.op!r}, {rhs!r}, {em.dim(c.rhs)}, "
+                        f"{self.spec_file + ':' + str(c.span.line)!r}{why})")
+                if c.when:  # it arose where those inputs are given (`if past exists`)
+                    lines.append(f"if {' and '.join(f'{n} is not None' for n in c.when)}:\n            {call}")
+                else:
+                    lines.append(call)
         return lines
 
     def input_lines(self, em: Emitter, i: ir.Tensor, bound: set, shape: tuple = (),

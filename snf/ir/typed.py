@@ -257,6 +257,7 @@ class Check:
     span: Span
     op: str = "<="
     why: str = ""  # what the error says when it fails ("T must be divisible by 2"); else the comparison
+    when: tuple[str, ...] = ()  # optional inputs it arose under (`if past exists`): checked when they are given
 
 
 @dataclass(frozen=True)

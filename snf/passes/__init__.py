@@ -21,6 +21,7 @@ from .fused_loss import FusedLoss, plan_fused_loss
 from .layout import LayoutPlan, plan_layout
 from .liveness import OutputPlan, plan_outputs
 from .verify import verify
+from .writes import plan_writes
 
 PASSES = (fuse_linear,)
 
@@ -41,6 +42,7 @@ class Plans:
     layout: LayoutPlan
     outputs: OutputPlan
     decode: DecodePlan | None
+    writes: frozenset  # the indexed writes done in place (the rest copy first)
     loss: FusedLoss | None = None
 
 
@@ -50,4 +52,4 @@ def plan(model: ir.Model) -> Plans:
     caches = plan_caches(model)
     loss = plan_fused_loss(model)
     return Plans(model, blocks, caches, plan_layout(model, blocks), plan_outputs(model, caches.outputs, loss),
-                 plan_decode(model, caches), loss)
+                 plan_decode(model, caches), plan_writes(model), loss)

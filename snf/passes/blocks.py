@@ -63,10 +63,17 @@ def plan_blocks(model: ir.Model) -> BlockPlan:
 
 
 def _hoistable(s, loop: ir.Loop) -> bool:
-    """`name[l] = local` at the top of the loop body, into an outer tensor written nowhere else in
-    the loop: done by the caller with the value the block returns."""
-    return (isinstance(s, ir.SetItem) and s.name in loop.carried and len(s.index) == 1
+    """`name[l] = local` at the top of the loop body, into an outer tensor the loop neither reads
+    nor writes elsewhere, of a value not re-assigned after the write: done by the caller with the
+    value the block returns."""
+    if not (isinstance(s, ir.SetItem) and s.name in loop.carried and len(s.index) == 1
             and isinstance(s.index[0], ir.Ref) and s.index[0].kind == "loopvar"
-            and isinstance(s.value, ir.Ref) and s.value.kind == "local"
-            and not any(isinstance(t, (ir.Bind, ir.SetItem)) and t.name == s.name and t is not s
-                        for t in ir.walk_stmts(loop.body)))
+            and isinstance(s.value, ir.Ref) and s.value.kind == "local"):
+        return False
+    later = loop.body[loop.body.index(s) + 1:]
+    return (not any(isinstance(t, (ir.Bind, ir.SetItem)) and t.name == s.name and t is not s
+                    for t in ir.walk_stmts(loop.body))
+            and not any(isinstance(e, ir.Ref) and e.name == s.name
+                        for t in loop.body if t is not s for e in ir.walk_exprs((t,)))
+            and not any(isinstance(t, (ir.Bind, ir.SetItem, ir.FusedLinear)) and s.value.name in
+                        (t.targets if isinstance(t, ir.FusedLinear) else (t.name,)) for t in ir.walk_stmts(later)))

@@ -186,9 +186,17 @@ def _preallocation(model: ir.Model, caches: list[Cache], concats: dict) -> tuple
     bound_names = {name for _, name in concats.values()}
     inits = {c.init for c in caches}
     writes = {(c.output, concats[c.input][1]) for c in caches}
+    outputs = {c.output for c in caches}
     for s in ir.walk_stmts(model.body):
         if isinstance(s, ir.Bind) and not s.let and s.name in bound_names:
             return None, f"`{s.name}` (a grown cache) is re-assigned at line {s.span.line}"
+        if s in inits or isinstance(s, ir.SetItem) and (s.name, getattr(s.value, "name", None)) in writes:
+            continue
+        if isinstance(s, (ir.Bind, ir.SetItem)) and s.name in outputs or not isinstance(s, (ir.Loop, ir.TIf)) \
+                and any(isinstance(e, ir.Ref) and e.name in outputs for e in ir.walk_exprs((s,))):
+            name = s.name if getattr(s, "name", None) in outputs else \
+                next(e.name for e in ir.walk_exprs((s,)) if isinstance(e, ir.Ref) and e.name in outputs)
+            return None, f"line {s.span.line} uses the cache output `{name}` other than to write a layer into it"
     for s in ir.walk_stmts(model.body):
         if s in inits or isinstance(s, (ir.Loop, ir.TIf)) and not _test_uses(s, dim):
             continue

@@ -597,6 +597,20 @@ for l in 0..n_layer-1:
     buf[l] = h
     h = h * 2.0
 """),
+    _f("check-under-guard", "codegen", "(property) a run-time check that arose under `if past exists` ran when "
+       "past was absent (its dims 0) and refused valid inputs", """
+param:
+  n_layer : int = 2
+  D : int = 4
+input:
+  x : Tensor([B, D], float32)
+  past : Tensor([S, B, D], float32)?
+output:
+  y : Tensor([B, D], float32)
+let y = x
+for l in 0..n_layer-1:
+    y = y + past[l] if past exists else y * 2.0
+""", domains={"S": [2, 3]}),
     _f("write-through-view", "codegen", "(property) y[0] = ... also changes a value read earlier as y[0] (a view)", """
 param:
   D : int = 4

@@ -11,18 +11,7 @@ from __future__ import annotations
 
 import re
 
-OPEN: dict[str, str] = {
-    # code generation (the lead's, issue 9 and the Config/codegen items of issue 10)
-    "loop-device": "(property) full() in a layer loop that reads no outer tensor: no device to take",
-    "loop-reads-written-slice": "a layer-loop Block reads a value the loop writes per layer",
-    "per-layer-write-late": "a per-layer write stores the value's last state in the layer",
-    "write-through-view": "an indexed write changes earlier views of the value",
-    "write-through-alias": "an indexed write through an alias changes the caller's input",
-    "static-cache-reassigned": "generate's preallocated cache path breaks when the cache value is "
-                               "re-assigned or written outside the per-layer write",
-    "generate-token-range": "(property) generate is emitted though the logits have more classes than the token "
-                            "table has rows",
-}
+OPEN: dict[str, str] = {}
 
 # What a failure looks like for each open finding: a pattern over the failure message
 # (the traceback's last lines included) and, optionally, one over the spec text.

@@ -113,8 +113,9 @@ def holds(op: str, a: int, b: int) -> bool:
     return {"<=": a <= b, "<": a < b, ">=": a >= b, ">": a > b, "==": a == b}[op]
 
 
-def broken_checks(m: ir.Model, env: dict, config_only: bool = False) -> list[str]:
-    """The spec's constraints and checks that `env` violates."""
+def broken_checks(m: ir.Model, env: dict, config_only: bool = False, given=None) -> list[str]:
+    """The spec's constraints and checks that `env` violates. `given`, the optional inputs given
+    (when known): a check that arose under `if X exists` applies only when X is given."""
     out = []
     for c in m.constraints:
         try:
@@ -126,6 +127,8 @@ def broken_checks(m: ir.Model, env: dict, config_only: bool = False) -> list[str
     fields = {f.name for f in m.config}
     for c in m.checks:
         if config_only and (c.lhs.symbols() | c.rhs.symbols()) - fields:
+            continue
+        if given is not None and not set(c.when) <= set(given):
             continue
         try:
             if not holds(c.op, c.lhs.evaluate(env), c.rhs.evaluate(env)):
@@ -281,6 +284,9 @@ class Runner:
                 native[i.name], wide[i.name] = t.to(TORCH_DTYPES[dt]), t.clone()
         return native, wide
 
+    def required(self) -> set:
+        return {i.name for i in self.m.inputs if not i.optional}
+
     def negative_sizes(self, env: dict, present: dict) -> bool:
         return any(evaluate(d, env) < 0 for i in self.m.inputs if present.get(i.name, True) for d in i.ty.shape)
 
@@ -357,7 +363,7 @@ class Runner:
     def forward_pair(self, env: dict, native: dict, wide: dict, what: str) -> dict | None:
         """Runs both modules; checks outputs against declarations and the interpreter. Returns
         the float64 outputs, or None when the inputs are rightly refused."""
-        broken = broken_checks(self.m, env)
+        broken = broken_checks(self.m, env, given={n for n, v in native.items() if v is not None})
         if broken:
             self.expect_refusal(self.model, native, broken, what)
             self.expect_refusal(self.model64, wide, broken, what + " (float64)")
@@ -439,7 +445,8 @@ class Runner:
     def forward_once(self) -> None:
         present = self.presence()
         env = self.env_for(present, self.sample_dims())
-        if broken_checks(self.m, env) and self.negative_sizes(env, present):
+        if broken_checks(self.m, env, given={n for n, p in present.items() if p} | self.required()) \
+                and self.negative_sizes(env, present):
             self.outcome.refused += 1  # invalid sizes no tensor can have: nothing to call with
             return
         try:
@@ -544,7 +551,7 @@ class Runner:
             inputs = {i.name: None for i in self.m.inputs}
             inputs[first.name] = seq if caches is None else seq[:, -1:]
             inputs.update(caches or {})
-            broken = broken_checks(self.m, self.env_of(inputs))
+            broken = broken_checks(self.m, self.env_of(inputs), given={n for n, v in inputs.items() if v is not None})
             if broken:
                 if step == 0:
                     return  # this prompt is invalid for the spec: nothing to compare

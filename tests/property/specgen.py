@@ -293,8 +293,7 @@ class Gen:
     def setup(self) -> None:
         ch = self.ch
         self.fdt = ch.pick(["float32"] * 6 + ["float64", "float16", "bfloat16"])
-        if self.fdt != "float32":
-            self.features.add(f"dtype:{self.fdt}")
+        self.features.add(f"dtype:{self.fdt}")
         self.idt = ch.pick(["int64", "int64", "int32"])
         self.config("n_layer", "int", ch.int(1, 3), [1, 2, 3])
         if ch.coin(0.5):  # D = H * hd: divisible by construction

@@ -10,6 +10,7 @@ from ..dims import Dim
 from ..ir import ErrorT, ScalarT, TensorT
 from ..language import DTYPES, RESERVED, SCALAR_KINDS
 from ..names import public_name_problem
+from ..ops.shapes import FLOATS
 from ..source import Span
 from .calls import ERR
 from .messages import text
@@ -208,6 +209,10 @@ class Declarations:
             self.r.error("syntax", "only inputs and outputs may be optional (`?`)", d.span,
                          hint="a parameter that may be absent is written `... if flag else None`")
             optional = cond is not None  # reported once; its uses are not also "unguarded"
+        if kind == "param" and ty.dtype not in FLOATS:
+            self.r.error("dtype-mismatch", f"`{d.name}` is a parameter, which is trained, so its dtype is a floating "
+                         f"one ({', '.join(FLOATS)}), not {ty.dtype}", d.type.span,
+                         hint="a tensor the model keeps but does not train goes under `buffer:`")
         init = None
         if d.value is not None:
             if kind in ("param", "buffer"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from .. import ir
 from ..ir import FLOAT, ErrorT, ScalarT, TensorT
 from ..ops.init import INITS
+from ..ops.shapes import FLOATS
 
 
 class Inits:
@@ -52,6 +53,10 @@ class Inits:
                              value.span)
                 return None
             args.append((name, typed))
+        if e.func in ("normal", "sinusoidal") and ty.dtype not in FLOATS:
+            self.r.error("bad-default", f"`{e.func}` fills a floating tensor, and this one is {ty.dtype}", e.span,
+                         hint="an integer or boolean tensor takes `zeros` (its default), `ones` or `constant`")
+            return None
         if e.func == "sinusoidal" and ty.rank < 2:
             self.r.error("bad-default", "`sinusoidal` fills a [positions, dim] table", e.span)
             return None

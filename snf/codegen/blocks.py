@@ -25,8 +25,10 @@ def block_context(gen, block: Block) -> dict:
         names.name(n)
     if block.uses_var:
         names.name(loop.var)
-    em.device_src = next((names.name(n) for n in block.carried + tuple(reads)
-                          if isinstance(types.get(n), TensorT) and not types[n].maybe_none), None) \
+    def present(n: str) -> bool:  # a tensor the block always gets (not None)
+        return isinstance(types.get(n), TensorT) and not types[n].maybe_none and not plans.outputs.maybe_absent(n)
+
+    em.device_src = next((names.name(n) for n in block.carried + tuple(reads) if present(n)), None) \
         or gen.held_tensor(block.attr)
     pre = plans.caches.preallocated
     if pre is not None and any(c.loop is loop for c in plans.caches.caches):
@@ -38,8 +40,7 @@ def block_context(gen, block: Block) -> dict:
     em.lines = []
     sources, dim_args = {}, []
     for dim in sorted(em.runtime_used - {loop.var}):  # from a tensor argument's shape where one has it
-        src = next(((n, axis) for n in block.carried + tuple(reads)
-                    if isinstance(types.get(n), TensorT) and not types[n].maybe_none
+        src = next(((n, axis) for n in block.carried + tuple(reads) if present(n)
                     for axis, d in enumerate(types[n].shape) if d.as_symbol() == dim), None)
         if src:
             sources.setdefault(src[0], {})[src[1]] = dim
@@ -77,7 +78,7 @@ def block_context(gen, block: Block) -> dict:
         "init_lines": params.init_lines(decl_em, gen, block.attr),
         "signature": ", ".join(signature), "ret_ann": ret_ann,
         "prologue": prologue, "body": body,
-        "ret": ", ".join(names.name(n) for n in outs) if outs else None,
+        "ret": ", ".join(_returned(em, gen, n) for n in outs) if outs else None,
         "helpers": em.helpers | decl_em.helpers,
     }
 
@@ -134,6 +135,14 @@ def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
             em.emit(f"if {' and '.join(conds)}:", indent + 1)
         last = conds
         em.emit(f"{em.write(h.name, h.index, tmp, h)}  # {gen.spec_file}:{h.span.line}", indent + (2 if conds else 1))
+
+
+def _returned(em: Emitter, gen, name: str) -> str:
+    """A value the block returns; one computed only when a flag asks for it is None otherwise."""
+    demand = next((d for d in gen.plans.outputs.demands if name in d.names and d.flag in em.flags), None)
+    if demand is None:
+        return em.names.name(name)
+    return f"({em.names.name(name)} if {em.flags[demand.flag]} else None)"
 
 
 def _annotation(t, optional: bool = False) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import ir
+from ..ops.shapes import FLOATS
 from ..passes.layout import Module, Place
 from .emit import Emitter
 
@@ -109,19 +110,24 @@ def init_lines(em: Emitter, gen, owner: str | None) -> list[str]:
 _DEFAULT_INIT = {"bias": "zeros", "norm_weight": "ones"}
 
 
+def _default_init(t: ir.Tensor) -> str:
+    """An integer or boolean buffer starts as zeros (`normal` draws floats)."""
+    return _DEFAULT_INIT.get(t.role, "normal") if t.ty.dtype in FLOATS else "zeros"
+
+
 def recomputed_buffers(m: ir.Model) -> tuple[str, ...]:
     """Buffers whose value the config decides (a zeros, ones, constant or sinusoidal initialiser):
     a checkpoint need not give them (snf.interop leaves them as initialised)."""
     deterministic = ("zeros", "ones", "constant", "sinusoidal")
     return tuple(t.name for t in m.buffers
-                 if (t.init.op if t.init is not None else _DEFAULT_INIT.get(t.role, "normal")) in deterministic)
+                 if (t.init.op if t.init is not None else _default_init(t)) in deterministic)
 
 
 def _init_line(em: Emitter, t: ir.Tensor, target: str) -> str:
     if t.init is not None:
         kind, args = t.init.op, {k: em.code(v) for k, v in t.init.args}
     else:
-        kind = _DEFAULT_INIT.get(t.role, "normal")
+        kind = _default_init(t)
         args = {"mean": "0.0", "std": "0.02"} if kind == "normal" else {}
     if kind == "normal":
         return f"nn.init.normal_({target}, mean={args['mean']}, std={args['std']})"

@@ -97,7 +97,7 @@ register(OpDef(
     "dropout", (Param("x", "tensor"), Param("rate", "float", aliases=("p",))), _dropout_rule,
     numpy=lambda x, rate: x,
     torch=lambda call: f"F.dropout({call.code('x')}, p={call.code('rate')}, training=self.training)",
-    doc="dropout; identity outside training (`model.eval()`)."))
+    doc="dropout; identity outside training (`model.eval()`).", passthrough=True))
 
 
 # ----------------------------------------------------------------------------- norms & linear

@@ -148,7 +148,7 @@ def _np_cast(x, dtype):
 
 register(OpDef("cast", (Param("x", "tensor"), Param("dtype", "dtype")), _cast_rule, numpy=_np_cast,
                torch=lambda call: f"{call.code('x', prec=50)}.to(torch.{call.val('dtype')})",
-               doc="`x` converted to `dtype`; float to integer truncates toward zero."))
+               doc="`x` converted to `dtype`; float to integer truncates toward zero.", passthrough=True))
 
 
 # ----------------------------------------------------------------------------- integers from floats

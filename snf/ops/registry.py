@@ -62,6 +62,9 @@ class OpDef:
     # (forward, backward) FLOPs of the op's matrix products, for `snfc stats`; None: it has none
     flops: Callable | None = None
     view: bool = False  # the result is a view of an argument: it takes no memory of its own
+    # the result may be an argument itself at run time (dropout outside training, a cast to the
+    # dtype it has): a write to it must not be done in place
+    passthrough: bool = False
 
     def param(self, name: str) -> Param | None:
         for p in self.params:

@@ -49,7 +49,7 @@ class Plans:
 def plan(model: ir.Model) -> Plans:
     """Every plan for an already lowered model."""
     blocks = plan_blocks(model)
-    caches = plan_caches(model)
+    caches = plan_caches(model, blocks)
     loss = plan_fused_loss(model)
     return Plans(model, blocks, caches, plan_layout(model, blocks), plan_outputs(model, caches.outputs, loss),
                  plan_decode(model, caches), plan_writes(model), loss)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..dims import Dim
+from .blocks import BlockPlan, plan_blocks
 
 
 @dataclass(frozen=True)
@@ -56,14 +57,15 @@ class CachePlan:
         return frozenset(c.output for c in self.caches)
 
 
-def plan_caches(model: ir.Model) -> CachePlan:
+def plan_caches(model: ir.Model, blocks: BlockPlan | None = None) -> CachePlan:
+    """`blocks`: the model's block plan (made here when not given)."""
     caches, concats, indirect = _find_caches(model)
     if not caches:
         return CachePlan((), None)
     if indirect:
         return CachePlan(tuple(caches), None, f"`{sorted(indirect)[0]}` holds a value computed from a grown cache, "
                                               f"not the cache itself")
-    pre, reason = _preallocation(model, caches, concats)
+    pre, reason = _preallocation(model, caches, concats, blocks or plan_blocks(model))
     return CachePlan(tuple(caches), pre, reason)
 
 
@@ -166,10 +168,17 @@ def _own_exprs(stmt):
 
 # ---------------------------------------------------------------------------- the fixed-shape path
 
-def _preallocation(model: ir.Model, caches: list[Cache], concats: dict) -> tuple[Preallocated | None, str]:
+def _preallocation(model: ir.Model, caches: list[Cache], concats: dict,
+                   blocks: BlockPlan) -> tuple[Preallocated | None, str]:
     loops = {id(c.loop) for c in caches}
     if any(c.loop is None or c.init is None for c in caches) or len(loops) != 1:
         return None, "the caches are not all written per layer in one layer loop"
+    hoisted = blocks.of(caches[0].loop).hoisted
+    for c in caches:  # a buffer is written in place by the layer; only the caller's one write is planned
+        sets = [s for s in ir.walk_stmts(c.loop.body) if isinstance(s, ir.SetItem) and s.name == c.output]
+        if len(sets) != 1 or sets[0] not in hoisted:
+            return None, (f"line {sets[1].span.line} writes the cache output `{c.output}` a second time"
+                          if len(sets) > 1 else f"the layer loop reads `{c.output}` besides writing its layer")
     dims = {c.dim for c in caches}
     if len(dims) != 1:
         return None, "the caches grow along different dims"

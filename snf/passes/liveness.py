@@ -34,6 +34,7 @@ class Demand:
     flag: str  # use_cache | return_logits
     outputs: frozenset
     statements: frozenset  # statements live only for these outputs
+    names: frozenset  # the values only those statements compute: None when the flag is off
     instead: tuple = ()  # (statement, what runs in its place when they are not asked for)
     # by default the flag is on, except while training (with these inputs given, when there are any)
     off_in_training_with: tuple[str, ...] = ()
@@ -53,6 +54,10 @@ class OutputPlan:
     def guarded(self, stmt) -> bool:
         return self.demand(stmt) is not None
 
+    def maybe_absent(self, name: str) -> bool:
+        """Whether a value is computed only when some demand's flag asks for it."""
+        return any(name in d.names for d in self.demands)
+
     @property
     def optional_outputs(self) -> frozenset:
         return frozenset().union(*(d.outputs for d in self.demands))
@@ -70,17 +75,28 @@ def plan_outputs(model: ir.Model, caches: frozenset, loss=None) -> OutputPlan:
     every = live_statements(model, outputs)
     demands = []
     if caches:
-        demands.append(Demand("use_cache", frozenset(caches), _only(every, live_statements(model, outputs - caches))))
+        demands.append(Demand("use_cache", frozenset(caches),
+                              *_only(model, every, live_statements(model, outputs - caches))))
     if loss is not None:
         fused = tuple(loss.fused if s is loss.loss else s for s in model.body)
         base = live_statements(model, outputs - {loss.logits}, fused)
-        demands.append(Demand("return_logits", frozenset({loss.logits}), _only(every, base),
+        demands.append(Demand("return_logits", frozenset({loss.logits}), *_only(model, every, base),
                               ((loss.loss, loss.fused),), loss.targets))
     return OutputPlan(tuple(demands))
 
 
-def _only(every: frozenset, base: frozenset) -> frozenset:
-    return frozenset(s for s in every - base if not isinstance(s, (ir.Loop, ir.TIf)))
+def _only(model: ir.Model, every: frozenset, base: frozenset) -> tuple[frozenset, frozenset]:
+    """The statements live for a demand's outputs alone, and the dead ones (no output needs them)
+    that read a value only those compute (without the flag that value does not exist); and the
+    values they alone compute."""
+    simple = [s for s, _ in _flatten(model.body, ()) if not isinstance(s, (ir.Loop, ir.TIf))]
+    only = {s for s in every - base if not isinstance(s, (ir.Loop, ir.TIf))}
+    while True:
+        absent = {n for s in only for n in writes(s)} - {n for s in simple if s not in only for n in writes(s)}
+        dependent = {s for s in simple if s not in every and s not in only and _reads(s) & absent}
+        if not dependent:
+            return frozenset(only), frozenset(absent)
+        only |= dependent
 
 
 def live_statements(model: ir.Model, wanted: set, body: tuple | None = None) -> frozenset:

@@ -611,6 +611,83 @@ let y = x
 for l in 0..n_layer-1:
     y = y + past[l] if past exists else y * 2.0
 """, domains={"S": [2, 3]}),
+    _f("write-through-passthrough", "codegen", "(property) a write to a dropout of an input was done in place; "
+       "outside training dropout returns its input, which the write then changed", """
+input:
+  x : Tensor([B, D], float32)
+output:
+  y : Tensor([B, D], float32)
+  z : Tensor([B, D], float32)
+let y = x * 1.0
+let z = dropout(x, rate=0.0)
+z[:] = full([B, D], 0.0, float32)
+"""),
+    _f("write-through-cast", "codegen", "(property) a cast to the dtype a value has is that value; a write to "
+       "it must not change the input", """
+input:
+  x : Tensor([B, D], float32)
+output:
+  y : Tensor([B, D], float32)
+  z : Tensor([B, D], float32)
+let y = x * 1.0
+let z = cast(x, float32)
+z[0] = full([D], 0.0, float32)
+"""),
+    _f("int-buffer-init", "codegen", "(property) an integer buffer without an initialiser got `normal`, which "
+       "torch cannot draw into an int64 tensor: Model() crashed", """
+param:
+  D : int = 4
+  V : int = 5
+input:
+  idx : Tensor([B, T], int64)
+buffer:
+  table : Tensor([V, D], int64)
+output:
+  y : Tensor([B, T, D], int64)
+let y = gather(table, idx)
+"""),
+    _f("cache-written-twice", "codegen", "(property) a cache output written twice per layer, beside attention no "
+       "output needs: the block read its batch size from the cache (None without use_cache, a list of "
+       "buffers in generate), ran the dead attention on keys computed only for the cache, and generate "
+       "planned buffers for a write the caller could not do", """
+param:
+  n_layer : int = 2
+  H : int = 1
+  hd : int = 4
+  V : int = 7
+  max_len : int = 10
+  D = H * hd
+input:
+  idx : Tensor([B, T], int64)
+  past_keys : Tensor([n_layer, B, T_past, H, hd], float32)?
+  past_values : Tensor([n_layer, B, T_past, H, hd], float32)?
+parameter:
+  emb : Tensor([V, D], float32)
+  wq : Tensor([n_layer, D, D], float32)
+  wk : Tensor([D, D], float32)
+  wv : Tensor([n_layer, D, D], float32)
+  head : Tensor([V, D], float32)
+output:
+  logits : Tensor([B, T, V], float32)
+  new_keys : Tensor([n_layer, B, T + T_past, H, hd], float32)
+  new_values : Tensor([n_layer, B, T + T_past, H, hd], float32)
+assert T + T_past <= max_len
+let x = gather(emb, idx)
+let new_keys = full([n_layer, B, T + T_past, H, hd], 0.0, float32)
+let new_values = full([n_layer, B, T + T_past, H, hd], 0.0, float32)
+for i in 0..n_layer-1:
+    let q = reshape(linear(x, wq[i]), [B, T, H, hd])
+    let k = reshape(linear(x, wk), [B, T, H, hd])
+    let v = reshape(linear(x, wv[i]), [B, T, H, hd])
+    let kk = concat([past_keys[i], k], axis=1) if past_keys exists else k
+    new_keys[i] = kk
+    let vv = concat([past_values[i], v], axis=1) if past_values exists else v
+    new_values[i] = vv
+    let a = flash_attention(q, kk, vv, causal=True)
+    new_keys[i] = kk
+    x = x + x
+let logits = linear(x, weight=head)
+"""),
     _f("write-through-view", "codegen", "(property) y[0] = ... also changes a value read earlier as y[0] (a view)", """
 param:
   D : int = 4

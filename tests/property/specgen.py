@@ -259,6 +259,7 @@ class Gen:
               stacked: bool = False, buffer: bool = False) -> E:
         """A new parameter (per layer inside a loop: declared [n_layer, ...], read as w[l])."""
         name = self.fresh(stem)
+        buffer = buffer or dtype not in FLOATS  # a parameter is trained, so it is floating
         decl_shape = ((Poly.of("n_layer"),) if stacked else ()) + tuple(shape)
         line = f"  {name} : Tensor({self.shape_text(decl_shape)}, {dtype})"
         if cond:

@@ -13,6 +13,8 @@ shipped, unless the row says eager):
   step against an SDPA call there; generate, batch 1.
 - realize threshold (CPU only): the decode step compiled with inductor's
   `realize_opcount_threshold=4` against the default; generate, batch 1, gpt_decoder.snf (RoPE).
+- decompose_mm_pass (CPU only): the decode step compiled with inductor's post-grad pass that
+  writes a one-row matmul as a reduction over the weight, against the GEMM; generate, batch 1.
 - cache buckets: a decode step reads `_bucket(position)` slots of a 1024-slot cache against all
   1024; generate, batch 1.
 
@@ -137,6 +139,15 @@ def decode_tricks(cfg: dict, args) -> list:
                                                 default_threshold, args, spec_kwargs=extra)
         rows.append(["realize_opcount_threshold=4", "compiled (CPU)", "generate, batch 1, gpt_decoder",
                      with_ms, without_ms, f"{r:.3f}"])
+
+        # one-row matmuls as reductions over the weights (inductor's decompose_mm_pass), nanogpt
+        def gemm_rows():
+            m = module_from("nanogpt", "trick_mm_gemm")
+            m.Model._decode_step = m._hot_path(m.Model.forward, dynamic=False,
+                                               cpu_options={"realize_opcount_threshold": 4})
+            return m
+        with_ms, without_ms, r = _generate_pair(module_from("nanogpt", "trick_mm_reduce"), cfg, gemm_rows, args)
+        rows.append(["decompose_mm_pass", "compiled (CPU)", "generate, batch 1", with_ms, without_ms, f"{r:.3f}"])
 
         # cache buckets, at a 1024-slot cache
         def whole_cache():

@@ -642,11 +642,14 @@ class Model(nn.Module):
     _compiled_forward = _hot_path(forward, dynamic=False)
 
     # forward with preallocated caches: a decode step of generate, compiled as one graph per
-    # cache_length bucket (its shapes are fixed). On CPU a low realize threshold makes inductor
-    # store a value (RoPE's query) instead of recomputing it inside attention's loop over keys; on
-    # CUDA each step runs as a CUDA graph (one launch, not one per kernel).
-    _decode_step = _hot_path(forward, dynamic=False, cpu_options={"realize_opcount_threshold": 4},
-                             cuda_mode="reduce-overhead")
+    # cache_length bucket (its shapes are fixed). On CPU, inductor's decompose_mm_pass writes a
+    # one-row matmul (batch 1) as a reduction over the weight, which streams it faster than a
+    # one-row GEMM does, and a low realize threshold makes it store a value (RoPE's query) instead
+    # of recomputing it inside attention's loop over keys; on CUDA each step runs as a CUDA graph
+    # (one launch, not one per kernel). benchmarks/bench_tricks.py measures each.
+    _decode_step = _hot_path(forward, dynamic=False, cuda_mode="reduce-overhead",
+                             cpu_options={"realize_opcount_threshold": 4,
+                                          "post_grad_fusion_options": {"decompose_mm_pass": {}}})
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,

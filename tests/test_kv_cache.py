@@ -289,21 +289,8 @@ def test_fixed_shape_decode_compiles_once_per_bucket(monkeypatch):
     monkeypatch.setenv("SNF_COMPILE", "0")
     assert torch.equal(again, model.generate(prompt, 12, temperature=0))
     assert torch.equal(first, again[:, :8])
-    # the compiled step against eager, on one cache state
-    with torch.no_grad():
-        out = model(again[:, :9])
-        caches = [mod._cache_buffers(c, 1, 32, torch.float32) for c in (out.new_keys, out.new_values)]
-        copies = [[t.clone() for t in c] for c in caches]
-        token = again[:, 9:10].contiguous()  # as generate's tokens are: a strided one is another graph
-        eager = model._decode_step(token, past_keys=copies[0], past_values=copies[1], cache_position=torch.tensor(9),
-                                   cache_length=32)
-        monkeypatch.setenv("SNF_COMPILE", "1")
-        compiled = model._decode_step(token, past_keys=caches[0], past_values=caches[1],
-                                      cache_position=torch.tensor(9), cache_length=32)
+    _compiled_step_equals_eager(mod, model, again, monkeypatch)  # on one cache state
     assert counters["stats"]["unique_graphs"] == graphs
-    assert (compiled.logits - eager.logits).abs().max().item() <= 1e-5
-    for got, want in zip(caches[0] + caches[1], copies[0] + copies[1]):
-        assert (got - want).abs().max().item() <= 1e-5
     # a long context: the steps read 128 slots, then 256 when the text passes 128, not all 512
     long = mod.Model(vocab_size=64, block_size=512, n_layer=2, n_head=2, n_embd=32).eval()
     text = torch.randint(0, 64, (1, 120))
@@ -326,6 +313,29 @@ def test_fixed_shape_decode_compiles_once_per_bucket(monkeypatch):
     for got, want in zip(mixed, eager):
         assert torch.equal(got, want)
     assert not counters["graph_break"]
+    # batch 1, where inductor writes the step's one-row matmuls as reductions (decompose_mm_pass)
+    counters.clear()
+    _compiled_step_equals_eager(mod, model, again[:1], monkeypatch)
+    assert counters["inductor"]["decompose_addmm"] > 0
+
+
+def _compiled_step_equals_eager(mod, model, text, monkeypatch) -> None:
+    """The compiled decode step against eager on the cache of text[:, :9], feeding text[:, 9]."""
+    monkeypatch.setenv("SNF_COMPILE", "0")
+    size = model.config.block_size
+    with torch.no_grad():
+        out = model(text[:, :9])
+        caches = [mod._cache_buffers(c, 1, size, torch.float32) for c in (out.new_keys, out.new_values)]
+        copies = [[t.clone() for t in c] for c in caches]
+        token = text[:, 9:10].contiguous()  # as generate's tokens are: a strided one is another graph
+        eager = model._decode_step(token, past_keys=copies[0], past_values=copies[1], cache_position=torch.tensor(9),
+                                   cache_length=size)
+        monkeypatch.setenv("SNF_COMPILE", "1")
+        compiled = model._decode_step(token, past_keys=caches[0], past_values=caches[1],
+                                      cache_position=torch.tensor(9), cache_length=size)
+    assert (compiled.logits - eager.logits).abs().max().item() <= 1e-5
+    for got, want in zip(caches[0] + caches[1], copies[0] + copies[1]):
+        assert (got - want).abs().max().item() <= 1e-5
 
 
 @pytest.mark.parametrize("steps", [1, 3], ids=["one token (decode)", "three tokens"])

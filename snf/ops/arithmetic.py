@@ -160,7 +160,8 @@ register(OpDef("matmul", (Param("a", "tensor"), Param("b", "tensor")), _matmul_r
                doc="`a @ b`: plain matrix product, batched over leading axes (no transpose)."))
 
 
-def _unaryrequire_float(name, np_fn, torch_fn, doc):
+def _float_unary(name, np_fn, torch_fn, doc):
+    """An elementwise op of one float argument (a number, or a floating tensor)."""
     def rule(ctx, args):
         x = args["x"]
         if isinstance(x, ScalarT):
@@ -175,10 +176,10 @@ def scalar_or_tensor(call, tensor_fn: str, scalar_fn: str) -> str:
     return f"{tensor_fn}({call.code('x')})" if isinstance(call.ty("x"), TensorT) else f"{scalar_fn}({call.code('x')})"
 
 
-_unaryrequire_float("sqrt", "sqrt", lambda call: scalar_or_tensor(call, "torch.sqrt", "math.sqrt"), "square root")
-_unaryrequire_float("exp", "exp", lambda call: scalar_or_tensor(call, "torch.exp", "math.exp"), "exponential")
-_unaryrequire_float("log", "log", lambda call: scalar_or_tensor(call, "torch.log", "math.log"), "natural logarithm")
-_unaryrequire_float("tanh", "tanh", lambda call: f"torch.tanh({call.code('x')})", "hyperbolic tangent")
+_float_unary("sqrt", "sqrt", lambda call: scalar_or_tensor(call, "torch.sqrt", "math.sqrt"), "square root")
+_float_unary("exp", "exp", lambda call: scalar_or_tensor(call, "torch.exp", "math.exp"), "exponential")
+_float_unary("log", "log", lambda call: scalar_or_tensor(call, "torch.log", "math.log"), "natural logarithm")
+_float_unary("tanh", "tanh", lambda call: f"torch.tanh({call.code('x')})", "hyperbolic tangent")
 
 
 def _logic_rule(opname: str):

@@ -145,6 +145,239 @@ def _compile_unit(model: nn.Module, x: torch.Tensor) -> Optional[str]:
     return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
 
 
+class Block(nn.Module):
+    """One layer of the loop at llama3.snf:53 (`for l ...`), with its own parameters."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.config = cfg = config
+        self.attn_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # attn_norm_weight  llama3.snf:32
+        self.qkv = nn.Linear(cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd, bias=False)  # q_weight, k_weight, v_weight fused  llama3.snf:33
+        self.o = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # o_weight  llama3.snf:36
+        self.mlp_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # mlp_norm_weight  llama3.snf:37
+        self.gate = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False)  # gate_weight  llama3.snf:38
+        self.up = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False)  # up_weight  llama3.snf:39
+        self.down = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=False)  # down_weight  llama3.snf:40
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        cfg = self.config
+        nn.init.ones_(self.attn_norm.weight)
+        nn.init.normal_(self.qkv.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
+        nn.init.ones_(self.mlp_norm.weight)
+        nn.init.normal_(self.gate.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.up.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.down.weight, mean=0.0, std=0.02)
+
+    @_hot_path
+    def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor], T_past: int, cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        cfg = self.config
+        B, T, _ = x.shape
+        h = self.attn_norm(x)  # [B, T, D]  llama3.snf:54
+        q, k, v = self.qkv(h).split((cfg.n_embd, cfg.kv_dim, cfg.kv_dim), dim=-1)  # [B, T, D] [B, T, kv_dim] [B, T, kv_dim]  llama3.snf:55
+        q_rot = _rope(q.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base)  # [B, T, H, head_dim]  llama3.snf:59
+        k_new = _rope(k.reshape(B, T, cfg.n_kv_head, cfg.head_dim), T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  llama3.snf:60
+        v_new = v.reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  llama3.snf:61
+        k_all = _cache_cat(past_keys, k_new, cache_position, cache_length) if past_keys is not None else k_new  # [B, T + T_past, KVH, head_dim]  llama3.snf:62
+        v_all = _cache_cat(past_values, v_new, cache_position, cache_length) if past_keys is not None else v_new  # [B, T + T_past, KVH, head_dim]  llama3.snf:63
+        attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True, cache_position=cache_position).transpose(1, 2)  # [B, T, H, head_dim]  llama3.snf:67
+        x = x + self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  llama3.snf:68
+        m = self.mlp_norm(x)  # [B, T, D]  llama3.snf:70
+        x = x + self.down(F.silu(self.gate(m)) * self.up(m))  # [B, T, D]  llama3.snf:71
+        return x, k_all, v_all
+
+
+class Output(NamedTuple):
+    logits: torch.Tensor  # [B, T, vocab_size]
+    new_keys: Optional[torch.Tensor]  # [n_layer, B, T + T_past, KVH, head_dim]
+    new_values: Optional[torch.Tensor]  # [n_layer, B, T + T_past, KVH, head_dim]
+
+
+class Model(nn.Module):
+    """llama3, as specified in llama3.snf."""
+
+    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
+    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
+    # own, the rest running eagerly; "none", nothing. Chosen by measurement (benchmarks/README.md:
+    # on a CPU, compiling a training step measured no faster than eager); the CUDA entries are not
+    # measured yet. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "block"}, "cuda": {"train": "model", "eval": "block"}}
+
+    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
+        super().__init__()
+        if config is None:
+            config = Config(**overrides)
+        elif overrides:
+            config = dataclasses.replace(config, **overrides)
+        self.config = cfg = config
+        self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  llama3.snf:31
+        self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # norm_weight  llama3.snf:41
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)  # lm_head_weight  llama3.snf:42
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
+        cfg = self.config
+        nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
+        nn.init.ones_(self.norm.weight)
+        nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
+        for layer in self.layers:
+            layer.reset_parameters()
+
+    def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None, cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> Output:
+        # idx: [B, T]
+        # past_keys: [n_layer, B, T_past, KVH, head_dim], optional
+        # past_values: [n_layer, B, T_past, KVH, head_dim], optional
+        # use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
+        # cache_position: with it, the caches are preallocated buffers written in place at that
+        # position, and attention reads their first cache_length slots (see generate)
+        unit = _compile_unit(self, idx)  # see compile_units
+        if unit == "model":
+            return self._compiled_forward(idx, past_keys, past_values, use_cache=use_cache, cache_position=cache_position, cache_length=cache_length)
+        if unit == "none":
+            with _eagerly():
+                return self.forward(idx, past_keys, past_values, use_cache=use_cache, cache_position=cache_position, cache_length=cache_length)
+        cfg = self.config
+        if use_cache is None:
+            use_cache = not self.training
+        _check_input('idx', idx, 2, '[B, T]', 'int64')
+        B, T = idx.shape
+        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
+        if cache_position is None:
+            if past_keys is not None:
+                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 3: cfg.n_kv_head, 4: cfg.head_dim})
+            T_past = past_keys.size(2) if past_keys is not None else 0
+            if past_values is not None:
+                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_kv_head, 4: cfg.head_dim})
+        else:  # preallocated caches of block_size slots, T_past of them filled
+            _check_position(cache_position, cache_length, cfg.block_size, 'past_keys, past_values', past_keys, past_values)
+            _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, KVH, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_kv_head, 4: cfg.head_dim})
+            _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, KVH, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_kv_head, 4: cfg.head_dim})
+            T_past = cache_position
+        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
+        _check_dims('T + T_past', T + T_past, '<=', 'block_size', cfg.block_size, 'llama3.snf:49')
+        x = self.token_embedding(idx)  # [B, T, D]  llama3.snf:50
+        if use_cache:
+            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_keys  # [n_layer, B, T + T_past, KVH, head_dim]  llama3.snf:51
+            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_values  # [n_layer, B, T + T_past, KVH, head_dim]  llama3.snf:52
+        else:
+            new_keys = new_values = None
+        for l, layer in enumerate(self.layers):
+            x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, cache_position, cache_length)  # llama3.snf:53
+            if use_cache and cache_position is None:
+                new_keys[l] = new_keys_layer  # llama3.snf:64
+                new_values[l] = new_values_layer  # llama3.snf:65
+        logits = self.lm_head(self.norm(x))  # [B, T, vocab_size]  llama3.snf:74
+        return Output(logits, new_keys, new_values)
+
+    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
+    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
+    _compiled_forward = _hot_path(forward, dynamic=False)
+
+    # forward with preallocated caches: a decode step of generate, compiled as one graph per
+    # cache_length bucket (its shapes are fixed). On CPU, inductor's decompose_mm_pass writes a
+    # one-row matmul (batch 1) as a reduction over the weight, which streams it faster than a
+    # one-row GEMM does, and a low realize threshold makes it store a value (RoPE's query) instead
+    # of recomputing it inside attention's loop over keys; on CUDA each step runs as a CUDA graph
+    # (one launch, not one per kernel). benchmarks/bench_tricks.py measures each.
+    _decode_step = _hot_path(forward, dynamic=False, cuda_mode="reduce-overhead",
+                             cpu_options={"realize_opcount_threshold": 4,
+                                          "post_grad_fusion_options": {"decompose_mm_pass": {}}})
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: Optional[int] = None, top_p: Optional[float] = None,
+                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """Append `max_new_tokens` tokens to `idx` [B, T] and return all of them.
+
+        `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
+        with `generator`. The prompt is run once; each later step feeds only the newest
+        token and the KV cache (past_keys, past_values).
+        """
+        _check_sampling(idx, max_new_tokens, temperature, top_k, top_p)
+        was_training = self.training
+        self.eval()
+        try:
+            out = self(idx, use_cache=True)
+            tokens = [idx]
+            # the caches move into buffers of block_size slots, written in place at `position`;
+            # each step attends over the first `_bucket(...)` of them: one compiled graph per bucket
+            position, size = idx.size(1), self.config.block_size
+            if position + max_new_tokens - 1 > size:
+                raise ValueError(f"the prompt ({position} tokens) and max_new_tokens={max_new_tokens} need "
+                                 f"{position + max_new_tokens - 1} cache slots; the model has block_size = {size}")
+            past_keys = _cache_buffers(out.new_keys, 1, size, out.logits.dtype, self, 'past_keys')
+            past_values = _cache_buffers(out.new_values, 1, size, out.logits.dtype, self, 'past_values')
+            decode = self if _hooked(self) else self._decode_step  # hooks run only through self(...)
+            for step in range(max_new_tokens):
+                token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
+                tokens.append(token)
+                if step + 1 < max_new_tokens:
+                    at = torch.tensor(position, device=idx.device)
+                    if at.is_cuda:  # the step is a CUDA graph; the last step's outputs are read already
+                        torch.compiler.cudagraph_mark_step_begin()
+                    out = decode(token, past_keys=past_keys, past_values=past_values, cache_position=at,
+                                 cache_length=_bucket(position + 1, size))
+                    position += 1
+            return torch.cat(tokens, dim=1)
+        finally:
+            self.train(was_training)
+
+
+def spec_parameters(config: Config) -> dict:
+    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
+    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
+    or None when it is not per layer)."""
+    cfg = config
+    return {
+        'token_embedding': ('token_embedding.weight', None, None),
+        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer),
+        'q_weight': ('layers.{l}.qkv.weight', (0, cfg.n_embd), cfg.n_layer),
+        'k_weight': ('layers.{l}.qkv.weight', (cfg.n_embd, cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer),
+        'v_weight': ('layers.{l}.qkv.weight', (cfg.n_kv_head*cfg.head_dim + cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer),
+        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
+        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer),
+        'gate_weight': ('layers.{l}.gate.weight', None, cfg.n_layer),
+        'up_weight': ('layers.{l}.up.weight', None, cfg.n_layer),
+        'down_weight': ('layers.{l}.down.weight', None, cfg.n_layer),
+        'norm_weight': ('norm.weight', None, None),
+        'lm_head_weight': ('lm_head.weight', None, None),
+    }
+
+
+# Buffers the config decides (by their initialiser): a checkpoint need not give them.
+RECOMPUTED_BUFFERS = ()
+
+# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
+# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
+CHECKPOINTS = {
+    'hf': {
+        'params': {
+            'token_embedding': ('key', 'model.embed_tokens.weight'),
+            'attn_norm_weight': ('key', 'model.layers.{l}.input_layernorm.weight'),
+            'q_weight': ('key', 'model.layers.{l}.self_attn.q_proj.weight'),
+            'k_weight': ('key', 'model.layers.{l}.self_attn.k_proj.weight'),
+            'v_weight': ('key', 'model.layers.{l}.self_attn.v_proj.weight'),
+            'o_weight': ('key', 'model.layers.{l}.self_attn.o_proj.weight'),
+            'mlp_norm_weight': ('key', 'model.layers.{l}.post_attention_layernorm.weight'),
+            'gate_weight': ('key', 'model.layers.{l}.mlp.gate_proj.weight'),
+            'up_weight': ('key', 'model.layers.{l}.mlp.up_proj.weight'),
+            'down_weight': ('key', 'model.layers.{l}.mlp.down_proj.weight'),
+            'norm_weight': ('key', 'model.norm.weight'),
+            'lm_head_weight': ('key', 'lm_head.weight'),
+        },
+        'ignore': (),
+    },
+}
+
+
+# ---------------------------------------------------------------------------- runtime helpers
+# What the model above calls: standalone, so this file imports only torch and the standard library.
+
+
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
     """`rank` axes, the sizes given, and the spec's dtype (any floating dtype for a floating one:
     autocast, or a cast of the model, decides the dtype it computes in)."""
@@ -382,232 +615,3 @@ def _cache_cat(past: torch.Tensor, new: torch.Tensor, cache_position: Optional[t
         return torch.cat([past.to(new.dtype), new], dim=1)
     past.index_copy_(1, cache_position + torch.arange(new.size(1), device=new.device), new)
     return past if cache_length is None else past[:, :cache_length]
-
-
-class Block(nn.Module):
-    """One layer of the loop at llama3.snf:53 (`for l ...`), with its own parameters."""
-
-    def __init__(self, config: Config) -> None:
-        super().__init__()
-        self.config = cfg = config
-        self.attn_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # attn_norm_weight  llama3.snf:32
-        self.qkv = nn.Linear(cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd, bias=False)  # q_weight, k_weight, v_weight fused  llama3.snf:33
-        self.o = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # o_weight  llama3.snf:36
-        self.mlp_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # mlp_norm_weight  llama3.snf:37
-        self.gate = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False)  # gate_weight  llama3.snf:38
-        self.up = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False)  # up_weight  llama3.snf:39
-        self.down = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=False)  # down_weight  llama3.snf:40
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        cfg = self.config
-        nn.init.ones_(self.attn_norm.weight)
-        nn.init.normal_(self.qkv.weight, mean=0.0, std=0.02)
-        nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
-        nn.init.ones_(self.mlp_norm.weight)
-        nn.init.normal_(self.gate.weight, mean=0.0, std=0.02)
-        nn.init.normal_(self.up.weight, mean=0.0, std=0.02)
-        nn.init.normal_(self.down.weight, mean=0.0, std=0.02)
-
-    @_hot_path
-    def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor], T_past: int, cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        cfg = self.config
-        B, T, _ = x.shape
-        h = self.attn_norm(x)  # [B, T, D]  llama3.snf:54
-        q, k, v = self.qkv(h).split((cfg.n_embd, cfg.kv_dim, cfg.kv_dim), dim=-1)  # [B, T, D] [B, T, kv_dim] [B, T, kv_dim]  llama3.snf:55
-        q_rot = _rope(q.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base)  # [B, T, H, head_dim]  llama3.snf:59
-        k_new = _rope(k.reshape(B, T, cfg.n_kv_head, cfg.head_dim), T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  llama3.snf:60
-        v_new = v.reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  llama3.snf:61
-        k_all = _cache_cat(past_keys, k_new, cache_position, cache_length) if past_keys is not None else k_new  # [B, T + T_past, KVH, head_dim]  llama3.snf:62
-        v_all = _cache_cat(past_values, v_new, cache_position, cache_length) if past_keys is not None else v_new  # [B, T + T_past, KVH, head_dim]  llama3.snf:63
-        attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True, cache_position=cache_position).transpose(1, 2)  # [B, T, H, head_dim]  llama3.snf:67
-        x = x + self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  llama3.snf:68
-        m = self.mlp_norm(x)  # [B, T, D]  llama3.snf:70
-        x = x + self.down(F.silu(self.gate(m)) * self.up(m))  # [B, T, D]  llama3.snf:71
-        return x, k_all, v_all
-
-
-class Output(NamedTuple):
-    logits: torch.Tensor  # [B, T, vocab_size]
-    new_keys: Optional[torch.Tensor]  # [n_layer, B, T + T_past, KVH, head_dim]
-    new_values: Optional[torch.Tensor]  # [n_layer, B, T + T_past, KVH, head_dim]
-
-
-class Model(nn.Module):
-    """llama3, as specified in llama3.snf."""
-
-    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
-    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
-    # own, the rest running eagerly; "none", nothing. Chosen by measurement (benchmarks/README.md:
-    # on a CPU, compiling a training step measured no faster than eager); the CUDA entries are not
-    # measured yet. Assign a changed copy to a model to choose otherwise.
-    compile_units = {"cpu": {"train": "none", "eval": "block"}, "cuda": {"train": "model", "eval": "block"}}
-
-    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
-        super().__init__()
-        if config is None:
-            config = Config(**overrides)
-        elif overrides:
-            config = dataclasses.replace(config, **overrides)
-        self.config = cfg = config
-        self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  llama3.snf:31
-        self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # norm_weight  llama3.snf:41
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)  # lm_head_weight  llama3.snf:42
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.reset_parameters()
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
-        cfg = self.config
-        nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
-        nn.init.ones_(self.norm.weight)
-        nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
-        for layer in self.layers:
-            layer.reset_parameters()
-
-    def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None, cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> Output:
-        # idx: [B, T]
-        # past_keys: [n_layer, B, T_past, KVH, head_dim], optional
-        # past_values: [n_layer, B, T_past, KVH, head_dim], optional
-        # use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
-        # cache_position: with it, the caches are preallocated buffers written in place at that
-        # position, and attention reads their first cache_length slots (see generate)
-        unit = _compile_unit(self, idx)  # see compile_units
-        if unit == "model":
-            return self._compiled_forward(idx, past_keys, past_values, use_cache=use_cache, cache_position=cache_position, cache_length=cache_length)
-        if unit == "none":
-            with _eagerly():
-                return self.forward(idx, past_keys, past_values, use_cache=use_cache, cache_position=cache_position, cache_length=cache_length)
-        cfg = self.config
-        if use_cache is None:
-            use_cache = not self.training
-        _check_input('idx', idx, 2, '[B, T]', 'int64')
-        B, T = idx.shape
-        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
-        if cache_position is None:
-            if past_keys is not None:
-                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 3: cfg.n_kv_head, 4: cfg.head_dim})
-            T_past = past_keys.size(2) if past_keys is not None else 0
-            if past_values is not None:
-                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_kv_head, 4: cfg.head_dim})
-        else:  # preallocated caches of block_size slots, T_past of them filled
-            _check_position(cache_position, cache_length, cfg.block_size, 'past_keys, past_values', past_keys, past_values)
-            _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, KVH, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_kv_head, 4: cfg.head_dim})
-            _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, KVH, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_kv_head, 4: cfg.head_dim})
-            T_past = cache_position
-        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
-        _check_dims('T + T_past', T + T_past, '<=', 'block_size', cfg.block_size, 'llama3.snf:49')
-        x = self.token_embedding(idx)  # [B, T, D]  llama3.snf:50
-        if use_cache:
-            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_keys  # [n_layer, B, T + T_past, KVH, head_dim]  llama3.snf:51
-            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_values  # [n_layer, B, T + T_past, KVH, head_dim]  llama3.snf:52
-        else:
-            new_keys = new_values = None
-        for l, layer in enumerate(self.layers):
-            x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, cache_position, cache_length)  # llama3.snf:53
-            if use_cache and cache_position is None:
-                new_keys[l] = new_keys_layer  # llama3.snf:64
-                new_values[l] = new_values_layer  # llama3.snf:65
-        logits = self.lm_head(self.norm(x))  # [B, T, vocab_size]  llama3.snf:74
-        return Output(logits, new_keys, new_values)
-
-    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
-    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
-    _compiled_forward = _hot_path(forward, dynamic=False)
-
-    # forward with preallocated caches: a decode step of generate, compiled as one graph per
-    # cache_length bucket (its shapes are fixed). On CPU, inductor's decompose_mm_pass writes a
-    # one-row matmul (batch 1) as a reduction over the weight, which streams it faster than a
-    # one-row GEMM does, and a low realize threshold makes it store a value (RoPE's query) instead
-    # of recomputing it inside attention's loop over keys; on CUDA each step runs as a CUDA graph
-    # (one launch, not one per kernel). benchmarks/bench_tricks.py measures each.
-    _decode_step = _hot_path(forward, dynamic=False, cuda_mode="reduce-overhead",
-                             cpu_options={"realize_opcount_threshold": 4,
-                                          "post_grad_fusion_options": {"decompose_mm_pass": {}}})
-
-    @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: Optional[int] = None, top_p: Optional[float] = None,
-                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        """Append `max_new_tokens` tokens to `idx` [B, T] and return all of them.
-
-        `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
-        with `generator`. The prompt is run once; each later step feeds only the newest
-        token and the KV cache (past_keys, past_values).
-        """
-        _check_sampling(idx, max_new_tokens, temperature, top_k, top_p)
-        was_training = self.training
-        self.eval()
-        try:
-            out = self(idx, use_cache=True)
-            tokens = [idx]
-            # the caches move into buffers of block_size slots, written in place at `position`;
-            # each step attends over the first `_bucket(...)` of them: one compiled graph per bucket
-            position, size = idx.size(1), self.config.block_size
-            if position + max_new_tokens - 1 > size:
-                raise ValueError(f"the prompt ({position} tokens) and max_new_tokens={max_new_tokens} need "
-                                 f"{position + max_new_tokens - 1} cache slots; the model has block_size = {size}")
-            past_keys = _cache_buffers(out.new_keys, 1, size, out.logits.dtype, self, 'past_keys')
-            past_values = _cache_buffers(out.new_values, 1, size, out.logits.dtype, self, 'past_values')
-            decode = self if _hooked(self) else self._decode_step  # hooks run only through self(...)
-            for step in range(max_new_tokens):
-                token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
-                tokens.append(token)
-                if step + 1 < max_new_tokens:
-                    at = torch.tensor(position, device=idx.device)
-                    if at.is_cuda:  # the step is a CUDA graph; the last step's outputs are read already
-                        torch.compiler.cudagraph_mark_step_begin()
-                    out = decode(token, past_keys=past_keys, past_values=past_values, cache_position=at,
-                                 cache_length=_bucket(position + 1, size))
-                    position += 1
-            return torch.cat(tokens, dim=1)
-        finally:
-            self.train(was_training)
-
-
-def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    or None when it is not per layer)."""
-    cfg = config
-    return {
-        'token_embedding': ('token_embedding.weight', None, None),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer),
-        'q_weight': ('layers.{l}.qkv.weight', (0, cfg.n_embd), cfg.n_layer),
-        'k_weight': ('layers.{l}.qkv.weight', (cfg.n_embd, cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer),
-        'v_weight': ('layers.{l}.qkv.weight', (cfg.n_kv_head*cfg.head_dim + cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer),
-        'gate_weight': ('layers.{l}.gate.weight', None, cfg.n_layer),
-        'up_weight': ('layers.{l}.up.weight', None, cfg.n_layer),
-        'down_weight': ('layers.{l}.down.weight', None, cfg.n_layer),
-        'norm_weight': ('norm.weight', None, None),
-        'lm_head_weight': ('lm_head.weight', None, None),
-    }
-
-
-# Buffers the config decides (by their initialiser): a checkpoint need not give them.
-RECOMPUTED_BUFFERS = ()
-
-# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
-# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
-CHECKPOINTS = {
-    'hf': {
-        'params': {
-            'token_embedding': ('key', 'model.embed_tokens.weight'),
-            'attn_norm_weight': ('key', 'model.layers.{l}.input_layernorm.weight'),
-            'q_weight': ('key', 'model.layers.{l}.self_attn.q_proj.weight'),
-            'k_weight': ('key', 'model.layers.{l}.self_attn.k_proj.weight'),
-            'v_weight': ('key', 'model.layers.{l}.self_attn.v_proj.weight'),
-            'o_weight': ('key', 'model.layers.{l}.self_attn.o_proj.weight'),
-            'mlp_norm_weight': ('key', 'model.layers.{l}.post_attention_layernorm.weight'),
-            'gate_weight': ('key', 'model.layers.{l}.mlp.gate_proj.weight'),
-            'up_weight': ('key', 'model.layers.{l}.mlp.up_proj.weight'),
-            'down_weight': ('key', 'model.layers.{l}.mlp.down_proj.weight'),
-            'norm_weight': ('key', 'model.norm.weight'),
-            'lm_head_weight': ('key', 'lm_head.weight'),
-        },
-        'ignore': (),
-    },
-}

@@ -135,6 +135,295 @@ def _compile_unit(model: nn.Module, x: torch.Tensor) -> Optional[str]:
     return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
 
 
+class Block(nn.Module):
+    """One layer of the loop at nanogpt.snf:79 (`for l ...`), with its own parameters."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.config = cfg = config
+        self.ln1 = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=cfg.bias)  # ln1_weight, ln1_bias  nanogpt.snf:39
+        self.attn_qkv = nn.Linear(cfg.n_embd, 3*cfg.n_embd, bias=cfg.bias)  # attn_q_weight, attn_k_weight, attn_v_weight fused (and their biases)  nanogpt.snf:41
+        self.attn_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # attn_proj_weight, attn_proj_bias  nanogpt.snf:47
+        self.ln2 = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=cfg.bias)  # ln2_weight, ln2_bias  nanogpt.snf:50
+        self.mlp_fc = nn.Linear(cfg.n_embd, 4*cfg.n_embd, bias=cfg.bias)  # mlp_fc_weight, mlp_fc_bias  nanogpt.snf:52
+        self.mlp_proj = nn.Linear(4*cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # mlp_proj_weight, mlp_proj_bias  nanogpt.snf:54
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        cfg = self.config
+        nn.init.ones_(self.ln1.weight)
+        if self.ln1.bias is not None:
+            nn.init.zeros_(self.ln1.bias)
+        nn.init.normal_(self.attn_qkv.weight, mean=0.0, std=0.02)
+        if self.attn_qkv.bias is not None:
+            nn.init.zeros_(self.attn_qkv.bias)
+        nn.init.normal_(self.attn_proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        if self.attn_proj.bias is not None:
+            nn.init.zeros_(self.attn_proj.bias)
+        nn.init.ones_(self.ln2.weight)
+        if self.ln2.bias is not None:
+            nn.init.zeros_(self.ln2.bias)
+        nn.init.normal_(self.mlp_fc.weight, mean=0.0, std=0.02)
+        if self.mlp_fc.bias is not None:
+            nn.init.zeros_(self.mlp_fc.bias)
+        nn.init.normal_(self.mlp_proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        if self.mlp_proj.bias is not None:
+            nn.init.zeros_(self.mlp_proj.bias)
+
+    @_hot_path
+    def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor], cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        cfg = self.config
+        B, T, _ = x.shape
+        x_norm = self.ln1(x)  # [B, T, D]  nanogpt.snf:80
+        q, k, v = self.attn_qkv(x_norm).split(cfg.n_embd, dim=-1)  # [B, T, D] [B, T, D] [B, T, D]  nanogpt.snf:81
+        k_head = k.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  nanogpt.snf:84
+        v_head = v.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  nanogpt.snf:85
+        k_full = _cache_cat(past_keys, k_head, cache_position, cache_length) if past_keys is not None else k_head  # [B, T_total, H, head_dim]  nanogpt.snf:86
+        v_full = _cache_cat(past_values, v_head, cache_position, cache_length) if past_values is not None else v_head  # [B, T_total, H, head_dim]  nanogpt.snf:87
+        attn_output = _attention(q.reshape(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2), k_full.transpose(1, 2), v_full.transpose(1, 2), None, causal=True, dropout_p=(cfg.dropout if self.training else 0.0), cache_position=cache_position).transpose(1, 2)  # [B, T, H, head_dim]  nanogpt.snf:90
+        attn_proj = self.attn_proj(attn_output.reshape(B, T, cfg.n_embd))  # [B, T, D]  nanogpt.snf:97
+        if cfg.dropout > 0:
+            attn_proj = F.dropout(attn_proj, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:98
+        x = x + attn_proj  # [B, T, D]  nanogpt.snf:99
+        x_norm_mlp = self.ln2(x)  # [B, T, D]  nanogpt.snf:101
+        mlp_hidden = F.gelu(self.mlp_fc(x_norm_mlp), approximate='tanh')  # [B, T, 4*D]  nanogpt.snf:102
+        mlp_out = self.mlp_proj(mlp_hidden)  # [B, T, D]  nanogpt.snf:103
+        if cfg.dropout > 0:
+            mlp_out = F.dropout(mlp_out, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:104
+        x = x + mlp_out  # [B, T, D]  nanogpt.snf:105
+        return x, k_full, v_full
+
+
+class Output(NamedTuple):
+    logits: Optional[torch.Tensor]  # [B, T, vocab_size]
+    loss: Optional[torch.Tensor]  # []
+    new_keys: Optional[torch.Tensor]  # [n_layer, B, T_total, H, head_dim]
+    new_values: Optional[torch.Tensor]  # [n_layer, B, T_total, H, head_dim]
+
+
+class Model(nn.Module):
+    """nanogpt, as specified in nanogpt.snf."""
+
+    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
+    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
+    # own, the rest running eagerly; "none", nothing. Chosen by measurement (benchmarks/README.md:
+    # on a CPU, compiling a training step measured no faster than eager); the CUDA entries are not
+    # measured yet. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "block"}, "cuda": {"train": "model", "eval": "block"}}
+
+    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
+        super().__init__()
+        if config is None:
+            config = Config(**overrides)
+        elif overrides:
+            config = dataclasses.replace(config, **overrides)
+        self.config = cfg = config
+        self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  nanogpt.snf:36
+        self.position_embedding = nn.Parameter(torch.empty(cfg.block_size, cfg.n_embd))  # [block_size, D]  nanogpt.snf:37
+        self.ln_f = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=cfg.bias)  # ln_f_weight, ln_f_bias  nanogpt.snf:57
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)  # lm_head_weight  nanogpt.snf:59
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
+        cfg = self.config
+        nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.position_embedding, mean=0.0, std=0.02)
+        nn.init.ones_(self.ln_f.weight)
+        if self.ln_f.bias is not None:
+            nn.init.zeros_(self.ln_f.bias)
+        nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
+        for layer in self.layers:
+            layer.reset_parameters()
+
+    def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None, past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None, return_logits: Optional[bool] = None, cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> Output:
+        # idx: [B, T]
+        # targets: [B, T], optional
+        # past_keys: [n_layer, B, T_past, H, head_dim], optional
+        # past_values: [n_layer, B, T_past, H, head_dim], optional
+        # use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
+        # return_logits: compute logits (by default, unless training with targets: then
+        # the loss runs fused with its head, in chunks of rows, and logits is None)
+        # cache_position: with it, the caches are preallocated buffers written in place at that
+        # position, and attention reads their first cache_length slots (see generate)
+        unit = _compile_unit(self, idx)  # see compile_units
+        if unit == "model":
+            return self._compiled_forward(idx, targets, past_keys, past_values, use_cache=use_cache, return_logits=return_logits, cache_position=cache_position, cache_length=cache_length)
+        if unit == "none":
+            with _eagerly():
+                return self.forward(idx, targets, past_keys, past_values, use_cache=use_cache, return_logits=return_logits, cache_position=cache_position, cache_length=cache_length)
+        cfg = self.config
+        if use_cache is None:
+            use_cache = not self.training
+        if return_logits is None:
+            return_logits = not (self.training and targets is not None)
+        _check_input('idx', idx, 2, '[B, T]', 'int64')
+        B, T = idx.shape
+        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
+        if targets is not None:
+            _check_input('targets', targets, 2, '[B, T]', 'int64', {0: B, 1: T})
+        if cache_position is None:
+            if past_keys is not None:
+                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 3: cfg.n_head, 4: cfg.head_dim})
+            T_past = past_keys.size(2) if past_keys is not None else 0
+            if past_values is not None:
+                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
+        else:  # preallocated caches of block_size slots, T_past of them filled
+            _check_position(cache_position, cache_length, cfg.block_size, 'past_keys, past_values', past_keys, past_values)
+            _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
+            _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
+            T_past = cache_position
+        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
+        _check_dims('T_total', T + T_past, '<=', 'block_size', cfg.block_size, 'nanogpt.snf:68')
+        tok_emb = self.token_embedding(idx)  # [B, T, D]  nanogpt.snf:71
+        pos_emb = _narrow(self.position_embedding, 0, T_past, T)  # [T, D]  nanogpt.snf:72
+        x = tok_emb + pos_emb  # [B, T, D]  nanogpt.snf:73
+        if cfg.dropout > 0:
+            x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:74
+        if use_cache:
+            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_keys  # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:77
+            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_values  # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:78
+        else:
+            new_keys = new_values = None
+        for l, layer in enumerate(self.layers):
+            x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, cache_position, cache_length)  # nanogpt.snf:79
+            if use_cache and cache_position is None:
+                new_keys[l] = new_keys_layer  # nanogpt.snf:88
+                new_values[l] = new_values_layer  # nanogpt.snf:89
+        x_final = self.ln_f(x)  # [B, T, D]  nanogpt.snf:108
+        if return_logits:
+            logits = self.lm_head(x_final)  # [B, T, vocab_size]  nanogpt.snf:109
+            loss = _cross_entropy(logits, targets, -1, torch.float32) if targets is not None else None  # []  nanogpt.snf:111
+        else:
+            logits = None
+            loss = _linear_cross_entropy(x_final, self.lm_head.weight, None, targets, -1, torch.float32) if targets is not None else None  # []  nanogpt.snf:111
+        return Output(logits, loss, new_keys, new_values)
+
+    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
+    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
+    _compiled_forward = _hot_path(forward, dynamic=False)
+
+    # forward with preallocated caches: a decode step of generate, compiled as one graph per
+    # cache_length bucket (its shapes are fixed). On CPU, inductor's decompose_mm_pass writes a
+    # one-row matmul (batch 1) as a reduction over the weight, which streams it faster than a
+    # one-row GEMM does, and a low realize threshold makes it store a value (RoPE's query) instead
+    # of recomputing it inside attention's loop over keys; on CUDA each step runs as a CUDA graph
+    # (one launch, not one per kernel). benchmarks/bench_tricks.py measures each.
+    _decode_step = _hot_path(forward, dynamic=False, cuda_mode="reduce-overhead",
+                             cpu_options={"realize_opcount_threshold": 4,
+                                          "post_grad_fusion_options": {"decompose_mm_pass": {}}})
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: Optional[int] = None, top_p: Optional[float] = None,
+                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """Append `max_new_tokens` tokens to `idx` [B, T] and return all of them.
+
+        `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
+        with `generator`. The prompt is run once; each later step feeds only the newest
+        token and the KV cache (past_keys, past_values).
+        """
+        _check_sampling(idx, max_new_tokens, temperature, top_k, top_p)
+        was_training = self.training
+        self.eval()
+        try:
+            out = self(idx, use_cache=True)
+            tokens = [idx]
+            # the caches move into buffers of block_size slots, written in place at `position`;
+            # each step attends over the first `_bucket(...)` of them: one compiled graph per bucket
+            position, size = idx.size(1), self.config.block_size
+            if position + max_new_tokens - 1 > size:
+                raise ValueError(f"the prompt ({position} tokens) and max_new_tokens={max_new_tokens} need "
+                                 f"{position + max_new_tokens - 1} cache slots; the model has block_size = {size}")
+            past_keys = _cache_buffers(out.new_keys, 1, size, out.logits.dtype, self, 'past_keys')
+            past_values = _cache_buffers(out.new_values, 1, size, out.logits.dtype, self, 'past_values')
+            decode = self if _hooked(self) else self._decode_step  # hooks run only through self(...)
+            for step in range(max_new_tokens):
+                token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
+                tokens.append(token)
+                if step + 1 < max_new_tokens:
+                    at = torch.tensor(position, device=idx.device)
+                    if at.is_cuda:  # the step is a CUDA graph; the last step's outputs are read already
+                        torch.compiler.cudagraph_mark_step_begin()
+                    out = decode(token, past_keys=past_keys, past_values=past_values, cache_position=at,
+                                 cache_length=_bucket(position + 1, size))
+                    position += 1
+            return torch.cat(tokens, dim=1)
+        finally:
+            self.train(was_training)
+
+
+def spec_parameters(config: Config) -> dict:
+    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
+    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
+    or None when it is not per layer)."""
+    cfg = config
+    return {
+        'token_embedding': ('token_embedding.weight', None, None),
+        'position_embedding': ('position_embedding', None, None),
+        'ln1_weight': ('layers.{l}.ln1.weight', None, cfg.n_layer),
+        'ln1_bias': ('layers.{l}.ln1.bias', None, cfg.n_layer),
+        'attn_q_weight': ('layers.{l}.attn_qkv.weight', (0, cfg.n_embd), cfg.n_layer),
+        'attn_q_bias': ('layers.{l}.attn_qkv.bias', (0, cfg.n_embd), cfg.n_layer),
+        'attn_k_weight': ('layers.{l}.attn_qkv.weight', (cfg.n_embd, 2*cfg.n_embd), cfg.n_layer),
+        'attn_k_bias': ('layers.{l}.attn_qkv.bias', (cfg.n_embd, 2*cfg.n_embd), cfg.n_layer),
+        'attn_v_weight': ('layers.{l}.attn_qkv.weight', (2*cfg.n_embd, 3*cfg.n_embd), cfg.n_layer),
+        'attn_v_bias': ('layers.{l}.attn_qkv.bias', (2*cfg.n_embd, 3*cfg.n_embd), cfg.n_layer),
+        'attn_proj_weight': ('layers.{l}.attn_proj.weight', None, cfg.n_layer),
+        'attn_proj_bias': ('layers.{l}.attn_proj.bias', None, cfg.n_layer),
+        'ln2_weight': ('layers.{l}.ln2.weight', None, cfg.n_layer),
+        'ln2_bias': ('layers.{l}.ln2.bias', None, cfg.n_layer),
+        'mlp_fc_weight': ('layers.{l}.mlp_fc.weight', None, cfg.n_layer),
+        'mlp_fc_bias': ('layers.{l}.mlp_fc.bias', None, cfg.n_layer),
+        'mlp_proj_weight': ('layers.{l}.mlp_proj.weight', None, cfg.n_layer),
+        'mlp_proj_bias': ('layers.{l}.mlp_proj.bias', None, cfg.n_layer),
+        'ln_f_weight': ('ln_f.weight', None, None),
+        'ln_f_bias': ('ln_f.bias', None, None),
+        'lm_head_weight': ('lm_head.weight', None, None),
+    }
+
+
+# Buffers the config decides (by their initialiser): a checkpoint need not give them.
+RECOMPUTED_BUFFERS = ()
+
+# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
+# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
+CHECKPOINTS = {
+    'hf': {
+        'params': {
+            'token_embedding': ('key', 'transformer.wte.weight'),
+            'position_embedding': ('key', 'transformer.wpe.weight'),
+            'ln1_weight': ('key', 'transformer.h.{l}.ln_1.weight'),
+            'ln1_bias': ('key', 'transformer.h.{l}.ln_1.bias'),
+            'attn_q_weight': ('T', ('split', ('key', 'transformer.h.{l}.attn.c_attn.weight'), 3, 1, 0)),
+            'attn_k_weight': ('T', ('split', ('key', 'transformer.h.{l}.attn.c_attn.weight'), 3, 1, 1)),
+            'attn_v_weight': ('T', ('split', ('key', 'transformer.h.{l}.attn.c_attn.weight'), 3, 1, 2)),
+            'attn_q_bias': ('split', ('key', 'transformer.h.{l}.attn.c_attn.bias'), 3, 0, 0),
+            'attn_k_bias': ('split', ('key', 'transformer.h.{l}.attn.c_attn.bias'), 3, 0, 1),
+            'attn_v_bias': ('split', ('key', 'transformer.h.{l}.attn.c_attn.bias'), 3, 0, 2),
+            'attn_proj_weight': ('T', ('key', 'transformer.h.{l}.attn.c_proj.weight')),
+            'attn_proj_bias': ('key', 'transformer.h.{l}.attn.c_proj.bias'),
+            'ln2_weight': ('key', 'transformer.h.{l}.ln_2.weight'),
+            'ln2_bias': ('key', 'transformer.h.{l}.ln_2.bias'),
+            'mlp_fc_weight': ('T', ('key', 'transformer.h.{l}.mlp.c_fc.weight')),
+            'mlp_fc_bias': ('key', 'transformer.h.{l}.mlp.c_fc.bias'),
+            'mlp_proj_weight': ('T', ('key', 'transformer.h.{l}.mlp.c_proj.weight')),
+            'mlp_proj_bias': ('key', 'transformer.h.{l}.mlp.c_proj.bias'),
+            'ln_f_weight': ('key', 'transformer.ln_f.weight'),
+            'ln_f_bias': ('key', 'transformer.ln_f.bias'),
+            'lm_head_weight': ('or', ('key', 'lm_head.weight'), ('key', 'transformer.wte.weight')),
+        },
+        'ignore': ('transformer.h.{l}.attn.bias', 'transformer.h.{l}.attn.masked_bias'),
+    },
+}
+
+
+# ---------------------------------------------------------------------------- runtime helpers
+# What the model above calls: standalone, so this file imports only torch and the standard library.
+
+
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
     """`rank` axes, the sizes given, and the spec's dtype (any floating dtype for a floating one:
     autocast, or a cast of the model, decides the dtype it computes in)."""
@@ -465,288 +754,3 @@ def _linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: Optional[
     """_cross_entropy(F.linear(x, weight, bias), targets, ignore_index, dtype) without the logits:
     the head and the loss of a training step, fused (see _LinearCrossEntropy)."""
     return _LinearCrossEntropy.apply(x, weight, bias, targets, ignore_index, dtype, torch.is_grad_enabled())
-
-
-class Block(nn.Module):
-    """One layer of the loop at nanogpt.snf:79 (`for l ...`), with its own parameters."""
-
-    def __init__(self, config: Config) -> None:
-        super().__init__()
-        self.config = cfg = config
-        self.ln1 = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=cfg.bias)  # ln1_weight, ln1_bias  nanogpt.snf:39
-        self.attn_qkv = nn.Linear(cfg.n_embd, 3*cfg.n_embd, bias=cfg.bias)  # attn_q_weight, attn_k_weight, attn_v_weight fused (and their biases)  nanogpt.snf:41
-        self.attn_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # attn_proj_weight, attn_proj_bias  nanogpt.snf:47
-        self.ln2 = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=cfg.bias)  # ln2_weight, ln2_bias  nanogpt.snf:50
-        self.mlp_fc = nn.Linear(cfg.n_embd, 4*cfg.n_embd, bias=cfg.bias)  # mlp_fc_weight, mlp_fc_bias  nanogpt.snf:52
-        self.mlp_proj = nn.Linear(4*cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # mlp_proj_weight, mlp_proj_bias  nanogpt.snf:54
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        cfg = self.config
-        nn.init.ones_(self.ln1.weight)
-        if self.ln1.bias is not None:
-            nn.init.zeros_(self.ln1.bias)
-        nn.init.normal_(self.attn_qkv.weight, mean=0.0, std=0.02)
-        if self.attn_qkv.bias is not None:
-            nn.init.zeros_(self.attn_qkv.bias)
-        nn.init.normal_(self.attn_proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
-        if self.attn_proj.bias is not None:
-            nn.init.zeros_(self.attn_proj.bias)
-        nn.init.ones_(self.ln2.weight)
-        if self.ln2.bias is not None:
-            nn.init.zeros_(self.ln2.bias)
-        nn.init.normal_(self.mlp_fc.weight, mean=0.0, std=0.02)
-        if self.mlp_fc.bias is not None:
-            nn.init.zeros_(self.mlp_fc.bias)
-        nn.init.normal_(self.mlp_proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
-        if self.mlp_proj.bias is not None:
-            nn.init.zeros_(self.mlp_proj.bias)
-
-    @_hot_path
-    def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor], cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        cfg = self.config
-        B, T, _ = x.shape
-        x_norm = self.ln1(x)  # [B, T, D]  nanogpt.snf:80
-        q, k, v = self.attn_qkv(x_norm).split(cfg.n_embd, dim=-1)  # [B, T, D] [B, T, D] [B, T, D]  nanogpt.snf:81
-        k_head = k.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  nanogpt.snf:84
-        v_head = v.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  nanogpt.snf:85
-        k_full = _cache_cat(past_keys, k_head, cache_position, cache_length) if past_keys is not None else k_head  # [B, T_total, H, head_dim]  nanogpt.snf:86
-        v_full = _cache_cat(past_values, v_head, cache_position, cache_length) if past_values is not None else v_head  # [B, T_total, H, head_dim]  nanogpt.snf:87
-        attn_output = _attention(q.reshape(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2), k_full.transpose(1, 2), v_full.transpose(1, 2), None, causal=True, dropout_p=(cfg.dropout if self.training else 0.0), cache_position=cache_position).transpose(1, 2)  # [B, T, H, head_dim]  nanogpt.snf:90
-        attn_proj = self.attn_proj(attn_output.reshape(B, T, cfg.n_embd))  # [B, T, D]  nanogpt.snf:97
-        if cfg.dropout > 0:
-            attn_proj = F.dropout(attn_proj, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:98
-        x = x + attn_proj  # [B, T, D]  nanogpt.snf:99
-        x_norm_mlp = self.ln2(x)  # [B, T, D]  nanogpt.snf:101
-        mlp_hidden = F.gelu(self.mlp_fc(x_norm_mlp), approximate='tanh')  # [B, T, 4*D]  nanogpt.snf:102
-        mlp_out = self.mlp_proj(mlp_hidden)  # [B, T, D]  nanogpt.snf:103
-        if cfg.dropout > 0:
-            mlp_out = F.dropout(mlp_out, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:104
-        x = x + mlp_out  # [B, T, D]  nanogpt.snf:105
-        return x, k_full, v_full
-
-
-class Output(NamedTuple):
-    logits: Optional[torch.Tensor]  # [B, T, vocab_size]
-    loss: Optional[torch.Tensor]  # []
-    new_keys: Optional[torch.Tensor]  # [n_layer, B, T_total, H, head_dim]
-    new_values: Optional[torch.Tensor]  # [n_layer, B, T_total, H, head_dim]
-
-
-class Model(nn.Module):
-    """nanogpt, as specified in nanogpt.snf."""
-
-    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
-    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
-    # own, the rest running eagerly; "none", nothing. Chosen by measurement (benchmarks/README.md:
-    # on a CPU, compiling a training step measured no faster than eager); the CUDA entries are not
-    # measured yet. Assign a changed copy to a model to choose otherwise.
-    compile_units = {"cpu": {"train": "none", "eval": "block"}, "cuda": {"train": "model", "eval": "block"}}
-
-    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
-        super().__init__()
-        if config is None:
-            config = Config(**overrides)
-        elif overrides:
-            config = dataclasses.replace(config, **overrides)
-        self.config = cfg = config
-        self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  nanogpt.snf:36
-        self.position_embedding = nn.Parameter(torch.empty(cfg.block_size, cfg.n_embd))  # [block_size, D]  nanogpt.snf:37
-        self.ln_f = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=cfg.bias)  # ln_f_weight, ln_f_bias  nanogpt.snf:57
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)  # lm_head_weight  nanogpt.snf:59
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.reset_parameters()
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
-        cfg = self.config
-        nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
-        nn.init.normal_(self.position_embedding, mean=0.0, std=0.02)
-        nn.init.ones_(self.ln_f.weight)
-        if self.ln_f.bias is not None:
-            nn.init.zeros_(self.ln_f.bias)
-        nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
-        for layer in self.layers:
-            layer.reset_parameters()
-
-    def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None, past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None, return_logits: Optional[bool] = None, cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> Output:
-        # idx: [B, T]
-        # targets: [B, T], optional
-        # past_keys: [n_layer, B, T_past, H, head_dim], optional
-        # past_values: [n_layer, B, T_past, H, head_dim], optional
-        # use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
-        # return_logits: compute logits (by default, unless training with targets: then
-        # the loss runs fused with its head, in chunks of rows, and logits is None)
-        # cache_position: with it, the caches are preallocated buffers written in place at that
-        # position, and attention reads their first cache_length slots (see generate)
-        unit = _compile_unit(self, idx)  # see compile_units
-        if unit == "model":
-            return self._compiled_forward(idx, targets, past_keys, past_values, use_cache=use_cache, return_logits=return_logits, cache_position=cache_position, cache_length=cache_length)
-        if unit == "none":
-            with _eagerly():
-                return self.forward(idx, targets, past_keys, past_values, use_cache=use_cache, return_logits=return_logits, cache_position=cache_position, cache_length=cache_length)
-        cfg = self.config
-        if use_cache is None:
-            use_cache = not self.training
-        if return_logits is None:
-            return_logits = not (self.training and targets is not None)
-        _check_input('idx', idx, 2, '[B, T]', 'int64')
-        B, T = idx.shape
-        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
-        if targets is not None:
-            _check_input('targets', targets, 2, '[B, T]', 'int64', {0: B, 1: T})
-        if cache_position is None:
-            if past_keys is not None:
-                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 3: cfg.n_head, 4: cfg.head_dim})
-            T_past = past_keys.size(2) if past_keys is not None else 0
-            if past_values is not None:
-                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
-        else:  # preallocated caches of block_size slots, T_past of them filled
-            _check_position(cache_position, cache_length, cfg.block_size, 'past_keys, past_values', past_keys, past_values)
-            _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
-            _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
-            T_past = cache_position
-        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
-        _check_dims('T_total', T + T_past, '<=', 'block_size', cfg.block_size, 'nanogpt.snf:68')
-        tok_emb = self.token_embedding(idx)  # [B, T, D]  nanogpt.snf:71
-        pos_emb = _narrow(self.position_embedding, 0, T_past, T)  # [T, D]  nanogpt.snf:72
-        x = tok_emb + pos_emb  # [B, T, D]  nanogpt.snf:73
-        if cfg.dropout > 0:
-            x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:74
-        if use_cache:
-            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_keys  # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:77
-            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_values  # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:78
-        else:
-            new_keys = new_values = None
-        for l, layer in enumerate(self.layers):
-            x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, cache_position, cache_length)  # nanogpt.snf:79
-            if use_cache and cache_position is None:
-                new_keys[l] = new_keys_layer  # nanogpt.snf:88
-                new_values[l] = new_values_layer  # nanogpt.snf:89
-        x_final = self.ln_f(x)  # [B, T, D]  nanogpt.snf:108
-        if return_logits:
-            logits = self.lm_head(x_final)  # [B, T, vocab_size]  nanogpt.snf:109
-            loss = _cross_entropy(logits, targets, -1, torch.float32) if targets is not None else None  # []  nanogpt.snf:111
-        else:
-            logits = None
-            loss = _linear_cross_entropy(x_final, self.lm_head.weight, None, targets, -1, torch.float32) if targets is not None else None  # []  nanogpt.snf:111
-        return Output(logits, loss, new_keys, new_values)
-
-    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
-    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
-    _compiled_forward = _hot_path(forward, dynamic=False)
-
-    # forward with preallocated caches: a decode step of generate, compiled as one graph per
-    # cache_length bucket (its shapes are fixed). On CPU, inductor's decompose_mm_pass writes a
-    # one-row matmul (batch 1) as a reduction over the weight, which streams it faster than a
-    # one-row GEMM does, and a low realize threshold makes it store a value (RoPE's query) instead
-    # of recomputing it inside attention's loop over keys; on CUDA each step runs as a CUDA graph
-    # (one launch, not one per kernel). benchmarks/bench_tricks.py measures each.
-    _decode_step = _hot_path(forward, dynamic=False, cuda_mode="reduce-overhead",
-                             cpu_options={"realize_opcount_threshold": 4,
-                                          "post_grad_fusion_options": {"decompose_mm_pass": {}}})
-
-    @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: Optional[int] = None, top_p: Optional[float] = None,
-                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        """Append `max_new_tokens` tokens to `idx` [B, T] and return all of them.
-
-        `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
-        with `generator`. The prompt is run once; each later step feeds only the newest
-        token and the KV cache (past_keys, past_values).
-        """
-        _check_sampling(idx, max_new_tokens, temperature, top_k, top_p)
-        was_training = self.training
-        self.eval()
-        try:
-            out = self(idx, use_cache=True)
-            tokens = [idx]
-            # the caches move into buffers of block_size slots, written in place at `position`;
-            # each step attends over the first `_bucket(...)` of them: one compiled graph per bucket
-            position, size = idx.size(1), self.config.block_size
-            if position + max_new_tokens - 1 > size:
-                raise ValueError(f"the prompt ({position} tokens) and max_new_tokens={max_new_tokens} need "
-                                 f"{position + max_new_tokens - 1} cache slots; the model has block_size = {size}")
-            past_keys = _cache_buffers(out.new_keys, 1, size, out.logits.dtype, self, 'past_keys')
-            past_values = _cache_buffers(out.new_values, 1, size, out.logits.dtype, self, 'past_values')
-            decode = self if _hooked(self) else self._decode_step  # hooks run only through self(...)
-            for step in range(max_new_tokens):
-                token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
-                tokens.append(token)
-                if step + 1 < max_new_tokens:
-                    at = torch.tensor(position, device=idx.device)
-                    if at.is_cuda:  # the step is a CUDA graph; the last step's outputs are read already
-                        torch.compiler.cudagraph_mark_step_begin()
-                    out = decode(token, past_keys=past_keys, past_values=past_values, cache_position=at,
-                                 cache_length=_bucket(position + 1, size))
-                    position += 1
-            return torch.cat(tokens, dim=1)
-        finally:
-            self.train(was_training)
-
-
-def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    or None when it is not per layer)."""
-    cfg = config
-    return {
-        'token_embedding': ('token_embedding.weight', None, None),
-        'position_embedding': ('position_embedding', None, None),
-        'ln1_weight': ('layers.{l}.ln1.weight', None, cfg.n_layer),
-        'ln1_bias': ('layers.{l}.ln1.bias', None, cfg.n_layer),
-        'attn_q_weight': ('layers.{l}.attn_qkv.weight', (0, cfg.n_embd), cfg.n_layer),
-        'attn_q_bias': ('layers.{l}.attn_qkv.bias', (0, cfg.n_embd), cfg.n_layer),
-        'attn_k_weight': ('layers.{l}.attn_qkv.weight', (cfg.n_embd, 2*cfg.n_embd), cfg.n_layer),
-        'attn_k_bias': ('layers.{l}.attn_qkv.bias', (cfg.n_embd, 2*cfg.n_embd), cfg.n_layer),
-        'attn_v_weight': ('layers.{l}.attn_qkv.weight', (2*cfg.n_embd, 3*cfg.n_embd), cfg.n_layer),
-        'attn_v_bias': ('layers.{l}.attn_qkv.bias', (2*cfg.n_embd, 3*cfg.n_embd), cfg.n_layer),
-        'attn_proj_weight': ('layers.{l}.attn_proj.weight', None, cfg.n_layer),
-        'attn_proj_bias': ('layers.{l}.attn_proj.bias', None, cfg.n_layer),
-        'ln2_weight': ('layers.{l}.ln2.weight', None, cfg.n_layer),
-        'ln2_bias': ('layers.{l}.ln2.bias', None, cfg.n_layer),
-        'mlp_fc_weight': ('layers.{l}.mlp_fc.weight', None, cfg.n_layer),
-        'mlp_fc_bias': ('layers.{l}.mlp_fc.bias', None, cfg.n_layer),
-        'mlp_proj_weight': ('layers.{l}.mlp_proj.weight', None, cfg.n_layer),
-        'mlp_proj_bias': ('layers.{l}.mlp_proj.bias', None, cfg.n_layer),
-        'ln_f_weight': ('ln_f.weight', None, None),
-        'ln_f_bias': ('ln_f.bias', None, None),
-        'lm_head_weight': ('lm_head.weight', None, None),
-    }
-
-
-# Buffers the config decides (by their initialiser): a checkpoint need not give them.
-RECOMPUTED_BUFFERS = ()
-
-# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
-# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
-CHECKPOINTS = {
-    'hf': {
-        'params': {
-            'token_embedding': ('key', 'transformer.wte.weight'),
-            'position_embedding': ('key', 'transformer.wpe.weight'),
-            'ln1_weight': ('key', 'transformer.h.{l}.ln_1.weight'),
-            'ln1_bias': ('key', 'transformer.h.{l}.ln_1.bias'),
-            'attn_q_weight': ('T', ('split', ('key', 'transformer.h.{l}.attn.c_attn.weight'), 3, 1, 0)),
-            'attn_k_weight': ('T', ('split', ('key', 'transformer.h.{l}.attn.c_attn.weight'), 3, 1, 1)),
-            'attn_v_weight': ('T', ('split', ('key', 'transformer.h.{l}.attn.c_attn.weight'), 3, 1, 2)),
-            'attn_q_bias': ('split', ('key', 'transformer.h.{l}.attn.c_attn.bias'), 3, 0, 0),
-            'attn_k_bias': ('split', ('key', 'transformer.h.{l}.attn.c_attn.bias'), 3, 0, 1),
-            'attn_v_bias': ('split', ('key', 'transformer.h.{l}.attn.c_attn.bias'), 3, 0, 2),
-            'attn_proj_weight': ('T', ('key', 'transformer.h.{l}.attn.c_proj.weight')),
-            'attn_proj_bias': ('key', 'transformer.h.{l}.attn.c_proj.bias'),
-            'ln2_weight': ('key', 'transformer.h.{l}.ln_2.weight'),
-            'ln2_bias': ('key', 'transformer.h.{l}.ln_2.bias'),
-            'mlp_fc_weight': ('T', ('key', 'transformer.h.{l}.mlp.c_fc.weight')),
-            'mlp_fc_bias': ('key', 'transformer.h.{l}.mlp.c_fc.bias'),
-            'mlp_proj_weight': ('T', ('key', 'transformer.h.{l}.mlp.c_proj.weight')),
-            'mlp_proj_bias': ('key', 'transformer.h.{l}.mlp.c_proj.bias'),
-            'ln_f_weight': ('key', 'transformer.ln_f.weight'),
-            'ln_f_bias': ('key', 'transformer.ln_f.bias'),
-            'lm_head_weight': ('or', ('key', 'lm_head.weight'), ('key', 'transformer.wte.weight')),
-        },
-        'ignore': ('transformer.h.{l}.attn.bias', 'transformer.h.{l}.attn.masked_bias'),
-    },
-}

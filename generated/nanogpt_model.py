@@ -128,6 +128,197 @@ def _compile_unit(model: nn.Module, x: torch.Tensor) -> Optional[str]:
     return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
 
 
+class Block(nn.Module):
+    """One layer of the loop at nanogpt_model.snf:54 (`for l ...`), with its own parameters."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.config = cfg = config
+        self.θ_ln_attn = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)  # θ_ln_attn_weight, θ_ln_attn_bias  nanogpt_model.snf:51
+        self.θ_attn_Wq = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wq, θ_attn_bq  nanogpt_model.snf:37
+        self.θ_attn_Wk = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wk, θ_attn_bk  nanogpt_model.snf:38
+        self.θ_attn_Wv = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wv, θ_attn_bv  nanogpt_model.snf:39
+        self.θ_attn_Wo = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wo, θ_attn_bo  nanogpt_model.snf:42
+        self.θ_ln_mlp = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)  # θ_ln_mlp_weight, θ_ln_mlp_bias  nanogpt_model.snf:52
+        self.θ_mlp_W_fc = nn.Linear(cfg.D, 4*cfg.D, bias=True)  # θ_mlp_W_fc, θ_mlp_b_fc  nanogpt_model.snf:46
+        self.θ_mlp_W_proj = nn.Linear(4*cfg.D, cfg.D, bias=True)  # θ_mlp_W_proj, θ_mlp_b_proj  nanogpt_model.snf:47
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        cfg = self.config
+        nn.init.ones_(self.θ_ln_attn.weight)
+        nn.init.zeros_(self.θ_ln_attn.bias)
+        nn.init.normal_(self.θ_attn_Wq.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_attn_Wq.bias)
+        nn.init.normal_(self.θ_attn_Wk.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_attn_Wk.bias)
+        nn.init.normal_(self.θ_attn_Wv.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_attn_Wv.bias)
+        nn.init.normal_(self.θ_attn_Wo.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_attn_Wo.bias)
+        nn.init.ones_(self.θ_ln_mlp.weight)
+        nn.init.zeros_(self.θ_ln_mlp.bias)
+        nn.init.normal_(self.θ_mlp_W_fc.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_mlp_W_fc.bias)
+        nn.init.normal_(self.θ_mlp_W_proj.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_mlp_W_proj.bias)
+
+    @_hot_path
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        cfg = self.config
+        B, T, _ = h.shape
+        x = h  # [B, T, D]  nanogpt_model.snf:50
+        attention_x = self.θ_ln_attn(x)  # [B, T, D]  nanogpt_model.snf:51
+        q = self.θ_attn_Wq(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:37
+        k = self.θ_attn_Wk(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:38
+        v = self.θ_attn_Wv(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:39
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, scale=1 / math.sqrt(cfg.D // cfg.H)).transpose(1, 2).reshape(B, T, cfg.D)  # [B, T, D]  nanogpt_model.snf:41
+        x = x + self.θ_attn_Wo(o)  # [B, T, D]  nanogpt_model.snf:51
+        mlp_x = self.θ_ln_mlp(x)  # [B, T, D]  nanogpt_model.snf:52
+        u = self.θ_mlp_W_fc(mlp_x)  # [B, T, 4*D]  nanogpt_model.snf:46
+        h = x + self.θ_mlp_W_proj(F.gelu(u))  # [B, T, D]  nanogpt_model.snf:52
+        return h
+
+
+class Output(NamedTuple):
+    logits: Optional[torch.Tensor]  # [B, T, V]
+    loss: torch.Tensor  # []
+
+
+class Model(nn.Module):
+    """nanoGPT, as specified in nanogpt_model.snf."""
+
+    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
+    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
+    # own, the rest running eagerly; "none", nothing. Chosen by measurement (benchmarks/README.md:
+    # on a CPU, compiling a training step measured no faster than eager); the CUDA entries are not
+    # measured yet. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "block"}, "cuda": {"train": "model", "eval": "block"}}
+
+    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
+        super().__init__()
+        if config is None:
+            config = Config(**overrides)
+        elif overrides:
+            config = dataclasses.replace(config, **overrides)
+        self.config = cfg = config
+        self.θ_embed = nn.Embedding(cfg.V, cfg.D)  # θ_embed  nanogpt_model.snf:33
+        self.θ_pos = nn.Parameter(torch.empty(cfg.P, cfg.D))  # [P, D]  nanogpt_model.snf:33
+        self.θ_ln_f = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)  # θ_ln_f_weight, θ_ln_f_bias  nanogpt_model.snf:57
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.L))
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
+        cfg = self.config
+        nn.init.normal_(self.θ_embed.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.θ_pos, mean=0.0, std=0.02)
+        nn.init.ones_(self.θ_ln_f.weight)
+        nn.init.zeros_(self.θ_ln_f.bias)
+        for layer in self.layers:
+            layer.reset_parameters()
+
+    def forward(self, tok: torch.Tensor, *, return_logits: Optional[bool] = None) -> Output:
+        # tok: [B, T]
+        # return_logits: compute logits (by default, unless training: then
+        # the loss runs fused with its head, in chunks of rows, and logits is None)
+        unit = _compile_unit(self, tok)  # see compile_units
+        if unit == "model":
+            return self._compiled_forward(tok, return_logits=return_logits)
+        if unit == "none":
+            with _eagerly():
+                return self.forward(tok, return_logits=return_logits)
+        cfg = self.config
+        if return_logits is None:
+            return_logits = not self.training
+        _check_input('tok', tok, 2, '[B, T]', 'int64')
+        B, T = tok.shape
+        _check_index('tok', tok, cfg.V, 'V')
+        _check_dims('T', T, '<=', 'P', cfg.P, 'nanogpt_model.snf:33', 'slice end T must lie within axis 0, of size P', {'P': cfg.P, 'T': T})
+        h = self.θ_embed(tok) + self.θ_pos[0:T, :]  # [B, T, D]  nanogpt_model.snf:33
+        for layer in self.layers:
+            h = layer(h)  # nanogpt_model.snf:54
+        if return_logits:
+            logits = F.linear(self.θ_ln_f(h), self.θ_embed.weight)  # [B, T, V]  nanogpt_model.snf:57
+            loss = _cross_entropy(logits, _next_tokens(tok, -100), -100, torch.float32)  # []  nanogpt_model.snf:59
+        else:
+            logits = None
+            loss = _linear_cross_entropy(self.θ_ln_f(h), self.θ_embed.weight, None, _next_tokens(tok, -100), -100, torch.float32)  # []  nanogpt_model.snf:59
+        return Output(logits, loss)
+
+    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
+    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
+    _compiled_forward = _hot_path(forward, dynamic=False)
+
+    @torch.no_grad()
+    def generate(self, tok: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: Optional[int] = None, top_p: Optional[float] = None,
+                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """Append `max_new_tokens` tokens to `tok` [B, T] and return all of them.
+
+        `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
+        with `generator`. generate uses no KV cache here
+        (docs/language.md, section 10.2), so each step runs the whole sequence again.
+        """
+        _check_sampling(tok, max_new_tokens, temperature, top_k, top_p)
+        was_training = self.training
+        self.eval()
+        try:
+            out = self(tok)
+            tokens = [tok]
+            for step in range(max_new_tokens):
+                token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
+                tokens.append(token)
+                if step + 1 < max_new_tokens:
+                    out = self(torch.cat(tokens, dim=1))
+            return torch.cat(tokens, dim=1)
+        finally:
+            self.train(was_training)
+
+
+def spec_parameters(config: Config) -> dict:
+    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
+    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
+    or None when it is not per layer)."""
+    cfg = config
+    return {
+        'θ_embed': ('θ_embed.weight', None, None),
+        'θ_pos': ('θ_pos', None, None),
+        'θ_ln_attn_weight': ('layers.{l}.θ_ln_attn.weight', None, cfg.L),
+        'θ_ln_attn_bias': ('layers.{l}.θ_ln_attn.bias', None, cfg.L),
+        'θ_attn_Wq': ('layers.{l}.θ_attn_Wq.weight', None, cfg.L),
+        'θ_attn_bq': ('layers.{l}.θ_attn_Wq.bias', None, cfg.L),
+        'θ_attn_Wk': ('layers.{l}.θ_attn_Wk.weight', None, cfg.L),
+        'θ_attn_bk': ('layers.{l}.θ_attn_Wk.bias', None, cfg.L),
+        'θ_attn_Wv': ('layers.{l}.θ_attn_Wv.weight', None, cfg.L),
+        'θ_attn_bv': ('layers.{l}.θ_attn_Wv.bias', None, cfg.L),
+        'θ_attn_Wo': ('layers.{l}.θ_attn_Wo.weight', None, cfg.L),
+        'θ_attn_bo': ('layers.{l}.θ_attn_Wo.bias', None, cfg.L),
+        'θ_ln_mlp_weight': ('layers.{l}.θ_ln_mlp.weight', None, cfg.L),
+        'θ_ln_mlp_bias': ('layers.{l}.θ_ln_mlp.bias', None, cfg.L),
+        'θ_mlp_W_fc': ('layers.{l}.θ_mlp_W_fc.weight', None, cfg.L),
+        'θ_mlp_b_fc': ('layers.{l}.θ_mlp_W_fc.bias', None, cfg.L),
+        'θ_mlp_W_proj': ('layers.{l}.θ_mlp_W_proj.weight', None, cfg.L),
+        'θ_mlp_b_proj': ('layers.{l}.θ_mlp_W_proj.bias', None, cfg.L),
+        'θ_ln_f_weight': ('θ_ln_f.weight', None, None),
+        'θ_ln_f_bias': ('θ_ln_f.bias', None, None),
+    }
+
+
+# Buffers the config decides (by their initialiser): a checkpoint need not give them.
+RECOMPUTED_BUFFERS = ()
+
+# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
+# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
+CHECKPOINTS = {
+}
+
+
+# ---------------------------------------------------------------------------- runtime helpers
+# What the model above calls: standalone, so this file imports only torch and the standard library.
+
+
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
     """`rank` axes, the sizes given, and the spec's dtype (any floating dtype for a floating one:
     autocast, or a cast of the model, decides the dtype it computes in)."""
@@ -372,190 +563,3 @@ def _next_tokens(targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
     rather than sliced (targets[..., 1:]): torch.export would exclude length 2 for a slice."""
     last = torch.arange(targets.size(-1), device=targets.device) == targets.size(-1) - 1
     return targets.roll(-1, dims=-1).masked_fill(last, ignore_index)
-
-
-class Block(nn.Module):
-    """One layer of the loop at nanogpt_model.snf:54 (`for l ...`), with its own parameters."""
-
-    def __init__(self, config: Config) -> None:
-        super().__init__()
-        self.config = cfg = config
-        self.θ_ln_attn = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)  # θ_ln_attn_weight, θ_ln_attn_bias  nanogpt_model.snf:51
-        self.θ_attn_Wq = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wq, θ_attn_bq  nanogpt_model.snf:37
-        self.θ_attn_Wk = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wk, θ_attn_bk  nanogpt_model.snf:38
-        self.θ_attn_Wv = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wv, θ_attn_bv  nanogpt_model.snf:39
-        self.θ_attn_Wo = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wo, θ_attn_bo  nanogpt_model.snf:42
-        self.θ_ln_mlp = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)  # θ_ln_mlp_weight, θ_ln_mlp_bias  nanogpt_model.snf:52
-        self.θ_mlp_W_fc = nn.Linear(cfg.D, 4*cfg.D, bias=True)  # θ_mlp_W_fc, θ_mlp_b_fc  nanogpt_model.snf:46
-        self.θ_mlp_W_proj = nn.Linear(4*cfg.D, cfg.D, bias=True)  # θ_mlp_W_proj, θ_mlp_b_proj  nanogpt_model.snf:47
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        cfg = self.config
-        nn.init.ones_(self.θ_ln_attn.weight)
-        nn.init.zeros_(self.θ_ln_attn.bias)
-        nn.init.normal_(self.θ_attn_Wq.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_attn_Wq.bias)
-        nn.init.normal_(self.θ_attn_Wk.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_attn_Wk.bias)
-        nn.init.normal_(self.θ_attn_Wv.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_attn_Wv.bias)
-        nn.init.normal_(self.θ_attn_Wo.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_attn_Wo.bias)
-        nn.init.ones_(self.θ_ln_mlp.weight)
-        nn.init.zeros_(self.θ_ln_mlp.bias)
-        nn.init.normal_(self.θ_mlp_W_fc.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_mlp_W_fc.bias)
-        nn.init.normal_(self.θ_mlp_W_proj.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_mlp_W_proj.bias)
-
-    @_hot_path
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        cfg = self.config
-        B, T, _ = h.shape
-        x = h  # [B, T, D]  nanogpt_model.snf:50
-        attention_x = self.θ_ln_attn(x)  # [B, T, D]  nanogpt_model.snf:51
-        q = self.θ_attn_Wq(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:37
-        k = self.θ_attn_Wk(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:38
-        v = self.θ_attn_Wv(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:39
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, scale=1 / math.sqrt(cfg.D // cfg.H)).transpose(1, 2).reshape(B, T, cfg.D)  # [B, T, D]  nanogpt_model.snf:41
-        x = x + self.θ_attn_Wo(o)  # [B, T, D]  nanogpt_model.snf:51
-        mlp_x = self.θ_ln_mlp(x)  # [B, T, D]  nanogpt_model.snf:52
-        u = self.θ_mlp_W_fc(mlp_x)  # [B, T, 4*D]  nanogpt_model.snf:46
-        h = x + self.θ_mlp_W_proj(F.gelu(u))  # [B, T, D]  nanogpt_model.snf:52
-        return h
-
-
-class Output(NamedTuple):
-    logits: Optional[torch.Tensor]  # [B, T, V]
-    loss: torch.Tensor  # []
-
-
-class Model(nn.Module):
-    """nanoGPT, as specified in nanogpt_model.snf."""
-
-    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
-    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
-    # own, the rest running eagerly; "none", nothing. Chosen by measurement (benchmarks/README.md:
-    # on a CPU, compiling a training step measured no faster than eager); the CUDA entries are not
-    # measured yet. Assign a changed copy to a model to choose otherwise.
-    compile_units = {"cpu": {"train": "none", "eval": "block"}, "cuda": {"train": "model", "eval": "block"}}
-
-    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
-        super().__init__()
-        if config is None:
-            config = Config(**overrides)
-        elif overrides:
-            config = dataclasses.replace(config, **overrides)
-        self.config = cfg = config
-        self.θ_embed = nn.Embedding(cfg.V, cfg.D)  # θ_embed  nanogpt_model.snf:33
-        self.θ_pos = nn.Parameter(torch.empty(cfg.P, cfg.D))  # [P, D]  nanogpt_model.snf:33
-        self.θ_ln_f = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)  # θ_ln_f_weight, θ_ln_f_bias  nanogpt_model.snf:57
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.L))
-        self.reset_parameters()
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
-        cfg = self.config
-        nn.init.normal_(self.θ_embed.weight, mean=0.0, std=0.02)
-        nn.init.normal_(self.θ_pos, mean=0.0, std=0.02)
-        nn.init.ones_(self.θ_ln_f.weight)
-        nn.init.zeros_(self.θ_ln_f.bias)
-        for layer in self.layers:
-            layer.reset_parameters()
-
-    def forward(self, tok: torch.Tensor, *, return_logits: Optional[bool] = None) -> Output:
-        # tok: [B, T]
-        # return_logits: compute logits (by default, unless training: then
-        # the loss runs fused with its head, in chunks of rows, and logits is None)
-        unit = _compile_unit(self, tok)  # see compile_units
-        if unit == "model":
-            return self._compiled_forward(tok, return_logits=return_logits)
-        if unit == "none":
-            with _eagerly():
-                return self.forward(tok, return_logits=return_logits)
-        cfg = self.config
-        if return_logits is None:
-            return_logits = not self.training
-        _check_input('tok', tok, 2, '[B, T]', 'int64')
-        B, T = tok.shape
-        _check_index('tok', tok, cfg.V, 'V')
-        _check_dims('T', T, '<=', 'P', cfg.P, 'nanogpt_model.snf:33', 'slice end T must lie within axis 0, of size P', {'P': cfg.P, 'T': T})
-        h = self.θ_embed(tok) + self.θ_pos[0:T, :]  # [B, T, D]  nanogpt_model.snf:33
-        for layer in self.layers:
-            h = layer(h)  # nanogpt_model.snf:54
-        if return_logits:
-            logits = F.linear(self.θ_ln_f(h), self.θ_embed.weight)  # [B, T, V]  nanogpt_model.snf:57
-            loss = _cross_entropy(logits, _next_tokens(tok, -100), -100, torch.float32)  # []  nanogpt_model.snf:59
-        else:
-            logits = None
-            loss = _linear_cross_entropy(self.θ_ln_f(h), self.θ_embed.weight, None, _next_tokens(tok, -100), -100, torch.float32)  # []  nanogpt_model.snf:59
-        return Output(logits, loss)
-
-    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
-    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
-    _compiled_forward = _hot_path(forward, dynamic=False)
-
-    @torch.no_grad()
-    def generate(self, tok: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: Optional[int] = None, top_p: Optional[float] = None,
-                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        """Append `max_new_tokens` tokens to `tok` [B, T] and return all of them.
-
-        `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
-        with `generator`. generate uses no KV cache here
-        (docs/language.md, section 10.2), so each step runs the whole sequence again.
-        """
-        _check_sampling(tok, max_new_tokens, temperature, top_k, top_p)
-        was_training = self.training
-        self.eval()
-        try:
-            out = self(tok)
-            tokens = [tok]
-            for step in range(max_new_tokens):
-                token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
-                tokens.append(token)
-                if step + 1 < max_new_tokens:
-                    out = self(torch.cat(tokens, dim=1))
-            return torch.cat(tokens, dim=1)
-        finally:
-            self.train(was_training)
-
-
-def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    or None when it is not per layer)."""
-    cfg = config
-    return {
-        'θ_embed': ('θ_embed.weight', None, None),
-        'θ_pos': ('θ_pos', None, None),
-        'θ_ln_attn_weight': ('layers.{l}.θ_ln_attn.weight', None, cfg.L),
-        'θ_ln_attn_bias': ('layers.{l}.θ_ln_attn.bias', None, cfg.L),
-        'θ_attn_Wq': ('layers.{l}.θ_attn_Wq.weight', None, cfg.L),
-        'θ_attn_bq': ('layers.{l}.θ_attn_Wq.bias', None, cfg.L),
-        'θ_attn_Wk': ('layers.{l}.θ_attn_Wk.weight', None, cfg.L),
-        'θ_attn_bk': ('layers.{l}.θ_attn_Wk.bias', None, cfg.L),
-        'θ_attn_Wv': ('layers.{l}.θ_attn_Wv.weight', None, cfg.L),
-        'θ_attn_bv': ('layers.{l}.θ_attn_Wv.bias', None, cfg.L),
-        'θ_attn_Wo': ('layers.{l}.θ_attn_Wo.weight', None, cfg.L),
-        'θ_attn_bo': ('layers.{l}.θ_attn_Wo.bias', None, cfg.L),
-        'θ_ln_mlp_weight': ('layers.{l}.θ_ln_mlp.weight', None, cfg.L),
-        'θ_ln_mlp_bias': ('layers.{l}.θ_ln_mlp.bias', None, cfg.L),
-        'θ_mlp_W_fc': ('layers.{l}.θ_mlp_W_fc.weight', None, cfg.L),
-        'θ_mlp_b_fc': ('layers.{l}.θ_mlp_W_fc.bias', None, cfg.L),
-        'θ_mlp_W_proj': ('layers.{l}.θ_mlp_W_proj.weight', None, cfg.L),
-        'θ_mlp_b_proj': ('layers.{l}.θ_mlp_W_proj.bias', None, cfg.L),
-        'θ_ln_f_weight': ('θ_ln_f.weight', None, None),
-        'θ_ln_f_bias': ('θ_ln_f.bias', None, None),
-    }
-
-
-# Buffers the config decides (by their initialiser): a checkpoint need not give them.
-RECOMPUTED_BUFFERS = ()
-
-# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
-# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
-CHECKPOINTS = {
-}

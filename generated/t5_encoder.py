@@ -147,116 +147,6 @@ def _compile_unit(model: nn.Module, x: torch.Tensor) -> Optional[str]:
     return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
 
 
-def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
-    """`rank` axes, the sizes given, and the spec's dtype (any floating dtype for a floating one:
-    autocast, or a cast of the model, decides the dtype it computes in)."""
-    return (isinstance(t, torch.Tensor) and t.dim() == rank and all(t.size(a) == n for a, n in sizes.items())
-            and (t.is_floating_point() if "float" in dtype else t.dtype == getattr(torch, dtype)))
-
-
-def _described(t) -> str:
-    return f"{list(t.shape)} {str(t.dtype).replace('torch.', '')}" if isinstance(t, torch.Tensor) else type(t).__name__
-
-
-def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, dtype: str, sizes: Optional[dict] = None) -> None:
-    """Rank, dtype, and the sizes of axes fixed by the config, of one input."""
-    if not _fits(t, rank, dtype, sizes or {}):
-        raise ValueError(f"input {name} must be {shape} {dtype}, got {_described(t)}")
-
-
-def _eager_check(t: torch.Tensor) -> bool:
-    """Whether to check a tensor's values here: on the CPU, outside torch.compile. On an accelerator
-    a check would wait for the device (a host sync) every step, so it is left to the kernels."""
-    return not torch.compiler.is_compiling() and t.device.type == "cpu" and t.numel() > 0
-
-
-def _check_index(name: str, t: torch.Tensor, size: int, size_name: str) -> None:
-    """The ids in `t` index a table of `size` rows: each must be in [0, size)."""
-    if _eager_check(t):
-        low, high = int(t.min()), int(t.max())
-        if low < 0 or high >= size:
-            raise ValueError(f"input {name} must hold ids in [0, {size_name}) = [0, {size}), got "
-                             f"{low if low < 0 else high}")
-
-
-def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str, why: str = "",
-                sizes: Optional[dict] = None) -> None:
-    """A run-time condition on dims (the spec's `assert`, an index or slice within its axis, a
-    size that is not negative, an exact division). A dim that is a cache position (a 0-d tensor)
-    is checked eagerly on the CPU only (see _eager_check). `why` is the checker's own sentence,
-    said with the `sizes` it is about."""
-    if isinstance(lhs, torch.Tensor):
-        if not _eager_check(lhs):
-            return
-        lhs = int(lhs)
-    if not {"<=": lhs <= rhs, "<": lhs < rhs, ">=": lhs >= rhs, ">": lhs > rhs, "==": lhs == rhs}[op]:
-        if why:
-            got = ", ".join(f"{name} = {int(value)}" for name, value in (sizes or {}).items())
-            raise ValueError(f"{why}, got {got} ({where})")
-        raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
-
-
-def _check_together(names: tuple, values: tuple) -> None:
-    """Inputs that share a run-time dim are given together, or not at all."""
-    if len({v is None for v in values}) != 1:
-        raise ValueError(", ".join(names) + " must be given together, or not at all")
-
-
-def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
-               cache_position: Optional[torch.Tensor] = None, window: Optional[int] = None,
-               bias: Optional[torch.Tensor] = None):
-    """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask, a bottom-right causal mask, a sliding
-    `window` (query i sees keys in (i - window, i]) and an additive `bias` [B, H, T, T_keys]. k and v
-    may have fewer heads than q (grouped-query attention). A query that sees no key gives zeros.
-
-    With `cache_position`, the keys are a preallocated cache: key j is visible to query i when
-    j <= cache_position + i (later slots are empty)."""
-    tq, tk = q.size(-2), k.size(-2)
-    gqa = q.size(1) != k.size(1)
-    if cache_position is None and mask is None and window is None and bias is None \
-            and (not causal or tq == 1 or tq == tk):
-        # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
-        if causal and tq > 1:  # a Python branch, so compiled code never sees a symbolic bool
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale,
-                                                  enable_gqa=gqa)
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
-    allowed = None
-    if causal:  # key j is visible to query i (at position first + i) when j <= first + i
-        first = cache_position if cache_position is not None else tk - tq
-        rows = first + torch.arange(tq, device=q.device)[:, None]
-        cols = torch.arange(tk, device=q.device)[None, :]
-        allowed = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
-    if mask is not None:
-        keep = (mask != 0)[:, None, None, :]
-        allowed = keep if allowed is None else allowed & keep
-    if cache_position is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
-            and torch.compiler.is_compiling():
-        # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
-        # out, it fuses with its neighbours and beats an SDPA call there (benchmarks/README.md); each
-        # key/value head serves its group of query heads without copying the cache
-        b, h, _, hd = q.shape
-        grouped = q.reshape(b, k.size(1), h // k.size(1), hd)
-        scores = (grouped @ k.transpose(-1, -2)) * (hd ** -0.5 if scale is None else scale)
-        probs = scores.masked_fill(~allowed, float("-inf")).float().softmax(-1)
-        if mask is not None:
-            probs = probs.nan_to_num(0.0)  # a query whose every key is padding
-        return (probs.to(v.dtype) @ v).reshape(b, h, 1, hd)
-    scores_mask = allowed
-    if bias is not None:
-        bias = bias.to(q.dtype)
-        scores_mask = bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
-    if gqa and scores_mask is not None and q.device.type == "cuda":
-        # masked grouped-query SDPA falls back to the math kernel on CUDA: repeat the k/v heads instead
-        k, v = (t.repeat_interleave(q.size(1) // t.size(1), dim=1) for t in (k, v))
-        gqa = False
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=scores_mask, dropout_p=dropout_p, scale=scale,
-                                         enable_gqa=gqa)
-    if mask is not None or causal and tk < tq:
-        # a query that sees no key (all padding, or before the first key) gets zeros on every backend
-        out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
-    return out
-
-
 class Block(nn.Module):
     """One layer of the loop at t5_encoder.snf:58 (`for l ...`), with its own parameters."""
 
@@ -408,3 +298,117 @@ CHECKPOINTS = {
         'ignore': ('encoder.embed_tokens.weight',),
     },
 }
+
+
+# ---------------------------------------------------------------------------- runtime helpers
+# What the model above calls: standalone, so this file imports only torch and the standard library.
+
+
+def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
+    """`rank` axes, the sizes given, and the spec's dtype (any floating dtype for a floating one:
+    autocast, or a cast of the model, decides the dtype it computes in)."""
+    return (isinstance(t, torch.Tensor) and t.dim() == rank and all(t.size(a) == n for a, n in sizes.items())
+            and (t.is_floating_point() if "float" in dtype else t.dtype == getattr(torch, dtype)))
+
+
+def _described(t) -> str:
+    return f"{list(t.shape)} {str(t.dtype).replace('torch.', '')}" if isinstance(t, torch.Tensor) else type(t).__name__
+
+
+def _check_input(name: str, t: torch.Tensor, rank: int, shape: str, dtype: str, sizes: Optional[dict] = None) -> None:
+    """Rank, dtype, and the sizes of axes fixed by the config, of one input."""
+    if not _fits(t, rank, dtype, sizes or {}):
+        raise ValueError(f"input {name} must be {shape} {dtype}, got {_described(t)}")
+
+
+def _eager_check(t: torch.Tensor) -> bool:
+    """Whether to check a tensor's values here: on the CPU, outside torch.compile. On an accelerator
+    a check would wait for the device (a host sync) every step, so it is left to the kernels."""
+    return not torch.compiler.is_compiling() and t.device.type == "cpu" and t.numel() > 0
+
+
+def _check_index(name: str, t: torch.Tensor, size: int, size_name: str) -> None:
+    """The ids in `t` index a table of `size` rows: each must be in [0, size)."""
+    if _eager_check(t):
+        low, high = int(t.min()), int(t.max())
+        if low < 0 or high >= size:
+            raise ValueError(f"input {name} must hold ids in [0, {size_name}) = [0, {size}), got "
+                             f"{low if low < 0 else high}")
+
+
+def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str, why: str = "",
+                sizes: Optional[dict] = None) -> None:
+    """A run-time condition on dims (the spec's `assert`, an index or slice within its axis, a
+    size that is not negative, an exact division). A dim that is a cache position (a 0-d tensor)
+    is checked eagerly on the CPU only (see _eager_check). `why` is the checker's own sentence,
+    said with the `sizes` it is about."""
+    if isinstance(lhs, torch.Tensor):
+        if not _eager_check(lhs):
+            return
+        lhs = int(lhs)
+    if not {"<=": lhs <= rhs, "<": lhs < rhs, ">=": lhs >= rhs, ">": lhs > rhs, "==": lhs == rhs}[op]:
+        if why:
+            got = ", ".join(f"{name} = {int(value)}" for name, value in (sizes or {}).items())
+            raise ValueError(f"{why}, got {got} ({where})")
+        raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
+
+
+def _check_together(names: tuple, values: tuple) -> None:
+    """Inputs that share a run-time dim are given together, or not at all."""
+    if len({v is None for v in values}) != 1:
+        raise ValueError(", ".join(names) + " must be given together, or not at all")
+
+
+def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
+               cache_position: Optional[torch.Tensor] = None, window: Optional[int] = None,
+               bias: Optional[torch.Tensor] = None):
+    """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask, a bottom-right causal mask, a sliding
+    `window` (query i sees keys in (i - window, i]) and an additive `bias` [B, H, T, T_keys]. k and v
+    may have fewer heads than q (grouped-query attention). A query that sees no key gives zeros.
+
+    With `cache_position`, the keys are a preallocated cache: key j is visible to query i when
+    j <= cache_position + i (later slots are empty)."""
+    tq, tk = q.size(-2), k.size(-2)
+    gqa = q.size(1) != k.size(1)
+    if cache_position is None and mask is None and window is None and bias is None \
+            and (not causal or tq == 1 or tq == tk):
+        # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
+        if causal and tq > 1:  # a Python branch, so compiled code never sees a symbolic bool
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale,
+                                                  enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
+    allowed = None
+    if causal:  # key j is visible to query i (at position first + i) when j <= first + i
+        first = cache_position if cache_position is not None else tk - tq
+        rows = first + torch.arange(tq, device=q.device)[:, None]
+        cols = torch.arange(tk, device=q.device)[None, :]
+        allowed = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
+    if mask is not None:
+        keep = (mask != 0)[:, None, None, :]
+        allowed = keep if allowed is None else allowed & keep
+    if cache_position is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
+            and torch.compiler.is_compiling():
+        # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
+        # out, it fuses with its neighbours and beats an SDPA call there (benchmarks/README.md); each
+        # key/value head serves its group of query heads without copying the cache
+        b, h, _, hd = q.shape
+        grouped = q.reshape(b, k.size(1), h // k.size(1), hd)
+        scores = (grouped @ k.transpose(-1, -2)) * (hd ** -0.5 if scale is None else scale)
+        probs = scores.masked_fill(~allowed, float("-inf")).float().softmax(-1)
+        if mask is not None:
+            probs = probs.nan_to_num(0.0)  # a query whose every key is padding
+        return (probs.to(v.dtype) @ v).reshape(b, h, 1, hd)
+    scores_mask = allowed
+    if bias is not None:
+        bias = bias.to(q.dtype)
+        scores_mask = bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
+    if gqa and scores_mask is not None and q.device.type == "cuda":
+        # masked grouped-query SDPA falls back to the math kernel on CUDA: repeat the k/v heads instead
+        k, v = (t.repeat_interleave(q.size(1) // t.size(1), dim=1) for t in (k, v))
+        gqa = False
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=scores_mask, dropout_p=dropout_p, scale=scale,
+                                         enable_gqa=gqa)
+    if mask is not None or causal and tk < tq:
+        # a query that sees no key (all padding, or before the first key) gets zeros on every backend
+        out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+    return out

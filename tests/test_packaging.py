@@ -21,7 +21,7 @@ def test_wheel_ships_grammars_and_templates_and_compiles(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("snfc-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("snf/grammars/snf.lark", "snf/grammars/snf_model.lark", "snf/templates/module.py.j2",
-                   "snf/templates/runtime.py.j2", "snf/cli.py"):
+                   "snf/templates/runtime.py.j2", "snf/templates/runtime_compile.py.j2", "snf/cli.py"):
         assert needed in names, needed
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)

@@ -16,6 +16,8 @@ from .source import Source
 from .version import __version__
 
 EXIT_OK, EXIT_SPEC, EXIT_INTERNAL = 0, 1, 2
+# pyproject.toml's dependencies, by import name: one missing is this Python's setup, not a bug
+DEPENDENCIES = ("lark", "jinja2", "numpy", "safetensors", "torch")
 SPEC_SUFFIXES = (".snf",)
 
 
@@ -397,10 +399,22 @@ def main(argv: list[str] | None = None) -> int:
     except FileProblem as e:
         print(e, file=sys.stderr)
         return EXIT_SPEC
-    except Exception as e:  # an snfc bug: say so, and how to report it
-        print(f"snfc: internal error: {type(e).__name__}: {e}\n"
-              "  This is a bug in snfc, not in your spec; please report it with the spec that caused it.",
-              file=sys.stderr)
-        if os.environ.get("SNFC_TRACEBACK"):
-            traceback.print_exc()
+    except ModuleNotFoundError as e:
+        if (e.name or "").partition(".")[0] not in DEPENDENCIES:
+            return _internal_error(e)
+        print(f"snfc: this Python ({sys.executable}) lacks the package {e.name!r}, which snfc needs here\n"
+              f"  install it (`pip install {e.name}`), or in a checkout run `bash scripts/setup.sh` and use "
+              f".venv/bin/snfc", file=sys.stderr)
         return EXIT_INTERNAL
+    except Exception as e:
+        return _internal_error(e)
+
+
+def _internal_error(e: Exception) -> int:
+    """An snfc bug: say so, and how to report it."""
+    print(f"snfc: internal error: {type(e).__name__}: {e}\n"
+          "  This is a bug in snfc, not in your spec; please report it with the spec that caused it.",
+          file=sys.stderr)
+    if os.environ.get("SNFC_TRACEBACK"):
+        traceback.print_exc()
+    return EXIT_INTERNAL

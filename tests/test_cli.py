@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -198,6 +199,50 @@ def test_check_imports_little():
                           "assert snf.cli.main(['check', 'specs/nanogpt.snf']) == 0\n"
                           "assert 'snf.frontend.notation' not in sys.modules  # only for SNF_MODEL specs\n")
     assert p.returncode == 0, p.stderr
+
+
+def _bare_python(tmp_path, *packages: str) -> dict:
+    """The environment of a Python with no site-packages (run with -S) but `packages`: a checkout
+    run by a bare interpreter."""
+    import importlib
+    import subprocess
+    import sys
+    site = tmp_path / "site"
+    site.mkdir()
+    for name in packages:
+        (site / name).symlink_to(Path(importlib.import_module(name).__file__).parent)
+    env = {"PYTHONPATH": str(site)}
+
+    def run(*args: str):
+        return subprocess.run([sys.executable, "-S", *(args if args[0] == "-c" else ("-m", "snf", *args))], cwd=REPO,
+                              env=env, capture_output=True, text=True, timeout=120)
+    return run
+
+
+def test_a_checkout_runs_check_and_compile_without_lark(tmp_path):
+    """A Python without Lark (but jinja2 for compile) uses the checkout's vendor/lark: the two
+    commands CI runs on specs work there."""
+    run = _bare_python(tmp_path, "jinja2", "markupsafe")
+    assert run("-c", "import lark").returncode != 0  # no Lark of its own
+    check = run("check", "specs")
+    assert check.returncode == 0 and "Success: 9 specs checked" in check.stderr, check.stdout + check.stderr
+    compiled = run("compile", "--check", "specs")
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+
+
+def test_a_missing_dependency_is_named_not_called_a_bug(tmp_path):
+    p = _bare_python(tmp_path)("compile", "specs/nanogpt.snf", "-o", str(tmp_path / "out.py"))
+    assert p.returncode == 2 and not (tmp_path / "out.py").exists()
+    assert "lacks the package 'jinja2'" in p.stderr and "bug" not in p.stderr and "Traceback" not in p.stderr
+
+
+def test_the_dependencies_the_cli_names_are_pyproject_s():
+    import re
+    import tomllib
+
+    from snf.cli import DEPENDENCIES
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert sorted(DEPENDENCIES) == sorted(re.match(r"[A-Za-z0-9_]+", d).group().lower() for d in declared)
 
 
 DETERMINISM_SCRIPT = textwrap.dedent("""\

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from .. import ir
 from ..diagnostics import Reporter
+from ..resources import import_vendored
 from ..source import Source, Span
-from .dsl import parse_dsl
-from .lark_common import nesting_too_deep
+
+import_vendored("lark")  # before the front ends import it
+
+from .dsl import parse_dsl  # noqa: E402
+from .lark_common import nesting_too_deep  # noqa: E402
 
 MAX_DEPTH = 48  # bracket nesting; deeper specs are refused, not crashed on
 MAX_BYTES = 2_000_000

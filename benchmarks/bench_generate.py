@@ -164,7 +164,7 @@ def _rows(ours, hf, static, cfg: dict, batch: int, contenders: list, device, pea
     for c in contenders:
         median = _timing.summarize(samples[c]).median
         rate = new / (median / 1e3)
-        speedup = 1.0 / _timing.paired_ratio(samples[c], samples["hf"])
+        speedup = _timing.paired_ratio(samples["hf"], samples[c])  # the median of hf[i] / c[i]
         mem = memory[c]
         rows.append([cfg["block_size"], batch, c, f"{rate:.0f}", f"{median / cfg['new']:.2f}", f"{speedup:.2f}x",
                      f"{mem / 2**20:.0f}" if mem is not None else "-",

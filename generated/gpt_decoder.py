@@ -91,6 +91,15 @@ def _eagerly():
         _EAGER.on = before
 
 
+def _checkpoint_options() -> dict:
+    """torch.utils.checkpoint's options for a layer: where forward runs eagerly (under _eagerly, which
+    has ended by the time backward recomputes the layer), the recomputation runs eagerly too, so it
+    saves the tensors the forward saved. Compiled, there is nothing to add."""
+    if torch.compiler.is_compiling() or not getattr(_EAGER, "on", False):
+        return {}
+    return {"context_fn": lambda: (contextlib.nullcontext(), _eagerly())}
+
+
 def _is_compile_error(err: Exception) -> bool:
     """What a failed compile raises: dynamo's and inductor's errors, and the C++ compiler's. The
     model's own errors, and exceptions torch uses for control flow (gradient checkpointing stops
@@ -279,7 +288,8 @@ class Model(nn.Module):
             new_keys = new_values = None
         for l, layer in enumerate(self.layers):
             if cfg.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                x, new_keys_layer, new_values_layer = torch.utils.checkpoint.checkpoint(layer, x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, cache_position, cache_length, use_reentrant=False)
+                x, new_keys_layer, new_values_layer = torch.utils.checkpoint.checkpoint(layer, x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, cache_position, cache_length, use_reentrant=False,
+                                **_checkpoint_options())
             else:
                 x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, cache_position, cache_length)  # gpt_decoder.snf:59
             if use_cache and cache_position is None:

@@ -134,10 +134,6 @@ def module_name(spec: Path) -> str:
     return name if not name[0].isdigit() else "_" + name
 
 
-def default_output(spec: Path) -> Path:
-    return Path("generated") / f"{module_name(spec)}.py"
-
-
 def _outputs(files: list[Path], output: str | None) -> tuple[dict[Path, Path], list[str]]:
     """Each spec's output file. `-o DIR/` or an existing folder holds DIR/<name>.py per spec; two
     specs never write one file (`a.snf`, `a.b.snf`, `sub/a.snf` and `a-b.snf`/`a_b.snf` share a
@@ -398,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     except FileProblem as e:
         print(e, file=sys.stderr)
+        return EXIT_SPEC
+    except OSError as e:  # a path the system refuses (too long, not a folder, ...) where nothing more precise said so
+        print(_os_problem(e, "use", e.filename or ""), file=sys.stderr)
         return EXIT_SPEC
     except ModuleNotFoundError as e:
         if (e.name or "").partition(".")[0] not in DEPENDENCIES:

@@ -325,7 +325,8 @@ def _on_meta(model) -> str:
 
 def run_spec(spec: Path, steps: int | None = None) -> str:
     """Prints one spec's section; returns its line of the summary."""
-    name = spec.stem
+    from .cli import module_name  # the module `snfc compile` wrote for it (`my-model.snf` -> my_model)
+    name = module_name(spec)
     mod = _module(name)
     at_defaults = _at_defaults(mod)
     defaults = _count(at_defaults.parameters()) if at_defaults is not None else "?"

@@ -121,8 +121,9 @@ def config_values(model: ir.Model, overrides: dict) -> dict:
             for d in t.ty.shape:
                 if d.symbols() <= set(ints) and d.evaluate(ints) < 0:
                     raise StatsError(f"`{t.name}` would have a negative size {_text(model, d)} = {d.evaluate(ints)}")
-    except DimError as e:
-        raise StatsError(f"{e}; got {', '.join(f'{k}={v}' for k, v in ints.items())}") from None
+    except (DimError, ZeroDivisionError) as e:
+        problem = "division by zero" if isinstance(e, ZeroDivisionError) else str(e)
+        raise StatsError(f"{problem}; got {', '.join(f'{k}={v}' for k, v in ints.items())}") from None
     return cfg
 
 
@@ -451,10 +452,6 @@ def _short(v: Fraction, unit: str) -> str:
         if x >= size:
             return f"{x / size:.1f} {suffix}"
     return ""
-
-
-def _per(s: Stats) -> str:
-    return " * ".join(_text(s.model, Dim.sym(d)) for d in _names(s.tokens)) or "forward"
 
 
 def _names(tokens: Dim) -> list[str]:

@@ -274,3 +274,20 @@ def test_output_is_byte_identical_across_runs_and_hash_seeds():
         outs.append(p.stdout)
     assert len(outs[0]) > 10_000
     assert outs[0] == outs[1] == outs[2]
+
+
+def test_user_input_that_once_crashed_gives_an_error(tmp_path):
+    """A zero divisor given with --set, a path the system refuses, and a notation spec nested too
+    deeply: exit 1 with a message, not an internal error."""
+    rc, _, err = snfc("stats", "specs/gpt_decoder.snf", "--set", "n_head=0")
+    assert rc == 1 and "division by zero" in err and "internal" not in err
+    long = "x" * 5000
+    rc, _, err = snfc("compile", "specs/nanogpt.snf", "-o", str(tmp_path / f"{long}.py"))
+    assert rc == 1 and "cannot use" in err and "internal" not in err
+    text = (REPO / "specs" / "nanogpt_model.snf").read_text(encoding="utf-8")
+    line = "    x = x + Attention_l(LayerNorm(x, θ_ln[l].attn))\n"
+    assert line in text
+    deep = write_spec(tmp_path, text.replace(line, line + "    x = " + " + ".join(["x"] * 400) + "\n"), "deep.snf")
+    for command in ("check", "compile"):
+        rc, _, err = snfc(command, str(deep), *(["-o", str(tmp_path / "deep.py")] if command == "compile" else []))
+        assert rc == 1 and "nest more than 100 deep" in err + _, (command, err)

@@ -74,11 +74,12 @@ def _loss(out) -> torch.Tensor:
     return first.float().square().mean()  # any scalar of the outputs trains the parameters
 
 
-def _train(mod, config, compiled: bool, monkeypatch) -> tuple[list, dict, object]:
+def _train(mod, config, compiled: bool, monkeypatch, whole: bool = True) -> tuple[list, dict, object]:
     monkeypatch.setenv("SNF_COMPILE", "1" if compiled else "0")
     torch.manual_seed(0)
     model = mod.Model(config)
-    model.compile_units = {"cpu": {"train": "model", "eval": "block"}}
+    if whole:  # the CUDA default; else the module's own (a CPU trains eagerly)
+        model.compile_units = {"cpu": {"train": "model", "eval": "block"}}
     model.train()
     # SGD, not Adam: Adam divides by the gradient's size, so it turns the float noise in a gradient
     # that is zero in exact arithmetic (a key bias's) into a full step, different in each mode
@@ -132,3 +133,20 @@ def _train_and_decode_every_module(monkeypatch) -> list:
             assert tokens.shape == (2, 9)
         checked.append(name)
     return checked
+
+
+def test_the_cpu_default_trains_checkpointed_layers_eagerly(monkeypatch):
+    """A CPU trains with nothing compiled (compile_units "none"), gradient checkpointing included:
+    a layer recomputed in backward, after forward's _eagerly() has ended, must not compile then
+    (a compiled recomputation saves other tensors than the eager forward did, and backward fails)."""
+    mod = fresh_module(REPO / "generated" / "gpt_decoder.py", "cpu_default_gpt_decoder")
+    config = dataclasses.replace(mod.Config(), **SMALL["gpt_decoder"])
+    assert config.gradient_checkpointing and mod.Model.compile_units["cpu"]["train"] == "none"
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("torch.compile was called in CPU training")
+    monkeypatch.setattr(torch, "compile", no_compile)
+    losses, grads, _ = _train(mod, config, True, monkeypatch, whole=False)
+    eager_losses, eager_grads, _ = _train(mod, config, False, monkeypatch, whole=False)
+    assert losses == eager_losses and grads.keys() == eager_grads.keys()
+    assert all(torch.equal(grads[k], eager_grads[k]) for k in grads)

@@ -99,7 +99,7 @@ CASES = {
 HEADS = "param:\n  H : int = 4\n  KVH : int = 2\n  W : int = 2\n"
 MORE_CASES = {
     "lt (tensors)": ("a : Tensor([B, N], float32)\n  b : Tensor([N], float32)",
-                     "where(a < b, 1.0, 0.0) + where(a == a, 1.0, 0.0) + where(a != b, 2.0, 0.0)"),
+                     "where(a < b, 1.0, 0.0) + where(a == maximum(a, b), 1.0, 0.0) + where(a != b, 2.0, 0.0)"),
     "ge (tensors)": ("a : Tensor([B, N], float32)\n  b : Tensor([B, N], float32)",
                      "where(a >= b, a, b) + where(a > 0.5, 1.0, 0.0) + where(a <= b, 1.0, 0.0)"),
     "flash_attention (gqa)": ("q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, T, KVH, M], float32)\n"

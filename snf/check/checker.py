@@ -49,6 +49,8 @@ class Checker(Declarations, Expressions, Statements, Loops, Calls, Facts, Foldin
         self.where_dims: dict[str, Dim] = {}
         self.free_out: set[str] = set()
         self.runtime_checks: dict[tuple, Span] = {}  # (lhs, rhs, op) -> where the condition arose
+        self.nonlinear_spans: set = set()  # where a condition not linear in a layer was refused
+        self.folding_defaults = False  # Facts.defaults is folding a computed int
         self.check_when: dict[tuple, frozenset] = {}  # (lhs, rhs, op) -> the optional inputs it needs given
         self.check_why: dict[tuple, str] = {}  # (lhs, rhs, op) -> what the failing check says
         self.free_bound: dict[str, Dim] = {}

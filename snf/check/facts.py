@@ -11,8 +11,9 @@ negative, a divisibility) is proved here, or becomes a check that the generated 
 * about run-time dims: a check on entry to `forward`, raising `ValueError` with the spec line.
 
 The loop variable `l` of `for l in 0..n-1` is the dim symbol `l` inside the loop body, so
-`pos[l:l + 1, :]` is `[1, D]`; a condition on it must hold for `l = 0` and `l = n - 1` (the
-conditions are linear in `l`, so that covers every layer).
+`pos[l:l + 1, :]` is `[1, D]`; a condition linear in `l` holds for every layer when it holds for
+`l = 0` and `l = n - 1`, so those two are checked. A condition that is not linear in `l` (`l // 2`,
+`l * l`) is refused: the endpoints would not cover the layers between them.
 """
 
 from __future__ import annotations
@@ -20,17 +21,28 @@ from __future__ import annotations
 from .. import ir
 from ..dims import Dim, DimError, Divides, FloorDiv
 from ..source import Span
+from .fold import FoldError
 
 _FLIP = {">=": "<=", ">": "<"}
 
 
-def nonneg(d: Dim) -> bool:
-    """Whether `d` >= 0 for every value >= 0 of its symbols."""
+def nonneg(d: Dim, signed: frozenset = frozenset()) -> bool:
+    """Whether `d` >= 0 for every value >= 0 of its symbols (those in `signed` may be negative)."""
     for mono, coeff in d.terms:
         if coeff < 0:
             return False
         for atom, power in mono:
-            if power < 0 or (isinstance(atom, FloorDiv) and not (nonneg(atom.num) and nonneg(atom.den))):
+            if power < 0 or atom in signed or (isinstance(atom, FloorDiv) and not (
+                    nonneg(atom.num, signed) and nonneg(atom.den, signed))):
+                return False
+    return True
+
+
+def _linear_in(d: Dim, var: str) -> bool:
+    """Whether `d` is a + b * var with `var` in neither a nor b's floor divisions or powers."""
+    for mono, _ in d.terms:
+        for atom, power in mono:
+            if atom == var and power != 1 or isinstance(atom, FloorDiv) and var in atom.num.symbols() | atom.den.symbols():
                 return False
     return True
 
@@ -45,6 +57,16 @@ class Facts:
         reports that, where the condition comes from."""
         if op in _FLIP:
             lhs, rhs, op = rhs, lhs, _FLIP[op]
+        proved = lhs == rhs if op == "==" else nonneg(rhs - lhs - (1 if op == "<" else 0), self.computed_ints())
+        bent = next((loop["var"] for loop in self.loops if not _linear_in(rhs - lhs, loop["var"])), None)
+        if bent is not None and not proved:
+            if span not in self.nonlinear_spans:
+                self.nonlinear_spans.add(span)
+                self.r.error("bad-constraint", f"this size or index depends on the layer `{bent}` other than "
+                             f"linearly ({self.show_dim(lhs)} {op} {self.show_dim(rhs)} must hold), so snfc cannot "
+                             f"check it for every layer", span,
+                             hint=f"use `{bent}` only added or scaled (`{bent} + 1`, `2 * {bent}`)")
+            return True  # reported here, once per place
         ok = True
         for a, b in self.over_layers(lhs, rhs):
             ok = self.need_one(a, op, b, span, why) and ok
@@ -77,7 +99,7 @@ class Facts:
             diff = rhs - lhs - (1 if op == "<" else 0)
             if diff.value is not None:
                 return diff.value >= 0
-            if nonneg(diff) or nonneg(diff.subs(self.in_loop())):
+            if nonneg(diff, self.computed_ints()) or nonneg(diff.subs(self.in_loop()), self.computed_ints()):
                 return True
         symbols = lhs.symbols() | rhs.symbols()
         if not symbols - self.config_names():
@@ -113,12 +135,33 @@ class Facts:
                     break
         return checks
 
+    def computed_ints(self) -> frozenset:
+        """Config ints that are computed (`h = int(D * r)`), not sizes given: they may be negative."""
+        return frozenset(d.name for d in self.derived if d.opaque)
+
     def config_names(self) -> set:
-        return {c.name for c in self.config}
+        """The names a `Config` holds: its fields, and the ints it computes (`h = int(D * r)`)."""
+        return {c.name for c in self.config} | self.computed_ints()
 
     def defaults(self) -> dict:
-        return {c.name: c.default for c in self.config
-                if isinstance(c.default, int) and not isinstance(c.default, bool)}
+        """The int config names' values for the defaults, the computed ones included."""
+        values = {c.name: c.default for c in self.config
+                  if isinstance(c.default, int) and not isinstance(c.default, bool)}
+        if self.folding_defaults:  # a computed int's value being folded: the fields alone
+            return values
+        self.folding_defaults = True
+        try:
+            for d in self.derived:
+                if d.opaque:
+                    try:
+                        value = self.number(d.value)
+                    except FoldError:
+                        value = None
+                    if isinstance(value, int) and not isinstance(value, bool):
+                        values[d.name] = value
+        finally:
+            self.folding_defaults = False
+        return values
 
     def at_defaults(self, d: Dim) -> int | None:
         """`d` for the config's defaults; None when a field has no default (or it does not compute)."""

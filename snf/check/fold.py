@@ -91,7 +91,14 @@ def _exp(x):
 
 _MATH = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "div": _div,
          "floordiv": _floordiv, "mod": _mod, "pow": _pow, "neg": lambda a: -a, "sqrt": _sqrt, "exp": _exp,
-         "log": _log, "tanh": math.tanh}
+         "log": _log, "tanh": math.tanh, "int": lambda a: _rounded(int, a), "floor": lambda a: _rounded(math.floor, a),
+         "ceil": lambda a: _rounded(math.ceil, a), "round": lambda a: _rounded(round, a)}
+
+
+def _rounded(fn, x):
+    if not math.isfinite(x):
+        raise FoldError(f"rounds {x}")
+    return fn(x)
 
 
 class Folding:

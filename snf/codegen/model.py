@@ -23,7 +23,7 @@ from .emit import Emitter
 GENERATE_ARGS = ("max_new_tokens", "temperature", "top_k", "top_p", "generator")
 GENERATE_LOCALS = ("was_training", "out", "tokens", "position", "size", "step", "token", "at", "decode")
 HELPERS_ORDER = ("_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat", "_narrow", "_next_tokens",
-                 "_cross_entropy", "_linear_cross_entropy")
+                 "_cross_entropy", "_linear_cross_entropy", "_checkpoint_options")
 
 
 @functools.lru_cache(maxsize=None)

@@ -11,7 +11,7 @@ from ..source import Source, Span
 
 import_vendored("lark")  # before the front ends import it
 
-from .dsl import parse_dsl  # noqa: E402
+from .dsl import MAX_NODE_DEPTH, parse_dsl, too_deep  # noqa: E402
 from .lark_common import nesting_too_deep  # noqa: E402
 
 MAX_DEPTH = 48  # bracket nesting; deeper specs are refused, not crashed on
@@ -30,8 +30,15 @@ def parse(src: Source, r: Reporter) -> ir.Spec | None:
         return None
     if first_code_line(text).startswith("SNF_MODEL"):
         from .notation import parse_model_notation  # a large package: imported for notation specs only
-        return parse_model_notation(src, r)
-    return parse_dsl(src, r)
+        spec = parse_model_notation(src, r)
+    else:
+        spec = parse_dsl(src, r)
+    deep = too_deep(list(spec.decls + spec.body + spec.mappings)) if spec is not None else None
+    if deep is not None:  # either notation: later stages recurse over the syntax IR
+        r.error("too-large", f"expressions and blocks nest more than {MAX_NODE_DEPTH} deep here", deep.span,
+                "split the expression with `let` values")
+        return None
+    return spec
 
 
 def first_code_line(text: str) -> str:

@@ -153,11 +153,6 @@ def parse_dsl(src: Source, r: Reporter) -> ir.Spec | None:
             maps += item[2]
         else:
             body.append(item)
-    deep = too_deep(decls + body + maps)
-    if deep is not None:
-        r.error("too-large", f"expressions and blocks nest more than {MAX_NODE_DEPTH} deep here", deep.span,
-                "split the expression with `let` values")
-        return None
     return ir.Spec(src.path, src.sha256, model_name(src.path), tuple(decls), tuple(body), tuple(maps))
 
 

@@ -179,7 +179,7 @@ def scalar_or_tensor(call, tensor_fn: str, scalar_fn: str) -> str:
 _float_unary("sqrt", "sqrt", lambda call: scalar_or_tensor(call, "torch.sqrt", "math.sqrt"), "square root")
 _float_unary("exp", "exp", lambda call: scalar_or_tensor(call, "torch.exp", "math.exp"), "exponential")
 _float_unary("log", "log", lambda call: scalar_or_tensor(call, "torch.log", "math.log"), "natural logarithm")
-_float_unary("tanh", "tanh", lambda call: f"torch.tanh({call.code('x')})", "hyperbolic tangent")
+_float_unary("tanh", "tanh", lambda call: scalar_or_tensor(call, "torch.tanh", "math.tanh"), "hyperbolic tangent")
 
 
 def _logic_rule(opname: str):

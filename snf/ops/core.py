@@ -332,8 +332,9 @@ def _full_rule(ctx, args):
         ctx.size(d, f"axis {i} of the shape", "shape")
     dtype, value = args["dtype"], args["value"]
     if dtype not in FLOATS:  # the value must be one the dtype holds: torch would cast it silently
-        allowed = "0 or 1" if dtype == "bool" else "a constant integer"
-        if value is None or value != int(value) or (dtype == "bool" and value not in (0, 1)):
+        allowed = "0 or 1" if dtype == "bool" else f"a constant integer that {dtype} holds"
+        low, high = {"bool": (0, 1), "int32": (-2**31, 2**31 - 1)}.get(dtype, (-2**63, 2**63 - 1))
+        if value is None or value != int(value) or not low <= value <= high:
             raise OpError(f"the value of {'an' if dtype[0] == 'i' else 'a'} {dtype} `full` must be {allowed}", "value",
                           code="dtype-mismatch", hint=f"torch would cast the value to {dtype}")
     return TensorT(tuple(args["shape"]), dtype)

@@ -17,10 +17,15 @@ register = registrar(OPS)
 
 
 def _number_fits(t: TensorT, n, tname: str, nname: str) -> None:
-    """A Python number beside a tensor: a float with an integer tensor would change the dtype."""
-    if isinstance(n, ScalarT) and n.kind == "float" and t.dtype not in FLOATS:
-        raise OpError(f"`{nname}` is a float but `{tname}` is {t.dtype}", nname, code="dtype-mismatch",
-                      hint="cast the tensor first: `cast(x, float32)`", blame=(tname, nname))
+    """A Python number beside a tensor: a float with an integer or bool tensor, or an int with a bool
+    one, would change the dtype (torch promotes to the number's kind)."""
+    wider = isinstance(n, ScalarT) and (n.kind == "float" and t.dtype not in FLOATS
+                                        or n.kind == "int" and t.dtype == "bool")
+    if wider:
+        target = "float32" if n.kind == "float" else "int64"
+        raise OpError(f"`{nname}` is {'a' if n.kind == 'float' else 'an'} {n.kind} but `{tname}` is {t.dtype}", nname,
+                      code="dtype-mismatch", hint=f"cast the tensor first: `cast(x, {target})`, or give a {t.dtype} value",
+                      blame=(tname, nname))
 
 
 def _where_rule(ctx, args):

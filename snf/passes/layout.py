@@ -26,7 +26,6 @@ from .blocks import BlockPlan
 # op -> (its input, the argument holding the module's weight, the one holding its bias)
 MODULE_OPS = {"linear": ("x", "weight", "bias"), "layer_norm": ("x", "weight", "bias"),
               "rms_norm": ("x", "weight", None), "gather": ("index", "table", None)}
-GENERATED_ATTRS = GENERATED_ATTRIBUTES
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,7 @@ def plan_layout(model: ir.Model, blocks: BlockPlan) -> LayoutPlan:
     buffers = {t.name for t in model.buffers}
     uses = _uses(model)
     owner_of = {name: (blocks.owner(name).attr if blocks.owner(name) else None) for name in tensors}
-    taken = set(tensors) | GENERATED_ATTRS | {b.attr for b in blocks.blocks}
+    taken = set(tensors) | GENERATED_ATTRIBUTES | {b.attr for b in blocks.blocks}
     claimed: dict[tuple, str] = {}  # (owner, attr) -> module
     modules: list[tuple[str | None, Module]] = []
     placed: dict[str, Place] = {}
@@ -139,7 +138,7 @@ def plan_layout(model: ir.Model, blocks: BlockPlan) -> LayoutPlan:
         if bias is not None:
             placed[bias] = Place(bias, owner_of[name], f"{attr}.bias", None, attr)
 
-    plain = Namespace(set(module_attribute_names()) | GENERATED_ATTRS | {b.attr for b in blocks.blocks}
+    plain = Namespace(set(module_attribute_names()) | GENERATED_ATTRIBUTES | {b.attr for b in blocks.blocks}
                       | {a for _, a in claimed}, attribute=True)
     places = []
     for name in tensors:

@@ -24,6 +24,8 @@ def plan_writes(model: ir.Model) -> frozenset:
         if len(binds) != 1 or not binds[0].let or not _fresh(binds[0].value):
             continue
         writes = [s for s in order if isinstance(s, ir.SetItem) and s.name == name]
+        if any(isinstance(e, ir.Ref) and e.name == name for w in writes for e in _walk((w.value, *w.index))):
+            continue  # `y[1:] = y[:-1]` reads the old y: torch would overlap the two
         start, last = order.index(binds[0]), max(order.index(w) for w in writes)
         if any(order.index(w) < start for w in writes):
             continue

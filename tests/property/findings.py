@@ -688,6 +688,27 @@ for i in 0..n_layer-1:
     x = x + x
 let logits = linear(x, weight=head)
 """),
+    _f("write-reads-itself", "codegen", "a write whose value reads the written tensor (`y[:, 1:] = y[:, :-1]`) was "
+       "done in place: torch refuses the overlap, and the spec means the old values", """
+param:
+  D : int = 4
+input:
+  x : Tensor([B, D], float32)
+output:
+  y : Tensor([B, D], float32)
+let y = x * 2.0
+y[:, 1:] = y[:, :-1]
+"""),
+    _f("tanh-of-a-number", "codegen", "`tanh` of a config number lowered to torch.tanh(<float>), a TypeError", """
+param:
+  D : int = 4
+  a : float = 0.5
+input:
+  x : Tensor([B, D], float32)
+output:
+  y : Tensor([B, D], float32)
+let y = x * tanh(a)
+"""),
     _f("write-through-view", "codegen", "(property) y[0] = ... also changes a value read earlier as y[0] (a view)", """
 param:
   D : int = 4

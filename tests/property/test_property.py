@@ -153,7 +153,6 @@ def test_mutants_are_near_misses():
 
 def test_the_runner_catches_a_wrong_module(monkeypatch):
     """The oracle can fail: a module whose `gelu` is off by a little is caught."""
-    text = specgen.build(specgen.RandomChooser(3), avoid=known.OPEN).text
     spec = """
 param:
   D : int = 4
@@ -169,7 +168,6 @@ let y = gelu(x)
     monkeypatch.setattr(F, "gelu", lambda x, approximate="none": real(x) + 1e-4)
     with pytest.raises(runner.Unsound, match="differs from the interpreter"):
         runner.run(spec, None, 0)
-    assert text  # the generator ran with the open findings avoided
 
 
 @pytest.mark.slow

@@ -82,51 +82,102 @@ def _eagerly():
         _EAGER.on = before
 
 
+# Where torch's compiler lives: an error raised there (or in the code inductor writes) is a failed
+# compile, whatever its type; the eager run that follows tells it from the model's own error.
+_COMPILER_FILES = ("torch/_dynamo/", "torch/_inductor/", "torch/_functorch/", "torch/fx/", "torch/_subclasses/",
+                   "torch/utils/_sympy/", "torch/_guards", "torchinductor_")
+
+# The most graphs one compiled function keeps, over every model of this file in the process (dynamo's
+# own recompile limit is 8). A session's count is far lower (docs/language.md, section 10); past it,
+# calls with shapes not seen yet run eagerly.
+_GRAPH_BUDGET = 64
+
+
 def _is_compile_error(err: Exception) -> bool:
-    """What a failed compile raises: dynamo's and inductor's errors, and the C++ compiler's. The
-    model's own errors, and exceptions torch uses for control flow (gradient checkpointing stops
-    its recomputation with one), are not."""
+    """What a failed compile raises: dynamo's and inductor's errors, the C++ compiler's, dynamo's
+    recompile limit, and anything raised inside torch's compiler. The model's own errors, and
+    exceptions torch uses for control flow (gradient checkpointing stops its recomputation with
+    one), are not."""
     import torch._dynamo.exc
     import torch._inductor.exc
-    return isinstance(err, (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.CppCompileError,
-                            torch._inductor.exc.InvalidCxxCompiler))
+    if isinstance(err, (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit,
+                        torch._inductor.exc.CppCompileError, torch._inductor.exc.InvalidCxxCompiler)):
+        return True
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = tb.tb_frame.f_code.co_filename.replace(os.sep, "/") if tb is not None else ""
+    return any(part in where for part in _COMPILER_FILES)
 
 
-def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[dict] = None,
+class _CompileSettings:
+    """Dynamo's settings while a compiled function runs (they matter when it compiles): this file's
+    graph budget as the recompile limit, and no duck shaping, which would give a batch of 2 and a head
+    count of 2 one symbol and then fix both. Set and restored around each call, so that torch's
+    settings for other code stay as they are."""
+
+    def __enter__(self) -> None:
+        import torch._dynamo
+        import torch.fx.experimental._config as shapes
+        self.saved = (shapes, shapes.use_duck_shape, torch._dynamo.config.recompile_limit)
+        shapes.use_duck_shape = False
+        torch._dynamo.config.recompile_limit = max(_GRAPH_BUDGET, self.saved[2])
+
+    def __exit__(self, *exc) -> None:
+        shapes, duck, limit = self.saved
+        shapes.use_duck_shape = duck
+        torch._dynamo.config.recompile_limit = limit
+
+
+def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
               cuda_mode: Optional[str] = None):
-    """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0, or, with a
-    warning, once compiling has failed. `cpu_options` are inductor options used on the CPU only;
-    `cuda_mode` is torch.compile's mode on CUDA ("reduce-overhead": CUDA graphs)."""
+    """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0. Sizes are symbolic
+    from the first compile (`dynamic=True`: one graph serves every batch and length, but for the
+    sizes 0 and 1, which torch compiles apart). `cpu_options` are inductor options used on the CPU
+    only; `cuda_mode` is torch.compile's mode on CUDA ("reduce-overhead": CUDA graphs).
+
+    Compiling never breaks a call: when it fails (an unsupported construct, a missing compiler,
+    an error inside torch's compiler) the call runs eagerly, as does every later one, with one
+    warning; past _GRAPH_BUDGET graphs, calls with new shapes run eagerly, with one warning."""
     if fn is None:
         return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options, cuda_mode=cuda_mode)
-    compiled: dict = {}
+    state: dict = {}  # device -> the compiled fn; "broken" once compiling has failed; "full" past the budget
+
+    def warn_once(key: str, message: str) -> None:
+        if key not in state:
+            state[key] = True
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if torch.compiler.is_compiling() or compiled.get("broken") or not _compile_enabled():
+        if torch.compiler.is_compiling() or "broken" in state or not _compile_enabled():
             return fn(*args, **kwargs)
         device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
-        if device not in compiled:
+        compiled = state.get(device)
+        if compiled is None:
             options = cpu_options if device == "cpu" else None
             mode = cuda_mode if device == "cuda" else None
-            compiled[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options, mode=mode)
+            compiled = state[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options, mode=mode)
+        from torch._dynamo.exc import FailOnRecompileLimitHit
         try:
-            return compiled[device](*args, **kwargs)
+            with _CompileSettings():
+                return compiled(*args, **kwargs)
         except Exception as err:
             if not _is_compile_error(err):
                 raise
-            compiled["broken"] = True  # set first: a forward that calls itself compiled must not, now
-            try:
-                out = fn(*args, **kwargs)  # the model's own error is raised here, eagerly
-            except Exception:
-                del compiled["broken"]
-                raise
-            reason = (str(err).strip().splitlines() or [""])[0][:200]
-            warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
-                          RuntimeWarning, stacklevel=2)
+            with _eagerly():  # nothing compiles inside, not even a forward that calls itself compiled
+                out = fn(*args, **kwargs)  # the model's own error is raised here
+            if isinstance(err, FailOnRecompileLimitHit):
+                warn_once("full", f"{fn.__qualname__} has compiled {_GRAPH_BUDGET} graphs; calls with shapes "
+                                  "not compiled for yet run eagerly")
+            else:
+                state["broken"] = True
+                reason = (str(err).strip().splitlines() or [""])[0][:200]
+                warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
+                              RuntimeWarning, stacklevel=2)
             return out
 
-    wrapper.compiled = compiled  # by device; "broken" once compiling has failed
+    wrapper.compiled = state
     return wrapper
 
 
@@ -134,7 +185,7 @@ def _compile_unit(model: nn.Module, x: torch.Tensor) -> Optional[str]:
     """What `model.compile_units` says for x's device and the model's mode ("model", "block" or
     "none"); None where there is nothing to decide: compiling is off, has failed for the whole
     forward, or torch.compile is tracing it already."""
-    if torch.compiler.is_compiling() or not _compile_enabled() or type(model)._compiled_forward.compiled.get("broken"):
+    if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in type(model)._compiled_forward.compiled:
         return None
     return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
 
@@ -438,7 +489,7 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         probs = scores.masked_fill(~allowed, float("-inf")).float().softmax(-1)
         if mask is not None:
             probs = probs.nan_to_num(0.0)  # a query whose every key is padding
-        return (probs.to(v.dtype) @ v).reshape(b, h, 1, hd)
+        return (probs.to(v.dtype) @ v).reshape(b, h, 1, v.size(-1))
     scores_mask = allowed
     if bias is not None:
         bias = bias.to(q.dtype)

@@ -78,51 +78,102 @@ def _eagerly():
         _EAGER.on = before
 
 
+# Where torch's compiler lives: an error raised there (or in the code inductor writes) is a failed
+# compile, whatever its type; the eager run that follows tells it from the model's own error.
+_COMPILER_FILES = ("torch/_dynamo/", "torch/_inductor/", "torch/_functorch/", "torch/fx/", "torch/_subclasses/",
+                   "torch/utils/_sympy/", "torch/_guards", "torchinductor_")
+
+# The most graphs one compiled function keeps, over every model of this file in the process (dynamo's
+# own recompile limit is 8). A session's count is far lower (docs/language.md, section 10); past it,
+# calls with shapes not seen yet run eagerly.
+_GRAPH_BUDGET = 64
+
+
 def _is_compile_error(err: Exception) -> bool:
-    """What a failed compile raises: dynamo's and inductor's errors, and the C++ compiler's. The
-    model's own errors, and exceptions torch uses for control flow (gradient checkpointing stops
-    its recomputation with one), are not."""
+    """What a failed compile raises: dynamo's and inductor's errors, the C++ compiler's, dynamo's
+    recompile limit, and anything raised inside torch's compiler. The model's own errors, and
+    exceptions torch uses for control flow (gradient checkpointing stops its recomputation with
+    one), are not."""
     import torch._dynamo.exc
     import torch._inductor.exc
-    return isinstance(err, (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.CppCompileError,
-                            torch._inductor.exc.InvalidCxxCompiler))
+    if isinstance(err, (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit,
+                        torch._inductor.exc.CppCompileError, torch._inductor.exc.InvalidCxxCompiler)):
+        return True
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = tb.tb_frame.f_code.co_filename.replace(os.sep, "/") if tb is not None else ""
+    return any(part in where for part in _COMPILER_FILES)
 
 
-def _hot_path(fn=None, *, dynamic: Optional[bool] = None, cpu_options: Optional[dict] = None,
+class _CompileSettings:
+    """Dynamo's settings while a compiled function runs (they matter when it compiles): this file's
+    graph budget as the recompile limit, and no duck shaping, which would give a batch of 2 and a head
+    count of 2 one symbol and then fix both. Set and restored around each call, so that torch's
+    settings for other code stay as they are."""
+
+    def __enter__(self) -> None:
+        import torch._dynamo
+        import torch.fx.experimental._config as shapes
+        self.saved = (shapes, shapes.use_duck_shape, torch._dynamo.config.recompile_limit)
+        shapes.use_duck_shape = False
+        torch._dynamo.config.recompile_limit = max(_GRAPH_BUDGET, self.saved[2])
+
+    def __exit__(self, *exc) -> None:
+        shapes, duck, limit = self.saved
+        shapes.use_duck_shape = duck
+        torch._dynamo.config.recompile_limit = limit
+
+
+def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
               cuda_mode: Optional[str] = None):
-    """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0, or, with a
-    warning, once compiling has failed. `cpu_options` are inductor options used on the CPU only;
-    `cuda_mode` is torch.compile's mode on CUDA ("reduce-overhead": CUDA graphs)."""
+    """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0. Sizes are symbolic
+    from the first compile (`dynamic=True`: one graph serves every batch and length, but for the
+    sizes 0 and 1, which torch compiles apart). `cpu_options` are inductor options used on the CPU
+    only; `cuda_mode` is torch.compile's mode on CUDA ("reduce-overhead": CUDA graphs).
+
+    Compiling never breaks a call: when it fails (an unsupported construct, a missing compiler,
+    an error inside torch's compiler) the call runs eagerly, as does every later one, with one
+    warning; past _GRAPH_BUDGET graphs, calls with new shapes run eagerly, with one warning."""
     if fn is None:
         return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options, cuda_mode=cuda_mode)
-    compiled: dict = {}
+    state: dict = {}  # device -> the compiled fn; "broken" once compiling has failed; "full" past the budget
+
+    def warn_once(key: str, message: str) -> None:
+        if key not in state:
+            state[key] = True
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if torch.compiler.is_compiling() or compiled.get("broken") or not _compile_enabled():
+        if torch.compiler.is_compiling() or "broken" in state or not _compile_enabled():
             return fn(*args, **kwargs)
         device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
-        if device not in compiled:
+        compiled = state.get(device)
+        if compiled is None:
             options = cpu_options if device == "cpu" else None
             mode = cuda_mode if device == "cuda" else None
-            compiled[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options, mode=mode)
+            compiled = state[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options, mode=mode)
+        from torch._dynamo.exc import FailOnRecompileLimitHit
         try:
-            return compiled[device](*args, **kwargs)
+            with _CompileSettings():
+                return compiled(*args, **kwargs)
         except Exception as err:
             if not _is_compile_error(err):
                 raise
-            compiled["broken"] = True  # set first: a forward that calls itself compiled must not, now
-            try:
-                out = fn(*args, **kwargs)  # the model's own error is raised here, eagerly
-            except Exception:
-                del compiled["broken"]
-                raise
-            reason = (str(err).strip().splitlines() or [""])[0][:200]
-            warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
-                          RuntimeWarning, stacklevel=2)
+            with _eagerly():  # nothing compiles inside, not even a forward that calls itself compiled
+                out = fn(*args, **kwargs)  # the model's own error is raised here
+            if isinstance(err, FailOnRecompileLimitHit):
+                warn_once("full", f"{fn.__qualname__} has compiled {_GRAPH_BUDGET} graphs; calls with shapes "
+                                  "not compiled for yet run eagerly")
+            else:
+                state["broken"] = True
+                reason = (str(err).strip().splitlines() or [""])[0][:200]
+                warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
+                              RuntimeWarning, stacklevel=2)
             return out
 
-    wrapper.compiled = compiled  # by device; "broken" once compiling has failed
+    wrapper.compiled = state
     return wrapper
 
 
@@ -130,7 +181,7 @@ def _compile_unit(model: nn.Module, x: torch.Tensor) -> Optional[str]:
     """What `model.compile_units` says for x's device and the model's mode ("model", "block" or
     "none"); None where there is nothing to decide: compiling is off, has failed for the whole
     forward, or torch.compile is tracing it already."""
-    if torch.compiler.is_compiling() or not _compile_enabled() or type(model)._compiled_forward.compiled.get("broken"):
+    if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in type(model)._compiled_forward.compiled:
         return None
     return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
 
@@ -267,9 +318,11 @@ class Model(nn.Module):
         if cache_position is None:
             if past_keys is not None:
                 _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 3: cfg.n_head, 4: cfg.head_dim})
+                past_keys = past_keys.to(self.token_embedding.weight.dtype)
             T_past = past_keys.size(2) if past_keys is not None else 0
             if past_values is not None:
                 _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
+                past_values = past_values.to(self.token_embedding.weight.dtype)
         else:  # preallocated caches of block_size slots, T_past of them filled
             _check_position(cache_position, cache_length, cfg.block_size, 'past_keys, past_values', past_keys, past_values)
             _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
@@ -283,8 +336,8 @@ class Model(nn.Module):
         if cfg.dropout > 0:
             x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:74
         if use_cache:
-            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_keys  # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:77
-            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=torch.float32, device=idx.device) if cache_position is None else past_values  # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:78
+            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=self.token_embedding.weight.dtype, device=idx.device) if cache_position is None else past_keys  # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:77
+            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=self.token_embedding.weight.dtype, device=idx.device) if cache_position is None else past_values  # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:78
         else:
             new_keys = new_values = None
         for l, layer in enumerate(self.layers):
@@ -295,10 +348,10 @@ class Model(nn.Module):
         x_final = self.ln_f(x)  # [B, T, D]  nanogpt.snf:108
         if return_logits:
             logits = self.lm_head(x_final)  # [B, T, vocab_size]  nanogpt.snf:109
-            loss = _cross_entropy(logits, targets, -1, torch.float32) if targets is not None else None  # []  nanogpt.snf:111
+            loss = _cross_entropy(logits, targets, -1, self.token_embedding.weight.dtype) if targets is not None else None  # []  nanogpt.snf:111
         else:
             logits = None
-            loss = _linear_cross_entropy(x_final, self.lm_head.weight, None, targets, -1, torch.float32) if targets is not None else None  # []  nanogpt.snf:111
+            loss = _linear_cross_entropy(x_final, self.lm_head.weight, None, targets, -1, self.token_embedding.weight.dtype) if targets is not None else None  # []  nanogpt.snf:111
         return Output(logits, loss, new_keys, new_values)
 
     # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
@@ -337,8 +390,8 @@ class Model(nn.Module):
             if position + max_new_tokens - 1 > size:
                 raise ValueError(f"the prompt ({position} tokens) and max_new_tokens={max_new_tokens} need "
                                  f"{position + max_new_tokens - 1} cache slots; the model has block_size = {size}")
-            past_keys = _cache_buffers(out.new_keys, 1, size, out.logits.dtype, self, 'past_keys')
-            past_values = _cache_buffers(out.new_values, 1, size, out.logits.dtype, self, 'past_values')
+            past_keys = _cache_buffers(out.new_keys, 1, size, self, 'past_keys')
+            past_values = _cache_buffers(out.new_values, 1, size, self, 'past_values')
             decode = self if _hooked(self) else self._decode_step  # hooks run only through self(...)
             for step in range(max_new_tokens):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
@@ -347,6 +400,8 @@ class Model(nn.Module):
                     at = torch.tensor(position, device=idx.device)
                     if at.is_cuda:  # the step is a CUDA graph; the last step's outputs are read already
                         torch.compiler.cudagraph_mark_step_begin()
+                    if token.size(0) > 1:  # one compiled step for every batch above 1, as the buffers
+                        torch._dynamo.mark_dynamic(token, 0)
                     out = decode(token, past_keys=past_keys, past_values=past_values, cache_position=at,
                                  cache_length=_bucket(position + 1, size))
                     position += 1
@@ -503,13 +558,18 @@ def _check_position(position, length: Optional[int], size: int, names: str, *cac
         raise ValueError(f"cache_position {int(position)} is outside the {length or size} cache slots read")
 
 
-def _cache_buffers(cache: torch.Tensor, axis: int, size: int, dtype: torch.dtype, owner: Optional[nn.Module] = None,
+def _cache_buffers(cache: torch.Tensor, axis: int, size: int, owner: Optional[nn.Module] = None,
                    name: str = "") -> list:
     """A stacked cache [n_layer, ...] as one buffer per layer with `size` slots along (the layer's)
-    `axis`, the first ones holding the cache: the per-layer form `_check_cache` prefers. `dtype` is
-    the one the model computes in (a cast model's, or autocast's), which new keys arrive in."""
+    `axis`, the first ones holding the cache, in its dtype: the per-layer form `_check_cache`
+    prefers. Above a batch of one, the batch axis is marked dynamic, so that the compiled decode
+    step serves every batch size with one graph (one of 1 is compiled apart: its one-row matmuls
+    take another path)."""
     shape = cache.shape[1:axis + 1] + (size,) + cache.shape[axis + 2:]
-    buffers = _decode_buffers(owner if cache.is_cuda else None, name, cache.size(0), shape, dtype, cache.device)
+    buffers = _decode_buffers(owner if cache.is_cuda else None, name, cache.size(0), shape, cache.dtype, cache.device)
+    if cache.size(1) > 1:
+        for buffer in buffers:
+            torch._dynamo.mark_dynamic(buffer, 0)
     for buffer, filled in zip(buffers, cache):
         buffer.narrow(axis, 0, filled.size(axis)).copy_(filled)
     return buffers
@@ -576,7 +636,7 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         probs = scores.masked_fill(~allowed, float("-inf")).float().softmax(-1)
         if mask is not None:
             probs = probs.nan_to_num(0.0)  # a query whose every key is padding
-        return (probs.to(v.dtype) @ v).reshape(b, h, 1, hd)
+        return (probs.to(v.dtype) @ v).reshape(b, h, 1, v.size(-1))
     scores_mask = allowed
     if bias is not None:
         bias = bias.to(q.dtype)
@@ -647,7 +707,7 @@ def _cache_cat(past: torch.Tensor, new: torch.Tensor, cache_position: Optional[t
     its cache as the spec's float32."""
     if cache_position is None:
         return torch.cat([past.to(new.dtype), new], dim=1)
-    past.index_copy_(1, cache_position + torch.arange(new.size(1), device=new.device), new)
+    past.index_copy_(1, cache_position + torch.arange(new.size(1), device=new.device), new.to(past.dtype))
     return past if cache_length is None else past[:, :cache_length]
 
 

@@ -125,3 +125,86 @@ def test_compile_units_choose_what_compiles(monkeypatch, unit, compiled):
     assert [name for name, _ in calls] == compiled
     assert all(dynamic is False for name, dynamic in calls if name == "Model.forward")  # fixed shapes
     assert ng.Model.compile_units["cpu"]["train"] == "none"  # the class's own table is untouched
+
+
+ALTERNATING = """\
+param:
+  n_layer : int = 4
+  D : int = 8
+input:
+  x : Tensor([B, T, D], float32)
+parameter:
+  w : Tensor([n_layer, D, D], float32)
+output:
+  y : Tensor([B, T, D], float32)
+let y = x
+for l in 0..n_layer-1:
+    if l % 2 == 0:
+        y = y + linear(y, weight=w[l])
+    else:
+        y = y * 0.5 + linear(y, weight=w[l])
+    y = y * (l + 1)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_condition_on_the_layer_compiles_one_graph_per_branch(tmp_path, monkeypatch):
+    """Gemma 2's alternating layers: the layer number reaches the block as a symbolic int, so an
+    `if l % 2 == 0` gives two graphs (one per branch), not one per layer, and arithmetic on `l`
+    none more; other batch sizes reuse them."""
+    import warnings
+
+    import snf
+    from conftest import write_spec
+    monkeypatch.setenv("SNF_COMPILE", "1")
+    torch._dynamo.reset()
+    mod = snf.load(write_spec(tmp_path, ALTERNATING, "alternating.snf"))
+    torch.manual_seed(0)
+    model = mod.Model().eval()
+    x = torch.randn(3, 5, 8)
+    with monkeypatch.context() as patch:
+        patch.setenv("SNF_COMPILE", "0")
+        eager = model(x)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", RuntimeWarning)
+        got = model(x)
+        model(torch.randn(2, 4, 8))
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    assert len(_debug_get_cache_entry_list(mod.Block.forward.__wrapped__.__code__)) == 2
+    assert (got - eager).abs().max().item() <= 1e-5
+
+
+def test_a_recompile_limit_falls_back_for_that_call_only(monkeypatch):
+    """Past the module's graph budget (dynamo raises FailOnRecompileLimitHit, which is not a
+    TorchDynamoException in torch 2.13), the call runs eagerly with one warning, the result is
+    unchanged, and shapes compiled before still run compiled."""
+    import warnings
+
+    import torch._dynamo.exc
+    ng = fresh_module(REPO / "generated" / "nanogpt.py", "nanogpt_recompile_limit")
+    torch.manual_seed(0)
+    model = ng.Model(**CONFIG).eval()
+    calls = []
+
+    def compile_(fn, **kwargs):
+        def run(*a, **k):
+            calls.append(a[1].shape)
+            if a[1].size(0) > 2:  # a batch above 2: "over the limit"
+                raise torch._dynamo.exc.FailOnRecompileLimitHit("Hard failure due to fullgraph=True")
+            return fn(*a, **k)
+        return run
+    monkeypatch.setattr(torch, "compile", compile_)
+    monkeypatch.setenv("SNF_COMPILE", "1")
+    idx = torch.randint(0, CONFIG["vocab_size"], (3, 8))
+    with monkeypatch.context() as patch:
+        patch.setenv("SNF_COMPILE", "0")
+        eager = model(idx).logits
+    with pytest.warns(RuntimeWarning, match="graphs; calls with shapes not compiled for yet run eagerly"):
+        assert torch.equal(model(idx).logits, eager)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once: no second warning
+        assert torch.equal(model(idx).logits, eager)
+        model(idx[:2])
+    assert "broken" not in ng.Block.forward.compiled  # smaller batches still compile
+    assert any(shape[0] == 2 for shape in calls[-CONFIG["n_layer"]:])

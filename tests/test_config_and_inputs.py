@@ -89,17 +89,17 @@ parameter:
   table : Tensor([V, D], float16)
   w_weight : Tensor([D, D], float16)
   norm_weight : Tensor([D], float16)
-  extra : Tensor([D], bfloat16)
+  extra : Tensor([D], float16)
 output:
   y : Tensor([B, T, D], float16)
 let h = layer_norm(gather(table, x), weight=norm_weight)
-let y = linear(h, weight=w_weight) + cast(extra, float16)
+let y = linear(h, weight=w_weight) + extra
 """
     mod = snf.load(write_spec(tmp_path, text, "halves.snf"))
     model = mod.Model()
     assert {n: p.dtype for n, p in model.named_parameters()} == {
         "table.weight": torch.float16, "w.weight": torch.float16, "norm.weight": torch.float16,
-        "extra": torch.bfloat16}
+        "extra": torch.float16}
     assert model(torch.tensor([[1, 2]])).dtype == torch.float16  # the first matmul runs
 
 

@@ -223,7 +223,9 @@ def test_generate_runs_the_models_forward_hooks(name):
 @pytest.mark.parametrize("how", ["double", "bfloat16", "autocast"])
 @pytest.mark.parametrize("name", MODELS)
 def test_generate_on_cast_models(name, how):
-    """The spec's cache is float32; the preallocated buffers take the dtype the model computes in."""
+    """The spec's float32 is the cast's dtype (docs/language.md 3.2): the caches, the logits and the
+    preallocated buffers are float64 or bfloat16 in a cast model; under autocast the model, and so
+    its caches, stay float32, and the logits are bfloat16."""
     model = MODELS[name]()
     if how != "autocast":
         model.to(getattr(torch, how))
@@ -237,11 +239,12 @@ def test_generate_on_cast_models(name, how):
                 logits = model(seq).logits
                 seq = torch.cat([seq, logits[:, -1:].argmax(-1)], dim=1)
     assert logits.dtype == (torch.float64 if how == "double" else torch.bfloat16)
-    with context:  # chunked forward, feeding back the (float32) cache it returns
+    with context:  # chunked forward, feeding back the cache it returns
         first = model(seq[:, :7])
         step = model(seq[:, 7:9], past_keys=first.new_keys, past_values=first.new_values)
         whole = model(seq[:, :9])
-    tol = 1e-6 if how == "double" else 0.05 * whole.logits.abs().max().item()  # float32 cache; bf16 rounding
+    assert first.new_keys.dtype == {"double": torch.float64, "bfloat16": torch.bfloat16, "autocast": torch.float32}[how]
+    tol = 1e-12 if how == "double" else 0.05 * whole.logits.abs().max().item()  # bf16 rounding
     assert (step.logits.double() - whole.logits[:, 7:].double()).abs().max().item() <= tol
     if how == "bfloat16":  # 8-bit mantissas: cached and recomputed logits differ in rounding, so
         assert out.shape == seq.shape and (out[:, :6] == seq[:, :6]).all()  # only the first pick is held
@@ -412,3 +415,67 @@ def test_an_input_sized_by_the_cache_turns_the_fixed_shape_path_off(tmp_path):
         for _ in range(6):
             seq = torch.cat([seq, model(seq).logits[:, -1:].argmax(-1)], dim=1)
     assert torch.equal(model.generate(prompt, 6, temperature=0), seq)
+
+
+VALUE_HEADS = """\
+param:
+  vocab_size : int = 13
+  block_size : int = 16
+  n_layer : int = 2
+  H : int = 2
+  hd : int = 4
+  hv : int = 6                # values wider than queries and keys
+  D : int = 8
+input:
+  idx : Tensor([B, T], int64)
+  past_keys : Tensor([n_layer, B, T_past, H, hd], float32)?
+  past_values : Tensor([n_layer, B, T_past, H, hv], float32)?
+parameter:
+  emb : Tensor([vocab_size, D], float32)
+  q_w : Tensor([n_layer, H*hd, D], float32)
+  k_w : Tensor([n_layer, H*hd, D], float32)
+  v_w : Tensor([n_layer, H*hv, D], float32)
+  o_w : Tensor([n_layer, D, H*hv], float32)
+  head : Tensor([vocab_size, D], float32)
+output:
+  logits : Tensor([B, T, vocab_size], float32)
+  new_keys : Tensor([n_layer, B, T_past + T, H, hd], float32)
+  new_values : Tensor([n_layer, B, T_past + T, H, hv], float32)
+assert T_past + T <= block_size
+let x = gather(emb, idx)
+let new_keys = full([n_layer, B, T_past + T, H, hd], 0.0, float32)
+let new_values = full([n_layer, B, T_past + T, H, hv], 0.0, float32)
+for l in 0..n_layer-1:
+    let q = rope(reshape(linear(x, weight=q_w[l]), [B, T, H, hd]), offset=T_past)
+    let k = rope(reshape(linear(x, weight=k_w[l]), [B, T, H, hd]), offset=T_past)
+    let v = reshape(linear(x, weight=v_w[l]), [B, T, H, hv])
+    let k_all = concat([past_keys[l], k], axis=1) if past_keys exists else k
+    let v_all = concat([past_values[l], v], axis=1) if past_values exists else v
+    new_keys[l] = k_all
+    new_values[l] = v_all
+    x = x + linear(reshape(flash_attention(q, k_all, v_all, causal=True), [B, T, H*hv]), weight=o_w[l])
+let logits = linear(x, weight=head)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_values_with_their_own_head_width_decode_compiled(tmp_path, monkeypatch):
+    """flash_attention allows values of another head width than the queries'; the compiled CPU
+    decode step's written-out attention once reshaped its result with the queries' width (and fell
+    back to eager with a warning)."""
+    import warnings
+
+    import snf
+    from conftest import write_spec
+    mod = snf.load(write_spec(tmp_path, VALUE_HEADS, "value_heads.snf"))
+    torch.manual_seed(0)
+    model = mod.Model().eval()
+    prompt = torch.randint(0, 13, (1, 3))
+    monkeypatch.setenv("SNF_COMPILE", "0")
+    eager = model.generate(prompt, 5, temperature=0)
+    monkeypatch.setenv("SNF_COMPILE", "1")
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no fallback to eager
+        assert torch.equal(model.generate(prompt, 5, temperature=0), eager)

@@ -285,3 +285,40 @@ def test_check_v_says_what_the_cache_plan_decided(tmp_path):
     assert "gpt_decoder.snf:31:3: note: generate decodes with preallocated caches of block_size slots" in err
     code, out, err = snfc("check", "specs/gpt_decoder.snf")
     assert "cache-plan" not in out + err  # notes only with -v
+
+
+# ------------------------------------------------------------------ issue 18: found by the session property
+
+DEAD_WRITE_INTO_A_CACHE_VALUE = """\
+param:
+  n_layer : int = 1
+  D : int = 4
+input:
+  x : Tensor([B, T, D], float32)
+  past : Tensor([n_layer, B, T_past, D], float32)?
+output:
+  y : Tensor([B, T, D], float32)
+  new : Tensor([n_layer, B, T_past + T, D], float32)
+let new = full([n_layer, B, T_past + T, D], 0.0, float32)
+let y = x
+for l in 0..n_layer-1:
+    let k = concat([past[l], x], axis=1) if past exists else x
+    new[l] = k
+    let a = k * 2.0
+    a[:, 0:1, :] = full([B, 1, D], 0.0, float32)
+    let b = a + 1.0
+    y = y + x
+"""
+
+
+def test_a_write_into_a_value_only_the_cache_defines_does_not_define_it(tmp_path):
+    """`a` is computed from the cache's value only, so a training forward (no cache asked for) skips
+    it; the write `a[...] = ...` did not make it exist, so `b`, which reads it, must be skipped too.
+    The session property found this: it was an UnboundLocalError in training with a cache given."""
+    mod = load(tmp_path, DEAD_WRITE_INTO_A_CACHE_VALUE, "dead_write")
+    model = mod.Model().train()
+    x, past = torch.randn(2, 3, 4), torch.randn(1, 2, 5, 4)
+    out = model(x, past=past)
+    assert out.new is None and torch.equal(out.y, 2 * x)
+    out = model.eval()(x, past=past)
+    assert out.new.shape == (1, 2, 8, 4) and torch.equal(out.new[0, :, :5], past[0])

@@ -56,6 +56,7 @@ class Checker(Declarations, Expressions, Statements, Loops, Calls, Facts, Foldin
         self.free_bound: dict[str, Dim] = {}
         self.n_unknown = 0  # unknown names reported (bounds the cost of "did you mean")
         self.folded_config = False  # the last folded number used a config default
+        self.float_dtype: str | None = None  # the model's floating dtype (Declarations.model_float_dtype)
 
     def run(self) -> ir.Model | None:
         self.declarations()
@@ -80,7 +81,7 @@ class Checker(Declarations, Expressions, Statements, Loops, Calls, Facts, Foldin
             checks=tuple(ir.Check(lo, hi, span, op, self.check_why.get((lo, hi, op), ""),
                                   tuple(sorted(self.check_when.get((lo, hi, op), ()))))
                          for (lo, hi, op), span in self.implied_checks().items()),
-            input_groups=self.input_groups())
+            input_groups=self.input_groups(), float_dtype=self.float_dtype)
 
     def check_outputs(self) -> list[ir.Tensor]:
         """Each declared output against the value the body computed for it."""

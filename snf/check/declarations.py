@@ -30,6 +30,24 @@ class Declarations:
                 for o in outputs:
                     self.where_clauses(o)  # `where` dims serve every output
             getattr(self, f"decl_{decl.section}")(decl)
+        self.float_dtype = self.model_float_dtype()
+
+    def model_float_dtype(self) -> str | None:
+        """The floating dtype the parameters and buffers share: the model's own, which a cast of the
+        model (`.to(torch.bfloat16)`) changes as a whole, and which the spec's other uses of that
+        dtype follow (docs/language.md, section 3.2). Another floating dtype there is an error: a
+        cast would not keep it."""
+        tensors = [t for t in self.params + self.buffers if t.ty.dtype in FLOATS]
+        if not tensors:
+            return None
+        first = tensors[0]
+        for t in tensors[1:]:
+            if t.ty.dtype != first.ty.dtype:
+                self.r.error("dtype-mismatch", f"`{t.name}` is {t.ty.dtype}, but the model's floating parameters and "
+                             f"buffers share one dtype, which casting the model changes: {first.ty.dtype}, as "
+                             f"`{first.name}` is", t.span,
+                             hint=f"declare it {first.ty.dtype}, and `cast` where another precision is needed")
+        return first.ty.dtype
 
     def decl_param(self, d: ir.Decl) -> None:
         if d.type is None:  # derived: D = n_embd, head_dim = D // H

@@ -30,6 +30,14 @@ def block_context(gen, block: Block) -> dict:
 
     em.device_src = next((names.name(n) for n in block.carried + tuple(reads) if present(n)), None) \
         or gen.held_tensor(block.attr)
+    held = gen.held_tensor(block.attr, floating=True) or next(
+        (names.name(n) for n, kind in block.reads if kind in ("param", "buffer") and present(n)
+         and types[n].dtype == m.float_dtype), None)
+    dtype_arg = None  # the model's dtype, from the caller, when the block holds no tensor of it
+    if m.float_dtype is not None:
+        if held is None:
+            dtype_arg = names.fresh("dtype")
+        em.dtype_src = f"{held}.dtype" if held else dtype_arg
     pre = plans.caches.preallocated
     if pre is not None and any(c.loop is loop for c in plans.caches.caches):
         em.cache_position, em.cache_length = names.fresh("cache_position"), names.fresh("cache_length")
@@ -60,6 +68,9 @@ def block_context(gen, block: Block) -> dict:
     signature += [f"{names.name(d)}: int" for d in dim_args]
     if block.uses_var:
         signature.append(f"{names.name(loop.var)}: int")
+    dtype_arg = dtype_arg if em.dtype_used else None
+    if dtype_arg:
+        signature.append(f"{dtype_arg}: torch.dtype")
     if em.use_cache:
         signature.append(f"{em.use_cache}: bool = True")
     if em.cache_position:
@@ -69,7 +80,7 @@ def block_context(gen, block: Block) -> dict:
     ret_ann = ("tuple[" + ", ".join(_annotation(types.get(n)) for n in outs) + "]") if len(outs) > 1 \
         else (_annotation(types.get(outs[0])) if outs else "None")
     decl_em = Emitter(gen, block, Namespace())
-    gen.block_calls[id(block)] = {"dims": dim_args, "use_cache": bool(em.use_cache),
+    gen.block_calls[id(block)] = {"dims": dim_args, "use_cache": bool(em.use_cache), "dtype": bool(dtype_arg),
                                   "cache_position": bool(em.cache_position)}
     return {
         "cls": block.cls, "attr": block.attr, "line": loop.span.line, "var": loop.var,
@@ -102,7 +113,8 @@ def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
     carried = [em.names.name(n) for n in block.carried]
     written = [em.names.fresh(f"{h.name}_layer") for h in block.hoisted]
     outs = carried + written
-    call_args = ", ".join(carried + args + ([var] if block.uses_var else []))
+    call_args = ", ".join(carried + args + ([var] if block.uses_var else [])
+                          + ([em.dtype_code(gen.model.float_dtype)] if call["dtype"] else []))
     if call["use_cache"]:
         call_args += f", {em.use_cache}"
     if call["cache_position"]:

@@ -23,6 +23,8 @@ class Emitter:
     def __init__(self, gen, owner, names: Namespace, cfg: str = "cfg"):
         self.g, self.plans, self.owner, self.names, self.cfg = gen, gen.plans, owner, names, cfg
         self.device_src: str | None = None
+        self.dtype_src: str | None = None  # code for the dtype the model holds now (see dtype_code)
+        self.dtype_used = False
         self.cache_position: str | None = None  # set where a preallocated cache may be in use
         self.cache_length: str | None = None
         self.flags: dict[str, str] = {}  # a demand's flag (use_cache, return_logits) -> its name here
@@ -64,6 +66,16 @@ class Emitter:
         self.runtime_used.add(a)
         return self.names.name(a)
 
+    def dtype_code(self, dtype: str) -> str:
+        """torch's `dtype`; the model's floating dtype as the one its parameters hold now, so that in
+        a cast model (`.to(torch.bfloat16)`) the spec's float32 means bfloat16 (docs/language.md 3.2)."""
+        if dtype == self.g.model.float_dtype and self.dtype_src is not None:
+            self.dtype_used = True
+            if self.dtype_src.startswith("_held_dtype("):
+                self.helpers.add("_held_dtype")
+            return self.dtype_src
+        return f"torch.{dtype}"
+
     # ---------------------------------------------------------------- expressions
     def expr(self, e: ir.TExpr) -> tuple[str, int]:
         if isinstance(e, ir.Lit):
@@ -73,7 +85,7 @@ class Emitter:
             if isinstance(v, (int, float)):
                 return repr(v), (40 if v < 0 else 60)
             if isinstance(e.ty, ScalarT) and e.ty.kind == "dtype":
-                return f"torch.{v}", 60
+                return self.dtype_code(v), 60
             return repr(str(v)), 60
         if isinstance(e, ir.DimVal):
             return self.dim(e.dim), 10
@@ -253,6 +265,10 @@ class LowerCtx:
 
     def dim(self, d: Dim) -> str:
         return self.em.dim(d)
+
+    def dtype(self, dtype: str) -> str:
+        """The code for a dtype the spec names (see Emitter.dtype_code)."""
+        return self.em.dtype_code(dtype)
 
     def helper(self, name: str) -> str:
         """`name`, a runtime helper this lowering calls (for helpers only some calls need)."""

@@ -22,7 +22,7 @@ from .emit import Emitter
 # Model.generate's own arguments, and its locals (templates/module.py.j2)
 GENERATE_ARGS = ("max_new_tokens", "temperature", "top_k", "top_p", "generator")
 GENERATE_LOCALS = ("was_training", "out", "tokens", "position", "size", "step", "token", "at", "decode")
-HELPERS_ORDER = ("_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat", "_narrow", "_next_tokens",
+HELPERS_ORDER = ("_held_dtype", "_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat", "_narrow", "_next_tokens",
                  "_cross_entropy", "_linear_cross_entropy", "_checkpoint_options")
 
 
@@ -67,6 +67,7 @@ class Generator:
             if s not in self.config_fields} - derived
         self.display = dict(m.display)
         self.local_types = self._local_types()
+        self.model_dtype = self._model_dtype()
         self.block_calls: dict = {}
 
     # ---------------------------------------------------------------- small facts
@@ -83,14 +84,24 @@ class Generator:
     def input_optional(self, name: str) -> bool:
         return any(i.name == name and i.optional for i in self.model.inputs)
 
-    def held_tensor(self, owner: str | None) -> str | None:
+    def held_tensor(self, owner: str | None, floating: bool = False) -> str | None:
         """A tensor the module `owner` holds (`self.ln1.weight`), to take a device from when no
-        tensor argument is at hand."""
+        tensor argument is at hand; with `floating`, one of the model's floating dtype, to take the
+        dtype the model holds now from."""
         return next((f"self.{p.path}" for p in self.plans.layout.places if p.owner == owner
-                     and self.model.param(p.name).condition is None), None)
+                     and self.model.param(p.name).condition is None
+                     and (not floating or self.model.param(p.name).ty.dtype == self.model.float_dtype)), None)
 
     def loop_call(self, em: Emitter, loop: ir.Loop, indent: int) -> None:
         blocks.loop_call(self, em, loop, indent)
+
+    def _model_dtype(self) -> str | None:
+        """Code, in the Model's methods, for the floating dtype its parameters hold now: after
+        `.to(torch.bfloat16)`, bfloat16. None when the model holds no floating tensor."""
+        if self.model.float_dtype is None:
+            return None
+        held = self.held_tensor(None, floating=True)
+        return f"{held}.dtype" if held else f"_held_dtype(self, torch.{self.model.float_dtype})"
 
     def _local_types(self) -> dict:
         types = {i.name: TensorT(i.ty.shape, i.ty.dtype, i.optional) for i in self.model.inputs}
@@ -115,6 +126,7 @@ class Generator:
         em = Emitter(self, None, names, cfg="cfg" if "cfg" not in names.map else names.fresh("config"))
         first = next((i for i in inputs if not i.optional), None)
         em.device_src = first.name if first is not None else self.held_tensor(None)
+        em.dtype_src = self.model_dtype
         for demand in plans.outputs.demands:
             em.flags[demand.flag] = demand.flag
         if plans.caches.preallocated is not None:
@@ -223,6 +235,9 @@ class Generator:
                  if not (d.symbols() & self.runtime) or d.symbols() <= bound}
         sizes = ", {" + ", ".join(f"{a}: {code}" for a, code in fixed.items()) + "}" if fixed else ""
         call = f"{check}({display_text(n)!r}, {n}, {i.ty.rank}, {self.show(shape)!r}, {i.ty.dtype!r}{sizes})"
+        if check == "_check_input" and i.ty.dtype == self.model.float_dtype and em.dtype_src:
+            # in the dtype the model holds: a cast model's (docs/language.md 3.2)
+            call += f"\n{'    ' * (3 if i.optional else 2)}{n} = {n}.to({em.dtype_code(i.ty.dtype)})"
         lines.append(call if not i.optional else f"if {n} is not None:\n            {call}")
         new = [d for d in dims if d and d not in bound]
         if new and bind:

@@ -279,6 +279,7 @@ class Model:
     stacked: tuple[str, ...] = ()  # parameters that live per layer
     checks: tuple[Check, ...] = ()
     input_groups: tuple[tuple[str, ...], ...] = ()  # optional inputs given together or not at all
+    float_dtype: str | None = None  # the parameters' floating dtype: in a cast model, the cast's
 
     def param(self, name: str) -> Tensor:
         return next(p for p in self.params + self.buffers if p.name == name)

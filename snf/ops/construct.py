@@ -40,7 +40,7 @@ def _np_arange(start, end=None, dtype="int64"):
 
 def _lower_arange(call):
     bounds = call.code("start") if not call.given("end") else f"{call.code('start')}, {call.code('end')}"
-    return f"torch.arange({bounds}, dtype=torch.{call.val('dtype')}, device={call.device})"
+    return f"torch.arange({bounds}, dtype={call.dtype(call.val('dtype'))}, device={call.device})"
 
 
 register(OpDef("arange", (Param("start", "value"), Param("end", "value", None), Param("dtype", "dtype", "int64")),

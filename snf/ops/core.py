@@ -347,7 +347,7 @@ def _np_full(shape, value, dtype="float32"):
 def _lower_full(call):
     dims = call.dims_code("shape")
     shape = f"({dims},)" if dims else "()"
-    return f"torch.full({shape}, {call.code('value')}, dtype=torch.{call.val('dtype')}, device={call.device})"
+    return f"torch.full({shape}, {call.code('value')}, dtype={call.dtype(call.val('dtype'))}, device={call.device})"
 
 
 register(OpDef("full", (Param("shape", "dims"), Param("value", "float"), Param("dtype", "dtype", "float32")),
@@ -437,7 +437,7 @@ register(OpDef(
      Param("ignore_index", "int", -100, static=True)),
     _ce_rule, numpy=_np_ce,
     torch=lambda call: f"_cross_entropy({call.code('logits')}, {_ce_targets(call)}, {call.code('ignore_index')}, "
-                       f"torch.{call.op.ty.dtype})",
+                       f"{call.dtype(call.op.ty.dtype)})",
     helpers=("_cross_entropy",),
     doc="mean cross-entropy; `shift=True` scores position t against target t+1 (next-token loss); "
         "0 when every target is `ignore_index`."))
@@ -459,7 +459,7 @@ register(OpDef(
         _np_ce(_np_linear(x, weight, bias), targets, shift, ignore_index),
     torch=lambda call: f"_linear_cross_entropy({call.code('x')}, {call.code('weight')}, "
                        f"{call.code('bias') if call.given('bias') else 'None'}, {_ce_targets(call)}, "
-                       f"{call.code('ignore_index')}, torch.{call.op.ty.dtype})",
+                       f"{call.code('ignore_index')}, {call.dtype(call.op.ty.dtype)})",
     helpers=("_linear_cross_entropy",),
     doc="`cross_entropy(linear(x, weight, bias), targets, ...)` computed in chunks of rows, so the "
         "[rows, out] logits never exist; what the compiler lowers a head + loss to in training."))

@@ -49,7 +49,7 @@ def _where_rule(ctx, args):
 def _lower_where(call):
     if not any(isinstance(call.ty(n), TensorT) for n in ("a", "b")):  # two numbers: say the dtype
         dtype = "float32" if "float" in (call.ty("a").kind, call.ty("b").kind) else "int64"
-        first = f"torch.tensor({call.code('a')}, dtype=torch.{dtype}, device={call.device})"
+        first = f"torch.tensor({call.code('a')}, dtype={call.dtype(dtype)}, device={call.device})"
         return f"torch.where({call.code('cond')}, {first}, {call.code('b')})"
     return f"torch.where({call.code('cond')}, {call.code('a')}, {call.code('b')})"
 
@@ -152,7 +152,7 @@ def _np_cast(x, dtype):
 
 
 register(OpDef("cast", (Param("x", "tensor"), Param("dtype", "dtype")), _cast_rule, numpy=_np_cast,
-               torch=lambda call: f"{call.code('x', prec=50)}.to(torch.{call.val('dtype')})",
+               torch=lambda call: f"{call.code('x', prec=50)}.to({call.dtype(call.val('dtype'))})",
                doc="`x` converted to `dtype`; float to integer truncates toward zero.", passthrough=True))
 
 

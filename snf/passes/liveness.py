@@ -87,12 +87,12 @@ def plan_outputs(model: ir.Model, caches: frozenset, loss=None) -> OutputPlan:
 
 def _only(model: ir.Model, every: frozenset, base: frozenset) -> tuple[frozenset, frozenset]:
     """The statements live for a demand's outputs alone, and the dead ones (no output needs them)
-    that read a value only those compute (without the flag that value does not exist); and the
-    values they alone compute."""
+    that read a value only those define (without the flag that value does not exist: a write
+    into it, or a re-assignment, does not make it); and the values they alone define."""
     simple = [s for s, _ in _flatten(model.body, ()) if not isinstance(s, (ir.Loop, ir.TIf))]
     only = {s for s in every - base if not isinstance(s, (ir.Loop, ir.TIf))}
     while True:
-        absent = {n for s in only for n in writes(s)} - {n for s in simple if s not in only for n in writes(s)}
+        absent = {n for s in only for n in _defines(s)} - {n for s in simple if s not in only for n in _defines(s)}
         dependent = {s for s in simple if s not in every and s not in only and _reads(s) & absent}
         if not dependent:
             return frozenset(only), frozenset(absent)
@@ -140,6 +140,13 @@ def writes(s) -> set:
         return {s.name}
     if isinstance(s, ir.FusedLinear):
         return set(s.targets)
+    return set()
+
+
+def _defines(s) -> set:
+    """The names a statement brings into being (`let`, a fused projection's targets)."""
+    if isinstance(s, ir.Bind) and s.let or isinstance(s, ir.FusedLinear):
+        return writes(s)
     return set()
 
 

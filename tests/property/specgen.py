@@ -257,9 +257,12 @@ class Gen:
 
     def param(self, shape, dtype: str, stem: str = "w", cond: str | None = None, init: str | None = None,
               stacked: bool = False, buffer: bool = False) -> E:
-        """A new parameter (per layer inside a loop: declared [n_layer, ...], read as w[l])."""
+        """A new parameter (per layer inside a loop: declared [n_layer, ...], read as w[l]). The
+        model's floating tensors share one dtype (`self.fdt`): one of another floating dtype is
+        declared in it and read through a `cast`."""
         name = self.fresh(stem)
         buffer = buffer or dtype not in FLOATS  # a parameter is trained, so it is floating
+        wanted, dtype = dtype, (self.fdt if dtype in FLOATS else dtype)
         decl_shape = ((Poly.of("n_layer"),) if stacked else ()) + tuple(shape)
         line = f"  {name} : Tensor({self.shape_text(decl_shape)}, {dtype})"
         if cond:
@@ -268,9 +271,10 @@ class Gen:
             line += f" = {init}"
         (self.buffers if buffer else self.params).append(line)
         self.scopes[0][name] = Local(T(decl_shape, dtype), "param", bool(cond), cond, hidden=stacked)
-        if stacked:
-            return E(f"{name}[{self.loop['var']}]", ATOM, T(tuple(shape), dtype))
-        return E(name, ATOM, T(tuple(shape), dtype))
+        ref = f"{name}[{self.loop['var']}]" if stacked else name
+        if wanted != dtype:
+            return E(f"cast({ref}, {wanted})", ATOM, T(tuple(shape), wanted))
+        return E(ref, ATOM, T(tuple(shape), dtype))
 
     def weight(self, shape, dtype, **kw) -> E:
         stacked = self.loop is not None and self.ch.coin(0.8)

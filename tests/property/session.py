@@ -1,0 +1,467 @@
+"""A session: one model used the way people use one, on the default path (torch.compile on), call
+after call, checked against the same model run eagerly.
+
+`run_session(text, hints, seed)` builds the spec's module once and one model of a valid config,
+then runs, in order:
+
+* eval forwards with varied batch and lengths, optional inputs given or not, and chained calls
+  that feed a call's caches to the next (as `generate` and chat loops do); the first is also
+  checked against `snf.interpret` (runner.Runner.forward_pair, in the float64 twin);
+* a training step (forward, a loss, backward) on the default compile unit, and on another spec
+  also compiled whole (`compile_units` "model": the CUDA default), gradients against eager;
+* eval again (the switch back must not break what was compiled);
+* `generate` at two batch sizes, greedy, against eager `generate`;
+* the model cast to bfloat16 (`.to(torch.bfloat16)`), and a float32 model under autocast:
+  forward (and `generate`) run, with the declared shapes, in the dtypes docs/language.md 3.2
+  gives, and agree with eager loosely.
+
+Every call must run: an error, or a warning that compiling fell back to eager, fails the
+session. `Session.graphs` counts the graphs each compiled function keeps at the end.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import sys
+import traceback
+import warnings
+
+import numpy as np
+import torch
+
+import runner
+from runner import Unsound, broken_checks, evaluate
+
+# float32 compiled and eager round differently (inductor fuses and reorders reductions), so they
+# agree to a few ulps of the largest value, not 1e-5 of each; both are held to the float64
+# interpreter at 1e-5 elsewhere (runner.py). bfloat16 has 8 bits of mantissa.
+RTOL = {torch.float32: 1e-4, torch.float64: 1e-7, torch.bfloat16: 0.1, torch.float16: 0.05}
+
+
+@dataclasses.dataclass
+class SessionOutcome:
+    accepted: bool
+    calls: int = 0
+    skipped: int = 0  # sizes the spec refuses, or no valid input: nothing to call with
+    graphs: dict = dataclasses.field(default_factory=dict)  # compiled function -> graphs it keeps
+    notes: list = dataclasses.field(default_factory=list)
+
+
+def graph_counts(module) -> dict:
+    """Graphs dynamo keeps per compiled function of `module`: each block's forward and Model.forward
+    (the whole-forward unit and the decode step share its code)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    out = {}
+    for name, value in vars(module).items():
+        if isinstance(value, type) and issubclass(value, torch.nn.Module) and value.__module__ == module.__name__:
+            forward = value.__dict__.get("forward")
+            code = getattr(getattr(forward, "__wrapped__", forward), "__code__", None)
+            if code is not None:
+                count = len(_debug_get_cache_entry_list(code))
+                if count:
+                    out[f"{name}.forward"] = count
+    return out
+
+
+class Session(runner.Runner):
+    """runner.Runner's sampling of configs, sizes and inputs, driving one model through a session."""
+
+    def __init__(self, text, hints, rng, *, calls: int = 8, whole_training: bool = False, casts: bool = True,
+                 config: dict | None = None, device: str = "cpu"):
+        super().__init__(text, hints, rng, compiled=True)
+        self.n_calls, self.whole_training, self.casts, self.config = calls, whole_training, casts, config
+        self.device = torch.device(device)
+        self.session = SessionOutcome(False)
+
+    # ------------------------------------------------------------------ set-up
+    def go(self, configs: int = 1) -> SessionOutcome:  # noqa: ARG002 - one config per session
+        result = runner.checked(self.text)
+        if not result.ok:
+            return self.session
+        self.session.accepted = True
+        self.m = result.model
+        twin = dataclasses.replace(result, model=runner.float64_model(result.model))
+        self.m64 = twin.model
+        self.mod = runner.load_module(result, "session")
+        self.mod64 = runner.load_module(twin, "session64")
+        try:
+            if self.setup():
+                self.steps()
+            self.session.graphs = graph_counts(self.mod)
+        finally:
+            runner.unload(self.mod)
+            runner.unload(self.mod64)
+        return self.session
+
+    def setup(self) -> bool:
+        for _ in range(20):  # a config the spec accepts
+            values = self.sample_config() if self.config is None else self.full_config(self.config)
+            if not broken_checks(self.m, runner.config_ints(values), config_only=True):
+                break
+        else:
+            return False
+        self.values = values
+        torch.manual_seed(int(self.rng.integers(1 << 30)))
+        try:
+            self.model = self.mod.Model(self.mod.Config(**values)).eval()
+            self.model64 = self.mod64.Model(self.mod64.Config(**values)).eval().double()
+        except Exception:
+            self.fail(f"Model({values}) crashed", traceback.format_exc())
+        self.randomise(self.model)
+        with torch.no_grad():  # the twin holds the same weights, widened
+            for a, b in zip(self.model64.state_dict().values(), self.model.state_dict().values()):
+                a.copy_(b)
+        self.model.to(self.device)
+        from snf.interop import spec_state
+        self.params = {k: v.detach().double().numpy() for k, v in spec_state(self.model64).items()}
+        return True
+
+    def full_config(self, given: dict) -> dict:
+        values = {f.name: f.default for f in self.m.config if f.default is not runner.ir.MISSING}
+        values.update(given)
+        return values
+
+    def randomise(self, model) -> None:
+        """Weights of a trained model's size (std 0.5 would make deep random specs overflow in bfloat16)."""
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.randn(p.shape, dtype=torch.float64) * 0.3)
+            for p in model.buffers():
+                if p.is_floating_point():
+                    p.copy_(torch.randn(p.shape, dtype=torch.float64) * 0.3)
+
+    # ------------------------------------------------------------------ running both ways
+    def eager(self, module=None):
+        return (module or self.mod)._eagerly()
+
+    def run(self, model, kwargs: dict, what: str, *, eager: bool = False, grad: bool = False):
+        """Call `model(**kwargs)` (compiled, or eagerly); a fallback to eager fails the session."""
+        module = sys.modules[type(model).__module__]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                with torch.set_grad_enabled(grad), (self.eager(module) if eager else _nothing()):
+                    out = model(**kwargs)
+            except Exception:
+                self.fail(f"{what}{' (eager)' if eager else ''} failed {self.where(kwargs)}",
+                          traceback.format_exc(limit=-6))
+        for w in caught:
+            text = str(w.message)
+            if "running eager" in text or "run eagerly" in text:
+                self.fail(f"{what}: compiling fell back to eager: {text} {self.where(kwargs)}")
+        names = [o.name for o in self.m.outputs]
+        return {names[0]: out} if len(names) == 1 else {n: getattr(out, n) for n in names}
+
+    def where(self, kwargs: dict) -> str:
+        given = ", ".join(f"{k}{list(v.shape)}" if isinstance(v, torch.Tensor) else f"{k}={v!r}"
+                          for k, v in kwargs.items() if v is not None)
+        return f"(config {self.values}; {given})"
+
+    def both(self, model, kwargs: dict, what: str, rtol: float | None = None, dtypes: dict | None = None) -> dict:
+        """The call compiled and eagerly, compared; the eager outputs."""
+        got = self.run(model, kwargs, what)
+        want = self.run(model, self.kwargs(kwargs), what, eager=True)
+        self.compare(got, want, what, kwargs, rtol, dtypes)
+        return want
+
+    def compare(self, got: dict, want: dict, what: str, kwargs: dict, rtol: float | None = None,
+                dtypes: dict | None = None) -> None:
+        for name, w in want.items():
+            g = got[name]
+            if (g is None) != (w is None):
+                self.fail(f"{what}: output {name} is {'None' if g is None else 'given'} compiled, "
+                          f"{'None' if w is None else 'given'} eagerly {self.where(kwargs)}")
+            if g is None:
+                continue
+            if g.shape != w.shape or g.dtype != w.dtype:
+                self.fail(f"{what}: output {name} is {list(g.shape)} {g.dtype} compiled, {list(w.shape)} {w.dtype} "
+                          f"eagerly {self.where(kwargs)}")
+            if dtypes is not None and name in dtypes and g.dtype != dtypes[name]:
+                self.fail(f"{what}: output {name} is {g.dtype}, where the model's dtype makes it {dtypes[name]} "
+                          f"{self.where(kwargs)}")
+            if not g.is_floating_point():
+                if rtol is None and not torch.equal(g, w):
+                    self.fail(f"{what}: output {name} differs compiled and eagerly {self.where(kwargs)}")
+                continue
+            tol = RTOL.get(g.dtype, 1e-4) if rtol is None else rtol
+            g64, w64 = g.detach().double(), w.detach().double()
+            finite = torch.isfinite(w64) & torch.isfinite(g64)
+            if not torch.equal(torch.isnan(g64), torch.isnan(w64)) and rtol is None:
+                self.fail(f"{what}: output {name} is NaN compiled in other places than eagerly {self.where(kwargs)}")
+            if finite.any():
+                scale = max(1.0, w64[finite].abs().max().item())
+                err = (g64[finite] - w64[finite]).abs().max().item()
+                if err > tol * scale:
+                    self.fail(f"{what}: output {name} differs compiled and eagerly by {err:.3g} (scale {scale:.3g}, "
+                              f"tolerance {tol:g}) {self.where(kwargs)}")
+        self.session.calls += 1
+
+    # ------------------------------------------------------------------ inputs
+    def valid_inputs(self, env: dict, present: dict, fixed: dict | None = None):
+        """Inputs for the sizes in env, or None when the spec would rightly refuse them."""
+        given = {n for n, p in present.items() if p} | self.required()
+        if broken_checks(self.m, env, given=given) or self.negative_sizes(env, present):
+            return None
+        try:
+            native, wide = self.make_inputs(env, present, fixed)
+        except runner.NoValidInput:
+            return None
+        return native, wide
+
+    def kwargs(self, inputs: dict) -> dict:
+        return {k: v.to(self.device, copy=True) for k, v in inputs.items() if v is not None}
+
+    # ------------------------------------------------------------------ the session
+    def steps(self) -> None:
+        first = True
+        for n in range(self.n_calls):
+            if n % 3 == 2 and self.cache_pairs() and self.time_dims():
+                self.chained_call()
+            else:
+                self.eval_call(check_reference=first)
+                first = False
+        self.training_step(self.model, "training step")
+        if self.whole_training:
+            self.training_step(self.model, "training step compiled whole", unit="model")
+        self.model.eval()
+        self.eval_call()
+        if hasattr(self.model, "generate"):
+            for batch in self.two_batches():
+                self.generate(self.model, batch, "generate")
+        if self.casts and self.m.float_dtype is not None:
+            self.cast_calls()
+
+    def eval_call(self, check_reference: bool = False, model=None, what: str = "eval forward",
+                  rtol: float | None = None, dtypes: dict | None = None) -> None:
+        model = model or self.model
+        present = self.presence()
+        env = self.env_for(present, self.sample_dims())
+        made = self.valid_inputs(env, present)
+        if made is None:
+            self.session.skipped += 1
+            return
+        native, wide = made
+        if check_reference and self.device.type == "cpu":  # the eager result against the interpreter (float64 twin)
+            with self.eager(self.mod), self.eager(self.mod64):
+                if self.forward_pair(env, native, wide, "eval forward against the interpreter") is None:
+                    return
+        kwargs = self.kwargs(native)
+        if model is not self.model:  # a cast model: its floating inputs in its dtype
+            kwargs = {k: v.to(self.cast_dtype) if v.is_floating_point() else v for k, v in kwargs.items()}
+        self.both(model, kwargs, what, rtol, dtypes)
+
+    def chained_call(self) -> None:
+        """A prefix, then the rest fed the prefix's caches (as a chat's next turn is)."""
+        t_name, past_name = self.time_dims()
+        pairs = self.cache_pairs()
+        env = self.sample_dims()
+        prefix, rest = int(self.rng.integers(1, 5)), int(self.rng.integers(1, 4))
+        present = self.presence()
+        together = {p for p, _ in pairs} | {n for g in self.m.input_groups if set(g) & {p for p, _ in pairs} for n in g}
+        for p in together:
+            present[p] = False
+        env1 = dict(env, **{t_name: prefix, past_name: 0})
+        made = self.valid_inputs(env1, present)
+        if made is None:
+            self.session.skipped += 1
+            return
+        want = self.both(self.model, self.kwargs(made[0]), "chained forward, first part")
+        if any(want[q] is None for _, q in pairs):
+            return
+        for p in together:
+            present[p] = True
+        env2 = dict(env, **{t_name: rest, past_name: prefix})
+        fixed = {p: (want[q], want[q]) for p, q in pairs}
+        declared = {i.name: i.ty.shape for i in self.m.inputs}
+        if any(list(t.shape) != [evaluate(d, env2) for d in declared[p]] for p, (t, _) in fixed.items()):
+            return  # the returned cache is no input of this spec's
+        made = self.valid_inputs(env2, present, fixed)
+        if made is None:
+            self.session.skipped += 1
+            return
+        self.both(self.model, self.kwargs(made[0]), "chained forward, fed the caches")
+
+    def training_step(self, model, what: str, unit: str | None = None) -> None:
+        """Forward, a loss (the spec's own, else the mean of every float output), backward: the
+        gradients compiled (on the default unit, or `unit`) against eager, from the same weights."""
+        present = self.presence()
+        env = self.env_for(present, self.sample_dims())
+        made = self.valid_inputs(env, present)
+        if made is None:
+            self.session.skipped += 1
+            return
+        kwargs = self.kwargs(made[0])
+        twin = copy.deepcopy(model)
+        grads = []
+        for m, eager in ((model, False), (twin, True)):
+            m.train()
+            if unit is not None:
+                m.compile_units = {d: {"train": unit, "eval": "block"} for d in ("cpu", "cuda")}
+            torch.manual_seed(7)  # dropout draws the same masks in both
+            for p in m.parameters():
+                p.grad = None
+            out = self.run(m, self.kwargs(kwargs), what, eager=eager, grad=True)
+            loss = _loss(out)
+            if loss is None or not loss.requires_grad:
+                return
+            try:
+                loss.backward()
+            except Exception:
+                self.fail(f"{what}: backward failed{' (eager)' if eager else ''} {self.where(kwargs)}",
+                          traceback.format_exc(limit=-6))
+            grads.append({n: p.grad for n, p in m.named_parameters() if p.grad is not None})
+            if unit is not None:
+                del m.compile_units  # back to the class's table
+        if self.dropout_off():
+            got, want = grads
+            self.compare(got, want, f"{what}: gradients", kwargs)
+
+    def dropout_off(self) -> bool:
+        """Whether training is deterministic: dropout in compiled code draws other masks."""
+        return not any(f.kind == "float" and "drop" in f.name and self.values.get(f.name) for f in self.m.config) \
+            and not any(isinstance(e, runner.ir.Op) and e.op == "dropout" and not _zero(e.arg("rate"), self.values)
+                        for e in runner.ir.walk_exprs(self.m.body))
+
+    def two_batches(self) -> list[int]:
+        first = int(self.rng.integers(1, 4))
+        return [first, first % 3 + 1]
+
+    def generate(self, model, batch: int, what: str) -> None:
+        decode = self.plans().decode
+        tokens = next(i for i in self.m.inputs if i.name == decode.tokens)
+        env = self.sample_dims()
+        high = self.int_high(tokens.name, env)
+        if high <= 0:
+            return
+        prompt = torch.from_numpy(self.rng.integers(0, high, (batch, int(self.rng.integers(1, 5)))))
+        prompt = prompt.to(runner.TORCH_DTYPES[tokens.ty.dtype]).to(self.device)
+        steps = int(self.rng.integers(1, 6))
+        for step in range(steps + 1):  # the longest run the spec accepts (a cache bound may stop it)
+            seq_env = dict(env, **{tokens.ty.shape[1].as_symbol() or "_": prompt.size(1) + step})
+            seq_env[tokens.ty.shape[0].as_symbol() or "_"] = batch
+            for c in self.plans().caches.caches:
+                seq_env[c.dim] = 0
+            if broken_checks(self.m, seq_env, given=self.required()):
+                steps = step - 1
+                break
+        if steps < 1:
+            return
+        kwargs = {"idx": prompt, "steps": steps}
+        outs = []
+        for eager in (False, True):
+            module = sys.modules[type(model).__module__]
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    with self.eager(module) if eager else _nothing():
+                        outs.append(model.generate(prompt.clone(), steps, temperature=0))
+                except Exception:
+                    self.fail(f"{what} at batch {batch}{' (eager)' if eager else ''} failed {self.where(kwargs)}",
+                              traceback.format_exc(limit=-6))
+            for w in caught:
+                if not eager and ("running eager" in str(w.message) or "run eagerly" in str(w.message)):
+                    self.fail(f"{what}: compiling fell back to eager: {w.message}")
+        got, want = outs
+        if got.shape != (batch, prompt.size(1) + steps):
+            self.fail(f"{what} at batch {batch} returned {list(got.shape)} for a prompt {list(prompt.shape)} and "
+                      f"{steps} new tokens")
+        if not torch.equal(got, want):
+            self.near_tie(model, got, want, prompt.size(1), what)
+        self.session.calls += 1
+
+    def near_tie(self, model, got, want, start: int, what: str) -> None:
+        """Compiled and eager greedy decoding may part where two tokens score the same (within float
+        rounding): fine there, nowhere else."""
+        column = next(c for c in range(start, got.size(1)) if not torch.equal(got[:, c], want[:, c]))
+        decode = self.plans().decode
+        with self.eager(sys.modules[type(model).__module__]), torch.no_grad():
+            out = model(want[:, :column])
+        logits = (out if len(self.m.outputs) == 1 else getattr(out, decode.logits))[:, -1, :].double()
+        best = logits.max(-1).values
+        picked = logits.gather(-1, got[:, column:column + 1]).squeeze(-1)
+        tol = RTOL.get(logits.dtype, 1e-4) * max(1.0, best.abs().max().item()) * 10
+        if (best - picked).max().item() > tol:
+            self.fail(f"{what}: compiled greedy decoding chose {got[:, column].tolist()} at position {column}, eager "
+                      f"{want[:, column].tolist()}, and the compiled choice is no best token there "
+                      f"(best {best.tolist()}, picked {picked.tolist()})")
+
+    def cast_calls(self) -> None:
+        """The model cast to bfloat16, then the float32 model under autocast: they run, in the
+        dtypes the rule gives (the model's floating dtype becomes the cast's), and agree loosely."""
+        self.cast_dtype = torch.bfloat16
+        cast = copy.deepcopy(self.model).to(torch.bfloat16).eval()
+        model_dtype = self.m.float_dtype
+        dtypes = {o.name: (torch.bfloat16 if o.ty.dtype == model_dtype else runner.TORCH_DTYPES[o.ty.dtype])
+                  for o in self.m.outputs}
+        self.eval_call(model=cast, what="bfloat16 model, forward", rtol=float("inf"), dtypes=dtypes)
+        if hasattr(cast, "generate"):
+            self.generate_runs(cast, "bfloat16 model, generate")
+        if model_dtype != "float32":
+            return  # autocast is for float32 models: torch's CPU autocast refuses a float16 tensor in `cat`
+        with torch.autocast(self.device.type, dtype=torch.bfloat16):
+            self.eval_call(what="autocast forward", rtol=float("inf"))
+            if hasattr(self.model, "generate"):
+                self.generate_runs(self.model, "autocast generate")
+
+    def generate_runs(self, model, what: str) -> None:
+        """generate in a lower precision: it runs and returns valid tokens (rounding may part it from eager)."""
+        decode = self.plans().decode
+        tokens = next(i for i in self.m.inputs if i.name == decode.tokens)
+        high = self.int_high(tokens.name, self.sample_dims())
+        if high <= 0:
+            return
+        prompt = torch.from_numpy(self.rng.integers(0, high, (2, 2))).to(runner.TORCH_DTYPES[tokens.ty.dtype])
+        prompt = prompt.to(self.device)
+        env = dict(self.sample_dims(), **{tokens.ty.shape[1].as_symbol() or "_": 4})
+        for c in self.plans().caches.caches:
+            env[c.dim] = 0
+        if broken_checks(self.m, env, given=self.required()):
+            return
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                out = model.generate(prompt, 2, temperature=0)
+            except Exception:
+                self.fail(f"{what} failed (config {self.values})", traceback.format_exc(limit=-6))
+        for w in caught:
+            if "running eager" in str(w.message) or "run eagerly" in str(w.message):
+                self.fail(f"{what}: compiling fell back to eager: {w.message}")
+        if out.shape != (2, 4) or out.min() < 0 or out.max() >= max(high, 1):
+            self.fail(f"{what} returned {out.tolist()}")
+        self.session.calls += 1
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _zero(rate, values: dict) -> bool:
+    if isinstance(rate, runner.ir.Lit):
+        return not rate.value
+    if isinstance(rate, runner.ir.Ref) and rate.kind == "config":
+        return not values.get(rate.name)
+    return False
+
+
+def _loss(out: dict):
+    loss = out.get("loss")
+    if isinstance(loss, torch.Tensor) and loss.requires_grad:
+        return loss
+    parts = [v.float().mean() for v in out.values()
+             if isinstance(v, torch.Tensor) and v.is_floating_point() and v.requires_grad and v.numel()]
+    parts = [p for p in parts if math.isfinite(p.item())]
+    return sum(parts) if parts else None
+
+
+def run_session(text: str, hints=None, seed: int = 0, **options) -> SessionOutcome:
+    """One session of one spec; raises runner.Unsound with the details when a call breaks."""
+    return Session(text, hints, np.random.default_rng(seed), **options).go()
+
+
+__all__ = ["Session", "SessionOutcome", "run_session", "graph_counts", "Unsound"]

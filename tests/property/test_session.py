@@ -1,0 +1,164 @@
+"""The session property (issue 18): what `snfc check` approves runs on the default path (torch.compile
+on) for a whole session of ordinary calls, not only a handful (session.py says what a session is).
+
+* every spec in specs/ runs a session, compiled, in this one process;
+* a 30-call varied session of nanoGPT keeps the documented number of graphs (docs/language.md 10);
+* a fixed-seed sample of random specs (specgen.py) runs sessions; `SNF_SESSION_LONG=1` runs at
+  least 2,000 and prints a summary line;
+* on CUDA (skipped without one) the specs' sessions run there too.
+
+A failure prints the spec and the call that broke: keep it as a regression test.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import runner
+import session
+import specgen
+from conftest import REPO
+from test_compiled_default import SMALL
+
+LONG = os.environ.get("SNF_SESSION_LONG") == "1"
+SPECS = sorted(p.stem for p in (REPO / "specs").glob("*.snf"))
+# sizes a session of a spec in specs/ draws from; inputs that are masks keep key 0 visible
+SPEC_HINTS = SimpleNamespace(domains={"B": [1, 2, 3], "T": [1, 2, 3, 4, 5], "T_past": [0, 1, 2, 3]},
+                             masks={"attention_mask"}, int_high={"attention_mask": 2})
+# the graphs each compiled function may keep after a spec's session: per block, one per
+# combination of "cache given or not" and each run-time size being 1 or more, in float32, in
+# bfloat16 and under autocast; the decode step one per batch class (1, or more) and cache bucket
+BOUNDS = {"Block.forward": 3 * 12, "Model.forward": 8}
+
+
+@pytest.fixture
+def compiled(monkeypatch):
+    monkeypatch.setenv("SNF_COMPILE", "1")
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _session(name: str, seed: int = 0, **options) -> session.SessionOutcome:
+    text = (REPO / "specs" / f"{name}.snf").read_text(encoding="utf-8")
+    return session.run_session(text, SPEC_HINTS, seed, config=SMALL[name], **options)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch internals, while compiling
+def test_every_spec_survives_a_session(compiled, capsys):
+    """Each spec: varied eval calls with and without caches, a training step on the CPU default and
+    one compiled whole (the CUDA default), eval again, generate at two batch sizes, a bfloat16 cast
+    and autocast; compiled against eager."""
+    rows = []
+    for name in SPECS:
+        start = time.time()
+        out = _session(name, calls=8, whole_training=True)
+        assert out.accepted and out.calls >= 8, (name, out)
+        for unit, count in out.graphs.items():
+            assert count <= BOUNDS[unit.split(".")[0].rstrip("0123456789") + ".forward"], (name, out.graphs)
+        rows.append(f"{name:18} {out.calls:3} calls  {out.graphs}  {time.time() - start:.0f} s")
+        torch._dynamo.reset()
+    with capsys.disabled():
+        print("\n" + "\n".join(rows))
+
+
+# The 30-call session of docs/language.md section 10: nanoGPT at a small config, eval mode, batch
+# 1-3, 1-5 new tokens, caches of 0-5 tokens (issue 18's own session, which broke at call 23).
+def thirty_calls(model, seed: int = 0) -> None:
+    import random
+    rng = random.Random(seed)
+    vocab = model.config.vocab_size
+    with torch.no_grad():
+        for _ in range(30):
+            b, t, past = rng.randint(1, 3), rng.randint(1, 5), rng.randint(0, 5)
+            idx = torch.randint(0, vocab, (b, t))
+            if past:
+                cache = model(torch.randint(0, vocab, (b, past)), use_cache=True)
+                model(idx, past_keys=cache.new_keys, past_values=cache.new_values)
+            else:
+                model(idx)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_varied_session_keeps_a_bounded_number_of_graphs(compiled, capsys):
+    """The figures docs/language.md section 10 states: 10 graphs per block for these 30 varied eval
+    calls, and never more than 12 however long the session runs (a cache given or not, times
+    batch, length and cache length each 1 or more), with no fallback to eager."""
+    import warnings
+
+    from conftest import fresh_module
+    ng = fresh_module(REPO / "generated" / "nanogpt.py", "nanogpt_thirty_calls")
+    torch.manual_seed(0)
+    model = ng.Model(**SMALL["nanogpt"]).eval()
+    model.compile_units = {"cpu": {"train": "none", "eval": "block"}}
+    start = time.time()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a fallback to eager fails here
+        thirty_calls(model)
+        first = session.graph_counts(ng)
+        for seed in range(1, 4):  # ninety more, other sizes
+            thirty_calls(model, seed=seed)
+    after = session.graph_counts(ng)
+    with capsys.disabled():
+        print(f"\n30 varied calls: {first}; after 120: {after}; {time.time() - start:.0f} s")
+    assert first == {"Block.forward": 10}
+    assert after["Block.forward"] <= 12
+
+
+def random_sessions(count: int, stats: dict, seed0: int = 0) -> None:
+    """Sessions of the first `count` accepted random specs from seed0 on (a third also train
+    compiled whole)."""
+    seed = seed0
+    while stats["sessions"] < count:
+        spec = specgen.build(specgen.RandomChooser(seed))
+        try:
+            out = session.run_session(spec.text, spec, seed, calls=6, whole_training=seed % 3 == 0)
+        except runner.Unsound as err:
+            stats["failures"] += 1
+            raise AssertionError(f"a session broke (seed {seed}): {err}\n--- spec ---\n{spec.text}") from None
+        finally:
+            torch._dynamo.reset()  # each spec is its own module: keep the process's graphs few
+        seed += 1
+        if out.accepted:
+            stats["sessions"] += 1
+            stats["calls"] += out.calls
+            stats["skipped"] += out.skipped
+            stats["graphs"] += sum(out.graphs.values())
+        else:
+            stats["rejected"] += 1
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_random_specs_survive_sessions(compiled, capsys):
+    stats = dict.fromkeys(("sessions", "rejected", "failures", "calls", "skipped", "graphs"), 0)
+    start = time.time()
+    torch.set_num_threads(1)  # tiny tensors: one thread is faster on a shared CPU
+    try:
+        random_sessions(2000 if LONG else 4, stats)
+    finally:
+        torch.set_num_threads(os.cpu_count() or 1)
+        with capsys.disabled():
+            print(f"\n{stats['sessions']} sessions of random specs, {stats['failures']} failures ({stats['calls']} "
+                  f"calls compared compiled against eager, {stats['skipped']} sizes refused, {stats['rejected']} "
+                  f"specs rejected, {stats['graphs']} graphs compiled) in {time.time() - start:.0f} s")
+    assert stats["failures"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_every_spec_survives_a_session_on_cuda(compiled):
+    """The same sessions on CUDA, where a decode step is a CUDA graph (`reduce-overhead`) and a
+    recompile costs more."""
+    for name in SPECS:
+        out = _session(name, calls=8, whole_training=True, device="cuda")
+        assert out.accepted and out.calls >= 8, (name, out)
+        torch._dynamo.reset()

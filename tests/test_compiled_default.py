@@ -1,14 +1,7 @@
-"""The path users get by default, compiled (SNF_COMPILE=1), for every generated module: two
-training steps with the spec's own defaults scaled down in size (gradient_checkpointing stays on
-where the spec turns it on), then `generate`. The compiled results agree with eager to 1e-5.
-
-Training compiles forward whole, embedding to loss (`compile_units` "model"): the default on CUDA.
-On a CPU the default compiles nothing for training (it measured no faster), so the CUDA default
-is what a CPU can test here.
-
-One test runs every model, so this process pays torch.compile's start-up once. Dropout draws
-its masks from the same generator in both modes (inductor's `fallback_random`), so specs whose
-defaults train with dropout are compared as they are.
+"""The path users get by default, for every generated module: each spec's defaults scaled down in
+size (SMALL, which tests/property/test_session.py's sessions use: every spec trains there two
+steps compiled whole, the CUDA default, and generates compiled, against eager), and the CPU's
+own training default, which compiles nothing.
 """
 
 from __future__ import annotations
@@ -97,42 +90,6 @@ def _train(mod, config, compiled: bool, monkeypatch, whole: bool = True) -> tupl
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
     return losses, grads, model
-
-
-@pytest.mark.slow
-@pytest.mark.filterwarnings("error::RuntimeWarning")  # a fallback to eager would hide a compile failure
-def test_compiled_default_path_trains_and_decodes_like_eager(monkeypatch):
-    import torch._inductor.config as inductor_config
-    with inductor_config.patch(fallback_random=True):
-        checked = _train_and_decode_every_module(monkeypatch)
-    assert checked == _modules()
-
-
-def _train_and_decode_every_module(monkeypatch) -> list:
-    checked = []
-    for name in _modules():
-        mod = fresh_module(REPO / "generated" / f"{name}.py", f"compiled_default_{name}")
-        config = dataclasses.replace(mod.Config(), **SMALL[name])
-        eager_losses, eager_grads, eager = _train(mod, config, False, monkeypatch)
-        losses, grads, model = _train(mod, config, True, monkeypatch)
-        assert max(abs(a - b) for a, b in zip(losses, eager_losses)) <= 1e-5, (name, losses, eager_losses)
-        # a graph compiled whole gives the parameters of an output the loss does not read (BERT's
-        # pooler) zero gradients, where eager autograd leaves them None: both leave them unchanged
-        assert eager_grads.keys() <= grads.keys() and eager_grads, name
-        for key in grads:
-            want = eager_grads.get(key, torch.zeros_like(grads[key]))
-            assert (grads[key] - want).abs().max().item() <= 1e-5, (name, key)
-        for (key, p), q in zip(model.named_parameters(), eager.parameters()):
-            assert (p - q).abs().max().item() <= 1e-5, (name, key)
-        if hasattr(model, "generate"):
-            prompt = torch.randint(0, _vocab(config), (2, 4), generator=torch.Generator().manual_seed(2))
-            monkeypatch.setenv("SNF_COMPILE", "1")
-            tokens = model.generate(prompt, 5, temperature=0)
-            monkeypatch.setenv("SNF_COMPILE", "0")
-            assert torch.equal(tokens, eager.generate(prompt, 5, temperature=0)), name
-            assert tokens.shape == (2, 9)
-        checked.append(name)
-    return checked
 
 
 def test_the_cpu_default_trains_checkpointed_layers_eagerly(monkeypatch):

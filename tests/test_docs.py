@@ -5,7 +5,7 @@ commands name `specs/...`; the tutorial starts empty but for those). `python` bl
 interpreter per document, sharing their names, as in one Python session; `bash` blocks run in
 bash, where `snfc` and `python` are this checkout's (`python -m snf`, with PYTHONPATH set to it).
 Generated modules run eagerly (SNF_COMPILE=0, from conftest): the compiled path is
-tests/test_compiled_default.py's.
+tests/property/test_session.py's.
 
 An HTML comment on the line before a fenced block (invisible on GitHub) says what to do with it:
 

@@ -3,7 +3,8 @@ and standard tooling on a generated model without wrappers.
 
 The reproducers that need torch.compile live with the other compiled tests:
 - (1) gpt_decoder trains compiled with its own gradient_checkpointing=True:
-  tests/test_compiled_default.py, and tests/test_compile.py::test_only_compile_failures_fall_back;
+  tests/property/test_session.py (every spec trains compiled whole in a session), and
+  tests/test_compile.py::test_only_compile_failures_fall_back;
 - (5) a Config field named `head_dim` keeps its name: tests/test_hygiene.py.
 """
 
@@ -322,3 +323,36 @@ def test_a_write_into_a_value_only_the_cache_defines_does_not_define_it(tmp_path
     assert out.new is None and torch.equal(out.y, 2 * x)
     out = model.eval()(x, past=past)
     assert out.new.shape == (1, 2, 8, 4) and torch.equal(out.new[0, :, :5], past[0])
+
+
+CARRIED_VALUE_OF_A_CACHE = """\
+param:
+  n_layer : int = 2
+  D : int = 4
+  flag : bool = True
+input:
+  x : Tensor([B, T, D], float32)
+  past : Tensor([n_layer, B, T_past, D], float32)?
+output:
+  y : Tensor([B, T, D], float32)
+  new : Tensor([n_layer, B, T_past + T, D], float32)
+let new = full([n_layer, B, T_past + T, D], 0.0, float32)
+let v = new * 2.0
+let y = x
+for l in 0..n_layer-1:
+    let k = concat([past[l], x], axis=1) if past exists else x
+    new[l] = k
+    v = v + 1.0 if flag
+    y = y + x
+"""
+
+
+def test_a_loop_carries_a_value_only_the_cache_defines_as_none_without_it(tmp_path):
+    """`v` is computed from the cache output only; the layer loop carries it. Without the cache
+    (training) the caller passed `v`, never bound: an UnboundLocalError the session property found."""
+    mod = load(tmp_path, CARRIED_VALUE_OF_A_CACHE, "carried_cache_value")
+    model = mod.Model().train()
+    x = torch.randn(2, 3, 4)
+    out = model(x)
+    assert out.new is None and torch.equal(out.y, 3 * x)
+    assert model.eval()(x).new.shape == (2, 2, 3, 4)

@@ -89,7 +89,7 @@ def block_context(gen, block: Block) -> dict:
         "init_lines": params.init_lines(decl_em, gen, block.attr),
         "signature": ", ".join(signature), "ret_ann": ret_ann,
         "prologue": prologue, "body": body,
-        "ret": ", ".join(_returned(em, gen, n) for n in outs) if outs else None,
+        "ret": ", ".join(_if_asked(em, gen, n) for n in outs) if outs else None,
         "helpers": em.helpers | decl_em.helpers,
     }
 
@@ -105,7 +105,7 @@ def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
         if kind in ("param", "buffer"):
             args.append(f"self.{gen.plans.layout.place(name).path}")
         else:
-            args.append(em.names.name(name))
+            args.append(_if_asked(em, gen, name))
         if name in loop.layer_inputs:  # this layer's slice of a stacked input
             args[-1] = (f"{args[-1]}[{var}] if {args[-1]} is not None else None"
                         if gen.input_optional(name) else f"{args[-1]}[{var}]")
@@ -113,7 +113,7 @@ def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
     carried = [em.names.name(n) for n in block.carried]
     written = [em.names.fresh(f"{h.name}_layer") for h in block.hoisted]
     outs = carried + written
-    call_args = ", ".join(carried + args + ([var] if block.uses_var else [])
+    call_args = ", ".join([_if_asked(em, gen, n) for n in block.carried] + args + ([var] if block.uses_var else [])
                           + ([em.dtype_code(gen.model.float_dtype)] if call["dtype"] else []))
     if call["use_cache"]:
         call_args += f", {em.use_cache}"
@@ -151,12 +151,12 @@ def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
         em.emit(f"{em.write(h.name, h.index, tmp, h)}  # {gen.spec_file}:{h.span.line}", indent + (2 if conds else 1))
 
 
-def _returned(em: Emitter, gen, name: str) -> str:
-    """A value the block returns; one computed only when a flag asks for it is None otherwise."""
+def _if_asked(em: Emitter, gen, name: str) -> str:
+    """A value passed to or returned by a block: one computed only when a flag asks for it (never
+    bound otherwise) is None without the flag."""
     demand = next((d for d in gen.plans.outputs.demands if name in d.names and d.flag in em.flags), None)
-    if demand is None:
-        return em.names.name(name)
-    return f"({em.names.name(name)} if {em.flags[demand.flag]} else None)"
+    code = em.names.name(name)
+    return code if demand is None else f"({code} if {em.flags[demand.flag]} else None)"
 
 
 def _annotation(t, optional: bool = False) -> str:

@@ -99,6 +99,36 @@ def compile_time(unit: str, n_layer: int, device: str) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+# A session of 30 eval calls of varied sizes (issue 18): batch 1-8, 16-128 tokens, half of them fed
+# a cache of 8-64 tokens from the call before, as an evaluation loop and a chat do.
+SESSION = (f"import random, sys, time, torch; sys.path.insert(0, {{root!r}}); import generated.nanogpt as ng; "
+           f"from torch._dynamo.eval_frame import _debug_get_cache_entry_list as entries; "
+           f"torch.manual_seed(0); m = ng.Model(vocab_size=1024, n_layer=4, n_head=4, n_embd=256, block_size=256)"
+           f".to({{device!r}}).eval(); m.compile_units = {{{{{{device!r}}: {{{{'train': 'none', 'eval': {{unit!r}}}}}}}}}}; "
+           f"r = random.Random(0); calls = [(r.randint(1, 8), r.randint(16, 128), r.choice([0, r.randint(8, 64)])) "
+           f"for _ in range(30)]\n"
+           f"def run():\n"
+           f"    t0 = time.perf_counter()\n"
+           f"    with torch.no_grad():\n"
+           f"        for b, t, p in calls:\n"
+           f"            c = m(torch.randint(0, 1024, (b, p), device={{device!r}}), use_cache=True) if p else None\n"
+           f"            m(torch.randint(0, 1024, (b, t), device={{device!r}}), past_keys=c and c.new_keys, "
+           f"past_values=c and c.new_values)\n"
+           f"    return time.perf_counter() - t0\n"
+           f"first, second = run(), run()\n"
+           f"print(len(entries(ng.Block.forward.__wrapped__.__code__)), first, second)")
+
+
+def session_cost(unit: str, device: str) -> list:
+    """[graphs per block, the session's first run (compiling), its second run] in a fresh process,
+    inductor's caches off."""
+    code = SESSION.format(root=str(ROOT), device=device, unit=unit)
+    env = dict(os.environ, SNF_COMPILE="1", TORCHINDUCTOR_FX_GRAPH_CACHE="0", TORCHINDUCTOR_AUTOGRAD_CACHE="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    graphs, first, second = out.stdout.split()
+    return [unit, int(graphs), f"{float(first):.1f}", f"{float(second):.2f}"]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     _timing.add_common_args(ap, reps=10, warmup=2)
@@ -117,6 +147,9 @@ def main(argv=None) -> int:
     print(_timing.format_table(["config", "pass", "unit", "ms", "vs none", "first call s", "IQR"], rows))
     if args.no_compile:
         return 0
+    print("\n30 varied eval calls (bench config, block_size 256), s (compiling from scratch, caches off):")
+    print(_timing.format_table(["eval unit", "graphs per block", "first 30 calls", "same 30 again"],
+                               [session_cost(u, args.device) for u in ("none", "block")]))
     layers = [int(n) for n in args.compile_layers.split(",")]
     times = [[n] + [f"{compile_time(u, n, args.device):.1f}" for u in ("block", "model")] for n in layers]
     print("\nfirst training step, s (compiling from scratch, caches off):")

@@ -2,13 +2,15 @@
 after call, checked against the same model run eagerly.
 
 `run_session(text, hints, seed)` builds the spec's module once and one model of a valid config,
-then runs, in order:
+whose eval forward compiles per layer block on every device (the CUDA default; a CPU's own runs
+eagerly, and compiles only generate's decode step), then runs, in order:
 
 * eval forwards with varied batch and lengths, optional inputs given or not, and chained calls
   that feed a call's caches to the next (as `generate` and chat loops do); the first is also
   checked against `snf.interpret` (runner.Runner.forward_pair, in the float64 twin);
-* a training step (forward, a loss, backward) on the default compile unit, and on another spec
-  also compiled whole (`compile_units` "model": the CUDA default), gradients against eager;
+* two training steps (forward, a loss, backward, an SGD update) on the model's own training unit,
+  and, with `whole_training`, two more compiled whole (`compile_units` "model": the CUDA
+  default), gradients against an eager twin;
 * eval again (the switch back must not break what was compiled);
 * `generate` at two batch sizes, greedy, against eager `generate`;
 * the model cast to bfloat16 (`.to(torch.bfloat16)`), and a float32 model under autocast:
@@ -114,6 +116,9 @@ class Session(runner.Runner):
             for a, b in zip(self.model64.state_dict().values(), self.model.state_dict().values()):
                 a.copy_(b)
         self.model.to(self.device)
+        if hasattr(self.model, "compile_units"):  # eval compiles per layer block on every device here: the
+            table = type(self.model).compile_units  # CUDA default, which a CPU can test (its own is eager)
+            self.model.compile_units = {d: dict(units, eval="block") for d, units in table.items()}
         from snf.interop import spec_state
         self.params = {k: v.detach().double().numpy() for k, v in spec_state(self.model64).items()}
         return True
@@ -295,10 +300,11 @@ class Session(runner.Runner):
             return
         kwargs = self.kwargs(made[0])
         twin = copy.deepcopy(model)
+        saved = model.compile_units
         for m in (model, twin):
             m.train()
             if unit is not None:
-                m.compile_units = {d: {"train": unit, "eval": "block"} for d in ("cpu", "cuda")}
+                m.compile_units = {d: dict(units, train=unit) for d, units in saved.items()}
         import torch._inductor.config as inductor_config
         try:
             for step in range(steps):
@@ -319,8 +325,7 @@ class Session(runner.Runner):
                             if p.grad is not None:
                                 p -= 0.05 * p.grad
         finally:
-            if unit is not None:
-                del model.compile_units  # back to the class's table
+            model.compile_units = saved
 
     def gradients(self, m, kwargs: dict, what: str, eager: bool) -> dict | None:
         torch.manual_seed(7)  # dropout draws the same masks in both

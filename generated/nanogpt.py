@@ -107,20 +107,23 @@ def _is_compile_error(err: Exception) -> bool:
 
 
 class _CompileSettings:
-    """Dynamo's settings while a compiled function runs (they matter when it compiles): this file's
+    """Dynamo's settings while compiled functions run (they matter when one compiles): this file's
     graph budget as the recompile limit, and no duck shaping, which would give a batch of 2 and a head
-    count of 2 one symbol and then fix both. Set and restored around each call, so that torch's
-    settings for other code stay as they are."""
+    count of 2 one symbol and then fix both. Set and restored around a call (or around generate's
+    decode loop, whose steps then skip it), so that torch's settings for other code stay as they are."""
+
+    active = False
 
     def __enter__(self) -> None:
         import torch._dynamo
         import torch.fx.experimental._config as shapes
-        self.saved = (shapes, shapes.use_duck_shape, torch._dynamo.config.recompile_limit)
+        self.saved = (_CompileSettings.active, shapes, shapes.use_duck_shape, torch._dynamo.config.recompile_limit)
         shapes.use_duck_shape = False
-        torch._dynamo.config.recompile_limit = max(_GRAPH_BUDGET, self.saved[2])
+        torch._dynamo.config.recompile_limit = max(_GRAPH_BUDGET, self.saved[3])
+        _CompileSettings.active = True
 
     def __exit__(self, *exc) -> None:
-        shapes, duck, limit = self.saved
+        _CompileSettings.active, shapes, duck, limit = self.saved
         shapes.use_duck_shape = duck
         torch._dynamo.config.recompile_limit = limit
 
@@ -156,6 +159,8 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[
             compiled = state[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options, mode=mode)
         from torch._dynamo.exc import FailOnRecompileLimitHit
         try:
+            if _CompileSettings.active:
+                return compiled(*args, **kwargs)
             with _CompileSettings():
                 return compiled(*args, **kwargs)
         except Exception as err:
@@ -257,10 +262,11 @@ class Model(nn.Module):
 
     # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
     # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
-    # own, the rest running eagerly; "none", nothing. Chosen by measurement (benchmarks/README.md:
-    # on a CPU, compiling a training step measured no faster than eager); the CUDA entries are not
-    # measured yet. Assign a changed copy to a model to choose otherwise.
-    compile_units = {"cpu": {"train": "none", "eval": "block"}, "cuda": {"train": "model", "eval": "block"}}
+    # own, the rest running eagerly; "none", nothing (generate's decode step compiles regardless).
+    # Chosen by measurement (benchmarks/README.md: on a CPU, compiling a forward or a training step
+    # measured no faster than eager); the CUDA entries are not measured yet. Assign a changed copy
+    # to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
 
     def __init__(self, config: Optional[Config] = None, **overrides) -> None:
         super().__init__()
@@ -393,7 +399,7 @@ class Model(nn.Module):
             past_keys = _cache_buffers(out.new_keys, 1, size, self, 'past_keys')
             past_values = _cache_buffers(out.new_values, 1, size, self, 'past_values')
             decode = self if _hooked(self) else self._decode_step  # hooks run only through self(...)
-            for step in range(max_new_tokens):
+            for step in _decoding(max_new_tokens):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
                 tokens.append(token)
                 if step + 1 < max_new_tokens:
@@ -666,6 +672,13 @@ def _bucket(filled: int, size: int) -> int:
     `size`. Attending over the filled prefix, not every slot, keeps a step's cost independent of
     the cache's size; a power of two keeps the compiled graphs few."""
     return min(size, max(128, 1 << (filled - 1).bit_length()))
+
+
+def _decoding(count: int):
+    """range(count), with the compile settings (_CompileSettings) on for the whole decode loop, so
+    that each step skips setting them (it would cost 5% of a step at batch 1 on a CPU)."""
+    with _CompileSettings():
+        yield from range(count)
 
 
 def _check_sampling(tokens, max_new_tokens, temperature, top_k, top_p) -> None:

@@ -12,6 +12,8 @@ import torch
 from conftest import REPO, fresh_module
 
 CONFIG = dict(vocab_size=31, block_size=8, n_layer=3, n_head=2, n_embd=16)
+# eval compiled per layer block: the CUDA default (a CPU's own runs eagerly, measured no slower)
+BLOCKS = {"cpu": {"train": "none", "eval": "block"}}
 
 
 @pytest.mark.slow
@@ -23,6 +25,7 @@ def test_compiled_matches_eager_in_one_graph(monkeypatch):
     ng = fresh_module(REPO / "generated" / "nanogpt.py", "nanogpt_compile_test")
     torch.manual_seed(0)
     model = ng.Model(**CONFIG).eval()
+    model.compile_units = BLOCKS
     idx = torch.randint(0, CONFIG["vocab_size"], (2, 8))
     monkeypatch.setenv("SNF_COMPILE", "0")
     with torch.no_grad():
@@ -57,6 +60,7 @@ def test_compile_failure_falls_back_to_eager(monkeypatch):
     ng = fresh_module(REPO / "generated" / "nanogpt.py", "nanogpt_fallback_test")
     torch.manual_seed(0)
     model = ng.Model(**CONFIG).eval()
+    model.compile_units = BLOCKS
     idx = torch.randint(0, CONFIG["vocab_size"], (2, 8))
     with torch.no_grad():
         eager = model(idx).logits
@@ -87,6 +91,7 @@ def test_only_compile_failures_fall_back(monkeypatch, error):
     flow) break what raised it."""
     ng = fresh_module(REPO / "generated" / "nanogpt.py", f"nanogpt_passthrough_{type(error).__name__}")
     model = ng.Model(**CONFIG).eval()
+    model.compile_units = BLOCKS
     idx = torch.randint(0, CONFIG["vocab_size"], (2, 8))
     calls = []
     monkeypatch.setattr(torch, "compile", _broken_compile(calls, error))
@@ -162,6 +167,7 @@ def test_a_condition_on_the_layer_compiles_one_graph_per_branch(tmp_path, monkey
     mod = snf.load(write_spec(tmp_path, ALTERNATING, "alternating.snf"))
     torch.manual_seed(0)
     model = mod.Model().eval()
+    model.compile_units = BLOCKS
     x = torch.randn(3, 5, 8)
     with monkeypatch.context() as patch:
         patch.setenv("SNF_COMPILE", "0")
@@ -185,6 +191,7 @@ def test_a_recompile_limit_falls_back_for_that_call_only(monkeypatch):
     ng = fresh_module(REPO / "generated" / "nanogpt.py", "nanogpt_recompile_limit")
     torch.manual_seed(0)
     model = ng.Model(**CONFIG).eval()
+    model.compile_units = BLOCKS
     calls = []
 
     def compile_(fn, **kwargs):

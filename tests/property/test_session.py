@@ -97,7 +97,7 @@ def test_a_varied_session_keeps_a_bounded_number_of_graphs(compiled, capsys):
     ng = fresh_module(REPO / "generated" / "nanogpt.py", "nanogpt_thirty_calls")
     torch.manual_seed(0)
     model = ng.Model(**SMALL["nanogpt"]).eval()
-    model.compile_units = {"cpu": {"train": "none", "eval": "block"}}
+    model.compile_units = {"cpu": {"train": "none", "eval": "block"}}  # the CUDA default (a CPU's is eager)
     start = time.time()
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a fallback to eager fails here

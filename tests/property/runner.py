@@ -78,9 +78,18 @@ def float64_model(node):
         return tuple(float64_model(x) for x in node)
     if dataclasses.is_dataclass(node) and not isinstance(node, type):
         changes = {f.name: float64_model(getattr(node, f.name)) for f in dataclasses.fields(node)}
+        if isinstance(node, ir.Model) and node.float_dtype in _FLOATS:
+            changes["float_dtype"] = "float64"
         if any(changes[k] is not getattr(node, k) for k in changes):
             return dataclasses.replace(node, **changes)
     return node
+
+
+def compile_eval_blocks(model) -> None:
+    """Eval compiles per layer block on every device: the CUDA default, which a CPU can test (its own
+    default runs eval eagerly, see Model.compile_units)."""
+    if hasattr(model, "compile_units"):
+        model.compile_units = {d: dict(units, eval="block") for d, units in type(model).compile_units.items()}
 
 
 def checked(text: str, name: str = "prop.snf"):
@@ -215,6 +224,8 @@ class Runner:
         except Exception:
             self.fail(f"Model({values}) crashed", traceback.format_exc())
         self.declared_dtypes(model, self.m)
+        if self.compiled:
+            compile_eval_blocks(model)
         model64.double()  # the float64 twin is a device of this test: every float is float64
         self.randomise(model)
         self.randomise(model64)

@@ -116,9 +116,7 @@ class Session(runner.Runner):
             for a, b in zip(self.model64.state_dict().values(), self.model.state_dict().values()):
                 a.copy_(b)
         self.model.to(self.device)
-        if hasattr(self.model, "compile_units"):  # eval compiles per layer block on every device here: the
-            table = type(self.model).compile_units  # CUDA default, which a CPU can test (its own is eager)
-            self.model.compile_units = {d: dict(units, eval="block") for d, units in table.items()}
+        runner.compile_eval_blocks(self.model)
         from snf.interop import spec_state
         self.params = {k: v.detach().double().numpy() for k, v in spec_state(self.model64).items()}
         return True

@@ -13,6 +13,7 @@ A failure prints the spec and the call that broke: keep it as a regression test.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from types import SimpleNamespace
 
@@ -26,6 +27,8 @@ from conftest import REPO
 from test_compiled_default import SMALL
 
 LONG = os.environ.get("SNF_SESSION_LONG") == "1"
+# long mode's first seed and count: a long run may be split into several (their summary lines add up)
+SEED0, COUNT = int(os.environ.get("SNF_SESSION_SEED0", "0")), int(os.environ.get("SNF_SESSION_COUNT", "2000"))
 SPECS = sorted(p.stem for p in (REPO / "specs").glob("*.snf"))
 # sizes a session of a spec in specs/ draws from; inputs that are masks keep key 0 visible
 SPEC_HINTS = SimpleNamespace(domains={"B": [1, 2, 3], "T": [1, 2, 3, 4, 5], "T_past": [0, 1, 2, 3]},
@@ -112,9 +115,9 @@ def test_a_varied_session_keeps_a_bounded_number_of_graphs(compiled, capsys):
     assert after["Block.forward"] <= 12
 
 
-def random_sessions(count: int, stats: dict, seed0: int = 0) -> None:
+def random_sessions(count: int, stats: dict, seed0: int = 0, progress=None, keep_going: bool = False) -> None:
     """Sessions of the first `count` accepted random specs from seed0 on (a third also train
-    compiled whole)."""
+    compiled whole); `progress(seed)` is called after each hundredth session."""
     seed = seed0
     while stats["sessions"] < count:
         spec = specgen.build(specgen.RandomChooser(seed))
@@ -122,12 +125,19 @@ def random_sessions(count: int, stats: dict, seed0: int = 0) -> None:
             out = session.run_session(spec.text, spec, seed, calls=6, whole_training=seed % 3 == 0)
         except runner.Unsound as err:
             stats["failures"] += 1
-            raise AssertionError(f"a session broke (seed {seed}): {err}\n--- spec ---\n{spec.text}") from None
+            report = f"a session broke (seed {seed}): {err}\n--- spec ---\n{spec.text}"
+            if not keep_going:
+                raise AssertionError(report) from None
+            print(report, file=sys.stderr, flush=True)  # long mode: every failure, then the summary
+            seed += 1
+            continue
         finally:
             torch._dynamo.reset()  # each spec is its own module: keep the process's graphs few
         seed += 1
         if out.accepted:
             stats["sessions"] += 1
+            if progress and stats["sessions"] % 100 == 0:
+                progress(seed)
             stats["calls"] += out.calls
             stats["skipped"] += out.skipped
             stats["graphs"] += sum(out.graphs.values())
@@ -141,12 +151,18 @@ def test_random_specs_survive_sessions(compiled, capsys):
     stats = dict.fromkeys(("sessions", "rejected", "failures", "calls", "skipped", "graphs"), 0)
     start = time.time()
     torch.set_num_threads(1)  # tiny tensors: one thread is faster on a shared CPU
+    seed0 = SEED0 if LONG else 0
+
+    def progress(seed: int) -> None:
+        with capsys.disabled():
+            print(f"\n{stats['sessions']} sessions, seeds {seed0}..{seed}, {stats['failures']} failures, "
+                  f"{time.time() - start:.0f} s", flush=True)
     try:
-        random_sessions(2000 if LONG else 4, stats)
+        random_sessions(COUNT if LONG else 4, stats, seed0, progress, keep_going=LONG)
     finally:
         torch.set_num_threads(os.cpu_count() or 1)
         with capsys.disabled():
-            print(f"\n{stats['sessions']} sessions of random specs, {stats['failures']} failures ({stats['calls']} "
+            print(f"\nseeds from {seed0}: {stats['sessions']} sessions of random specs, {stats['failures']} failures ({stats['calls']} "
                   f"calls compared compiled against eager, {stats['skipped']} sizes refused, {stats['rejected']} "
                   f"specs rejected, {stats['graphs']} graphs compiled) in {time.time() - start:.0f} s")
     assert stats["failures"] == 0

@@ -54,6 +54,7 @@ def plan_notes(result: Result) -> list[Diagnostic]:
     caches, and whether `generate` decodes with preallocated buffers."""
     from .dims import show_dim
     from .passes import plan
+    from .passes.decode import NO_LOGITS, choose_logits, token_input
     if not result.ok:
         return []
     plans = plan(lower(result.model))
@@ -62,6 +63,14 @@ def plan_notes(result: Result) -> list[Diagnostic]:
     for c in plans.caches.caches:
         r.note("cache-plan", f"`{c.input}` is a KV cache: it grows along axis {c.axis} (`{c.dim}`) and comes back "
                              f"as the output `{c.output}`", spans[c.input])
+    tokens = token_input(result.model)
+    if tokens is not None:
+        logits, why = choose_logits(result.model, tokens)
+        outputs = {o.name: o.span for o in result.model.outputs}
+        if logits is not None and plans.decode is not None:
+            r.note("generate-plan", f"generate samples from the output `{logits.name}`: {why}", outputs[logits.name])
+        elif logits is None and why != NO_LOGITS:
+            r.note("generate-plan", f"no generate: {why}", spans[tokens.name])
     if plans.caches.caches:
         first = spans[plans.caches.caches[0].input]
         if plans.caches.preallocated is not None:

@@ -52,6 +52,8 @@ CODES: dict[str, str] = {
     "unused": "A declared name is never used.",
     "fixed-length": "A sequence dimension is tied to a parameter, fixing every input's length.",
     "implicit-shape": "A parameter's shape was inferred from its uses.",
+    "generate-plan": "What the compiler planned for `generate`: the output it samples from, or why it cannot "
+                     "tell which output is the logits.",
     "cache-plan": "What the compiler planned for a KV cache: which input and output it pairs, and whether "
                   "generate decodes with preallocated buffers (and why not).",
     "internal": "snfc failed on its own; please report this with the spec that caused it.",

@@ -206,9 +206,10 @@ class Facts:
         divisor in a dim (`D // H`) is >= 1, checked when a Config is built (or on entry to
         forward, for a run-time divisor). Their defaults must satisfy them."""
         fields = {c.name: c for c in self.config if c.kind == "int"}
+        dims = _dims(self, body)
         sized: dict[str, Span] = {}
-        for d, span, _ in _dims(self, body, sizes_only=True):
-            for s in sorted(d.symbols() & set(fields)):
+        for d, (span, _, size) in dims.items():
+            for s in sorted(d[0].symbols() & set(fields)) if size else ():
                 sized.setdefault(s, span)
         for name in [n for n in fields if n in sized]:  # in the order `param:` declares them
             c, span = fields[name], sized[name]
@@ -221,8 +222,10 @@ class Facts:
                 self.runtime_checks[key] = c.span
                 self.check_why[key] = f"`{name}` is a size: it must not be negative"
                 self.check_when[key] = frozenset()
+        others = [(d, span, None) for (lo, hi, _), span in self.runtime_checks.items() for d in (lo, hi)]
+        others += [(d, c.span, None) for c in self.constraints for d in (c.cond.num, c.cond.den)]
         seen: set = set()
-        for d, span, loop in _dims(self, body, sizes_only=False):
+        for d, span, loop in [(d, span, loop) for (d, _), (span, loop, _) in dims.items()] + others:
             for den in _divisors(d):
                 if den.value is not None or (den, loop is None) in seen:
                     continue
@@ -247,39 +250,48 @@ def _divisors(d: Dim) -> list[Dim]:
     return out
 
 
-def _dims(checker, body: tuple, sizes_only: bool) -> list[tuple[Dim, Span, dict | None]]:
-    """Every dim of the checked spec with where it is and the loop it is in: the sizes (declared
-    shapes, computed shapes, slice bounds, loop counts) and, unless `sizes_only`, every other dim
-    (derived dims, ints, checks, constraints)."""
-    out = []
+def _dims(checker, body: tuple) -> dict:
+    """Every distinct dim of the checked spec, in the loop it is in: (dim, loop var) -> (where it
+    first is, the loop, whether it is a size somewhere: in a declared or computed shape, a slice
+    bound or a loop count; else an int, a derived dim)."""
+    out: dict = {}
+
+    def add(d: Dim, span: Span, loop: dict | None, size: bool) -> None:
+        key = (d, loop["var"] if loop else None)
+        first = out.setdefault(key, (span, loop, size))
+        if size and not first[2]:
+            out[key] = (first[0], loop, True)
+
     for t in checker.inputs + checker.params + checker.buffers + checker.outputs:
-        out += [(d, t.span, None) for d in t.ty.shape]
+        for d in t.ty.shape:
+            add(d, t.span, None, True)
 
     def visit(stmts, loop):
         for s in stmts:
             if isinstance(s, ir.Loop):
-                out.append((s.count, s.span, None))
+                add(s.count, s.span, None, True)
                 visit(s.body, {"var": s.var, "count": s.count})
                 continue
             if isinstance(s, ir.TIf):
                 visit(s.body, loop)
                 visit(s.orelse, loop)
-            tops = [x for x in (getattr(s, "value", None), getattr(s, "test", None), getattr(s, "input", None))
-                    if x is not None] + list(getattr(s, "index", None) or ())
-            stack = list(tops)
+            stack = [x for x in (getattr(s, "value", None), getattr(s, "test", None), getattr(s, "input", None))
+                     if x is not None] + list(getattr(s, "index", None) or ())
             while stack:
                 e = stack.pop()
                 stack.extend(ir.children(e))
                 ty = e.ty
                 if isinstance(ty, ir.TensorT):
-                    out.extend((d, e.span, loop) for d in ty.shape)
+                    for d in ty.shape:
+                        add(d, e.span, loop, True)
                 elif isinstance(ty, ir.SliceT):
-                    out.extend((d, e.span, loop) for d in (ty.lo, ty.hi) if d is not None)
-                elif isinstance(ty, ir.ScalarT) and ty.dim is not None and not sizes_only:
-                    out.append((ty.dim, e.span, loop))
+                    for d in (ty.lo, ty.hi):
+                        if d is not None:
+                            add(d, e.span, loop, True)
+                elif isinstance(ty, ir.ScalarT) and ty.dim is not None:
+                    add(ty.dim, e.span, loop, False)
     visit(body, None)
-    if not sizes_only:
-        out += [(d.dim, d.span, None) for d in checker.derived if d.dim is not None and not d.opaque]
-        out += [(d, span, None) for (lo, hi, _), span in checker.runtime_checks.items() for d in (lo, hi)]
-        out += [(d, c.span, None) for c in checker.constraints for d in (c.cond.num, c.cond.den)]
+    for d in checker.derived:
+        if d.dim is not None and not d.opaque:
+            add(d.dim, d.span, None, False)
     return out

@@ -70,26 +70,28 @@ class Numbers:
         fields = self.config_sources(e)
         if fields is None:
             return True  # it reads a run-time value: not a number the config decides
+        if within is None and not (fields and self.fallible(e)):
+            return True  # nothing to check: no range, and a constant (folded) or arithmetic that cannot fail
         low, high, low_open = within or (None, None, False)
         self.folded_config = False
         try:
             value = self.number(e)
         except FoldError:
             return True  # reported where it was folded
-        text = self.spell(e)
-        plain = isinstance(e, ir.Lit) or isinstance(e, ir.Ref) and e.kind == "config"  # the message shows it
-        spelled = f"{what} = {text}" if text and f"`{text}`" != what and not plain else what
-        # the config conditions it is computed under; a run-time one (`X exists`) is left out, so
-        # the check is made whether or not the input comes
-        when = tuple(g for g in self.guards if g is not None and self.config_sources(g) is not None)
-        check = ir.ValueCheck(e, span, spelled, tuple(sorted(fields)), low, high, low_open, when)
+        check = ir.ValueCheck(e, span, what, tuple(sorted(fields)), low, high, low_open)
         if value is not None and within is not None and not check.holds(value):
             where = " with the default config" if self.folded_config else ""
             self.r.error("bad-value", f"{what} is {value}{where}; it must be {check.range_text()}", span,
                          hint="change the expression, or the defaults in `param:`" if where else None)
             return False
-        if fields and (within is not None or self.fallible(e)):
-            self.value_checks.append((check, self.initialising))
+        if fields:
+            text = self.spell(e)
+            plain = isinstance(e, ir.Lit) or isinstance(e, ir.Ref) and e.kind == "config"  # the message shows it
+            spelled = f"{what} = {text}" if text and f"`{text}`" != what and not plain else what
+            # the config conditions it is computed under; a run-time one (`X exists`) is left out,
+            # so the check is made whether or not the input comes
+            when = tuple(g for g in self.guards if g is not None and self.config_sources(g) is not None)
+            self.value_checks.append((ir.replace(check, what=spelled, when=when), self.initialising))
         return True
 
     def spell(self, e: ir.TExpr, prec: int = 0) -> str | None:
@@ -132,16 +134,16 @@ class Numbers:
         dim, a local, the loop variable)."""
         out: set = set()
         stack = [e]
-        names = self.config_names()
-        derived = {d.name: d for d in self.derived}
+        names = derived = None  # looked up on the first name: most numbers are literals
         while stack:
             x = stack.pop()
+            if isinstance(x, (ir.Ref, ir.DimVal)) and names is None:
+                names, derived = self.config_names(), {d.name: d for d in self.derived}
             if isinstance(x, ir.Ref):
                 if x.kind == "config" or x.kind == "dim" and x.name in names:
                     out.add(x.name)
                 elif x.kind == "dim" and x.name in derived:
-                    d = derived[x.name]
-                    stack.append(d.value)
+                    stack.append(derived[x.name].value)
                 else:
                     return None
             elif isinstance(x, ir.DimVal):

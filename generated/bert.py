@@ -41,6 +41,19 @@ class Config:
         _check_fields(self)
         if not 1 <= self.type_vocab_size:
             raise ValueError(f'index 0 must lie within axis 0, of size type_vocab_size (bert.snf:59); got type_vocab_size={self.type_vocab_size}')
+        if not 0 <= self.vocab_size:
+            raise ValueError(f'`vocab_size` is a size: it must not be negative (bert.snf:6); got vocab_size={self.vocab_size}')
+        if not 0 <= self.n_layer:
+            raise ValueError(f'`n_layer` is a size: it must not be negative (bert.snf:9); got n_layer={self.n_layer}')
+        if not 0 <= self.n_embd:
+            raise ValueError(f'`n_embd` is a size: it must not be negative (bert.snf:11); got n_embd={self.n_embd}')
+        if not 0 <= self.intermediate:
+            raise ValueError(f'`intermediate` is a size: it must not be negative (bert.snf:12); got intermediate={self.intermediate}')
+        if not 1 <= self.n_head:
+            raise ValueError(f'the divisor H must be at least 1 (bert.snf:63); got n_head={self.n_head}')
+        _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'bert.snf:60', f'dropout={self.dropout}')
+        if self.n_layer >= 1:
+            _check_number(lambda: self.attn_dropout, 0.0, 1.0, False, '`dropout` of `flash_attention`', 'bert.snf:67', f'attn_dropout={self.attn_dropout}')
         if self.n_embd % self.n_head != 0:
             raise ValueError(f'D must be divisible by H (bert.snf:63); got n_embd={self.n_embd}, n_head={self.n_head}')
 
@@ -449,6 +462,23 @@ def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str, why
             got = ", ".join(f"{name} = {int(value)}" for name, value in (sizes or {}).items())
             raise ValueError(f"{why}, got {got} ({where})")
         raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
+
+
+def _check_number(compute, low: Optional[float], high: Optional[float], low_open: bool, what: str, where: str,
+                  got: str) -> None:
+    """A number Config computes from its fields (an initialiser's std, a dropout rate, a derived
+    float): it must compute, be finite and lie in [low, high] (low excluded when low_open)."""
+    try:
+        value = compute()
+    except (ArithmeticError, ValueError) as err:  # a division by zero, math's domain errors, an overflow
+        raise ValueError(f"{what} cannot be computed ({err}) ({where}); got {got}") from None
+    if low is not None and high is not None:
+        wanted = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+    else:
+        wanted = f"{'>' if low_open else '>='} {low:g}" if low is not None else "finite"
+    if not math.isfinite(value) or low is not None and (value <= low if low_open else value < low) \
+            or high is not None and value > high:
+        raise ValueError(f"{what} must be {wanted}, got {value} ({where}); got {got}")
 
 
 def _check_together(names: tuple, values: tuple) -> None:

@@ -44,6 +44,26 @@ class Config:
 
     def __post_init__(self) -> None:
         _check_fields(self)
+        if not 0 <= self.vocab_size:
+            raise ValueError(f'`vocab_size` is a size: it must not be negative (gpt_decoder.snf:8); got vocab_size={self.vocab_size}')
+        if not 0 <= self.n_layer:
+            raise ValueError(f'`n_layer` is a size: it must not be negative (gpt_decoder.snf:10); got n_layer={self.n_layer}')
+        if not 0 <= self.n_embd:
+            raise ValueError(f'`n_embd` is a size: it must not be negative (gpt_decoder.snf:12); got n_embd={self.n_embd}')
+        if not 0 <= self.mlp_hidden:
+            raise ValueError(f'`mlp_hidden` is a size: it must not be negative (gpt_decoder.snf:13); got mlp_hidden={self.mlp_hidden}')
+        if not 1 <= self.n_head:
+            raise ValueError(f'the divisor H must be at least 1 (gpt_decoder.snf:31); got n_head={self.n_head}')
+        if self.n_layer >= 1:
+            _check_number(lambda: self.residual_std, 0.0, None, False, '`std` of `normal` = residual_std', 'gpt_decoder.snf:40', f'n_layer={self.n_layer}, scaled_residual_init={self.scaled_residual_init}')
+        if self.dropout > 0:
+            _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'gpt_decoder.snf:55', f'dropout={self.dropout}')
+        if self.n_layer >= 1:
+            _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'gpt_decoder.snf:65', f'rope_base={self.rope_base}')
+        if self.n_layer >= 1:
+            _check_number(lambda: self.attn_dropout, 0.0, 1.0, False, '`dropout` of `flash_attention`', 'gpt_decoder.snf:72', f'attn_dropout={self.attn_dropout}')
+        if self.n_layer >= 1 and self.mlp_dropout > 0:
+            _check_number(lambda: self.mlp_dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'gpt_decoder.snf:79', f'mlp_dropout={self.mlp_dropout}')
         if self.n_embd % self.n_head != 0:
             raise ValueError(f'D must be divisible by H (gpt_decoder.snf:65); got n_embd={self.n_embd}, n_head={self.n_head}')
         if self.head_dim % 2 != 0:
@@ -356,10 +376,10 @@ class Model(nn.Module):
                 new_values[l] = new_values_layer  # gpt_decoder.snf:70
         if return_logits:
             logits = F.linear(self.norm(x), self.token_embedding.weight)  # [B, T, vocab_size]  gpt_decoder.snf:82
-            loss = _cross_entropy(logits, _next_tokens(labels, -100), -100, self.token_embedding.weight.dtype) if labels is not None else None  # []  gpt_decoder.snf:83
+            loss = _cross_entropy(logits, _next_tokens(labels, -100), -100, self.token_embedding.weight.dtype, 'input labels', 'vocab_size') if labels is not None else None  # []  gpt_decoder.snf:83
         else:
             logits = None
-            loss = _linear_cross_entropy(self.norm(x), self.token_embedding.weight, None, _next_tokens(labels, -100), -100, self.token_embedding.weight.dtype) if labels is not None else None  # []  gpt_decoder.snf:83
+            loss = _linear_cross_entropy(self.norm(x), self.token_embedding.weight, None, _next_tokens(labels, -100), -100, self.token_embedding.weight.dtype, 'input labels', 'vocab_size') if labels is not None else None  # []  gpt_decoder.snf:83
         return Output(logits, loss, new_keys, new_values)
 
     # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
@@ -514,6 +534,23 @@ def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str, why
             got = ", ".join(f"{name} = {int(value)}" for name, value in (sizes or {}).items())
             raise ValueError(f"{why}, got {got} ({where})")
         raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
+
+
+def _check_number(compute, low: Optional[float], high: Optional[float], low_open: bool, what: str, where: str,
+                  got: str) -> None:
+    """A number Config computes from its fields (an initialiser's std, a dropout rate, a derived
+    float): it must compute, be finite and lie in [low, high] (low excluded when low_open)."""
+    try:
+        value = compute()
+    except (ArithmeticError, ValueError) as err:  # a division by zero, math's domain errors, an overflow
+        raise ValueError(f"{what} cannot be computed ({err}) ({where}); got {got}") from None
+    if low is not None and high is not None:
+        wanted = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+    else:
+        wanted = f"{'>' if low_open else '>='} {low:g}" if low is not None else "finite"
+    if not math.isfinite(value) or low is not None and (value <= low if low_open else value < low) \
+            or high is not None and value > high:
+        raise ValueError(f"{what} must be {wanted}, got {value} ({where}); got {got}")
 
 
 def _check_together(names: tuple, values: tuple) -> None:
@@ -681,8 +718,8 @@ def _check_sampling(tokens, max_new_tokens, temperature, top_k, top_p) -> None:
         raise ValueError(f"generate needs a prompt of at least one token, [B, T] with T >= 1, got {_described(tokens)}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
-        raise ValueError(f"temperature must be a number >= 0 (0 is greedy), got {temperature!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
@@ -691,10 +728,16 @@ def _check_sampling(tokens, max_new_tokens, temperature, top_k, top_p) -> None:
 
 def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_p: Optional[float],
             generator: Optional[torch.Generator]) -> torch.Tensor:
-    """One token per row of logits [B, V], as [B, 1]: greedy at temperature 0, else sampled."""
+    """One token per row of logits [B, V], as [B, 1]: greedy at temperature 0, else sampled. The
+    logits less their row's largest are divided by the temperature, taken within float32's
+    normal range: <= 0, with a 0, so the softmax is finite for any temperature > 0 (a tiny one
+    leaves all the mass on the largest logits: greedy, a tie sampled), where dividing the logits
+    themselves overflows to inf and gives NaN."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
-    logits = logits.float() / temperature
+    logits = logits.float()
+    finfo = torch.finfo(logits.dtype)
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / min(max(temperature, finfo.tiny), finfo.max)
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -718,11 +761,24 @@ def _cache_cat(past: torch.Tensor, new: torch.Tensor, cache_position: Optional[t
     return past if cache_length is None else past[:, :cache_length]
 
 
-def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, dtype: torch.dtype) -> torch.Tensor:
+def _check_targets(targets: torch.Tensor, classes: int, ignore_index: int, name: str, classes_name: str) -> None:
+    """Class indices: each in [0, classes) or ignore_index; checked as _check_index checks ids
+    (eagerly, on the CPU, outside torch.compile), so a bad one is not torch's IndexError."""
+    if _eager_check(targets):
+        bad = (targets != ignore_index) & ((targets < 0) | (targets >= classes))
+        if bool(bad.any()):
+            raise ValueError(f"{name} must hold class indices in [0, {classes_name}) = [0, {classes}) or "
+                             f"{ignore_index} (ignore_index), got {int(targets[bad][0])}")
+
+
+def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, dtype: torch.dtype, name: str,
+                   classes_name: str) -> torch.Tensor:
     """Mean cross-entropy of logits [..., V] against targets [...], over the targets that are not
     ignore_index, computed in float32 (or wider) and given in the spec's `dtype`, or the logits'
     where that is wider. When every target is ignored it is 0, with zero gradients: a mean over
-    no positions, where F.cross_entropy's mean would give 0/0 = nan."""
+    no positions, where F.cross_entropy's mean would give 0/0 = nan. `name` and `classes_name`
+    are what a bad target's message says."""
+    _check_targets(targets, logits.size(-1), ignore_index, name, classes_name)
     targets = targets.flatten()
     logits = logits.flatten(0, -2)
     total = F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets,
@@ -810,9 +866,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 
 def _linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                          targets: torch.Tensor, ignore_index: int, dtype: torch.dtype) -> torch.Tensor:
-    """_cross_entropy(F.linear(x, weight, bias), targets, ignore_index, dtype) without the logits:
-    the head and the loss of a training step, fused (see _LinearCrossEntropy)."""
+                          targets: torch.Tensor, ignore_index: int, dtype: torch.dtype, name: str,
+                          classes_name: str) -> torch.Tensor:
+    """_cross_entropy(F.linear(x, weight, bias), targets, ignore_index, dtype, ...) without the
+    logits: the head and the loss of a training step, fused (see _LinearCrossEntropy)."""
+    _check_targets(targets, weight.size(0), ignore_index, name, classes_name)
     return _LinearCrossEntropy.apply(x, weight, bias, targets, ignore_index, dtype, torch.is_grad_enabled())
 
 

@@ -42,6 +42,20 @@ class Config:
         _check_fields(self)
         if not 1 <= self.sliding_window:
             raise ValueError(f'`window` needs 1 <= sliding_window (mistral.snf:67); got sliding_window={self.sliding_window}')
+        if not 0 <= self.vocab_size:
+            raise ValueError(f'`vocab_size` is a size: it must not be negative (mistral.snf:7); got vocab_size={self.vocab_size}')
+        if not 0 <= self.n_layer:
+            raise ValueError(f'`n_layer` is a size: it must not be negative (mistral.snf:9); got n_layer={self.n_layer}')
+        if not 0 <= self.n_kv_head:
+            raise ValueError(f'`n_kv_head` is a size: it must not be negative (mistral.snf:11); got n_kv_head={self.n_kv_head}')
+        if not 0 <= self.n_embd:
+            raise ValueError(f'`n_embd` is a size: it must not be negative (mistral.snf:12); got n_embd={self.n_embd}')
+        if not 0 <= self.mlp_hidden:
+            raise ValueError(f'`mlp_hidden` is a size: it must not be negative (mistral.snf:13); got mlp_hidden={self.mlp_hidden}')
+        if not 1 <= self.n_head:
+            raise ValueError(f'the divisor H must be at least 1 (mistral.snf:27); got n_head={self.n_head}')
+        if self.n_layer >= 1:
+            _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'mistral.snf:59', f'rope_base={self.rope_base}')
         if self.n_embd % self.n_head != 0:
             raise ValueError(f'D must be divisible by H (mistral.snf:59); got n_embd={self.n_embd}, n_head={self.n_head}')
         if self.head_dim % 2 != 0:
@@ -491,6 +505,23 @@ def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str, why
         raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
 
 
+def _check_number(compute, low: Optional[float], high: Optional[float], low_open: bool, what: str, where: str,
+                  got: str) -> None:
+    """A number Config computes from its fields (an initialiser's std, a dropout rate, a derived
+    float): it must compute, be finite and lie in [low, high] (low excluded when low_open)."""
+    try:
+        value = compute()
+    except (ArithmeticError, ValueError) as err:  # a division by zero, math's domain errors, an overflow
+        raise ValueError(f"{what} cannot be computed ({err}) ({where}); got {got}") from None
+    if low is not None and high is not None:
+        wanted = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+    else:
+        wanted = f"{'>' if low_open else '>='} {low:g}" if low is not None else "finite"
+    if not math.isfinite(value) or low is not None and (value <= low if low_open else value < low) \
+            or high is not None and value > high:
+        raise ValueError(f"{what} must be {wanted}, got {value} ({where}); got {got}")
+
+
 def _check_together(names: tuple, values: tuple) -> None:
     """Inputs that share a run-time dim are given together, or not at all."""
     if len({v is None for v in values}) != 1:
@@ -656,8 +687,8 @@ def _check_sampling(tokens, max_new_tokens, temperature, top_k, top_p) -> None:
         raise ValueError(f"generate needs a prompt of at least one token, [B, T] with T >= 1, got {_described(tokens)}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
-        raise ValueError(f"temperature must be a number >= 0 (0 is greedy), got {temperature!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
@@ -666,10 +697,16 @@ def _check_sampling(tokens, max_new_tokens, temperature, top_k, top_p) -> None:
 
 def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_p: Optional[float],
             generator: Optional[torch.Generator]) -> torch.Tensor:
-    """One token per row of logits [B, V], as [B, 1]: greedy at temperature 0, else sampled."""
+    """One token per row of logits [B, V], as [B, 1]: greedy at temperature 0, else sampled. The
+    logits less their row's largest are divided by the temperature, taken within float32's
+    normal range: <= 0, with a 0, so the softmax is finite for any temperature > 0 (a tiny one
+    leaves all the mass on the largest logits: greedy, a tie sampled), where dividing the logits
+    themselves overflows to inf and gives NaN."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
-    logits = logits.float() / temperature
+    logits = logits.float()
+    finfo = torch.finfo(logits.dtype)
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / min(max(temperature, finfo.tiny), finfo.max)
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -34,6 +34,16 @@ class Config:
 
     def __post_init__(self) -> None:
         _check_fields(self)
+        if not 0 <= self.D:
+            raise ValueError(f'`D` is a size: it must not be negative (nanogpt_model.snf:12); got D={self.D}')
+        if not 0 <= self.L:
+            raise ValueError(f'`L` is a size: it must not be negative (nanogpt_model.snf:14); got L={self.L}')
+        if not 0 <= self.V:
+            raise ValueError(f'`V` is a size: it must not be negative (nanogpt_model.snf:15); got V={self.V}')
+        if not 1 <= self.H:
+            raise ValueError(f'the divisor H must be at least 1 (nanogpt_model.snf:37); got H={self.H}')
+        if self.L >= 1:
+            _check_number(lambda: 1 / math.sqrt(self.D // self.H), None, None, False, '`scale` of `flash_attention` = 1 / sqrt(D // H)', 'nanogpt_model.snf:41', f'D={self.D}, H={self.H}')
         if self.D % self.H != 0:
             raise ValueError(f'D must be divisible by H (nanogpt_model.snf:37); got D={self.D}, H={self.H}')
 
@@ -298,10 +308,10 @@ class Model(nn.Module):
             h = layer(h)  # nanogpt_model.snf:54
         if return_logits:
             logits = F.linear(self.θ_ln_f(h), self.θ_embed.weight)  # [B, T, V]  nanogpt_model.snf:57
-            loss = _cross_entropy(logits, _next_tokens(tok, -100), -100, self.θ_embed.weight.dtype)  # []  nanogpt_model.snf:59
+            loss = _cross_entropy(logits, _next_tokens(tok, -100), -100, self.θ_embed.weight.dtype, 'input tok', 'V')  # []  nanogpt_model.snf:59
         else:
             logits = None
-            loss = _linear_cross_entropy(self.θ_ln_f(h), self.θ_embed.weight, None, _next_tokens(tok, -100), -100, self.θ_embed.weight.dtype)  # []  nanogpt_model.snf:59
+            loss = _linear_cross_entropy(self.θ_ln_f(h), self.θ_embed.weight, None, _next_tokens(tok, -100), -100, self.θ_embed.weight.dtype, 'input tok', 'V')  # []  nanogpt_model.snf:59
         return Output(logits, loss)
 
     # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
@@ -425,6 +435,23 @@ def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str, why
         raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
 
 
+def _check_number(compute, low: Optional[float], high: Optional[float], low_open: bool, what: str, where: str,
+                  got: str) -> None:
+    """A number Config computes from its fields (an initialiser's std, a dropout rate, a derived
+    float): it must compute, be finite and lie in [low, high] (low excluded when low_open)."""
+    try:
+        value = compute()
+    except (ArithmeticError, ValueError) as err:  # a division by zero, math's domain errors, an overflow
+        raise ValueError(f"{what} cannot be computed ({err}) ({where}); got {got}") from None
+    if low is not None and high is not None:
+        wanted = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+    else:
+        wanted = f"{'>' if low_open else '>='} {low:g}" if low is not None else "finite"
+    if not math.isfinite(value) or low is not None and (value <= low if low_open else value < low) \
+            or high is not None and value > high:
+        raise ValueError(f"{what} must be {wanted}, got {value} ({where}); got {got}")
+
+
 def _check_together(names: tuple, values: tuple) -> None:
     """Inputs that share a run-time dim are given together, or not at all."""
     if len({v is None for v in values}) != 1:
@@ -499,8 +526,8 @@ def _check_sampling(tokens, max_new_tokens, temperature, top_k, top_p) -> None:
         raise ValueError(f"generate needs a prompt of at least one token, [B, T] with T >= 1, got {_described(tokens)}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
-        raise ValueError(f"temperature must be a number >= 0 (0 is greedy), got {temperature!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
@@ -509,10 +536,16 @@ def _check_sampling(tokens, max_new_tokens, temperature, top_k, top_p) -> None:
 
 def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_p: Optional[float],
             generator: Optional[torch.Generator]) -> torch.Tensor:
-    """One token per row of logits [B, V], as [B, 1]: greedy at temperature 0, else sampled."""
+    """One token per row of logits [B, V], as [B, 1]: greedy at temperature 0, else sampled. The
+    logits less their row's largest are divided by the temperature, taken within float32's
+    normal range: <= 0, with a 0, so the softmax is finite for any temperature > 0 (a tiny one
+    leaves all the mass on the largest logits: greedy, a tie sampled), where dividing the logits
+    themselves overflows to inf and gives NaN."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
-    logits = logits.float() / temperature
+    logits = logits.float()
+    finfo = torch.finfo(logits.dtype)
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / min(max(temperature, finfo.tiny), finfo.max)
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -524,11 +557,24 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
 
 
-def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, dtype: torch.dtype) -> torch.Tensor:
+def _check_targets(targets: torch.Tensor, classes: int, ignore_index: int, name: str, classes_name: str) -> None:
+    """Class indices: each in [0, classes) or ignore_index; checked as _check_index checks ids
+    (eagerly, on the CPU, outside torch.compile), so a bad one is not torch's IndexError."""
+    if _eager_check(targets):
+        bad = (targets != ignore_index) & ((targets < 0) | (targets >= classes))
+        if bool(bad.any()):
+            raise ValueError(f"{name} must hold class indices in [0, {classes_name}) = [0, {classes}) or "
+                             f"{ignore_index} (ignore_index), got {int(targets[bad][0])}")
+
+
+def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, dtype: torch.dtype, name: str,
+                   classes_name: str) -> torch.Tensor:
     """Mean cross-entropy of logits [..., V] against targets [...], over the targets that are not
     ignore_index, computed in float32 (or wider) and given in the spec's `dtype`, or the logits'
     where that is wider. When every target is ignored it is 0, with zero gradients: a mean over
-    no positions, where F.cross_entropy's mean would give 0/0 = nan."""
+    no positions, where F.cross_entropy's mean would give 0/0 = nan. `name` and `classes_name`
+    are what a bad target's message says."""
+    _check_targets(targets, logits.size(-1), ignore_index, name, classes_name)
     targets = targets.flatten()
     logits = logits.flatten(0, -2)
     total = F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets,
@@ -616,9 +662,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 
 def _linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                          targets: torch.Tensor, ignore_index: int, dtype: torch.dtype) -> torch.Tensor:
-    """_cross_entropy(F.linear(x, weight, bias), targets, ignore_index, dtype) without the logits:
-    the head and the loss of a training step, fused (see _LinearCrossEntropy)."""
+                          targets: torch.Tensor, ignore_index: int, dtype: torch.dtype, name: str,
+                          classes_name: str) -> torch.Tensor:
+    """_cross_entropy(F.linear(x, weight, bias), targets, ignore_index, dtype, ...) without the
+    logits: the head and the loss of a training step, fused (see _LinearCrossEntropy)."""
+    _check_targets(targets, weight.size(0), ignore_index, name, classes_name)
     return _LinearCrossEntropy.apply(x, weight, bias, targets, ignore_index, dtype, torch.is_grad_enabled())
 
 

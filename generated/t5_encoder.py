@@ -39,6 +39,22 @@ class Config:
 
     def __post_init__(self) -> None:
         _check_fields(self)
+        if not 0 <= self.vocab_size:
+            raise ValueError(f'`vocab_size` is a size: it must not be negative (t5_encoder.snf:8); got vocab_size={self.vocab_size}')
+        if not 0 <= self.n_layer:
+            raise ValueError(f'`n_layer` is a size: it must not be negative (t5_encoder.snf:9); got n_layer={self.n_layer}')
+        if not 0 <= self.n_head:
+            raise ValueError(f'`n_head` is a size: it must not be negative (t5_encoder.snf:10); got n_head={self.n_head}')
+        if not 0 <= self.d_model:
+            raise ValueError(f'`d_model` is a size: it must not be negative (t5_encoder.snf:11); got d_model={self.d_model}')
+        if not 0 <= self.d_kv:
+            raise ValueError(f'`d_kv` is a size: it must not be negative (t5_encoder.snf:12); got d_kv={self.d_kv}')
+        if not 0 <= self.d_ff:
+            raise ValueError(f'`d_ff` is a size: it must not be negative (t5_encoder.snf:13); got d_ff={self.d_ff}')
+        if not 0 <= self.num_buckets:
+            raise ValueError(f'`num_buckets` is a size: it must not be negative (t5_encoder.snf:14); got num_buckets={self.num_buckets}')
+        _check_number(lambda: self.log_ratio, None, None, False, '`log_ratio`', 't5_encoder.snf:52', f'max_distance={self.max_distance}, num_buckets={self.num_buckets}')
+        _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 't5_encoder.snf:57', f'dropout={self.dropout}')
 
     @property
     def inner(self) -> int:  # t5_encoder.snf:21
@@ -408,6 +424,23 @@ def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str, why
             got = ", ".join(f"{name} = {int(value)}" for name, value in (sizes or {}).items())
             raise ValueError(f"{why}, got {got} ({where})")
         raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
+
+
+def _check_number(compute, low: Optional[float], high: Optional[float], low_open: bool, what: str, where: str,
+                  got: str) -> None:
+    """A number Config computes from its fields (an initialiser's std, a dropout rate, a derived
+    float): it must compute, be finite and lie in [low, high] (low excluded when low_open)."""
+    try:
+        value = compute()
+    except (ArithmeticError, ValueError) as err:  # a division by zero, math's domain errors, an overflow
+        raise ValueError(f"{what} cannot be computed ({err}) ({where}); got {got}") from None
+    if low is not None and high is not None:
+        wanted = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+    else:
+        wanted = f"{'>' if low_open else '>='} {low:g}" if low is not None else "finite"
+    if not math.isfinite(value) or low is not None and (value <= low if low_open else value < low) \
+            or high is not None and value > high:
+        raise ValueError(f"{what} must be {wanted}, got {value} ({where}); got {got}")
 
 
 def _check_together(names: tuple, values: tuple) -> None:

@@ -27,6 +27,9 @@ def encode_mapping(e: ir.Expr, rank: int | None = None):
     if isinstance(e, ir.Str):
         return ("key", e.value)
     if isinstance(e, ir.Attribute) and e.attr == "T":
+        if rank is not None and rank < 2:
+            raise MappingError(f"`.T` swaps the last two axes, and the tensor this fills has {rank} "
+                               f"axis{'es' * (rank != 1)}", e.span)
         return ("T", encode_mapping(e.value, rank))
     if isinstance(e, ir.BoolOp) and e.op == "or":
         return ("or", encode_mapping(e.left, rank), encode_mapping(e.right, rank))

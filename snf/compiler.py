@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from dataclasses import dataclass
 
 from . import ir
@@ -23,17 +25,34 @@ class Result:
         return self.model is not None and not any(d.severity == "error" for d in self.diagnostics)
 
 
+@contextlib.contextmanager
+def no_cycle_collection():
+    """Python's cyclic garbage collector off inside. Parsing and checking build a syntax tree and an
+    IR of hundreds of thousands of objects that live to the end, and each of the collector's full
+    passes walks all of them: with it on, the time grows faster than the spec (a 60,000-`let` spec
+    took 15.4 s to check, 9.4 s without it; tests/test_hostile.py bounds the growth). What they
+    leave unreachable is collected once it is back on."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def analyze(source: Source) -> Result:
     """Parse and check one spec; diagnostics are sorted and de-duplicated. Never raises on bad input."""
     r = Reporter(source)
-    spec = parse(source, r)
-    model = None
-    if spec is not None and not r.has_errors:
-        try:
-            model = check(spec, r)
-        except RecursionError:
-            r.error("too-large", "the spec nests too deeply", spec.body[0].span if spec.body else Span(1, 1, 1, 2))
-            model = None
+    with no_cycle_collection():
+        spec = parse(source, r)
+        model = None
+        if spec is not None and not r.has_errors:
+            try:
+                model = check(spec, r)
+            except RecursionError:
+                r.error("too-large", "the spec nests too deeply", spec.body[0].span if spec.body else Span(1, 1, 1, 2))
+                model = None
     return Result(source, r.sorted(), spec, model if not r.has_errors else None)
 
 
@@ -46,7 +65,8 @@ def generate_source(result: Result, spec_path: str | None = None) -> str:
     from .codegen import generate
     from .passes import plan
     assert result.model is not None
-    return generate(plan(lower(result.model)), spec_path or result.source.path)
+    with no_cycle_collection():
+        return generate(plan(lower(result.model)), spec_path or result.source.path)
 
 
 def plan_notes(result: Result) -> list[Diagnostic]:
@@ -54,6 +74,7 @@ def plan_notes(result: Result) -> list[Diagnostic]:
     caches, and whether `generate` decodes with preallocated buffers."""
     from .dims import show_dim
     from .passes import plan
+    from .passes.decode import NO_LOGITS, choose_logits, token_input
     if not result.ok:
         return []
     plans = plan(lower(result.model))
@@ -62,6 +83,14 @@ def plan_notes(result: Result) -> list[Diagnostic]:
     for c in plans.caches.caches:
         r.note("cache-plan", f"`{c.input}` is a KV cache: it grows along axis {c.axis} (`{c.dim}`) and comes back "
                              f"as the output `{c.output}`", spans[c.input])
+    tokens = token_input(result.model)
+    if tokens is not None:
+        logits, why = choose_logits(result.model, tokens)
+        outputs = {o.name: o.span for o in result.model.outputs}
+        if logits is not None and plans.decode is not None:
+            r.note("generate-plan", f"generate samples from the output `{logits.name}`: {why}", outputs[logits.name])
+        elif logits is None and why != NO_LOGITS:
+            r.note("generate-plan", f"no generate: {why}", spans[tokens.name])
     if plans.caches.caches:
         first = spans[plans.caches.caches[0].input]
         if plans.caches.preallocated is not None:

@@ -45,11 +45,15 @@ CODES: dict[str, str] = {
     "too-large": "A number or nesting depth is beyond what snfc accepts.",
     "index-range": "An index or slice bound is outside its axis, for every config or for the default one.",
     "bad-arithmetic": "Arithmetic on constants or config values fails: division by zero, overflow, a "
-                      "negative square root, a negative standard deviation.",
+                      "negative square root.",
+    "bad-value": "A number is outside the range its use allows (a dropout rate outside [0, 1], a negative "
+                 "standard deviation), always or with the default config.",
     "ambiguous": "The notation leaves a choice open; snfc made the documented one.",
     "unused": "A declared name is never used.",
     "fixed-length": "A sequence dimension is tied to a parameter, fixing every input's length.",
     "implicit-shape": "A parameter's shape was inferred from its uses.",
+    "generate-plan": "What the compiler planned for `generate`: the output it samples from, or why it cannot "
+                     "tell which output is the logits.",
     "cache-plan": "What the compiler planned for a KV cache: which input and output it pairs, and whether "
                   "generate decodes with preallocated buffers (and why not).",
     "internal": "snfc failed on its own; please report this with the spec that caused it.",

@@ -35,7 +35,17 @@ EXAMPLES = {
         "      s = sqrt(-8 * d_ff)      # the square root of -32 with the defaults\n"
         "Numbers in a spec (literals, and params at their defaults) are computed while checking,\n"
         "each step bounded first: division by zero, overflow, square roots and logarithms out of\n"
-        "their domain, a negative standard deviation and power towers are errors here."),
+        "their domain and power towers are errors here. For any other config, Config checks\n"
+        "that each number the module computes from it computes (docs/language.md 3.1)."),
+    "bad-value": (
+        "Example:\n"
+        "    param:\n"
+        "      p : float = 1.5\n"
+        "    ...\n"
+        "    x = dropout(x, rate=p)      # a dropout rate is a probability, in [0, 1]\n"
+        "A number an op or initialiser takes must lie in the range it allows: a dropout rate in\n"
+        "[0, 1], `normal`'s std >= 0, a positional base > 0. A constant is checked here, a number\n"
+        "computed from config values for the defaults here and for any other config by Config."),
     "fixed-length": (
         "An input axis named after a param (T = block_size) fixes every input to that length.\n"
         "Use a fresh name for the sequence axis; `slice(pos, [0:T, :])` then adds a run-time check\n"

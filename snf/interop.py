@@ -69,27 +69,55 @@ def _tensor(sd: Mapping, key: str, invalid: list):
     return None
 
 
-def _eval(src, sd: Mapping, layer: int | None, used: set, missing: list, invalid: list):
+class _Reading:
+    """What evaluating the mappings found: the keys used, and those missing, not tensors, or of a
+    shape that does not fit."""
+
+    def __init__(self, sd: Mapping):
+        self.sd, self.used, self.missing, self.invalid, self.mismatched = sd, set(), [], [], []
+        self.reported: set = set()
+
+
+def _eval(src, want: tuple, layer: int | None, r: _Reading, shown: str, transformed: bool = False):
+    """The tensor `src` gives for a piece of shape `want`, or None (and the problem noted). A
+    source that goes through `.T` or `split` is checked against the shape it must have before any
+    transform runs, so a misshapen one is named with that shape, never an IndexError."""
     kind = src[0]
     if kind == "key":
         key = src[1].replace("{l}", str(layer)) if layer is not None else src[1]
-        if key not in sd:
-            missing.append(key)
+        if key not in r.sd:
+            r.missing.append(key)
             return None
-        used.add(key)
-        return _tensor(sd, key, invalid)
+        r.used.add(key)
+        tensor = _tensor(r.sd, key, r.invalid)
+        if tensor is not None and transformed and tuple(tensor.shape) != tuple(want):
+            if key not in r.reported:
+                r.reported.add(key)
+                r.mismatched.append((f"{key} (for {shown})", tuple(want), tuple(tensor.shape)))
+            return None
+        return tensor
     if kind == "or":
-        trial_missing: list = []
-        first = _eval(src[1], sd, layer, used, trial_missing, invalid)
-        return first if first is not None else _eval(src[2], sd, layer, used, missing, invalid)
-    inner = _eval(src[1], sd, layer, used, missing, invalid)
-    if inner is None:
-        return None
+        trial = _Reading(r.sd)
+        first = _eval(src[1], want, layer, trial, shown, transformed)
+        r.used |= trial.used
+        r.invalid += trial.invalid
+        if first is not None or trial.mismatched:  # the first source is there, if misshapen
+            r.mismatched += [m for m in trial.mismatched if m[0].split(" ")[0] not in r.reported]
+            r.reported |= trial.reported
+            return first
+        return _eval(src[2], want, layer, r, shown, transformed)
     if kind == "T":
-        return inner.t() if inner.dim() == 2 else inner.transpose(-1, -2)
+        if len(want) < 2:
+            r.mismatched.append((f"{shown} (`.T` needs two axes)", tuple(want), tuple(want)))
+            return None
+        inner = _eval(src[1], tuple(want[:-2]) + (want[-1], want[-2]), layer, r, shown, True)
+        return None if inner is None else inner.transpose(-1, -2)
     if kind == "split":
         _, _, n, axis, index = src
-        return inner.chunk(n, dim=axis)[index]
+        whole = list(want)
+        whole[axis] *= n
+        inner = _eval(src[1], tuple(whole), layer, r, shown, True)
+        return None if inner is None else inner.narrow(axis, index * want[axis], want[axis])
     raise ValueError(f"unknown checkpoint expression {kind!r}")
 
 
@@ -127,24 +155,26 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
         left = [_shown(key, rows) for name, layer, key, rows in pieces if name not in values]
         return _assemble(own, found), left, unexpected
     mapping = formats[fmt]["params"]
-    found, left, used, missing, mismatched, invalid = [], [], set(), [], [], []
+    found, left = [], []
+    r = _Reading(state_dict)
     for name, layer, key, rows in pieces:
         shown = _shown(key, rows)
+        want = tuple(_piece(own, key, rows).shape)
         tensor = None
         if name in mapping:
-            tensor = _eval(mapping[name], state_dict, layer, used, missing, invalid)
+            tensor = _eval(mapping[name], want, layer, r, shown)
         elif name not in recomputed:  # a buffer the config decides keeps its value
-            missing.append(f"{shown} (the spec gives no {fmt!r} source for `{name}`)")
+            r.missing.append(f"{shown} (the spec gives no {fmt!r} source for `{name}`)")
         if tensor is None:
             left.append(shown)
             continue
-        want = _piece(own, key, rows).shape
-        if tuple(tensor.shape) != tuple(want):
-            mismatched.append((shown, tuple(want), tuple(tensor.shape)))
+        if tuple(tensor.shape) != want:
+            r.mismatched.append((shown, want, tuple(tensor.shape)))
             continue
         found.append((key, rows, tensor))
+    missing, mismatched, invalid = r.missing, r.mismatched, r.invalid
     ignored = _key_patterns(formats[fmt]["ignore"])
-    unexpected = sorted(k for k in state_dict if k not in used and not ignored.fullmatch(k))
+    unexpected = sorted(k for k in state_dict if k not in r.used and not ignored.fullmatch(k))
     if mismatched or invalid or strict and (missing or unexpected):
         raise CheckpointError(fmt, sorted(set(missing), key=missing.index), unexpected, mismatched, invalid)
     return _assemble(own, found), left, unexpected

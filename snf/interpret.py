@@ -1,17 +1,24 @@
 """The NumPy reference interpreter: evaluates the typed IR in float64.
 
 It shares nothing with the torch lowering but the IR and the registry's NumPy references, so
-it serves as the oracle for differential tests of generated modules.
+it serves as the oracle for differential tests of generated modules. It refuses the configs a
+generated `Config` refuses (`ConfigError`): it checks the same conditions, in the same order.
 """
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 import numpy as np
 
 from . import ir
-from .dims import Dim
+from .dims import Dim, DimError, show_dim
 from .ir import ScalarT
 from .ops import all_ops
+
+
+class ConfigError(ValueError):
+    """A config the generated `Config` refuses too (docs/language.md 3.1)."""
 
 
 class Interpreter:
@@ -24,6 +31,49 @@ class Interpreter:
             raise ValueError("config values missing: " + ", ".join(missing))
         self.cfg = cfg
         self.ints = {k: v for k, v in cfg.items() if isinstance(v, int) and not isinstance(v, bool)}
+        self.checking = False
+        self.check_config()
+
+    def check_config(self) -> None:
+        """What `Config.__post_init__` checks (`ir.Model.config_conditions`): a ConfigError naming the
+        condition, the spec line and the config values, at the first that fails."""
+        self.derive()
+        show = dict(self.m.display)
+        for c in self.m.config_conditions():
+            where = f"{PurePath(self.m.path).name}:{c.span.line}"
+            if isinstance(c, ir.ValueCheck):
+                fields = c.fields
+                try:
+                    self.checking = True
+                    if not all(self.eval(w, {}) for w in c.when):
+                        continue  # a config that never computes it
+                    value = self.eval(c.value, {})
+                except (ArithmeticError, ValueError, DimError, KeyError) as err:
+                    raise ConfigError(f"{c.what} cannot be computed ({err}) ({where}); got {self._got(fields)}") \
+                        from None
+                finally:
+                    self.checking = False
+                if not c.holds(value):
+                    raise ConfigError(f"{c.what} must be {c.range_text()}, got {value} ({where}); got "
+                                      f"{self._got(fields)}")
+                continue
+            if isinstance(c, ir.Constraint):
+                fields = sorted(c.cond.num.symbols() | c.cond.den.symbols())
+                ok = lambda: self.dim(c.cond.num) % self.dim(c.cond.den) == 0  # noqa: E731
+                why = c.why
+            else:
+                fields = sorted(c.lhs.symbols() | c.rhs.symbols())
+                ok = lambda: _holds(self.dim(c.lhs), c.op, self.dim(c.rhs))  # noqa: E731
+                why = c.why or f"expected {show_dim(c.lhs, show)} {c.op} {show_dim(c.rhs, show)}"
+            try:
+                holds = ok()
+            except (ArithmeticError, DimError, KeyError):
+                holds = False
+            if not holds:
+                raise ConfigError(f"{why} ({where}); got {self._got(fields)}")
+
+    def _got(self, fields) -> str:
+        return ", ".join(f"{f}={self.cfg.get(f, self.ints.get(f, '?'))}" for f in fields)
 
     def dim(self, d: Dim) -> int:
         return d.evaluate(self.ints)
@@ -59,13 +109,19 @@ class Interpreter:
         return {o.name: env.get(o.name) for o in m.outputs}
 
     def derive(self) -> None:
-        """The derived values, in order: each may use the config and the ones before it."""
+        """The derived values, in order: each may use the config and the ones before it. One that
+        does not compute for this config is left out (an error where it is used): the checks of
+        `check_config` refuse such a config first."""
         self.derived = {}
         for d in self.m.derived:
-            if d.opaque:  # `int(x)` of a float: computed, then a dim like any other
-                self.derived[d.name] = self.ints[d.name] = int(self.eval(d.value, {}))
-            else:
-                self.derived[d.name] = self.dim(d.dim) if d.dim is not None else self.eval(d.value, {})
+            try:
+                with np.errstate(all="ignore"):
+                    if d.opaque:  # `int(x)` of a float: computed, then a dim like any other
+                        self.derived[d.name] = self.ints[d.name] = int(self.eval(d.value, {}))
+                    else:
+                        self.derived[d.name] = self.dim(d.dim) if d.dim is not None else self.eval(d.value, {})
+            except (ArithmeticError, ValueError, DimError, KeyError):
+                self.ints.pop(d.name, None)
 
     # ------------------------------------------------------------------ statements
     def block(self, stmts, env: dict) -> None:
@@ -113,7 +169,8 @@ class Interpreter:
                 if kind in ("dims", "slices"):
                     v = tuple(v)
                 kwargs[name] = v
-            with np.errstate(all="ignore"):  # log(0) = -inf and the like, silently, as in torch
+            # log(0) = -inf and the like, silently, as in torch; an error in a number Config checks
+            with np.errstate(all="raise" if self.checking else "ignore"):
                 return op.numpy(**kwargs)
         raise TypeError(type(e).__name__)
 
@@ -132,6 +189,10 @@ class Interpreter:
             p = self.params[e.name] if e.kind == "layer_param" else self.inputs[e.name]
             return None if p is None else p[self.layer]
         return env[e.name]
+
+
+def _holds(a: int, op: str, b: int) -> bool:
+    return {"<=": a <= b, "<": a < b, ">=": a >= b, ">": a > b, "==": a == b}[op]
 
 
 def interpret(model: ir.Model, params: dict, inputs: dict, config: dict | None = None) -> dict:

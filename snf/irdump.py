@@ -110,7 +110,11 @@ class Printer:
         if m.checks:
             self.out.append("run-time checks:")
             for c in m.checks:
-                self.out.append(f"  {self.dim(c.lhs)} <= {self.dim(c.rhs)}  # line {c.span.line}")
+                self.out.append(f"  {self.dim(c.lhs)} {c.op} {self.dim(c.rhs)}  # line {c.span.line}")
+        if m.values:
+            self.out.append("numbers (computed and checked when a Config is built):")
+            for v in m.values:
+                self.out.append(f"  {self.expr(v.value)} {v.range_text()}  # {v.what}, line {v.span.line}")
         for title, items in (("inputs", m.inputs), ("parameters", m.params), ("buffers", m.buffers),
                              ("outputs", m.outputs)):
             if items:

@@ -24,7 +24,7 @@ from fractions import Fraction
 
 from . import ir
 from .dims import Dim, DimError, FloorDiv
-from .interpret import Interpreter
+from .interpret import ConfigError, Interpreter
 from .ir import ScalarT, TensorT
 from .language import GRADIENT_CHECKPOINTING
 from .ops import all_ops
@@ -45,7 +45,7 @@ class Quantity:
     formula: Dim  # in the spec's dims; per token where the label says so
     value: Fraction  # for the config
     unit: str  # "", "FLOPs", "bytes"
-    note: str = ""  # why it is 0, when it is
+    note: str = ""  # why it is 0, when it is; what its formula holds for
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,10 @@ def _typed(kind: str, text: str):
     return text
 
 
-def config_values(model: ir.Model, overrides: dict) -> dict:
-    """The defaults with `overrides`, validated as the generated `Config` validates them."""
+def config_values(model: ir.Model, overrides: dict) -> tuple[dict, dict]:
+    """The defaults with `overrides`, validated as the generated `Config` validates them (by the
+    interpreter, which checks what Config checks); and the config's ints, the computed ones
+    (`E = int(D * frac)`) included."""
     cfg = {}
     for c in model.config:
         if c.name in overrides:
@@ -106,17 +108,11 @@ def config_values(model: ir.Model, overrides: dict) -> dict:
             cfg[c.name] = c.default
         else:
             raise StatsError(f"config field `{c.name}` has no default: give it with --set {c.name}=...")
-    ints = {k: v for k, v in cfg.items() if isinstance(v, int) and not isinstance(v, bool)}
     try:
-        for c in model.constraints:
-            if c.cond.num.evaluate(ints) % c.cond.den.evaluate(ints) != 0:
-                raise StatsError(f"{c.why} (line {c.span.line}); got {_fields(c.cond.num, c.cond.den, ints)}")
-        for c in model.checks:
-            if not (c.lhs.symbols() | c.rhs.symbols()) <= set(ints):
-                continue  # a run-time check, made on entry to forward
-            if not _holds(c.lhs.evaluate(ints), c.op, c.rhs.evaluate(ints)):
-                raise StatsError(f"expected {_text(model, c.lhs)} {c.op} {_text(model, c.rhs)} (line {c.span.line}); "
-                                 f"got {_fields(c.lhs, c.rhs, ints)}")
+        ints = Interpreter(model, cfg).ints
+    except ConfigError as e:
+        raise StatsError(str(e)) from None
+    try:
         for t in model.params + model.buffers + model.inputs:
             for d in t.ty.shape:
                 if d.symbols() <= set(ints) and d.evaluate(ints) < 0:
@@ -124,7 +120,7 @@ def config_values(model: ir.Model, overrides: dict) -> dict:
     except (DimError, ZeroDivisionError) as e:
         problem = "division by zero" if isinstance(e, ZeroDivisionError) else str(e)
         raise StatsError(f"{problem}; got {', '.join(f'{k}={v}' for k, v in ints.items())}") from None
-    return cfg
+    return cfg, ints
 
 
 def _holds(a: int, op: str, b: int) -> bool:
@@ -152,7 +148,9 @@ class _Walk:
         # what only the caches need is not computed (as a generated module's training forward)
         self.skip = plan_outputs(model, plan_caches(model).outputs).only_when_asked
         self.ops = all_ops()
-        self.zero = {d: Dim.const(0) for d in absent}  # dims of absent inputs
+        self.zero = {d: Dim.const(0) for d in absent}  # dims of absent inputs (and the layer, per layer)
+        self.layer: dict = {}  # the loop variable's value, while layers are walked one kind at a time
+        self.by_layer: list[str] = []  # the loops counted layer by layer, for the note
         self.forward = self.layer_forward = self.activations = Dim()
         self.backward: list[Dim] = [Dim()]  # per product, by id
         self.conds = Interpreter(model, cfg)  # evaluates the config's switches and `X exists`
@@ -162,6 +160,10 @@ class _Walk:
 
     def dim(self, d: Dim) -> Dim:
         return d.subs(self.zero) if self.zero else d
+
+    def test(self, e) -> bool:
+        """A condition (the config's switches, `X exists`, and the layer where one is walked)."""
+        return bool(self.conds.eval(e, self.layer))
 
     def numel(self, ty) -> Dim:
         n = Dim.const(1)
@@ -194,7 +196,7 @@ class _Walk:
                     self.expr(i, times, env, in_loop)
                 env[s.name] = env.get(s.name, frozenset()) | self.expr(s.value, times, env, in_loop)
             elif isinstance(s, ir.TIf):
-                self.block(s.body if self.conds.eval(s.test, {}) else s.orelse, times, env, in_loop)
+                self.block(s.body if self.test(s.test) else s.orelse, times, env, in_loop)
             elif isinstance(s, ir.Loop):
                 self.loop(s, times, env)
             else:
@@ -202,16 +204,74 @@ class _Walk:
 
     def loop(self, s: ir.Loop, times: Dim, env: dict) -> None:
         """Layers one at a time while the set of locals needing a gradient changes (a carried value
-        may start without one and get one in the first layer), then the rest at once."""
+        may start without one and get one in the first layer), then the rest at once. A body that
+        branches on the layer, or whose sizes grow with it, is counted per kind of layer (`kinds`)."""
+        kinds = self.kinds(s)
+        if kinds is not None:
+            self.by_layer.append(f"the layers of the loop at line {s.span.line} differ: counted for this config's "
+                                 f"{len(kinds)}")
+            return self.loop_by_kind(s, times, env, kinds)
         alone = 0
         while alone <= len(s.carried):
             trial = dict(env)
             self._dry(s.body, trial)
-            if {n for n, r in trial.items() if r} == {n for n, r in env.items() if r}:
+            if _needing(trial) == _needing(env):
                 break
             self.block(s.body, times, env, in_loop=True)
             alone += 1
         self.block(s.body, times * (self.dim(s.count) - alone), env, in_loop=True)
+
+    def kinds(self, s: ir.Loop) -> list | None:
+        """None when every layer costs the same (no condition reads the layer and no size grows with
+        it); else each layer's kind: the values the body's conditions take there (and the layer
+        itself where a size depends on it). Layers of one kind cost the same."""
+        tests = [t for t in _tests(s.body) if _mentions(t, s.var)]
+        sized = any(isinstance(e.ty, TensorT) and any(s.var in d.symbols() for d in e.ty.shape)
+                    for e in ir.walk_exprs(s.body))
+        if not tests and not sized:
+            return None
+        count = self.dim(s.count).evaluate(self.conds.ints)
+        if count > MAX_LAYERS:
+            raise StatsError(f"the loop at line {s.span.line} branches on `{s.var}` (or grows with it), so stats "
+                             f"count its layers one by one, up to {MAX_LAYERS:,}; this config has {count:,}")
+        out = []
+        for layer in range(count):
+            at = {s.var: layer}
+            self.conds.ints[s.var] = layer
+            out.append((layer if sized else None,) + tuple(bool(self.conds.eval(t, at)) for t in tests))
+        return out
+
+    def loop_by_kind(self, s: ir.Loop, times: Dim, env: dict, kinds: list) -> None:
+        """The first layers alone while the set of locals needing a gradient changes, as `loop`
+        does; then one walk per kind of layer, times the number of layers of that kind."""
+        alone = 0
+        while alone < len(kinds) and alone <= len(s.carried):
+            some = {kind: layer for layer, kind in enumerate(kinds) if layer >= alone}  # a layer of each kind left
+            if all(self._stable(s, env, layer) for layer in some.values()):
+                break
+            self.at_layer(s, alone, lambda: self.block(s.body, times, env, in_loop=True))
+            alone += 1
+        counts: dict = {}
+        for kind in kinds[alone:]:
+            counts[kind] = counts.get(kind, 0) + 1
+        for kind, n in counts.items():
+            layer = next(i for i in range(alone, len(kinds)) if kinds[i] == kind)
+            self.at_layer(s, layer, lambda: self.block(s.body, times * n, env, in_loop=True))
+
+    def _stable(self, s: ir.Loop, env: dict, layer: int) -> bool:
+        trial = dict(env)
+        self.at_layer(s, layer, lambda: self._dry(s.body, trial))
+        return _needing(trial) == _needing(env)
+
+    def at_layer(self, s: ir.Loop, layer: int, walk) -> None:
+        """`walk()` with the loop variable at `layer`: in conditions and in sizes."""
+        self.layer, self.conds.ints[s.var] = {s.var: layer}, layer
+        self.zero[s.var] = Dim.const(layer)
+        try:
+            walk()
+        finally:
+            self.layer = {}
+            del self.zero[s.var]
 
     def _dry(self, stmts, env: dict) -> None:
         saved = (self.forward, self.layer_forward, self.activations, len(self.backward))
@@ -226,7 +286,7 @@ class _Walk:
                 return frozenset((self.PARAM,))
             return env.get(e.name, frozenset()) if e.kind == "local" else frozenset()
         if isinstance(e, ir.TCond):
-            return self.expr(e.body if self.conds.eval(e.test, {}) else e.orelse, times, env, in_loop)
+            return self.expr(e.body if self.test(e.test) else e.orelse, times, env, in_loop)
         if isinstance(e, ir.TList):
             return frozenset().union(*(self.expr(i, times, env, in_loop) for i in e.items))
         if isinstance(e, ir.TSlice):
@@ -257,16 +317,41 @@ class _Walk:
         return TensorT(tuple(self.dim(d) for d in ty.shape), ty.dtype) if isinstance(ty, TensorT) else ty
 
 
+MAX_LAYERS = 100_000  # a loop counted layer by layer (it branches on the layer): at most this many
+
+
+def _needing(env: dict) -> set:
+    """The locals that need a gradient."""
+    return {n for n, r in env.items() if r}
+
+
+def _tests(stmts) -> list:
+    """Every condition in a body: of `if` blocks and of conditional values."""
+    out = [s.test for s in ir.walk_stmts(stmts) if isinstance(s, ir.TIf)]
+    return out + [e.test for e in ir.walk_exprs(stmts) if isinstance(e, ir.TCond)]
+
+
+def _mentions(e, var: str) -> bool:
+    """Whether the expression `e` reads the dim `var` (the loop variable)."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, ir.Ref) and x.name == var or isinstance(getattr(x, "ty", None), ScalarT) and \
+                x.ty.dim is not None and var in x.ty.dim.symbols():
+            return True
+        stack.extend(ir.children(x))
+    return False
+
+
 # ------------------------------------------------------------------------------- stats
 
 def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
     """The costs of `model`'s plain forward, as formulas and as numbers for the config
     (`overrides` are config fields and run-time dims, as `parse_overrides` returns them)."""
     overrides = dict(overrides or {})
-    cfg = config_values(model, {k: v for k, v in overrides.items() if k in {c.name for c in model.config}})
+    cfg, ints = config_values(model, {k: v for k, v in overrides.items() if k in {c.name for c in model.config}})
     absent = _absent_dims(model)
     tokens_dims = _token_dims(model)
-    ints = {k: v for k, v in cfg.items() if isinstance(v, int) and not isinstance(v, bool)}
     dims = _runtime_values(model, overrides, ints, absent, tokens_dims)
     env = {**ints, **{d: v for d, (v, _) in dims.items()}}
 
@@ -284,7 +369,7 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
     def per_token(key, label, total, unit):
         total = _simplify(total, model)
         value = Fraction(total.evaluate(env), n_tokens) if n_tokens else Fraction(0)
-        return Quantity(key, label, _divide(total, tokens_dims), value, unit)
+        return Quantity(key, label, _divide(total, tokens_dims), value, unit, "; ".join(walk.by_layer))
 
     per = "token" if tokens_dims else "call"  # an input without run-time axes: per forward call
     quantities = [

@@ -315,3 +315,24 @@ def test_a_model_from_snf_load_survives_torch_save_in_a_new_process(tmp_path):
     done = python_subprocess(code)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [type(model).__module__, "True"]
+
+
+@pytest.mark.parametrize("bad, key, want", [
+    (torch.zeros(48), "transformer.h.0.attn.c_attn.weight", (48, 144)),  # one axis behind split(..., axis=1)
+    (torch.zeros(48, 2), "transformer.h.0.attn.c_attn.weight", (48, 144)),  # fewer columns than parts
+    (torch.zeros(48, 3 * 40), "transformer.h.0.attn.c_attn.weight", (48, 144)),  # parts of the wrong size
+], ids=["rank", "too-few", "part-size"])
+def test_a_misshapen_source_behind_a_transform_names_its_key(bad, key, want):
+    """Issue 18: a source that `.T` or `split(...)` cannot transform was an IndexError; now it is
+    a CheckpointError naming the key, the shape it must have and the one it has, before any copy."""
+    sd = {k: v.clone() for k, v in hf_gpt2().state_dict().items()}
+    sd["transformer.h.0.attn.c_attn.weight"] = bad
+    model = nanogpt()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError) as info:
+        load_state_dict(model, sd, "hf")
+    (shown, expected, got), = info.value.mismatched  # once, though three parts read it
+    assert shown.startswith(f"{key} (for layers.0.attn_qkv.weight[0:48])") and (expected, got) == (want, tuple(bad.shape))
+    assert f"{key} (for layers.0.attn_qkv.weight[0:48]): expected shape {list(want)}, got {list(bad.shape)}" \
+        in str(info.value)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())

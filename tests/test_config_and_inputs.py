@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
 import generated.gpt_decoder as gd
 import generated.nanogpt as ng
 import snf
-from conftest import write_spec
+from conftest import REPO, write_spec
+from snf.compiler import analyze
 from snf.diagnostics import SpecError
+from snf.source import Source
 
 SMALL = dict(vocab_size=31, block_size=16, n_layer=2, n_head=2, n_embd=16)
 
@@ -58,6 +61,31 @@ def test_token_ids_outside_the_table_name_the_input_and_the_bound():
         idx = torch.tensor([[1, 2, bad]])
         with pytest.raises(ValueError, match=rf"input idx must hold ids in \[0, vocab_size\) = \[0, 31\), got {bad}"):
             model(idx)
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train-fused"])
+def test_class_indices_outside_the_vocabulary_name_the_input_and_the_range(training):
+    """Issue 18: a target >= V or negative (not ignore_index) was torch's `IndexError: Target 11
+    is out of bounds`; it is checked as token ids are, in the plain loss and in the fused head +
+    loss of a training step; ignore_index (-1 in nanoGPT) is still skipped."""
+    model = ng.Model(**SMALL).train(training)
+    idx = torch.tensor([[1, 2, 3]])
+    for bad in (31, -2, -100):
+        targets = torch.tensor([[1, bad, -1]])
+        with pytest.raises(ValueError, match=rf"input targets must hold class indices in \[0, vocab_size\) = "
+                                             rf"\[0, 31\) or -1 \(ignore_index\), got {bad}"):
+            model(idx, targets=targets)
+    assert model(idx, targets=torch.tensor([[1, 30, -1]])).loss.isfinite()
+
+
+def test_class_indices_are_checked_by_the_interpreter_too():
+    from snf.interpret import interpret
+    from snf.interop import spec_state
+    model = ng.Model(**SMALL).eval()
+    params = {k: v.double().numpy() for k, v in spec_state(model).items()}
+    with pytest.raises(ValueError, match=r"class indices in \[0, 31\) or -1 \(ignore_index\), got 31"):
+        interpret(analyze(Source.read(REPO / "specs" / "nanogpt.snf")).model, params,
+                  {"idx": np.array([[1, 2]]), "targets": np.array([[31, 1]])}, SMALL)
 
 
 def test_a_cache_position_past_the_slots_is_a_clear_error():
@@ -113,3 +141,54 @@ def test_a_parameter_cannot_be_named_like_the_checkpoint_tables_entries(tmp_path
     with pytest.raises(SpecError) as info:
         snf.load(write_spec(tmp_path, text, "clobber.snf"))
     assert "starts with `_`" in str(info.value)
+
+
+CONFIG_VALUES = """\
+param:
+  D : int = 8
+  H : int = 2
+  n_head : int = 2
+  p : float = 0.1
+  frac : float = 0.5
+  hd = D // H
+  E = int(D * frac)
+input:
+  x : Tensor([B, T, D], float32)
+parameter:
+  W : Tensor([D, D], float32) = normal(std=1.0 / (D - 3))
+  V : Tensor([n_head, D], float32)
+  U : Tensor([E, D], float32)
+output:
+  y : Tensor([B, T, H, hd], float32)
+  z : Tensor([B, T, E], float32)
+  v : Tensor([B, T, n_head], float32)
+let y = reshape(dropout(linear(x, weight=W), rate=p), [B, T, H, hd])
+let a = flash_attention(y, y, y, dropout=p)
+let z = linear(reshape(a, [B, T, D]), weight=U)
+let v = linear(x, weight=V)
+"""
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("H", 0, r"the divisor H must be at least 1 \(spec.snf:\d+\); got H=0"),
+    ("D", 3, r"`std` of `normal` = 1.0 / \(D - 3\) cannot be computed \(.*by zero.*\) .*got D=3"),
+    ("D", 2, r"`std` of `normal` = 1.0 / \(D - 3\) must be >= 0, got -1.0 .*got D=2"),
+    ("p", 1.5, r"`rate` of `dropout` must be in \[0, 1\], got 1.5 .*got p=1.5"),
+    ("p", -0.5, r"`rate` of `dropout` must be in \[0, 1\], got -0.5 .*got p=-0.5"),
+    ("p", float("nan"), r"`rate` of `dropout` must be in \[0, 1\], got nan .*got p=nan"),
+    ("n_head", -2, r"`n_head` is a size: it must not be negative .*got n_head=-2"),
+    ("frac", float("inf"), r"`E` = int\(D \* frac\) cannot be computed .*got D=8, frac=inf"),
+    ("frac", -1.0, r"must not be negative .*got E=-8"),
+])
+def test_every_condition_an_op_or_initialiser_needs_is_a_config_check(tmp_path, field, value, message):
+    """Issue 18: each of these raised inside torch, or in Config's own checks (ZeroDivisionError),
+    or ran; now `Config` refuses it naming the field, and the interpreter refuses it too."""
+    from snf.interpret import ConfigError, Interpreter
+    path = write_spec(tmp_path, CONFIG_VALUES)
+    mod = snf.load(path)
+    with pytest.raises(ValueError, match=message):
+        mod.Config(**{field: value})
+    with pytest.raises(ConfigError, match=message):
+        Interpreter(analyze(Source.read(path)).model, {field: value})
+    model = mod.Model().train()  # the defaults run, in training too
+    model(torch.randn(2, 3, 8))

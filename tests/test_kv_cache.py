@@ -182,14 +182,40 @@ def test_top_k_and_top_p_restrict_the_candidates():
     assert _sample(logits, 0, None, None, None).item() == 0
 
 
+@pytest.mark.parametrize("temperature", [1e-40, 1e-300, 5e-324, 1e-8, 1e30, 1e300])
+def test_sampling_is_finite_for_any_temperature_above_zero(temperature):
+    """Issue 18: temperature=1e-40 passed _check_sampling, then logits / temperature overflowed
+    to inf and the probabilities were NaN. The logits less their largest are divided instead: a
+    tiny temperature samples the largest logit (or one of tied ones), a huge one uniformly."""
+    from generated.nanogpt import _sample
+    logits = torch.tensor([[4.0, 3.0, 2.0, -1.0, float("-inf")], [1e30, -1e30, 1e30, 0.0, 0.0]])
+    g = torch.Generator().manual_seed(0)
+    picks = [_sample(logits, temperature, None, None, g) for _ in range(50)]
+    assert all(p.shape == (2, 1) for p in picks)
+    if temperature < 1:
+        assert {p[0].item() for p in picks} == {0} and {p[1].item() for p in picks} <= {0, 2}
+    else:
+        assert len({p[0].item() for p in picks}) > 1 and 4 not in {p[0].item() for p in picks}
+    for top in ((3, None), (None, 0.5), (2, 0.9)):
+        assert _sample(logits, temperature, *top, g).shape == (2, 1)
+
+
+def test_generate_at_a_tiny_temperature_is_greedy():
+    model = MODELS["nanogpt"]()
+    prompt = torch.randint(0, 97, (2, 4))
+    assert torch.equal(model.generate(prompt, 6, temperature=1e-40, generator=torch.Generator().manual_seed(0)),
+                       model.generate(prompt, 6, temperature=0))
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_bad_generate_arguments_are_clear_errors(name):
     model = MODELS[name]()
     prompt = torch.randint(0, 97, (1, 3))
     bad = [({"max_new_tokens": -1}, "max_new_tokens must be an int >= 0, got -1"),
            ({"max_new_tokens": 2.5}, "max_new_tokens must be an int >= 0, got 2.5"),
-           ({"temperature": -0.5}, "temperature must be a number >= 0 .0 is greedy., got -0.5"),
-           ({"temperature": float("nan")}, "temperature must be a number >= 0 .0 is greedy., got nan"),
+           ({"temperature": -0.5}, "temperature must be a finite number >= 0 .0 is greedy., got -0.5"),
+           ({"temperature": float("nan")}, "temperature must be a finite number >= 0 .0 is greedy., got nan"),
+           ({"temperature": float("inf")}, "temperature must be a finite number >= 0 .0 is greedy., got inf"),
            ({"top_k": 0}, "top_k must be None or an int >= 1, got 0"),
            ({"top_p": 0.0}, r"top_p must be None or a number in \(0, 1\], got 0.0"),
            ({"top_p": 1.5}, r"top_p must be None or a number in \(0, 1\], got 1.5")]

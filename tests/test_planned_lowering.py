@@ -356,3 +356,60 @@ def test_a_loop_carries_a_value_only_the_cache_defines_as_none_without_it(tmp_pa
     out = model(x)
     assert out.new is None and torch.equal(out.y, 3 * x)
     assert model.eval()(x).new.shape == (2, 2, 3, 4)
+
+
+# ------------------------------------------------------------------ issue 18: which output is the logits
+
+TWO_OUTPUTS = """\
+param:
+  V : int = 11
+  D : int = 8
+input:
+  idx : Tensor([B, T], int64)
+parameter:
+  emb : Tensor([V, D], float32)
+  head : Tensor([V, D], float32)
+output:
+  probs : Tensor([B, T, V], float32)
+  scores : Tensor([B, T, V], float32)
+let x = gather(emb, idx)
+let q = reshape(x, [B, T, 1, D])
+let a = reshape(flash_attention(q, q, q, causal=True), [B, T, D])
+let scores = linear(a, weight=head)
+let probs = softmax(scores)
+"""
+
+
+def test_generate_samples_from_the_logits_not_a_softmax_declared_before_them(tmp_path):
+    """Issue 18: `probs = softmax(scores)`, declared before `scores`, was taken for the logits (the
+    first [B, T, V] output), so generate sampled from softmax(probs). The softmax is not the
+    logits; `snfc check -v` says which output generate samples from."""
+    from conftest import snfc
+    model = load(tmp_path, TWO_OUTPUTS, "probs")
+    assert plans_of(TWO_OUTPUTS).decode.logits == "scores"
+    torch.manual_seed(0)
+    model = model.Model().eval()
+    prompt = torch.randint(0, 11, (2, 3))
+    out = model.generate(prompt, 4, temperature=0)
+    seq = prompt
+    with torch.no_grad():  # greedy by hand, on the scores
+        for _ in range(4):
+            seq = torch.cat([seq, model(seq).scores[:, -1:].argmax(-1)], dim=1)
+    assert torch.equal(out, seq)
+    code, out, err = snfc("check", "-v", str(tmp_path / "probs.snf"))
+    err = out + err
+    assert code == 0 and "probs.snf:11:3: note: generate samples from the output `scores`: `probs` is a softmax " \
+                         "of the scores  [generate-plan]" in err
+
+
+def test_generate_is_refused_when_no_rule_tells_which_output_is_the_logits(tmp_path):
+    from conftest import snfc
+    both = TWO_OUTPUTS.replace("let probs = softmax(scores)", "let probs = scores * 2.0")
+    assert plans_of(both).decode is None
+    assert not hasattr(load(tmp_path, both, "both").Model, "generate")
+    code, out, err = snfc("check", "-v", str(tmp_path / "both.snf"))
+    err = out + err
+    assert code == 0 and "note: no generate: `probs`, `scores` could each be the logits; name the one to sample " \
+                         "from `logits`" in err
+    named = both.replace("probs", "logits")  # the rule's first choice: the output named `logits`
+    assert plans_of(named).decode.logits == "logits"

@@ -188,10 +188,76 @@ def test_backward_skips_gradients_nothing_needs(tmp_path):
     assert text == "6*n_layer*D^2"
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
-def test_activation_bytes_are_what_the_interpreter_produces(spec):
+LAYER_BRANCHES = textwrap.dedent("""\
+    param:
+      D : int = 8
+      n_layer : int = 5
+      n_dense : int = 2
+    input:
+      x : Tensor([B, T, D], float32)
+    parameter:
+      W : Tensor([n_layer, D, D], float32)
+      V : Tensor([n_layer, 4 * D, D], float32)
+      U : Tensor([n_layer, D, 4 * D], float32)
+    output:
+      y : Tensor([B, T, D], float32)
+    let y = x
+    for l in 0..n_layer-1:
+        if l < n_dense:
+            y = linear(y, weight=W[l])
+        else:
+            y = y + linear(gelu(linear(y, weight=V[l])), weight=U[l])
+        if l % 2 == 0:
+            y = layer_norm(y)
+        y = linear(y, weight=W[l]) if l == 0 else y
+    """)
+
+COMPUTED_INT = textwrap.dedent("""\
+    param:
+      D : int = 8
+      frac : float = 0.75
+      E = int(D * frac)
+    input:
+      x : Tensor([B, T, D], float32)
+    parameter:
+      W : Tensor([E, D], float32)
+      U : Tensor([D, E], float32)
+    output:
+      y : Tensor([B, T, D], float32)
+    let y = x + linear(relu(linear(x, weight=W)), weight=U)
+    """)
+
+
+@pytest.mark.parametrize("text, cfg", [(LAYER_BRANCHES, {}), (LAYER_BRANCHES, {"n_dense": 4}),
+                                       (LAYER_BRANCHES, {"n_layer": 1}), (COMPUTED_INT, {}),
+                                       (COMPUTED_INT, {"frac": 0.5})])
+def test_branches_on_the_layer_and_computed_ints_count_as_the_module_runs(tmp_path, text, cfg):
+    """A loop whose body branches on the layer (`if l < n_dense`, `l % 2 == 0`, `l == 0`) counts
+    each layer's branch; a computed int (`E = int(D * frac)`) sizes what it sizes. Both were
+    internal errors (KeyError) before."""
+    spec = write_spec(tmp_path, text)
+    model = _model_ir(spec)
+    s = {q.key: q.value for q in stats(model, {**cfg, "B": B, "T": T}).quantities}
+    params, forward, training = _measure(spec, cfg)
+    assert s["parameters"] == params
+    assert s["flops_forward"] * B * T == forward
+    assert s["flops_training"] * B * T == training
+    rc, out, err = snfc("stats", str(spec), "--set", "T=4", *[f"--set={k}={v}" for k, v in cfg.items()])
+    assert rc == 0, err
+
+
+def test_a_loop_counted_by_layer_has_a_limit(tmp_path):
+    spec = write_spec(tmp_path, LAYER_BRANCHES)
+    rc, out, err = snfc("stats", str(spec), "--set", "T=4", "--set", "n_layer=200000")
+    assert rc == 1 and "count its layers one by one, up to 100,000" in err, err
+
+
+@pytest.mark.parametrize("spec", SPECS + ["branches", "computed"], ids=[p.stem for p in SPECS] + ["branches", "computed"])
+def test_activation_bytes_are_what_the_interpreter_produces(spec, tmp_path):
     """Every tensor an op returns in a run of the NumPy reference interpreter, views excepted, and
     without what only the cache outputs need (a training forward does not build them)."""
+    if spec in ("branches", "computed"):
+        spec = write_spec(tmp_path, LAYER_BRANCHES if spec == "branches" else COMPUTED_INT)
     model = _model_ir(spec)
     cfg = _small(model)
     predicted = {q.key: q.value for q in stats(model, {**cfg, "B": B, "T": T}).quantities}["activation_bytes"]
@@ -219,8 +285,7 @@ def test_activation_bytes_are_what_the_interpreter_produces(spec):
 
 
 def _ints(model: ir.Model, cfg: dict) -> dict:
-    values = {c.name: c.default for c in model.config} | cfg
-    return {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
+    return Interpreter(model, cfg).ints  # the fields' and the computed ints
 
 
 # ------------------------------------------------------------------------------ the command
@@ -255,7 +320,7 @@ def test_json_has_formulas_and_numbers():
     (["--set", "n_layer"], "--set takes name=value"),
     (["--set", "T=2048"], "requires T_total <= block_size (line 68); got T=2048, T_past=0, block_size=1024"),
     (["--set", "T=1024"], None),
-    (["--set", "n_embd=-8", "--set", "n_head=1"], "negative size"),
+    (["--set", "n_embd=-8", "--set", "n_head=1"], "`n_embd` is a size: it must not be negative"),
 ])
 def test_bad_settings_exit_1_with_a_message(args, message):
     rc, out, err = snfc("stats", "specs/nanogpt.snf", *args)

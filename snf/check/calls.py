@@ -15,6 +15,9 @@ from ..ops.registry import REQUIRED, OpError
 from ..source import Span
 
 ERR = ErrorT()
+# ops written as operators (`x / s`, `a < b`): a number passed to one is named by its own text
+_OPERATORS = {"add", "sub", "mul", "div", "floordiv", "mod", "pow", "neg", "matmul", "eq", "ne", "lt", "le", "gt",
+              "ge", "and", "or", "not"}
 _FAIL = object()  # an argument that did not convert (already reported)
 
 
@@ -118,7 +121,7 @@ class Calls:
         bound = self.bind_args(op, name, args, kwargs, spans, span)
         if bound is None:
             return ir.Lit(None, ERR, span)
-        values, targs, failed = {}, [], False
+        values, targs, failed, numbers = {}, [], False, []
         for param in op.params:
             if param.name not in bound:
                 if param.default is REQUIRED:
@@ -137,6 +140,8 @@ class Calls:
             targs.append((param.name, arg))
             values[param.name] = value
             self.note_role(param, arg)
+            if param.kind in ("float", "int", "value"):
+                numbers.append((param, arg, arg_span))
         if failed:
             return ir.Op(name, tuple(targs), ERR, span)
         ctx = ShapeCtx(self, span)
@@ -145,6 +150,11 @@ class Calls:
         except OpError as err:
             self.report_op_error(err, name, bound, span)
             ty = ctx.recovered or ERR
+        if not (isinstance(ty, ScalarT) and ty.kind in ("int", "float")):
+            for param, arg, arg_span in numbers:  # (arithmetic on numbers is checked where it is used)
+                operand = name in _OPERATORS or len(op.params) == 1
+                what = f"`{self.spell(arg) or param.name}`" if operand else f"`{param.name}` of `{name}`"
+                self.note_number(arg, arg_span, what, param.within)
         node = ir.Op(name, tuple(targs), ty, span)
         folded = self.fold(node)  # arithmetic on numbers: evaluated now, within limits
         return node if folded is ty else ir.Op(name, tuple(targs), folded, span)

@@ -21,13 +21,14 @@ from .fold import Folding
 from .inits import Inits
 from .loops import Loops
 from .messages import Messages
+from .numbers import Numbers
 from .presence import Presence
 from .scopes import Scope, Scopes
 from .statements import Statements
 
 
-class Checker(Declarations, Expressions, Statements, Loops, Calls, Facts, Folding, Presence, Inits, Scopes,
-              Messages):
+class Checker(Declarations, Expressions, Statements, Loops, Calls, Facts, Folding, Numbers, Presence, Inits,
+              Scopes, Messages):
     def __init__(self, spec: ir.Spec, r: Reporter):
         self.spec, self.r = spec, r
         self.ops = all_ops()
@@ -57,6 +58,9 @@ class Checker(Declarations, Expressions, Statements, Loops, Calls, Facts, Foldin
         self.n_unknown = 0  # unknown names reported (bounds the cost of "did you mean")
         self.folded_config = False  # the last folded number used a config default
         self.float_dtype: str | None = None  # the model's floating dtype (Declarations.model_float_dtype)
+        self.value_checks: list = []  # numbers computed from the config, with their owner (check/numbers.py)
+        self.guards: list = []  # the conditions the statement being checked runs under
+        self.initialising: str | None = None  # the parameter whose initialiser is being checked
 
     def run(self) -> ir.Model | None:
         self.declarations()
@@ -65,6 +69,7 @@ class Checker(Declarations, Expressions, Statements, Loops, Calls, Facts, Foldin
             self.r.error("output-unbound", "the spec declares no output", Span(1, 1, 1, 2),
                          hint="add an `output:` section, e.g. `output:` / `  y : Tensor([B, D], float32)`")
         outputs = self.check_outputs()
+        self.assumed(body)
         self.unused_warnings()
         stacked = self.stacked_owners(body)
         self.check_mappings(set(stacked))
@@ -81,7 +86,8 @@ class Checker(Declarations, Expressions, Statements, Loops, Calls, Facts, Foldin
             checks=tuple(ir.Check(lo, hi, span, op, self.check_why.get((lo, hi, op), ""),
                                   tuple(sorted(self.check_when.get((lo, hi, op), ()))))
                          for (lo, hi, op), span in self.implied_checks().items()),
-            input_groups=self.input_groups(), float_dtype=self.float_dtype)
+            input_groups=self.input_groups(), float_dtype=self.float_dtype,
+            values=self.numbers(set(stacked)))
 
     def check_outputs(self) -> list[ir.Tensor]:
         """Each declared output against the value the body computed for it."""

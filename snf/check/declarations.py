@@ -69,6 +69,8 @@ class Declarations:
             if dim is not None and dim.value is not None and dim.value <= 0 and not alias:
                 self.r.warning("bad-constraint", f"`{d.name}` = {dim.value} is not a positive size", d.value.span)
             if self.declare(d.name, Binding("dim", ScalarT(ty.kind, dim), d.name_span), d.name_span):
+                if opaque:  # an int Config computes, and its checks use: it must compute, for every config
+                    self.note_number(value, d.value.span, f"`{d.name}`")
                 self.derived.append(ir.Derived(d.name, dim, value, alias, d.span, opaque))
                 if dim is not None:
                     atoms = dim.atoms()
@@ -234,7 +236,10 @@ class Declarations:
         init = None
         if d.value is not None:
             if kind in ("param", "buffer"):
-                init = self.initialiser(d.value, ty)
+                self.initialising = d.name
+                with self.guarded(cond):  # a conditional tensor is initialised only when it exists
+                    init = self.initialiser(d.value, ty)
+                self.initialising = None
             else:
                 self.r.error("syntax", f"an {kind} takes no default value", d.value.span)
         t = ir.Tensor(d.name, ty, optional, cond, init, d.span)

@@ -128,13 +128,15 @@ class Expressions:
         test = self.condition(e.test)
         present = self.presence(test)
         self.push(present)
-        body = self.expr(e.body)
+        with self.guarded(test):
+            body = self.expr(e.body)
         self.pop()
         if e.orelse is None:
             self.r.error("syntax", "a conditional value needs an `else`", e.span,
                          hint="only a re-assignment may end in a bare `if`: `x = f(x) if cond`")
             return ir.TCond(test, body, body, ERR, e.span)
-        orelse = self.expr(e.orelse)
+        with self.guarded(test, negate=True):
+            orelse = self.expr(e.orelse)
         return ir.TCond(test, body, orelse, self.join(test, body.ty, orelse.ty, e), e.span)
 
     def join(self, test, a: ir.Type, b: ir.Type, e) -> ir.Type:

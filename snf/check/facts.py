@@ -199,3 +199,99 @@ class Facts:
             self.r.error("bad-constraint", f"{why}, but with the default config it is {num} and {den}", span,
                          hint="change the defaults in `param:`, or the shape")
         self.constraints.append(ir.Constraint(cond, span, why))
+
+    def assumed(self, body: tuple) -> None:
+        """What the proofs above assumed of the config, made checks (docs/language.md 3.1): every
+        int field that sizes something (a shape, a slice bound, a loop count) is >= 0, and every
+        divisor in a dim (`D // H`) is >= 1, checked when a Config is built (or on entry to
+        forward, for a run-time divisor). Their defaults must satisfy them."""
+        fields = {c.name: c for c in self.config if c.kind == "int"}
+        dims = _dims(self, body)
+        sized: dict[str, Span] = {}
+        for d, (span, _, size) in dims.items():
+            for s in sorted(d[0].symbols() & set(fields)) if size else ():
+                sized.setdefault(s, span)
+        for name in [n for n in fields if n in sized]:  # in the order `param:` declares them
+            c, span = fields[name], sized[name]
+            key = (Dim.const(0), Dim.sym(name), "<=")
+            if isinstance(c.default, int) and c.default < 0:
+                self.r.error("bad-constraint", f"`{name}` sizes a tensor (line {span.line}), so it must not be "
+                             f"negative, but its default is {c.default}", c.span,
+                             hint="sizes are dims >= 0; change the default, or the shape")
+            elif key not in self.runtime_checks:
+                self.runtime_checks[key] = c.span
+                self.check_why[key] = f"`{name}` is a size: it must not be negative"
+                self.check_when[key] = frozenset()
+        others = [(d, span, None) for (lo, hi, _), span in self.runtime_checks.items() for d in (lo, hi)]
+        others += [(d, c.span, None) for c in self.constraints for d in (c.cond.num, c.cond.den)]
+        seen: set = set()
+        for d, span, loop in [(d, span, loop) for (d, _), (span, loop, _) in dims.items()] + others:
+            for den in _divisors(d):
+                if den.value is not None or (den, loop is None) in seen:
+                    continue
+                seen.add((den, loop is None))
+                self.loops = [loop] if loop is not None else []
+                try:
+                    ok = self.need(Dim.const(1), "<=", den, span, f"the divisor {self.show_dim(den)} must be at least 1")
+                finally:
+                    self.loops = []
+                if not ok:
+                    self.r.error("bad-constraint", f"`{self.show_dim(den)}` divides a dim here, so it must be at "
+                                 f"least 1, but with the default config it is {self.at_defaults(den)}", span,
+                                 hint="change the defaults in `param:`, or the expression")
+
+
+def _divisors(d: Dim) -> list[Dim]:
+    """The divisors of the floor divisions in `d`, inner ones first."""
+    out = []
+    for atom in d.atoms():
+        if isinstance(atom, FloorDiv):
+            out += _divisors(atom.num) + _divisors(atom.den) + [atom.den]
+    return out
+
+
+def _dims(checker, body: tuple) -> dict:
+    """Every distinct dim of the checked spec, in the loop it is in: (dim, loop var) -> (where it
+    first is, the loop, whether it is a size somewhere: in a declared or computed shape, a slice
+    bound or a loop count; else an int, a derived dim)."""
+    out: dict = {}
+
+    def add(d: Dim, span: Span, loop: dict | None, size: bool) -> None:
+        key = (d, loop["var"] if loop else None)
+        first = out.setdefault(key, (span, loop, size))
+        if size and not first[2]:
+            out[key] = (first[0], loop, True)
+
+    for t in checker.inputs + checker.params + checker.buffers + checker.outputs:
+        for d in t.ty.shape:
+            add(d, t.span, None, True)
+
+    def visit(stmts, loop):
+        for s in stmts:
+            if isinstance(s, ir.Loop):
+                add(s.count, s.span, None, True)
+                visit(s.body, {"var": s.var, "count": s.count})
+                continue
+            if isinstance(s, ir.TIf):
+                visit(s.body, loop)
+                visit(s.orelse, loop)
+            stack = [x for x in (getattr(s, "value", None), getattr(s, "test", None), getattr(s, "input", None))
+                     if x is not None] + list(getattr(s, "index", None) or ())
+            while stack:
+                e = stack.pop()
+                stack.extend(ir.children(e))
+                ty = e.ty
+                if isinstance(ty, ir.TensorT):
+                    for d in ty.shape:
+                        add(d, e.span, loop, True)
+                elif isinstance(ty, ir.SliceT):
+                    for d in (ty.lo, ty.hi):
+                        if d is not None:
+                            add(d, e.span, loop, True)
+                elif isinstance(ty, ir.ScalarT) and ty.dim is not None:
+                    add(ty.dim, e.span, loop, False)
+    visit(body, None)
+    for d in checker.derived:
+        if d.dim is not None and not d.opaque:
+            add(d.dim, d.span, None, False)
+    return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..ir import FLOAT, ErrorT, ScalarT, TensorT
-from ..ops.init import INITS
+from ..ops.init import INIT_RANGES, INITS
 from ..ops.shapes import FLOATS
 
 
@@ -45,12 +45,7 @@ class Inits:
             if not (isinstance(typed.ty, ScalarT) and typed.ty.kind in ("int", "float")):
                 self.r.error("arg-kind", f"`{name}` of `{e.func}` must be a number", value.span)
                 return None
-            self.folded_config = False
-            std = self.number(typed) if name == "std" else None
-            if std is not None and std < 0:
-                where = " with the default config" if self.folded_config else ""
-                self.r.error("bad-arithmetic", f"the standard deviation of `normal` is {std}{where}; it must be >= 0",
-                             value.span)
+            if not self.note_number(typed, value.span, f"`{name}` of `{e.func}`", INIT_RANGES.get((e.func, name))):
                 return None
             args.append((name, typed))
         if e.func in ("normal", "sinusoidal") and ty.dtype not in FLOATS:

@@ -41,7 +41,8 @@ class Loops:
         self.push()
         # the loop variable is a dim, 0 <= l <= count - 1 (facts.py): `pos[l:l + 1]` is 1 long
         self.declare(s.var, Binding("loopvar", ScalarT("int", Dim.sym(s.var)), s.span), s.span)
-        body = self.block(s.body)
+        with self.guarded(self.layers_guard(count)):
+            body = self.block(s.body)
         self.pop()
         self.loops.pop()
         reads = tuple(n for n in loop["reads"] if n not in loop["carried"])

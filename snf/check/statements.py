@@ -42,7 +42,8 @@ class Statements:
         b = self.lookup(s.name)
         present = self.presence(guard) if guard is not None else frozenset()
         self.push(present)
-        value = self.expr(value_e)
+        with self.guarded(guard):
+            value = self.expr(value_e)
         self.pop()
         if b is None:
             if s.index is None and s.name in {o.name for o in self.outputs} and guard is None:
@@ -142,10 +143,12 @@ class Statements:
         test = self.condition(s.test)
         present = self.presence(test)
         self.push(present)
-        body = self.block(s.body)
+        with self.guarded(test):
+            body = self.block(s.body)
         self.pop()
         self.push()
-        orelse = self.block(s.orelse)
+        with self.guarded(test, negate=True):
+            orelse = self.block(s.orelse)
         self.pop()
         return ir.TIf(test, body, orelse, s.span)
 

@@ -37,27 +37,34 @@ def derived_rows(gen) -> list[dict]:
 
 
 def condition_rows(gen) -> list[dict]:
-    """What `Config.__post_init__` checks, in an order where each check can be evaluated: lower
-    bounds first (a divisor must not be 0 when a divisibility is checked), then the rest."""
+    """What `Config.__post_init__` checks, in the order `ir.Model.config_conditions` gives (each
+    can be evaluated once those before it hold): a row is an `if cond: raise ValueError(message)`,
+    or a `call` of `_check_number` for a number computed from the config."""
     em = Emitter(gen, "config", Namespace(), cfg="self")
-    bounds, rest = [], []
-    for c in gen.model.checks:
-        if gen.is_runtime_check(c):
+    rows = []
+    for c in gen.model.config_conditions():
+        where = f"{gen.spec_file}:{c.span.line}"
+        if isinstance(c, ir.ValueCheck):
+            shown = ", ".join(f"{f}={{self.{f}}}" for f in c.fields)
+            bounds = f"{c.low!r}, {c.high!r}, {c.low_open!r}"
+            call = (f"_check_number(lambda: {em.code(c.value)}, {bounds}, {c.what!r}, {where!r}, "
+                    f"f{shown!r})")
+            if c.when:  # computed only under these conditions
+                call = f"if {' and '.join(em.code(w, 3) for w in c.when)}:\n            {call}"
+            rows.append({"call": call})
             continue
-        fields = sorted(c.lhs.symbols() | c.rhs.symbols())
-        shown = ", ".join(f"{f}={{self.{f}}}" for f in fields)
-        msg = (f"expected {gen.show((c.lhs,))[1:-1]} {c.op} {gen.show((c.rhs,))[1:-1]} "
-               f"({gen.spec_file}:{c.span.line}); got {shown}")
+        if isinstance(c, ir.Constraint):
+            num, den = em.dim(c.cond.num, 21), em.dim(c.cond.den, 21)
+            fields = sorted(c.cond.num.symbols() | c.cond.den.symbols())
+            shown = ", ".join(f"{f}={{self.{f}}}" for f in fields if f in gen.config_fields)
+            rows.append({"cond": f"{num} % {den} != 0", "message": f"{c.why} ({where}); got {shown}"})
+            continue
+        shown = ", ".join(f"{f}={{self.{f}}}" for f in sorted(c.lhs.symbols() | c.rhs.symbols()))
+        msg = f"expected {gen.show((c.lhs,))[1:-1]} {c.op} {gen.show((c.rhs,))[1:-1]} ({where}); got {shown}"
         if c.why:  # the checker's own sentence (spec names, numbers and backticks: safe in an f-string)
-            msg = f"{c.why} ({gen.spec_file}:{c.span.line}); got {shown}"
-        row = {"cond": f"not {em.dim(c.lhs, 5)} {c.op} {em.dim(c.rhs, 5)}", "message": msg}
-        (bounds if c.op in (">=", ">") and c.rhs.value is not None else rest).append(row)
-    for c in gen.model.constraints:
-        num, den = em.dim(c.cond.num, 21), em.dim(c.cond.den, 21)
-        fields = sorted(c.cond.num.symbols() | c.cond.den.symbols())
-        shown = ", ".join(f"{f}={{self.{f}}}" for f in fields if f in gen.config_fields)
-        rest.append({"cond": f"{num} % {den} != 0", "message": f"{c.why} ({gen.spec_file}:{c.span.line}); got {shown}"})
-    return bounds + rest
+            msg = f"{c.why} ({where}); got {shown}"
+        rows.append({"cond": f"not {em.dim(c.lhs, 5)} {c.op} {em.dim(c.rhs, 5)}", "message": msg})
+    return rows
 
 
 def _without_self_alias(gen, d: Dim, em: Emitter) -> str:

@@ -270,6 +270,18 @@ class LowerCtx:
         """The code for a dtype the spec names (see Emitter.dtype_code)."""
         return self.em.dtype_code(dtype)
 
+    def show_dim(self, d: Dim) -> str:
+        """`d` in the spec's names, for a message (`vocab_size`)."""
+        return self.em.g.show((d,))[1:-1]
+
+    def describe(self, name: str) -> str:
+        """The argument `name` as a run-time message names it: `input labels` for an input, else
+        where the call is (`the targets at model.snf:12`)."""
+        a = self.args[name]
+        if isinstance(a, ir.Ref) and a.kind in ("input", "layer_input"):
+            return f"input {a.name}"
+        return f"the {name} at {self.em.g.spec_file}:{self.op.span.line}"
+
     def helper(self, name: str) -> str:
         """`name`, a runtime helper this lowering calls (for helpers only some calls need)."""
         self.em.helpers.add(name)

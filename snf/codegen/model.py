@@ -22,7 +22,8 @@ from .emit import Emitter
 # Model.generate's own arguments, and its locals (templates/module.py.j2)
 GENERATE_ARGS = ("max_new_tokens", "temperature", "top_k", "top_p", "generator")
 GENERATE_LOCALS = ("was_training", "out", "tokens", "position", "size", "step", "token", "at", "decode")
-HELPERS_ORDER = ("_held_dtype", "_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat", "_narrow", "_next_tokens",
+HELPERS_ORDER = ("_held_dtype", "_check_number", "_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat", "_narrow",
+                 "_next_tokens",
                  "_cross_entropy", "_linear_cross_entropy", "_checkpoint_options")
 
 
@@ -143,12 +144,15 @@ class Generator:
         decls = params.declaration_lines(decl_em, self, None)
         init_lines = params.init_lines(decl_em, self, None)
         helpers |= decl_em.helpers
+        conditions = config.condition_rows(self)
+        if any("call" in row for row in conditions):
+            helpers.add("_check_number")
         optional_out = plans.outputs.optional_outputs
         ctx = {
             "version": __version__, "spec_path_repr": repr(self.spec_path),
             "sha256": m.sha256, "model_name": display_text(m.name), "spec_file": self.spec_file,
             "config": config.field_rows(self), "derived": config.derived_rows(self),
-            "conditions": config.condition_rows(self),
+            "conditions": conditions,
             "blocks": block_ctx, "decls": decls, "init_lines": init_lines,
             "inputs": [(i.name, "Optional[torch.Tensor]" if i.optional else "torch.Tensor", i.optional,
                         self.show(i.ty.shape)) for i in inputs],

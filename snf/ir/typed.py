@@ -261,6 +261,44 @@ class Check:
 
 
 @dataclass(frozen=True)
+class ValueCheck:
+    """A number the module computes from config values alone (an initialiser's argument, an op's
+    scalar argument, a derived float or computed int): for every config it must compute (no
+    division by zero, no square root of a negative), be finite, and lie in its range where the
+    op gives one (a dropout rate in [0, 1]). Checked when a Config is built."""
+
+    value: TExpr
+    span: Span
+    what: str  # "`rate` of `dropout`": the message says it
+    fields: tuple[str, ...]  # the config values it is computed from, for the message
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # low < value, not low <= value
+    # config conditions under which the module computes it (the `if` it is in, a conditional
+    # parameter's flag, a loop's `n_layer >= 1`): a config for which one is false never computes it
+    when: tuple[TExpr, ...] = ()
+
+    def range_text(self) -> str:
+        if self.low is not None and self.high is not None:
+            return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        return f"<= {self.high:g}" if self.high is not None else "finite"
+
+    def holds(self, value) -> bool:
+        """Whether a computed value (a Python or NumPy number) is finite and in range."""
+        try:
+            value = float(value)
+        except (TypeError, ValueError, OverflowError):
+            return False
+        if value != value or value in (float("inf"), float("-inf")):
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or value <= self.high
+
+
+@dataclass(frozen=True)
 class Model:
     name: str
     path: str
@@ -280,14 +318,35 @@ class Model:
     checks: tuple[Check, ...] = ()
     input_groups: tuple[tuple[str, ...], ...] = ()  # optional inputs given together or not at all
     float_dtype: str | None = None  # the parameters' floating dtype: in a cast model, the cast's
+    values: tuple[ValueCheck, ...] = ()  # numbers computed from the config, checked by Config
 
     def param(self, name: str) -> Tensor:
         return next(p for p in self.params + self.buffers if p.name == name)
+
+    def config_names(self) -> set[str]:
+        """What a Config holds: its fields, and the ints it computes (`h = int(D * r)`)."""
+        return {c.name for c in self.config} | {d.name for d in self.derived if d.opaque}
+
+    def config_conditions(self) -> list:
+        """What a Config checks when it is built (the checks on config values alone, the
+        divisibility constraints, the numbers it computes), in an order where each can be
+        evaluated once those before it hold: bounds on fields first (a size >= 0, a divisor >= 1;
+        inner divisors before the divisions they guard), then the computed numbers (computed ints
+        among them), then the rest."""
+        names, opaque = self.config_names(), {d.name for d in self.derived if d.opaque}
+        checks = [c for c in self.checks if (c.lhs.symbols() | c.rhs.symbols()) <= names]
+
+        def depth(d: Dim) -> int:
+            return max((1 + max(depth(a.num), depth(a.den)) for a in d.atoms() if not isinstance(a, str)), default=0)
+        bounds = sorted((c for c in checks if c.lhs.value is not None and c.op in ("<=", "<")
+                         and not c.rhs.symbols() & opaque), key=lambda c: depth(c.rhs))
+        rest = [c for c in checks if c not in bounds]
+        return bounds + list(self.values) + rest + list(self.constraints)
 
 
 __all__ = [
     "TensorT", "ScalarT", "ShapeT", "ListT", "SliceT", "NoneT", "ErrorT", "Type", "INT", "FLOAT",
     "BOOL", "STR", "Ref", "Lit", "DimVal", "Op", "TCond", "TList", "TSlice", "IsPresent", "TExpr",
     "Bind", "SetItem", "TIf", "Loop", "FusedLinear", "TStmt", "ConfigField", "MISSING", "Derived",
-    "Tensor", "Constraint", "Check", "Model",
+    "Tensor", "Constraint", "Check", "ValueCheck", "Model",
 ]

@@ -12,7 +12,7 @@ from ..dims import Dim
 from ..ir import ScalarT, TensorT
 from .core import np_softmax
 from .lazy_numpy import np
-from .registry import OpDef, OpError, Param, registrar
+from .registry import POSITIVE, PROBABILITY, OpDef, OpError, Param, registrar
 from .shapes import broadcast, require_float, same_dtype
 
 OPS: dict[str, OpDef] = {}
@@ -167,7 +167,7 @@ register(OpDef(
     (Param("q", "tensor", aliases=("Q",)), Param("k", "tensor", aliases=("K",)), Param("v", "tensor", aliases=("V",)),
      Param("causal", "bool", False, aliases=("is_causal",), static=True), Param("scale", "float", None),
      Param("mask", "tensor?", None, aliases=("attention_mask",)),
-     Param("dropout", "float", None, aliases=("dropout_p",)),
+     Param("dropout", "float", None, aliases=("dropout_p",), within=PROBABILITY),
      Param("window", "value", None, aliases=("sliding_window",)), Param("bias", "tensor?", None)),
     _attention_rule, numpy=_np_attention, torch=_lower_attention, helpers=("_attention",), flops=_attention_flops,
     doc="softmax(q k^T * scale + bias) v over [B, T, H, head_dim], k and v with H or fewer (grouped-query) "
@@ -199,7 +199,7 @@ def _np_rope(x, offset=0, base=10000.0):
 
 register(OpDef(
     "rope", (Param("x", "tensor"), Param("offset", "int", 0, aliases=("pos",)),
-             Param("base", "float", 10000.0, aliases=("theta",))),
+             Param("base", "float", 10000.0, aliases=("theta",), within=POSITIVE)),
     _rope_rule, numpy=_np_rope,
     torch=lambda call: f"_rope({call.code('x')}, {call.code('offset')}, {call.code('base')})", helpers=("_rope",),
     doc="rotary position embedding on [B, T, H, head_dim], HF Llama's rotate-half convention; "

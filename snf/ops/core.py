@@ -14,7 +14,7 @@ import math
 from ..dims import Dim
 from ..ir import ScalarT, TensorT
 from .lazy_numpy import np
-from .registry import OpDef, OpError, Param, registrar
+from .registry import PROBABILITY, OpDef, OpError, Param, registrar
 from .shapes import (FLOATS, INTS, axis_index, broadcast, product, rank_at_least, require_float, same_dtype,
                      slices_shape, stored)
 
@@ -94,7 +94,7 @@ def _dropout_rule(ctx, args):
 
 
 register(OpDef(
-    "dropout", (Param("x", "tensor"), Param("rate", "float", aliases=("p",))), _dropout_rule,
+    "dropout", (Param("x", "tensor"), Param("rate", "float", aliases=("p",), within=PROBABILITY)), _dropout_rule,
     numpy=lambda x, rate: x,
     torch=lambda call: f"F.dropout({call.code('x')}, p={call.code('rate')}, training=self.training)",
     doc="dropout; identity outside training (`model.eval()`).", passthrough=True))
@@ -417,6 +417,10 @@ def _np_ce(logits, targets, shift=False, ignore_index=-100):
     flat = logits.reshape(-1, logits.shape[-1])
     t = targets.reshape(-1)
     keep = t != ignore_index
+    bad = keep & ((t < 0) | (t >= flat.shape[-1]))
+    if bad.any():  # as the module refuses them (_check_targets), not an index from the end
+        raise ValueError(f"cross_entropy's targets must be class indices in [0, {flat.shape[-1]}) or "
+                         f"{ignore_index} (ignore_index), got {t[bad][0]}")
     if not keep.any():
         return np.float64(0.0)
     z = flat - flat.max(-1, keepdims=True)
@@ -431,13 +435,18 @@ def _ce_targets(call) -> str:
     return call.code("targets")
 
 
+def _ce_names(call, classes) -> str:
+    """What a targets check's message names: the targets (`input labels`) and the classes' size."""
+    return f"{call.describe('targets')!r}, {call.show_dim(classes)!r}"
+
+
 register(OpDef(
     "cross_entropy",
     (Param("logits", "tensor"), Param("targets", "tensor"), Param("shift", "bool", False, static=True),
      Param("ignore_index", "int", -100, static=True)),
     _ce_rule, numpy=_np_ce,
     torch=lambda call: f"_cross_entropy({call.code('logits')}, {_ce_targets(call)}, {call.code('ignore_index')}, "
-                       f"{call.dtype(call.op.ty.dtype)})",
+                       f"{call.dtype(call.op.ty.dtype)}, {_ce_names(call, call.ty('logits').shape[-1])})",
     helpers=("_cross_entropy",),
     doc="mean cross-entropy; `shift=True` scores position t against target t+1 (next-token loss); "
         "0 when every target is `ignore_index`."))
@@ -459,7 +468,8 @@ register(OpDef(
         _np_ce(_np_linear(x, weight, bias), targets, shift, ignore_index),
     torch=lambda call: f"_linear_cross_entropy({call.code('x')}, {call.code('weight')}, "
                        f"{call.code('bias') if call.given('bias') else 'None'}, {_ce_targets(call)}, "
-                       f"{call.code('ignore_index')}, {call.dtype(call.op.ty.dtype)})",
+                       f"{call.code('ignore_index')}, {call.dtype(call.op.ty.dtype)}, "
+                       f"{_ce_names(call, call.ty('weight').shape[0])})",
     helpers=("_linear_cross_entropy",),
     doc="`cross_entropy(linear(x, weight, bias), targets, ...)` computed in chunks of rows, so the "
         "[rows, out] logits never exist; what the compiler lowers a head + loss to in training."))

@@ -14,3 +14,9 @@ INITS: dict[str, dict] = {
     "constant": {"value": 0.0},
     "sinusoidal": {"base": 10000.0},
 }
+
+# (initialiser, argument) -> (low, high, low_open): the range the argument must lie in
+INIT_RANGES: dict[tuple[str, str], tuple] = {
+    ("normal", "std"): (0.0, None, False),
+    ("sinusoidal", "base"): (0.0, None, True),
+}

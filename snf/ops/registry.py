@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 REQUIRED = object()
+PROBABILITY = (0.0, 1.0, False)  # Param.within of a dropout rate
+POSITIVE = (0.0, None, True)
 
 # Argument kinds a signature may use:
 #   tensor      a tensor                      tensor?   a tensor or None (optional bias, mask)
@@ -33,6 +35,9 @@ class Param:
     choices: tuple[str, ...] = ()
     role: str | None = None  # default init of a spec parameter passed here (weight, bias, norm_weight, ...)
     static: bool = False  # must be a compile-time constant (a literal or config expression)
+    # (low, high, low_open) a number passed here must lie in, either bound None: checked for the
+    # defaults, and by Config for every config (a dropout rate in [0, 1])
+    within: tuple | None = None
 
     def __post_init__(self):
         assert self.kind in KINDS, self.kind

@@ -3,7 +3,10 @@
 A spec gets `generate` when it is a causal language model: its first input is token ids
 `[B, T]` int64, an output is logits `[B, T, V]` over the rows of every table the ids index (a
 sampled id is a valid one), every attention is causal (so the logits at a position never see
-later tokens), and every other input is optional (generate cannot make one up). Its caches (from the cache plan) are fed back step by step when they come in complete
+later tokens), and every other input is optional (generate cannot make one up). Which output is
+the logits is `choose_logits`'s rule: the only `[B, T, V]` float output; else the one named
+`logits`; else the one that is not a softmax (probabilities or their log); else none, and no
+`generate`. Its caches (from the cache plan) are fed back step by step when they come in complete
 groups; a cache given together with an input generate cannot fill (a `[B, T_past + T]` mask)
 means no cache: each step recomputes the whole sequence.
 """
@@ -25,14 +28,54 @@ class DecodePlan:
     preallocated: bool  # the caches live in fixed-size buffers written in place (see the cache plan)
 
 
+NO_LOGITS = "no output is [B, T, V] floats"
+
+
+def token_input(model: ir.Model) -> ir.Tensor | None:
+    """The first input, when it is token ids `[B, T]` int64."""
+    tokens = model.inputs[0] if model.inputs else None
+    if tokens is None or tokens.optional or tokens.ty.dtype != "int64" or tokens.ty.rank != 2:
+        return None
+    return tokens
+
+
+def choose_logits(model: ir.Model, tokens: ir.Tensor) -> tuple[ir.Tensor | None, str]:
+    """The output `generate` samples from, with why; or None, with why none. The candidates are
+    the `[B, T, V]` float outputs over the tokens' axes: the only one; else the one named `logits`;
+    else the only one that is not a softmax (probabilities, or their log: sampling from
+    softmax(probs) would be wrong); else there is no telling, and no `generate`."""
+    candidates = [o for o in model.outputs if o.ty.rank == 3 and o.ty.dtype.startswith(("float", "bfloat"))
+                  and o.ty.shape[:2] == tokens.ty.shape]
+    names = ", ".join(f"`{o.name}`" for o in candidates)
+    if len(candidates) <= 1:
+        return (candidates[0], "the only [B, T, V] output") if candidates else (None, NO_LOGITS)
+    named = [o for o in candidates if o.name == "logits"]
+    if named:
+        return named[0], f"it is named `logits` (of {names})"
+    raw = [o for o in candidates if not _softmaxed(model, o.name)]
+    if len(raw) == 1:
+        rest = ", ".join(f"`{o.name}`" for o in candidates if o is not raw[0])
+        return raw[0], f"{rest} {'is a softmax' if len(candidates) == 2 else 'are softmaxes'} of the scores"
+    return None, (f"{names} could each be the logits; name the one to sample from `logits` (a softmax of the "
+                  f"scores is not one)")
+
+
+def _softmaxed(model: ir.Model, name: str) -> bool:
+    """Whether every top-level value bound to `name` is a softmax, or the log of one."""
+    values = [s.value for s in ir.walk_stmts(model.body) if isinstance(s, ir.Bind) and s.name == name]
+
+    def probabilities(e) -> bool:
+        if isinstance(e, ir.Op) and e.op == "log":
+            e = e.args[0][1]
+        return isinstance(e, ir.Op) and e.op == "softmax"
+    return bool(values) and all(probabilities(v) for v in values)
+
+
 def plan_decode(model: ir.Model, caches: CachePlan) -> DecodePlan | None:
-    if not model.inputs or not model.outputs:
+    tokens = token_input(model)
+    if tokens is None or not model.outputs:
         return None
-    tokens = model.inputs[0]
-    if tokens.optional or tokens.ty.dtype != "int64" or tokens.ty.rank != 2:
-        return None
-    logits = next((o for o in model.outputs if o.ty.rank == 3 and o.ty.dtype.startswith(("float", "bfloat"))
-                   and o.ty.shape[:2] == tokens.ty.shape), None)
+    logits, _ = choose_logits(model, tokens)
     if logits is None or any(not i.optional for i in model.inputs[1:]):
         return None
     vocab = logits.ty.shape[-1]

@@ -764,6 +764,35 @@ for l in 0..n_layer-1:
     x = x + reshape(a, [B, T, D])
 let logits = linear(x, weight=head)
 """, int_high={"idx": "V"}),
+    # ------------------------------------------------------------------ issue 18: config values
+    _f("config-divisor-zero", "soundness", "Config(H=0) raised ZeroDivisionError in its own divisibility check", """
+param:
+  D : int = 8
+  H : int = 2
+  hd = D // H
+input:
+  x : Tensor([B, T, D], float32)
+output:
+  y : Tensor([B, T, H, hd], float32)
+let y = reshape(x, [B, T, H, hd])
+""", domains={"H": [0, 2], "D": [8, 6]}),
+    _f("config-numbers", "soundness", "an initialiser's std and a dropout rate were checked for the defaults only; "
+       "a negative size field was accepted", """
+param:
+  D : int = 4
+  n_head : int = 2
+  p : float = 0.1
+input:
+  x : Tensor([B, D], float32)
+parameter:
+  w : Tensor([D, D], float32) = normal(std=1.0 / (D - 3))
+  v : Tensor([n_head, D], float32)
+output:
+  y : Tensor([B, D], float32)
+  z : Tensor([B, n_head], float32)
+let y = dropout(linear(x, weight=w), rate=p)
+let z = linear(x, weight=v)
+""", domains={"D": [2, 3, 4], "p": [1.5, -0.5, 0.25], "n_head": [-2, 0, 1]}),
 ]
 
 BY_ID = {f.id: f for f in FINDINGS}

@@ -37,7 +37,7 @@ import torch
 from snf import ir
 from snf.compiler import analyze, generate_source
 from snf.interop import spec_state
-from snf.interpret import interpret
+from snf.interpret import ConfigError, Interpreter, interpret
 from snf.source import Source
 
 RTOL = ATOL = 1e-5  # float64 module against the float64 interpreter: ~1e-12 apart in practice
@@ -204,6 +204,15 @@ class Runner:
         values = self.sample_config()
         env = config_ints(values)
         broken = broken_checks(self.m, env, config_only=True)
+        try:  # the interpreter refuses what Config refuses: the checks above, and the numbers it computes
+            Interpreter(self.m, values)
+        except ConfigError as e:
+            broken = broken or [str(e)]
+        except Exception:
+            self.fail(f"the interpreter crashed on the config {values}", traceback.format_exc())
+        else:
+            if broken:
+                self.fail(f"the interpreter accepted {values}, which breaks {broken}")
         made = []
         for mod in (self.mod, self.mod64):
             try:

@@ -1,0 +1,144 @@
+"""Every tool works on every spec `snfc check` approves (issue 18): `snfc stats` (text and JSON),
+`snfc graph`, `snfc ir` (and `--lowered`) and `snfc compile` exit 0, the module runs, the NumPy
+interpreter (`snf.interpret`) runs the same inputs to the same shapes, and `torch.export.export`
+exports the module.
+
+The specs: every one in specs/ (at a small config), hand-written ones with constructs the others
+lack (branches on the layer variable, a computed int sizing a parameter, a size that grows with
+the layer), and a fixed-seed sample of the random specs tests/property/specgen.py generates. A
+failure here is an snfc bug: fix the rule, and keep the spec that found it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import REPO, TESTS, fresh_module, snfc, write_spec
+from test_stats import COMPUTED_INT, LAYER_BRANCHES
+from snf.compiler import analyze
+from snf.interop import spec_state
+from snf.interpret import interpret
+from snf.source import Source
+
+sys.path.insert(0, str(TESTS / "property"))
+import runner  # noqa: E402
+import specgen  # noqa: E402
+
+SMALL = {"vocab_size": 37, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 16, "d_ff": 24,
+         "mlp_hidden": 24, "L": 2, "H": 2, "D": 16, "V": 37, "P": 16, "n_kv_head": 1, "sliding_window": 3,
+         "max_positions": 16, "intermediate": 24, "d_model": 16, "d_kv": 8, "num_buckets": 8, "max_distance": 16}
+
+LAYER_SIZES = """\
+param:
+  D : int = 4
+  n_layer : int = 3
+  P : int = 8
+input:
+  x : Tensor([B, D], float32)
+parameter:
+  pos : Tensor([P, D], float32)
+  W : Tensor([n_layer, D, D], float32)
+output:
+  y : Tensor([B, D], float32)
+assert n_layer <= P
+let y = x
+for l in 0..n_layer-1:
+    let seen = pos[0:l + 1, :]
+    y = linear(y, weight=W[l]) + seen[l, :]
+"""
+
+EXTRA = {"layer_branches": LAYER_BRANCHES, "computed_int": COMPUTED_INT, "layer_sizes": LAYER_SIZES}
+
+
+def _random_specs(n: int = 40) -> dict:
+    out = {}
+    for seed in itertools.count():
+        spec = specgen.build(specgen.RandomChooser(seed))
+        if analyze(Source.from_bytes("r.snf", spec.text.encode())).ok:
+            out[f"random{seed}"] = spec
+        if len(out) == n:
+            return out
+
+
+RANDOM = _random_specs()
+CASES = [p.stem for p in sorted((REPO / "specs").glob("*.snf"))] + list(EXTRA) + list(RANDOM)
+
+
+def _case(name: str):
+    """(text, config, hints) of a case."""
+    if name in RANDOM:
+        return RANDOM[name].text, {}, RANDOM[name]
+    if name in EXTRA:
+        return EXTRA[name], {}, None
+    return (REPO / "specs" / f"{name}.snf").read_text(encoding="utf-8"), SMALL, None
+
+
+def _stats(path, config: dict, fields: set) -> None:
+    """`snfc stats` in both formats at `config`, with a value for each run-time dim it asks for."""
+    sets = [f"{k}={v}" for k, v in config.items() if k in fields]
+    for _ in range(8):
+        args = [a for s in sets for a in ("--set", s)]
+        rc, out, err = snfc("stats", str(path), *args)
+        if rc == 1 and "give its value with --set " in err:
+            sets.append(err.split("--set ")[-1].split("=")[0].strip() + "=3")
+            continue
+        assert rc == 0, err
+        rc, out, err = snfc("stats", str(path), "--format", "json", *args)
+        assert rc == 0, err
+        return
+    raise AssertionError(f"stats kept asking for dims: {sets}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CASES)
+def test_every_tool_runs(name, tmp_path):
+    text, small, hints = _case(name)
+    path = write_spec(tmp_path, text, f"{name}.snf")
+    result = analyze(Source.read(path))
+    assert result.ok, [d.message for d in result.diagnostics if d.severity == "error"]
+    m = result.model
+    config = {c.name: small[c.name] for c in m.config if c.name in small}
+    for args in (["check", "-v"], ["ir"], ["ir", "--lowered"], ["graph"]):
+        rc, _, err = snfc(*args, str(path))
+        assert rc == 0, (args, err)
+    _stats(path, config, {c.name for c in m.config})
+    out = tmp_path / f"every_{name}.py"
+    rc, _, err = snfc("compile", str(path), "-o", str(out), "-q")
+    assert rc == 0, err
+    module = fresh_module(out, f"every_{name}")
+    try:
+        torch.manual_seed(0)
+        model = module.Model(**config).eval()
+        values = {c.name: getattr(model.config, c.name) for c in m.config}
+        run = runner.Runner(text, hints, np.random.default_rng(0))
+        run.m, run.values = m, values
+        for present_all in (False, True):
+            present = {i.name: present_all for i in m.inputs if i.optional}
+            env = run.env_for(present, run.sample_dims())
+            if runner.broken_checks(m, env, given={n for n, p in present.items() if p}) or \
+                    run.negative_sizes(env, present):
+                continue
+            inputs, _ = run.make_inputs(env, present)
+            kwargs = {k: v for k, v in inputs.items() if v is not None}
+            with torch.no_grad():
+                got = model(**kwargs)
+            params = {k: v.detach().double().numpy() for k, v in spec_state(model).items()}
+            wide = {k: None if v is None else v.double().numpy() if v.is_floating_point() else v.numpy()
+                    for k, v in inputs.items()}
+            want = interpret(m, params, wide, values)
+            got = {m.outputs[0].name: got} if len(m.outputs) == 1 else got._asdict()
+            for o in m.outputs:
+                g, w = got[o.name], want[o.name]
+                assert (g is None) == (w is None), o.name
+                if g is not None:
+                    assert tuple(g.shape) == np.shape(w), o.name
+            if present_all or not any(i.optional for i in m.inputs):
+                exported = torch.export.export(model, (), kwargs)
+                assert exported.graph_module is not None
+    finally:
+        sys.modules.pop(f"every_{name}", None)

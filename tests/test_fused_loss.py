@@ -196,8 +196,8 @@ def test_the_helper_with_a_bias_and_every_gradient(monkeypatch):
     targets = torch.randint(0, 11, (3, 6))
     targets[1, 2] = -100
     grads = []
-    for fn in (lambda x, w, b: ng._cross_entropy(F.linear(x, w, b), targets, -100, torch.float32),
-               lambda x, w, b: ng._linear_cross_entropy(x, w, b, targets, -100, torch.float32)):
+    for fn in (lambda x, w, b: ng._cross_entropy(F.linear(x, w, b), targets, -100, torch.float32, "targets", "V"),
+               lambda x, w, b: ng._linear_cross_entropy(x, w, b, targets, -100, torch.float32, "targets", "V")):
         leaves = [t.clone().requires_grad_() for t in (x, w, b)]
         loss = fn(*leaves)
         (loss * 3.0).backward()  # backward scales the gradients forward computed

@@ -333,14 +333,8 @@ def _tests(stmts) -> list:
 
 def _mentions(e, var: str) -> bool:
     """Whether the expression `e` reads the dim `var` (the loop variable)."""
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, ir.Ref) and x.name == var or isinstance(getattr(x, "ty", None), ScalarT) and \
-                x.ty.dim is not None and var in x.ty.dim.symbols():
-            return True
-        stack.extend(ir.children(x))
-    return False
+    return any(isinstance(x, ir.Ref) and x.name == var or isinstance(getattr(x, "ty", None), ScalarT)
+               and x.ty.dim is not None and var in x.ty.dim.symbols() for x in ir.subexprs((e,)))
 
 
 # ------------------------------------------------------------------------------- stats

@@ -7,7 +7,8 @@ Two layers, one module each:
   where every expression carries its type with symbolic shape, names are resolved, and calls are
   bound to an op's signature. Passes, code generation and the NumPy interpreter read only these.
 
-`walk` holds the walkers over the typed IR. Everything is re-exported here: write `ir.Let`,
+`walk` is the one traversal of the typed IR (statements where they are, expressions, reads and
+writes, rewriting). Everything is re-exported here: write `ir.Let`,
 `ir.Model`, `ir.walk_stmts`.
 """
 
@@ -17,6 +18,8 @@ from .syntax import *  # noqa: F401,F403
 from .syntax import __all__ as _syntax_names
 from .typed import *  # noqa: F401,F403
 from .typed import __all__ as _typed_names
-from .walk import children, walk_exprs, walk_stmts
+from .walk import (Site, children, contains, names_read, own_exprs, reads, rewrite, sites, subexprs, walk_exprs,
+                   walk_stmts, writes)
 
-__all__ = [*_syntax_names, *_typed_names, "children", "walk_exprs", "walk_stmts", "replace", "field"]
+__all__ = [*_syntax_names, *_typed_names, "Site", "children", "contains", "names_read", "own_exprs", "reads", "rewrite", "sites",
+           "subexprs", "walk_exprs", "walk_stmts", "writes", "replace", "field"]

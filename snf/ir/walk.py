@@ -1,32 +1,62 @@
-"""Walking the typed IR: every statement, every expression, an expression's children."""
+"""Walking the typed IR, the one traversal every pass uses: statements (with the loop and the if
+tests around them), a statement's own expressions, every sub-expression, what a statement reads
+and writes, and rewriting an expression."""
 
 from __future__ import annotations
 
-from .typed import Loop, Op, TCond, TIf, TList, TSlice
+from dataclasses import replace
+from typing import Callable, Iterable, Iterator, NamedTuple
 
-def walk_stmts(stmts) -> "list":
-    """Every statement, nested ones included, in order."""
-    out = []
+from .typed import Bind, FusedLinear, IsPresent, Loop, Op, Ref, SetItem, TCond, TIf, TList, TSlice
+
+
+class Site(NamedTuple):
+    """A statement where it is: the innermost loop around it and the tests of the ifs around it
+    (outermost first)."""
+    stmt: object
+    loop: Loop | None
+    tests: tuple
+
+
+def sites(stmts, loop: Loop | None = None, tests: tuple = ()) -> Iterator[Site]:
+    """Every statement, nested ones included, in program order (a loop's body once)."""
     for s in stmts:
-        out.append(s)
-        if isinstance(s, TIf):
-            out += walk_stmts(s.body) + walk_stmts(s.orelse)
-        elif isinstance(s, Loop):
-            out += walk_stmts(s.body)
-    return out
+        yield Site(s, loop, tests)
+        if isinstance(s, Loop):
+            yield from sites(s.body, s, tests)
+        elif isinstance(s, TIf):
+            yield from sites(s.body + s.orelse, loop, tests + (s.test,))
 
 
-def walk_exprs(stmts):
-    """Every typed expression in a body, nested statements and sub-expressions included."""
-    stack = []
-    for s in walk_stmts(stmts):
-        stack += [e for e in (getattr(s, "value", None), getattr(s, "test", None), getattr(s, "input", None))
-                  if e is not None]
-        stack += list(getattr(s, "index", None) or ())
+def walk_stmts(stmts) -> list:
+    """Every statement, nested ones included, in order."""
+    return [site.stmt for site in sites(stmts)]
+
+
+def own_exprs(stmt) -> list:
+    """The top expressions of the statement itself, not of the statements nested in it: an if's
+    test; a loop has none."""
+    if isinstance(stmt, TIf):
+        return [stmt.test]
+    if isinstance(stmt, Loop):
+        return []
+    tops = [e for e in (getattr(stmt, "value", None), getattr(stmt, "test", None), getattr(stmt, "input", None))
+            if e is not None]
+    return tops + list(getattr(stmt, "index", None) or ())
+
+
+def subexprs(roots: Iterable) -> Iterator:
+    """Every expression under `roots`, the roots included (each node once per occurrence)."""
+    stack = list(roots)
     while stack:
         e = stack.pop()
         yield e
         stack.extend(children(e))
+
+
+def walk_exprs(stmts) -> Iterator:
+    """Every typed expression in a body, nested statements and sub-expressions included."""
+    return subexprs(e for s in walk_stmts(stmts) for e in own_exprs(s))
 
 
 def children(e) -> list:
@@ -40,3 +70,52 @@ def children(e) -> list:
     if isinstance(e, TSlice):
         return [x for x in (e.lo, e.hi) if x is not None]
     return []
+
+
+def contains(e, node) -> bool:
+    """Whether the node `node` (by identity) is `e` or under it."""
+    return any(x is node for x in subexprs((e,)))
+
+
+def names_read(exprs: Iterable) -> set:
+    """The names the expressions read (a presence test reads its input)."""
+    return {e.name for e in subexprs(exprs) if isinstance(e, (Ref, IsPresent))}
+
+
+def reads(stmt) -> set:
+    """The names a statement's own expressions read; a write into a tensor also reads the tensor.
+    A loop or an if reads nothing itself here: its test and body are sites of their own."""
+    if isinstance(stmt, (Loop, TIf)):
+        return set()
+    out = names_read(own_exprs(stmt))
+    if isinstance(stmt, SetItem):
+        out.add(stmt.name)
+    return out
+
+
+def writes(stmt) -> set:
+    """The names a statement binds or writes into."""
+    if isinstance(stmt, (Bind, SetItem)):
+        return {stmt.name}
+    if isinstance(stmt, FusedLinear):
+        return set(stmt.targets)
+    return set()
+
+
+def rewrite(e, fn: Callable):
+    """`e` rebuilt bottom-up: each node's children first, then `fn(node)` (the node itself where
+    `fn` gives None). Nodes whose children did not change are kept, so identity survives."""
+    if isinstance(e, Op):
+        args = tuple((n, rewrite(a, fn)) for n, a in e.args)
+        if any(a is not b for (_, a), (_, b) in zip(args, e.args)):
+            e = replace(e, args=args)
+    elif isinstance(e, TCond):
+        parts = {k: rewrite(getattr(e, k), fn) for k in ("test", "body", "orelse")}
+        if any(parts[k] is not getattr(e, k) for k in parts):
+            e = replace(e, **parts)
+    elif isinstance(e, TList):
+        items = tuple(rewrite(i, fn) for i in e.items)
+        if any(a is not b for a, b in zip(items, e.items)):
+            e = replace(e, items=items)
+    out = fn(e)
+    return e if out is None else out

@@ -97,7 +97,7 @@ def _find_caches(model: ir.Model) -> tuple[list[Cache], dict, set]:
     found: list[Cache] = []
     concats: dict[str, tuple[ir.Op, str]] = {}  # input -> (concat op, bound name)
     indirect: set = set()  # names bound to a value computed from a concatenated cache
-    for loop, stmt in _statements(model.body):
+    for stmt, loop, _ in ir.sites(model.body):
         for op in _ops(stmt):
             if op.op != "concat":
                 continue
@@ -141,29 +141,9 @@ def _output_of(model: ir.Model, loop: ir.Loop | None, name: str, outputs: set) -
     return None, None
 
 
-def _statements(stmts, loop: ir.Loop | None = None):
-    """(enclosing loop, statement) for every statement."""
-    for s in stmts:
-        yield loop, s
-        if isinstance(s, ir.Loop):
-            yield from _statements(s.body, s)
-        elif isinstance(s, ir.TIf):
-            yield from _statements(s.body + s.orelse, loop)
-
-
-def _ops(stmt):
-    return [e for e in ir.walk_exprs((stmt,)) if isinstance(e, ir.Op)] if not isinstance(stmt, (ir.Loop, ir.TIf)) \
-        else [e for e in _own_exprs(stmt) if isinstance(e, ir.Op)]
-
-
-def _own_exprs(stmt):
-    """The expressions of a compound statement's own header (a loop has none, an if its test)."""
-    if isinstance(stmt, ir.TIf):
-        stack = [stmt.test]
-        while stack:
-            e = stack.pop()
-            yield e
-            stack.extend(ir.children(e))
+def _ops(stmt) -> list:
+    """The ops of a statement's own expressions."""
+    return [e for e in ir.subexprs(ir.own_exprs(stmt)) if isinstance(e, ir.Op)]
 
 
 # ---------------------------------------------------------------------------- the fixed-shape path
@@ -220,7 +200,7 @@ def _preallocation(model: ir.Model, caches: list[Cache], concats: dict,
 
 
 def _test_uses(s, dim: str) -> bool:
-    return isinstance(s, ir.TIf) and any(_mentions(e, dim) for e in _own_exprs(s))
+    return isinstance(s, ir.TIf) and any(_mentions(e, dim) for e in ir.subexprs(ir.own_exprs(s)))
 
 
 def _mentions(e, dim: str) -> bool:

@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from .liveness import writes
 
 
 @dataclass(frozen=True)
@@ -45,25 +44,20 @@ def plan_fused_loss(model: ir.Model) -> FusedLoss | None:
             continue
         between = body[i + 1:body.index(loss)]
         reads = {e.name for e in ir.walk_exprs((head,)) if isinstance(e, ir.Ref) and e.kind == "local"}
-        if any(writes(s) & reads for s in ir.walk_stmts(between)) or loss.name in reads:
+        if any(ir.writes(s) & reads for s in ir.walk_stmts(between)) or loss.name in reads:
             continue
         ce = _ce_of(loss.value, head.name)
-        return FusedLoss(head.name, head, loss, ir.replace(loss, value=_substitute(loss.value, ce, _fused(head, ce))),
-                         _presence_tests(loss.value, ce))
+        fused = _fused(head, ce)
+        value = ir.rewrite(loss.value, lambda x: fused if x is ce else None)
+        return FusedLoss(head.name, head, loss, ir.replace(loss, value=value), _presence_tests(loss.value, ce))
     return None
 
 
 def _ce_of(e, logits: str) -> ir.Op | None:
     """The `cross_entropy(logits, ...)` inside `e`, if there is one."""
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, ir.Op) and x.op == "cross_entropy":
-            arg = x.arg("logits")
-            if isinstance(arg, ir.Ref) and arg.kind == "local" and arg.name == logits:
-                return x
-        stack.extend(ir.children(x))
-    return None
+    return next((x for x in ir.subexprs((e,)) if isinstance(x, ir.Op) and x.op == "cross_entropy"
+                 and isinstance(x.arg("logits"), ir.Ref) and x.arg("logits").kind == "local"
+                 and x.arg("logits").name == logits), None)
 
 
 def _fused(head: ir.Bind, ce: ir.Op) -> ir.Op:
@@ -73,34 +67,16 @@ def _fused(head: ir.Bind, ce: ir.Op) -> ir.Op:
     return ir.Op("linear_cross_entropy", args, ce.ty, ce.span)
 
 
-def _substitute(e, old, new):
-    """`e` with the node `old` replaced by `new`."""
-    if e is old:
-        return new
-    if isinstance(e, ir.Op):
-        return ir.replace(e, args=tuple((n, _substitute(a, old, new)) for n, a in e.args))
-    if isinstance(e, ir.TCond):
-        return ir.replace(e, test=_substitute(e.test, old, new), body=_substitute(e.body, old, new),
-                          orelse=_substitute(e.orelse, old, new))
-    if isinstance(e, ir.TList):
-        return ir.replace(e, items=tuple(_substitute(i, old, new) for i in e.items))
-    return e
-
-
 def _presence_tests(e, ce: ir.Op) -> tuple[str, ...]:
     """The optional inputs whose presence guards `ce` in `e` (`ce if targets exists else None`)."""
     if e is ce:
         return ()
     if isinstance(e, ir.TCond):
-        if _contains(e.body, ce) and isinstance(e.test, ir.IsPresent):
+        if ir.contains(e.body, ce) and isinstance(e.test, ir.IsPresent):
             return (e.test.name,) + _presence_tests(e.body, ce)
-        return next((_presence_tests(c, ce) for c in (e.body, e.orelse) if _contains(c, ce)), ())
-    return next((_presence_tests(c, ce) for c in ir.children(e) if _contains(c, ce)), ())
-
-
-def _contains(e, node) -> bool:
-    return e is node or any(_contains(c, node) for c in ir.children(e))
+        return next((_presence_tests(c, ce) for c in (e.body, e.orelse) if ir.contains(c, ce)), ())
+    return next((_presence_tests(c, ce) for c in ir.children(e) if ir.contains(c, ce)), ())
 
 
 def _rebound(body, name: str, first) -> bool:
-    return any(s is not first and name in writes(s) for s in ir.walk_stmts(body))
+    return any(s is not first and name in ir.writes(s) for s in ir.walk_stmts(body))

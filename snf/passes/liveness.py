@@ -89,11 +89,11 @@ def _only(model: ir.Model, every: frozenset, base: frozenset) -> tuple[frozenset
     """The statements live for a demand's outputs alone, and the dead ones (no output needs them)
     that read a value only those define (without the flag that value does not exist: a write
     into it, or a re-assignment, does not make it); and the values they alone define."""
-    simple = [s for s, _ in _flatten(model.body, ()) if not isinstance(s, (ir.Loop, ir.TIf))]
+    simple = [site.stmt for site in ir.sites(model.body) if not isinstance(site.stmt, (ir.Loop, ir.TIf))]
     only = {s for s in every - base if not isinstance(s, (ir.Loop, ir.TIf))}
     while True:
         absent = {n for s in only for n in _defines(s)} - {n for s in simple if s not in only for n in _defines(s)}
-        dependent = {s for s in simple if s not in every and s not in only and _reads(s) & absent}
+        dependent = {s for s in simple if s not in every and s not in only and ir.reads(s) & absent}
         if not dependent:
             return frozenset(only), frozenset(absent)
         only |= dependent
@@ -101,18 +101,18 @@ def _only(model: ir.Model, every: frozenset, base: frozenset) -> tuple[frozenset
 
 def live_statements(model: ir.Model, wanted: set, body: tuple | None = None) -> frozenset:
     """The statements of `body` (the model's, by default) that the outputs in `wanted` need."""
-    stmts = list(_flatten(model.body if body is None else body, ()))
+    stmts = [(site.stmt, site.tests) for site in ir.sites(model.body if body is None else body)]
     needed = set(wanted)
     changed = True
     while changed:
         changed = False
         for s, tests in stmts:
-            if writes(s) & needed:
-                new = (_reads(s) | _refs(tests)) - needed
+            if ir.writes(s) & needed:  # the tests of the ifs around it are needed where it is
+                new = (ir.reads(s) | ir.names_read(tests)) - needed
                 if new:
                     needed |= new
                     changed = True
-    live = {s for s, _ in stmts if writes(s) & needed}
+    live = {s for s, _ in stmts if ir.writes(s) & needed}
     # a compound statement is live when anything in it is
     for s, _ in stmts:
         if isinstance(s, (ir.Loop, ir.TIf)) and any(t in live for t in ir.walk_stmts(_body(s))):
@@ -120,51 +120,12 @@ def live_statements(model: ir.Model, wanted: set, body: tuple | None = None) -> 
     return frozenset(live)
 
 
-def _flatten(stmts, tests: tuple):
-    """Every statement with the tests of the ifs around it (their reads are needed where it is)."""
-    for s in stmts:
-        yield s, tests
-        if isinstance(s, ir.TIf):
-            yield from _flatten(s.body + s.orelse, tests + (s.test,))
-        elif isinstance(s, ir.Loop):
-            yield from _flatten(s.body, tests)
-
-
 def _body(s):
     return s.body + (s.orelse if isinstance(s, ir.TIf) else ())
-
-
-def writes(s) -> set:
-    """The names a statement binds or writes into."""
-    if isinstance(s, (ir.Bind, ir.SetItem)):
-        return {s.name}
-    if isinstance(s, ir.FusedLinear):
-        return set(s.targets)
-    return set()
 
 
 def _defines(s) -> set:
     """The names a statement brings into being (`let`, a fused projection's targets)."""
     if isinstance(s, ir.Bind) and s.let or isinstance(s, ir.FusedLinear):
-        return writes(s)
+        return ir.writes(s)
     return set()
-
-
-def _refs(exprs) -> set:
-    out, stack = set(), list(exprs)
-    while stack:
-        e = stack.pop()
-        if isinstance(e, (ir.Ref, ir.IsPresent)):
-            out.add(e.name)
-        stack.extend(ir.children(e))
-    return out
-
-
-def _reads(s) -> set:
-    """Names a simple statement reads; a write into a tensor also reads the tensor."""
-    if isinstance(s, (ir.Loop, ir.TIf)):
-        return set()
-    out = {e.name for e in ir.walk_exprs((s,)) if isinstance(e, (ir.Ref, ir.IsPresent))}
-    if isinstance(s, ir.SetItem):
-        out.add(s.name)
-    return out

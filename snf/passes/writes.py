@@ -16,57 +16,39 @@ from ..ops import all_ops
 
 def plan_writes(model: ir.Model) -> frozenset:
     """The SetItem statements that may write in place."""
-    order = list(_in_order(model.body))
-    loops = {id(t): s for s in ir.walk_stmts(model.body) if isinstance(s, ir.Loop) for t in ir.walk_stmts(s.body)}
+    order = list(ir.sites(model.body))  # a loop body once: a read in any layer counts as before a later write
+    at = {id(site.stmt): i for i, site in enumerate(order)}
+    loop_of = {id(site.stmt): site.loop for site in order}
+    by_name: dict[str, list] = {}
+    for site in order:
+        if isinstance(site.stmt, ir.SetItem):
+            by_name.setdefault(site.stmt.name, []).append(site.stmt)
     safe = set()
-    for name in {s.name for s in order if isinstance(s, ir.SetItem)}:
-        binds = [s for s in order if isinstance(s, ir.Bind) and s.name == name]
+    for name, writes in by_name.items():
+        binds = [x.stmt for x in order if isinstance(x.stmt, ir.Bind) and x.stmt.name == name]
         if len(binds) != 1 or not binds[0].let or not _fresh(binds[0].value):
             continue
-        writes = [s for s in order if isinstance(s, ir.SetItem) and s.name == name]
-        if any(isinstance(e, ir.Ref) and e.name == name for w in writes for e in _walk((w.value, *w.index))):
+        if any(name in ir.names_read(ir.own_exprs(w)) for w in writes):
             continue  # `y[1:] = y[:-1]` reads the old y: torch would overlap the two
-        start, last = order.index(binds[0]), max(order.index(w) for w in writes)
-        if any(order.index(w) < start for w in writes):
+        start, last = at[id(binds[0])], max(at[id(w)] for w in writes)
+        if any(at[id(w)] < start for w in writes):
             continue
-        others = [s for s in order if not (isinstance(s, ir.SetItem) and s.name == name) and _reads(s, name)]
+        others = [x.stmt for x in order if not (isinstance(x.stmt, ir.SetItem) and x.stmt.name == name)
+                  and name in _reads(x.stmt)]
         # a read before the last write could be a view the write changes; in a loop, a read
         # anywhere in the body could be one carried to the next layer's write
-        if any(start < order.index(s) < last for s in others):
+        if any(start < at[id(s)] < last for s in others):
             continue
-        in_loops = {id(loops[id(w)]) for w in writes if id(w) in loops}
-        if any(id(loops.get(id(s))) in in_loops for s in others if id(s) in loops):
+        in_loops = {id(loop_of[id(w)]) for w in writes if loop_of[id(w)] is not None}
+        if any(id(loop_of[id(s)]) in in_loops for s in others if loop_of[id(s)] is not None):
             continue
         safe.update(writes)
     return frozenset(safe)
 
 
-def _in_order(stmts):
-    """Statements in program order, nested ones included (a loop body once: a read in any layer
-    counts as before a write in a later one)."""
-    for s in stmts:
-        yield s
-        if isinstance(s, ir.Loop):
-            yield from _in_order(s.body)
-        elif isinstance(s, ir.TIf):
-            yield from _in_order(s.body + s.orelse)
-
-
-def _reads(stmt, name: str) -> bool:
-    if isinstance(stmt, (ir.Loop, ir.TIf)):
-        exprs = [stmt.test] if isinstance(stmt, ir.TIf) else []
-    else:
-        exprs = None
-    found = ir.walk_exprs((stmt,)) if exprs is None else _walk(exprs)
-    return any(isinstance(e, ir.Ref) and e.name == name for e in found)
-
-
-def _walk(exprs):
-    stack = list(exprs)
-    while stack:
-        e = stack.pop()
-        yield e
-        stack.extend(ir.children(e))
+def _reads(stmt) -> set:
+    """What a statement reads where it is: its own expressions (an if its test, a loop nothing)."""
+    return ir.names_read(ir.own_exprs(stmt))
 
 
 def _fresh(e) -> bool:

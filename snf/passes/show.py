@@ -1,0 +1,98 @@
+"""The plans as text: one printer per plan, for the per-pass examples (tests/golden/passes/) and
+for reading what a pass decided. A statement is named by its spec line and what it binds."""
+
+from __future__ import annotations
+
+from .. import ir
+from ..dims import show_dim
+from . import Plans
+
+
+def show_plans(plans: Plans) -> str:
+    sections = [("blocks", show_blocks(plans)), ("caches", show_caches(plans)), ("layout", show_layout(plans)),
+                ("outputs", show_outputs(plans)), ("decode", show_decode(plans)), ("writes", show_writes(plans)),
+                ("fused loss", show_loss(plans))]
+    return "".join(f"{title}:\n" + "".join(f"  {line}\n" for line in lines or ["(none)"]) for title, lines in sections)
+
+
+def stmt_name(s) -> str:
+    """`line 12: let h` / `line 14: new_keys[...] =` / `line 9: for l` / `line 10: if`."""
+    if isinstance(s, ir.Bind):
+        what = f"{'let ' if s.let else ''}{s.name}"
+    elif isinstance(s, ir.SetItem):
+        what = f"{s.name}[...] ="
+    elif isinstance(s, ir.FusedLinear):
+        what = ", ".join(s.targets) + " (fused projection)"
+    elif isinstance(s, ir.Loop):
+        what = f"for {s.var}"
+    elif isinstance(s, ir.TIf):
+        what = "if"
+    else:
+        what = type(s).__name__.lower()
+    return f"line {s.span.line}: {what}"
+
+
+def show_blocks(plans: Plans) -> list[str]:
+    out = []
+    for b in plans.blocks.blocks:
+        out.append(f"{b.cls} (Model.{b.attr}): the loop at line {b.loop.span.line}, {len(b.body)} statements")
+        out += [f"  reads {name} ({kind})" for name, kind in b.reads]
+        out += [f"  carries {name}" for name in b.carried]
+        out += [f"  the caller writes {stmt_name(s)}" for s in b.hoisted]
+        out += ["  reads the layer variable"] if b.uses_var else []
+    return out
+
+
+def show_caches(plans: Plans) -> list[str]:
+    plan = plans.caches
+    out = [f"{c.input} -> {c.output}: grows along axis {c.axis} ({c.dim})"
+           + (f", a slice per layer of the loop at line {c.loop.span.line}" if c.loop else "") for c in plan.caches]
+    if plan.preallocated:
+        p = plan.preallocated
+        out.append(f"preallocated: {show_dim(p.size)} slots, the length in {p.dim}; {len(p.concats)} concats "
+                   f"write in place, {len(p.narrows)} slices start at the length")
+    elif plan.reason:
+        out.append(f"no preallocated path: {plan.reason}")
+    return out
+
+
+def show_layout(plans: Plans) -> list[str]:
+    out = [f"{owner + '.' if owner else ''}{m.attr}: {m.kind} of {', '.join(m.weights)}"
+           + (f" (biases {', '.join(b for b in m.biases if b)})" if any(m.biases) else "")
+           for owner, m in plans.layout.modules]
+    for p in plans.layout.places:
+        rows = f" rows [{show_dim(p.rows[0])}, {show_dim(p.rows[1])})" if p.rows else ""
+        out.append(f"{p.name} -> {p.owner + '[l].' if p.owner else ''}{p.path}{rows}")
+    return out
+
+
+def show_outputs(plans: Plans) -> list[str]:
+    out = []
+    for d in plans.outputs.demands:
+        off = f"; off in training{' with ' + ', '.join(d.off_in_training_with) if d.off_in_training_with else ''}"
+        out.append(f"{d.flag}: {', '.join(sorted(d.outputs))}{off}")
+        out += [f"  only then: {stmt_name(s)}" for s in sorted(d.statements, key=lambda s: (s.span.line, s.span.col))]
+        out += [f"  else: {stmt_name(old)} runs fused" for old, _ in d.instead]
+    return out
+
+
+def show_decode(plans: Plans) -> list[str]:
+    d = plans.decode
+    if d is None:
+        return []
+    fed = ", ".join(f"{c.output} -> {c.input}" for c in d.caches) or "none: each step recomputes the sequence"
+    return [f"tokens {d.tokens}, logits {d.logits}", f"fed back: {fed}",
+            f"buffers written in place: {'yes' if d.preallocated else 'no'}"]
+
+
+def show_writes(plans: Plans) -> list[str]:
+    every = [s for s in ir.walk_stmts(plans.model.body) if isinstance(s, ir.SetItem)]
+    return [f"{stmt_name(s)} {'in place' if s in plans.writes else 'copies first'}" for s in every]
+
+
+def show_loss(plans: Plans) -> list[str]:
+    f = plans.loss
+    if f is None:
+        return []
+    return [f"{stmt_name(f.head)} feeds {stmt_name(f.loss)}: linear_cross_entropy in training"
+            + (f" with {', '.join(f.targets)}" if f.targets else "")]

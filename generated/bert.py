@@ -100,6 +100,7 @@ def _eagerly():
 _COMPILER_FILES = ("torch/_dynamo/", "torch/_inductor/", "torch/_functorch/", "torch/fx/", "torch/_subclasses/",
                    "torch/utils/_sympy/", "torch/_guards", "torchinductor_")
 
+
 # The most graphs one compiled function keeps, over every model of this file in the process (dynamo's
 # own recompile limit is 8). A session's count is far lower (docs/language.md, section 10); past it,
 # calls with shapes not seen yet run eagerly.
@@ -479,12 +480,6 @@ def _check_number(compute, low: Optional[float], high: Optional[float], low_open
     if not math.isfinite(value) or low is not None and (value <= low if low_open else value < low) \
             or high is not None and value > high:
         raise ValueError(f"{what} must be {wanted}, got {value} ({where}); got {got}")
-
-
-def _check_together(names: tuple, values: tuple) -> None:
-    """Inputs that share a run-time dim are given together, or not at all."""
-    if len({v is None for v in values}) != 1:
-        raise ValueError(", ".join(names) + " must be given together, or not at all")
 
 
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,

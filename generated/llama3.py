@@ -107,6 +107,7 @@ def _eagerly():
 _COMPILER_FILES = ("torch/_dynamo/", "torch/_inductor/", "torch/_functorch/", "torch/fx/", "torch/_subclasses/",
                    "torch/utils/_sympy/", "torch/_guards", "torchinductor_")
 
+
 # The most graphs one compiled function keeps, over every model of this file in the process (dynamo's
 # own recompile limit is 8). A session's count is far lower (docs/language.md, section 10); past it,
 # calls with shapes not seen yet run eagerly.

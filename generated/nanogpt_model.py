@@ -86,6 +86,7 @@ def _eagerly():
 _COMPILER_FILES = ("torch/_dynamo/", "torch/_inductor/", "torch/_functorch/", "torch/fx/", "torch/_subclasses/",
                    "torch/utils/_sympy/", "torch/_guards", "torchinductor_")
 
+
 # The most graphs one compiled function keeps, over every model of this file in the process (dynamo's
 # own recompile limit is 8). A session's count is far lower (docs/language.md, section 10); past it,
 # calls with shapes not seen yet run eagerly.
@@ -450,67 +451,6 @@ def _check_number(compute, low: Optional[float], high: Optional[float], low_open
     if not math.isfinite(value) or low is not None and (value <= low if low_open else value < low) \
             or high is not None and value > high:
         raise ValueError(f"{what} must be {wanted}, got {value} ({where}); got {got}")
-
-
-def _check_together(names: tuple, values: tuple) -> None:
-    """Inputs that share a run-time dim are given together, or not at all."""
-    if len({v is None for v in values}) != 1:
-        raise ValueError(", ".join(names) + " must be given together, or not at all")
-
-
-def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
-               cache_position: Optional[torch.Tensor] = None, window: Optional[int] = None,
-               bias: Optional[torch.Tensor] = None):
-    """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask, a bottom-right causal mask, a sliding
-    `window` (query i sees keys in (i - window, i]) and an additive `bias` [B, H, T, T_keys]. k and v
-    may have fewer heads than q (grouped-query attention). A query that sees no key gives zeros.
-
-    With `cache_position`, the keys are a preallocated cache: key j is visible to query i when
-    j <= cache_position + i (later slots are empty)."""
-    tq, tk = q.size(-2), k.size(-2)
-    gqa = q.size(1) != k.size(1)
-    if cache_position is None and mask is None and window is None and bias is None \
-            and (not causal or tq == 1 or tq == tk):
-        # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
-        if causal and tq > 1:  # a Python branch, so compiled code never sees a symbolic bool
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale,
-                                                  enable_gqa=gqa)
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
-    allowed = None
-    if causal:  # key j is visible to query i (at position first + i) when j <= first + i
-        first = cache_position if cache_position is not None else tk - tq
-        rows = first + torch.arange(tq, device=q.device)[:, None]
-        cols = torch.arange(tk, device=q.device)[None, :]
-        allowed = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
-    if mask is not None:
-        keep = (mask != 0)[:, None, None, :]
-        allowed = keep if allowed is None else allowed & keep
-    if cache_position is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
-            and torch.compiler.is_compiling():
-        # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
-        # out, it fuses with its neighbours and beats an SDPA call there (benchmarks/README.md); each
-        # key/value head serves its group of query heads without copying the cache
-        b, h, _, hd = q.shape
-        grouped = q.reshape(b, k.size(1), h // k.size(1), hd)
-        scores = (grouped @ k.transpose(-1, -2)) * (hd ** -0.5 if scale is None else scale)
-        probs = scores.masked_fill(~allowed, float("-inf")).float().softmax(-1)
-        if mask is not None:
-            probs = probs.nan_to_num(0.0)  # a query whose every key is padding
-        return (probs.to(v.dtype) @ v).reshape(b, h, 1, v.size(-1))
-    scores_mask = allowed
-    if bias is not None:
-        bias = bias.to(q.dtype)
-        scores_mask = bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
-    if gqa and scores_mask is not None and q.device.type == "cuda":
-        # masked grouped-query SDPA falls back to the math kernel on CUDA: repeat the k/v heads instead
-        k, v = (t.repeat_interleave(q.size(1) // t.size(1), dim=1) for t in (k, v))
-        gqa = False
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=scores_mask, dropout_p=dropout_p, scale=scale,
-                                         enable_gqa=gqa)
-    if mask is not None or causal and tk < tq:
-        # a query that sees no key (all padding, or before the first key) gets zeros on every backend
-        out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
-    return out
 
 
 def _decoding(count: int):

@@ -111,6 +111,7 @@ def _eagerly():
 _COMPILER_FILES = ("torch/_dynamo/", "torch/_inductor/", "torch/_functorch/", "torch/fx/", "torch/_subclasses/",
                    "torch/utils/_sympy/", "torch/_guards", "torchinductor_")
 
+
 # The most graphs one compiled function keeps, over every model of this file in the process (dynamo's
 # own recompile limit is 8). A session's count is far lower (docs/language.md, section 10); past it,
 # calls with shapes not seen yet run eagerly.
@@ -409,23 +410,6 @@ def _check_index(name: str, t: torch.Tensor, size: int, size_name: str) -> None:
                              f"{low if low < 0 else high}")
 
 
-def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str, why: str = "",
-                sizes: Optional[dict] = None) -> None:
-    """A run-time condition on dims (the spec's `assert`, an index or slice within its axis, a
-    size that is not negative, an exact division). A dim that is a cache position (a 0-d tensor)
-    is checked eagerly on the CPU only (see _eager_check). `why` is the checker's own sentence,
-    said with the `sizes` it is about."""
-    if isinstance(lhs, torch.Tensor):
-        if not _eager_check(lhs):
-            return
-        lhs = int(lhs)
-    if not {"<=": lhs <= rhs, "<": lhs < rhs, ">=": lhs >= rhs, ">": lhs > rhs, "==": lhs == rhs}[op]:
-        if why:
-            got = ", ".join(f"{name} = {int(value)}" for name, value in (sizes or {}).items())
-            raise ValueError(f"{why}, got {got} ({where})")
-        raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
-
-
 def _check_number(compute, low: Optional[float], high: Optional[float], low_open: bool, what: str, where: str,
                   got: str) -> None:
     """A number Config computes from its fields (an initialiser's std, a dropout rate, a derived
@@ -441,12 +425,6 @@ def _check_number(compute, low: Optional[float], high: Optional[float], low_open
     if not math.isfinite(value) or low is not None and (value <= low if low_open else value < low) \
             or high is not None and value > high:
         raise ValueError(f"{what} must be {wanted}, got {value} ({where}); got {got}")
-
-
-def _check_together(names: tuple, values: tuple) -> None:
-    """Inputs that share a run-time dim are given together, or not at all."""
-    if len({v is None for v in values}) != 1:
-        raise ValueError(", ".join(names) + " must be given together, or not at all")
 
 
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,

@@ -1,4 +1,4 @@
-"""The fused loss (snf/passes/fused_loss.py, `_linear_cross_entropy` in templates/runtime.py.j2):
+"""The fused loss (snf/passes/fused_loss.py, `_linear_cross_entropy` in snf/runtime/helpers.py):
 a head + cross-entropy that a training step computes in chunks of rows, without the logits.
 
 Parity: the fused loss and every gradient equal the unfused ones (the same forward with

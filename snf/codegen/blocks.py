@@ -90,7 +90,6 @@ def block_context(gen, block: Block) -> dict:
         "signature": ", ".join(signature), "ret_ann": ret_ann,
         "prologue": prologue, "body": body,
         "ret": ", ".join(_if_asked(em, gen, n) for n in outs) if outs else None,
-        "helpers": em.helpers | decl_em.helpers,
     }
 
 
@@ -130,7 +129,6 @@ def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
     if "gradient_checkpointing" in gen.config_fields:
         # recompute each layer in backward instead of keeping its activations
         em.emit(f"if {em.cfg}.gradient_checkpointing and self.training and torch.is_grad_enabled():", indent + 1)
-        em.helpers.add("_checkpoint_options")
         em.emit(f"{assign}torch.utils.checkpoint.checkpoint({layer}, {call_args}, use_reentrant=False,", indent + 2)
         em.emit("**_checkpoint_options())", indent + 6)
         em.emit("else:", indent + 1)

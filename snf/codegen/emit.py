@@ -30,7 +30,6 @@ class Emitter:
         self.flags: dict[str, str] = {}  # a demand's flag (use_cache, return_logits) -> its name here
         self.lines: list[str] = []
         self.runtime_used: set[str] = set()
-        self.helpers: set[str] = set()
 
     @property
     def use_cache(self) -> str | None:
@@ -71,8 +70,6 @@ class Emitter:
         a cast model (`.to(torch.bfloat16)`) the spec's float32 means bfloat16 (docs/language.md 3.2)."""
         if dtype == self.g.model.float_dtype and self.dtype_src is not None:
             self.dtype_used = True
-            if self.dtype_src.startswith("_held_dtype("):
-                self.helpers.add("_held_dtype")
             return self.dtype_src
         return f"torch.{dtype}"
 
@@ -112,16 +109,13 @@ class Emitter:
         if self.cache_position and pre is not None and e in pre.narrows:
             axis, item = next((a, i) for a, i in enumerate(e.arg("index").items)
                               if isinstance(i, ir.TSlice) and i.lo is not None)
-            self.helpers.add("_narrow")
             length = self.dim(item.hi.ty.dim - item.lo.ty.dim)
             return f"_narrow({self.code(e.arg('x'))}, {axis}, {self.code(item.lo)}, {length})", 50
         if self.cache_position and pre is not None and e in pre.concats:
             past, new = e.arg("tensors").items
-            self.helpers.add("_cache_cat")
             return (f"_cache_cat({self.code(past)}, {self.code(new)}, {self.cache_position}, "
                     f"{self.cache_length})"), 50
         op = all_ops()[e.op]
-        self.helpers.update(op.helpers)
         return op.torch(LowerCtx(self, e)), op.prec
 
     def code(self, e: ir.TExpr, prec: int = 0) -> str:
@@ -213,7 +207,6 @@ class Emitter:
         target = self.names.name(name)
         if s in self.plans.writes:
             return f"{target}[{', '.join(self.code(i) for i in index)}] = {value}"
-        self.helpers.add("_assign")
         return f"{target} = _assign({target}, {self.index_objects(index)}, {value})"
 
     def index_objects(self, items) -> str:
@@ -281,11 +274,6 @@ class LowerCtx:
         if isinstance(a, ir.Ref) and a.kind in ("input", "layer_input"):
             return f"input {a.name}"
         return f"the {name} at {self.em.g.spec_file}:{self.op.span.line}"
-
-    def helper(self, name: str) -> str:
-        """`name`, a runtime helper this lowering calls (for helpers only some calls need)."""
-        self.em.helpers.add(name)
-        return name
 
     def dims_code(self, name: str) -> str:
         a = self.args[name]

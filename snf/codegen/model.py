@@ -8,7 +8,7 @@ from pathlib import PurePosixPath
 
 import jinja2
 
-from .. import ir
+from .. import ir, runtime
 from ..checkpoints import encode_mapping, mapping_keys
 from ..dims import show_shape
 from ..ir import TensorT
@@ -22,9 +22,6 @@ from .emit import Emitter
 # Model.generate's own arguments, and its locals (templates/module.py.j2)
 GENERATE_ARGS = ("max_new_tokens", "temperature", "top_k", "top_p", "generator")
 GENERATE_LOCALS = ("was_training", "out", "tokens", "position", "size", "step", "token", "at", "decode")
-HELPERS_ORDER = ("_held_dtype", "_check_number", "_attention", "_rope", "_assign", "_sinusoidal", "_cache_cat", "_narrow",
-                 "_next_tokens",
-                 "_cross_entropy", "_linear_cross_entropy", "_checkpoint_options")
 
 
 @functools.lru_cache(maxsize=None)
@@ -138,15 +135,9 @@ class Generator:
         out_fields = Namespace(attribute=True)
         outputs = [(out_fields.keep(o.name), names.name(o.name), o) for o in m.outputs]
         decl_em = Emitter(self, None, Namespace())
-        helpers = set(em.helpers)
-        for b in block_ctx:
-            helpers |= b["helpers"]
         decls = params.declaration_lines(decl_em, self, None)
         init_lines = params.init_lines(decl_em, self, None)
-        helpers |= decl_em.helpers
         conditions = config.condition_rows(self)
-        if any("call" in row for row in conditions):
-            helpers.add("_check_number")
         optional_out = plans.outputs.optional_outputs
         ctx = {
             "version": __version__, "spec_path_repr": repr(self.spec_path),
@@ -160,7 +151,6 @@ class Generator:
             "outputs": [(f, n, self.show(o.ty.shape), o.optional or o.name in optional_out)
                         for f, n, o in outputs],
             "flags": self.flag_rows(),
-            "helpers": [h for h in HELPERS_ORDER if h in helpers],
             "spec_parameters": self.spec_parameter_rows(),
             "recomputed_buffers": params.recomputed_buffers(m),
             "checkpoints": self.checkpoint_rows(),
@@ -170,7 +160,11 @@ class Generator:
             "generate": self.generate_context(names, out_fields, em),
             "whole": self.whole_context(em, inputs),
         }
-        return _env().get_template("module.py.j2").render(**ctx)
+        template = _env().get_template("module.py.j2")
+        # the runtime's definitions the rest calls, and what they call (snf/runtime)
+        used = runtime.needed(template.render(**ctx, runtime_compile="", runtime=""))
+        return template.render(**ctx, runtime_compile=runtime.copy("compiling", used),
+                               runtime=runtime.copy("helpers", used))
 
     def flag_rows(self) -> list[tuple[str, list[str]]]:
         """forward's keyword arguments that ask for optional outputs, each with its comment lines."""

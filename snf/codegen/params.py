@@ -138,6 +138,5 @@ def _init_line(em: Emitter, t: ir.Tensor, target: str) -> str:
     if kind == "constant":
         return f"nn.init.constant_({target}, {args['value']})"
     if kind == "sinusoidal":
-        em.helpers.add("_sinusoidal")
         return f"{target}.copy_(_sinusoidal({target}.shape, {args['base']}))"
     raise ValueError(kind)  # pragma: no cover

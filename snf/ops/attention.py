@@ -169,7 +169,7 @@ register(OpDef(
      Param("mask", "tensor?", None, aliases=("attention_mask",)),
      Param("dropout", "float", None, aliases=("dropout_p",), within=PROBABILITY),
      Param("window", "value", None, aliases=("sliding_window",)), Param("bias", "tensor?", None)),
-    _attention_rule, numpy=_np_attention, torch=_lower_attention, helpers=("_attention",), flops=_attention_flops,
+    _attention_rule, numpy=_np_attention, torch=_lower_attention, flops=_attention_flops,
     doc="softmax(q k^T * scale + bias) v over [B, T, H, head_dim], k and v with H or fewer (grouped-query) "
         "heads; `causal` is aligned bottom-right, `window=W` keeps keys in (i - W, i]; `mask` is a [B, T_keys] "
         "padding mask (0 = padding); a query that sees no key gives zeros. Lowers to "
@@ -201,6 +201,6 @@ register(OpDef(
     "rope", (Param("x", "tensor"), Param("offset", "int", 0, aliases=("pos",)),
              Param("base", "float", 10000.0, aliases=("theta",), within=POSITIVE)),
     _rope_rule, numpy=_np_rope,
-    torch=lambda call: f"_rope({call.code('x')}, {call.code('offset')}, {call.code('base')})", helpers=("_rope",),
+    torch=lambda call: f"_rope({call.code('x')}, {call.code('offset')}, {call.code('base')})",
     doc="rotary position embedding on [B, T, H, head_dim], HF Llama's rotate-half convention; "
         "positions start at `offset`."))

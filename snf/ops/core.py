@@ -376,7 +376,7 @@ def _np_assign(x, index, value):
 register(OpDef("assign", (Param("x", "tensor"), Param("index", "slices"), Param("value", "value")), _assign_rule,
                numpy=_np_assign,
                torch=lambda call: f"_assign({call.code('x')}, {call.slice_objects('index')}, {call.code('value')})",
-               helpers=("_assign",), doc="a copy of `x` with `x[index] = value`."))
+               doc="a copy of `x` with `x[index] = value`."))
 
 
 def _argmax_rule(ctx, args):
@@ -431,7 +431,7 @@ def _np_ce(logits, targets, shift=False, ignore_index=-100):
 def _ce_targets(call) -> str:
     """The targets' code; with `shift`, rolled, not sliced: see _next_tokens."""
     if call.val("shift"):
-        return f"{call.helper('_next_tokens')}({call.code('targets')}, {call.code('ignore_index')})"
+        return f"_next_tokens({call.code('targets')}, {call.code('ignore_index')})"
     return call.code("targets")
 
 
@@ -447,7 +447,6 @@ register(OpDef(
     _ce_rule, numpy=_np_ce,
     torch=lambda call: f"_cross_entropy({call.code('logits')}, {_ce_targets(call)}, {call.code('ignore_index')}, "
                        f"{call.dtype(call.op.ty.dtype)}, {_ce_names(call, call.ty('logits').shape[-1])})",
-    helpers=("_cross_entropy",),
     doc="mean cross-entropy; `shift=True` scores position t against target t+1 (next-token loss); "
         "0 when every target is `ignore_index`."))
 
@@ -470,6 +469,5 @@ register(OpDef(
                        f"{call.code('bias') if call.given('bias') else 'None'}, {_ce_targets(call)}, "
                        f"{call.code('ignore_index')}, {call.dtype(call.op.ty.dtype)}, "
                        f"{_ce_names(call, call.ty('weight').shape[0])})",
-    helpers=("_linear_cross_entropy",),
     doc="`cross_entropy(linear(x, weight, bias), targets, ...)` computed in chunks of rows, so the "
         "[rows, out] logits never exist; what the compiler lowers a head + loss to in training."))

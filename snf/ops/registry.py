@@ -60,7 +60,6 @@ class OpDef:
     numpy: Callable  # (**args) -> ndarray | scalar, float64
     torch: Callable  # (call) -> str, a Python expression; call gives each argument's code
     doc: str = ""
-    helpers: tuple[str, ...] = ()  # helper functions (templates/runtime.py.j2) the lowering calls
     elementwise: bool = False
     prec: int = 50  # precedence of the lowered expression (50: a call or attribute access)
     # (argument types by name, result type, names of the arguments that need a gradient) ->

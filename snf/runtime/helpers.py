@@ -1,3 +1,25 @@
+"""The run-time helpers generated modules call: input and value checks, attention, caches,
+sampling, the losses; emitted after the model.
+
+Real Python, imported and tested as it is (tests/test_runtime.py); code generation copies into
+each generated module the definitions it calls and what those call (snf/runtime/__init__.py), so
+the module stays standalone. Edit here, then regenerate generated/.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint
+from torch import nn
+
+from .compiling import _CompileSettings
+
+
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
     """`rank` axes, the sizes given, and the spec's dtype (any floating dtype for a floating one:
     autocast, or a cast of the model, decides the dtype it computes in)."""
@@ -47,7 +69,6 @@ def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str, why
         raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
 
 
-{% if "_check_number" in helpers %}
 def _check_number(compute, low: Optional[float], high: Optional[float], low_open: bool, what: str, where: str,
                   got: str) -> None:
     """A number Config computes from its fields (an initialiser's std, a dropout rate, a derived
@@ -65,12 +86,10 @@ def _check_number(compute, low: Optional[float], high: Optional[float], low_open
         raise ValueError(f"{what} must be {wanted}, got {value} ({where}); got {got}")
 
 
-{% endif %}
 def _check_together(names: tuple, values: tuple) -> None:
     """Inputs that share a run-time dim are given together, or not at all."""
     if len({v is None for v in values}) != 1:
         raise ValueError(", ".join(names) + " must be given together, or not at all")
-{% if cache_position %}
 
 
 def _check_cache(name: str, cache, rank: int, shape: str, dtype: str, sizes: dict) -> None:
@@ -135,15 +154,11 @@ def _decode_buffers(owner: Optional[nn.Module], name: str, count: int, shape: tu
             torch._dynamo.mark_static_address(buffer)
         kept[name] = (key, buffers)
     return buffers
-{% endif %}
-{% if "_held_dtype" in helpers %}
 
 
 def _held_dtype(model: nn.Module, default: torch.dtype) -> torch.dtype:
     """The floating dtype the model's tensors hold now (a cast's), `default` before it has any."""
     return next((t.dtype for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()), default)
-{% endif %}
-{% if "_attention" in helpers %}
 
 
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
@@ -199,8 +214,6 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         # a query that sees no key (all padding, or before the first key) gets zeros on every backend
         out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
     return out
-{% endif %}
-{% if "_rope" in helpers %}
 
 
 def _rope(x: torch.Tensor, offset, base: float) -> torch.Tensor:
@@ -213,8 +226,6 @@ def _rope(x: torch.Tensor, offset, base: float) -> torch.Tensor:
     cos, sin = emb.cos()[None, :, None, :].to(x.dtype), emb.sin()[None, :, None, :].to(x.dtype)
     x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
-{% endif %}
-{% if "_assign" in helpers %}
 
 
 def _assign(x: torch.Tensor, index: tuple, value) -> torch.Tensor:
@@ -222,8 +233,6 @@ def _assign(x: torch.Tensor, index: tuple, value) -> torch.Tensor:
     out = x.clone()
     out[index] = value
     return out
-{% endif %}
-{% if "_sinusoidal" in helpers %}
 
 
 def _sinusoidal(shape, base: float) -> torch.Tensor:
@@ -235,11 +244,8 @@ def _sinusoidal(shape, base: float) -> torch.Tensor:
     table[:, 0::2] = torch.sin(pos * div)
     table[:, 1::2] = torch.cos(pos * div)[:, : d // 2]
     return table.reshape(shape)
-{% endif %}
-{% if generate %}
 
 
-{% if generate.static %}
 def _hooked(module: nn.Module) -> bool:
     """Whether calling `module` runs forward hooks (its own or global ones): `_decode_step`, a
     plain function, would skip them."""
@@ -255,7 +261,6 @@ def _bucket(filled: int, size: int) -> int:
     return min(size, max(128, 1 << (filled - 1).bit_length()))
 
 
-{% endif %}
 def _decoding(count: int):
     """range(count), with the compile settings (_CompileSettings) on for the whole decode loop, so
     that each step skips setting them (it would cost 5% of a step at batch 1 on a CPU)."""
@@ -298,8 +303,6 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_
         outside = probs.cumsum(dim=-1) - probs > top_p  # keep the smallest prefix whose mass reaches top_p
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(outside, float("-inf")))
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
-{% endif %}
-{% if "_cache_cat" in helpers %}
 
 
 def _cache_cat(past: torch.Tensor, new: torch.Tensor, cache_position: Optional[torch.Tensor],
@@ -312,8 +315,6 @@ def _cache_cat(past: torch.Tensor, new: torch.Tensor, cache_position: Optional[t
         return torch.cat([past.to(new.dtype), new], dim=1)
     past.index_copy_(1, cache_position + torch.arange(new.size(1), device=new.device), new.to(past.dtype))
     return past if cache_length is None else past[:, :cache_length]
-{% endif %}
-{% if "_narrow" in helpers %}
 
 
 def _narrow(x: torch.Tensor, dim: int, start, length: int) -> torch.Tensor:
@@ -321,8 +322,6 @@ def _narrow(x: torch.Tensor, dim: int, start, length: int) -> torch.Tensor:
     if isinstance(start, torch.Tensor):
         return x.index_select(dim, start + torch.arange(length, device=x.device))
     return x.narrow(dim, start, length)
-{% endif %}
-{% if "_cross_entropy" in helpers or "_linear_cross_entropy" in helpers %}
 
 
 def _check_targets(targets: torch.Tensor, classes: int, ignore_index: int, name: str, classes_name: str) -> None:
@@ -333,8 +332,6 @@ def _check_targets(targets: torch.Tensor, classes: int, ignore_index: int, name:
         if bool(bad.any()):
             raise ValueError(f"{name} must hold class indices in [0, {classes_name}) = [0, {classes}) or "
                              f"{ignore_index} (ignore_index), got {int(targets[bad][0])}")
-{% endif %}
-{% if "_cross_entropy" in helpers %}
 
 
 def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, dtype: torch.dtype, name: str,
@@ -350,8 +347,6 @@ def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: in
     total = F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets,
                             ignore_index=ignore_index, reduction="sum")
     return (total / (targets != ignore_index).sum().clamp(min=1)).to(torch.promote_types(logits.dtype, dtype))
-{% endif %}
-{% if "_linear_cross_entropy" in helpers %}
 
 
 def _loss_chunk(vocab: int) -> int:
@@ -440,8 +435,6 @@ def _linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: Optional[
     logits: the head and the loss of a training step, fused (see _LinearCrossEntropy)."""
     _check_targets(targets, weight.size(0), ignore_index, name, classes_name)
     return _LinearCrossEntropy.apply(x, weight, bias, targets, ignore_index, dtype, torch.is_grad_enabled())
-{% endif %}
-{% if "_next_tokens" in helpers %}
 
 
 def _next_tokens(targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
@@ -449,4 +442,3 @@ def _next_tokens(targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
     rather than sliced (targets[..., 1:]): torch.export would exclude length 2 for a slice."""
     last = torch.arange(targets.size(-1), device=targets.device) == targets.size(-1) - 1
     return targets.roll(-1, dims=-1).masked_fill(last, ignore_index)
-{% endif %}

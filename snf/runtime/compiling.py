@@ -1,3 +1,26 @@
+"""The compile wiring of generated modules: what their classes need when they are defined (`_hot_path`)
+and Config (`_check_fields`), emitted before the blocks.
+
+Real Python, imported and tested as it is (tests/test_runtime.py); code generation copies into
+each generated module the definitions it calls and what those call (snf/runtime/__init__.py), so
+the module stays standalone. Edit here, then regenerate generated/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+import threading
+import warnings
+from typing import Optional
+
+import torch
+import torch.utils.checkpoint
+from torch import nn
+
+
 def _check_fields(config) -> None:
     """Each Config field holds its declared type: an int for `int` (not a bool), a bool for `bool`,
     a str for `str`, and a number for `float` (kept as a float)."""
@@ -31,7 +54,6 @@ def _eagerly():
         _EAGER.on = before
 
 
-{% if "_checkpoint_options" in helpers %}
 def _checkpoint_options() -> dict:
     """torch.utils.checkpoint's options for a layer: where forward runs eagerly (under _eagerly, which
     has ended by the time backward recomputes the layer), the recomputation runs eagerly too, so it
@@ -41,7 +63,6 @@ def _checkpoint_options() -> dict:
     return {"context_fn": lambda: (contextlib.nullcontext(), _eagerly())}
 
 
-{% endif %}
 # Where torch's compiler lives: an error raised there (or in the code inductor writes) is a failed
 # compile, whatever its type; the eager run that follows tells it from the model's own error.
 _COMPILER_FILES = ("torch/_dynamo/", "torch/_inductor/", "torch/_functorch/", "torch/fx/", "torch/_subclasses/",

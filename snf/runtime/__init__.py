@@ -1,0 +1,74 @@
+"""The runtime of generated modules, as an importable package, and what copies it into them.
+
+`compiling.py` holds what a generated module's classes need when they are defined (`_hot_path`,
+`_check_fields`), `helpers.py` what the model calls as it runs. A generated module is standalone:
+code generation copies in the definitions its code calls, and the ones those call, each with the
+comment lines right above it, in the order they have here (`copy`). What a module calls is read
+from its text, so no stage keeps a list of the helpers an op needs.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+PARTS = ("compiling", "helpers")  # the files, each copied to its own place in a generated module
+
+
+@dataclass(frozen=True)
+class Definition:
+    name: str
+    part: str  # the file it is in
+    source: str  # its text, with the comment lines right above it
+    calls: frozenset  # the names of other definitions it reads
+
+
+@functools.lru_cache(maxsize=None)
+def definitions() -> tuple[Definition, ...]:
+    """Every top-level def, class and assignment of the runtime files, in order."""
+    found = []
+    for part in PARTS:
+        text = (Path(__file__).parent / f"{part}.py").read_text(encoding="utf-8")
+        lines = text.splitlines(keepends=True)
+        for node in ast.parse(text).body:
+            names = _defined(node)
+            if not names:
+                continue
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())]) - 1
+            while first > 0 and lines[first - 1].startswith("#"):
+                first -= 1
+            source = "".join(lines[first:node.end_lineno])
+            used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            found += [Definition(name, part, source, frozenset(used - {name})) for name in names]
+    return tuple(found)
+
+
+def _defined(node) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return [t.id for t in targets if isinstance(t, ast.Name)]
+    return []
+
+
+def needed(code: str) -> frozenset:
+    """The definitions `code` calls, and the ones those call."""
+    by_name = {d.name: d for d in definitions()}
+    todo = [n for n in set(re.findall(r"\b_\w+", code)) if n in by_name]
+    seen: set = set()
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += [n for n in by_name[name].calls if n in by_name]
+    return frozenset(seen)
+
+
+def copy(part: str, names: frozenset) -> str:
+    """The text of the named definitions of one runtime file, in its order, two blank lines apart."""
+    sources = [d.source for d in definitions() if d.part == part and d.name in names]
+    return "\n\n".join(dict.fromkeys(sources)).rstrip("\n")  # an assignment of two names once

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .. import ir
-from ..dims import Dim
 from ..ir import ScalarT
 from ..names import Namespace
 from .emit import Emitter
@@ -27,7 +26,8 @@ def derived_rows(gen) -> list[dict]:
         code = em.code(d.value)
         if d.dim is not None and not d.opaque:  # its canonical form, so `D // H` reads as n_embd // n_head
             other = gen.derived_by_dim.get(d.dim)
-            code = em.dim(d.dim) if other not in (None, d.name) else _without_self_alias(gen, d.dim, em)
+            code = em.dim(d.dim) if other not in (None, d.name) else \
+                d.dim.render(Emitter(gen, "config", Namespace(), cfg="self", defining=d.dim).atom)
             if code.startswith("(") and code.endswith(")") and code.count("(") == 1:
                 code = code[1:-1]
         kind = "int" if d.dim is not None else \
@@ -65,13 +65,3 @@ def condition_rows(gen) -> list[dict]:
             msg = f"{c.why} ({where}); got {shown}"
         rows.append({"cond": f"not {em.dim(c.lhs, 5)} {c.op} {em.dim(c.rhs, 5)}", "message": msg})
     return rows
-
-
-def _without_self_alias(gen, d: Dim, em: Emitter) -> str:
-    """A derived dim's own definition (its property must not refer to itself)."""
-    saved = gen.derived_by_dim
-    gen.derived_by_dim = {k: v for k, v in saved.items() if k != d}
-    try:
-        return d.render(em.atom)
-    finally:
-        gen.derived_by_dim = saved

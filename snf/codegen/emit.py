@@ -20,8 +20,9 @@ class Emitter:
     """Lowers the typed statements of one function body. `owner` is the module whose method this
     is: None for the Model, a block plan for a Block, "config" for Config's properties."""
 
-    def __init__(self, gen, owner, names: Namespace, cfg: str = "cfg"):
+    def __init__(self, gen, owner, names: Namespace, cfg: str = "cfg", defining: Dim | None = None):
         self.g, self.plans, self.owner, self.names, self.cfg = gen, gen.plans, owner, names, cfg
+        self.defining = defining  # the derived dim whose own property this emits: spelled out, not read
         self.device_src: str | None = None
         self.dtype_src: str | None = None  # code for the dtype the model holds now (see dtype_code)
         self.dtype_used = False
@@ -45,16 +46,20 @@ class Emitter:
 
     # ---------------------------------------------------------------- dims
     def dim(self, d: Dim, prec: int = 0) -> str:
-        derived = self.g.derived_by_dim.get(d)
+        derived = self.derived(d)
         if derived is not None:
             return f"{self.cfg}.{self.g.config_name(derived)}"
         code = d.render(self.atom)
         simple = re.fullmatch(r"[\w.]+", code) is not None
         return code if simple or prec <= 10 and not code.startswith("-") else f"({code})"
 
+    def derived(self, d: Dim) -> str | None:
+        """The derived dim of `param:` that is `d`, read as a Config property."""
+        return None if d == self.defining else self.g.derived_by_dim.get(d)
+
     def atom(self, a) -> str:
         if isinstance(a, FloorDiv):
-            derived = self.g.derived_by_dim.get(Dim({((a, 1),): 1}))
+            derived = self.derived(Dim({((a, 1),): 1}))
             if derived is not None:
                 return f"{self.cfg}.{self.g.config_name(derived)}"
             return f"({self.dim(a.num, 21)} // {self.dim(a.den, 21)})"

@@ -286,7 +286,7 @@ class Generator:
 
         def nested(block: list[str]) -> list[str]:  # one level deeper, continuation lines too
             return ["    " + line.replace("\n", "\n    ") for line in block]
-        return [f"if cache_position is None:", *nested(grown), f"else:  # preallocated caches of {size} slots, "
+        return ["if cache_position is None:", *nested(grown), f"else:  # preallocated caches of {size} slots, "
                 f"{dim} of them filled", *nested(position + buffers + [f"{dim} = cache_position"])]
 
     # ---------------------------------------------------------------- generate

@@ -12,7 +12,7 @@ from pathlib import PurePath
 import numpy as np
 
 from . import ir
-from .dims import Dim, DimError, show_dim
+from .dims import Dim, DimError
 from .ir import ScalarT
 from .ops import all_ops
 
@@ -38,7 +38,6 @@ class Interpreter:
         """What `Config.__post_init__` checks (`ir.Model.config_conditions`): a ConfigError naming the
         condition, the spec line and the config values, at the first that fails."""
         self.derive()
-        show = dict(self.m.display)
         for c in self.m.config_conditions():
             where = f"{PurePath(self.m.path).name}:{c.span.line}"
             if isinstance(c, ir.ValueCheck):
@@ -62,9 +61,9 @@ class Interpreter:
                 ok = lambda: self.dim(c.cond.num) % self.dim(c.cond.den) == 0  # noqa: E731
                 why = c.why
             else:
-                fields = sorted(c.lhs.symbols() | c.rhs.symbols())
+                fields = c.fields
                 ok = lambda: _holds(self.dim(c.lhs), c.op, self.dim(c.rhs))  # noqa: E731
-                why = c.why or f"expected {show_dim(c.lhs, show)} {c.op} {show_dim(c.rhs, show)}"
+                why = c.message(self.m.display)
             try:
                 holds = ok()
             except (ArithmeticError, DimError, KeyError):

@@ -110,7 +110,7 @@ class Printer:
         if m.checks:
             self.out.append("run-time checks:")
             for c in m.checks:
-                self.out.append(f"  {self.dim(c.lhs)} {c.op} {self.dim(c.rhs)}  # line {c.span.line}")
+                self.out.append(f"  {c.text(m.display)}  # line {c.span.line}")
         if m.values:
             self.out.append("numbers (computed and checked when a Config is built):")
             for v in m.values:

@@ -432,7 +432,7 @@ def _runtime_values(model: ir.Model, overrides: dict, ints: dict, absent: list, 
         for c in model.checks:
             lhs, rhs = c.lhs.subs(zero), c.rhs.subs(zero)
             if c.op in ("<=", "<") and lhs == Dim.sym(d) and rhs.symbols() <= set(ints):
-                why = f"the most `{_text(model, c.lhs)} {c.op} {_text(model, c.rhs)}` allows, line {c.span.line}"
+                why = f"the most `{c.text(model.display)}` allows, line {c.span.line}"
                 bounds.append((rhs.evaluate(ints) - (c.op == "<"), why))
         if bounds:
             out[d] = min(bounds)
@@ -445,8 +445,8 @@ def _runtime_values(model: ir.Model, overrides: dict, ints: dict, absent: list, 
         if v < 0:
             raise StatsError(f"--set {d}={v}: a size cannot be negative")
     for c in model.checks:  # as forward would check them
-        if c.lhs.symbols() | c.rhs.symbols() <= set(env) and not _holds(c.lhs.evaluate(env), c.op, c.rhs.evaluate(env)):
-            raise StatsError(f"the spec requires {_text(model, c.lhs)} {c.op} {_text(model, c.rhs)} (line {c.span.line}); "
+        if set(c.fields) <= set(env) and not _holds(c.lhs.evaluate(env), c.op, c.rhs.evaluate(env)):
+            raise StatsError(f"the spec requires {c.text(model.display)} (line {c.span.line}); "
                              f"got {_fields(c.lhs, c.rhs, env)}")
     return {d: out[d] for d, _, _ in model.runtime_dims}
 

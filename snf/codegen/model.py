@@ -52,17 +52,14 @@ class Generator:
         m = self.model
         self.spec_file = display_text(PurePosixPath(spec_path.replace("\\", "/")).name)
         # the config values a dim may name: fields, and derived ints that no polynomial expresses
-        self.config_fields = {c.name for c in m.config} | {d.name for d in m.derived if d.opaque}
+        self.config_fields = m.config_names()
         self.derived_alias, self.derived_by_dim = {}, {}
         for d in m.derived:
             if d.alias_of is not None and d.dim is not None:
                 self.derived_alias[d.name] = d.dim
             elif d.dim is not None and not d.dim.is_const:
                 self.derived_by_dim.setdefault(d.dim, d.name)
-        derived = {d.name for d in m.derived}
-        self.runtime = {d for d, _, _ in m.runtime_dims} | {
-            s for t in m.inputs + m.outputs for d in t.ty.shape for s in d.symbols()
-            if s not in self.config_fields} - derived
+        self.runtime = m.run_time_dims
         self.display = dict(m.display)
         self.local_types = self._local_types()
         self.model_dtype = self._model_dtype()
@@ -75,9 +72,6 @@ class Generator:
 
     def show(self, shape) -> str:
         return show_shape(shape, self.display)
-
-    def is_runtime_check(self, c: ir.Check) -> bool:
-        return bool((c.lhs.symbols() | c.rhs.symbols()) - self.config_fields)
 
     def input_optional(self, name: str) -> bool:
         return any(i.name == name and i.optional for i in self.model.inputs)
@@ -206,19 +200,18 @@ class Generator:
                 lines += self.preallocated_lines(em, cached, bound)
         for group in self.model.input_groups:
             lines.append(f"_check_together({group!r}, ({', '.join(group)}))")
-        for c in self.model.checks:
-            if self.is_runtime_check(c):
-                lhs, rhs = self.show((c.lhs,))[1:-1], self.show((c.rhs,))[1:-1]
-                why = ""
-                if c.why:  # the checker's sentence, with the sizes it is about
-                    sizes = ", ".join(f"{s!r}: {em.atom(s)}" for s in sorted(c.lhs.symbols() | c.rhs.symbols()))
-                    why = f", {display_text(c.why)!r}, {{{sizes}}}"
-                call = (f"_check_dims({lhs!r}, {em.dim(c.lhs)}, {c.op!r}, {rhs!r}, {em.dim(c.rhs)}, "
-                        f"{self.spec_file + ':' + str(c.span.line)!r}{why})")
-                if c.when:  # it arose where those inputs are given (`if past exists`)
-                    lines.append(f"if {' and '.join(f'{n} is not None' for n in c.when)}:\n            {call}")
-                else:
-                    lines.append(call)
+        for c in self.model.forward_checks:
+            lhs, rhs = self.show((c.lhs,))[1:-1], self.show((c.rhs,))[1:-1]
+            why = ""
+            if c.why:  # the checker's sentence, with the sizes it is about
+                sizes = ", ".join(f"{s!r}: {em.atom(s)}" for s in c.fields)
+                why = f", {display_text(c.why)!r}, {{{sizes}}}"
+            call = (f"_check_dims({lhs!r}, {em.dim(c.lhs)}, {c.op!r}, {rhs!r}, {em.dim(c.rhs)}, "
+                    f"{self.spec_file + ':' + str(c.span.line)!r}{why})")
+            if c.when:  # it arose where those inputs are given (`if past exists`)
+                lines.append(f"if {' and '.join(f'{n} is not None' for n in c.when)}:\n            {call}")
+            else:
+                lines.append(call)
         return lines
 
     def input_lines(self, em: Emitter, i: ir.Tensor, bound: set, shape: tuple = (),
@@ -248,23 +241,10 @@ class Generator:
                 targets = ", ".join(em.names.name(d) if d and d not in bound else "_" for d in dims)
                 lines.append(f"{targets}{',' if i.ty.rank == 1 else ''} = {n}.shape")
                 bound.update(d for d in dims if d)
-        for table, axis_size in self.index_bounds(i):
+        for axis_size in (table.ty.shape[0] for table in self.model.tables_indexed_by(i.name)):
             ids = f"_check_index({display_text(n)!r}, {n}, {em.dim(axis_size)}, {self.show((axis_size,))[1:-1]!r})"
             lines.append(ids if not i.optional else f"if {n} is not None:\n            {ids}")
         return lines
-
-    def index_bounds(self, i: ir.Tensor) -> list:
-        """(table, size) for each table the integer input `i` indexes directly (an embedding)."""
-        out = []
-        for e in ir.walk_exprs(self.model.body):
-            if isinstance(e, ir.Op) and e.op == "gather":
-                index, table = e.arg("index"), e.arg("table")
-                if isinstance(index, ir.Ref) and index.name == i.name and index.kind == "input" \
-                        and isinstance(table.ty, TensorT):
-                    size = table.ty.shape[0]
-                    if all(size != s for _, s in out):
-                        out.append((table, size))
-        return out
 
     def preallocated_lines(self, em: Emitter, cached: list, bound: set) -> list[str]:
         """The cache inputs' checks twice: as growing tensors, and (with cache_position) as

@@ -6,10 +6,11 @@ bound to an op's signature. Passes, code generation and the NumPy interpreter re
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Union
 
-from ..dims import Dim, Divides
+from ..dims import Dim, Divides, show_dim
 from ..source import NO_SPAN, Span
 from .syntax import MapEntry
 
@@ -259,6 +260,21 @@ class Check:
     why: str = ""  # what the error says when it fails ("T must be divisible by 2"); else the comparison
     when: tuple[str, ...] = ()  # optional inputs it arose under (`if past exists`): checked when they are given
 
+    def text(self, display=()) -> str:
+        """`T_past + T <= block_size`, in the spec's spellings (`display`, as Model.display): the one
+        printer of a check, for `snfc ir`, messages, stats and the interpreter."""
+        names = dict(display)
+        return f"{show_dim(self.lhs, names)} {self.op} {show_dim(self.rhs, names)}"
+
+    def message(self, display=()) -> str:
+        """What a failure says: the checker's own sentence, else the comparison expected."""
+        return self.why or f"expected {self.text(display)}"
+
+    @property
+    def fields(self) -> list[str]:
+        """The dims it reads, sorted: a failure shows their values."""
+        return sorted(self.lhs.symbols() | self.rhs.symbols())
+
 
 @dataclass(frozen=True)
 class ValueCheck:
@@ -323,9 +339,51 @@ class Model:
     def param(self, name: str) -> Tensor:
         return next(p for p in self.params + self.buffers if p.name == name)
 
-    def config_names(self) -> set[str]:
+    # The model's facts, computed once from the checked model and read by every later stage
+    # (codegen, stats, `snfc ir`, the interpreter, the planning passes): docs/architecture.md.
+    def config_names(self) -> frozenset[str]:
         """What a Config holds: its fields, and the ints it computes (`h = int(D * r)`)."""
-        return {c.name for c in self.config} | {d.name for d in self.derived if d.opaque}
+        return self._config_names
+
+    @functools.cached_property
+    def _config_names(self) -> frozenset[str]:
+        return frozenset({c.name for c in self.config} | {d.name for d in self.derived if d.opaque})
+
+    @functools.cached_property
+    def run_time_dims(self) -> frozenset[str]:
+        """The dims a call decides (`B`, `T`, `T_past`): what the inputs and outputs' shapes name
+        beyond the Config."""
+        derived = {d.name for d in self.derived}
+        return frozenset({d for d, _, _ in self.runtime_dims} | {
+            s for t in self.inputs + self.outputs for d in t.ty.shape for s in d.symbols()
+            if s not in self.config_names()} - derived)
+
+    def runs_in_config(self, check: Check) -> bool:
+        """Whether Config checks it when built (it reads config values only); else forward does."""
+        return set(check.fields) <= self.config_names()
+
+    @functools.cached_property
+    def forward_checks(self) -> tuple[Check, ...]:
+        """The checks forward makes on entry: those that read a run-time dim."""
+        return tuple(c for c in self.checks if not self.runs_in_config(c))
+
+    def tables_indexed_by(self, name: str) -> tuple[TExpr, ...]:
+        """The tables the integer input `name` indexes directly (`gather(table, name)`: an
+        embedding), one per distinct row count: its ids must be rows of each."""
+        return self._tables.get(name, ())
+
+    @functools.cached_property
+    def _tables(self) -> dict:
+        from .walk import walk_exprs
+        out: dict = {}
+        for e in walk_exprs(self.body):
+            if isinstance(e, Op) and e.op == "gather":
+                index, table = e.arg("index"), e.arg("table")
+                if isinstance(index, Ref) and index.kind == "input" and isinstance(table.ty, TensorT):
+                    found = out.setdefault(index.name, [])
+                    if all(table.ty.shape[0] != t.ty.shape[0] for t in found):
+                        found.append(table)
+        return {k: tuple(v) for k, v in out.items()}
 
     def config_conditions(self) -> list:
         """What a Config checks when it is built (the checks on config values alone, the
@@ -333,8 +391,8 @@ class Model:
         evaluated once those before it hold: bounds on fields first (a size >= 0, a divisor >= 1;
         inner divisors before the divisions they guard), then the computed numbers (computed ints
         among them), then the rest."""
-        names, opaque = self.config_names(), {d.name for d in self.derived if d.opaque}
-        checks = [c for c in self.checks if (c.lhs.symbols() | c.rhs.symbols()) <= names]
+        opaque = {d.name for d in self.derived if d.opaque}
+        checks = [c for c in self.checks if self.runs_in_config(c)]
 
         def depth(d: Dim) -> int:
             return max((1 + max(depth(a.num), depth(a.den)) for a in d.atoms() if not isinstance(a, str)), default=0)

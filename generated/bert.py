@@ -51,9 +51,11 @@ class Config:
             raise ValueError(f'`intermediate` is a size: it must not be negative (bert.snf:12); got intermediate={self.intermediate}')
         if not 1 <= self.n_head:
             raise ValueError(f'the divisor H must be at least 1 (bert.snf:63); got n_head={self.n_head}')
-        _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'bert.snf:60', f'dropout={self.dropout}')
+        _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'bert.snf:60',
+                      f'dropout={self.dropout}')
         if self.n_layer >= 1:
-            _check_number(lambda: self.attn_dropout, 0.0, 1.0, False, '`dropout` of `flash_attention`', 'bert.snf:67', f'attn_dropout={self.attn_dropout}')
+            _check_number(lambda: self.attn_dropout, 0.0, 1.0, False, '`dropout` of `flash_attention`', 'bert.snf:67',
+                          f'attn_dropout={self.attn_dropout}')
         if self.n_embd % self.n_head != 0:
             raise ValueError(f'D must be divisible by H (bert.snf:63); got n_embd={self.n_embd}, n_head={self.n_head}')
 
@@ -219,10 +221,12 @@ class Block(nn.Module):
         self.k = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # k_weight, k_bias  bert.snf:34
         self.v = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # v_weight, v_bias  bert.snf:36
         self.o = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # o_weight, o_bias  bert.snf:38
-        self.attn_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=True)  # attn_norm_weight, attn_norm_bias  bert.snf:40
+        # attn_norm_weight, attn_norm_bias  bert.snf:40
+        self.attn_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=True)
         self.ff_in = nn.Linear(cfg.n_embd, cfg.intermediate, bias=True)  # ff_in_weight, ff_in_bias  bert.snf:42
         self.ff_out = nn.Linear(cfg.intermediate, cfg.n_embd, bias=True)  # ff_out_weight, ff_out_bias  bert.snf:44
-        self.ff_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=True)  # ff_norm_weight, ff_norm_bias  bert.snf:46
+        # ff_norm_weight, ff_norm_bias  bert.snf:46
+        self.ff_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=True)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -251,7 +255,9 @@ class Block(nn.Module):
         q = self.q(x).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  bert.snf:63
         k = self.k(x).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  bert.snf:64
         v = self.v(x).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  bert.snf:65
-        attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False, dropout_p=(cfg.attn_dropout if self.training else 0.0)).transpose(1, 2)  # [B, T, H, head_dim]  bert.snf:67
+        # [B, T, H, head_dim]  bert.snf:67
+        attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False,
+                          dropout_p=(cfg.attn_dropout if self.training else 0.0)).transpose(1, 2)
         attn_out = self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  bert.snf:68
         x = self.attn_norm(x + F.dropout(attn_out, p=cfg.dropout, training=self.training))  # [B, T, D]  bert.snf:69
         ff = self.ff_out(F.gelu(self.ff_in(x)))  # [B, T, D]  bert.snf:71
@@ -283,9 +289,12 @@ class Model(nn.Module):
             config = dataclasses.replace(config, **overrides)
         self.config = cfg = config
         self.word_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # word_embedding  bert.snf:27
-        self.position_embedding = nn.Parameter(torch.empty(cfg.max_positions, cfg.n_embd))  # [max_positions, D]  bert.snf:28
-        self.token_type_embedding = nn.Parameter(torch.empty(cfg.type_vocab_size, cfg.n_embd))  # [type_vocab_size, D]  bert.snf:29
-        self.emb_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=True)  # emb_norm_weight, emb_norm_bias  bert.snf:30
+        # [max_positions, D]  bert.snf:28
+        self.position_embedding = nn.Parameter(torch.empty(cfg.max_positions, cfg.n_embd))
+        # [type_vocab_size, D]  bert.snf:29
+        self.token_type_embedding = nn.Parameter(torch.empty(cfg.type_vocab_size, cfg.n_embd))
+        # emb_norm_weight, emb_norm_bias  bert.snf:30
+        self.emb_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=True)
         self.pooler = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # pooler_weight, pooler_bias  bert.snf:48
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.reset_parameters()
@@ -304,7 +313,8 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None) -> Output:
+    def forward(self, input_ids: torch.Tensor, token_type_ids: Optional[torch.Tensor] = None,
+                attention_mask: Optional[torch.Tensor] = None) -> Output:
         # input_ids: [B, T]
         # token_type_ids: [B, T], optional
         # attention_mask: [B, T], optional
@@ -324,7 +334,9 @@ class Model(nn.Module):
             _check_index('token_type_ids', token_type_ids, cfg.type_vocab_size, 'type_vocab_size')
         if attention_mask is not None:
             _check_input('attention_mask', attention_mask, 2, '[B, T]', 'int64', {0: B, 1: T})
-        _check_dims('T', T, '<=', 'max_positions', cfg.max_positions, 'bert.snf:55', 'slice end T must lie within axis 0, of size max_positions', {'T': T, 'max_positions': cfg.max_positions})
+        _check_dims('T', T, '<=', 'max_positions', cfg.max_positions, 'bert.snf:55',
+                    'slice end T must lie within axis 0, of size max_positions',
+                    {'T': T, 'max_positions': cfg.max_positions})
         _check_dims('1', 1, '<=', 'T', T, 'bert.snf:76', 'index 0 must lie within axis 1, of size T', {'T': T})
         x = self.word_embedding(input_ids) + self.position_embedding[0:T, :]  # [B, T, D]  bert.snf:55
         if token_type_ids is not None:

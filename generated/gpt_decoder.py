@@ -55,15 +55,21 @@ class Config:
         if not 1 <= self.n_head:
             raise ValueError(f'the divisor H must be at least 1 (gpt_decoder.snf:31); got n_head={self.n_head}')
         if self.n_layer >= 1:
-            _check_number(lambda: self.residual_std, 0.0, None, False, '`std` of `normal` = residual_std', 'gpt_decoder.snf:40', f'n_layer={self.n_layer}, scaled_residual_init={self.scaled_residual_init}')
+            _check_number(lambda: self.residual_std, 0.0, None, False, '`std` of `normal` = residual_std',
+                          'gpt_decoder.snf:40',
+                          f'n_layer={self.n_layer}, scaled_residual_init={self.scaled_residual_init}')
         if self.dropout > 0:
-            _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'gpt_decoder.snf:55', f'dropout={self.dropout}')
+            _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'gpt_decoder.snf:55',
+                          f'dropout={self.dropout}')
         if self.n_layer >= 1:
-            _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'gpt_decoder.snf:65', f'rope_base={self.rope_base}')
+            _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'gpt_decoder.snf:65',
+                          f'rope_base={self.rope_base}')
         if self.n_layer >= 1:
-            _check_number(lambda: self.attn_dropout, 0.0, 1.0, False, '`dropout` of `flash_attention`', 'gpt_decoder.snf:72', f'attn_dropout={self.attn_dropout}')
+            _check_number(lambda: self.attn_dropout, 0.0, 1.0, False, '`dropout` of `flash_attention`',
+                          'gpt_decoder.snf:72', f'attn_dropout={self.attn_dropout}')
         if self.n_layer >= 1 and self.mlp_dropout > 0:
-            _check_number(lambda: self.mlp_dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'gpt_decoder.snf:79', f'mlp_dropout={self.mlp_dropout}')
+            _check_number(lambda: self.mlp_dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'gpt_decoder.snf:79',
+                          f'mlp_dropout={self.mlp_dropout}')
         if self.n_embd % self.n_head != 0:
             raise ValueError(f'D must be divisible by H (gpt_decoder.snf:65); got n_embd={self.n_embd}, n_head={self.n_head}')
         if self.head_dim % 2 != 0:
@@ -241,10 +247,12 @@ class Block(nn.Module):
         super().__init__()
         self.config = cfg = config
         self.attn_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # attn_norm_weight  gpt_decoder.snf:36
-        self.qkv = nn.Linear(cfg.n_embd, 3*cfg.n_embd, bias=False)  # q_weight, k_weight, v_weight fused  gpt_decoder.snf:37
+        # q_weight, k_weight, v_weight fused  gpt_decoder.snf:37
+        self.qkv = nn.Linear(cfg.n_embd, 3*cfg.n_embd, bias=False)
         self.o = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # o_weight  gpt_decoder.snf:40
         self.mlp_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # mlp_norm_weight  gpt_decoder.snf:41
-        self.gateup = nn.Linear(cfg.n_embd, 2*cfg.mlp_hidden, bias=False)  # gate_weight, up_weight fused  gpt_decoder.snf:42
+        # gate_weight, up_weight fused  gpt_decoder.snf:42
+        self.gateup = nn.Linear(cfg.n_embd, 2*cfg.mlp_hidden, bias=False)
         self.down = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=False)  # down_weight  gpt_decoder.snf:44
 
     @torch.no_grad()
@@ -258,19 +266,29 @@ class Block(nn.Module):
         nn.init.normal_(self.down.weight, mean=0.0, std=cfg.residual_std)
 
     @_hot_path
-    def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor], T_past: int, cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
+                T_past: int, cache_position: Optional[torch.Tensor] = None,
+                cache_length: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
         B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  gpt_decoder.snf:60
         q, k, v = self.qkv(h).split(cfg.n_embd, dim=-1)  # [B, T, D] [B, T, D] [B, T, D]  gpt_decoder.snf:61
-        k_new = _rope(k.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base)  # [B, T, H, head_dim]  gpt_decoder.snf:65
+        # [B, T, H, head_dim]  gpt_decoder.snf:65
+        k_new = _rope(k.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base)
         v_new = v.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  gpt_decoder.snf:66
-        k_all = _cache_cat(past_keys, k_new, cache_position, cache_length) if past_keys is not None else k_new  # [B, T + T_past, H, head_dim]  gpt_decoder.snf:67
-        v_all = _cache_cat(past_values, v_new, cache_position, cache_length) if past_keys is not None else v_new  # [B, T + T_past, H, head_dim]  gpt_decoder.snf:68
-        attn = _attention(_rope(q.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base).transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True, dropout_p=(cfg.attn_dropout if self.training else 0.0), cache_position=cache_position).transpose(1, 2)  # [B, T, H, head_dim]  gpt_decoder.snf:71
+        # [B, T + T_past, H, head_dim]  gpt_decoder.snf:67
+        k_all = _cache_cat(past_keys, k_new, cache_position, cache_length) if past_keys is not None else k_new
+        # [B, T + T_past, H, head_dim]  gpt_decoder.snf:68
+        v_all = _cache_cat(past_values, v_new, cache_position, cache_length) if past_keys is not None else v_new
+        # [B, T, H, head_dim]  gpt_decoder.snf:71
+        attn = _attention(_rope(q.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base).transpose(1, 2),
+                          k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
+                          dropout_p=(cfg.attn_dropout if self.training else 0.0),
+                          cache_position=cache_position).transpose(1, 2)
         x = x + self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  gpt_decoder.snf:73
         m = self.mlp_norm(x)  # [B, T, D]  gpt_decoder.snf:75
-        gate, up = self.gateup(m).split(cfg.mlp_hidden, dim=-1)  # [B, T, mlp_hidden] [B, T, mlp_hidden]  gpt_decoder.snf:76
+        # [B, T, mlp_hidden] [B, T, mlp_hidden]  gpt_decoder.snf:76
+        gate, up = self.gateup(m).split(cfg.mlp_hidden, dim=-1)
         mlp_out = self.down(F.silu(gate) * up)  # [B, T, D]  gpt_decoder.snf:78
         if cfg.mlp_dropout > 0:
             mlp_out = F.dropout(mlp_out, p=cfg.mlp_dropout, training=self.training)  # [B, T, D]  gpt_decoder.snf:79
@@ -317,7 +335,10 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
-    def forward(self, idx: torch.Tensor, labels: Optional[torch.Tensor] = None, past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None, return_logits: Optional[bool] = None, cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> Output:
+    def forward(self, idx: torch.Tensor, labels: Optional[torch.Tensor] = None,
+                past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *,
+                use_cache: Optional[bool] = None, return_logits: Optional[bool] = None,
+                cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> Output:
         # idx: [B, T]
         # labels: [B, T], optional
         # past_keys: [n_layer, B, T_past, H, head_dim], optional
@@ -329,10 +350,14 @@ class Model(nn.Module):
         # position, and attention reads their first cache_length slots (see generate)
         unit = _compile_unit(self, idx)  # see compile_units
         if unit == "model":
-            return self._compiled_forward(idx, labels, past_keys, past_values, use_cache=use_cache, return_logits=return_logits, cache_position=cache_position, cache_length=cache_length)
+            return self._compiled_forward(idx, labels, past_keys, past_values, use_cache=use_cache,
+                                          return_logits=return_logits, cache_position=cache_position,
+                                          cache_length=cache_length)
         if unit == "none":
             with _eagerly():
-                return self.forward(idx, labels, past_keys, past_values, use_cache=use_cache, return_logits=return_logits, cache_position=cache_position, cache_length=cache_length)
+                return self.forward(idx, labels, past_keys, past_values, use_cache=use_cache,
+                                    return_logits=return_logits, cache_position=cache_position,
+                                    cache_length=cache_length)
         cfg = self.config
         if use_cache is None:
             use_cache = not self.training
@@ -345,16 +370,21 @@ class Model(nn.Module):
             _check_input('labels', labels, 2, '[B, T]', 'int64', {0: B, 1: T})
         if cache_position is None:
             if past_keys is not None:
-                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 3: cfg.n_head, 4: cfg.head_dim})
+                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, H, head_dim]', 'float32',
+                             {0: cfg.n_layer, 1: B, 3: cfg.n_head, 4: cfg.head_dim})
                 past_keys = past_keys.to(self.token_embedding.weight.dtype)
             T_past = past_keys.size(2) if past_keys is not None else 0
             if past_values is not None:
-                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
+                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', 'float32',
+                             {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
                 past_values = past_values.to(self.token_embedding.weight.dtype)
         else:  # preallocated caches of block_size slots, T_past of them filled
-            _check_position(cache_position, cache_length, cfg.block_size, 'past_keys, past_values', past_keys, past_values)
-            _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
-            _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
+            _check_position(cache_position, cache_length, cfg.block_size, 'past_keys, past_values', past_keys,
+                            past_values)
+            _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
+            _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, H, head_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
             T_past = cache_position
         _check_together(('past_keys', 'past_values'), (past_keys, past_values))
         _check_dims('T + T_past', T + T_past, '<=', 'block_size', cfg.block_size, 'gpt_decoder.snf:53')
@@ -362,25 +392,41 @@ class Model(nn.Module):
         if cfg.dropout > 0:
             x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  gpt_decoder.snf:55
         if use_cache:
-            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=self.token_embedding.weight.dtype, device=idx.device) if cache_position is None else past_keys  # [n_layer, B, T + T_past, H, head_dim]  gpt_decoder.snf:57
-            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=self.token_embedding.weight.dtype, device=idx.device) if cache_position is None else past_values  # [n_layer, B, T + T_past, H, head_dim]  gpt_decoder.snf:58
+            # [n_layer, B, T + T_past, H, head_dim]  gpt_decoder.snf:57
+            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0,
+                                  dtype=self.token_embedding.weight.dtype,
+                                  device=idx.device) if cache_position is None else past_keys
+            # [n_layer, B, T + T_past, H, head_dim]  gpt_decoder.snf:58
+            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0,
+                                    dtype=self.token_embedding.weight.dtype,
+                                    device=idx.device) if cache_position is None else past_values
         else:
             new_keys = new_values = None
         for l, layer in enumerate(self.layers):
             if cfg.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                x, new_keys_layer, new_values_layer = torch.utils.checkpoint.checkpoint(layer, x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, cache_position, cache_length, use_reentrant=False,
-                                **_checkpoint_options())
+                x, new_keys_layer, new_values_layer = torch.utils.checkpoint.checkpoint(
+                        layer, x, past_keys[l] if past_keys is not None else None,
+                        past_values[l] if past_values is not None else None, T_past, cache_position, cache_length,
+                        use_reentrant=False, **_checkpoint_options())
             else:
-                x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, cache_position, cache_length)  # gpt_decoder.snf:59
+                # gpt_decoder.snf:59
+                x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None,
+                                                            past_values[l] if past_values is not None else None, T_past,
+                                                            cache_position, cache_length)
             if use_cache and cache_position is None:
                 new_keys[l] = new_keys_layer  # gpt_decoder.snf:69
                 new_values[l] = new_values_layer  # gpt_decoder.snf:70
         if return_logits:
             logits = F.linear(self.norm(x), self.token_embedding.weight)  # [B, T, vocab_size]  gpt_decoder.snf:82
-            loss = _cross_entropy(logits, _next_tokens(labels, -100), -100, self.token_embedding.weight.dtype, 'input labels', 'vocab_size') if labels is not None else None  # []  gpt_decoder.snf:83
+            # []  gpt_decoder.snf:83
+            loss = _cross_entropy(logits, _next_tokens(labels, -100), -100, self.token_embedding.weight.dtype,
+                                  'input labels', 'vocab_size') if labels is not None else None
         else:
             logits = None
-            loss = _linear_cross_entropy(self.norm(x), self.token_embedding.weight, None, _next_tokens(labels, -100), -100, self.token_embedding.weight.dtype, 'input labels', 'vocab_size') if labels is not None else None  # []  gpt_decoder.snf:83
+            # []  gpt_decoder.snf:83
+            loss = _linear_cross_entropy(self.norm(x), self.token_embedding.weight, None, _next_tokens(labels, -100),
+                                         -100, self.token_embedding.weight.dtype, 'input labels',
+                                         'vocab_size') if labels is not None else None
         return Output(logits, loss, new_keys, new_values)
 
     # forward compiled as one graph, for the devices and modes compile_units says; its shapes are

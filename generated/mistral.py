@@ -55,7 +55,8 @@ class Config:
         if not 1 <= self.n_head:
             raise ValueError(f'the divisor H must be at least 1 (mistral.snf:27); got n_head={self.n_head}')
         if self.n_layer >= 1:
-            _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'mistral.snf:59', f'rope_base={self.rope_base}')
+            _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'mistral.snf:59',
+                          f'rope_base={self.rope_base}')
         if self.n_embd % self.n_head != 0:
             raise ValueError(f'D must be divisible by H (mistral.snf:59); got n_embd={self.n_embd}, n_head={self.n_head}')
         if self.head_dim % 2 != 0:
@@ -226,7 +227,8 @@ class Block(nn.Module):
         super().__init__()
         self.config = cfg = config
         self.attn_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # attn_norm_weight  mistral.snf:32
-        self.qkv = nn.Linear(cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd, bias=False)  # q_weight, k_weight, v_weight fused  mistral.snf:33
+        # q_weight, k_weight, v_weight fused  mistral.snf:33
+        self.qkv = nn.Linear(cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd, bias=False)
         self.o = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # o_weight  mistral.snf:36
         self.mlp_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # mlp_norm_weight  mistral.snf:37
         self.gate = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False)  # gate_weight  mistral.snf:38
@@ -245,17 +247,26 @@ class Block(nn.Module):
         nn.init.normal_(self.down.weight, mean=0.0, std=0.02)
 
     @_hot_path
-    def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor], T_past: int, cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
+                T_past: int, cache_position: Optional[torch.Tensor] = None,
+                cache_length: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
         B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  mistral.snf:54
-        q, k, v = self.qkv(h).split((cfg.n_embd, cfg.kv_dim, cfg.kv_dim), dim=-1)  # [B, T, D] [B, T, kv_dim] [B, T, kv_dim]  mistral.snf:55
-        q_rot = _rope(q.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base)  # [B, T, H, head_dim]  mistral.snf:59
-        k_new = _rope(k.reshape(B, T, cfg.n_kv_head, cfg.head_dim), T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  mistral.snf:60
+        # [B, T, D] [B, T, kv_dim] [B, T, kv_dim]  mistral.snf:55
+        q, k, v = self.qkv(h).split((cfg.n_embd, cfg.kv_dim, cfg.kv_dim), dim=-1)
+        # [B, T, H, head_dim]  mistral.snf:59
+        q_rot = _rope(q.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base)
+        # [B, T, KVH, head_dim]  mistral.snf:60
+        k_new = _rope(k.reshape(B, T, cfg.n_kv_head, cfg.head_dim), T_past, cfg.rope_base)
         v_new = v.reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  mistral.snf:61
-        k_all = _cache_cat(past_keys, k_new, cache_position, cache_length) if past_keys is not None else k_new  # [B, T + T_past, KVH, head_dim]  mistral.snf:62
-        v_all = _cache_cat(past_values, v_new, cache_position, cache_length) if past_keys is not None else v_new  # [B, T + T_past, KVH, head_dim]  mistral.snf:63
-        attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True, cache_position=cache_position, window=cfg.sliding_window).transpose(1, 2)  # [B, T, H, head_dim]  mistral.snf:67
+        # [B, T + T_past, KVH, head_dim]  mistral.snf:62
+        k_all = _cache_cat(past_keys, k_new, cache_position, cache_length) if past_keys is not None else k_new
+        # [B, T + T_past, KVH, head_dim]  mistral.snf:63
+        v_all = _cache_cat(past_values, v_new, cache_position, cache_length) if past_keys is not None else v_new
+        # [B, T, H, head_dim]  mistral.snf:67
+        attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
+                          cache_position=cache_position, window=cfg.sliding_window).transpose(1, 2)
         x = x + self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  mistral.snf:68
         m = self.mlp_norm(x)  # [B, T, D]  mistral.snf:70
         x = x + self.down(F.silu(self.gate(m)) * self.up(m))  # [B, T, D]  mistral.snf:71
@@ -302,7 +313,9 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
-    def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None, cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> Output:
+    def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
+                past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None,
+                cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> Output:
         # idx: [B, T]
         # past_keys: [n_layer, B, T_past, KVH, head_dim], optional
         # past_values: [n_layer, B, T_past, KVH, head_dim], optional
@@ -311,10 +324,12 @@ class Model(nn.Module):
         # position, and attention reads their first cache_length slots (see generate)
         unit = _compile_unit(self, idx)  # see compile_units
         if unit == "model":
-            return self._compiled_forward(idx, past_keys, past_values, use_cache=use_cache, cache_position=cache_position, cache_length=cache_length)
+            return self._compiled_forward(idx, past_keys, past_values, use_cache=use_cache,
+                                          cache_position=cache_position, cache_length=cache_length)
         if unit == "none":
             with _eagerly():
-                return self.forward(idx, past_keys, past_values, use_cache=use_cache, cache_position=cache_position, cache_length=cache_length)
+                return self.forward(idx, past_keys, past_values, use_cache=use_cache, cache_position=cache_position,
+                                    cache_length=cache_length)
         cfg = self.config
         if use_cache is None:
             use_cache = not self.training
@@ -323,27 +338,41 @@ class Model(nn.Module):
         _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
         if cache_position is None:
             if past_keys is not None:
-                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 3: cfg.n_kv_head, 4: cfg.head_dim})
+                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
+                             {0: cfg.n_layer, 1: B, 3: cfg.n_kv_head, 4: cfg.head_dim})
                 past_keys = past_keys.to(self.token_embedding.weight.dtype)
             T_past = past_keys.size(2) if past_keys is not None else 0
             if past_values is not None:
-                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_kv_head, 4: cfg.head_dim})
+                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
+                             {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_kv_head, 4: cfg.head_dim})
                 past_values = past_values.to(self.token_embedding.weight.dtype)
         else:  # preallocated caches of block_size slots, T_past of them filled
-            _check_position(cache_position, cache_length, cfg.block_size, 'past_keys, past_values', past_keys, past_values)
-            _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, KVH, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_kv_head, 4: cfg.head_dim})
-            _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, KVH, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_kv_head, 4: cfg.head_dim})
+            _check_position(cache_position, cache_length, cfg.block_size, 'past_keys, past_values', past_keys,
+                            past_values)
+            _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, KVH, head_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_kv_head, 4: cfg.head_dim})
+            _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, KVH, head_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_kv_head, 4: cfg.head_dim})
             T_past = cache_position
         _check_together(('past_keys', 'past_values'), (past_keys, past_values))
         _check_dims('T + T_past', T + T_past, '<=', 'block_size', cfg.block_size, 'mistral.snf:49')
         x = self.token_embedding(idx)  # [B, T, D]  mistral.snf:50
         if use_cache:
-            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim,), 0.0, dtype=self.token_embedding.weight.dtype, device=idx.device) if cache_position is None else past_keys  # [n_layer, B, T + T_past, KVH, head_dim]  mistral.snf:51
-            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim,), 0.0, dtype=self.token_embedding.weight.dtype, device=idx.device) if cache_position is None else past_values  # [n_layer, B, T + T_past, KVH, head_dim]  mistral.snf:52
+            # [n_layer, B, T + T_past, KVH, head_dim]  mistral.snf:51
+            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim,), 0.0,
+                                  dtype=self.token_embedding.weight.dtype,
+                                  device=idx.device) if cache_position is None else past_keys
+            # [n_layer, B, T + T_past, KVH, head_dim]  mistral.snf:52
+            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim,), 0.0,
+                                    dtype=self.token_embedding.weight.dtype,
+                                    device=idx.device) if cache_position is None else past_values
         else:
             new_keys = new_values = None
         for l, layer in enumerate(self.layers):
-            x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, T_past, cache_position, cache_length)  # mistral.snf:53
+            # mistral.snf:53
+            x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None,
+                                                        past_values[l] if past_values is not None else None, T_past,
+                                                        cache_position, cache_length)
             if use_cache and cache_position is None:
                 new_keys[l] = new_keys_layer  # mistral.snf:64
                 new_values[l] = new_values_layer  # mistral.snf:65

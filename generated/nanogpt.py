@@ -46,11 +46,14 @@ class Config:
         if not 1 <= self.n_head:
             raise ValueError(f'the divisor H must be at least 1 (nanogpt.snf:32); got n_head={self.n_head}')
         if self.n_layer >= 1:
-            _check_number(lambda: 0.02 / math.sqrt(2 * self.n_layer), 0.0, None, False, '`std` of `normal` = 0.02 / sqrt(2 * n_layer)', 'nanogpt.snf:47', f'n_layer={self.n_layer}')
+            _check_number(lambda: 0.02 / math.sqrt(2 * self.n_layer), 0.0, None, False,
+                          '`std` of `normal` = 0.02 / sqrt(2 * n_layer)', 'nanogpt.snf:47', f'n_layer={self.n_layer}')
         if self.dropout > 0:
-            _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'nanogpt.snf:74', f'dropout={self.dropout}')
+            _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'nanogpt.snf:74',
+                          f'dropout={self.dropout}')
         if self.n_layer >= 1:
-            _check_number(lambda: self.dropout, 0.0, 1.0, False, '`dropout` of `flash_attention`', 'nanogpt.snf:95', f'dropout={self.dropout}')
+            _check_number(lambda: self.dropout, 0.0, 1.0, False, '`dropout` of `flash_attention`', 'nanogpt.snf:95',
+                          f'dropout={self.dropout}')
         if self.n_embd % self.n_head != 0:
             raise ValueError(f'D must be divisible by H (nanogpt.snf:84); got n_embd={self.n_embd}, n_head={self.n_head}')
 
@@ -213,11 +216,14 @@ class Block(nn.Module):
         super().__init__()
         self.config = cfg = config
         self.ln1 = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=cfg.bias)  # ln1_weight, ln1_bias  nanogpt.snf:39
-        self.attn_qkv = nn.Linear(cfg.n_embd, 3*cfg.n_embd, bias=cfg.bias)  # attn_q_weight, attn_k_weight, attn_v_weight fused (and their biases)  nanogpt.snf:41
-        self.attn_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # attn_proj_weight, attn_proj_bias  nanogpt.snf:47
+        # attn_q_weight, attn_k_weight, attn_v_weight fused (and their biases)  nanogpt.snf:41
+        self.attn_qkv = nn.Linear(cfg.n_embd, 3*cfg.n_embd, bias=cfg.bias)
+        # attn_proj_weight, attn_proj_bias  nanogpt.snf:47
+        self.attn_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.ln2 = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=cfg.bias)  # ln2_weight, ln2_bias  nanogpt.snf:50
         self.mlp_fc = nn.Linear(cfg.n_embd, 4*cfg.n_embd, bias=cfg.bias)  # mlp_fc_weight, mlp_fc_bias  nanogpt.snf:52
-        self.mlp_proj = nn.Linear(4*cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # mlp_proj_weight, mlp_proj_bias  nanogpt.snf:54
+        # mlp_proj_weight, mlp_proj_bias  nanogpt.snf:54
+        self.mlp_proj = nn.Linear(4*cfg.n_embd, cfg.n_embd, bias=cfg.bias)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -242,16 +248,24 @@ class Block(nn.Module):
             nn.init.zeros_(self.mlp_proj.bias)
 
     @_hot_path
-    def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor], cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
+                cache_position: Optional[torch.Tensor] = None,
+                cache_length: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
         B, T, _ = x.shape
         x_norm = self.ln1(x)  # [B, T, D]  nanogpt.snf:80
         q, k, v = self.attn_qkv(x_norm).split(cfg.n_embd, dim=-1)  # [B, T, D] [B, T, D] [B, T, D]  nanogpt.snf:81
         k_head = k.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  nanogpt.snf:84
         v_head = v.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  nanogpt.snf:85
-        k_full = _cache_cat(past_keys, k_head, cache_position, cache_length) if past_keys is not None else k_head  # [B, T_total, H, head_dim]  nanogpt.snf:86
-        v_full = _cache_cat(past_values, v_head, cache_position, cache_length) if past_values is not None else v_head  # [B, T_total, H, head_dim]  nanogpt.snf:87
-        attn_output = _attention(q.reshape(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2), k_full.transpose(1, 2), v_full.transpose(1, 2), None, causal=True, dropout_p=(cfg.dropout if self.training else 0.0), cache_position=cache_position).transpose(1, 2)  # [B, T, H, head_dim]  nanogpt.snf:90
+        # [B, T_total, H, head_dim]  nanogpt.snf:86
+        k_full = _cache_cat(past_keys, k_head, cache_position, cache_length) if past_keys is not None else k_head
+        # [B, T_total, H, head_dim]  nanogpt.snf:87
+        v_full = _cache_cat(past_values, v_head, cache_position, cache_length) if past_values is not None else v_head
+        # [B, T, H, head_dim]  nanogpt.snf:90
+        attn_output = _attention(q.reshape(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2), k_full.transpose(1, 2),
+                                 v_full.transpose(1, 2), None, causal=True,
+                                 dropout_p=(cfg.dropout if self.training else 0.0),
+                                 cache_position=cache_position).transpose(1, 2)
         attn_proj = self.attn_proj(attn_output.reshape(B, T, cfg.n_embd))  # [B, T, D]  nanogpt.snf:97
         if cfg.dropout > 0:
             attn_proj = F.dropout(attn_proj, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:98
@@ -291,7 +305,8 @@ class Model(nn.Module):
             config = dataclasses.replace(config, **overrides)
         self.config = cfg = config
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  nanogpt.snf:36
-        self.position_embedding = nn.Parameter(torch.empty(cfg.block_size, cfg.n_embd))  # [block_size, D]  nanogpt.snf:37
+        # [block_size, D]  nanogpt.snf:37
+        self.position_embedding = nn.Parameter(torch.empty(cfg.block_size, cfg.n_embd))
         self.ln_f = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=cfg.bias)  # ln_f_weight, ln_f_bias  nanogpt.snf:57
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)  # lm_head_weight  nanogpt.snf:59
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
@@ -310,7 +325,10 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
-    def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None, past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None, return_logits: Optional[bool] = None, cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> Output:
+    def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None,
+                past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *,
+                use_cache: Optional[bool] = None, return_logits: Optional[bool] = None,
+                cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> Output:
         # idx: [B, T]
         # targets: [B, T], optional
         # past_keys: [n_layer, B, T_past, H, head_dim], optional
@@ -322,10 +340,14 @@ class Model(nn.Module):
         # position, and attention reads their first cache_length slots (see generate)
         unit = _compile_unit(self, idx)  # see compile_units
         if unit == "model":
-            return self._compiled_forward(idx, targets, past_keys, past_values, use_cache=use_cache, return_logits=return_logits, cache_position=cache_position, cache_length=cache_length)
+            return self._compiled_forward(idx, targets, past_keys, past_values, use_cache=use_cache,
+                                          return_logits=return_logits, cache_position=cache_position,
+                                          cache_length=cache_length)
         if unit == "none":
             with _eagerly():
-                return self.forward(idx, targets, past_keys, past_values, use_cache=use_cache, return_logits=return_logits, cache_position=cache_position, cache_length=cache_length)
+                return self.forward(idx, targets, past_keys, past_values, use_cache=use_cache,
+                                    return_logits=return_logits, cache_position=cache_position,
+                                    cache_length=cache_length)
         cfg = self.config
         if use_cache is None:
             use_cache = not self.training
@@ -338,16 +360,21 @@ class Model(nn.Module):
             _check_input('targets', targets, 2, '[B, T]', 'int64', {0: B, 1: T})
         if cache_position is None:
             if past_keys is not None:
-                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 3: cfg.n_head, 4: cfg.head_dim})
+                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, H, head_dim]', 'float32',
+                             {0: cfg.n_layer, 1: B, 3: cfg.n_head, 4: cfg.head_dim})
                 past_keys = past_keys.to(self.token_embedding.weight.dtype)
             T_past = past_keys.size(2) if past_keys is not None else 0
             if past_values is not None:
-                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
+                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', 'float32',
+                             {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
                 past_values = past_values.to(self.token_embedding.weight.dtype)
         else:  # preallocated caches of block_size slots, T_past of them filled
-            _check_position(cache_position, cache_length, cfg.block_size, 'past_keys, past_values', past_keys, past_values)
-            _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
-            _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, H, head_dim]', 'float32', {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
+            _check_position(cache_position, cache_length, cfg.block_size, 'past_keys, past_values', past_keys,
+                            past_values)
+            _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
+            _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, H, head_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
             T_past = cache_position
         _check_together(('past_keys', 'past_values'), (past_keys, past_values))
         _check_dims('T_total', T + T_past, '<=', 'block_size', cfg.block_size, 'nanogpt.snf:68')
@@ -357,22 +384,36 @@ class Model(nn.Module):
         if cfg.dropout > 0:
             x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:74
         if use_cache:
-            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=self.token_embedding.weight.dtype, device=idx.device) if cache_position is None else past_keys  # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:77
-            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=self.token_embedding.weight.dtype, device=idx.device) if cache_position is None else past_values  # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:78
+            # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:77
+            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0,
+                                  dtype=self.token_embedding.weight.dtype,
+                                  device=idx.device) if cache_position is None else past_keys
+            # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:78
+            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0,
+                                    dtype=self.token_embedding.weight.dtype,
+                                    device=idx.device) if cache_position is None else past_values
         else:
             new_keys = new_values = None
         for l, layer in enumerate(self.layers):
-            x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None, past_values[l] if past_values is not None else None, cache_position, cache_length)  # nanogpt.snf:79
+            # nanogpt.snf:79
+            x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None,
+                                                        past_values[l] if past_values is not None else None,
+                                                        cache_position, cache_length)
             if use_cache and cache_position is None:
                 new_keys[l] = new_keys_layer  # nanogpt.snf:88
                 new_values[l] = new_values_layer  # nanogpt.snf:89
         x_final = self.ln_f(x)  # [B, T, D]  nanogpt.snf:108
         if return_logits:
             logits = self.lm_head(x_final)  # [B, T, vocab_size]  nanogpt.snf:109
-            loss = _cross_entropy(logits, targets, -1, self.token_embedding.weight.dtype, 'input targets', 'vocab_size') if targets is not None else None  # []  nanogpt.snf:111
+            # []  nanogpt.snf:111
+            loss = _cross_entropy(logits, targets, -1, self.token_embedding.weight.dtype, 'input targets',
+                                  'vocab_size') if targets is not None else None
         else:
             logits = None
-            loss = _linear_cross_entropy(x_final, self.lm_head.weight, None, targets, -1, self.token_embedding.weight.dtype, 'input targets', 'vocab_size') if targets is not None else None  # []  nanogpt.snf:111
+            # []  nanogpt.snf:111
+            loss = _linear_cross_entropy(x_final, self.lm_head.weight, None, targets, -1,
+                                         self.token_embedding.weight.dtype, 'input targets',
+                                         'vocab_size') if targets is not None else None
         return Output(logits, loss, new_keys, new_values)
 
     # forward compiled as one graph, for the devices and modes compile_units says; its shapes are

@@ -43,7 +43,9 @@ class Config:
         if not 1 <= self.H:
             raise ValueError(f'the divisor H must be at least 1 (nanogpt_model.snf:37); got H={self.H}')
         if self.L >= 1:
-            _check_number(lambda: 1 / math.sqrt(self.D // self.H), None, None, False, '`scale` of `flash_attention` = 1 / sqrt(D // H)', 'nanogpt_model.snf:41', f'D={self.D}, H={self.H}')
+            _check_number(lambda: 1 / math.sqrt(self.D // self.H), None, None, False,
+                          '`scale` of `flash_attention` = 1 / sqrt(D // H)', 'nanogpt_model.snf:41',
+                          f'D={self.D}, H={self.H}')
         if self.D % self.H != 0:
             raise ValueError(f'D must be divisible by H (nanogpt_model.snf:37); got D={self.D}, H={self.H}')
 
@@ -201,12 +203,14 @@ class Block(nn.Module):
     def __init__(self, config: Config) -> None:
         super().__init__()
         self.config = cfg = config
-        self.θ_ln_attn = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)  # θ_ln_attn_weight, θ_ln_attn_bias  nanogpt_model.snf:51
+        # θ_ln_attn_weight, θ_ln_attn_bias  nanogpt_model.snf:51
+        self.θ_ln_attn = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)
         self.θ_attn_Wq = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wq, θ_attn_bq  nanogpt_model.snf:37
         self.θ_attn_Wk = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wk, θ_attn_bk  nanogpt_model.snf:38
         self.θ_attn_Wv = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wv, θ_attn_bv  nanogpt_model.snf:39
         self.θ_attn_Wo = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wo, θ_attn_bo  nanogpt_model.snf:42
-        self.θ_ln_mlp = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)  # θ_ln_mlp_weight, θ_ln_mlp_bias  nanogpt_model.snf:52
+        # θ_ln_mlp_weight, θ_ln_mlp_bias  nanogpt_model.snf:52
+        self.θ_ln_mlp = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)
         self.θ_mlp_W_fc = nn.Linear(cfg.D, 4*cfg.D, bias=True)  # θ_mlp_W_fc, θ_mlp_b_fc  nanogpt_model.snf:46
         self.θ_mlp_W_proj = nn.Linear(4*cfg.D, cfg.D, bias=True)  # θ_mlp_W_proj, θ_mlp_b_proj  nanogpt_model.snf:47
 
@@ -236,10 +240,15 @@ class Block(nn.Module):
         B, T, _ = h.shape
         x = h  # [B, T, D]  nanogpt_model.snf:50
         attention_x = self.θ_ln_attn(x)  # [B, T, D]  nanogpt_model.snf:51
-        q = self.θ_attn_Wq(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:37
-        k = self.θ_attn_Wk(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:38
-        v = self.θ_attn_Wv(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)  # [B, T, H, (D // H)]  nanogpt_model.snf:39
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, scale=1 / math.sqrt(cfg.D // cfg.H)).transpose(1, 2).reshape(B, T, cfg.D)  # [B, T, D]  nanogpt_model.snf:41
+        # [B, T, H, (D // H)]  nanogpt_model.snf:37
+        q = self.θ_attn_Wq(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)
+        # [B, T, H, (D // H)]  nanogpt_model.snf:38
+        k = self.θ_attn_Wk(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)
+        # [B, T, H, (D // H)]  nanogpt_model.snf:39
+        v = self.θ_attn_Wv(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)
+        # [B, T, D]  nanogpt_model.snf:41
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
+                                           scale=1 / math.sqrt(cfg.D // cfg.H)).transpose(1, 2).reshape(B, T, cfg.D)
         x = x + self.θ_attn_Wo(o)  # [B, T, D]  nanogpt_model.snf:51
         mlp_x = self.θ_ln_mlp(x)  # [B, T, D]  nanogpt_model.snf:52
         u = self.θ_mlp_W_fc(mlp_x)  # [B, T, 4*D]  nanogpt_model.snf:46
@@ -303,16 +312,20 @@ class Model(nn.Module):
         _check_input('tok', tok, 2, '[B, T]', 'int64')
         B, T = tok.shape
         _check_index('tok', tok, cfg.V, 'V')
-        _check_dims('T', T, '<=', 'P', cfg.P, 'nanogpt_model.snf:33', 'slice end T must lie within axis 0, of size P', {'P': cfg.P, 'T': T})
+        _check_dims('T', T, '<=', 'P', cfg.P, 'nanogpt_model.snf:33', 'slice end T must lie within axis 0, of size P',
+                    {'P': cfg.P, 'T': T})
         h = self.θ_embed(tok) + self.θ_pos[0:T, :]  # [B, T, D]  nanogpt_model.snf:33
         for layer in self.layers:
             h = layer(h)  # nanogpt_model.snf:54
         if return_logits:
             logits = F.linear(self.θ_ln_f(h), self.θ_embed.weight)  # [B, T, V]  nanogpt_model.snf:57
-            loss = _cross_entropy(logits, _next_tokens(tok, -100), -100, self.θ_embed.weight.dtype, 'input tok', 'V')  # []  nanogpt_model.snf:59
+            # []  nanogpt_model.snf:59
+            loss = _cross_entropy(logits, _next_tokens(tok, -100), -100, self.θ_embed.weight.dtype, 'input tok', 'V')
         else:
             logits = None
-            loss = _linear_cross_entropy(self.θ_ln_f(h), self.θ_embed.weight, None, _next_tokens(tok, -100), -100, self.θ_embed.weight.dtype, 'input tok', 'V')  # []  nanogpt_model.snf:59
+            # []  nanogpt_model.snf:59
+            loss = _linear_cross_entropy(self.θ_ln_f(h), self.θ_embed.weight, None, _next_tokens(tok, -100), -100,
+                                         self.θ_embed.weight.dtype, 'input tok', 'V')
         return Output(logits, loss)
 
     # forward compiled as one graph, for the devices and modes compile_units says; its shapes are

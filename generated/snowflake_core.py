@@ -47,11 +47,14 @@ class Config:
         if not 1 <= self.n_head:
             raise ValueError(f'the divisor H must be at least 1 (snowflake_core.snf:58); got n_head={self.n_head}')
         if self.n_layer >= 1:
-            _check_number(lambda: 1.0 / math.sqrt(3 * self.n_embd), 0.0, None, False, '`std` of `normal` = 1.0 / sqrt(3 * D)', 'snowflake_core.snf:32', f'n_embd={self.n_embd}')
+            _check_number(lambda: 1.0 / math.sqrt(3 * self.n_embd), 0.0, None, False,
+                          '`std` of `normal` = 1.0 / sqrt(3 * D)', 'snowflake_core.snf:32', f'n_embd={self.n_embd}')
         if self.n_layer >= 1:
-            _check_number(lambda: 1.0 / math.sqrt(3 * self.d_ff), 0.0, None, False, '`std` of `normal` = 1.0 / sqrt(3 * d_ff)', 'snowflake_core.snf:40', f'd_ff={self.d_ff}')
+            _check_number(lambda: 1.0 / math.sqrt(3 * self.d_ff), 0.0, None, False,
+                          '`std` of `normal` = 1.0 / sqrt(3 * d_ff)', 'snowflake_core.snf:40', f'd_ff={self.d_ff}')
         if self.dropout > 0:
-            _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'snowflake_core.snf:53', f'dropout={self.dropout}')
+            _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'snowflake_core.snf:53',
+                          f'dropout={self.dropout}')
         if self.n_embd % self.n_head != 0:
             raise ValueError(f'D must be divisible by H (snowflake_core.snf:58); got n_embd={self.n_embd}, n_head={self.n_head}')
 
@@ -242,10 +245,15 @@ class Block(nn.Module):
         B, T, _ = x.shape
         h = self.ln1(x)  # [B, T, D]  snowflake_core.snf:56
         qkv = self.qkv(h)  # [B, T, 3*D]  snowflake_core.snf:57
-        q = qkv[:, :, 0:cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  snowflake_core.snf:58
-        k = qkv[:, :, cfg.n_embd:2 * cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  snowflake_core.snf:59
-        v = qkv[:, :, 2 * cfg.n_embd:3 * cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  snowflake_core.snf:60
-        attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False).transpose(1, 2)  # [B, T, H, head_dim]  snowflake_core.snf:61
+        # [B, T, H, head_dim]  snowflake_core.snf:58
+        q = qkv[:, :, 0:cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)
+        # [B, T, H, head_dim]  snowflake_core.snf:59
+        k = qkv[:, :, cfg.n_embd:2 * cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)
+        # [B, T, H, head_dim]  snowflake_core.snf:60
+        v = qkv[:, :, 2 * cfg.n_embd:3 * cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)
+        # [B, T, H, head_dim]  snowflake_core.snf:61
+        attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask,
+                          causal=False).transpose(1, 2)
         attn_out = self.wo(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  snowflake_core.snf:62
         if cfg.dropout > 0:
             attn_out = F.dropout(attn_out, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:63
@@ -283,7 +291,8 @@ class Model(nn.Module):
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  snowflake_core.snf:29
         self.ln_f = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=True)  # ln_f_weight, ln_f_bias  snowflake_core.snf:42
         self.out_bias = nn.Parameter(torch.empty(cfg.vocab_size))  # [vocab_size]  snowflake_core.snf:44
-        self.register_buffer('position_table', torch.empty(1, cfg.block_size, cfg.n_embd))  # [1, block_size, D]  snowflake_core.snf:47
+        # [1, block_size, D]  snowflake_core.snf:47
+        self.register_buffer('position_table', torch.empty(1, cfg.block_size, cfg.n_embd))
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.reset_parameters()
 
@@ -314,13 +323,15 @@ class Model(nn.Module):
         _check_index('input_ids', input_ids, cfg.vocab_size, 'vocab_size')
         if attention_mask is not None:
             _check_input('attention_mask', attention_mask, 2, '[B, T]', 'int64', {0: B, 1: T})
-        _check_dims('T', T, '<=', 'block_size', cfg.block_size, 'snowflake_core.snf:52', 'slice end T must lie within axis 1, of size block_size', {'T': T, 'block_size': cfg.block_size})
+        _check_dims('T', T, '<=', 'block_size', cfg.block_size, 'snowflake_core.snf:52',
+                    'slice end T must lie within axis 1, of size block_size', {'T': T, 'block_size': cfg.block_size})
         x = self.token_embedding(input_ids) + self.position_table[:, 0:T, :]  # [B, T, D]  snowflake_core.snf:52
         if cfg.dropout > 0:
             x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:53
         for layer in self.layers:
             x = layer(x, attention_mask)  # snowflake_core.snf:55
-        logits = F.linear(self.ln_f(x), self.token_embedding.weight, self.out_bias)  # [B, T, vocab_size]  snowflake_core.snf:74
+        # [B, T, vocab_size]  snowflake_core.snf:74
+        logits = F.linear(self.ln_f(x), self.token_embedding.weight, self.out_bias)
         return logits
 
     # forward compiled as one graph, for the devices and modes compile_units says; its shapes are

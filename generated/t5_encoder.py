@@ -53,8 +53,10 @@ class Config:
             raise ValueError(f'`d_ff` is a size: it must not be negative (t5_encoder.snf:13); got d_ff={self.d_ff}')
         if not 0 <= self.num_buckets:
             raise ValueError(f'`num_buckets` is a size: it must not be negative (t5_encoder.snf:14); got num_buckets={self.num_buckets}')
-        _check_number(lambda: self.log_ratio, None, None, False, '`log_ratio`', 't5_encoder.snf:52', f'max_distance={self.max_distance}, num_buckets={self.num_buckets}')
-        _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 't5_encoder.snf:57', f'dropout={self.dropout}')
+        _check_number(lambda: self.log_ratio, None, None, False, '`log_ratio`', 't5_encoder.snf:52',
+                      f'max_distance={self.max_distance}, num_buckets={self.num_buckets}')
+        _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 't5_encoder.snf:57',
+                      f'dropout={self.dropout}')
 
     @property
     def inner(self) -> int:  # t5_encoder.snf:21
@@ -248,17 +250,22 @@ class Block(nn.Module):
         nn.init.normal_(self.wo.weight, mean=0.0, std=0.02)
 
     @_hot_path
-    def forward(self, x: torch.Tensor, position_bias: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, position_bias: torch.Tensor,
+                attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
         B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  t5_encoder.snf:59
         q = self.q(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5_encoder.snf:60
         k = self.k(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5_encoder.snf:61
         v = self.v(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5_encoder.snf:62
-        attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False, scale=1.0, bias=position_bias).transpose(1, 2)  # [B, T, H, d_kv]  t5_encoder.snf:63
-        x = x + F.dropout(self.o(attn.reshape(B, T, cfg.inner)), p=cfg.dropout, training=self.training)  # [B, T, D]  t5_encoder.snf:64
+        # [B, T, H, d_kv]  t5_encoder.snf:63
+        attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False,
+                          scale=1.0, bias=position_bias).transpose(1, 2)
+        # [B, T, D]  t5_encoder.snf:64
+        x = x + F.dropout(self.o(attn.reshape(B, T, cfg.inner)), p=cfg.dropout, training=self.training)
         m = self.ff_norm(x)  # [B, T, D]  t5_encoder.snf:65
-        x = x + F.dropout(self.wo(F.relu(self.wi(m))), p=cfg.dropout, training=self.training)  # [B, T, D]  t5_encoder.snf:66
+        # [B, T, D]  t5_encoder.snf:66
+        x = x + F.dropout(self.wo(F.relu(self.wi(m))), p=cfg.dropout, training=self.training)
         return x
 
 
@@ -314,14 +321,21 @@ class Model(nn.Module):
         pos = torch.arange(T, dtype=torch.int64, device=input_ids.device)  # [T]  t5_encoder.snf:49
         rel = pos.reshape(1, T) - pos.reshape(T, 1)  # [T, T]  t5_encoder.snf:50
         dist = torch.abs(rel)  # [T, T]  t5_encoder.snf:51
-        far = cfg.max_exact + (torch.log(dist.to(self.token_embedding.weight.dtype) / cfg.max_exact) / cfg.log_ratio * (cfg.half - cfg.max_exact)).to(torch.int64)  # [T, T]  t5_encoder.snf:52
-        bucket = (rel > 0).to(torch.int64) * cfg.half + torch.where(dist < cfg.max_exact, dist, far.clamp(max=cfg.half - 1))  # [T, T]  t5_encoder.snf:53
+        # [T, T]  t5_encoder.snf:52
+        far = cfg.max_exact + (torch.log(dist.to(self.token_embedding.weight.dtype) / cfg.max_exact) / cfg.log_ratio
+                               * (cfg.half - cfg.max_exact)).to(torch.int64)
+        # [T, T]  t5_encoder.snf:53
+        bucket = (rel > 0).to(torch.int64) * cfg.half + torch.where(
+                dist < cfg.max_exact, dist, far.clamp(max=cfg.half - 1))
         by_head = self.rel_bias_table(bucket)  # [T, T, H]  t5_encoder.snf:54
-        position_bias = by_head.transpose(0, 2).transpose(1, 2).reshape(1, cfg.n_head, T, T)  # [1, H, T, T]  t5_encoder.snf:55
-        x = F.dropout(self.token_embedding(input_ids), p=cfg.dropout, training=self.training)  # [B, T, D]  t5_encoder.snf:57
+        # [1, H, T, T]  t5_encoder.snf:55
+        position_bias = by_head.transpose(0, 2).transpose(1, 2).reshape(1, cfg.n_head, T, T)
+        # [B, T, D]  t5_encoder.snf:57
+        x = F.dropout(self.token_embedding(input_ids), p=cfg.dropout, training=self.training)
         for layer in self.layers:
             x = layer(x, position_bias, attention_mask)  # t5_encoder.snf:58
-        last_hidden_state = F.dropout(self.final_norm(x), p=cfg.dropout, training=self.training)  # [B, T, D]  t5_encoder.snf:68
+        # [B, T, D]  t5_encoder.snf:68
+        last_hidden_state = F.dropout(self.final_norm(x), p=cfg.dropout, training=self.training)
         return last_hidden_state
 
     # forward compiled as one graph, for the devices and modes compile_units says; its shapes are

@@ -234,8 +234,11 @@ class Block(nn.Module):
         q = (h @ self.W_q).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  tiny_transformer.snf:42
         k = (h @ self.W_k).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  tiny_transformer.snf:43
         v = (h @ self.W_v).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  tiny_transformer.snf:44
-        attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=False).transpose(1, 2).reshape(B, T, cfg.n_embd)  # [B, T, D]  tiny_transformer.snf:45
-        h = F.layer_norm(h + attn @ self.W_o, (cfg.n_embd,), self.gamma_1, self.beta_1, 1e-05)  # [B, T, D]  tiny_transformer.snf:46
+        # [B, T, D]  tiny_transformer.snf:45
+        attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                              is_causal=False).transpose(1, 2).reshape(B, T, cfg.n_embd)
+        # [B, T, D]  tiny_transformer.snf:46
+        h = F.layer_norm(h + attn @ self.W_o, (cfg.n_embd,), self.gamma_1, self.beta_1, 1e-05)
         h = h + F.gelu(h @ self.W_ff1) @ self.W_ff2  # [B, T, D]  tiny_transformer.snf:47
         return h
 

@@ -109,6 +109,13 @@ def fresh_module(path: Path, name: str):
     return module
 
 
+def unwrapped(code: str) -> str:
+    """Generated code with each statement wrapped over several lines (snf/codegen/wrap.py) on one
+    line again, for tests that look for a statement's text."""
+    import re
+    return re.sub(r"([,(\[{])\n\s+", r"\1 ", re.sub(r"\n\s+([-+*/%@]|if |else |and |or )", r" \1", code))
+
+
 def write_spec(tmp_path: Path, text: str, name: str = "spec.snf") -> Path:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")

@@ -419,7 +419,7 @@ def test_an_input_sized_by_the_cache_turns_the_fixed_shape_path_off(tmp_path):
     cache_position, and generate recomputes the sequence each step, correctly."""
     from pathlib import Path
 
-    from conftest import fresh_module, snfc, write_spec
+    from conftest import fresh_module, snfc, unwrapped, write_spec
     text = (Path(__file__).resolve().parents[1] / "specs" / "nanogpt.snf").read_text(encoding="utf-8")
     text = text.replace("  past_values : Tensor([n_layer, B, T_past, H, head_dim], float32)?\n",
                         "  past_values : Tensor([n_layer, B, T_past, H, head_dim], float32)?\n"
@@ -432,7 +432,7 @@ def test_an_input_sized_by_the_cache_turns_the_fixed_shape_path_off(tmp_path):
     assert "def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None, past_keys: " \
            "Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, attention_mask: " \
            "Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None, return_logits: Optional[bool] = " \
-           "None) -> Output:" in source
+           "None) -> Output:" in unwrapped(source)
     assert "_decode_step" not in source and "_check_position" not in source  # no fixed-shape path
     mod = fresh_module(tmp_path / "masked.py", "nanogpt_masked")
     torch.manual_seed(0)

@@ -41,8 +41,8 @@ def test_the_facts_of_a_checked_model():
     assert m.run_time_dims == {"B", "T"}
     assert [c.text(m.display) for c in m.forward_checks] == ["T >= 2", "T <= block_size"]
     assert {"E <= D", "0 <= V"} <= {c.text(m.display) for c in m.checks if m.runs_in_config(c)}  # V sizes emb
-    assert [t.name for t in m.tables_indexed_by("idx")] == ["emb"]  # once, though indexed twice
-    assert m.tables_indexed_by("y") == ()
+    assert [str(r) for r in m.rows_indexed_by("idx")] == ["V"]  # once, though indexed twice
+    assert m.rows_indexed_by("y") == ()
     assert m.forward_checks is m.forward_checks  # computed once
 
 

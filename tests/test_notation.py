@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO, SEEDS_REL, seed_path, snfc, snfc_subprocess, write_spec
+from conftest import REPO, SEEDS_REL, seed_path, snfc, snfc_subprocess, unwrapped, write_spec
 from snf import ir
 from snf.api import load
 from snf.compiler import analyze, generate_source
@@ -107,7 +107,7 @@ def test_seed_000_inferred_shapes():
 def test_seed_000_lowering_keeps_the_text_semantics():
     """Single-headed attention scaled by 1/√D, causal; no bias; loss on tokens shifted by one."""
     path = seed_path(SEED)
-    code = generate_source(analyze(Source.read(path)))
+    code = unwrapped(generate_source(analyze(Source.read(path))))
     assert "scaled_dot_product_attention(" in code and "is_causal=True" in code
     assert "scale=1 / math.sqrt(cfg.D)" in code
     assert ".reshape(B, T, 1, cfg.D)" in code

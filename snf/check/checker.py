@@ -87,7 +87,7 @@ class Checker(Declarations, Expressions, Statements, Loops, Calls, Facts, Foldin
                                   tuple(sorted(self.check_when.get((lo, hi, op), ()))))
                          for (lo, hi, op), span in self.implied_checks().items()),
             input_groups=self.input_groups(), float_dtype=self.float_dtype,
-            values=self.numbers(set(stacked)))
+            values=self.numbers(set(stacked)), index_rows=ir.index_rows(body))
 
     def check_outputs(self) -> list[ir.Tensor]:
         """Each declared output against the value the body computed for it."""

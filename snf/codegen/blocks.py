@@ -129,8 +129,8 @@ def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
     if "gradient_checkpointing" in gen.config_fields:
         # recompute each layer in backward instead of keeping its activations
         em.emit(f"if {em.cfg}.gradient_checkpointing and self.training and torch.is_grad_enabled():", indent + 1)
-        em.emit(f"{assign}torch.utils.checkpoint.checkpoint({layer}, {call_args}, use_reentrant=False,", indent + 2)
-        em.emit("**_checkpoint_options())", indent + 6)
+        em.emit(f"{assign}torch.utils.checkpoint.checkpoint({layer}, {call_args}, use_reentrant=False, "
+                "**_checkpoint_options())", indent + 2)
         em.emit("else:", indent + 1)
         em.emit(f"{assign}{layer}({call_args}){where}", indent + 2)
     else:

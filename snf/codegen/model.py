@@ -18,6 +18,7 @@ from ..resources import resource_dir
 from ..version import __version__
 from . import blocks, config, params
 from .emit import Emitter
+from .wrap import wrap
 
 # Model.generate's own arguments, and its locals (templates/module.py.j2)
 GENERATE_ARGS = ("max_new_tokens", "temperature", "top_k", "top_p", "generator")
@@ -157,8 +158,8 @@ class Generator:
         template = _env().get_template("module.py.j2")
         # the runtime's definitions the rest calls, and what they call (snf/runtime)
         used = runtime.needed(template.render(**ctx, runtime_compile="", runtime=""))
-        return template.render(**ctx, runtime_compile=runtime.copy("compiling", used),
-                               runtime=runtime.copy("helpers", used))
+        return wrap(template.render(**ctx, runtime_compile=runtime.copy("compiling", used),
+                                    runtime=runtime.copy("helpers", used)))
 
     def flag_rows(self) -> list[tuple[str, list[str]]]:
         """forward's keyword arguments that ask for optional outputs, each with its comment lines."""
@@ -241,7 +242,7 @@ class Generator:
                 targets = ", ".join(em.names.name(d) if d and d not in bound else "_" for d in dims)
                 lines.append(f"{targets}{',' if i.ty.rank == 1 else ''} = {n}.shape")
                 bound.update(d for d in dims if d)
-        for axis_size in (table.ty.shape[0] for table in self.model.tables_indexed_by(i.name)):
+        for axis_size in self.model.rows_indexed_by(i.name):
             ids = f"_check_index({display_text(n)!r}, {n}, {em.dim(axis_size)}, {self.show((axis_size,))[1:-1]!r})"
             lines.append(ids if not i.optional else f"if {n} is not None:\n            {ids}")
         return lines

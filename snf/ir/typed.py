@@ -335,6 +335,7 @@ class Model:
     input_groups: tuple[tuple[str, ...], ...] = ()  # optional inputs given together or not at all
     float_dtype: str | None = None  # the parameters' floating dtype: in a cast model, the cast's
     values: tuple[ValueCheck, ...] = ()  # numbers computed from the config, checked by Config
+    index_rows: tuple[tuple[str, tuple[Dim, ...]], ...] = ()  # input -> the distinct row counts it indexes (walk.index_rows)
 
     def param(self, name: str) -> Tensor:
         return next(p for p in self.params + self.buffers if p.name == name)
@@ -367,23 +368,10 @@ class Model:
         """The checks forward makes on entry: those that read a run-time dim."""
         return tuple(c for c in self.checks if not self.runs_in_config(c))
 
-    def tables_indexed_by(self, name: str) -> tuple[TExpr, ...]:
-        """The tables the integer input `name` indexes directly (`gather(table, name)`: an
-        embedding), one per distinct row count: its ids must be rows of each."""
-        return self._tables.get(name, ())
-
-    @functools.cached_property
-    def _tables(self) -> dict:
-        from .walk import walk_exprs
-        out: dict = {}
-        for e in walk_exprs(self.body):
-            if isinstance(e, Op) and e.op == "gather":
-                index, table = e.arg("index"), e.arg("table")
-                if isinstance(index, Ref) and index.kind == "input" and isinstance(table.ty, TensorT):
-                    found = out.setdefault(index.name, [])
-                    if all(table.ty.shape[0] != t.ty.shape[0] for t in found):
-                        found.append(table)
-        return {k: tuple(v) for k, v in out.items()}
+    def rows_indexed_by(self, name: str) -> tuple[Dim, ...]:
+        """The row counts of the tables the integer input `name` indexes directly (`gather(table,
+        name)`: an embedding): its ids must be rows of each."""
+        return dict(self.index_rows).get(name, ())
 
     def config_conditions(self) -> list:
         """What a Config checks when it is built (the checks on config values alone, the

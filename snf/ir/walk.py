@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Iterable, Iterator, NamedTuple
 
-from .typed import Bind, FusedLinear, IsPresent, Loop, Op, Ref, SetItem, TCond, TIf, TList, TSlice
+from .typed import Bind, FusedLinear, IsPresent, Loop, Op, Ref, SetItem, TCond, TensorT, TIf, TList, TSlice
 
 
 class Site(NamedTuple):
@@ -119,3 +119,17 @@ def rewrite(e, fn: Callable):
             e = replace(e, items=items)
     out = fn(e)
     return e if out is None else out
+
+
+def index_rows(body) -> tuple:
+    """(input, the distinct row counts of the tables it indexes directly) for each integer input a
+    `gather(table, input)` reads: an embedding's ids must be rows of each (ir.Model.index_rows)."""
+    out: dict = {}
+    for e in walk_exprs(body):
+        if isinstance(e, Op) and e.op == "gather":
+            index, table = e.arg("index"), e.arg("table")
+            if isinstance(index, Ref) and index.kind == "input" and isinstance(table.ty, TensorT):
+                rows = out.setdefault(index.name, [])
+                if all(table.ty.shape[0] != r for r in rows):
+                    rows.append(table.ty.shape[0])
+    return tuple((k, tuple(v)) for k, v in out.items())

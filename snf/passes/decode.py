@@ -79,7 +79,7 @@ def plan_decode(model: ir.Model, caches: CachePlan) -> DecodePlan | None:
     if logits is None or any(not i.optional for i in model.inputs[1:]):
         return None
     vocab = logits.ty.shape[-1]
-    if any(not equal(t.ty.shape[0], vocab)[0] for t in model.tables_indexed_by(tokens.name)):
+    if any(not equal(rows, vocab)[0] for rows in model.rows_indexed_by(tokens.name)):
         return None  # a sampled id (< V) must be a row of every table the tokens index
     attention = [e for e in ir.walk_exprs(model.body) if isinstance(e, ir.Op) and e.op == "flash_attention"]
     if not attention or not all(e.arg("causal").value is True for e in attention):

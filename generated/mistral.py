@@ -401,35 +401,40 @@ class Model(nn.Module):
 
         `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
         with `generator`. The prompt is run once; each later step feeds only the newest
-        token and the KV cache (past_keys, past_values).
+        token and the KV cache (past_keys, past_values).        The model sees at most block_size tokens: past them, as nanoGPT does, each step
+        runs the last block_size tokens again (the same tokens as running that cropped
+        context from scratch).
+
         """
         _check_sampling(idx, max_new_tokens, temperature, top_k, top_p)
         was_training = self.training
         self.eval()
         try:
-            out = self(idx, use_cache=True)
+            size = self.config.block_size  # the most tokens the model sees
+            out = self(idx[:, -size:], use_cache=True)
+            position = min(idx.size(1), size)  # the tokens the cache holds
             tokens = [idx]
             # the caches move into buffers of block_size slots, written in place at `position`;
             # each step attends over the first `_bucket(...)` of them: one compiled graph per bucket
-            position, size = idx.size(1), self.config.block_size
-            if position + max_new_tokens - 1 > size:
-                raise ValueError(f"the prompt ({position} tokens) and max_new_tokens={max_new_tokens} need "
-                                 f"{position + max_new_tokens - 1} cache slots; the model has block_size = {size}")
             past_keys = _cache_buffers(out.new_keys, 1, size, self, 'past_keys')
             past_values = _cache_buffers(out.new_values, 1, size, self, 'past_values')
             decode = self if _hooked(self) else self._decode_step  # hooks run only through self(...)
             for step in _decoding(max_new_tokens):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
                 tokens.append(token)
-                if step + 1 < max_new_tokens:
-                    at = torch.tensor(position, device=idx.device)
-                    if at.is_cuda:  # the step is a CUDA graph; the last step's outputs are read already
-                        torch.compiler.cudagraph_mark_step_begin()
-                    if token.size(0) > 1:  # one compiled step for every batch above 1, as the buffers
-                        torch._dynamo.mark_dynamic(token, 0)
-                    out = decode(token, past_keys=past_keys, past_values=past_values, cache_position=at,
-                                 cache_length=_bucket(position + 1, size))
-                    position += 1
+                if step + 1 == max_new_tokens:
+                    continue  # the last token needs no step (and the loop ends by itself: see _decoding)
+                if position == size:  # the context is full: run its last tokens again
+                    out = self(torch.cat(tokens, dim=1)[:, -size:], use_cache=False)
+                    continue
+                at = torch.tensor(position, device=idx.device)
+                if at.is_cuda:  # the step is a CUDA graph; the last step's outputs are read already
+                    torch.compiler.cudagraph_mark_step_begin()
+                if token.size(0) > 1:  # one compiled step for every batch above 1, as the buffers
+                    torch._dynamo.mark_dynamic(token, 0)
+                out = decode(token, past_keys=past_keys, past_values=past_values, cache_position=at,
+                             cache_length=_bucket(position + 1, size))
+                position += 1
             return torch.cat(tokens, dim=1)
         finally:
             self.train(was_training)

@@ -340,19 +340,25 @@ class Model(nn.Module):
 
         `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
         with `generator`. generate uses no KV cache here
-        (docs/language.md, section 10.2), so each step runs the whole sequence again.
+        (docs/language.md, section 10.2), so each step runs the whole sequence again.        The model sees at most P tokens: past them, as nanoGPT does, each step
+        runs the last P tokens again (the same tokens as running that cropped
+        context from scratch).
+
         """
         _check_sampling(tok, max_new_tokens, temperature, top_k, top_p)
         was_training = self.training
         self.eval()
         try:
-            out = self(tok)
+            size = self.config.P  # the most tokens the model sees
+            out = self(tok[:, -size:])
+            position = min(tok.size(1), size)  # the tokens the cache holds
             tokens = [tok]
             for step in _decoding(max_new_tokens):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
                 tokens.append(token)
-                if step + 1 < max_new_tokens:
-                    out = self(torch.cat(tokens, dim=1))
+                if step + 1 == max_new_tokens:
+                    continue  # the last token needs no step (and the loop ends by itself: see _decoding)
+                out = self(torch.cat(tokens, dim=1)[:, -size:])
             return torch.cat(tokens, dim=1)
         finally:
             self.train(was_training)

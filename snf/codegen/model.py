@@ -284,11 +284,12 @@ class Generator:
         g = {n: local.fresh(n) for n in GENERATE_LOCALS}
         logits = g["out"] if single else f"{g['out']}.{plan.logits}"
         ctx = {"tokens": tokens, "logits": logits, "single": single, "g": g, "cache": caches,
-               "cache_inputs": [c.input for c in plan.caches], "static": None}
-        if plan.preallocated:
-            pre = self.plans.caches.preallocated
-            ctx["static"] = {"size": em.dim(pre.size), "size_name": self.show((pre.size,))[1:-1],
-                             "axis": plan.caches[0].axis - 1}
+               "cache_inputs": [c.input for c in plan.caches], "static": None, "context": None, "context_name": None}
+        if plan.context is not None:
+            ctx["context"] = em.dim(plan.context).replace("cfg.", "self.config.")
+            ctx["context_name"] = self.show((plan.context,))[1:-1]
+        if plan.preallocated:  # buffers of `context` slots
+            ctx["static"] = {"axis": plan.caches[0].axis - 1}
         return ctx
 
     # ---------------------------------------------------------------- tables for snf.interop

@@ -9,6 +9,11 @@ the logits is `choose_logits`'s rule: the only `[B, T, V]` float output; else th
 `generate`. Its caches (from the cache plan) are fed back step by step when they come in complete
 groups; a cache given together with an input generate cannot fill (a `[B, T_past + T]` mask)
 means no cache: each step recomputes the whole sequence.
+
+The context is the most tokens one forward may see, the bound the spec asserts on the tokens'
+length (`assert T_past + T <= block_size`). Past it, `generate` goes on as nanoGPT does: each step
+runs the last `context` tokens again, without a cache (exact: the same tokens as recomputing from
+the cropped context, since positions restart with the window).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..dims import equal
+from ..dims import Dim, equal
 from .caches import Cache, CachePlan
 
 
@@ -26,6 +31,7 @@ class DecodePlan:
     logits: str  # the logits output
     caches: tuple[Cache, ...]  # fed back at each step; () recomputes the sequence
     preallocated: bool  # the caches live in fixed-size buffers written in place (see the cache plan)
+    context: Dim | None = None  # the most tokens a forward may see (None: no bound)
 
 
 NO_LOGITS = "no output is [B, T, V] floats"
@@ -88,4 +94,23 @@ def plan_decode(model: ir.Model, caches: CachePlan) -> DecodePlan | None:
     names = {c.input for c in fed}
     if any(set(group) & names and not set(group) <= names for group in model.input_groups):
         fed = ()  # the caches come with an input generate cannot fill
-    return DecodePlan(tokens.name, logits.name, tuple(fed), bool(fed) and caches.preallocated is not None)
+    preallocated = bool(fed) and caches.preallocated is not None
+    context = _context(model, tokens, {c.dim for c in caches.caches})
+    if preallocated and context is None:  # the buffers hold that many tokens
+        context = caches.preallocated.size
+    return DecodePlan(tokens.name, logits.name, tuple(fed), preallocated, context)
+
+
+def _context(model: ir.Model, tokens: ir.Tensor, cache_dims: set) -> Dim | None:
+    """The bound a check puts on the tokens' length, with or without the caches' (`T <= block_size`,
+    `T_past + T <= block_size`), in config values; None when none does, or checks disagree."""
+    length = tokens.ty.shape[1].as_symbol()
+    bounds = []
+    for c in model.checks:
+        if c.op in ("<=", "<") and length in c.lhs.symbols() and c.lhs.symbols() <= {length} | cache_dims \
+                and model.runs_in_config(ir.Check(c.rhs, c.rhs, c.span)):
+            at_most = c.rhs - Dim.const(1) if c.op == "<" else c.rhs
+            if c.lhs.subs({d: Dim.const(0) for d in cache_dims}) == Dim.sym(length):
+                bounds.append(at_most)
+    distinct = list(dict.fromkeys(bounds))
+    return distinct[0] if len(distinct) == 1 else None

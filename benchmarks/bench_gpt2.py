@@ -70,7 +70,7 @@ def build_models(cfg: dict):
         raise SystemExit(f"ABORT: HF attention implementation is {attn_impl!r}, wanted 'sdpa'")
 
     ours = Model(Config(vocab_size=cfg["vocab_size"], block_size=cfg["block_size"], n_layer=cfg["n_layer"],
-                        n_head=cfg["n_head"], n_embd=cfg["n_embd"], dropout=0.0, bias=True))
+                        n_head=cfg["n_head"], n_embd=cfg["n_embd"], dropout=0.0, bias=True, gelu_tanh=True))
     snf.interop.load_state_dict(ours, hf.state_dict(), "hf")
     return ours, hf, attn_impl
 

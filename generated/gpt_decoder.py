@@ -451,10 +451,11 @@ class Model(nn.Module):
 
         `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
         with `generator`. The prompt is run once; each later step feeds only the newest
-        token and the KV cache (past_keys, past_values).        The model sees at most block_size tokens: past them, as nanoGPT does, each step
+        token and the KV cache (past_keys, past_values).
+
+        The model sees at most block_size tokens: past them, as nanoGPT does, each step
         runs the last block_size tokens again (the same tokens as running that cropped
         context from scratch).
-
         """
         _check_sampling(idx, max_new_tokens, temperature, top_k, top_p)
         was_training = self.training

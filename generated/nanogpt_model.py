@@ -340,10 +340,11 @@ class Model(nn.Module):
 
         `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
         with `generator`. generate uses no KV cache here
-        (docs/language.md, section 10.2), so each step runs the whole sequence again.        The model sees at most P tokens: past them, as nanoGPT does, each step
+        (docs/language.md, section 10.2), so each step runs the whole sequence again.
+
+        The model sees at most P tokens: past them, as nanoGPT does, each step
         runs the last P tokens again (the same tokens as running that cropped
         context from scratch).
-
         """
         _check_sampling(tok, max_new_tokens, temperature, top_k, top_p)
         was_training = self.training

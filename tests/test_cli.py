@@ -127,14 +127,14 @@ def test_compile_check_in_sync_and_stale(tmp_path):
     assert (rc, out) == (0, ""), err
     # a hand edit makes it stale: exit 1 and a unified diff
     gen = tmp_path / "generated" / "nanogpt.py"
-    edited = gen.read_text().replace("            logits = self.lm_head(", "            logits = 2 * self.lm_head(", 1)
+    edited = gen.read_text().replace("            logits = F.linear(", "            logits = 2 * F.linear(", 1)
     assert edited != gen.read_text()
     gen.write_text(edited)
     rc, out, err = snfc("compile", "--check", "specs/nanogpt.snf", cwd=tmp_path)
     assert rc == 1
     assert "--- generated/nanogpt.py (committed)" in out
     assert "+++ generated/nanogpt.py (from specs/nanogpt.snf)" in out
-    assert "-            logits = 2 * self.lm_head(" in out and "+            logits = self.lm_head(" in out
+    assert "-            logits = 2 * F.linear(" in out and "+            logits = F.linear(" in out
     assert "stale" in err and "generated/nanogpt.py" in err
     assert gen.read_text().count("logits = 2 * ") == 1  # --check never writes
     # a missing generated file is stale too
@@ -152,7 +152,7 @@ def test_generated_is_in_sync_with_specs():
 def test_ir_prints_shapes_and_lowered_shows_fusion():
     rc, plain, _ = snfc("ir", "specs/nanogpt.snf")
     assert rc == 0
-    assert "  let logits: [B, T, vocab_size] float32 = linear(x=x_final, weight=lm_head_weight)" in plain
+    assert "  let logits: [B, T, vocab_size] float32 = linear(x=x_final, weight=token_embedding)" in plain
     rc, lowered, _ = snfc("ir", "--lowered", "specs/nanogpt.snf")
     assert rc == 0 and lowered != plain
     assert "fused_linear(" in lowered and "fused_linear(" not in plain

@@ -36,7 +36,7 @@ def make_hf(cfg: dict, seed: int = 0):
 
 def make_snf(cfg: dict):
     return ng.Model(vocab_size=cfg["vocab_size"], block_size=cfg["block_size"], n_layer=cfg["n_layer"],
-                    n_head=cfg["n_head"], n_embd=cfg["n_embd"]).eval()
+                    n_head=cfg["n_head"], n_embd=cfg["n_embd"], gelu_tanh=True).eval()  # GPT-2's GELU
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"L{c['n_layer']}H{c['n_head']}D{c['n_embd']}V{c['vocab_size']}")
@@ -53,15 +53,14 @@ def test_logits_match_gpt2(cfg):
     assert (got - want).abs().max().item() <= 1e-5
 
 
-def test_untied_lm_head_is_loaded_from_lm_head_weight():
+def test_the_head_is_the_token_embedding_as_in_nanogpt_and_gpt2():
+    """nanogpt.snf ties the head to the token embedding: one parameter, no `lm_head` module."""
     cfg = CONFIGS[1]
     hf = make_hf(cfg)
-    sd = dict(hf.state_dict())
-    sd["lm_head.weight"] = torch.randn_like(sd["lm_head.weight"])
     model = make_snf(cfg)
-    load_state_dict(model, sd, "hf")
-    assert torch.equal(model.lm_head.weight, sd["lm_head.weight"])  # an nn.Linear, [out, in]
-    assert torch.equal(model.token_embedding.weight, sd["transformer.wte.weight"])
+    load_state_dict(model, hf.state_dict(), "hf")
+    assert not hasattr(model, "lm_head")
+    assert torch.equal(model.token_embedding.weight, hf.state_dict()["lm_head.weight"])
 
 
 # ------------------------------------------------------------------------ checkpoint errors
@@ -212,7 +211,7 @@ def test_state_dict_and_named_parameters_tell_one_story():
     model = make_snf(CONFIGS[0])
     assert list(model.state_dict()) == [n for n, _ in model.named_parameters()]  # no hidden renaming
     keys = set(model.state_dict())
-    assert {"layers.0.attn_qkv.weight", "layers.0.attn_qkv.bias", "layers.1.ln1.weight", "lm_head.weight",
+    assert {"layers.0.attn_qkv.weight", "layers.0.attn_qkv.bias", "layers.1.ln1.weight",
             "token_embedding.weight", "position_embedding"} <= keys
     # where each spec name lives: the fused q, k, v are rows of one nn.Linear
     table = sys.modules[type(model).__module__].spec_parameters(model.config)

@@ -224,7 +224,7 @@ def test_nanogpt_edges_carry_shapes():
     idx, gather = by_label["idx\n[B, T] int64"], by_label["tok_emb = gather\ntoken_embedding"]
     assert edges[(idx, gather)] == "[B, T] int64"
     logits = by_label["logits\n[B, T, vocab_size]"]
-    assert edges[(by_label["logits = linear\nlm_head_weight"], logits)] == "[B, T, vocab_size]"
+    assert edges[(by_label["logits = linear\ntoken_embedding"], logits)] == "[B, T, vocab_size]"
     q = by_label["q = linear\nattn_q_weight[l], attn_q_bias[l]"]
     assert edges[(by_label["x_norm = layer_norm\nln1_weight[l], ln1_bias[l]"], q)] == "[B, T, D]"
     (box,) = [a for a in dot.clusters.values() if a["label"].startswith("for ")]

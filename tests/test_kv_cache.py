@@ -18,7 +18,7 @@ def _eager(monkeypatch):
 def _nanogpt(seed=0, **over):
     from generated.nanogpt import Model
     torch.manual_seed(seed)
-    cfg = dict(vocab_size=97, block_size=64, n_layer=2, n_head=3, n_embd=48)
+    cfg = dict(vocab_size=97, block_size=64, n_layer=2, n_head=3, n_embd=48, gelu_tanh=True)  # GPT-2's GELU
     cfg.update(over)
     model = Model(**cfg).eval()
     with torch.no_grad():  # random everything, biases and norms included, so nothing hides
@@ -101,7 +101,7 @@ def _hf_gpt2(model):
     c = model.config
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
         n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd, vocab_size=c.vocab_size, n_positions=c.block_size,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=False)).eval()
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()
     with torch.no_grad():
         for p in hf.parameters():
             p.normal_(0.0, 0.1)

@@ -39,10 +39,10 @@ def test_spec_without_demo_config_runs_forward_on_the_meta_device(monkeypatch, c
     monkeypatch.setattr(quickstart, "ROOT", REPO)
     line = quickstart.run_spec(Path("specs/nanogpt.snf"))
     out = capsys.readouterr().out
-    assert "== nanogpt (specs/nanogpt.snf): 163.0M parameters at its defaults" in out  # GPT-2 small's sizes, untied head
+    assert "== nanogpt (specs/nanogpt.snf): 124.4M parameters at its defaults" in out  # GPT-2 small as nanoGPT builds it (tied head)
     assert "no demo config in snf/quickstart.py's DEMO" in out
     assert "logits [2, 8, 50257], new_keys [12, 2, 8, 12, 64], new_values [12, 2, 8, 12, 64]" in out
-    assert line == "not trained: no demo config (163.0M parameters at its defaults)"
+    assert line == "not trained: no demo config (124.4M parameters at its defaults)"
 
 
 def test_a_spec_without_defaults_or_token_inputs_still_gets_a_line(tmp_path):

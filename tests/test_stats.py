@@ -305,8 +305,8 @@ def test_json_has_formulas_and_numbers():
     assert doc["config"]["n_layer"] == 2 and doc["dims"]["T"] == {"value": 64, "why": "--set"}
     assert doc["per_token"] == ["B", "T"]
     p = doc["stats"]["parameters"]
-    assert p["formula"] == "n_layer*(12*D^2 + 13*D) + block_size*D + 2*D*vocab_size + 2*D"
-    assert p["value"] == 2 * (12 * 768**2 + 13 * 768) + 1024 * 768 + 2 * 768 * 50257 + 2 * 768
+    assert p["formula"] == "n_layer*(12*D^2 + 13*D) + block_size*D + D*vocab_size + 2*D"
+    assert p["value"] == 2 * (12 * 768**2 + 13 * 768) + 1024 * 768 + 768 * 50257 + 2 * 768  # the head is wte (tied)
     f = doc["stats"]["flops_forward"]
     assert f["formula"] == "n_layer*(4*T*D + 24*D^2) + 2*D*vocab_size"
     assert f["value"] == 2 * (4 * 64 * 768 + 24 * 768**2) + 2 * 768 * 50257
@@ -318,7 +318,7 @@ def test_json_has_formulas_and_numbers():
     (["--set", "n_layer=two"], "`n_layer` is an int"),
     (["--set", "bias=yes"], "`bias` is a bool"),
     (["--set", "n_layer"], "--set takes name=value"),
-    (["--set", "T=2048"], "requires T_total <= block_size (line 68); got T=2048, T_past=0, block_size=1024"),
+    (["--set", "T=2048"], "requires T_total <= block_size (line 66); got T=2048, T_past=0, block_size=1024"),
     (["--set", "T=1024"], None),
     (["--set", "n_embd=-8", "--set", "n_head=1"], "`n_embd` is a size: it must not be negative"),
 ])

@@ -1,0 +1,59 @@
+"""examples/train.py and sample.py as a user runs them: train on a tiny corpus, stop, resume, and the
+result is what training straight through gives; then sample; mistakes are one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO
+
+TINY = ["--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=32", "--set", "block_size=32",
+        "--eval-interval", "4", "--eval-iters", "2", "--log-interval", "2", "--warmup-iters", "2",
+        "--batch-size", "4"]
+
+
+def _run(script: str, *args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "examples" / script), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_train_resume_and_sample(tmp_path):
+    corpus = tmp_path / "tiny.txt"
+    corpus.write_text((REPO / "README.md").read_text(encoding="utf-8")[:4000], encoding="utf-8")
+    spec = str(REPO / "specs" / "nanogpt.snf")
+    common = ["--data", str(corpus), "--spec", spec, "--max-iters", "8", *TINY]
+    straight = _run("train.py", *common, "--out", str(tmp_path / "straight"), cwd=tmp_path)
+    assert straight.returncode == 0, straight.stderr
+    assert "step 8: train loss" in straight.stdout and "tokens/s" in straight.stdout
+    # the same run, stopped after step 4 (a job's time limit), then resumed
+    first = _run("train.py", *common, "--stop-at", "4", "--out", str(tmp_path / "resumed"), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    resumed = _run("train.py", *common, "--out", str(tmp_path / "resumed"), "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming at step 4" in resumed.stdout
+    a = torch.load(tmp_path / "straight" / "ckpt.pt", weights_only=False)
+    b = torch.load(tmp_path / "resumed" / "ckpt.pt", weights_only=False)
+    assert a["iter"] == b["iter"] == 8
+    for key in a["model"]:  # resuming is exact: the same weights as training straight through
+        torch.testing.assert_close(a["model"][key], b["model"][key], rtol=0, atol=0)
+    out = _run("sample.py", "--out", str(tmp_path / "resumed"), "--prompt", "The ", "--max-new-tokens", "30",
+               cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("The ") and len(out.stdout.split("\n")[0]) >= 34
+
+
+def test_mistakes_are_one_line_errors(tmp_path):
+    for args, message in ((["--data", str(tmp_path / "nope.txt")], "--data"),
+                          (["--data", str(REPO / "README.md"), "--set", "n_layers=2"], "not FIELD=VALUE with a Config field"),
+                          (["--data", str(REPO / "README.md"), "--spec", str(REPO / "specs" / "bert.snf")],
+                           "is not a causal language model")):
+        run = _run("train.py", *args, "--out", str(tmp_path / "o"), cwd=tmp_path)
+        assert run.returncode == 1 and "train.py: error: " in run.stderr and message in run.stderr, run.stderr
+        assert "Traceback" not in run.stderr
+    run = _run("sample.py", "--out", str(tmp_path / "none"), cwd=tmp_path)
+    assert run.returncode == 1 and "no checkpoint" in run.stderr

@@ -306,7 +306,9 @@ def load_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec",
                     strict: bool = True) -> torch.nn.Module:
     """Load a checkpoint file or folder into a generated model through the spec's mapping `fmt`.
 
-    `path` is a `.safetensors` file, a `torch.save` state dict (read with `weights_only=True`), or
+    `path` is a `.safetensors` file, a `torch.save` state dict (read with `weights_only=True`; a
+    training checkpoint holding it under "model", as nanoGPT's `ckpt.pt`, and torch.compile's
+    `_orig_mod.` key prefixes are read too), or
     a folder written by transformers' `save_pretrained` (`model.safetensors`, or shards listed in
     `model.safetensors.index.json`; `pytorch_model.bin` and its index too). Tensors are read from
     disk only when the mapping needs them, and every key and shape is checked (CheckpointError)
@@ -429,8 +431,20 @@ def _open_file(file: Path, stack: contextlib.ExitStack) -> Mapping:
                              f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
         if not isinstance(data, Mapping):
             raise ValueError(f"{file} holds a {type(data).__name__}, not a state dict (a mapping of names to tensors)")
-        return data
+        return _state_dict_of(data)
     raise ValueError(f"{file} is not a checkpoint: expected a safetensors file or a torch.save state dict")
+
+
+def _state_dict_of(data: Mapping) -> Mapping:
+    """The state dict in what torch.load gave: the mapping itself, or a training checkpoint's under
+    "model" (nanoGPT's train.py: beside the optimizer, model_args, iter_num). torch.compile's
+    `_orig_mod.` prefix, which a compiled module's state dict puts on every key, is taken off."""
+    if not any(isinstance(v, torch.Tensor) for v in data.values()) and isinstance(data.get("model"), Mapping):
+        data = data["model"]
+    prefix = "_orig_mod."
+    if data and all(isinstance(k, str) and k.startswith(prefix) for k in data):
+        data = {k[len(prefix):]: v for k, v in data.items()}
+    return data
 
 
 class _SafetensorsFile(Mapping):

@@ -31,31 +31,45 @@ class _Attention(nn.Module):
         return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, d))
 
 
+class _MLP(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.c_fc, self.gelu, self.c_proj = nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)  # the exact GELU
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
 class _Block(nn.Module):
     def __init__(self, d: int, heads: int):
         super().__init__()
-        self.ln_1, self.attn, self.ln_2 = nn.LayerNorm(d), _Attention(d, heads), nn.LayerNorm(d)
-        self.c_fc, self.c_proj = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.ln_1, self.attn, self.ln_2, self.mlp = nn.LayerNorm(d), _Attention(d, heads), nn.LayerNorm(d), _MLP(d)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
-        return x + self.c_proj(F.gelu(self.c_fc(self.ln_2(x))))  # nn.GELU(): the exact form
+        return x + self.mlp(self.ln_2(x))
 
 
 class NanoGPT(nn.Module):
+    """nanoGPT's GPT, its module names included (so its state dict is a train.py checkpoint's)."""
+
     def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, **_):
         super().__init__()
-        self.wte, self.wpe = nn.Embedding(vocab_size, n_embd), nn.Embedding(block_size, n_embd)
-        self.h = nn.ModuleList(_Block(n_embd, n_head) for _ in range(n_layer))
-        self.ln_f = nn.LayerNorm(n_embd)
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab_size, n_embd), wpe=nn.Embedding(block_size, n_embd),
+            h=nn.ModuleList(_Block(n_embd, n_head) for _ in range(n_layer)), ln_f=nn.LayerNorm(n_embd)))
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
-        self.wte.weight = self.lm_head.weight  # weight tying
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying
+
+    def logits(self, idx):
+        t = self.transformer
+        x = t.wte(idx) + t.wpe(torch.arange(idx.size(1)))
+        for block in t.h:
+            x = block(x)
+        return self.lm_head(t.ln_f(x))
 
     def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))
-        for block in self.h:
-            x = block(x)
-        logits = self.lm_head(self.ln_f(x))
+        logits = self.logits(idx)
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
 
 
@@ -64,18 +78,19 @@ def _copy_weights(ref: NanoGPT, model) -> None:
     from snf.interop import spec_state
     s = spec_state(model)
     with torch.no_grad():
-        ref.wte.weight.copy_(s["token_embedding"])
-        ref.wpe.weight.copy_(s["position_embedding"])
-        ref.ln_f.weight.copy_(s["ln_f_weight"])
-        ref.ln_f.bias.copy_(s["ln_f_bias"])
-        for i, b in enumerate(ref.h):
+        t = ref.transformer
+        t.wte.weight.copy_(s["token_embedding"])
+        t.wpe.weight.copy_(s["position_embedding"])
+        t.ln_f.weight.copy_(s["ln_f_weight"])
+        t.ln_f.bias.copy_(s["ln_f_bias"])
+        for i, b in enumerate(t.h):
             b.ln_1.weight.copy_(s["ln1_weight"][i]), b.ln_1.bias.copy_(s["ln1_bias"][i])
             b.ln_2.weight.copy_(s["ln2_weight"][i]), b.ln_2.bias.copy_(s["ln2_bias"][i])
             b.attn.c_attn.weight.copy_(torch.cat([s[f"attn_{x}_weight"][i] for x in "qkv"]))
             b.attn.c_attn.bias.copy_(torch.cat([s[f"attn_{x}_bias"][i] for x in "qkv"]))
             b.attn.c_proj.weight.copy_(s["attn_proj_weight"][i]), b.attn.c_proj.bias.copy_(s["attn_proj_bias"][i])
-            b.c_fc.weight.copy_(s["mlp_fc_weight"][i]), b.c_fc.bias.copy_(s["mlp_fc_bias"][i])
-            b.c_proj.weight.copy_(s["mlp_proj_weight"][i]), b.c_proj.bias.copy_(s["mlp_proj_bias"][i])
+            b.mlp.c_fc.weight.copy_(s["mlp_fc_weight"][i]), b.mlp.c_fc.bias.copy_(s["mlp_fc_bias"][i])
+            b.mlp.c_proj.weight.copy_(s["mlp_proj_weight"][i]), b.mlp.c_proj.bias.copy_(s["mlp_proj_bias"][i])
 
 
 def _adamw(model):
@@ -126,3 +141,22 @@ def test_training_side_by_side_with_nanogpt_gives_the_same_losses(capsys):
               f"(nanoGPT {theirs[0]:.6f} -> {theirs[-1]:.6f}), max |difference| {gap:.2e}")
     assert ours[-1] < ours[0] - 0.5  # it learned: the comparison is not of two flat lines
     assert math.isfinite(gap) and gap <= 1e-5  # float32 rounding over 40 steps
+
+
+def test_a_nanogpt_train_py_checkpoint_loads(tmp_path):
+    """train.py's ckpt.pt (the state dict under "model", with torch.compile's `_orig_mod.` prefixes,
+    beside model_args, the optimizer and the rest) loads through the spec's `checkpoint nanogpt:`."""
+    from snf.interop import load_checkpoint
+    torch.manual_seed(1)
+    ref = NanoGPT(**CONFIG).eval()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    state = {f"_orig_mod.{k}": v for k, v in ref.state_dict().items()}
+    torch.save({"model": state, "model_args": dict(CONFIG), "iter_num": 5, "best_val_loss": 1.5,
+                "optimizer": torch.optim.AdamW(ref.parameters()).state_dict(), "config": {"dataset": "x"}},
+               tmp_path / "ckpt.pt")
+    model = load_checkpoint(ng.Model(**CONFIG), tmp_path / "ckpt.pt", "nanogpt").eval()
+    idx = torch.randint(0, CONFIG["vocab_size"], (2, 16))
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx).logits, ref.logits(idx), rtol=1e-5, atol=1e-5)

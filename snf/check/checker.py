@@ -57,6 +57,7 @@ class Checker(Declarations, Expressions, Statements, Loops, Calls, Facts, Foldin
         self.free_bound: dict[str, Dim] = {}
         self.n_unknown = 0  # unknown names reported (bounds the cost of "did you mean")
         self.folded_config = False  # the last folded number used a config default
+        self.folded: dict = {}  # a derived value's name -> (its number for the defaults, whether it used one)
         self.float_dtype: str | None = None  # the model's floating dtype (Declarations.model_float_dtype)
         self.value_checks: list = []  # numbers computed from the config, with their owner (check/numbers.py)
         self.guards: list = []  # the conditions the statement being checked runs under

@@ -72,6 +72,7 @@ class Declarations:
                 if opaque:  # an int Config computes, and its checks use: it must compute, for every config
                     self.note_number(value, d.value.span, f"`{d.name}`")
                 self.derived.append(ir.Derived(d.name, dim, value, alias, d.span, opaque))
+                self.remember(self.derived[-1])
                 if dim is not None:
                     atoms = dim.atoms()
                     if len(dim.terms) == 1 and dim.terms[0][1] == 1 and len(dim.terms[0][0]) == 1 \

@@ -132,10 +132,11 @@ class Folding:
                 self.folded_config = True
                 return field.default if field is not None and isinstance(field.default, (int, float)) else None
             if e.kind == "dim":
-                derived = next((d for d in self.derived if d.name == e.name), None)
-                if derived is None:
+                if e.name not in self.folded:
                     return None  # a run-time dim
-                return self.dim_number(derived.dim) if derived.dim is not None else self.number(derived.value)
+                value, used_config = self.folded[e.name]
+                self.folded_config = self.folded_config or used_config
+                return value
             return None
         if isinstance(e, ir.Op) and e.op in _MATH and isinstance(e.ty, ScalarT):
             args = [self.number(a) for _, a in e.args]
@@ -143,6 +144,18 @@ class Folding:
                 return None
             return _check(_MATH[e.op](*args))
         return None
+
+    def remember(self, derived: ir.Derived) -> None:
+        """Fold a derived value once, as it is declared: a later use reads it (a chain of derived
+        values folds in time linear in its length, not quadratic, and without recursion). A value
+        that does not fold is reported where its expression is checked; here it is unknown."""
+        saved, self.folded_config = self.folded_config, False
+        try:
+            value = self.dim_number(derived.dim) if derived.dim is not None else self.number(derived.value)
+        except FoldError:
+            value = None
+        self.folded[derived.name] = (value, self.folded_config)
+        self.folded_config = saved
 
     def dim_number(self, d):
         if d.symbols():

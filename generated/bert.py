@@ -390,6 +390,11 @@ def spec_parameters(config: Config) -> dict:
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
+# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
+# of each list of layers (a layer of it tells the shapes of a model with no layers).
+SPEC = {'path': 'specs/bert.snf', 'sha256': 'c7f9e6d95c08d29f52332669a05b728afd991ff46c95b7c0eb74063a25e86f31'}
+LAYER_CLASSES = {'layers': Block}
+
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).
 CHECKPOINTS = {

@@ -514,6 +514,11 @@ def spec_parameters(config: Config) -> dict:
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
+# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
+# of each list of layers (a layer of it tells the shapes of a model with no layers).
+SPEC = {'path': 'specs/gpt_decoder.snf', 'sha256': '1b806f88b2ccfec2aa8450ba39e872a92125c3813c8947004fc0ce7ac3b63003'}
+LAYER_CLASSES = {'layers': Block}
+
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).
 CHECKPOINTS = {

@@ -465,6 +465,11 @@ def spec_parameters(config: Config) -> dict:
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
+# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
+# of each list of layers (a layer of it tells the shapes of a model with no layers).
+SPEC = {'path': 'specs/mistral.snf', 'sha256': '978fbc7700825c46962405c2e1c53cb7d7fd26976a52aeb568ce19b03661b96b'}
+LAYER_CLASSES = {'layers': Block}
+
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).
 CHECKPOINTS = {

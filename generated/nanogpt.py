@@ -511,6 +511,11 @@ def spec_parameters(config: Config) -> dict:
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
+# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
+# of each list of layers (a layer of it tells the shapes of a model with no layers).
+SPEC = {'path': 'specs/nanogpt.snf', 'sha256': '10f5238300bcb5dedeb8b533e03fca63c983def26768dcc1f61759635f9f2acb'}
+LAYER_CLASSES = {'layers': Block}
+
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).
 CHECKPOINTS = {

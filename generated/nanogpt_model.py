@@ -397,6 +397,11 @@ def spec_parameters(config: Config) -> dict:
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
+# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
+# of each list of layers (a layer of it tells the shapes of a model with no layers).
+SPEC = {'path': 'specs/nanogpt_model.snf', 'sha256': 'f40f2c1432d7d5f56be5badde8d3852cbe8ef83edce1d303c3b650d10e226fa3'}
+LAYER_CLASSES = {'layers': Block}
+
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).
 CHECKPOINTS = {

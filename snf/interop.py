@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import linecache
 import re
 import sys
 import warnings
@@ -76,6 +75,7 @@ class _Reading:
     def __init__(self, sd: Mapping):
         self.sd, self.used, self.missing, self.invalid, self.mismatched = sd, set(), [], [], []
         self.reported: set = set()
+        self.trace: list = []  # the keys read, in order
 
 
 def _eval(src, want: tuple, layer: int | None, r: _Reading, shown: str, transformed: bool = False):
@@ -89,6 +89,7 @@ def _eval(src, want: tuple, layer: int | None, r: _Reading, shown: str, transfor
             r.missing.append(key)
             return None
         r.used.add(key)
+        r.trace.append(key)
         tensor = _tensor(r.sd, key, r.invalid)
         if tensor is not None and transformed and tuple(tensor.shape) != tuple(want):
             if key not in r.reported:
@@ -100,6 +101,7 @@ def _eval(src, want: tuple, layer: int | None, r: _Reading, shown: str, transfor
         trial = _Reading(r.sd)
         first = _eval(src[1], want, layer, trial, shown, transformed)
         r.used |= trial.used
+        r.trace += trial.trace
         r.invalid += trial.invalid
         if first is not None or trial.mismatched:  # the first source is there, if misshapen
             r.mismatched += [m for m in trial.mismatched if m[0].split(" ")[0] not in r.reported]
@@ -134,12 +136,15 @@ def convert_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str, st
     (`RECOMPUTED_BUFFERS`) needs no source. With `strict=False`, what has no source, or whose key is
     absent, is left out of the result instead of being an error, and keys nothing uses are allowed;
     a shape that does not fit is an error either way."""
-    return _convert(model, state_dict, fmt, strict)[0]
+    found, _, _ = _convert(model, state_dict, fmt, strict)
+    return _assemble(model.state_dict(), [(key, rows, get(state_dict)) for key, rows, get, _ in found])
 
 
-def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool) -> tuple[dict, list, list]:
-    """The converted state-dict entries, the pieces of the model left as they are, and the keys
-    nothing used."""
+def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool) -> tuple[list, list, list]:
+    """How to get each piece of the model the checkpoint gives: (state-dict key, rows or None,
+    get(state_dict) -> tensor, the first checkpoint key it reads); the pieces left as they are; and
+    the keys nothing used. Every shape is checked here (CheckpointError): on a `_MetaView` of the
+    checkpoint, without reading a tensor's data."""
     formats = _formats(model)
     if fmt != "spec" and fmt not in formats:
         raise ValueError(f"the spec declares no checkpoint format {fmt!r}; it has: "
@@ -148,12 +153,13 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
     pieces = [(name, layer, key, rows) for name, layer, key, rows in _pieces(model) if key in own]  # present here
     recomputed = set(getattr(_module_of(model), "RECOMPUTED_BUFFERS", ()))
     if fmt == "spec":
-        shapes = {name: tuple(t.shape) for name, t in spec_state(model).items()}
+        shapes = _spec_shapes(model, own)
         values, unexpected = _checked(fmt, state_dict, shapes, strict, optional=recomputed)
-        found = [(key, rows, values[name] if layer is None else values[name][layer])
+        found = [(key, rows, (lambda sd, name=name: sd[name]) if layer is None else
+                  (lambda sd, name=name, layer=layer: sd[name][layer]), name)
                  for name, layer, key, rows in pieces if name in values]
         left = [_shown(key, rows) for name, layer, key, rows in pieces if name not in values]
-        return _assemble(own, found), left, unexpected
+        return found, left, unexpected
     mapping = formats[fmt]["params"]
     found, left = [], []
     r = _Reading(state_dict)
@@ -161,6 +167,7 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
         shown = _shown(key, rows)
         want = tuple(_piece(own, key, rows).shape)
         tensor = None
+        start = len(r.trace)
         if name in mapping:
             tensor = _eval(mapping[name], want, layer, r, shown)
         elif name not in recomputed:  # a buffer the config decides keeps its value
@@ -171,13 +178,31 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
         if tuple(tensor.shape) != want:
             r.mismatched.append((shown, want, tuple(tensor.shape)))
             continue
-        found.append((key, rows, tensor))
+        first = r.trace[start] if len(r.trace) > start else ""
+        found.append((key, rows, lambda sd, src=mapping[name], want=want, layer=layer, shown=shown:
+                      _eval(src, want, layer, _Reading(sd), shown), first))
     missing, mismatched, invalid = r.missing, r.mismatched, r.invalid
     ignored = _key_patterns(formats[fmt]["ignore"])
     unexpected = sorted(k for k in state_dict if k not in r.used and not ignored.fullmatch(k))
     if mismatched or invalid or strict and (missing or unexpected):
         raise CheckpointError(fmt, sorted(set(missing), key=missing.index), unexpected, mismatched, invalid)
-    return _assemble(own, found), left, unexpected
+    return found, left, unexpected
+
+
+def _spec_shapes(model: torch.nn.Module, own: dict) -> dict:
+    """The shape of each spec parameter as `spec_state` gives it (per-layer ones stacked on axis
+    0), from one stored piece: nothing is stacked."""
+    shapes: dict = {}
+    for name, (key, rows, layers) in _module_of(model).spec_parameters(model.config).items():
+        if layers == 0:
+            continue
+        stored = key.replace("{l}", "0")
+        if stored in own:
+            piece = tuple(_piece(own, stored, rows).shape)
+            shapes[name] = piece if layers is None else (layers, *piece)
+    for name, tensor in _empty_layers(model, own).items():
+        shapes[name] = tuple(tensor.shape)
+    return shapes
 
 
 def _shown(key: str, rows) -> str:
@@ -219,22 +244,26 @@ def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spe
     names both.
     """
     own = model.state_dict()
+    shapes_only = _MetaView(state_dict)  # everything is checked before a tensor is read or copied
     if fmt == "spec" and sum(k in own for k in state_dict) > sum(k in _spec_names(model) for k in state_dict):
         recomputed = set(getattr(_module_of(model), "RECOMPUTED_BUFFERS", ()))
         optional = {key for name, _, key, _ in _pieces(model) if name in recomputed}
-        converted, unexpected = _checked(fmt, state_dict, {k: tuple(v.shape) for k, v in own.items()}, strict,
-                                         optional)
-        left = [k for k in own if k not in converted]
+        checked, unexpected = _checked(fmt, shapes_only, {k: tuple(v.shape) for k, v in own.items()}, strict,
+                                       optional)
+        found = [(k, None, lambda sd, k=k: sd[k], k) for k in own if k in checked]
+        left = [k for k in own if k not in checked]
     else:
-        converted, left, unexpected = _convert(model, state_dict, fmt, strict)
+        found, left, unexpected = _convert(model, shapes_only, fmt, strict)
     if not strict and (left or unexpected):
         parts = [f"left as they were: {', '.join(left)}"] if left else []
         parts += [f"unused checkpoint keys: {', '.join(unexpected)}"] if unexpected else []
         warnings.warn(f"load_state_dict(strict=False, format {fmt!r}): " + "; ".join(parts), CheckpointWarning,
                       stacklevel=2)
+    # one tensor at a time, straight into the model's own: the pieces that read one checkpoint
+    # tensor (q, k and v of one c_attn) one after another, so a file's tensor is read once
     with torch.no_grad():
-        values = {**own, **converted}
-        model.load_state_dict({k: v.detach().to(own[k].dtype) for k, v in values.items()}, strict=True)
+        for key, rows, get, _ in sorted(found, key=lambda piece: piece[3]):
+            _piece(own, key, rows).copy_(get(state_dict).detach())
     return model
 
 
@@ -289,7 +318,7 @@ def _empty_layers(model: torch.nn.Module, own: dict) -> dict:
             continue
         owner, path = key.split(".{l}.", 1)
         with torch.device("meta"):
-            layer = getattr(mod, "Block" + owner[len("layers"):])(model.config).state_dict()
+            layer = mod.LAYER_CLASSES[owner](model.config).state_dict()
         if path in layer:
             like = layer[path] if rows is None else layer[path][rows[0]:rows[1]]
             out[name] = torch.empty((0, *like.shape), dtype=like.dtype, device=device)
@@ -338,28 +367,57 @@ def save_checkpoint(model: torch.nn.Module, path: str | Path) -> Path:
 
 
 def _metadata(model: torch.nn.Module) -> dict:
-    """The generated module's header facts (spec file, sha256) and the config, as strings."""
+    """The spec the generated module comes from (its `SPEC` table) and the config, as strings."""
     meta = {"format": "pt", "snfc.layout": "spec_state"}
-    header = "".join(linecache.getline(getattr(_module_of(model), "__file__", "") or "", n) for n in (1, 2))
-    if found := re.search(r"from '(.*?)'", header):
-        meta["snfc.spec_file"] = found.group(1)
-    if found := re.search(r"spec sha256: ([0-9a-f]{64})", header):
-        meta["snfc.spec_sha256"] = found.group(1)
+    spec = getattr(_module_of(model), "SPEC", {})
+    if "path" in spec:
+        meta["snfc.spec_file"] = spec["path"]
+    if "sha256" in spec:
+        meta["snfc.spec_sha256"] = spec["sha256"]
     if dataclasses.is_dataclass(getattr(model, "config", None)):
         meta["snfc.config"] = json.dumps(dataclasses.asdict(model.config), sort_keys=True)
     return meta
 
 
-class _LazyTensors(Mapping):
-    """A checkpoint's tensors by key; each is read from its file when first asked for."""
+class _MetaView(Mapping):
+    """A checkpoint's tensors as meta tensors of their shapes and dtypes, its other values as they
+    are: shapes and transforms are checked on it without reading any tensor's data."""
 
-    def __init__(self, where: dict, open_file):
-        self._where, self._open, self._read = where, open_file, {}
+    def __init__(self, sd: Mapping):
+        self._sd = sd
 
     def __getitem__(self, key: str):
-        if key not in self._read:
-            self._read[key] = self._open(self._where[key])[key]
-        return self._read[key]
+        if hasattr(self._sd, "meta"):
+            return self._sd.meta(key)
+        value = self._sd[key]
+        return torch.empty(value.shape, dtype=value.dtype, device="meta") if isinstance(value, torch.Tensor) else value
+
+    def __contains__(self, key) -> bool:
+        return key in self._sd
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._sd)
+
+    def __len__(self) -> int:
+        return len(self._sd)
+
+
+class _LazyTensors(Mapping):
+    """A checkpoint's tensors by key; each is read from its file when asked for, and the last one
+    read is kept (the pieces that read one tensor are loaded one after another)."""
+
+    def __init__(self, where: dict, open_file):
+        self._where, self._open, self._last = where, open_file, (None, None)
+
+    def __getitem__(self, key: str):
+        if self._last[0] != key:
+            self._last = (None, None)  # the previous tensor goes before the next is read
+            self._last = (key, self._open(self._where[key])[key])
+        return self._last[1]
+
+    def meta(self, key: str):
+        file = self._open(self._where[key])
+        return file.meta(key) if hasattr(file, "meta") else _MetaView(file)[key]
 
     def __contains__(self, key) -> bool:
         return key in self._where
@@ -447,6 +505,11 @@ def _state_dict_of(data: Mapping) -> Mapping:
     return data
 
 
+_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+                       "U8": torch.uint8, "BOOL": torch.bool}
+
+
 class _SafetensorsFile(Mapping):
     """An open safetensors file as a mapping; `[key]` reads one tensor."""
 
@@ -455,6 +518,11 @@ class _SafetensorsFile(Mapping):
 
     def __getitem__(self, key: str) -> torch.Tensor:
         return self._handle.get_tensor(key)
+
+    def meta(self, key: str) -> torch.Tensor:
+        """The tensor's shape and dtype, from the file's header: no data is read."""
+        piece = self._handle.get_slice(key)
+        return torch.empty(piece.get_shape(), dtype=_SAFETENSORS_DTYPES[piece.get_dtype()], device="meta")
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys)

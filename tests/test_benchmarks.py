@@ -43,3 +43,16 @@ def test_bench_gqa_runs(capsys):
     assert bench_gqa.main(QUICK) == 0
     rows = re.findall(r"^\| ([^|]+?) +\| (enable_gqa|repeat_interleave|expand) +\|", capsys.readouterr().out, re.M)
     assert len(rows) == 4 * 3 and {c for _, c in rows} == {"enable_gqa", "repeat_interleave", "expand"}
+
+
+@pytest.mark.slow
+def test_bench_load_runs():
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    out = subprocess.run([sys.executable, "benchmarks/bench_load.py", "--quick"], cwd=REPO, capture_output=True,
+                         text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = re.findall(r"^(load_state_dict|load_checkpoint)\S* .*? ([\d.]+) +([\d.]+)$", out.stdout, re.M)
+    assert len(rows) == 3 and all(float(seconds) > 0 for *_, seconds in rows), out.stdout

@@ -77,6 +77,15 @@ class Interpreter:
     def dim(self, d: Dim) -> int:
         return d.evaluate(self.ints)
 
+    def at_sizes(self, dims: dict, given: frozenset = frozenset()) -> "Interpreter":
+        """Ready to evaluate conditions without running the model: the run-time dims' values, and
+        which inputs are given (`X exists`); the derived values for them. `snfc stats` walks the
+        plain forward this way."""
+        self.inputs = {i.name: (True if i.name in given else None) for i in self.m.inputs}
+        self.ints.update(dims)
+        self.derive()
+        return self
+
     def run(self, params: dict, inputs: dict) -> dict:
         m = self.m
         self.params = {k: (np.asarray(v, dtype=np.float64) if v is not None else None) for k, v in params.items()}

@@ -153,10 +153,8 @@ class _Walk:
         self.by_layer: list[str] = []  # the loops counted layer by layer, for the note
         self.forward = self.layer_forward = self.activations = Dim()
         self.backward: list[Dim] = [Dim()]  # per product, by id
-        self.conds = Interpreter(model, cfg)  # evaluates the config's switches and `X exists`
-        self.conds.inputs = {i.name: None for i in model.inputs}
-        self.conds.ints.update(runtime)
-        self.conds.derive()
+        # evaluates the config's switches and `X exists` (the plain forward: no optional input given)
+        self.conds = Interpreter(model, cfg).at_sizes(runtime)
 
     def dim(self, d: Dim) -> Dim:
         return d.subs(self.zero) if self.zero else d

@@ -379,54 +379,52 @@ def _metadata(model: torch.nn.Module) -> dict:
     return meta
 
 
-class _MetaView(Mapping):
+class _KeysOf(Mapping):
+    """A mapping whose keys are those of `self._keys` (another mapping)."""
+
+    _keys: Mapping
+
+    def __contains__(self, key) -> bool:
+        return key in self._keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+class _MetaView(_KeysOf):
     """A checkpoint's tensors as meta tensors of their shapes and dtypes, its other values as they
     are: shapes and transforms are checked on it without reading any tensor's data."""
 
     def __init__(self, sd: Mapping):
-        self._sd = sd
+        self._keys = sd
 
     def __getitem__(self, key: str):
-        if hasattr(self._sd, "meta"):
-            return self._sd.meta(key)
-        value = self._sd[key]
+        if hasattr(self._keys, "meta"):
+            return self._keys.meta(key)
+        value = self._keys[key]
         return torch.empty(value.shape, dtype=value.dtype, device="meta") if isinstance(value, torch.Tensor) else value
 
-    def __contains__(self, key) -> bool:
-        return key in self._sd
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._sd)
-
-    def __len__(self) -> int:
-        return len(self._sd)
-
-
-class _LazyTensors(Mapping):
-    """A checkpoint's tensors by key; each is read from its file when asked for, and the last one
-    read is kept (the pieces that read one tensor are loaded one after another)."""
+class _LazyTensors(_KeysOf):
+    """A checkpoint's tensors by key (`self._keys`: key -> its file); each is read from its file
+    when asked for, and the last one read is kept (the pieces that read one tensor are loaded one
+    after another)."""
 
     def __init__(self, where: dict, open_file):
-        self._where, self._open, self._last = where, open_file, (None, None)
+        self._keys, self._open, self._last = where, open_file, (None, None)
 
     def __getitem__(self, key: str):
         if self._last[0] != key:
             self._last = (None, None)  # the previous tensor goes before the next is read
-            self._last = (key, self._open(self._where[key])[key])
+            self._last = (key, self._open(self._keys[key])[key])
         return self._last[1]
 
     def meta(self, key: str):
-        file = self._open(self._where[key])
+        file = self._open(self._keys[key])
         return file.meta(key) if hasattr(file, "meta") else _MetaView(file)[key]
-
-    def __contains__(self, key) -> bool:
-        return key in self._where
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._where)
-
-    def __len__(self) -> int:
-        return len(self._where)
 
 
 @contextlib.contextmanager

@@ -150,3 +150,26 @@ def public_name_problem(kind: str, name: str) -> str | None:
                f"`{name}` is an attribute the generated module sets itself; it cannot be {what}"
     return None
 
+
+
+def close_name(name: str, candidates) -> str | None:
+    """The one candidate close enough to `name` to be what was meant, for a "did you mean" hint;
+    None when none is: a letter left out, doubled or swapped (`xx` for `x`, `sigmod` for
+    `sigmoid`), or a ratio of 0.75 (difflib's default 0.6 suggested `sub` for `sum`, `mod` for
+    `sigmoid`, `int` for `sin`: another letter is another word)."""
+    import difflib
+    candidates = list(candidates)
+    typo = next((c for c in candidates if _one_slip(name, c)), None)
+    if typo is not None:
+        return typo
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def _one_slip(a: str, b: str) -> bool:
+    """`b` is `a` with one letter inserted or deleted, or two neighbours swapped."""
+    if abs(len(a) - len(b)) == 1:
+        short, long = sorted((a, b), key=len)
+        return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
+    return len(a) == len(b) and len(a) > 1 and any(
+        a[:i] + a[i + 1] + a[i] + a[i + 2:] == b for i in range(len(a) - 1))

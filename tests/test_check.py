@@ -338,3 +338,14 @@ def test_gqa_heads_of_config_values_are_a_config_constraint(tmp_path):
     assert mod.Config(H=6, KVH=3).H == 6
     with pytest.raises(ValueError, match=r"H must be divisible by KVH \(gqa.snf:9\); got H=6, KVH=4"):
         mod.Config(H=6, KVH=4)
+
+
+def test_did_you_mean_suggests_only_a_close_name():
+    """Another letter is another word: `sum` is not `sub`, `sigmoid` not `mod`, `sin` not `int`; a letter
+    left out, doubled or swapped, or a close spelling, is suggested (snf.names.close_name)."""
+    from snf.names import close_name
+    from snf.ops import all_ops
+    ops = list(all_ops())
+    assert [close_name(n, ops) for n in ("sum", "sigmoid", "sin", "zzz")] == [None] * 4
+    assert [close_name(n, ops) for n in ("softmux", "relue", "lienar", "gelu_")] == ["softmax", "relu", "linear", "gelu"]
+    assert close_name("xx", ["x", "y"]) == "x"

@@ -6,11 +6,11 @@ Shape rules live in the op registry (snf/ops/); `ShapeCtx` is all a rule may ask
 
 from __future__ import annotations
 
-import difflib
 
 from .. import ir
 from ..dims import Dim, DimError, Divides, equal
 from ..ir import BOOL, FLOAT, STR, ErrorT, ListT, NoneT, ScalarT, SliceT, TensorT
+from ..names import close_name
 from ..ops.registry import REQUIRED, OpError
 from ..source import Span
 
@@ -113,9 +113,9 @@ class Calls:
         op = self.ops.get(name)
         span = e.span
         if op is None:
-            close = difflib.get_close_matches(name, list(self.ops), n=1)
+            close = close_name(name, self.ops)
             self.r.error("unknown-op", f"unknown operation `{name}`", func_span or span,
-                         hint=f"did you mean `{close[0]}`?" if close else
+                         hint=f"did you mean `{close}`?" if close else
                          "see `docs/language.md`, section 9 (Operations), for the op list")
             return ir.Lit(None, ERR, span)
         bound = self.bind_args(op, name, args, kwargs, spans, span)
@@ -171,9 +171,9 @@ class Calls:
         for kw, (arg, kw_span) in kwargs.items():
             param = op.param(kw)
             if param is None:
-                close = difflib.get_close_matches(kw, [q.name for q in op.params], n=1)
+                close = close_name(kw, [q.name for q in op.params])
                 self.r.error("unknown-arg", f"`{name}` has no argument `{kw}`", kw_span,
-                             hint=f"did you mean `{close[0]}`?" if close else
+                             hint=f"did you mean `{close}`?" if close else
                              "it takes " + ", ".join(f"`{q.name}`" for q in op.params))
                 return None
             if param.name in bound:

@@ -3,7 +3,6 @@ back, "did you mean", "declared here" notes and the unused-name warnings."""
 
 from __future__ import annotations
 
-import difflib
 
 from .. import ir
 from ..diagnostics import Related
@@ -11,6 +10,7 @@ from ..dims import Dim, show_dim, show_shape
 from ..ir import ScalarT, TensorT
 from ..language import RECOGNISED_CONFIG
 from ..source import NO_SPAN, Span
+from ..names import close_name
 
 # Binding kinds as messages name them.
 KIND_NAMES = {"config": "param", "param": "parameter", "buffer": "buffer", "input": "input", "dim": "dim",
@@ -40,9 +40,9 @@ class Messages:
     def unknown(self, name: str, span: Span, code: str = "unknown-name", hint: str | None = None) -> None:
         self.n_unknown += 1
         names = [n for s in self.scopes for n in s.names] if self.n_unknown <= 50 else []  # bounded cost
-        close = difflib.get_close_matches(name, names, n=1)
+        close = close_name(name, names)
         if close and not hint:
-            hint = f"did you mean `{close[0]}`?"
+            hint = f"did you mean `{close}`?"
         self.r.error(code, f"`{name}` is not defined", span, hint=hint)
 
     def source_text(self, span: Span) -> str | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import re
 import sys
 import warnings
@@ -363,6 +364,9 @@ def save_checkpoint(model: torch.nn.Module, path: str | Path) -> Path:
         tensors[name] = tensor
     path = Path(path)
     save_file(tensors, str(path), metadata=_metadata(model))
+    mask = os.umask(0)  # safetensors writes 0600; a checkpoint is an ordinary file (umask's mode)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
     return path
 
 

@@ -336,3 +336,12 @@ def test_a_misshapen_source_behind_a_transform_names_its_key(bad, key, want):
     assert f"{key} (for layers.0.attn_qkv.weight[0:48]): expected shape {list(want)}, got {list(bad.shape)}" \
         in str(info.value)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_a_saved_checkpoint_has_an_ordinary_files_mode(tmp_path):
+    """safetensors writes 0600; save_checkpoint gives the file the mode the umask gives any file."""
+    import os
+    path = save_checkpoint(nanogpt(), tmp_path / "m.safetensors")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask

@@ -74,7 +74,7 @@ def plan_notes(result: Result) -> list[Diagnostic]:
     caches, and whether `generate` decodes with preallocated buffers."""
     from .dims import show_dim
     from .passes import plan
-    from .passes.decode import NO_LOGITS, choose_logits, token_input
+    from .passes.decode import NO_LOGITS, choose_logits, no_generate, token_input
     if not result.ok:
         return []
     plans = plan(lower(result.model))
@@ -87,10 +87,11 @@ def plan_notes(result: Result) -> list[Diagnostic]:
     if tokens is not None:
         logits, why = choose_logits(result.model, tokens)
         outputs = {o.name: o.span for o in result.model.outputs}
-        if logits is not None and plans.decode is not None:
+        refusal = no_generate(result.model)
+        if plans.decode is not None:
             r.note("generate-plan", f"generate samples from the output `{logits.name}`: {why}", outputs[logits.name])
-        elif logits is None and why != NO_LOGITS:
-            r.note("generate-plan", f"no generate: {why}", spans[tokens.name])
+        elif refusal != NO_LOGITS:  # a model without logits (an encoder's hidden states) is not an LM
+            r.note("generate-plan", f"no generate: {refusal}", spans[tokens.name])
     if plans.caches.caches:
         first = spans[plans.caches.caches[0].input]
         if plans.caches.preallocated is not None:

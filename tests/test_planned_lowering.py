@@ -413,3 +413,14 @@ def test_generate_is_refused_when_no_rule_tells_which_output_is_the_logits(tmp_p
                          "from `logits`" in err
     named = both.replace("probs", "logits")  # the rule's first choice: the output named `logits`
     assert plans_of(named).decode.logits == "logits"
+
+
+def test_check_v_says_why_a_spec_gets_no_generate():
+    """Each refusal of `generate` is a note naming its reason (passes/decode.py no_generate)."""
+    from conftest import snfc
+    want = {"tiny_transformer": "an attention is not causal",
+            "bert": "`last_hidden_state` is over `n_embd`, not the `vocab_size` rows of the table",
+            "nanogpt": "generate samples from the output `logits`"}
+    for name, note in want.items():
+        code, out, err = snfc("check", "-v", str(REPO / "specs" / f"{name}.snf"))
+        assert code == 0 and note in out + err, (name, out + err)

@@ -77,19 +77,36 @@ def _softmaxed(model: ir.Model, name: str) -> bool:
     return bool(values) and all(probabilities(v) for v in values)
 
 
-def plan_decode(model: ir.Model, caches: CachePlan) -> DecodePlan | None:
+def no_generate(model: ir.Model) -> str | None:
+    """Why the module gets no `generate` (`snfc check -v` says it), or None when it gets one."""
     tokens = token_input(model)
-    if tokens is None or not model.outputs:
-        return None
-    logits, _ = choose_logits(model, tokens)
-    if logits is None or any(not i.optional for i in model.inputs[1:]):
-        return None
+    if tokens is None:
+        return "the first input is not token ids [B, T] int64"
+    logits, why = choose_logits(model, tokens)
+    if logits is None:
+        return why
+    required = [i.name for i in model.inputs[1:] if not i.optional]
+    if required:
+        return f"the input `{required[0]}` is required, and generate gives only the tokens (make it optional: `?`)"
     vocab = logits.ty.shape[-1]
-    if any(not equal(rows, vocab)[0] for rows in model.rows_indexed_by(tokens.name)):
-        return None  # a sampled id (< V) must be a row of every table the tokens index
+    rows = next((r for r in model.rows_indexed_by(tokens.name) if not equal(r, vocab)[0]), None)
+    if rows is not None:  # a sampled id (below vocab) must be a row of every table the tokens index
+        return (f"`{logits.name}` is over `{vocab}`, not the `{rows}` rows of the table the tokens index: "
+                f"it is not logits over the vocabulary")
     attention = [e for e in ir.walk_exprs(model.body) if isinstance(e, ir.Op) and e.op == "flash_attention"]
-    if not attention or not all(e.arg("causal").value is True for e in attention):
+    if not attention:
+        return "no attention, so nothing says the logits at a position see only the tokens before it"
+    if not all(e.arg("causal").value is True for e in attention):
+        return ("an attention is not causal (an encoder's, or an encoder-decoder's: not supported yet), so the "
+                "logits at a position would see later tokens")
+    return None
+
+
+def plan_decode(model: ir.Model, caches: CachePlan) -> DecodePlan | None:
+    if no_generate(model) is not None:
         return None
+    tokens = token_input(model)
+    logits, _ = choose_logits(model, tokens)
     fed = caches.caches
     names = {c.input for c in fed}
     if any(set(group) & names and not set(group) <= names for group in model.input_groups):

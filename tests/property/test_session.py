@@ -115,7 +115,8 @@ def test_a_varied_session_keeps_a_bounded_number_of_graphs(compiled, capsys):
     assert after["Block.forward"] <= 12
 
 
-def random_sessions(count: int, stats: dict, seed0: int = 0, progress=None, keep_going: bool = False) -> None:
+def random_sessions(count: int, stats: dict, seed0: int = 0, progress=None, keep_going: bool = False,
+                    report_failure=None) -> None:
     """Sessions of the first `count` accepted random specs from seed0 on (a third also train
     compiled whole); `progress(seed)` is called after each hundredth session."""
     seed = seed0
@@ -128,7 +129,7 @@ def random_sessions(count: int, stats: dict, seed0: int = 0, progress=None, keep
             report = f"a session broke (seed {seed}): {err}\n--- spec ---\n{spec.text}"
             if not keep_going:
                 raise AssertionError(report) from None
-            print(report, file=sys.stderr, flush=True)  # long mode: every failure, then the summary
+            report_failure(report)  # long mode: every failure, then the summary
             seed += 1
             continue
         finally:
@@ -153,12 +154,16 @@ def test_random_specs_survive_sessions(compiled, capsys):
     torch.set_num_threads(1)  # tiny tensors: one thread is faster on a shared CPU
     seed0 = SEED0 if LONG else 0
 
+    def failure(report: str) -> None:  # shown as it happens, past pytest's capture
+        with capsys.disabled():
+            print(report, file=sys.stderr, flush=True)
+
     def progress(seed: int) -> None:
         with capsys.disabled():
             print(f"\n{stats['sessions']} sessions, seeds {seed0}..{seed}, {stats['failures']} failures, "
                   f"{time.time() - start:.0f} s", flush=True)
     try:
-        random_sessions(COUNT if LONG else 4, stats, seed0, progress, keep_going=LONG)
+        random_sessions(COUNT if LONG else 4, stats, seed0, progress, keep_going=LONG, report_failure=failure)
     finally:
         torch.set_num_threads(os.cpu_count() or 1)
         with capsys.disabled():

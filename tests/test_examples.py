@@ -57,3 +57,22 @@ def test_mistakes_are_one_line_errors(tmp_path):
         assert "Traceback" not in run.stderr
     run = _run("sample.py", "--out", str(tmp_path / "none"), cwd=tmp_path)
     assert run.returncode == 1 and "no checkpoint" in run.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", ["gpt_decoder", "llama3"])
+def test_other_causal_specs_train_and_sample(spec, tmp_path):
+    """The loss is the logits' next-token cross-entropy, so any causal spec trains the same way;
+    byte tokens set the vocabulary to 256."""
+    corpus = tmp_path / "tiny.txt"
+    corpus.write_text((REPO / "README.md").read_text(encoding="utf-8")[:3000], encoding="utf-8")
+    sizes = ["--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=32", "--set", "block_size=32", "--set", "mlp_hidden=48"]
+    if spec == "llama3":
+        sizes += ["--set", "n_kv_head=1"]
+    run = _run("train.py", "--data", str(corpus), "--spec", str(REPO / "specs" / f"{spec}.snf"), "--tokens", "byte",
+               "--max-iters", "4", "--eval-interval", "2", "--eval-iters", "1", "--log-interval", "2",
+               "--batch-size", "2", "--warmup-iters", "1", *sizes, "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "256 byte tokens" in run.stdout and "step 4: train loss" in run.stdout
+    out = _run("sample.py", "--out", str(tmp_path / "o"), "--prompt", "ab", "--max-new-tokens", "8", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr

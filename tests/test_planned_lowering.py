@@ -424,3 +424,36 @@ def test_check_v_says_why_a_spec_gets_no_generate():
     for name, note in want.items():
         code, out, err = snfc("check", "-v", str(REPO / "specs" / f"{name}.snf"))
         assert code == 0 and note in out + err, (name, out + err)
+
+
+CONDITIONAL_DTYPE_SOURCE = """\
+param:
+  n_layer : int = 2
+  D : int = 4
+  use_bias : bool = False
+input:
+  x : Tensor([B, T, D], float32)
+parameter:
+  g : Tensor([D], float32) if use_bias else None
+  w : Tensor([D, D], float32)
+output:
+  y : Tensor([B, T, D], float32)
+let y = x @ w
+for l in 0..n_layer-1:
+    y = layer_norm(y, weight=g) + full([B, T, D], 1.0, float32)
+"""
+
+
+def test_a_block_takes_the_model_dtype_from_no_parameter_that_may_be_none(tmp_path):
+    """The session property (seed 1287): a block that holds no floating tensor took the model's dtype
+    from a parameter it reads, `g`, which is None without `use_bias` (AttributeError). A conditional
+    parameter is never the source; the caller passes the dtype."""
+    mod = load(tmp_path, CONDITIONAL_DTYPE_SOURCE, "conditional_dtype")
+    for use_bias in (False, True):
+        model = mod.Model(use_bias=use_bias).eval()
+        x = torch.randn(2, 3, 4)
+        with torch.no_grad():
+            assert model(x).shape == (2, 3, 4)  # one output: the tensor itself
+            assert model.to(torch.bfloat16)(x).dtype == torch.bfloat16
+    import linecache
+    assert "g: Optional[torch.Tensor]" in "".join(linecache.getlines(mod.__file__))

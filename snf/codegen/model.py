@@ -98,8 +98,8 @@ class Generator:
 
     def _local_types(self) -> dict:
         types = {i.name: TensorT(i.ty.shape, i.ty.dtype, i.optional) for i in self.model.inputs}
-        for t in self.model.params + self.model.buffers:
-            types[t.name] = t.ty
+        for t in self.model.params + self.model.buffers:  # a conditional one may be None
+            types[t.name] = TensorT(t.ty.shape, t.ty.dtype, t.ty.maybe_none or t.condition is not None)
         for s in ir.walk_stmts(self.model.body):
             if isinstance(s, ir.Bind) and s.let:
                 types.setdefault(s.name, s.value.ty)

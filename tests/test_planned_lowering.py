@@ -457,3 +457,36 @@ def test_a_block_takes_the_model_dtype_from_no_parameter_that_may_be_none(tmp_pa
             assert model.to(torch.bfloat16)(x).dtype == torch.bfloat16
     import linecache
     assert "g: Optional[torch.Tensor]" in "".join(linecache.getlines(mod.__file__))
+
+
+NO_TENSOR_IN_THE_BLOCK = """\
+param:
+  n_layer : int = 2
+  F : int = 6
+  D : int = 4
+  use_bias : bool = False
+input:
+  x : Tensor([B, D], float32)
+parameter:
+  g : Tensor([D], float32) if use_bias else None
+output:
+  y : Tensor([B, D], float32)
+let y = rms_norm(x, weight=g)
+for l in 0..n_layer-1:
+    let v = arange(1, F + 1, dtype=float32)
+"""
+
+
+def test_a_block_that_holds_no_tensor_takes_the_callers_device_compiled(tmp_path, monkeypatch):
+    """The session long mode (seed 3099): a layer block with no tensor of its own made `arange` on
+    torch.get_default_device(), which dynamo cannot put in a graph, so the compiled block fell
+    back to eager. The caller passes its device, as it passes the model's dtype."""
+    import warnings
+    monkeypatch.setenv("SNF_COMPILE", "1")
+    mod = load(tmp_path, NO_TENSOR_IN_THE_BLOCK, "no_tensor_block")
+    model = mod.Model().eval()
+    model.compile_units = {"cpu": {"train": "none", "eval": "block"}}  # compile the block on a CPU
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a fallback to eager fails here
+        with torch.no_grad():
+            assert model(torch.randn(2, 4)).shape == (2, 4)

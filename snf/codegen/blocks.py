@@ -30,6 +30,8 @@ def block_context(gen, block: Block) -> dict:
 
     em.device_src = next((names.name(n) for n in block.carried + tuple(reads) if present(n)), None) \
         or gen.held_tensor(block.attr)
+    if em.device_src is None:
+        em.device_arg = names.fresh("device")
     held = gen.held_tensor(block.attr, floating=True) or next(
         (names.name(n) for n, kind in block.reads if kind in ("param", "buffer") and present(n)
          and types[n].dtype == m.float_dtype), None)
@@ -71,6 +73,8 @@ def block_context(gen, block: Block) -> dict:
     dtype_arg = dtype_arg if em.dtype_used else None
     if dtype_arg:
         signature.append(f"{dtype_arg}: torch.dtype")
+    if em.device_used:
+        signature.append(f"{em.device_arg}: torch.device")
     if em.use_cache:
         signature.append(f"{em.use_cache}: bool = True")
     if em.cache_position:
@@ -81,7 +85,7 @@ def block_context(gen, block: Block) -> dict:
         else (_annotation(types.get(outs[0])) if outs else "None")
     decl_em = Emitter(gen, block, Namespace())
     gen.block_calls[id(block)] = {"dims": dim_args, "use_cache": bool(em.use_cache), "dtype": bool(dtype_arg),
-                                  "cache_position": bool(em.cache_position)}
+                                  "device": em.device_used, "cache_position": bool(em.cache_position)}
     return {
         "cls": block.cls, "attr": block.attr, "line": loop.span.line, "var": loop.var,
         "count": decl_em.dim(loop.count),
@@ -113,7 +117,8 @@ def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
     written = [em.names.fresh(f"{h.name}_layer") for h in block.hoisted]
     outs = carried + written
     call_args = ", ".join([_if_asked(em, gen, n) for n in block.carried] + args + ([var] if block.uses_var else [])
-                          + ([em.dtype_code(gen.model.float_dtype)] if call["dtype"] else []))
+                          + ([em.dtype_code(gen.model.float_dtype)] if call["dtype"] else [])
+                          + ([em.device_code()] if call["device"] else []))
     if call["use_cache"]:
         call_args += f", {em.use_cache}"
     if call["cache_position"]:

@@ -23,7 +23,9 @@ class Emitter:
     def __init__(self, gen, owner, names: Namespace, cfg: str = "cfg", defining: Dim | None = None):
         self.g, self.plans, self.owner, self.names, self.cfg = gen, gen.plans, owner, names, cfg
         self.defining = defining  # the derived dim whose own property this emits: spelled out, not read
-        self.device_src: str | None = None
+        self.device_src: str | None = None  # a tensor this function always has, to take the device from
+        self.device_arg: str | None = None  # else an argument the caller passes (a block holding no tensor)
+        self.device_used = False
         self.dtype_src: str | None = None  # code for the dtype the model holds now (see dtype_code)
         self.dtype_used = False
         self.cache_position: str | None = None  # set where a preallocated cache may be in use
@@ -52,6 +54,16 @@ class Emitter:
         code = d.render(self.atom)
         simple = re.fullmatch(r"[\w.]+", code) is not None
         return code if simple or prec <= 10 and not code.startswith("-") else f"({code})"
+
+    def device_code(self) -> str:
+        """Where the tensors this function makes go: its tensors' device; the caller's, passed in, in a
+        block that holds none (torch.get_default_device() would break a compiled graph)."""
+        if self.device_src:
+            return f"{self.device_src}.device"
+        if self.device_arg:
+            self.device_used = True
+            return self.device_arg
+        return "torch.get_default_device()"
 
     def derived(self, d: Dim) -> str | None:
         """The derived dim of `param:` that is `d`, read as a Config property."""
@@ -301,4 +313,4 @@ class LowerCtx:
 
     @property
     def device(self) -> str:
-        return f"{self.em.device_src}.device" if self.em.device_src else "torch.get_default_device()"
+        return self.em.device_code()

@@ -409,7 +409,10 @@ class Session(runner.Runner):
         self.cast_dtype = torch.bfloat16
         cast = copy.deepcopy(self.model).to(torch.bfloat16).eval()
         model_dtype = self.m.float_dtype
-        dtypes = {o.name: (torch.bfloat16 if o.ty.dtype == model_dtype else runner.TORCH_DTYPES[o.ty.dtype])
+        # a model holding no floating tensor (its parameters all off, by their flags) has nothing a
+        # cast changes: its dtype stays the spec's (docs/language.md 3.2)
+        holds = any(t.is_floating_point() for t in (*cast.parameters(), *cast.buffers()))
+        dtypes = {o.name: (torch.bfloat16 if o.ty.dtype == model_dtype and holds else runner.TORCH_DTYPES[o.ty.dtype])
                   for o in self.m.outputs}
         self.eval_call(model=cast, what="bfloat16 model, forward", rtol=float("inf"), dtypes=dtypes)
         if hasattr(cast, "generate"):

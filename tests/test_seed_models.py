@@ -17,9 +17,8 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import seed_path
 from snf.interop import load_state_dict, spec_state
-
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
 
 
 @pytest.fixture(autouse=True)
@@ -31,9 +30,7 @@ def _eager(monkeypatch):
 
 
 def _snowflake_reference():
-    path = SEEDS / "002_044235cba4456911.txt"
-    if not path.exists():
-        pytest.skip(f"seed documents are not here ({SEEDS}); they are read, never copied")
+    path = seed_path("002_044235cba4456911.txt")
     ns = {"torch": torch, "nn": nn, "math": math}
     for block in re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.S):
         exec(block, ns)  # the seed's own model code is the reference

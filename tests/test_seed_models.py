@@ -79,6 +79,17 @@ def test_snowflake_seed_default_init_relative():
     assert ((got - want).abs().max() / want.abs().max()).item() <= 1e-6
 
 
+def test_snowflake_seed_model_starts_out_copying_its_input():
+    """The seed's own SnowflakeCore, at its own initialisation, predicts each position's input token
+    (its tied N(0, 1) head): why the quickstart's first loss for it is about 50, not ln 97."""
+    _, ref = _snowflake_pair(None, d=64, n_head=4, d_ff=128)
+    ids = torch.randint(0, 97, (4, 16))
+    with torch.no_grad():
+        logits = ref(ids)
+    assert (logits.argmax(-1) == ids).all()
+    assert logits.gather(-1, ids[..., None]).mean() > 40  # about n_embd / sqrt(1.5)
+
+
 def test_snowflake_positions_are_a_fixed_buffer():
     ours, ref = _snowflake_pair(0.02)
     names = dict(ours.named_parameters())

@@ -33,6 +33,9 @@ CASES = {
     "exp": ("a : Tensor([B, N], float32)", "exp(a)"),
     "log": ("a : Tensor([B, N], float32)", "log(a * a + 1.0)"),
     "tanh": ("a : Tensor([B, N], float32)", "tanh(a)"),
+    "sigmoid": ("a : Tensor([B, N], float32)", "sigmoid(a * 4.0) + sigmoid(-800.0) + sigmoid(N * 0.5)"),
+    "sin": ("a : Tensor([B, N], float32)", "sin(a * 3.0) + sin(0.5)"),
+    "cos": ("a : Tensor([B, N], float32)", "cos(a * 3.0) * cos(N * 0.5)"),
     "gelu": ("a : Tensor([B, N], float32)", "gelu(a) + gelu(a, approximate=\"tanh\")"),
     "relu": ("a : Tensor([B, N], float32)", "relu(a)"),
     "silu": ("a : Tensor([B, N], float32)", "silu(a)"),
@@ -54,6 +57,12 @@ CASES = {
     "full": ("a : Tensor([B, N], float32)", "a + full([B, N], 0.5, float32)"),
     "assign": ("a : Tensor([B, T, N], float32)\n  b : Tensor([B, 1, N], float32)", "assign(a, [:, 0:1, :], b)"),
     "argmax": ("a : Tensor([B, T, N], float32)", "argmax(a, axis=-1)"),
+    "sum": ("a : Tensor([B, T, N], float32)",
+            "sum(a, axis=1, keepdim=True) + sum(a, 0) + cast(sum(cast(a * 3.0, int32), axis=1), float32)[0]"),
+    "mean": ("a : Tensor([B, T, N], float32)", "mean(a, axis=-1) + mean(a, dim=2, keepdims=True)[:, :, 0]"),
+    "max": ("a : Tensor([B, T, N], float32)",
+            "max(a, axis=1) + cast(max(cast(a * 3.0, int64), axis=-2), float32) + max(a)[:, 0:1]"),
+    "min": ("a : Tensor([B, T, N], float32)", "min(a, axis=1, keepdim=True) + min(a, axis=0)"),
     "flash_attention": ("q : Tensor([B, T, N, M], float32)\n  k : Tensor([B, T, N, M], float32)\n"
                         "  v : Tensor([B, T, N, M], float32)",
                         "flash_attention(q, k, v, causal=True, scale=0.3)"),
@@ -102,6 +111,9 @@ MORE_CASES = {
                      "where(a < b, 1.0, 0.0) + where(a == maximum(a, b), 1.0, 0.0) + where(a != b, 2.0, 0.0)"),
     "ge (tensors)": ("a : Tensor([B, N], float32)\n  b : Tensor([B, N], float32)",
                      "where(a >= b, a, b) + where(a > 0.5, 1.0, 0.0) + where(a <= b, 1.0, 0.0)"),
+    "and (masks)": ("a : Tensor([B, N], float32)\n  b : Tensor([N], float32)",
+                    "where(a > b and a < 1.0, a, 0.0) + where(a < -0.5 or b > 0.5 and not a > b, 1.0, 2.0)"
+                    " + where(not (a > 0.0 or a < -1.0), 3.0, 0.0)"),
     "flash_attention (gqa)": ("q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, T, KVH, M], float32)\n"
                               "  v : Tensor([B, T, KVH, M], float32)", "flash_attention(q, k, v, causal=True)", HEADS),
     "flash_attention (mqa, longer keys)": (

@@ -396,6 +396,46 @@ register(OpDef("argmax", (Param("x", "tensor"), Param("axis", "int", -1, aliases
                doc="index of the largest entry along an axis (int64)."))
 
 
+def _reduction_rule(name: str):
+    """`sum`, `mean`, `max`, `min` over one axis: the axis is dropped, or kept as 1 with `keepdim`."""
+    def rule(ctx, args):
+        x = args["x"]
+        if name == "mean":
+            require_float(x, "x")  # torch's mean of an integer tensor is an error
+        elif x.dtype == "bool":
+            raise OpError(f"`{name}` of a bool tensor", "x", code="dtype-mismatch",
+                          hint="cast it first: `cast(m, int64)` (a count, for `sum`)")
+        ax = axis_index(args["axis"], x.rank)
+        if name in ("max", "min") and not ctx.need(Dim.const(1), "<=", x.shape[ax],
+                                                   f"{name} over axis {ax} needs at least one entry"):
+            raise OpError(f"{name} over axis {ax}, of size {ctx.show_dim(x.shape[ax])}, which is empty", "x",
+                          code="index-range")
+        kept = (Dim.const(1),) if args["keepdim"] else ()
+        return TensorT(x.shape[:ax] + kept + x.shape[ax + 1:], x.dtype)
+    return rule
+
+
+def _lower_reduction(method: str):
+    def lower(call):
+        extra = ", keepdim=True" if call.val("keepdim") else ""
+        if method == "sum" and call.ty("x").dtype == "int32":  # torch sums an int32 tensor into int64
+            extra += ", dtype=torch.int32"
+        return f"{call.code('x', prec=50)}.{method}(dim={call.code('axis')}{extra})"
+    return lower
+
+
+for _name, _method, _np_name, _what in [("sum", "sum", "sum", "the sum"), ("mean", "mean", "mean", "the mean"),
+                                        ("max", "amax", "max", "the largest entry"),
+                                        ("min", "amin", "min", "the smallest entry")]:
+    register(OpDef(
+        _name, (Param("x", "tensor"), Param("axis", "int", -1, aliases=("dim",), static=True),
+                Param("keepdim", "bool", False, aliases=("keepdims",), static=True)),
+        _reduction_rule(_name),
+        numpy=(lambda f: lambda x, axis=-1, keepdim=False: getattr(np, f)(x, axis=axis, keepdims=keepdim))(_np_name),
+        torch=_lower_reduction(_method),
+        doc=f"{_what} along an axis, which is dropped (kept, of size 1, with `keepdim=True`)."))
+
+
 # ----------------------------------------------------------------------------- loss
 
 def _ce_rule(ctx, args):

@@ -39,6 +39,7 @@ CASES = {
     "gelu": ("a : Tensor([B, N], float32)", "gelu(a) + gelu(a, approximate=\"tanh\")"),
     "relu": ("a : Tensor([B, N], float32)", "relu(a)"),
     "silu": ("a : Tensor([B, N], float32)", "silu(a)"),
+    "softcap": ("a : Tensor([B, N], float32)", "softcap(a * 10.0, 5.0) + softcap(a, cap=N * 0.5)"),
     "swiglu": ("a : Tensor([B, N], float32)\n  b : Tensor([B, N], float32)", "swiglu(a, b)"),
     "softmax": ("a : Tensor([B, T, N], float32)", "softmax(a, axis=1)"),
     "dropout": ("a : Tensor([B, N], float32)", "dropout(a, rate=0.5)"),
@@ -124,6 +125,28 @@ MORE_CASES = {
         "q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, T, KVH, M], float32)\n"
         "  v : Tensor([B, T, KVH, M], float32)\n  m : Tensor([B, T], int64)",
         "flash_attention(q, k, v, causal=True, window=W, mask=m)", HEADS),
+    "flash_attention (softcap)": ("q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, T, KVH, M], float32)\n"
+                                  "  v : Tensor([B, T, KVH, M], float32)",
+                                  "flash_attention(q * 4.0, k, v, causal=True, softcap=2.0)", HEADS),
+    "flash_attention (softcap, window, mask, bias)": (
+        "q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, N, KVH, M], float32)\n"
+        "  v : Tensor([B, N, KVH, M], float32)\n  b : Tensor([H, 1, N], float32)\n  m : Tensor([B, N], int64)",
+        "flash_attention(q, k, v, causal=True, window=W, mask=m, bias=reshape(b, [1, H, 1, N]), scale=0.7, "
+        "softcap=1.5) + flash_attention(q, k, v, softcap=N * 0.5)", HEADS),
+    "rope (linear, partial, interleaved)": (
+        "a : Tensor([B, T, N, 8], float32)",
+        "rope(a, offset=3, scaling=\"linear\", factor=2.0, rotary_dim=4) + rope(a, interleaved=True, base=50.0)"
+        " + rope(a, rotary_dim=6, interleaved=True, offset=T)"),
+    "rope (dynamic)": ("a : Tensor([B, T, N, 8], float32)",
+                       "rope(a, offset=3, base=100.0, scaling=\"dynamic\", factor=4.0, original_max_position=4)"),
+    "rope (llama3)": ("a : Tensor([B, T, N, 16], float32)",
+                      "rope(a, offset=5, scaling=\"llama3\", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, "
+                      "original_max_position=64, rotary_dim=12)"),
+    "rope (yarn)": ("a : Tensor([B, T, N, 16], float32)",
+                    "rope(a, offset=2, base=500.0, scaling=\"yarn\", factor=4.0, original_max_position=32) + "
+                    "rope(a, scaling=\"yarn\", factor=8.0, original_max_position=16, beta_fast=16.0, beta_slow=2.0, "
+                    "mscale=0.707, mscale_all_dim=0.707, truncate=False, interleaved=True) + "
+                    "rope(a, scaling=\"yarn\", factor=2.0, original_max_position=16, attention_factor=1.5)"),
     "flash_attention (bias)": (
         "q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, N, H, M], float32)\n"
         "  v : Tensor([B, N, H, M], float32)\n  b : Tensor([H, 1, N], float32)\n  m : Tensor([B, N], int64)",

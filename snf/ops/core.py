@@ -14,7 +14,7 @@ import math
 from ..dims import Dim
 from ..ir import ScalarT, TensorT
 from .lazy_numpy import np
-from .registry import PROBABILITY, OpDef, OpError, Param, registrar
+from .registry import POSITIVE, PROBABILITY, OpDef, OpError, Param, registrar
 from .shapes import (FLOATS, INTS, axis_index, broadcast, product, rank_at_least, require_float, same_dtype,
                      slices_shape, stored)
 
@@ -54,6 +54,17 @@ def _np_silu(x):
 
 register(OpDef("silu", (Param("x", "tensor"),), _float_tensor_rule, numpy=_np_silu,
                torch=lambda call: f"F.silu({call.code('x')})", doc="SiLU (swish): x * sigmoid(x)", elementwise=True))
+
+
+def np_softcap(x, cap):
+    return cap * np.tanh(x / cap)
+
+
+register(OpDef(
+    "softcap", (Param("x", "tensor"), Param("cap", "float", within=POSITIVE)), _float_tensor_rule, numpy=np_softcap,
+    torch=lambda call: f"{call.code('cap', prec=21)} * torch.tanh({call.code('x', prec=21)} / {call.code('cap', prec=21)})",
+    doc="soft-capping, cap * tanh(x / cap): x squashed smoothly into (-cap, cap) (Gemma 2's final logits)",
+    elementwise=True, prec=20))
 
 
 def _swiglu_rule(ctx, args):

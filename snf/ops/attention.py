@@ -209,6 +209,10 @@ def _rope_rule(ctx, args):
     if rd is not None:
         _rotary_dim(ctx, rd, hd)
     _rope_scaling(args)
+    dim = hd if rd is None else rd
+    if args["scaling"] == "dynamic" and not ctx.need(Dim.const(4), "<=", dim, "dynamic RoPE needs 4 rotated dims"):
+        raise OpError(f"dynamic RoPE raises its base to the power d / (d - 2) of the {ctx.show_dim(dim)} rotated "
+                      f"dims, so it needs at least 4", "rotary_dim" if rd is not None else "x", code="bad-constraint")
     return x
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from lark import Token, v_args
+from lark import Token
 
 from .. import ir
 from ..diagnostics import Reporter
@@ -21,9 +21,8 @@ MISPLACED = {
 }
 
 
-@v_args(meta=True, inline=True)
 class ToSyntax(AtomTransformer):
-    """Lark tree -> syntax nodes. Callbacks are named after grammar rules."""
+    """Parse callbacks -> syntax nodes, named after grammar rules."""
 
     def true_lit(self, meta):
         return ir.Const(True, span(meta))

@@ -1,16 +1,19 @@
-"""What both notations share on top of Lark: the indenter, spans, the transformer of atoms and
-calls, and one reporter that turns Lark's parse errors into located `syntax` diagnostics."""
+"""What both notations share on top of Lark: the indenter, spans, the parse callbacks that build
+syntax nodes while Lark parses, the callbacks for atoms and calls, and one reporter that turns
+Lark's parse errors into located `syntax` diagnostics."""
 
 from __future__ import annotations
 
+import copy
 import functools
+import operator
 import sys
 from pathlib import Path
 from typing import Mapping
 
 import lark
-from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+from lark import Lark, Token
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from lark.indenter import DedentError, Indenter
 
 from .. import ir
@@ -34,8 +37,122 @@ def lark_parser(grammar: str) -> Lark:
     runs in the user's cache folder (building them was most of `snfc check`'s time)."""
     text = read_resource("grammars", grammar)
     cache = cache_file(f"lark-{grammar}", f"{text}\0{lark.__version__}\0{sys.version}")
-    return Lark(text, parser="lalr", postlex=SNFIndenter(), propagate_positions=True, maybe_placeholders=True,
-                cache=cache)
+    return Lark(text, parser="lalr", postlex=SNFIndenter(), maybe_placeholders=True, cache=cache)
+
+
+# ============================================================================ building while parsing
+#
+# Lark's default callbacks build a parse tree (with propagate_positions, a position record per
+# reduction) that a Transformer then walks: two thirds of parsing time. These callbacks build the
+# syntax nodes during the LALR parse instead, and reproduce what the tree gave the transformer:
+# the same children, and the same `meta` positions (propagate_positions' rule: a node covers its
+# first to its last positioned child, the tokens Lark drops included, and a `?rule` inlined into
+# its parent widens that child's extent to the inlined rule's: `(a + b)` covers its brackets).
+
+_NOWHERE = object()  # the position of a rule that matched no token
+
+
+class _Node:
+    """A reduced rule on Lark's value stack: its value, and the text it covers, which is also the
+    `meta` its callback gets."""
+
+    __slots__ = ("value", "line", "column", "end_line", "end_column")
+
+
+def _cover(node: _Node, children: list) -> bool:
+    """Give `node` the extent of `children` (tokens and nodes); False when none has a position."""
+    for first in children:
+        if first is not None and first.line is not _NOWHERE:
+            break
+    else:
+        node.line = _NOWHERE
+        return False
+    for last in reversed(children):
+        if last is not None and last.line is not _NOWHERE:
+            break
+    node.line, node.column, node.end_line, node.end_column = first.line, first.column, last.end_line, last.end_column
+    return True
+
+
+def _kept(rule) -> tuple[list, int]:
+    """Which children Lark passes on, as its ChildFilter does: [(index, splice, Nones before)] and
+    the Nones after. A `_rule` child is spliced in; `[x]` left out gives a None (maybe_placeholders)."""
+    empty = rule.options.empty_indices
+    if empty:
+        nones = [len(ones) for ones in "".join(str(int(b)) for b in empty).split("0")]
+    else:
+        nones = [0] * (len(rule.expansion) + 1)
+    kept, pending = [], 0
+    for i, sym in enumerate(rule.expansion):
+        pending += nones[i]
+        if rule.options.keep_all_tokens or not (sym.is_term and sym.filter_out):
+            kept.append((i, not sym.is_term and sym.name.startswith("_"), pending))
+            pending = 0
+    return kept, pending + nones[-1]
+
+
+@functools.lru_cache(maxsize=None)
+def _plans(grammar: str) -> tuple:
+    """(rule, callback name, its length, kept children, Nones after, is `?rule`) per rule of `grammar`."""
+    return tuple((rule, rule.alias or rule.origin.name, len(rule.expansion), *_kept(rule),
+                  not rule.alias and rule.options.expand1) for rule in lark_parser(grammar).rules)
+
+
+def _callback(name: str, length: int, kept: list, trailing: int, inline: bool, method):
+    """The parse callback of one grammar rule; `method(meta, *children)` builds its value."""
+    if inline and length == 1 and not trailing and kept == [(0, False, 0)]:
+        return operator.itemgetter(0)  # `?a: b`: b, its extent unchanged
+
+    def children(s: list) -> list:
+        out = []
+        for i, splice, nones in kept:
+            if nones:
+                out += [None] * nones
+            if splice:  # the items of a `_rule`, in place (aliasing its list: it is used once)
+                if out:
+                    out += s[i].value
+                else:
+                    out = s[i].value
+            else:
+                out.append(s[i])
+        if trailing:
+            out += [None] * trailing
+        return out
+
+    if name.startswith("_"):  # a rule Lark splices into its parent (`x*`, `x+`): its children
+        def splice(s: list):
+            node = _Node()
+            _cover(node, s)
+            node.value = children(s)
+            return node
+        return splice
+
+    def build(s: list):
+        node = _Node()
+        covered = _cover(node, s)
+        items = children(s)
+        if inline and len(items) == 1:
+            child = items[0]
+            if covered and child.__class__ is _Node:
+                child.line, child.column = node.line, node.column
+                child.end_line, child.end_column = node.end_line, node.end_column
+            return child
+        if method is None:
+            raise AttributeError(f"no parse callback for the grammar rule {name!r}")
+        node.value = method(node, *[c.value if c.__class__ is _Node else c for c in items])
+        return node
+    return build
+
+
+def parse_tree(grammar: str, text: str, callbacks: object):
+    """`text` parsed with `grammar`, each rule's value built by the method of `callbacks` named
+    after it (its alias, else the rule). Raises Lark's UnexpectedInput or DedentError."""
+    lk = lark_parser(grammar)
+    frontend = lk.parser
+    parser = copy.copy(frontend.parser.parser)  # Lark's LALR driver, with these callbacks
+    parser.callbacks = {rule: _callback(*plan, getattr(callbacks, plan[0], None)) for rule, *plan in _plans(grammar)}
+    node = parser.parse(frontend._make_lexer_thread(text), lk.options.start[0])
+    return node.value if node.__class__ is _Node else node
 
 
 def span(meta) -> Span:
@@ -57,25 +174,21 @@ def model_name(path: str) -> str:
 Misplaced = Mapping[str, tuple[str, str]]
 
 
-def parse_items(src: Source, r: Reporter, grammar: str, misplaced: Misplaced, transformer: type) -> list | None:
-    """`src` parsed with `grammar` and transformed (a `transformer(r)` of the tree's top items);
-    None after reporting a syntax error or a tree nested too deeply to walk."""
+def parse_items(src: Source, r: Reporter, grammar: str, misplaced: Misplaced, builder: type) -> list | None:
+    """`src` parsed with `grammar`, its top items built by a `builder(r)` (callbacks named after the
+    grammar's rules); None after reporting a syntax error."""
+    reported = len(r.items)
     try:
-        tree = lark_parser(grammar).parse(src.text + "\n")
+        return parse_tree(grammar, src.text + "\n", builder(r))
     except UnexpectedInput as e:
+        del r.items[reported:]  # what the callbacks reported before the parse failed
         report_parse_error(e, src, r, grammar, misplaced)
         return None
     except DedentError:
+        del r.items[reported:]
         line = dedent_line(src.text)
         r.error("indent", "unindent does not match any outer indentation level", Span(line, 1, line, 2),
                 "indent this line like the block it belongs to")
-        return None
-    try:
-        return transformer(r).transform(tree)
-    except (RecursionError, VisitError) as e:
-        if isinstance(e, VisitError) and not isinstance(e.orig_exc, RecursionError):
-            raise
-        r.error("too-large", "the spec nests too deeply", Span(1, 1, 1, 2))
         return None
 
 
@@ -265,16 +378,15 @@ def dedent_line(text: str) -> int:
     return 1
 
 
-# ============================================================================ the shared transformer
+# ============================================================================ the shared callbacks
 
 
-@v_args(meta=True, inline=True)
-class AtomTransformer(Transformer):
+class AtomTransformer:
     """Names, literals, calls, keyword arguments, subscripts and attributes: the callbacks both
-    notations' transformers share (they are named after grammar rules)."""
+    notations share (named after grammar rules; `parse_tree` calls them with the rule's `meta`
+    positions and its children)."""
 
     def __init__(self, reporter: Reporter):
-        super().__init__()
         self.r = reporter
 
     def name(self, meta, tok):

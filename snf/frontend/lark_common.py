@@ -36,8 +36,10 @@ def lark_parser(grammar: str) -> Lark:
     """The LALR parser of `grammars/<grammar>`, built once per process, its tables kept between
     runs in the user's cache folder (building them was most of `snfc check`'s time)."""
     text = read_resource("grammars", grammar)
-    cache = cache_file(f"lark-{grammar}", f"{text}\0{lark.__version__}\0{sys.version}")
-    return Lark(text, parser="lalr", postlex=SNFIndenter(), maybe_placeholders=True, cache=cache)
+    options = dict(parser="lalr", maybe_placeholders=True)
+    # Lark rebuilds a file made with other options: one file per set of them
+    cache = cache_file(f"lark-{grammar}", f"{text}\0{lark.__version__}\0{sys.version}\0{sorted(options.items())}")
+    return Lark(text, postlex=SNFIndenter(), cache=cache, **options)
 
 
 # ============================================================================ building while parsing

@@ -4,7 +4,6 @@ Lark's parse errors into located `syntax` diagnostics."""
 
 from __future__ import annotations
 
-import copy
 import functools
 import operator
 import sys
@@ -15,6 +14,7 @@ import lark
 from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from lark.indenter import DedentError, Indenter
+from lark.parsers.lalr_analysis import Shift
 
 from .. import ir
 from ..diagnostics import Reporter
@@ -94,10 +94,21 @@ def _kept(rule) -> tuple[list, int]:
 
 
 @functools.lru_cache(maxsize=None)
-def _plans(grammar: str) -> tuple:
-    """(rule, callback name, its length, kept children, Nones after, is `?rule`) per rule of `grammar`."""
-    return tuple((rule, rule.alias or rule.origin.name, len(rule.expansion), *_kept(rule),
-                  not rule.alias and rule.options.expand1) for rule in lark_parser(grammar).rules)
+def _tables(grammar: str) -> tuple[dict, int, int, tuple]:
+    """Lark's LALR table of `grammar` as the driver reads it: state -> {symbol: the next state (a
+    shift, or a goto after a reduction) or (rule length, rule origin, rule number) (a reduction)};
+    the start and end states; and per rule number (callback name, its length, kept children, Nones
+    after, is `?rule`)."""
+    lk = lark_parser(grammar)
+    table = lk.parser.parser.parser.parse_table
+    start = lk.options.start[0]
+    number = {rule: i for i, rule in enumerate(lk.rules)}
+    states = {state: {symbol: arg if action is Shift else (len(arg.expansion), arg.origin.name, number[arg])
+                      for symbol, (action, arg) in row.items()}
+              for state, row in table.states.items()}
+    plans = tuple((rule.alias or rule.origin.name, len(rule.expansion), *_kept(rule),
+                   not rule.alias and rule.options.expand1) for rule in lk.rules)
+    return states, table.start_states[start], table.end_states[start], plans
 
 
 def _callback(name: str, length: int, kept: list, trailing: int, inline: bool, method):
@@ -146,15 +157,66 @@ def _callback(name: str, length: int, kept: list, trailing: int, inline: bool, m
     return build
 
 
+class _ParserState:
+    """What Lark's lexer reads of the parser: its state, which picks the contextual lexer."""
+
+    __slots__ = ("stack",)
+
+    def __init__(self, stack: list):
+        self.stack = stack
+
+    @property
+    def position(self) -> int:
+        return self.stack[-1]
+
+
 def parse_tree(grammar: str, text: str, callbacks: object):
     """`text` parsed with `grammar`, each rule's value built by the method of `callbacks` named
-    after it (its alias, else the rule). Raises Lark's UnexpectedInput or DedentError."""
-    lk = lark_parser(grammar)
-    frontend = lk.parser
-    parser = copy.copy(frontend.parser.parser)  # Lark's LALR driver, with these callbacks
-    parser.callbacks = {rule: _callback(*plan, getattr(callbacks, plan[0], None)) for rule, *plan in _plans(grammar)}
-    node = parser.parse(frontend._make_lexer_thread(text), lk.options.start[0])
+    after it (its alias, else the rule). Raises Lark's UnexpectedInput or DedentError.
+
+    The LALR loop is Lark's (ParserState.feed_token) without what costs most per step there: a
+    Rule's hash and an assertion comparing it, per reduction."""
+    states, start, end, plans = _tables(grammar)
+    build = [_callback(*plan, getattr(callbacks, plan[0], None)) for plan in plans]
+    stack, values = [start], []
+    parser_state = _ParserState(stack)
+    token = None
+    for token in lark_parser(grammar).parser._make_lexer_thread(text).lex(parser_state):
+        while True:
+            row = states[stack[-1]]
+            act = row.get(token.type)
+            if act is None:
+                raise _unexpected(token, row, parser_state)
+            if act.__class__ is int:
+                stack.append(act)
+                values.append(token)
+                break
+            _reduce(act, stack, values, states, build)
+    token = Token.new_borrow_pos("$END", "", token) if token else Token("$END", "", 0, 1, 1)
+    while stack[-1] != end:
+        row = states[stack[-1]]
+        act = row.get("$END")
+        if act is None:
+            raise _unexpected(token, row, parser_state)
+        _reduce(act, stack, values, states, build)
+    node = values[-1]
     return node.value if node.__class__ is _Node else node
+
+
+def _reduce(act: tuple, stack: list, values: list, states: dict, build: list) -> None:
+    size, origin, rule = act
+    if size:
+        children = values[-size:]
+        del stack[-size:]
+        del values[-size:]
+    else:
+        children = []
+    values.append(build[rule](children))
+    stack.append(states[stack[-1]][origin])
+
+
+def _unexpected(token: Token, row: dict, parser_state: _ParserState) -> UnexpectedToken:
+    return UnexpectedToken(token, {s for s in row if s.isupper()}, state=parser_state, interactive_parser=None)
 
 
 def span(meta) -> Span:

@@ -5,7 +5,6 @@ Lark's parse errors into located `syntax` diagnostics."""
 from __future__ import annotations
 
 import functools
-import operator
 import sys
 from pathlib import Path
 from typing import Mapping
@@ -96,25 +95,29 @@ def _kept(rule) -> tuple[list, int]:
 @functools.lru_cache(maxsize=None)
 def _tables(grammar: str) -> tuple[dict, int, int, tuple]:
     """Lark's LALR table of `grammar` as the driver reads it: state -> {symbol: the next state (a
-    shift, or a goto after a reduction) or (rule length, rule origin, rule number) (a reduction)};
-    the start and end states; and per rule number (callback name, its length, kept children, Nones
-    after, is `?rule`)."""
+    shift, or a goto after a reduction), or a reduction: the rule's origin (a `?a: b` rule, where
+    b stands for a) or (rule length, rule origin, rule number)}; the start and end states; and
+    per rule number (callback name, its length, kept children, Nones after, is `?rule`)."""
     lk = lark_parser(grammar)
     table = lk.parser.parser.parser.parse_table
     start = lk.options.start[0]
-    number = {rule: i for i, rule in enumerate(lk.rules)}
-    states = {state: {symbol: arg if action is Shift else (len(arg.expansion), arg.origin.name, number[arg])
-                      for symbol, (action, arg) in row.items()}
-              for state, row in table.states.items()}
     plans = tuple((rule.alias or rule.origin.name, len(rule.expansion), *_kept(rule),
                    not rule.alias and rule.options.expand1) for rule in lk.rules)
+    reductions = {rule: rule.origin.name if _passes_through(*plan) else (len(rule.expansion), rule.origin.name, i)
+                  for i, (rule, plan) in enumerate(zip(lk.rules, plans))}
+    states = {state: {symbol: arg if action is Shift else reductions[arg] for symbol, (action, arg) in row.items()}
+              for state, row in table.states.items()}
     return states, table.start_states[start], table.end_states[start], plans
 
 
+def _passes_through(name: str, length: int, kept: list, trailing: int, inline: bool) -> bool:
+    """Whether a rule is `?a: b`: its value is b's, with b's extent."""
+    return inline and length == 1 and not trailing and kept == [(0, False, 0)]
+
+
 def _callback(name: str, length: int, kept: list, trailing: int, inline: bool, method):
-    """The parse callback of one grammar rule; `method(meta, *children)` builds its value."""
-    if inline and length == 1 and not trailing and kept == [(0, False, 0)]:
-        return operator.itemgetter(0)  # `?a: b`: b, its extent unchanged
+    """The parse callback of one grammar rule (not one that passes through: the driver does those);
+    `method(meta, *children)` builds its value."""
 
     def children(s: list) -> list:
         out = []
@@ -177,7 +180,7 @@ def parse_tree(grammar: str, text: str, callbacks: object):
     The LALR loop is Lark's (ParserState.feed_token) without what costs most per step there: a
     Rule's hash and an assertion comparing it, per reduction."""
     states, start, end, plans = _tables(grammar)
-    build = [_callback(*plan, getattr(callbacks, plan[0], None)) for plan in plans]
+    build = [None if _passes_through(*plan) else _callback(*plan, getattr(callbacks, plan[0], None)) for plan in plans]
     stack, values = [start], []
     parser_state = _ParserState(stack)
     token = None
@@ -191,7 +194,10 @@ def parse_tree(grammar: str, text: str, callbacks: object):
                 stack.append(act)
                 values.append(token)
                 break
-            _reduce(act, stack, values, states, build)
+            if act.__class__ is str:  # most reductions: `?test: or_test` and the like
+                stack[-1] = states[stack[-2]][act]
+            else:
+                _reduce(act, stack, values, states, build)
     token = Token.new_borrow_pos("$END", "", token) if token else Token("$END", "", 0, 1, 1)
     while stack[-1] != end:
         row = states[stack[-1]]
@@ -203,7 +209,10 @@ def parse_tree(grammar: str, text: str, callbacks: object):
     return node.value if node.__class__ is _Node else node
 
 
-def _reduce(act: tuple, stack: list, values: list, states: dict, build: list) -> None:
+def _reduce(act: tuple | str, stack: list, values: list, states: dict, build: list) -> None:
+    if act.__class__ is str:
+        stack[-1] = states[stack[-2]][act]
+        return
     size, origin, rule = act
     if size:
         children = values[-size:]

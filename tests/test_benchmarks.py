@@ -56,3 +56,11 @@ def test_bench_load_runs():
     assert out.returncode == 0, out.stderr[-2000:]
     rows = re.findall(r"^(load_state_dict|load_checkpoint)\S* .*? ([\d.]+) +([\d.]+)$", out.stdout, re.M)
     assert len(rows) == 3 and all(float(seconds) > 0 for *_, seconds in rows), out.stdout
+
+
+def test_bench_check_runs(capsys):
+    from benchmarks import bench_check
+    assert bench_check.main(["--runs", "1", "--warmup", "0"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^snfc check specs/: 9 specs, \d+ lines; budget ", out, re.M), out
+    assert re.search(r"^\| this \(.+\) \| [\d.]+ \| [\d.]+ \| [\d.]+ \| (yes|no) \|$", out, re.M), out

@@ -273,8 +273,22 @@ class _Recorder:
         return record
 
 
+@pytest.fixture(params=["cached", "built"])
+def tables(request, monkeypatch):
+    """The parser as read from the cache, or as Lark builds it when there is none (its rule names
+    are then Tokens, not str)."""
+    def fresh():
+        lark_common.lark_parser.cache_clear()
+        lark_common._tables.cache_clear()
+    if request.param == "built":
+        monkeypatch.setenv("SNFC_CACHE_DIR", "not-absolute")  # no cache file
+        fresh()
+        request.addfinalizer(fresh)
+    return request.param
+
+
 @pytest.mark.parametrize("grammar", ["snf.lark", "snf_model.lark"])
-def test_callbacks_see_what_a_transformer_of_lark_s_tree_sees(grammar):
+def test_callbacks_see_what_a_transformer_of_lark_s_tree_sees(grammar, tables):
     """parse_tree builds while Lark parses; its callbacks get the children and `meta` positions a
     Transformer of Lark's own tree (propagate_positions) gets, rule by rule, in the same order."""
     import lark

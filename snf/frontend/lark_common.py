@@ -103,7 +103,8 @@ def _tables(grammar: str) -> tuple[dict, int, int, tuple]:
     start = lk.options.start[0]
     plans = tuple((rule.alias or rule.origin.name, len(rule.expansion), *_kept(rule),
                    not rule.alias and rule.options.expand1) for rule in lk.rules)
-    reductions = {rule: rule.origin.name if _passes_through(*plan) else (len(rule.expansion), rule.origin.name, i)
+    # str(): a freshly built grammar's names are Lark Tokens, and the loop tells a pass-through by its class
+    reductions = {rule: str(rule.origin.name) if _passes_through(*plan) else (len(rule.expansion), rule.origin.name, i)
                   for i, (rule, plan) in enumerate(zip(lk.rules, plans))}
     states = {state: {symbol: arg if action is Shift else reductions[arg] for symbol, (action, arg) in row.items()}
               for state, row in table.states.items()}

@@ -8,7 +8,6 @@ import contextlib
 import glob
 import os
 import sys
-import traceback
 from pathlib import Path
 
 from .diagnostics import CODES, Diagnostic, printable, render_github, render_json, render_text, use_color
@@ -419,5 +418,6 @@ def _internal_error(e: Exception) -> int:
           "  This is a bug in snfc, not in your spec; please report it with the spec that caused it.",
           file=sys.stderr)
     if os.environ.get("SNFC_TRACEBACK"):
+        import traceback
         traceback.print_exc()
     return EXIT_INTERNAL

@@ -6,7 +6,6 @@ Every user error is a `Diagnostic` with a code from `CODES`; passes collect them
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass
 
@@ -191,6 +190,7 @@ def render_json(diags: list[Diagnostic]) -> str:
             "related": [{"line": r.span.line, "column": r.span.col, "message": r.message} for r in d.related],
         }
         rows.append(row)
+    import json  # not at the top: `snfc check` prints text unless asked
     return json.dumps(rows, indent=2, ensure_ascii=False)
 
 

@@ -17,6 +17,7 @@ from reshaping `[B, T, D]` to `[B, T, H, D // H]`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from fractions import Fraction
 from types import MappingProxyType
@@ -50,6 +51,19 @@ def _mono_key(m: Monomial) -> tuple:
     return tuple((_atom_key(a), e) for a, e in m)
 
 
+@functools.lru_cache(maxsize=4096)
+def _mono_order(m: Monomial) -> tuple:
+    """Where a monomial goes in a Dim's terms: higher degree first, then by its atoms."""
+    return -sum(e for _, e in m), _mono_key(m)
+
+
+def _term_order(term: tuple) -> tuple:
+    return _mono_order(term[0])
+
+
+_set = object.__setattr__  # Dim's own __setattr__ refuses
+
+
 def _mono_mul(m1: Monomial, m2: Monomial) -> Monomial:
     powers: dict = {}
     for a, e in m1 + m2:
@@ -63,21 +77,21 @@ class Dim:
     __slots__ = ("terms", "_hash")
 
     def __init__(self, terms: dict | Iterable = ()):
-        items = terms.items() if isinstance(terms, dict) else terms
-        clean = {}
-        for mono, coeff in items:
+        clean: dict = {}
+        for mono, coeff in terms.items() if isinstance(terms, dict) else terms:
             if coeff:
                 clean[mono] = clean.get(mono, 0) + coeff
-        clean = {m: c for m, c in clean.items() if c}
-        if len(clean) > MAX_TERMS:
+        items = [(m, c) for m, c in clean.items() if c]
+        if len(items) > MAX_TERMS:
             raise DimError("dimension expression is too large")
-        for c in clean.values():
+        for _, c in items:
             if abs(c) > MAX_INT:
                 raise DimError("dimension value is too large")
-        ordered = sorted(clean.items(), key=lambda mc: (-sum(e for _, e in mc[0]), _mono_key(mc[0])))
-        object.__setattr__(self, "terms", tuple((m, c if isinstance(c, int) or c.denominator != 1 else int(c))
-                                                for m, c in ordered))
-        object.__setattr__(self, "_hash", hash(self.terms))
+        if len(items) > 1:
+            items.sort(key=_term_order)
+        terms = tuple((m, c if isinstance(c, int) or c.denominator != 1 else int(c)) for m, c in items)
+        _set(self, "terms", terms)
+        _set(self, "_hash", hash(terms))
 
     def __setattr__(self, *_):
         raise AttributeError("Dim is immutable")
@@ -146,7 +160,9 @@ class Dim:
     # --- arithmetic ---
     def __add__(self, other) -> "Dim":
         other = _lift(other)
-        return Dim(list(self.terms) + list(other.terms))
+        if not other.terms:
+            return self
+        return Dim(self.terms + other.terms)
 
     __radd__ = __add__
 
@@ -154,7 +170,10 @@ class Dim:
         return Dim([(m, -c) for m, c in self.terms])
 
     def __sub__(self, other) -> "Dim":
-        return self + (-_lift(other))
+        other = _lift(other)
+        if not other.terms:
+            return self
+        return Dim(self.terms + tuple((m, -c) for m, c in other.terms))
 
     def __rsub__(self, other) -> "Dim":
         return _lift(other) - self

@@ -67,3 +67,11 @@ def test_bench_train_example_runs(capsys):
     assert abs(ours - theirs) <= 1e-4
     rows = re.findall(r"^\| (snfc|nanogpt) +\| ([\d.]+) +\|", out, re.M)
     assert [who for who, _ in rows] == ["snfc", "nanogpt"] and all(float(ms) > 0 for _, ms in rows)
+
+
+def test_bench_check_runs(capsys):
+    from benchmarks import bench_check
+    assert bench_check.main(["--runs", "1", "--warmup", "0"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^snfc check specs/: \d+ specs, \d+ lines; budget ", out, re.M), out
+    assert re.search(r"^\| this \(.+\) \| [\d.]+ \| [\d.]+ \| [\d.]+ \| (yes|no) \|$", out, re.M), out

@@ -9,7 +9,8 @@ import pytest
 from conftest import REPO, snfc, write_spec
 from snf import ir
 from snf.diagnostics import Reporter
-from snf.frontend import parse
+from snf.frontend import first_code_line, lark_common, parse
+from snf.resources import read_resource
 from snf.source import Source, Span
 
 
@@ -252,3 +253,68 @@ def test_deep_nesting_is_refused_not_crashed():
 def test_only_one_error_per_parse_failure():
     errors = parse_errors("param:\n  n : int = 4\nlet x = 3 $ 4\nlet y = $\n")
     assert len(errors) == 1 and errors[0].span.line == 3
+
+
+# ------------------------------------------------------------------------ building while parsing
+
+class _Recorder:
+    """Parse callbacks that record each rule's name, `meta` positions and children."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        def record(meta, *children):
+            line = getattr(meta, "line", None)
+            where = None if line is lark_common._NOWHERE else (
+                line, getattr(meta, "column", None), getattr(meta, "end_line", None), getattr(meta, "end_column", None))
+            self.calls.append((name, where, [repr(c) for c in children]))
+            return f"{name}#{len(self.calls)}"
+        return record
+
+
+@pytest.fixture(params=["cached", "built"])
+def tables(request, monkeypatch):
+    """The parser as read from the cache, or as Lark builds it when there is none (its rule names
+    are then Tokens, not str)."""
+    def fresh():
+        lark_common.lark_parser.cache_clear()
+        lark_common._tables.cache_clear()
+    if request.param == "built":
+        monkeypatch.setenv("SNFC_CACHE_DIR", "not-absolute")  # no cache file
+        fresh()
+        request.addfinalizer(fresh)
+    return request.param
+
+
+@pytest.mark.parametrize("grammar", ["snf.lark", "snf_model.lark"])
+def test_callbacks_see_what_a_transformer_of_lark_s_tree_sees(grammar, tables):
+    """parse_tree builds while Lark parses; its callbacks get the children and `meta` positions a
+    Transformer of Lark's own tree (propagate_positions) gets, rule by rule, in the same order."""
+    import lark
+    import lark.indenter
+    reference = lark.Lark(read_resource("grammars", grammar), parser="lalr", postlex=lark_common.SNFIndenter(),
+                          propagate_positions=True, maybe_placeholders=True)
+
+    class Transformer(lark.Transformer):
+        def __init__(self, recorder):
+            super().__init__()
+            self.recorder = recorder
+
+        def __default__(self, data, children, meta):
+            return getattr(self.recorder, str(data))(meta if not meta.empty else None, *children)
+
+    notation = grammar == "snf_model.lark"
+    texts = [Source.read(p).text + "\n" for p in sorted((REPO / "specs").glob("*.snf"))
+             + sorted((REPO / "tests" / "errors").glob("*.snf"))]
+    texts = [t for t in texts if first_code_line(t).startswith("SNF_MODEL") == notation]
+    assert texts
+    for text in texts:
+        try:
+            tree = reference.parse(text)
+        except (lark.exceptions.UnexpectedInput, lark.indenter.DedentError):
+            continue
+        expected, built = _Recorder(), _Recorder()
+        Transformer(expected).transform(tree)
+        lark_common.parse_tree(grammar, text, built)
+        assert built.calls == expected.calls, text

@@ -57,8 +57,9 @@ class Facts:
         reports that, where the condition comes from."""
         if op in _FLIP:
             lhs, rhs, op = rhs, lhs, _FLIP[op]
-        proved = lhs == rhs if op == "==" else nonneg(rhs - lhs - (1 if op == "<" else 0), self.computed_ints())
-        bent = next((loop["var"] for loop in self.loops if not _linear_in(rhs - lhs, loop["var"])), None)
+        gap = rhs - lhs if op != "==" or self.loops else None
+        proved = lhs == rhs if op == "==" else nonneg(gap - (1 if op == "<" else 0), self.computed_ints())
+        bent = next((loop["var"] for loop in self.loops if not _linear_in(gap, loop["var"])), None)
         if bent is not None and not proved:
             if span not in self.nonlinear_spans:
                 self.nonlinear_spans.add(span)

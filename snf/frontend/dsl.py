@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from lark import Token, v_args
+from lark import Token
 
 from .. import ir
 from ..diagnostics import Reporter
@@ -21,9 +21,8 @@ MISPLACED = {
 }
 
 
-@v_args(meta=True, inline=True)
 class ToSyntax(AtomTransformer):
-    """Lark tree -> syntax nodes. Callbacks are named after grammar rules."""
+    """Parse callbacks -> syntax nodes, named after grammar rules."""
 
     def true_lit(self, meta):
         return ir.Const(True, span(meta))
@@ -164,11 +163,23 @@ def too_deep(roots: list):
         node, depth = stack.pop()
         if depth > MAX_NODE_DEPTH and getattr(node, "span", None) is not None and node.span.line:
             return node
-        if not dataclasses.is_dataclass(node) or isinstance(node, Span):
-            continue
-        for f in dataclasses.fields(node):
-            value = getattr(node, f.name)
+        for name in _node_fields(type(node)) or ():
+            value = getattr(node, name)
             for child in (value if isinstance(value, (tuple, list)) else (value,)):
-                if dataclasses.is_dataclass(child) and not isinstance(child, Span):
+                if _node_fields(type(child)) is not None:
                     stack.append((child, depth + 1))
     return None
+
+
+_NODE_FIELDS: dict[type, tuple[str, ...] | None] = {}
+
+
+def _node_fields(cls: type) -> tuple[str, ...] | None:
+    """The field names of a syntax node class (a dataclass other than Span); None for anything else.
+    Cached: dataclasses.fields per node was most of this walk's time."""
+    try:
+        return _NODE_FIELDS[cls]
+    except KeyError:
+        is_node = dataclasses.is_dataclass(cls) and not issubclass(cls, Span)
+        names = _NODE_FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls)) if is_node else None
+        return names

@@ -1,5 +1,6 @@
-"""What both notations share on top of Lark: the indenter, spans, the transformer of atoms and
-calls, and one reporter that turns Lark's parse errors into located `syntax` diagnostics."""
+"""What both notations share on top of Lark: the indenter, spans, the parse callbacks that build
+syntax nodes while Lark parses, the callbacks for atoms and calls, and one reporter that turns
+Lark's parse errors into located `syntax` diagnostics."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from pathlib import Path
 from typing import Mapping
 
 import lark
-from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+from lark import Lark, Token
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from lark.indenter import DedentError, Indenter
+from lark.parsers.lalr_analysis import Shift
 
 from .. import ir
 from ..diagnostics import Reporter
@@ -33,9 +35,198 @@ def lark_parser(grammar: str) -> Lark:
     """The LALR parser of `grammars/<grammar>`, built once per process, its tables kept between
     runs in the user's cache folder (building them was most of `snfc check`'s time)."""
     text = read_resource("grammars", grammar)
-    cache = cache_file(f"lark-{grammar}", f"{text}\0{lark.__version__}\0{sys.version}")
-    return Lark(text, parser="lalr", postlex=SNFIndenter(), propagate_positions=True, maybe_placeholders=True,
-                cache=cache)
+    options = dict(parser="lalr", maybe_placeholders=True)
+    # Lark rebuilds a file made with other options: one file per set of them
+    cache = cache_file(f"lark-{grammar}", f"{text}\0{lark.__version__}\0{sys.version}\0{sorted(options.items())}")
+    return Lark(text, postlex=SNFIndenter(), cache=cache, **options)
+
+
+# ============================================================================ building while parsing
+#
+# Lark's default callbacks build a parse tree (with propagate_positions, a position record per
+# reduction) that a Transformer then walks: two thirds of parsing time. These callbacks build the
+# syntax nodes during the LALR parse instead, and reproduce what the tree gave the transformer:
+# the same children, and the same `meta` positions (propagate_positions' rule: a node covers its
+# first to its last positioned child, the tokens Lark drops included, and a `?rule` inlined into
+# its parent widens that child's extent to the inlined rule's: `(a + b)` covers its brackets).
+
+_NOWHERE = object()  # the position of a rule that matched no token
+
+
+class _Node:
+    """A reduced rule on Lark's value stack: its value, and the text it covers, which is also the
+    `meta` its callback gets."""
+
+    __slots__ = ("value", "line", "column", "end_line", "end_column")
+
+
+def _cover(node: _Node, children: list) -> bool:
+    """Give `node` the extent of `children` (tokens and nodes); False when none has a position."""
+    for first in children:
+        if first is not None and first.line is not _NOWHERE:
+            break
+    else:
+        node.line = _NOWHERE
+        return False
+    for last in reversed(children):
+        if last is not None and last.line is not _NOWHERE:
+            break
+    node.line, node.column, node.end_line, node.end_column = first.line, first.column, last.end_line, last.end_column
+    return True
+
+
+def _kept(rule) -> tuple[list, int]:
+    """Which children Lark passes on, as its ChildFilter does: [(index, splice, Nones before)] and
+    the Nones after. A `_rule` child is spliced in; `[x]` left out gives a None (maybe_placeholders)."""
+    empty = rule.options.empty_indices
+    if empty:
+        nones = [len(ones) for ones in "".join(str(int(b)) for b in empty).split("0")]
+    else:
+        nones = [0] * (len(rule.expansion) + 1)
+    kept, pending = [], 0
+    for i, sym in enumerate(rule.expansion):
+        pending += nones[i]
+        if rule.options.keep_all_tokens or not (sym.is_term and sym.filter_out):
+            kept.append((i, not sym.is_term and sym.name.startswith("_"), pending))
+            pending = 0
+    return kept, pending + nones[-1]
+
+
+@functools.lru_cache(maxsize=None)
+def _tables(grammar: str) -> tuple[dict, int, int, tuple]:
+    """Lark's LALR table of `grammar` as the driver reads it: state -> {symbol: the next state (a
+    shift, or a goto after a reduction), or a reduction: the rule's origin (a `?a: b` rule, where
+    b stands for a) or (rule length, rule origin, rule number)}; the start and end states; and
+    per rule number (callback name, its length, kept children, Nones after, is `?rule`)."""
+    lk = lark_parser(grammar)
+    table = lk.parser.parser.parser.parse_table
+    start = lk.options.start[0]
+    plans = tuple((rule.alias or rule.origin.name, len(rule.expansion), *_kept(rule),
+                   not rule.alias and rule.options.expand1) for rule in lk.rules)
+    # str(): a freshly built grammar's names are Lark Tokens, and the loop tells a pass-through by its class
+    reductions = {rule: str(rule.origin.name) if _passes_through(*plan) else (len(rule.expansion), rule.origin.name, i)
+                  for i, (rule, plan) in enumerate(zip(lk.rules, plans))}
+    states = {state: {symbol: arg if action is Shift else reductions[arg] for symbol, (action, arg) in row.items()}
+              for state, row in table.states.items()}
+    return states, table.start_states[start], table.end_states[start], plans
+
+
+def _passes_through(name: str, length: int, kept: list, trailing: int, inline: bool) -> bool:
+    """Whether a rule is `?a: b`: its value is b's, with b's extent."""
+    return inline and length == 1 and not trailing and kept == [(0, False, 0)]
+
+
+def _callback(name: str, length: int, kept: list, trailing: int, inline: bool, method):
+    """The parse callback of one grammar rule (not one that passes through: the driver does those);
+    `method(meta, *children)` builds its value."""
+
+    def children(s: list) -> list:
+        out = []
+        for i, splice, nones in kept:
+            if nones:
+                out += [None] * nones
+            if splice:  # the items of a `_rule`, in place (aliasing its list: it is used once)
+                if out:
+                    out += s[i].value
+                else:
+                    out = s[i].value
+            else:
+                out.append(s[i])
+        if trailing:
+            out += [None] * trailing
+        return out
+
+    if name.startswith("_"):  # a rule Lark splices into its parent (`x*`, `x+`): its children
+        def splice(s: list):
+            node = _Node()
+            _cover(node, s)
+            node.value = children(s)
+            return node
+        return splice
+
+    def build(s: list):
+        node = _Node()
+        covered = _cover(node, s)
+        items = children(s)
+        if inline and len(items) == 1:
+            child = items[0]
+            if covered and child.__class__ is _Node:
+                child.line, child.column = node.line, node.column
+                child.end_line, child.end_column = node.end_line, node.end_column
+            return child
+        if method is None:
+            raise AttributeError(f"no parse callback for the grammar rule {name!r}")
+        node.value = method(node, *[c.value if c.__class__ is _Node else c for c in items])
+        return node
+    return build
+
+
+class _ParserState:
+    """What Lark's lexer reads of the parser: its state, which picks the contextual lexer."""
+
+    __slots__ = ("stack",)
+
+    def __init__(self, stack: list):
+        self.stack = stack
+
+    @property
+    def position(self) -> int:
+        return self.stack[-1]
+
+
+def parse_tree(grammar: str, text: str, callbacks: object):
+    """`text` parsed with `grammar`, each rule's value built by the method of `callbacks` named
+    after it (its alias, else the rule). Raises Lark's UnexpectedInput or DedentError.
+
+    The LALR loop is Lark's (ParserState.feed_token) without what costs most per step there: a
+    Rule's hash and an assertion comparing it, per reduction."""
+    states, start, end, plans = _tables(grammar)
+    build = [None if _passes_through(*plan) else _callback(*plan, getattr(callbacks, plan[0], None)) for plan in plans]
+    stack, values = [start], []
+    parser_state = _ParserState(stack)
+    token = None
+    for token in lark_parser(grammar).parser._make_lexer_thread(text).lex(parser_state):
+        while True:
+            row = states[stack[-1]]
+            act = row.get(token.type)
+            if act is None:
+                raise _unexpected(token, row, parser_state)
+            if act.__class__ is int:
+                stack.append(act)
+                values.append(token)
+                break
+            if act.__class__ is str:  # most reductions: `?test: or_test` and the like
+                stack[-1] = states[stack[-2]][act]
+            else:
+                _reduce(act, stack, values, states, build)
+    token = Token.new_borrow_pos("$END", "", token) if token else Token("$END", "", 0, 1, 1)
+    while stack[-1] != end:
+        row = states[stack[-1]]
+        act = row.get("$END")
+        if act is None:
+            raise _unexpected(token, row, parser_state)
+        _reduce(act, stack, values, states, build)
+    node = values[-1]
+    return node.value if node.__class__ is _Node else node
+
+
+def _reduce(act: tuple | str, stack: list, values: list, states: dict, build: list) -> None:
+    if act.__class__ is str:
+        stack[-1] = states[stack[-2]][act]
+        return
+    size, origin, rule = act
+    if size:
+        children = values[-size:]
+        del stack[-size:]
+        del values[-size:]
+    else:
+        children = []
+    values.append(build[rule](children))
+    stack.append(states[stack[-1]][origin])
+
+
+def _unexpected(token: Token, row: dict, parser_state: _ParserState) -> UnexpectedToken:
+    return UnexpectedToken(token, {s for s in row if s.isupper()}, state=parser_state, interactive_parser=None)
 
 
 def span(meta) -> Span:
@@ -57,25 +248,21 @@ def model_name(path: str) -> str:
 Misplaced = Mapping[str, tuple[str, str]]
 
 
-def parse_items(src: Source, r: Reporter, grammar: str, misplaced: Misplaced, transformer: type) -> list | None:
-    """`src` parsed with `grammar` and transformed (a `transformer(r)` of the tree's top items);
-    None after reporting a syntax error or a tree nested too deeply to walk."""
+def parse_items(src: Source, r: Reporter, grammar: str, misplaced: Misplaced, builder: type) -> list | None:
+    """`src` parsed with `grammar`, its top items built by a `builder(r)` (callbacks named after the
+    grammar's rules); None after reporting a syntax error."""
+    reported = len(r.items)
     try:
-        tree = lark_parser(grammar).parse(src.text + "\n")
+        return parse_tree(grammar, src.text + "\n", builder(r))
     except UnexpectedInput as e:
+        del r.items[reported:]  # what the callbacks reported before the parse failed
         report_parse_error(e, src, r, grammar, misplaced)
         return None
     except DedentError:
+        del r.items[reported:]
         line = dedent_line(src.text)
         r.error("indent", "unindent does not match any outer indentation level", Span(line, 1, line, 2),
                 "indent this line like the block it belongs to")
-        return None
-    try:
-        return transformer(r).transform(tree)
-    except (RecursionError, VisitError) as e:
-        if isinstance(e, VisitError) and not isinstance(e.orig_exc, RecursionError):
-            raise
-        r.error("too-large", "the spec nests too deeply", Span(1, 1, 1, 2))
         return None
 
 
@@ -265,16 +452,15 @@ def dedent_line(text: str) -> int:
     return 1
 
 
-# ============================================================================ the shared transformer
+# ============================================================================ the shared callbacks
 
 
-@v_args(meta=True, inline=True)
-class AtomTransformer(Transformer):
+class AtomTransformer:
     """Names, literals, calls, keyword arguments, subscripts and attributes: the callbacks both
-    notations' transformers share (they are named after grammar rules)."""
+    notations share (named after grammar rules; `parse_tree` calls them with the rule's `meta`
+    positions and its children)."""
 
     def __init__(self, reporter: Reporter):
-        super().__init__()
         self.r = reporter
 
     def name(self, meta, tok):

@@ -4,7 +4,6 @@ own `Operator`s (inlined) and the parameters the operations use."""
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
 from ... import ir
@@ -52,6 +51,7 @@ class Builtins:
         fn = BUILTINS.get(e.func)
         if fn is None:
             names = list(BUILTINS) + list(self.operators)
+            import difflib  # for a hint only
             close = difflib.get_close_matches(e.func, names, n=1)
             self.fail("unknown-op", f"unknown operation `{e.func}`", e.func_span,
                       hint=f"did you mean `{close[0]}`?" if close else "docs/notation.md lists the operations")

@@ -3,7 +3,6 @@ broadcasting, and matrix products, each giving a tensor or scalar value with its
 
 from __future__ import annotations
 
-import difflib
 
 from ... import ir
 from ...dims import Dim, equal, show_dim
@@ -72,6 +71,7 @@ class Expressions:
             local = self.outputs[e.id][0]
             return TVal(ir.Name(local.expr.id, e.span), local.shape, local.dtype, e.span)
         names = list(self.dims) + list(self.states) + list(self.groups) + [n for f in self.frames for n in f.names]
+        import difflib  # for a hint only
         close = difflib.get_close_matches(e.id, names, n=1)
         self.fail("unknown-name", f"`{e.id}` is not defined", e.span,
                   hint=f"did you mean `{close[0]}`?" if close else None)

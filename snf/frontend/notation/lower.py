@@ -5,7 +5,6 @@ module each)."""
 
 from __future__ import annotations
 
-import difflib
 
 from ... import ir
 from ...diagnostics import Reporter
@@ -264,6 +263,7 @@ class Lowering(Declarations, States, Expressions, Builtins, Attention):
             self.fail("syntax", "`apply` belongs inside `For`", s.span)
         t = self.transitions.get(s.name)
         if t is None:
+            import difflib  # for a hint only
             close = difflib.get_close_matches(s.name, list(self.transitions), n=1)
             self.fail("unknown-name", f"no transition `{s.name}`", s.span,
                       hint=f"did you mean `{close[0]}`?" if close else "define it with `Transition NAME:`")

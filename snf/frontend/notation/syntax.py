@@ -1,12 +1,10 @@
 """The notation's syntax: its own nodes (sections, operators, transitions, the depth loop) and the
-transformer from Lark's tree (grammars/snf_model.lark). Expressions are the DSL's syntax nodes
+parse callbacks that build them (grammars/snf_model.lark). Expressions are the DSL's syntax nodes
 (`ir.Name`, `ir.Call`, ...) where the DSL has one."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from lark import v_args
 
 from ... import ir
 from ...source import Span
@@ -137,10 +135,9 @@ def block_span(meta, items) -> Span:
 OPERATORS = {"−": "-", "·": "*", "×": "*"}
 
 
-@v_args(meta=True, inline=True)
 class ToNotation(AtomTransformer):
-    """Lark tree -> notation nodes (DSL syntax nodes where the DSL has one); callbacks are named
-    after grammar rules."""
+    """Parse callbacks -> notation nodes (DSL syntax nodes where the DSL has one), named after
+    grammar rules."""
 
     def binop(self, meta, left, op, right):
         return ir.BinOp(OPERATORS.get(str(op), str(op)), left, right, span(meta))

@@ -29,6 +29,7 @@ FAMILIES = {
                                 bos_token_id=None, eos_token_id=None), "nanogpt.snf"),
     "llama": ("LlamaConfig", dict(_DECODER, rope_theta=5000.0), "llama3.snf"),
     "mistral": ("MistralConfig", dict(_DECODER, sliding_window=5), "mistral.snf"),
+    "qwen2": ("Qwen2Config", dict(_DECODER, rope_theta=20000.0), "qwen2.snf"),
 }
 NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.weight", "LayerNorm.weight")
 
@@ -135,6 +136,18 @@ def test_gpt2_exact_gelu_is_selected_by_activation_function(tmp_path):
         assert (model(idx).logits - hf(idx).logits).abs().max() <= 1e-5 * hf(idx).logits.abs().max()
 
 
+def test_qwen2_with_a_tied_head(tmp_path):
+    hf, folder = saved(tmp_path, "qwen2", tie_word_embeddings=True)
+    model = snf.from_pretrained(folder)
+    assert model.config.tie_embeddings is True and "lm_head_weight" not in snf.interop.spec_state(model)
+    idx = tokens(hf.config.vocab_size)
+    with torch.no_grad():
+        assert (model(idx).logits - hf(idx).logits).abs().max() <= 1e-5 * hf(idx).logits.abs().max()
+    snf.save_pretrained(model, tmp_path / "back")
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval()
+    assert again.config.tie_word_embeddings and torch.equal(again.lm_head.weight, hf.lm_head.weight)
+
+
 def test_mistral_without_a_window_attends_to_everything(tmp_path):
     hf, folder = saved(tmp_path, "mistral", sliding_window=None)
     model = snf.from_pretrained(folder)
@@ -158,6 +171,8 @@ def test_mistral_without_a_window_attends_to_everything(tmp_path):
     ("llama", dict(hidden_act="gelu"), "hidden_act = \"gelu\""),
     ("llama", dict(some_new_setting=3), "some_new_setting = 3: the spec does not map it"),
     ("mistral", dict(use_sliding_window=True), "use_sliding_window = true: the spec does not map it"),
+    ("qwen2", dict(use_sliding_window=True), "use_sliding_window = true: the spec requires"),
+    ("qwen2", dict(layer_types=["full_attention", "sliding_attention"]), "layer_types = [\"full_attention\", \"sl"),
 ])
 def test_a_setting_the_spec_cannot_honour_is_named(tmp_path, family, changes, named):
     _, folder = saved(tmp_path, family)

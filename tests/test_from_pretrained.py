@@ -30,7 +30,10 @@ FAMILIES = {
     "llama": ("LlamaConfig", dict(_DECODER, rope_theta=5000.0), "llama3.snf"),
     "mistral": ("MistralConfig", dict(_DECODER, sliding_window=5), "mistral.snf"),
     "qwen2": ("Qwen2Config", dict(_DECODER, rope_theta=20000.0), "qwen2.snf"),
+    "bert": ("BertConfig", dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                intermediate_size=48, max_position_embeddings=64, type_vocab_size=3), "bert.snf"),
 }
+CAUSAL = ["gpt2", "llama", "mistral", "qwen2"]  # the encoder (BERT) has no logits and no generate
 NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.weight", "LayerNorm.weight")
 
 
@@ -39,7 +42,8 @@ def hf_model(family: str, seed: int = 0, **overrides):
     name, kwargs, _ = FAMILIES[family]
     config = getattr(transformers, name)(**{**kwargs, **overrides})
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    auto = transformers.AutoModelForCausalLM if family in CAUSAL else transformers.AutoModel
+    model = auto.from_config(config).eval()
     with torch.no_grad():
         for key, p in model.named_parameters():
             p.copy_((1.0 if key.endswith(NORMS) else 0.0) + torch.randn_like(p) * 0.2)
@@ -55,6 +59,11 @@ def saved(tmp_path, family: str, **overrides):
 
 def tokens(vocab: int, t: int = 13, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, vocab, (2, t), generator=torch.Generator().manual_seed(seed))
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Equal to fp32's precision: the largest difference at most 1e-5 of the largest value."""
+    return bool((got - want).abs().max() <= 1e-5 * want.abs().max())
 
 
 def edit_config(folder, **changes):
@@ -74,7 +83,7 @@ def test_every_family_has_its_bundled_spec():
         assert specs[family].name == spec
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", CAUSAL)
 def test_logits_match_transformers(tmp_path, family):
     hf, folder = saved(tmp_path, family)
     model = snf.from_pretrained(folder)
@@ -82,11 +91,10 @@ def test_logits_match_transformers(tmp_path, family):
     idx = tokens(hf.config.vocab_size)
     with torch.no_grad():
         want, got = hf(idx).logits, model(idx).logits
-    assert got.shape == want.shape
-    assert (got - want).abs().max() <= 1e-5 * want.abs().max()
+    assert got.shape == want.shape and _close(got, want)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", CAUSAL)
 def test_greedy_generate_matches_transformers(tmp_path, family):
     hf, folder = saved(tmp_path, family)
     model = snf.from_pretrained(folder)
@@ -95,24 +103,60 @@ def test_greedy_generate_matches_transformers(tmp_path, family):
     assert torch.equal(model.generate(idx, 8, temperature=0), want)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_round_trip_through_transformers_is_exact(tmp_path, family):
+def _round_trip(tmp_path, family: str, agree) -> None:
     """snfc -> save_pretrained -> transformers -> save_pretrained -> from_pretrained: the same
-    Config and bit-identical weights; transformers' logits from snfc's folder agree with snfc's."""
+    Config and bit-identical weights; `agree(model, hf)` compares snfc's model with transformers'
+    from snfc's folder."""
     _, folder = saved(tmp_path, family)
     model = snf.from_pretrained(folder)
     snf.save_pretrained(model, tmp_path / "snf_out")
-    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "snf_out").eval()
+    auto = transformers.AutoModelForCausalLM if family in CAUSAL else transformers.AutoModel
+    hf = auto.from_pretrained(tmp_path / "snf_out").eval()
     assert type(hf).__name__ == json.loads((tmp_path / "snf_out" / "config.json").read_text())["architectures"][0]
-    idx = tokens(model.config.vocab_size)
     with torch.no_grad():
-        want = hf(idx).logits
-        assert (model(idx).logits - want).abs().max() <= 1e-5 * want.abs().max()
+        agree(model, hf)
     hf.save_pretrained(tmp_path / "hf_out")
     back = snf.from_pretrained(tmp_path / "hf_out")
     assert back.config == model.config
     mine, theirs = model.state_dict(), back.state_dict()
     assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+@pytest.mark.parametrize("family", CAUSAL)
+def test_round_trip_through_transformers_is_exact(tmp_path, family):
+    def agree(model, hf):
+        idx = tokens(model.config.vocab_size)
+        assert _close(model(idx).logits, hf(idx).logits)
+    _round_trip(tmp_path, family, agree)
+
+
+def _bert_inputs(vocab: int):
+    ids = tokens(vocab, t=11)
+    types = torch.randint(0, 3, ids.shape, generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0  # padding
+    return ids, types, mask
+
+
+def test_bert_hidden_states_and_pooler_match_transformers(tmp_path):
+    hf, folder = saved(tmp_path, "bert")
+    model = snf.from_pretrained(folder)
+    assert not model.training
+    ids, types, mask = _bert_inputs(hf.config.vocab_size)
+    with torch.no_grad():
+        want = hf(ids, attention_mask=mask, token_type_ids=types)
+        got = model(ids, token_type_ids=types, attention_mask=mask)
+        plain = hf(ids)  # no types (segment 0) and no mask
+        assert _close(model(ids).last_hidden_state, plain.last_hidden_state)
+    for name in ("last_hidden_state", "pooler_output"):
+        assert _close(getattr(got, name), getattr(want, name)), name
+
+
+def test_bert_round_trip_through_transformers_is_exact(tmp_path):
+    def agree(model, hf):
+        ids, types, mask = _bert_inputs(model.config.vocab_size)
+        assert _close(model(ids, types, mask).pooler_output, hf(ids, attention_mask=mask, token_type_ids=types).pooler_output)
+    _round_trip(tmp_path, "bert", agree)
 
 
 def test_sharded_checkpoint_dtype_and_an_explicit_spec(tmp_path, repo):
@@ -124,7 +168,7 @@ def test_sharded_checkpoint_dtype_and_an_explicit_spec(tmp_path, repo):
     idx = tokens(hf.config.vocab_size)
     with torch.no_grad():
         want, got = hf.double()(idx).logits, model(idx).logits
-    assert (got - want).abs().max() <= 1e-5 * want.abs().max()  # transformers keeps RoPE's frequencies in fp32
+    assert _close(got, want)  # not closer: transformers keeps RoPE's frequencies in fp32
 
 
 def test_gpt2_exact_gelu_is_selected_by_activation_function(tmp_path):
@@ -133,7 +177,7 @@ def test_gpt2_exact_gelu_is_selected_by_activation_function(tmp_path):
     assert model.config.gelu_tanh is False
     idx = tokens(hf.config.vocab_size)
     with torch.no_grad():
-        assert (model(idx).logits - hf(idx).logits).abs().max() <= 1e-5 * hf(idx).logits.abs().max()
+        assert _close(model(idx).logits, hf(idx).logits)
 
 
 def test_qwen2_with_a_tied_head(tmp_path):
@@ -142,7 +186,7 @@ def test_qwen2_with_a_tied_head(tmp_path):
     assert model.config.tie_embeddings is True and "lm_head_weight" not in snf.interop.spec_state(model)
     idx = tokens(hf.config.vocab_size)
     with torch.no_grad():
-        assert (model(idx).logits - hf(idx).logits).abs().max() <= 1e-5 * hf(idx).logits.abs().max()
+        assert _close(model(idx).logits, hf(idx).logits)
     snf.save_pretrained(model, tmp_path / "back")
     again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval()
     assert again.config.tie_word_embeddings and torch.equal(again.lm_head.weight, hf.lm_head.weight)
@@ -154,7 +198,7 @@ def test_mistral_without_a_window_attends_to_everything(tmp_path):
     assert model.config.sliding_window == model.config.block_size
     idx = tokens(hf.config.vocab_size, t=20)
     with torch.no_grad():
-        assert (model(idx).logits - hf(idx).logits).abs().max() <= 1e-5 * hf(idx).logits.abs().max()
+        assert _close(model(idx).logits, hf(idx).logits)
 
 
 @pytest.mark.parametrize("family, changes, named", [
@@ -171,6 +215,9 @@ def test_mistral_without_a_window_attends_to_everything(tmp_path):
     ("llama", dict(hidden_act="gelu"), "hidden_act = \"gelu\""),
     ("llama", dict(some_new_setting=3), "some_new_setting = 3: the spec does not map it"),
     ("mistral", dict(use_sliding_window=True), "use_sliding_window = true: the spec does not map it"),
+    ("bert", dict(hidden_act="gelu_new"), "hidden_act = \"gelu_new\""),
+    ("bert", dict(position_embedding_type="relative_key"), "position_embedding_type = \"relative_key\""),
+    ("bert", dict(is_decoder=True), "is_decoder = true"),
     ("qwen2", dict(use_sliding_window=True), "use_sliding_window = true: the spec requires"),
     ("qwen2", dict(layer_types=["full_attention", "sliding_attention"]), "layer_types = [\"full_attention\", \"sl"),
 ])

@@ -242,3 +242,16 @@ def test_an_unknown_model_type_a_missing_key_and_misfitting_weights(tmp_path):
         snf.from_pretrained(folder)
     with pytest.raises(FileNotFoundError, match="no config.json"):
         snf.from_pretrained(tmp_path)
+
+
+@pytest.mark.slow  # torch.compile: generate's decode step compiles on the default path
+def test_the_default_compiled_path_generates_what_transformers_does(tmp_path):
+    from conftest import python_subprocess
+    hf, folder = saved(tmp_path, "llama")
+    idx = tokens(hf.config.vocab_size, t=5)
+    want = hf.generate(idx, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    code = (f"import snf, torch; m = snf.from_pretrained({str(folder)!r}); "
+            f"print(m.generate(torch.tensor({idx.tolist()}), 6, temperature=0).tolist())")
+    run = python_subprocess(code, env={"SNF_COMPILE": "1"}, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1] == str(want.tolist())

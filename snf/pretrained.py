@@ -81,7 +81,8 @@ class _Eval:
             if node is None:
                 if absent_ok:
                     return _ABSENT
-                raise PretrainedError(f"{self.where}: config.json has no `{key}` (and the spec gives no default for it)")
+                raise PretrainedError(f"{self.where}: config.json has no `{key}` (and the spec gives no default "
+                                      "for it)")
         return node
 
     def name(self, name: str):
@@ -166,8 +167,8 @@ def show(e) -> str:
 def _section(module, where: str) -> dict:
     section = getattr(module, "CHECKPOINTS", {}).get("hf", {})
     if "config" not in section:
-        raise PretrainedError(f"{where}: the spec has no `config hf:` section (with `checkpoint hf:`), so it cannot "
-                              "read or write a transformers config.json")
+        raise PretrainedError(f"{where}: the spec {_spec_name(module)} has no `config hf:` section (with "
+                              "`checkpoint hf:`), so it cannot read or write a transformers config.json")
     return section
 
 
@@ -189,7 +190,8 @@ def config_from_hf(module, hf: dict, where: str = "config.json"):
     problems = []
     for test, message in mapping["asserts"]:
         if not ev(test):
-            problems.append(f"{_settings(ev, test)}: the spec requires `{show(test)}`" + (f" ({message})" if message else ""))
+            why = f" ({message})" if message else ""
+            problems.append(f"{_settings(ev, test)}: the spec requires `{show(test)}`{why}")
     problems += [f"{key} = {json.dumps(value)}: the spec does not map it" for key, value in
                  _unknown(hf, ev.used | set(mapping["ignore"]))]
     if problems:
@@ -308,7 +310,10 @@ def hf_state_dict(model: torch.nn.Module) -> dict:
     layers_of = {name: layers for name, (_, _, layers) in module.spec_parameters(model.config).items()}
     parts: dict = {}
     out: dict = {}
+    recomputed = set(getattr(module, "RECOMPUTED_BUFFERS", ()))
     for name, tensor in interop.spec_state(model).items():
+        if name not in params and name in recomputed:
+            continue  # the config decides it: no checkpoint holds it
         source = params[name]
         for layer in (range(layers_of[name]) if layers_of[name] is not None else [None]):
             _unmap(source, tensor if layer is None else tensor[layer], layer, out, parts)
@@ -338,12 +343,9 @@ def save_pretrained(model: torch.nn.Module, folder) -> Path:
     """Write the model as transformers' `save_pretrained` does: config.json (`config_to_hf`) and
     model.safetensors in the `checkpoint hf:` names (`hf_state_dict`), which transformers'
     `from_pretrained` (and `snf.from_pretrained`) load."""
-    from safetensors.torch import save_file
-
     config = config_to_hf(model)
-    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in hf_state_dict(model).items()}
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    interop.write_safetensors(hf_state_dict(model), folder / "model.safetensors", {"format": "pt"})
     return folder

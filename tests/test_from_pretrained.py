@@ -155,7 +155,8 @@ def test_bert_hidden_states_and_pooler_match_transformers(tmp_path):
 def test_bert_round_trip_through_transformers_is_exact(tmp_path):
     def agree(model, hf):
         ids, types, mask = _bert_inputs(model.config.vocab_size)
-        assert _close(model(ids, types, mask).pooler_output, hf(ids, attention_mask=mask, token_type_ids=types).pooler_output)
+        want = hf(ids, attention_mask=mask, token_type_ids=types).pooler_output
+        assert _close(model(ids, types, mask).pooler_output, want)
     _round_trip(tmp_path, "bert", agree)
 
 
@@ -242,6 +243,15 @@ def test_an_unknown_model_type_a_missing_key_and_misfitting_weights(tmp_path):
         snf.from_pretrained(folder)
     with pytest.raises(FileNotFoundError, match="no config.json"):
         snf.from_pretrained(tmp_path)
+
+
+def test_a_spec_without_a_config_section_and_a_config_the_spec_refuses(tmp_path, repo):
+    _, folder = saved(tmp_path, "gpt2")
+    with pytest.raises(PretrainedError, match=r"gpt_decoder.snf.*no `config hf:` section"):
+        snf.from_pretrained(folder, spec=repo / "specs" / "gpt_decoder.snf")
+    edit_config(folder, n_layer="two")
+    with pytest.raises(PretrainedError, match=r"config.json gives a Config the spec refuses.*n_layer='two'"):
+        snf.from_pretrained(folder)
 
 
 @pytest.mark.slow  # torch.compile: generate's decode step compiles on the default path

@@ -160,6 +160,26 @@ def test_bert_round_trip_through_transformers_is_exact(tmp_path):
     _round_trip(tmp_path, "bert", agree)
 
 
+def test_base_and_pre_training_checkpoints_load_too(tmp_path):
+    """A GPT2Model folder (keys without "transformer.", as OpenAI's gpt2 files) and a
+    BertForPreTraining one (keys under "bert.", beside heads the encoder does not compute)."""
+    base = hf_model("gpt2").transformer
+    base.save_pretrained(tmp_path / "gpt2_base")
+    model = snf.from_pretrained(tmp_path / "gpt2_base")
+    idx = tokens(model.config.vocab_size)
+    with torch.no_grad():
+        assert _close(model(idx).logits, base(idx).last_hidden_state @ base.wte.weight.T)
+    name, kwargs, _ = FAMILIES["bert"]
+    torch.manual_seed(0)
+    pre = transformers.BertForPreTraining(getattr(transformers, name)(**kwargs)).eval()
+    pre.save_pretrained(tmp_path / "bert_pre")
+    model = snf.from_pretrained(tmp_path / "bert_pre")
+    ids, types, mask = _bert_inputs(model.config.vocab_size)
+    with torch.no_grad():
+        want = pre.bert(ids, attention_mask=mask, token_type_ids=types).pooler_output
+        assert _close(model(ids, types, mask).pooler_output, want)
+
+
 def test_sharded_checkpoint_dtype_and_an_explicit_spec(tmp_path, repo):
     hf = hf_model("llama")
     hf.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")

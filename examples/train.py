@@ -165,6 +165,23 @@ def next_token_loss(model, lm: LanguageModel, x, y) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
 
 
+def train_step(model, opt, loss_of, micro_batches: list, lr: float, grad_clip: float, autocast) -> float:
+    """One optimizer step as nanoGPT's train.py takes it: the micro-batches' gradients summed,
+    clipped, AdamW, gradients dropped. Returns the loss (of the last micro-batch, unscaled).
+    benchmarks/bench_train_example.py times it against nanoGPT."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    for x, y in micro_batches:
+        with autocast:
+            loss = loss_of(x, y) / len(micro_batches)
+        loss.backward()
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.item() * len(micro_batches)
+
+
 def main(argv=None) -> int:
     args = arguments(argv)
     try:
@@ -240,21 +257,12 @@ def train(args) -> int:
             print(f"step {it}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
             save(it)
         lr = learning_rate(it, args)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        for _ in range(args.grad_accum):
-            x, y = batch(parts["train"], args.batch_size, length, g, args.device)
-            with autocast:
-                loss = next_token_loss(model, lm, x, y) / args.grad_accum
-            loss.backward()
-        if args.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        micro = [batch(parts["train"], args.batch_size, length, g, args.device) for _ in range(args.grad_accum)]
+        loss = train_step(model, opt, lambda x, y: next_token_loss(model, lm, x, y), micro, lr, args.grad_clip, autocast)
         if (it + 1) % args.log_interval == 0 or it + 1 == end:
             elapsed = (time.perf_counter() - tick) / args.log_interval
             tokens = args.batch_size * args.grad_accum * length
-            print(f"step {it + 1}: loss {loss.item() * args.grad_accum:.4f}, lr {lr:.2e}, {elapsed * 1000:.1f} ms/iter, "
+            print(f"step {it + 1}: loss {loss:.4f}, lr {lr:.2e}, {elapsed * 1000:.1f} ms/iter, "
                   f"{tokens / elapsed:,.0f} tokens/s", flush=True)
             tick = time.perf_counter()
     losses = evaluate()

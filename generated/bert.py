@@ -605,15 +605,7 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale,
                                                   enable_gqa=gqa)
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
-    allowed = None
-    if causal:  # key j is visible to query i (at position first + i) when j <= first + i
-        first = cache_position if cache_position is not None else tk - tq
-        rows = first + torch.arange(tq, device=q.device)[:, None]
-        cols = torch.arange(tk, device=q.device)[None, :]
-        allowed = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
-    if mask is not None:
-        keep = (mask != 0)[:, None, None, :]
-        allowed = keep if allowed is None else allowed & keep
+    allowed = _visible_keys(q, k, mask, causal, cache_position, window)
     if cache_position is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
             and torch.compiler.is_compiling():
         # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
@@ -640,3 +632,19 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         # a query that sees no key (all padding, or before the first key) gets zeros on every backend
         out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
     return out
+
+
+def _visible_keys(q, k, mask, causal: bool, cache_position: Optional[torch.Tensor] = None,
+                  window: Optional[int] = None) -> Optional[torch.Tensor]:
+    """Which keys each query sees, a bool [B or 1, 1, T, T_keys] (None: every key), for _attention."""
+    tq, tk = q.size(-2), k.size(-2)
+    allowed = None
+    if causal:  # key j is visible to query i (at position first + i) when j <= first + i
+        first = cache_position if cache_position is not None else tk - tq
+        rows = first + torch.arange(tq, device=q.device)[:, None]
+        cols = torch.arange(tk, device=q.device)[None, :]
+        allowed = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
+    if mask is not None:
+        keep = (mask != 0)[:, None, None, :]
+        allowed = keep if allowed is None else allowed & keep
+    return allowed

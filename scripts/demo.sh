@@ -3,6 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+echo "checking specs/ (snfc check)" >&2
 .venv/bin/snfc check specs
+echo "compiling specs/ to generated/ (snfc compile)" >&2
 .venv/bin/snfc compile specs/*.snf
+echo "starting the quickstart: importing torch, then each spec in turn (a few minutes in all)" >&2
 exec .venv/bin/python -m snf.quickstart "$@"

@@ -36,12 +36,17 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
+def seed_absent(name: str) -> str:
+    """Why a test that reads a seed document skips: a clone does not have them."""
+    return (f"needs {SEEDS_REL}/{name}, one of the spec documents snfc was developed against; they sit "
+            "beside the development checkout and are not distributed with snfc")
+
+
 def seed_path(name: str) -> Path:
     """The seed document `name`, or skip the calling test with the reason."""
     path = SEEDS / name
     if not path.is_file():
-        pytest.skip(f"seed document {SEEDS_REL}/{name} is absent (the seeds live next to the repo "
-                    "on developer and CI machines only)")
+        pytest.skip(seed_absent(name))
     return path
 
 

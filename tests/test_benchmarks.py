@@ -56,3 +56,14 @@ def test_bench_load_runs():
     assert out.returncode == 0, out.stderr[-2000:]
     rows = re.findall(r"^(load_state_dict|load_checkpoint)\S* .*? ([\d.]+) +([\d.]+)$", out.stdout, re.M)
     assert len(rows) == 3 and all(float(seconds) > 0 for *_, seconds in rows), out.stdout
+
+
+def test_bench_train_example_runs(capsys):
+    from benchmarks import bench_train_example
+    assert bench_train_example.main(QUICK) == 0
+    out = capsys.readouterr().out
+    ours, theirs = map(float, re.search(r"^steps 1-2 agree: loss ([\d.]+) \(snfc\) vs ([\d.]+) \(nanogpt\)$",
+                                        out, re.M).groups())
+    assert abs(ours - theirs) <= 1e-4
+    rows = re.findall(r"^\| (snfc|nanogpt) +\| ([\d.]+) +\|", out, re.M)
+    assert [who for who, _ in rows] == ["snfc", "nanogpt"] and all(float(ms) > 0 for _, ms in rows)

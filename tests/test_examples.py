@@ -44,7 +44,8 @@ def test_train_resume_and_sample(tmp_path):
     out = _run("sample.py", "--out", str(tmp_path / "resumed"), "--prompt", "The ", "--max-new-tokens", "30",
                cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("The ") and len(out.stdout.split("\n")[0]) >= 34
+    sample, sep, _ = out.stdout.rpartition("\n" + "-" * 40 + "\n")
+    assert sep and sample.startswith("The ") and len(sample) == 34  # the prompt and 30 characters (a newline among them)
 
 
 def test_mistakes_are_one_line_errors(tmp_path):

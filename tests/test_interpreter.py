@@ -104,3 +104,51 @@ def test_cached_attention_spec(with_past):
     assert max_diff(out.y.numpy(), want["y"]) <= 1e-5
     assert max_diff(out.keys.numpy(), want["keys"]) <= 1e-5
     assert "pos_table" in params_of(model)  # buffers are passed by their spec names too
+
+
+LAYER_CONDITIONS = """\
+param:
+  n_layer : int = 5
+  n_dense : int = 2
+  D : int = 8
+input:
+  x : Tensor([B, D], float32)
+parameter:
+  w : Tensor([n_layer, D, D], float32)
+  pos : Tensor([n_layer + 1, D], float32)
+output:
+  y : Tensor([B, D], float32)
+let y = x
+for l in 0..n_layer-1:
+    if l < n_dense:                      # the first layers dense, the rest residual
+        y = linear(y, weight=w[l])
+    else:
+        y = y + linear(y, weight=w[l])
+    if l % 2 == 0 and l > 0:             # every other layer (Gemma 2's alternation), not the first
+        y = y * 0.5
+    y = y + pos[l + 1, :] if l * l >= 4 else y
+"""
+
+
+@pytest.mark.parametrize("cfg", [{}, {"n_dense": 0}, {"n_layer": 1}], ids=["defaults", "no dense", "one layer"])
+def test_conditions_on_the_layer_variable(tmp_path, cfg):
+    """`if l < n_dense:`, `if l % 2 == 0:` and a conditional value on `l` (docs/language.md 6): each
+    layer takes its own branch, in the generated module and in the interpreter alike."""
+    path = tmp_path / "layers.snf"
+    path.write_text(LAYER_CONDITIONS, encoding="utf-8")
+    model = snf.load(path).Model(**cfg).double().eval()
+    randomise(model, seed=5)
+    x = torch.randn(3, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        got = model(x=x).numpy()
+    params = params_of(model)
+    want = interpret(checked_ir(path), params, {"x": x.numpy()}, cfg)["y"]
+    assert max_diff(got, want) <= 1e-9
+    y = x.numpy()  # the same, written out layer by layer
+    n_layer, n_dense = cfg.get("n_layer", 5), cfg.get("n_dense", 2)
+    for l in range(n_layer):
+        h = y @ params["w"][l].T
+        y = h if l < n_dense else y + h
+        y = y * 0.5 if l % 2 == 0 and l > 0 else y
+        y = y + params["pos"][l + 1] if l * l >= 4 else y
+    assert max_diff(got, y) <= 1e-9

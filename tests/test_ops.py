@@ -33,9 +33,13 @@ CASES = {
     "exp": ("a : Tensor([B, N], float32)", "exp(a)"),
     "log": ("a : Tensor([B, N], float32)", "log(a * a + 1.0)"),
     "tanh": ("a : Tensor([B, N], float32)", "tanh(a)"),
+    "sigmoid": ("a : Tensor([B, N], float32)", "sigmoid(a * 4.0) + sigmoid(-800.0) + sigmoid(N * 0.5)"),
+    "sin": ("a : Tensor([B, N], float32)", "sin(a * 3.0) + sin(0.5)"),
+    "cos": ("a : Tensor([B, N], float32)", "cos(a * 3.0) * cos(N * 0.5)"),
     "gelu": ("a : Tensor([B, N], float32)", "gelu(a) + gelu(a, approximate=\"tanh\")"),
     "relu": ("a : Tensor([B, N], float32)", "relu(a)"),
     "silu": ("a : Tensor([B, N], float32)", "silu(a)"),
+    "softcap": ("a : Tensor([B, N], float32)", "softcap(a * 10.0, 5.0) + softcap(a, cap=N * 0.5)"),
     "swiglu": ("a : Tensor([B, N], float32)\n  b : Tensor([B, N], float32)", "swiglu(a, b)"),
     "softmax": ("a : Tensor([B, T, N], float32)", "softmax(a, axis=1)"),
     "dropout": ("a : Tensor([B, N], float32)", "dropout(a, rate=0.5)"),
@@ -54,6 +58,12 @@ CASES = {
     "full": ("a : Tensor([B, N], float32)", "a + full([B, N], 0.5, float32)"),
     "assign": ("a : Tensor([B, T, N], float32)\n  b : Tensor([B, 1, N], float32)", "assign(a, [:, 0:1, :], b)"),
     "argmax": ("a : Tensor([B, T, N], float32)", "argmax(a, axis=-1)"),
+    "sum": ("a : Tensor([B, T, N], float32)",
+            "sum(a, axis=1, keepdim=True) + sum(a, 0) + cast(sum(cast(a * 3.0, int32), axis=1), float32)[0]"),
+    "mean": ("a : Tensor([B, T, N], float32)", "mean(a, axis=-1) + mean(a, dim=2, keepdims=True)[:, :, 0]"),
+    "max": ("a : Tensor([B, T, N], float32)",
+            "max(a, axis=1) + cast(max(cast(a * 3.0, int64), axis=-2), float32) + max(a)[:, 0:1]"),
+    "min": ("a : Tensor([B, T, N], float32)", "min(a, axis=1, keepdim=True) + min(a, axis=0)"),
     "flash_attention": ("q : Tensor([B, T, N, M], float32)\n  k : Tensor([B, T, N, M], float32)\n"
                         "  v : Tensor([B, T, N, M], float32)",
                         "flash_attention(q, k, v, causal=True, scale=0.3)"),
@@ -102,6 +112,9 @@ MORE_CASES = {
                      "where(a < b, 1.0, 0.0) + where(a == maximum(a, b), 1.0, 0.0) + where(a != b, 2.0, 0.0)"),
     "ge (tensors)": ("a : Tensor([B, N], float32)\n  b : Tensor([B, N], float32)",
                      "where(a >= b, a, b) + where(a > 0.5, 1.0, 0.0) + where(a <= b, 1.0, 0.0)"),
+    "and (masks)": ("a : Tensor([B, N], float32)\n  b : Tensor([N], float32)",
+                    "where(a > b and a < 1.0, a, 0.0) + where(a < -0.5 or b > 0.5 and not a > b, 1.0, 2.0)"
+                    " + where(not (a > 0.0 or a < -1.0), 3.0, 0.0)"),
     "flash_attention (gqa)": ("q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, T, KVH, M], float32)\n"
                               "  v : Tensor([B, T, KVH, M], float32)", "flash_attention(q, k, v, causal=True)", HEADS),
     "flash_attention (mqa, longer keys)": (
@@ -112,6 +125,28 @@ MORE_CASES = {
         "q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, T, KVH, M], float32)\n"
         "  v : Tensor([B, T, KVH, M], float32)\n  m : Tensor([B, T], int64)",
         "flash_attention(q, k, v, causal=True, window=W, mask=m)", HEADS),
+    "flash_attention (softcap)": ("q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, T, KVH, M], float32)\n"
+                                  "  v : Tensor([B, T, KVH, M], float32)",
+                                  "flash_attention(q * 4.0, k, v, causal=True, softcap=2.0)", HEADS),
+    "flash_attention (softcap, window, mask, bias)": (
+        "q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, N, KVH, M], float32)\n"
+        "  v : Tensor([B, N, KVH, M], float32)\n  b : Tensor([H, 1, N], float32)\n  m : Tensor([B, N], int64)",
+        "flash_attention(q, k, v, causal=True, window=W, mask=m, bias=reshape(b, [1, H, 1, N]), scale=0.7, "
+        "softcap=1.5) + flash_attention(q, k, v, softcap=N * 0.5)", HEADS),
+    "rope (linear, partial, interleaved)": (
+        "a : Tensor([B, T, N, 8], float32)",
+        "rope(a, offset=3, scaling=\"linear\", factor=2.0, rotary_dim=4) + rope(a, interleaved=True, base=50.0)"
+        " + rope(a, rotary_dim=6, interleaved=True, offset=T)"),
+    "rope (dynamic)": ("a : Tensor([B, T, N, 8], float32)",
+                       "rope(a, offset=3, base=100.0, scaling=\"dynamic\", factor=4.0, original_max_position=4)"),
+    "rope (llama3)": ("a : Tensor([B, T, N, 16], float32)",
+                      "rope(a, offset=5, scaling=\"llama3\", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, "
+                      "original_max_position=64, rotary_dim=12)"),
+    "rope (yarn)": ("a : Tensor([B, T, N, 16], float32)",
+                    "rope(a, offset=2, base=500.0, scaling=\"yarn\", factor=4.0, original_max_position=32) + "
+                    "rope(a, scaling=\"yarn\", factor=8.0, original_max_position=16, beta_fast=16.0, beta_slow=2.0, "
+                    "mscale=0.707, mscale_all_dim=0.707, truncate=False, interleaved=True) + "
+                    "rope(a, scaling=\"yarn\", factor=2.0, original_max_position=16, attention_factor=1.5)"),
     "flash_attention (bias)": (
         "q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, N, H, M], float32)\n"
         "  v : Tensor([B, N, H, M], float32)\n  b : Tensor([H, 1, N], float32)\n  m : Tensor([B, N], int64)",

@@ -3,6 +3,7 @@ summary line, and its numbers are what the lines say they are."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -25,10 +26,11 @@ def test_quickstart_trains_every_spec_and_says_what_its_numbers_are():
     assert "mode: eager (SNF_COMPILE=0): for models this small, torch.compile costs" in out
     summary = out[out.index("\nsummary"):]
     for name in SPECS:
-        assert f"\n== {name} (specs/{name}.snf): " in out, name
+        # what it is doing is said before it does it: the import and the build take seconds
+        assert f"\n== {name} (specs/{name}.snf): importing generated/{name}.py and building" in out, name
         assert re.search(rf"^  {name} +\S.*right \(baseline", summary, re.M), name
         # the loss line's first number is the first step's loss, as the progress lines print it
-        step1 = re.search(rf"^  {name} step 1/3 loss (\S+)$", err, re.M).group(1)
+        step1 = re.search(rf"^  {name} step 1/3 loss (\S+) \(\d+ s\)$", err, re.M).group(1)
         section = out[out.index(f"\n== {name} "):]
         assert re.search(r"training loss (\S+) at step 1 -> \S+ \(mean of the last 3 steps\); 3 steps in",
                          section).group(1) == step1, name
@@ -39,7 +41,8 @@ def test_spec_without_demo_config_runs_forward_on_the_meta_device(monkeypatch, c
     monkeypatch.setattr(quickstart, "ROOT", REPO)
     line = quickstart.run_spec(Path("specs/nanogpt.snf"))
     out = capsys.readouterr().out
-    assert "== nanogpt (specs/nanogpt.snf): 124.4M parameters at its defaults" in out  # GPT-2 small as nanoGPT builds it (tied head)
+    assert "== nanogpt (specs/nanogpt.snf): importing" in out
+    assert "\n  124.4M parameters at its defaults\n" in out  # GPT-2 small as nanoGPT builds it (tied head)
     assert "no demo config in snf/quickstart.py's DEMO" in out
     assert "logits [2, 8, 50257], new_keys [12, 2, 8, 12, 64], new_values [12, 2, 8, 12, 64]" in out
     assert line == "not trained: no demo config (124.4M parameters at its defaults)"
@@ -57,3 +60,24 @@ def test_a_spec_without_defaults_or_token_inputs_still_gets_a_line(tmp_path):
     with torch.device("meta"):
         model = mod.Model(D=4)
     assert quickstart._on_meta(model).startswith("cannot run on token ids alone (ValueError: input x must be")
+
+
+def test_snowflake_first_loss_is_its_head_copying_the_input():
+    """The quickstart's note on snowflake_core: its tied N(0, 1) head makes each position's largest
+    logit its own input token's, so at a hidden position (input: the mask token) the first loss is
+    that margin, about n_embd / sqrt(1.5), not ln(vocab)."""
+    import torch
+    import torch.nn.functional as F
+    from generated.snowflake_core import Model
+    torch.manual_seed(0)
+    model = Model(**quickstart.DEMO["snowflake_core"].config).eval()
+    target = torch.randint(0, quickstart.MASK, (64, 16))
+    hidden = torch.rand(target.shape) < 0.3
+    inp = target.masked_fill(hidden, quickstart.MASK)
+    with torch.no_grad():
+        logits = model(inp)
+    assert (logits.argmax(-1) == inp).all()  # every position predicts its own input
+    loss = F.cross_entropy(logits[hidden], target[hidden]).item()
+    margin = (logits[hidden][:, quickstart.MASK] - logits[hidden].gather(1, target[hidden][:, None])[:, 0]).mean().item()
+    assert loss > 8 * math.log(quickstart.VOCAB) and abs(loss - margin) < 2.0, (loss, margin)
+    assert "by design of the seed" in quickstart.DEMO["snowflake_core"].note

@@ -17,9 +17,8 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import seed_path
 from snf.interop import load_state_dict, spec_state
-
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
 
 
 @pytest.fixture(autouse=True)
@@ -31,9 +30,7 @@ def _eager(monkeypatch):
 
 
 def _snowflake_reference():
-    path = SEEDS / "002_044235cba4456911.txt"
-    if not path.exists():
-        pytest.skip(f"seed documents are not here ({SEEDS}); they are read, never copied")
+    path = seed_path("002_044235cba4456911.txt")
     ns = {"torch": torch, "nn": nn, "math": math}
     for block in re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.S):
         exec(block, ns)  # the seed's own model code is the reference
@@ -80,6 +77,17 @@ def test_snowflake_seed_default_init_relative():
     with torch.no_grad():
         got, want = ours(ids), ref(ids)
     assert ((got - want).abs().max() / want.abs().max()).item() <= 1e-6
+
+
+def test_snowflake_seed_model_starts_out_copying_its_input():
+    """The seed's own SnowflakeCore, at its own initialisation, predicts each position's input token
+    (its tied N(0, 1) head): why the quickstart's first loss for it is about 50, not ln 97."""
+    _, ref = _snowflake_pair(None, d=64, n_head=4, d_ff=128)
+    ids = torch.randint(0, 97, (4, 16))
+    with torch.no_grad():
+        logits = ref(ids)
+    assert (logits.argmax(-1) == ids).all()
+    assert logits.gather(-1, ids[..., None]).mean() > 40  # about n_embd / sqrt(1.5)
 
 
 def test_snowflake_positions_are_a_fixed_buffer():

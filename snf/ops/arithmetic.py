@@ -161,14 +161,18 @@ register(OpDef("matmul", (Param("a", "tensor"), Param("b", "tensor")), _matmul_r
 
 
 def _float_unary(name, np_fn, torch_fn, doc):
-    """An elementwise op of one float argument (a number, or a floating tensor)."""
+    """An elementwise op of one float argument (a number, or a floating tensor); `np_fn` names a
+    NumPy function, or is one."""
     def rule(ctx, args):
         x = args["x"]
         if isinstance(x, ScalarT):
+            if x.kind == "bool":
+                raise OpError(f"`{name}` applies to numbers, not True or False", "x", code="arg-kind")
             return FLOAT
         require_float(x, "x")
         return x
-    register(OpDef(name, (Param("x", "value"),), rule, numpy=lambda x: getattr(np, np_fn)(x),
+    numpy = np_fn if callable(np_fn) else lambda x: getattr(np, np_fn)(x)
+    register(OpDef(name, (Param("x", "value"),), rule, numpy=numpy,
                    torch=lambda call: torch_fn(call), doc=doc, elementwise=True))
 
 
@@ -180,6 +184,22 @@ _float_unary("sqrt", "sqrt", lambda call: scalar_or_tensor(call, "torch.sqrt", "
 _float_unary("exp", "exp", lambda call: scalar_or_tensor(call, "torch.exp", "math.exp"), "exponential")
 _float_unary("log", "log", lambda call: scalar_or_tensor(call, "torch.log", "math.log"), "natural logarithm")
 _float_unary("tanh", "tanh", lambda call: scalar_or_tensor(call, "torch.tanh", "math.tanh"), "hyperbolic tangent")
+_float_unary("sin", "sin", lambda call: scalar_or_tensor(call, "torch.sin", "math.sin"), "sine")
+_float_unary("cos", "cos", lambda call: scalar_or_tensor(call, "torch.cos", "math.cos"), "cosine")
+
+
+def np_sigmoid(x):
+    """1 / (1 + exp(-x)), as (1 + tanh(x / 2)) / 2: the same number, without exp's overflow."""
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+def _lower_sigmoid(call):
+    if isinstance(call.ty("x"), TensorT):
+        return f"torch.sigmoid({call.code('x')})"
+    return f"(0.5 * (1.0 + math.tanh(0.5 * {call.code('x', prec=21)})))"  # a call's precedence
+
+
+_float_unary("sigmoid", np_sigmoid, _lower_sigmoid, "the logistic function 1 / (1 + exp(-x))")
 
 
 def _logic_rule(opname: str):
@@ -195,29 +215,63 @@ def _logic_rule(opname: str):
                 raise OpError(f"`{n}` is {t.dtype} but the number compared with it is a float", n,
                               code="dtype-mismatch", hint="cast one side first: `cast(x, float32)`")
             return TensorT(t.shape, "bool")
-        for n, t in args.items():
-            if not isinstance(t, ScalarT):
-                raise OpError("conditions compare config values, not tensors", n, code="bad-condition",
-                              hint="`and`, `or` and `not` combine config conditions; for tensors, compare them "
-                                   "(`a < b`) and pick with `where`")
+        if tensors:  # `and`, `or`, `not` of masks
+            return _mask_logic(ctx, opname, args)
         return BOOL
     return rule
 
 
+def _mask_logic(ctx, opname: str, args) -> TensorT:
+    """`and`, `or` and `not` of bool tensors: elementwise, with broadcasting (a bool tensor)."""
+    for n, t in args.items():
+        if isinstance(t, ScalarT):  # torch's `&` would not short-circuit as the condition's `and` does
+            raise OpError(f"`{opname}` of a tensor and a config condition", n, code="bad-condition",
+                          hint="`and`, `or` and `not` combine two conditions, or two bool tensors; pick a mask "
+                               "by a condition with `m1 if flag else m2`")
+        if t.dtype != "bool":
+            raise OpError(f"`{opname}` of tensors takes bool tensors, but `{n}` is {t.dtype}", n,
+                          code="dtype-mismatch", hint="make a bool tensor by comparing: `x > 0.0`, `i != 0`")
+    if opname == "not":
+        return args["a"]
+    return TensorT(broadcast(ctx, args["a"].shape, args["b"].shape, "a", "b"), "bool")
+
+
 _LOGIC_PREC = {"or": 1, "and": 2, "==": 4, "!=": 4, "<": 4, "<=": 4, ">": 4, ">=": 4}
 _COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
+# the elementwise forms of `and` and `or` on bool tensors, with the precedence of Python's `&`, `|`
+_MASK_OP = {"and": ("&", 7, "logical_and"), "or": ("|", 5, "logical_or")}
+
+
+def _lower_logic(name: str, sym: str, prec: int):
+    def lower(call):
+        if name in _MASK_OP and isinstance(call.ty("a"), TensorT):
+            op, p, _ = _MASK_OP[name]
+            return f"{call.code('a', prec=p)} {op} {call.code('b', prec=p + 1)}"
+        return f"{call.code('a', prec=prec + 1)} {sym} {call.code('b', prec=prec + 1)}"
+    return lower
+
+
+def _np_logic(name: str, fn):
+    def run(a, b):
+        if name in _MASK_OP and isinstance(a, np.ndarray):
+            return getattr(np, _MASK_OP[name][2])(a, b)
+        return fn(a, b)
+    return run
+
 
 for _name, _sym, _fn in [("eq", "==", lambda a, b: a == b), ("ne", "!=", lambda a, b: a != b),
                          ("lt", "<", lambda a, b: a < b), ("le", "<=", lambda a, b: a <= b),
                          ("gt", ">", lambda a, b: a > b), ("ge", ">=", lambda a, b: a >= b),
                          ("and", "and", lambda a, b: a and b), ("or", "or", lambda a, b: a or b)]:
     register(OpDef(_name, (Param("a", "value"), Param("b", "value")), _logic_rule(_name),
-                   numpy=(lambda f: lambda a, b: f(a, b))(_fn),
-                   torch=(lambda sym, p: lambda call:
-                          f"{call.code('a', prec=p + 1)} {sym} {call.code('b', prec=p + 1)}")(_sym, _LOGIC_PREC[_sym]),
+                   numpy=_np_logic(_name, _fn), torch=_lower_logic(_name, _sym, _LOGIC_PREC[_sym]),
                    doc=f"`a {_sym} b`: " + ("on config values, or elementwise on tensors (a bool tensor)"
-                                            if _name in _COMPARE else "on config values"),
+                                            if _name in _COMPARE else
+                                            "of config conditions, or elementwise of bool tensors"),
                    prec=_LOGIC_PREC[_sym]))
 
-register(OpDef("not", (Param("a", "value"),), _logic_rule("not"), numpy=lambda a: not a,
-               torch=lambda call: f"not {call.code('a', prec=4)}", doc="`not a` on config values", prec=3))
+register(OpDef("not", (Param("a", "value"),), _logic_rule("not"),
+               numpy=lambda a: np.logical_not(a) if isinstance(a, np.ndarray) else not a,
+               torch=lambda call: (f"~{call.code('a', prec=40)}" if isinstance(call.ty("a"), TensorT)
+                                   else f"not {call.code('a', prec=4)}"),
+               doc="`not a`: of a config condition, or elementwise of a bool tensor", prec=3))

@@ -10,7 +10,7 @@ import math
 
 from ..dims import Dim
 from ..ir import ScalarT, TensorT
-from .core import np_softmax
+from .core import np_softcap, np_softmax
 from .lazy_numpy import np
 from .registry import POSITIVE, PROBABILITY, OpDef, OpError, Param, registrar
 from .shapes import broadcast, require_float, same_dtype
@@ -111,12 +111,14 @@ def _attention_bias(ctx, q: TensorT, k: TensorT, bias: TensorT) -> None:
                            "for one bias per head")
 
 
-def _np_attention(q, k, v, causal=False, scale=None, mask=None, dropout=0.0, window=None, bias=None):
+def _np_attention(q, k, v, causal=False, scale=None, mask=None, dropout=0.0, window=None, bias=None, softcap=None):
     q, k, v = (np.swapaxes(t, 1, 2) for t in (q, k, v))  # [B, H, T, hd]
     group = q.shape[1] // k.shape[1]  # grouped-query attention: query head h reads key/value head h // group
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     s = (q @ np.swapaxes(k, -1, -2)) * scale
+    if softcap is not None:  # Gemma 2: the scaled scores squashed into (-softcap, softcap), before any mask
+        s = np_softcap(s, softcap)
     if bias is not None:
         s = s + bias
     tq, tk = s.shape[-2], s.shape[-1]
@@ -149,14 +151,16 @@ def _lower_attention(call):
     if call.given("scale"):
         extra += f", scale={call.code('scale')}"
     same_len = call.eq(call.ty("q").shape[1], call.ty("k").shape[1])
-    if call.given("mask") or call.given("window") or call.given("bias") or (causal and not same_len):
+    explicit = ("mask", "window", "bias", "softcap")  # what SDPA cannot do alone: the helper builds it
+    if any(call.given(n) for n in explicit) or (causal and not same_len):
         mask = call.code("mask") if call.given("mask") else "None"
         if causal and not same_len and call.cache_position:  # keys may sit in a preallocated cache
             extra += f", cache_position={call.cache_position}"
-        for n in ("window", "bias"):
+        for n in explicit[1:]:
             if call.given(n):
                 extra += f", {n}={call.code(n)}"
-        return f"_attention({q}, {k}, {v}, {mask}, causal={bool(causal)}{extra}).transpose(1, 2)"
+        helper = "_softcapped_attention" if call.given("softcap") else "_attention"
+        return f"{helper}({q}, {k}, {v}, {mask}, causal={bool(causal)}{extra}).transpose(1, 2)"
     if not call.eq(call.ty("q").shape[2], call.ty("k").shape[2]):  # grouped-query: SDPA shares each k/v head
         extra += ", enable_gqa=True"
     return f"F.scaled_dot_product_attention({q}, {k}, {v}, is_causal={bool(causal)}{extra}).transpose(1, 2)"
@@ -168,12 +172,29 @@ register(OpDef(
      Param("causal", "bool", False, aliases=("is_causal",), static=True), Param("scale", "float", None),
      Param("mask", "tensor?", None, aliases=("attention_mask",)),
      Param("dropout", "float", None, aliases=("dropout_p",), within=PROBABILITY),
-     Param("window", "value", None, aliases=("sliding_window",)), Param("bias", "tensor?", None)),
+     Param("window", "value", None, aliases=("sliding_window",)), Param("bias", "tensor?", None),
+     Param("softcap", "float", None, aliases=("logit_softcapping",), within=POSITIVE)),
     _attention_rule, numpy=_np_attention, torch=_lower_attention, flops=_attention_flops,
     doc="softmax(q k^T * scale + bias) v over [B, T, H, head_dim], k and v with H or fewer (grouped-query) "
         "heads; `causal` is aligned bottom-right, `window=W` keeps keys in (i - W, i]; `mask` is a [B, T_keys] "
-        "padding mask (0 = padding); a query that sees no key gives zeros. Lowers to "
-        "F.scaled_dot_product_attention."))
+        "padding mask (0 = padding); `softcap=c` caps the scaled scores at c * tanh(s / c) before bias and masks "
+        "(Gemma 2); a query that sees no key gives zeros. Lowers to F.scaled_dot_product_attention (to the "
+        "attention written out with `softcap`)."))
+
+
+# RoPE's scaling types (transformers' `rope_type`, modeling_rope_utils.py): the parameters each one
+# needs, and the ones it may take; a parameter of another type is refused.
+ROPE_SCALING = {
+    "none": ((), ()),
+    "linear": (("factor",), ()),
+    "dynamic": (("factor", "original_max_position"), ()),
+    "llama3": (("factor", "low_freq_factor", "high_freq_factor", "original_max_position"), ()),
+    "yarn": (("factor", "original_max_position"),
+             ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate")),
+}
+_ROPE_NUMBERS = ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale",
+                 "mscale_all_dim", "attention_factor")
+_ROPE_SCALING_ARGS = _ROPE_NUMBERS + ("original_max_position", "truncate")
 
 
 def _rope_rule(ctx, args):
@@ -184,23 +205,139 @@ def _rope_rule(ctx, args):
     hd = x.shape[3]
     if not ctx.divisible(hd, 2):
         raise OpError(f"RoPE needs an even head_dim, got {ctx.show_dim(hd)}", "x", code="bad-constraint")
+    rd = args["rotary_dim"]
+    if rd is not None:
+        _rotary_dim(ctx, rd, hd)
+    _rope_scaling(args)
+    dim = hd if rd is None else rd
+    if args["scaling"] == "dynamic" and not ctx.need(Dim.const(4), "<=", dim, "dynamic RoPE needs 4 rotated dims"):
+        raise OpError(f"dynamic RoPE raises its base to the power d / (d - 2) of the {ctx.show_dim(dim)} rotated "
+                      f"dims, so it needs at least 4", "rotary_dim" if rd is not None else "x", code="bad-constraint")
     return x
 
 
-def _np_rope(x, offset=0, base=10000.0):
+def _rotary_dim(ctx, rd: Dim, hd: Dim) -> None:
+    """The rotated dims, the first `rd` of head_dim: a config value, even, in [2, head_dim]."""
+    if not ctx.static(rd):
+        raise OpError("`rotary_dim` must be a config value (a number of dims), not a run-time one", "rotary_dim",
+                      code="arg-kind")
+    if not ctx.divisible(rd, 2):
+        raise OpError(f"`rotary_dim={ctx.show_dim(rd)}` is odd: the rotated dims come in pairs", "rotary_dim",
+                      code="bad-constraint")
+    for lo, hi, why in ((Dim.const(2), rd, "at least 2"), (rd, hd, f"at most head_dim = {ctx.show_dim(hd)}")):
+        if not ctx.need(lo, "<=", hi, f"`rotary_dim` must be {why}"):
+            raise OpError(f"`rotary_dim={ctx.show_dim(rd)}`{ctx.defaults_note(hi - lo)}: it must be {why}",
+                          "rotary_dim", code="bad-constraint", blame=("x", "rotary_dim"),
+                          hint="the first rotary_dim dims of each head rotate, the rest pass through")
+
+
+def _rope_scaling(args) -> None:
+    """The parameters given must be those of the scaling type: its required ones, and no other's."""
+    kind = args["scaling"]
+    required, optional = ROPE_SCALING[kind]
+    for n in _ROPE_NUMBERS:
+        if isinstance(args[n], TensorT) or isinstance(args[n], ScalarT) and args[n].kind == "bool":
+            raise OpError(f"`{n}=` of `rope` takes a number", n, code="arg-kind")
+    for n in required:
+        if args[n] is None:
+            raise OpError(f"`rope` with `scaling=\"{kind}\"` needs `{n}`", "scaling", code="missing-arg",
+                          hint=f"scaling \"{kind}\" takes " + ", ".join(f"`{m}`" for m in required + optional))
+    for n in _ROPE_SCALING_ARGS:
+        if args[n] is not None and n not in required + optional:
+            users = [k for k, (req, opt) in ROPE_SCALING.items() if n in req + opt]
+            takes = ", ".join(f"`{m}`" for m in required + optional) or "no scaling parameter"
+            raise OpError(f"`{n}=` is a parameter of `scaling=` " + ", ".join(f'"{u}"' for u in users) +
+                          f", not of \"{kind}\"", n, code="unknown-arg", hint=f"scaling \"{kind}\" takes {takes}")
+
+
+def np_rope_frequencies(dim, base, seq_len, scaling="none", factor=None, original_max_position=None,
+                        low_freq_factor=None, high_freq_factor=None, beta_fast=None, beta_slow=None, mscale=None,
+                        mscale_all_dim=None, attention_factor=None, truncate=None):
+    """(inverse frequencies [dim / 2], the scale of cos and sin) of RoPE over `dim` rotated dims, for
+    a sequence of `seq_len` positions, in float64: transformers' ROPE_INIT_FUNCTIONS[scaling]."""
+    inv_freq = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+    if scaling == "linear":
+        return inv_freq / factor, 1.0
+    if scaling == "dynamic":  # NTK-aware: a larger base once the sequence is longer than trained on
+        seq = max(seq_len, original_max_position)
+        base = base * ((factor * seq / original_max_position) - (factor - 1)) ** (dim / (dim - 2))
+        return 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)), 1.0
+    if scaling == "llama3":
+        wavelen = 2 * math.pi / inv_freq
+        scaled = np.where(wavelen > original_max_position / low_freq_factor, inv_freq / factor, inv_freq)
+        smooth = (original_max_position / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        medium = (wavelen >= original_max_position / high_freq_factor) & \
+            (wavelen <= original_max_position / low_freq_factor)
+        return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled), 1.0
+    if scaling == "yarn":
+        return _np_yarn(dim, base, inv_freq, factor, original_max_position, beta_fast or 32, beta_slow or 1,
+                        mscale, mscale_all_dim, attention_factor, truncate is not False)
+    return inv_freq, 1.0
+
+
+def yarn_mscale(scale, mscale=1):
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn_range(fast, slow, dim, base, original, truncate):
+    """The dims between which YaRN ramps from extrapolation to interpolation."""
+    low, high = (dim * math.log(original / (r * 2 * math.pi)) / (2 * math.log(base)) for r in (fast, slow))
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, dim - 1)
+
+
+def _np_yarn(dim, base, inv_freq, factor, original, fast, slow, mscale, mscale_all_dim, attention_factor, truncate):
+    if attention_factor is None:
+        attention_factor = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim) \
+            if mscale and mscale_all_dim else yarn_mscale(factor)
+    low, high = yarn_range(fast, slow, dim, base, original, truncate)
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / ((high + 0.001 if low == high else high) - low),
+                   0, 1)
+    kept = 1 - ramp  # the share of each frequency kept (extrapolated) rather than divided by factor
+    return inv_freq / factor * (1 - kept) + inv_freq * kept, attention_factor
+
+
+def _np_rope(x, offset=0, base=10000.0, scaling="none", rotary_dim=None, interleaved=False, **params):
     t, hd = x.shape[1], x.shape[3]
-    inv = 1.0 / (base ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
-    ang = np.outer(np.arange(offset, offset + t, dtype=np.float64), inv)
-    emb = np.concatenate([ang, ang], axis=-1)  # [T, hd]
-    cos, sin = np.cos(emb)[None, :, None, :], np.sin(emb)[None, :, None, :]
-    rot = np.concatenate([-x[..., hd // 2:], x[..., :hd // 2]], axis=-1)
-    return x * cos + rot * sin
+    dim = hd if rotary_dim is None else rotary_dim
+    inv, scale = np_rope_frequencies(dim, base, offset + t, scaling, **params)
+    ang = np.outer(np.arange(offset, offset + t, dtype=np.float64), inv)  # [T, dim / 2]
+    emb = np.repeat(ang, 2, axis=-1) if interleaved else np.concatenate([ang, ang], axis=-1)
+    cos, sin = (f(emb)[None, :, None, :] * scale for f in (np.cos, np.sin))
+    r, rest = x[..., :dim], x[..., dim:]
+    if interleaved:  # GPT-J's rotate_every_two: the pairs (2i, 2i + 1)
+        rot = np.stack([-r[..., 1::2], r[..., ::2]], axis=-1).reshape(r.shape)
+    else:  # rotate_half: the pairs (i, i + dim / 2)
+        rot = np.concatenate([-r[..., dim // 2:], r[..., :dim // 2]], axis=-1)
+    return np.concatenate([r * cos + rot * sin, rest], axis=-1)
+
+
+def _lower_rope(call):
+    extra = "".join(f", {n}={call.code(n)}" for n in ("rotary_dim", "interleaved")
+                    if call.given(n) and call.val(n) is not False)
+    if call.val("scaling") != "none":
+        extra += f", scaling={call.code('scaling')}" + "".join(
+            f", {n}={call.code(n)}" for n in _ROPE_SCALING_ARGS if call.given(n))
+    return f"_rope({call.code('x')}, {call.code('offset')}, {call.code('base')}{extra})"
 
 
 register(OpDef(
     "rope", (Param("x", "tensor"), Param("offset", "int", 0, aliases=("pos",)),
-             Param("base", "float", 10000.0, aliases=("theta",), within=POSITIVE)),
-    _rope_rule, numpy=_np_rope,
-    torch=lambda call: f"_rope({call.code('x')}, {call.code('offset')}, {call.code('base')})",
-    doc="rotary position embedding on [B, T, H, head_dim], HF Llama's rotate-half convention; "
-        "positions start at `offset`."))
+             Param("base", "float", 10000.0, aliases=("theta",), within=POSITIVE),
+             Param("scaling", "str", "none", choices=tuple(ROPE_SCALING), aliases=("rope_type",), static=True),
+             Param("factor", "value", None, within=POSITIVE),
+             Param("original_max_position", "int", None, aliases=("original_max_position_embeddings",),
+                   within=(1.0, None, False)),
+             Param("low_freq_factor", "value", None, within=POSITIVE),
+             Param("high_freq_factor", "value", None, within=POSITIVE),
+             Param("beta_fast", "value", None, within=POSITIVE), Param("beta_slow", "value", None, within=POSITIVE),
+             Param("mscale", "value", None), Param("mscale_all_dim", "value", None),
+             Param("attention_factor", "value", None, within=POSITIVE),
+             Param("truncate", "bool", None, static=True),
+             Param("rotary_dim", "int", None, aliases=("rotary_ndims",)),
+             Param("interleaved", "bool", False, static=True)),
+    _rope_rule, numpy=_np_rope, torch=_lower_rope,
+    doc="rotary position embedding on [B, T, H, head_dim]: positions start at `offset`; the first `rotary_dim` "
+        "dims rotate (all by default), in rotate-half pairs (HF Llama, GPT-NeoX) or, `interleaved`, adjacent ones "
+        "(GPT-J); `scaling` is transformers' rope_type (linear, dynamic, llama3, yarn) with its parameters."))

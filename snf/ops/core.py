@@ -14,7 +14,7 @@ import math
 from ..dims import Dim
 from ..ir import ScalarT, TensorT
 from .lazy_numpy import np
-from .registry import PROBABILITY, OpDef, OpError, Param, registrar
+from .registry import POSITIVE, PROBABILITY, OpDef, OpError, Param, registrar
 from .shapes import (FLOATS, INTS, axis_index, broadcast, product, rank_at_least, require_float, same_dtype,
                      slices_shape, stored)
 
@@ -54,6 +54,17 @@ def _np_silu(x):
 
 register(OpDef("silu", (Param("x", "tensor"),), _float_tensor_rule, numpy=_np_silu,
                torch=lambda call: f"F.silu({call.code('x')})", doc="SiLU (swish): x * sigmoid(x)", elementwise=True))
+
+
+def np_softcap(x, cap):
+    return cap * np.tanh(x / cap)
+
+
+register(OpDef(
+    "softcap", (Param("x", "tensor"), Param("cap", "float", within=POSITIVE)), _float_tensor_rule, numpy=np_softcap,
+    torch=lambda call: f"{call.code('cap', prec=21)} * torch.tanh({call.code('x', prec=21)} / {call.code('cap', prec=21)})",
+    doc="soft-capping, cap * tanh(x / cap): x squashed smoothly into (-cap, cap) (Gemma 2's final logits)",
+    elementwise=True, prec=20))
 
 
 def _swiglu_rule(ctx, args):
@@ -394,6 +405,46 @@ register(OpDef("argmax", (Param("x", "tensor"), Param("axis", "int", -1, aliases
                numpy=lambda x, axis=-1: np.argmax(x, axis=axis),
                torch=lambda call: f"{call.code('x', prec=50)}.argmax(dim={call.code('axis')})",
                doc="index of the largest entry along an axis (int64)."))
+
+
+def _reduction_rule(name: str):
+    """`sum`, `mean`, `max`, `min` over one axis: the axis is dropped, or kept as 1 with `keepdim`."""
+    def rule(ctx, args):
+        x = args["x"]
+        if name == "mean":
+            require_float(x, "x")  # torch's mean of an integer tensor is an error
+        elif x.dtype == "bool":
+            raise OpError(f"`{name}` of a bool tensor", "x", code="dtype-mismatch",
+                          hint="cast it first: `cast(m, int64)` (a count, for `sum`)")
+        ax = axis_index(args["axis"], x.rank)
+        if name in ("max", "min") and not ctx.need(Dim.const(1), "<=", x.shape[ax],
+                                                   f"{name} over axis {ax} needs at least one entry"):
+            raise OpError(f"{name} over axis {ax}, of size {ctx.show_dim(x.shape[ax])}, which is empty", "x",
+                          code="index-range")
+        kept = (Dim.const(1),) if args["keepdim"] else ()
+        return TensorT(x.shape[:ax] + kept + x.shape[ax + 1:], x.dtype)
+    return rule
+
+
+def _lower_reduction(method: str):
+    def lower(call):
+        extra = ", keepdim=True" if call.val("keepdim") else ""
+        if method == "sum" and call.ty("x").dtype == "int32":  # torch sums an int32 tensor into int64
+            extra += ", dtype=torch.int32"
+        return f"{call.code('x', prec=50)}.{method}(dim={call.code('axis')}{extra})"
+    return lower
+
+
+for _name, _method, _np_name, _what in [("sum", "sum", "sum", "the sum"), ("mean", "mean", "mean", "the mean"),
+                                        ("max", "amax", "max", "the largest entry"),
+                                        ("min", "amin", "min", "the smallest entry")]:
+    register(OpDef(
+        _name, (Param("x", "tensor"), Param("axis", "int", -1, aliases=("dim",), static=True),
+                Param("keepdim", "bool", False, aliases=("keepdims",), static=True)),
+        _reduction_rule(_name),
+        numpy=(lambda f: lambda x, axis=-1, keepdim=False: getattr(np, f)(x, axis=axis, keepdims=keepdim))(_np_name),
+        torch=_lower_reduction(_method),
+        doc=f"{_what} along an axis, which is dropped (kept, of size 1, with `keepdim=True`)."))
 
 
 # ----------------------------------------------------------------------------- loss

@@ -405,7 +405,7 @@ class Gen:
             (self.s_int_math, 1), (self.s_cond_value, 2), (self.s_guarded, 2), (self.s_if_block, 1),
             (self.s_shape_of, 1), (self.s_gather, 1), (self.s_update, 2), (self.s_softmax, 1),
             (self.s_compare, 2), (self.s_elementwise, 2), (self.s_cast, 1), (self.s_arange, 1), (self.s_expand, 1),
-            (self.s_repeat, 1),
+            (self.s_repeat, 1), (self.s_reduce, 2),
         ]
         for _ in range(4):
             fn = self.ch.pick([f for f, w in kinds for _ in range(w)])
@@ -417,7 +417,7 @@ class Gen:
         if v is None:
             return False
         f = self.ch.pick(["gelu", "relu", "silu", "tanh", "neg", "exp", "sqrt", "log", "dropout", "gelu_tanh",
-                          "pow", "swiglu"])
+                          "pow", "swiglu", "sigmoid", "sin", "cos", "softcap"])
         self.features.add(f"op:{f}")
         if f == "gelu_tanh":
             self.features.add("op:gelu")
@@ -434,6 +434,8 @@ class Gen:
             e = call("dropout", v.text, ty=v.ty, **{self.ch.pick(["rate", "p"]): "rate"})
         elif f == "pow":
             e = binop(v, "**", lit(self.ch.pick([2, 2.0, 3])), v.ty)
+        elif f == "softcap":
+            e = call("softcap", v.text, self.ch.pick(["2.0", "30.0", "inv"]), ty=v.ty)
         elif f == "swiglu":
             names = self.visible(lambda n, x: x.ty == v.ty)
             e = call("swiglu", v.text, self.ref(self.ch.pick(names)).text if names else v.text, ty=v.ty)
@@ -860,6 +862,8 @@ class Gen:
         self.features.add({"<": "op:lt", "<=": "op:le", ">": "op:gt", ">=": "op:ge", "==": "op:eq", "!=": "op:ne"}[op])
         self.features.add("tensor-compare")
         name = self.let(m, stem="m")
+        if ch.coin(0.4):
+            name = self.mask_logic(name, shape)
         if ch.coin(0.7):
             a, b = (v, w) if ch.coin(0.5) else (w, v)
             out = shape
@@ -868,6 +872,43 @@ class Gen:
                     out = broadcast(out, t.shape)
             self.features.add("op:where")
             self.let(call("where", name, a.text, b.text, ty=T(out, v.ty.dtype)))
+
+    def mask_logic(self, name: str, shape) -> str:
+        """`and`, `or` or `not` of bool tensors (elementwise): the mask `name` with another of its shape."""
+        ch = self.ch
+        f = ch.pick(["and", "or", "not"])
+        self.features.add(f"op:{f}")
+        self.features.add("mask-logic")
+        m = self.ref(name)
+        if f == "not":
+            return self.let(E(f"not {m.at(NOT)}", NOT, m.ty), stem="m")
+        others = self.visible(lambda n, x: x.ty.dtype == "bool" and x.ty.shape == shape)
+        other = self.ref(ch.pick(others)) if others else m
+        prec = AND if f == "and" else OR
+        return self.let(E(f"{m.at(prec)} {f} {other.at(prec + 1)}", prec, m.ty), stem="m")
+
+    def s_reduce(self):
+        """sum, mean, max or min over an axis, the axis dropped or kept."""
+        ch = self.ch
+        names = self.visible(lambda n, x: x.ty.rank >= 1 and x.ty.dtype != "bool")
+        if not names:
+            return False
+        v = self.ref(ch.pick(names))
+        r = v.ty.rank
+        axis = ch.int(-r, r - 1)
+        ops = ["sum", "max", "min"] if self.low(v.ty.shape[axis]) >= 1 else ["sum"]  # max of nothing: no value
+        f = ch.pick(ops + (["mean"] if v.ty.is_float else []))
+        keep = ch.coin(0.4)
+        s = list(v.ty.shape)
+        if keep:
+            s[axis] = Poly.of(1)
+        else:
+            del s[axis]
+        self.features.add(f"op:{f}")
+        kw = {ch.pick(["axis", "dim"]): str(axis)} if ch.coin(0.8) or axis != -1 else {}
+        if keep:
+            kw[ch.pick(["keepdim", "keepdims"])] = "True"
+        self.let(call(f, v.text, ty=T(tuple(s), v.ty.dtype), **kw), stem="k" if v.ty.dtype in INTS else "v")
 
     def s_elementwise(self):
         """abs, minimum, maximum, clamp, floor, ceil and round of a tensor."""
@@ -1169,6 +1210,9 @@ class Gen:
             kw["scale"] = ch.pick(["inv", "0.5"])
         if ch.coin(0.2):
             kw["dropout"] = "rate"
+        if ch.coin(0.2):  # Gemma 2's logit soft-capping: the attention written out
+            kw["softcap"] = ch.pick(["2.0", "50.0"])
+            self.features.add("attention-softcap")
         mask = self.lookup("mask")
         if mask is not None and not cross and keys_len == self.T and "bias" not in kw and ch.coin(0.7):
             kw["mask"] = "mask"

@@ -18,7 +18,7 @@ from snf.source import Source
 def _param(f):
     marks = []
     if f.id in known.OPEN:
-        marks.append(pytest.mark.xfail(strict=True, raises=runner.Unsound, reason=f"issue 10 finding `{f.id}` ({f.owner}): {f.what}"))
+        marks.append(pytest.mark.xfail(strict=True, raises=runner.Unsound, reason=f"open finding `{f.id}` (tests/property/known.py): {f.what}"))
     return pytest.param(f, id=f.id, marks=marks)
 
 
@@ -34,7 +34,7 @@ def test_every_open_finding_has_a_test():
 
 
 @pytest.mark.xfail("branch-hides-error" in known.OPEN, strict=True,
-                   reason="issue 10 finding `branch-hides-error`: an error in one branch of an if-expression "
+                   reason="open finding `branch-hides-error` (tests/property/known.py): an error in one branch of an if-expression "
                           "hides an independent error in the other")
 def test_an_error_in_one_branch_does_not_hide_one_in_the_other():
     """Seed 001 as written: line 107's concat is wrong (its branch is an error), and line 114,

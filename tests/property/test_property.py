@@ -113,7 +113,7 @@ def test_the_generator_covers_every_op_and_construct():
                   "setitem", "second-length", "attention-mask", "positions"}
     constructs |= {f"dtype:{d}" for d in specgen.DTYPES}
     constructs |= {"slice-negative", "int-math:int64", "int-math:int32", "gather-3d", "tensor-compare",
-                   "attention-gqa", "attention-window", "attention-bias"}
+                   "attention-gqa", "attention-window", "attention-bias", "attention-softcap", "mask-logic"}
     assert not constructs - features, f"constructs never generated: {sorted(constructs - features)}"
 
 

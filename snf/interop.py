@@ -78,6 +78,16 @@ class _Reading:
         self.reported: set = set()
         self.trace: list = []  # the keys read, in order
 
+    def absorb(self, trial: "_Reading", value, invalid: list = ()):
+        """Take in what a trial reading (one side of an `or`) found; return its `value`."""
+        self.used |= trial.used
+        self.trace += trial.trace
+        self.invalid += list(invalid) + trial.invalid
+        self.missing += trial.missing
+        self.mismatched += [m for m in trial.mismatched if m[0].split(" ")[0] not in self.reported]
+        self.reported |= trial.reported
+        return value
+
 
 def _eval(src, want: tuple, layer: int | None, r: _Reading, shown: str, transformed: bool = False):
     """The tensor `src` gives for a piece of shape `want`, or None (and the problem noted). A
@@ -101,14 +111,13 @@ def _eval(src, want: tuple, layer: int | None, r: _Reading, shown: str, transfor
     if kind == "or":
         trial = _Reading(r.sd)
         first = _eval(src[1], want, layer, trial, shown, transformed)
-        r.used |= trial.used
-        r.trace += trial.trace
-        r.invalid += trial.invalid
         if first is not None or trial.mismatched:  # the first source is there, if misshapen
-            r.mismatched += [m for m in trial.mismatched if m[0].split(" ")[0] not in r.reported]
-            r.reported |= trial.reported
-            return first
-        return _eval(src[2], want, layer, r, shown, transformed)
+            return r.absorb(trial, first)
+        other = _Reading(r.sd)
+        second = _eval(src[2], want, layer, other, shown, transformed)
+        if second is None and not other.mismatched and not other.invalid:
+            other.missing = trial.missing  # neither is there: the first source's keys are named missing
+        return r.absorb(other, second, invalid=trial.invalid)
     if kind == "T":
         if len(want) < 2:
             r.mismatched.append((f"{shown} (`.T` needs two axes)", tuple(want), tuple(want)))
@@ -353,17 +362,23 @@ def save_checkpoint(model: torch.nn.Module, path: str | Path) -> Path:
     """Write the model's parameters in the spec's names (`spec_state`: per-layer ones stacked on
     axis 0) as one safetensors file, with the spec's file name, sha256 and the config as metadata.
     `load_checkpoint(model, path)` reads it back."""
+    return write_safetensors(spec_state(model), Path(path), _metadata(model))
+
+
+def write_safetensors(tensors: dict, path: Path, metadata: dict) -> Path:
+    """One safetensors file of `tensors`: on the CPU, each contiguous and none sharing memory with
+    another (safetensors refuses shared memory; a tensor is copied only where it has to be), with
+    an ordinary file's mode."""
     from safetensors.torch import save_file
 
-    tensors, storages = {}, set()
-    for name, tensor in spec_state(model).items():
+    out, storages = {}, set()
+    for name, tensor in tensors.items():
         tensor = tensor.detach().cpu()
         if tensor.untyped_storage().data_ptr() in storages or not tensor.is_contiguous():
-            tensor = tensor.clone(memory_format=torch.contiguous_format)  # safetensors refuses shared memory
+            tensor = tensor.clone(memory_format=torch.contiguous_format)
         storages.add(tensor.untyped_storage().data_ptr())
-        tensors[name] = tensor
-    path = Path(path)
-    save_file(tensors, str(path), metadata=_metadata(model))
+        out[name] = tensor
+    save_file(out, str(path), metadata=metadata)
     mask = os.umask(0)  # safetensors writes 0600; a checkpoint is an ordinary file (umask's mode)
     os.umask(mask)
     os.chmod(path, 0o666 & ~mask)

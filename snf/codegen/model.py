@@ -4,12 +4,13 @@ the tables `snf.interop` reads. Facts come from the typed IR and the plans; this
 from __future__ import annotations
 
 import functools
+import pprint
 from pathlib import PurePosixPath
 
 import jinja2
 
 from .. import ir, runtime
-from ..checkpoints import encode_mapping, mapping_keys
+from ..checkpoints import encode_config_section, encode_mapping, mapping_keys
 from ..dims import show_shape
 from ..ir import TensorT
 from ..names import FORWARD_RESERVED, Namespace
@@ -317,11 +318,23 @@ class Generator:
                 if e.name == "_":  # keys the checkpoint has but the model does not need (tied copies)
                     ignored += mapping_keys(e.source)
                     continue
-                rows.append(f"        {e.name!r}: {encode_mapping(e.source)!r},")
+                rows += _data_rows(f"        {e.name!r}: ", encode_mapping(e.source))
             rows.append("    },")
-            rows.append(f"    'ignore': {tuple(ignored)!r},")
+            rows += _data_rows("    'ignore': ", tuple(ignored))
+            if any(c.fmt == fmt for c in self.model.config_maps):
+                # 'reads' (Config field -> source, in order), 'asserts', 'writes', 'ignore'
+                rows += _data_rows("    'config': ", encode_config_section(self.model, fmt))
             rows.append("},")
         return rows
+
+
+def _data_rows(head: str, value) -> list[str]:
+    """`head` and the data `value` (a literal) as lines of a table entry, ending in a comma; a long
+    value over several lines, aligned under its start."""
+    lines = pprint.pformat(value, width=max(130 - len(head), 40), sort_dicts=False).split("\n")
+    rows = [head + lines[0]] + [" " * len(head) + line for line in lines[1:]]
+    rows[-1] += ","
+    return rows
 
 
 def generate(plans: Plans, spec_path: str) -> str:

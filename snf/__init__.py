@@ -1,13 +1,14 @@
 """snfc: compile SNF transformer specs to readable PyTorch modules.
 
-Importing `snf` does not import torch; `snf.load` and `snf.interop` do.
+Importing `snf` does not import torch; `snf.load`, `snf.from_pretrained`, `snf.save_pretrained` and
+`snf.interop` do.
 """
 
 from __future__ import annotations
 
 from .version import __version__
 
-__all__ = ["__version__", "load"]
+__all__ = ["__version__", "load", "from_pretrained", "save_pretrained"]
 
 
 def load(path):
@@ -16,8 +17,21 @@ def load(path):
     return _load(path)
 
 
+def from_pretrained(path, *, spec=None, dtype=None, device=None):
+    """A model from a transformers `save_pretrained` folder: the bundled spec for its model_type (or
+    `spec`), its Config from config.json and its weights (snf.pretrained.from_pretrained)."""
+    from .pretrained import from_pretrained as _from_pretrained
+    return _from_pretrained(path, spec=spec, dtype=dtype, device=device)
+
+
+def save_pretrained(model, folder):
+    """Write a model as a transformers `save_pretrained` folder (snf.pretrained.save_pretrained)."""
+    from .pretrained import save_pretrained as _save_pretrained
+    return _save_pretrained(model, folder)
+
+
 def __getattr__(name):
-    if name in ("interop", "interpret"):
+    if name in ("interop", "interpret", "pretrained"):
         import importlib
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(name)

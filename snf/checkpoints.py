@@ -54,3 +54,119 @@ def mapping_keys(e: ir.Expr) -> list[str]:
     if isinstance(e, ir.BoolOp):
         return mapping_keys(e.left) + mapping_keys(e.right)
     return []
+
+
+# ----------------------------------------------------------------------------- `config FMT:` sections
+
+ABOVE = "a Config field mapped above (a field is read from the names mapped before it)"
+CONFIG_ARITH = ("+", "-", "*", "/", "//", "%")
+CONFIG_COMPARE = ("==", "!=", "<", "<=", ">", ">=")
+
+
+def is_condition(e: ir.Expr) -> bool:
+    """Whether `e` is a condition (a comparison, `and`, `not`, or an `or` of conditions): its `or`
+    is then logical; after any other value `or` gives a default for an absent key."""
+    if isinstance(e, (ir.Compare, ir.Const)) and not (isinstance(e, ir.Const) and e.value is None):
+        return isinstance(e, ir.Compare) or isinstance(e.value, bool)
+    if isinstance(e, ir.Unary) and e.op == "not":
+        return True
+    if isinstance(e, ir.BoolOp):
+        return e.op == "and" or is_condition(e.left)
+    return False
+
+
+def config_key(e: ir.Expr, fmt: str) -> str | None:
+    """"a.b" for `FMT.a.b` (a key of the foreign config; dots go into nested objects), else None."""
+    parts = []
+    while isinstance(e, ir.Attribute):
+        parts.append(e.attr)
+        e = e.value
+    return ".".join(reversed(parts)) if parts and isinstance(e, ir.Name) and e.id == fmt else None
+
+
+def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "a Config name"):
+    """A `config FMT:` expression as nested tuples (never evaluated as code): ("key", "a.b") is
+    `FMT.a.b`, a key of the foreign config, ("name", n) a Config name (one of `names`), ("const",
+    v), ("list", items), ("or", a, b) (`a`, or `b` where `a` is an absent or null key), ("any" /
+    "all", a, b), ("not", a), ("neg", a), ("op", op, a, b), ("cmp", op, a, b), ("if", test, body,
+    orelse) and ("match", source, ((value, result), ...)). With `keys=False` no key may be read
+    (what the way back writes comes from the Config alone). `scope` says what `names` are."""
+    def enc(x):
+        return encode_config(x, fmt, names, keys, scope)
+
+    key = config_key(e, fmt)
+    if key is not None:
+        if not keys:
+            raise MappingError(f"`{fmt}.{key}` reads the foreign config, which a value written back cannot", e.span)
+        return ("key", key)
+    if isinstance(e, ir.Name):
+        if e.id == fmt:
+            raise MappingError(f"`{fmt}` is the foreign config: write `{fmt}.key`", e.span)
+        if e.id not in names:
+            raise MappingError(f"`{e.id}` is not {scope}", e.span)
+        return ("name", e.id)
+    if isinstance(e, (ir.Num, ir.Str, ir.Const)):
+        return ("const", e.value)
+    if isinstance(e, ir.ListExpr):
+        return ("list", tuple(enc(x) for x in e.items))
+    if isinstance(e, ir.BoolOp):
+        if e.op == "and":
+            return ("all", enc(e.left), enc(e.right))
+        return ("any" if is_condition(e.left) else "or", enc(e.left), enc(e.right))
+    if isinstance(e, ir.Unary):
+        return ("not", enc(e.operand)) if e.op == "not" else ("neg", enc(e.operand)) if e.op == "-" else enc(e.operand)
+    if isinstance(e, ir.BinOp) and e.op in CONFIG_ARITH:
+        return ("op", e.op, enc(e.left), enc(e.right))
+    if isinstance(e, ir.Compare) and e.op in CONFIG_COMPARE:
+        return ("cmp", e.op, enc(e.left), enc(e.right))
+    if isinstance(e, ir.Cond) and e.orelse is not None:
+        return ("if", enc(e.test), enc(e.body), enc(e.orelse))
+    if isinstance(e, ir.Call) and e.func == "match":
+        if len(e.args) != 1 or not e.kwargs:
+            raise MappingError("write match(source, value=result, ...): one source, then what each value gives", e.span)
+        cases = []
+        for k in e.kwargs:
+            result = enc(k.value)
+            if result[0] != "const":
+                raise MappingError(f"`{k.name}=` must give a constant", k.value.span)
+            cases.append((k.name, result[1]))
+        return ("match", enc(e.args[0]), tuple(cases))
+    raise MappingError("unsupported config expression", getattr(e, "span", None))
+
+
+def config_keys(enc) -> list[str]:
+    """The foreign keys an encoded config expression reads."""
+    if enc[0] == "key":
+        return [enc[1]]
+    out: list = []
+    for part in enc[1:]:
+        if isinstance(part, tuple) and part and isinstance(part[0], str):
+            out += config_keys(part)
+        elif isinstance(part, tuple):
+            out += [k for item in part if isinstance(item, tuple) and item and isinstance(item[0], str)
+                    for k in config_keys(item)]
+    return out
+
+
+def config_scope(fields, derived) -> tuple[str, ...]:
+    """The names an assert or a value written back may read: the Config's fields and what it
+    computes (not an alias such as `D = n_embd`, which the generated Config does not hold)."""
+    return tuple(c.name for c in fields) + tuple(d.name for d in derived if d.alias_of is None)
+
+
+def encode_config_section(model: ir.Model, fmt: str) -> dict:
+    """The checked model's `config FMT:` section as data for snf.pretrained: 'reads' (field ->
+    source, in the order they are read), 'asserts' ((test, message) pairs), 'writes' (key ->
+    value, for the way back), 'ignore' (keys)."""
+    names = config_scope(model.config, model.derived)
+    reads, asserts, writes, ignore = {}, [], {}, []
+    for e in (e for e in model.config_maps if e.fmt == fmt):
+        if e.kind == "read" and e.target == "_":
+            ignore += config_keys(encode_config(e.source, e.fmt, ()))
+        elif e.kind == "read":
+            reads[e.target] = encode_config(e.source, e.fmt, tuple(reads), scope=ABOVE)
+        elif e.kind == "write":
+            writes[e.target.partition(".")[2]] = encode_config(e.source, e.fmt, names, keys=False)
+        else:
+            asserts.append((encode_config(e.source, e.fmt, names), e.message or ""))
+    return {"reads": reads, "asserts": tuple(asserts), "writes": writes, "ignore": tuple(ignore)}

@@ -1,6 +1,18 @@
 """Longer explanations with examples, for `snfc explain CODE`."""
 
 EXAMPLES = {
+    "bad-config-map": (
+        "Example:\n"
+        "    config hf:\n"
+        "      assert hf.model_type == \"llama\"\n"
+        "      n_layers <- hf.num_hidden_layers     # the field is `n_layer`\n"
+        "      n_embd <- hf.hidden_size // n_head    # `n_head` is read below: not known yet\n"
+        "      n_head <- hf.num_attention_heads\n"
+        "A `config FMT:` section maps a foreign config (transformers' config.json) to the Config:\n"
+        "`field <- source` reads a `param:` field (from keys `hf.key`, fields read above,\n"
+        "constants), `assert` states what the spec requires, `_ <- hf.key` lists harmless keys and\n"
+        "`hf.key <- value` what the way back writes. Every field without a default must be read.\n"
+        "docs/language.md 7.1."),
     "shape-mismatch": (
         "Example:\n"
         "    parameter:\n"

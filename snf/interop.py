@@ -353,17 +353,23 @@ def save_checkpoint(model: torch.nn.Module, path: str | Path) -> Path:
     """Write the model's parameters in the spec's names (`spec_state`: per-layer ones stacked on
     axis 0) as one safetensors file, with the spec's file name, sha256 and the config as metadata.
     `load_checkpoint(model, path)` reads it back."""
+    return write_safetensors(spec_state(model), Path(path), _metadata(model))
+
+
+def write_safetensors(tensors: dict, path: Path, metadata: dict) -> Path:
+    """One safetensors file of `tensors`: on the CPU, each contiguous and none sharing memory with
+    another (safetensors refuses shared memory; a tensor is copied only where it has to be), with
+    an ordinary file's mode."""
     from safetensors.torch import save_file
 
-    tensors, storages = {}, set()
-    for name, tensor in spec_state(model).items():
+    out, storages = {}, set()
+    for name, tensor in tensors.items():
         tensor = tensor.detach().cpu()
         if tensor.untyped_storage().data_ptr() in storages or not tensor.is_contiguous():
-            tensor = tensor.clone(memory_format=torch.contiguous_format)  # safetensors refuses shared memory
+            tensor = tensor.clone(memory_format=torch.contiguous_format)
         storages.add(tensor.untyped_storage().data_ptr())
-        tensors[name] = tensor
-    path = Path(path)
-    save_file(tensors, str(path), metadata=_metadata(model))
+        out[name] = tensor
+    save_file(out, str(path), metadata=metadata)
     mask = os.umask(0)  # safetensors writes 0600; a checkpoint is an ordinary file (umask's mode)
     os.umask(mask)
     os.chmod(path, 0o666 & ~mask)

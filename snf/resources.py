@@ -1,4 +1,4 @@
-"""Grammars and templates: package data when installed, the repo's top-level folders otherwise;
+"""Grammars, templates and the bundled specs: package data when installed, the repo's top-level folders otherwise;
 and the user's cache folder."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ _PKG = Path(__file__).resolve().parent
 
 
 def resource_dir(kind: str) -> Path:
-    """`grammars` or `templates`: inside the package (wheel) or beside it (source tree)."""
+    """`grammars`, `templates` or `specs` (the bundled specs): inside the package (wheel) or beside it
+    (source tree)."""
     for candidate in (_PKG / kind, _PKG.parent / kind):
         if candidate.is_dir():
             return candidate

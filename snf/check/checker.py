@@ -14,6 +14,7 @@ from ..ir import ErrorT, ScalarT, TensorT
 from ..ops import all_ops
 from ..source import Span
 from .calls import Calls
+from .config_maps import ConfigMaps
 from .declarations import Declarations
 from .expressions import Expressions
 from .facts import Facts
@@ -27,7 +28,7 @@ from .scopes import Scope, Scopes
 from .statements import Statements
 
 
-class Checker(Declarations, Expressions, Statements, Loops, Calls, Facts, Folding, Numbers, Presence, Inits,
+class Checker(Declarations, ConfigMaps, Expressions, Statements, Loops, Calls, Facts, Folding, Numbers, Presence, Inits,
               Scopes, Messages):
     def __init__(self, spec: ir.Spec, r: Reporter):
         self.spec, self.r = spec, r
@@ -74,6 +75,8 @@ class Checker(Declarations, Expressions, Statements, Loops, Calls, Facts, Foldin
         self.unused_warnings()
         stacked = self.stacked_owners(body)
         self.check_mappings(set(stacked))
+        self.check_sources()
+        self.check_config_maps()
         if self.r.has_errors:
             return None
         return ir.Model(
@@ -83,7 +86,7 @@ class Checker(Declarations, Expressions, Statements, Loops, Calls, Facts, Foldin
             body=body, constraints=tuple(self.constraints),
             runtime_dims=tuple((d, inp, ax) for d, (inp, ax) in self.runtime.items() if inp),
             display=tuple(sorted(((k, v) for k, v in self.display.items()), key=lambda kv: kv[1])),
-            mappings=self.spec.mappings, stacked=stacked,
+            mappings=self.spec.mappings, config_maps=self.spec.config_maps, stacked=stacked,
             checks=tuple(ir.Check(lo, hi, span, op, self.check_why.get((lo, hi, op), ""),
                                   tuple(sorted(self.check_when.get((lo, hi, op), ()))))
                          for (lo, hi, op), span in self.implied_checks().items()),

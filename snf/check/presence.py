@@ -36,9 +36,8 @@ class Presence:
             return self.group(test.name)
         if isinstance(test.ty, ErrorT):
             return frozenset(i.name for i in self.inputs if i.optional)
-        if isinstance(test, ir.Ref) and test.kind == "config":  # parameters declared `if flag else None`
-            return frozenset(t.name for t in self.params + self.buffers
-                             if isinstance(t.condition, ir.Ref) and t.condition.name == test.name)
+        if _flag(test) is not None:  # parameters declared `if flag else None` (or `if not flag`)
+            return frozenset(t.name for t in self.params + self.buffers if _flag(t.condition) == _flag(test))
         if isinstance(test, ir.Op) and test.op == "and":
             return self.presence(test.arg("a")) | self.presence(test.arg("b"))
         return frozenset()
@@ -68,3 +67,10 @@ class Presence:
         order = [i.name for i in self.inputs]
         return tuple(sorted({tuple(sorted(self.group(i.name), key=order.index))
                              for i in self.inputs if i.optional and len(self.group(i.name)) > 1}))
+
+
+def _flag(test) -> tuple[str, bool] | None:
+    """(field, negated) for a test that is a config field (`flag`) or its negation (`not flag`)."""
+    negated = isinstance(test, ir.Op) and test.op == "not"
+    inner = test.arg("a") if negated else test
+    return (inner.name, negated) if isinstance(inner, ir.Ref) and inner.kind == "config" else None

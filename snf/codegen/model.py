@@ -4,12 +4,13 @@ the tables `snf.interop` reads. Facts come from the typed IR and the plans; this
 from __future__ import annotations
 
 import functools
+import pprint
 from pathlib import PurePosixPath
 
 import jinja2
 
 from .. import ir, runtime
-from ..checkpoints import encode_mapping, mapping_keys
+from ..checkpoints import encode_config_section, encode_mapping, mapping_keys
 from ..dims import show_shape
 from ..ir import TensorT
 from ..names import FORWARD_RESERVED, Namespace
@@ -320,7 +321,20 @@ class Generator:
                 rows.append(f"        {e.name!r}: {encode_mapping(e.source)!r},")
             rows.append("    },")
             rows.append(f"    'ignore': {tuple(ignored)!r},")
+            rows += self.config_map_rows(fmt)
             rows.append("},")
+        return rows
+
+    def config_map_rows(self, fmt: str) -> list[str]:
+        """The `config FMT:` section, when the spec has one: 'reads' (Config field -> source, in
+        order), 'asserts', 'writes' and 'ignore' (snf.checkpoints.encode_config_section)."""
+        if not any(e.fmt == fmt for e in self.model.config_maps):
+            return []
+        head = "    'config': "
+        text = pprint.pformat(encode_config_section(self.model, fmt), width=130 - len(head), sort_dicts=False)
+        lines = text.split("\n")
+        rows = [head + lines[0]] + [" " * len(head) + line for line in lines[1:]]
+        rows[-1] += ","
         return rows
 
 

@@ -33,7 +33,7 @@ def parse(src: Source, r: Reporter) -> ir.Spec | None:
         spec = parse_model_notation(src, r)
     else:
         spec = parse_dsl(src, r)
-    deep = too_deep(list(spec.decls + spec.body + spec.mappings)) if spec is not None else None
+    deep = too_deep(list(spec.decls + spec.body + spec.mappings + spec.config_maps)) if spec is not None else None
     if deep is not None:  # either notation: later stages recurse over the syntax IR
         r.error("too-large", f"expressions and blocks nest more than {MAX_NODE_DEPTH} deep here", deep.span,
                 "split the expression with `let` values")

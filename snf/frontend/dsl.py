@@ -136,6 +136,20 @@ class ToSyntax(AtomTransformer):
     def checkpoint(self, meta, fmt, *entries):
         return ("checkpoint", str(fmt), [ir.replace(e, fmt=str(fmt)) for e in entries])
 
+    def config_set(self, meta, *parts):
+        *names, source = parts
+        where = tok_span(names[0]).to(tok_span(names[-1]))
+        kind = "read" if len(names) == 1 else "write"  # FMT.key <- value: the way back
+        return ir.ConfigEntry("", kind, ".".join(map(str, names)), source, None, tok_span(names[0]).to(source.span),
+                              where)
+
+    def config_assert(self, meta, test, message=None):
+        text = self.str_lit(meta, message).value if message is not None else None
+        return ir.ConfigEntry("", "assert", None, test, text, span(meta), test.span)
+
+    def config_map(self, meta, fmt, *entries):
+        return ("config", str(fmt), [ir.replace(e, fmt=str(fmt)) for e in entries])
+
     def start(self, meta, *items):
         return list(items)
 
@@ -145,15 +159,18 @@ def parse_dsl(src: Source, r: Reporter) -> ir.Spec | None:
     items = parse_items(src, r, "snf.lark", MISPLACED, ToSyntax)
     if items is None:
         return None
-    decls, body, maps = [], [], []
+    decls, body, maps, configs = [], [], [], []
     for item in items:
         if isinstance(item, tuple) and item[0] == "section":
             decls += item[2]
         elif isinstance(item, tuple) and item[0] == "checkpoint":
             maps += item[2]
+        elif isinstance(item, tuple) and item[0] == "config":
+            configs += item[2]
         else:
             body.append(item)
-    return ir.Spec(src.path, src.sha256, model_name(src.path), tuple(decls), tuple(body), tuple(maps))
+    return ir.Spec(src.path, src.sha256, model_name(src.path), tuple(decls), tuple(body), tuple(maps),
+                   config_maps=tuple(configs))
 
 
 def too_deep(roots: list):

@@ -203,6 +203,21 @@ class MapEntry:
 
 
 @dataclass(frozen=True)
+class ConfigEntry:
+    """One line of a `config FMT:` section: `field <- source` (kind "read"; `_ <- FMT.key` lists keys
+    to ignore), `FMT.key <- value` ("write": what the way back writes) or `assert test, "message"`
+    ("assert")."""
+
+    fmt: str
+    kind: str
+    target: str | None  # the field (read), "FMT.key" (write); None for an assert
+    source: Expr
+    message: str | None = None
+    span: Span = NO_SPAN
+    target_span: Span = NO_SPAN
+
+
+@dataclass(frozen=True)
 class Spec:
     """A parsed spec, before checking."""
 
@@ -213,10 +228,11 @@ class Spec:
     body: tuple[Stmt, ...]
     mappings: tuple[MapEntry, ...] = ()
     notation: str = "dsl"
+    config_maps: tuple[ConfigEntry, ...] = ()
 
 
 __all__ = [
     "Name", "Num", "Str", "Const", "BinOp", "Unary", "Compare", "BoolOp", "Cond", "Keyword", "Call",
     "SliceExpr", "Subscript", "Attribute", "ListExpr", "Exists", "Expr", "Let", "Assign", "If",
-    "For", "Assert", "Stmt", "Decl", "MapEntry", "Spec",
+    "For", "Assert", "Stmt", "Decl", "MapEntry", "ConfigEntry", "Spec",
 ]

@@ -12,7 +12,7 @@ from typing import Any, Union
 
 from ..dims import Dim, Divides, show_dim
 from ..source import NO_SPAN, Span
-from .syntax import MapEntry
+from .syntax import ConfigEntry, MapEntry
 
 # ============================================================================ types
 
@@ -330,6 +330,7 @@ class Model:
     runtime_dims: tuple[tuple[str, str, int], ...] = ()  # (dim, input, axis) where first bound
     display: tuple[tuple[Any, str], ...] = ()  # atom -> spec spelling, for messages and comments
     mappings: tuple[MapEntry, ...] = ()
+    config_maps: tuple[ConfigEntry, ...] = ()  # `config FMT:` sections, checked (snf.checkpoints encodes them)
     stacked: tuple[str, ...] = ()  # parameters that live per layer
     checks: tuple[Check, ...] = ()
     input_groups: tuple[tuple[str, ...], ...] = ()  # optional inputs given together or not at all

@@ -1,0 +1,267 @@
+"""snf.from_pretrained and snf.save_pretrained against transformers, on tiny random models each
+family's transformers class builds and saves into tmp_path (no weights are downloaded).
+
+For each family with a bundled spec: the logits agree (fp32, relative 1e-5), greedy `generate`
+gives the same tokens as transformers' `generate(do_sample=False)`, and the round trip
+snfc -> save_pretrained -> transformers -> save_pretrained -> from_pretrained is exact. A
+config.json setting the spec cannot honour is a PretrainedError naming it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import snf  # noqa: E402
+from snf.interop import CheckpointError  # noqa: E402
+from snf.pretrained import PretrainedError, bundled_specs  # noqa: E402
+
+_DECODER = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=64, bos_token_id=None, eos_token_id=None)
+
+FAMILIES = {
+    # family: (transformers config class name, its keyword arguments, the bundled spec)
+    "gpt2": ("GPT2Config", dict(vocab_size=97, n_positions=32, n_embd=48, n_layer=2, n_head=3,
+                                bos_token_id=None, eos_token_id=None), "nanogpt.snf"),
+    "llama": ("LlamaConfig", dict(_DECODER, rope_theta=5000.0), "llama3.snf"),
+    "mistral": ("MistralConfig", dict(_DECODER, sliding_window=5), "mistral.snf"),
+    "qwen2": ("Qwen2Config", dict(_DECODER, rope_theta=20000.0), "qwen2.snf"),
+    "bert": ("BertConfig", dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                intermediate_size=48, max_position_embeddings=64, type_vocab_size=3), "bert.snf"),
+}
+CAUSAL = ["gpt2", "llama", "mistral", "qwen2"]  # the encoder (BERT) has no logits and no generate
+NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.weight", "LayerNorm.weight")
+
+
+def hf_model(family: str, seed: int = 0, **overrides):
+    """A transformers model of the family, every parameter random (biases and norm weights too)."""
+    name, kwargs, _ = FAMILIES[family]
+    config = getattr(transformers, name)(**{**kwargs, **overrides})
+    torch.manual_seed(seed)
+    auto = transformers.AutoModelForCausalLM if family in CAUSAL else transformers.AutoModel
+    model = auto.from_config(config).eval()
+    with torch.no_grad():
+        for key, p in model.named_parameters():
+            p.copy_((1.0 if key.endswith(NORMS) else 0.0) + torch.randn_like(p) * 0.2)
+    return model
+
+
+def saved(tmp_path, family: str, **overrides):
+    model = hf_model(family, **overrides)
+    folder = tmp_path / family
+    model.save_pretrained(folder)
+    return model, folder
+
+
+def tokens(vocab: int, t: int = 13, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, vocab, (2, t), generator=torch.Generator().manual_seed(seed))
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Equal to fp32's precision: the largest difference at most 1e-5 of the largest value."""
+    return bool((got - want).abs().max() <= 1e-5 * want.abs().max())
+
+
+def edit_config(folder, **changes):
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is ...:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    path.write_text(json.dumps(config))
+
+
+def test_every_family_has_its_bundled_spec():
+    specs = bundled_specs()
+    for family, (_, _, spec) in FAMILIES.items():
+        assert specs[family].name == spec
+
+
+@pytest.mark.parametrize("family", CAUSAL)
+def test_logits_match_transformers(tmp_path, family):
+    hf, folder = saved(tmp_path, family)
+    model = snf.from_pretrained(folder)
+    assert not model.training and next(model.parameters()).dtype == torch.float32
+    idx = tokens(hf.config.vocab_size)
+    with torch.no_grad():
+        want, got = hf(idx).logits, model(idx).logits
+    assert got.shape == want.shape and _close(got, want)
+
+
+@pytest.mark.parametrize("family", CAUSAL)
+def test_greedy_generate_matches_transformers(tmp_path, family):
+    hf, folder = saved(tmp_path, family)
+    model = snf.from_pretrained(folder)
+    idx = tokens(hf.config.vocab_size, t=7)
+    want = hf.generate(idx, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(idx, 8, temperature=0), want)
+
+
+def _round_trip(tmp_path, family: str, agree) -> None:
+    """snfc -> save_pretrained -> transformers -> save_pretrained -> from_pretrained: the same
+    Config and bit-identical weights; `agree(model, hf)` compares snfc's model with transformers'
+    from snfc's folder."""
+    _, folder = saved(tmp_path, family)
+    model = snf.from_pretrained(folder)
+    snf.save_pretrained(model, tmp_path / "snf_out")
+    auto = transformers.AutoModelForCausalLM if family in CAUSAL else transformers.AutoModel
+    hf = auto.from_pretrained(tmp_path / "snf_out").eval()
+    assert type(hf).__name__ == json.loads((tmp_path / "snf_out" / "config.json").read_text())["architectures"][0]
+    with torch.no_grad():
+        agree(model, hf)
+    hf.save_pretrained(tmp_path / "hf_out")
+    back = snf.from_pretrained(tmp_path / "hf_out")
+    assert back.config == model.config
+    mine, theirs = model.state_dict(), back.state_dict()
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+@pytest.mark.parametrize("family", CAUSAL)
+def test_round_trip_through_transformers_is_exact(tmp_path, family):
+    def agree(model, hf):
+        idx = tokens(model.config.vocab_size)
+        assert _close(model(idx).logits, hf(idx).logits)
+    _round_trip(tmp_path, family, agree)
+
+
+def _bert_inputs(vocab: int):
+    ids = tokens(vocab, t=11)
+    types = torch.randint(0, 3, ids.shape, generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0  # padding
+    return ids, types, mask
+
+
+def test_bert_hidden_states_and_pooler_match_transformers(tmp_path):
+    hf, folder = saved(tmp_path, "bert")
+    model = snf.from_pretrained(folder)
+    assert not model.training
+    ids, types, mask = _bert_inputs(hf.config.vocab_size)
+    with torch.no_grad():
+        want = hf(ids, attention_mask=mask, token_type_ids=types)
+        got = model(ids, token_type_ids=types, attention_mask=mask)
+        plain = hf(ids)  # no types (segment 0) and no mask
+        assert _close(model(ids).last_hidden_state, plain.last_hidden_state)
+    for name in ("last_hidden_state", "pooler_output"):
+        assert _close(getattr(got, name), getattr(want, name)), name
+
+
+def test_bert_round_trip_through_transformers_is_exact(tmp_path):
+    def agree(model, hf):
+        ids, types, mask = _bert_inputs(model.config.vocab_size)
+        want = hf(ids, attention_mask=mask, token_type_ids=types).pooler_output
+        assert _close(model(ids, types, mask).pooler_output, want)
+    _round_trip(tmp_path, "bert", agree)
+
+
+def test_sharded_checkpoint_dtype_and_an_explicit_spec(tmp_path, repo):
+    hf = hf_model("llama")
+    hf.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").is_file()
+    model = snf.from_pretrained(tmp_path / "sharded", spec=repo / "specs" / "llama3.snf", dtype=torch.float64)
+    assert next(model.parameters()).dtype == torch.float64
+    idx = tokens(hf.config.vocab_size)
+    with torch.no_grad():
+        want, got = hf.double()(idx).logits, model(idx).logits
+    assert _close(got, want)  # not closer: transformers keeps RoPE's frequencies in fp32
+
+
+def test_gpt2_exact_gelu_is_selected_by_activation_function(tmp_path):
+    hf, folder = saved(tmp_path, "gpt2", activation_function="gelu")
+    model = snf.from_pretrained(folder)
+    assert model.config.gelu_tanh is False
+    idx = tokens(hf.config.vocab_size)
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+
+
+def test_qwen2_with_a_tied_head(tmp_path):
+    hf, folder = saved(tmp_path, "qwen2", tie_word_embeddings=True)
+    model = snf.from_pretrained(folder)
+    assert model.config.tie_embeddings is True and "lm_head_weight" not in snf.interop.spec_state(model)
+    idx = tokens(hf.config.vocab_size)
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+    snf.save_pretrained(model, tmp_path / "back")
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval()
+    assert again.config.tie_word_embeddings and torch.equal(again.lm_head.weight, hf.lm_head.weight)
+
+
+def test_mistral_without_a_window_attends_to_everything(tmp_path):
+    hf, folder = saved(tmp_path, "mistral", sliding_window=None)
+    model = snf.from_pretrained(folder)
+    assert model.config.sliding_window == model.config.block_size
+    idx = tokens(hf.config.vocab_size, t=20)
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+
+
+@pytest.mark.parametrize("family, changes, named", [
+    ("gpt2", dict(activation_function="relu"), "activation_function = \"relu\""),
+    ("gpt2", dict(tie_word_embeddings=False), "tie_word_embeddings = false"),
+    ("gpt2", dict(n_inner=100), "n_inner = 100"),
+    ("gpt2", dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx = true"),
+    ("llama", dict(rope_parameters={"rope_type": "llama3", "rope_theta": 5e5, "factor": 32.0}),
+     "rope_parameters.rope_type = \"llama3\""),
+    ("llama", dict(rope_scaling={"type": "linear", "factor": 2.0}), "rope_scaling = {"),
+    ("llama", dict(tie_word_embeddings=True), "tie_word_embeddings = true"),
+    ("llama", dict(attention_bias=True), "attention_bias = true"),
+    ("llama", dict(head_dim=16), "head_dim = 16"),
+    ("llama", dict(hidden_act="gelu"), "hidden_act = \"gelu\""),
+    ("llama", dict(some_new_setting=3), "some_new_setting = 3: the spec does not map it"),
+    ("mistral", dict(use_sliding_window=True), "use_sliding_window = true: the spec does not map it"),
+    ("bert", dict(hidden_act="gelu_new"), "hidden_act = \"gelu_new\""),
+    ("bert", dict(position_embedding_type="relative_key"), "position_embedding_type = \"relative_key\""),
+    ("bert", dict(is_decoder=True), "is_decoder = true"),
+    ("qwen2", dict(use_sliding_window=True), "use_sliding_window = true: the spec requires"),
+    ("qwen2", dict(layer_types=["full_attention", "sliding_attention"]), "layer_types = [\"full_attention\", \"sl"),
+])
+def test_a_setting_the_spec_cannot_honour_is_named(tmp_path, family, changes, named):
+    _, folder = saved(tmp_path, family)
+    edit_config(folder, **changes)
+    with pytest.raises(PretrainedError) as err:
+        snf.from_pretrained(folder)
+    assert named in str(err.value) and FAMILIES[family][2] in str(err.value)
+
+
+def test_an_unknown_model_type_a_missing_key_and_misfitting_weights(tmp_path):
+    _, folder = saved(tmp_path, "llama")
+    edit_config(folder, model_type="falcon")
+    with pytest.raises(PretrainedError, match=r"no bundled spec for model_type 'falcon'.*'llama' \(llama3.snf\)"):
+        snf.from_pretrained(folder)
+    edit_config(folder, model_type="llama", hidden_size=...)
+    with pytest.raises(PretrainedError, match=r"config.json has no `hidden_size`"):
+        snf.from_pretrained(folder)
+    edit_config(folder, hidden_size=40, head_dim=10)  # what config.json says; the weights are 32 wide
+    with pytest.raises(CheckpointError, match=r"token_embedding.weight: expected shape \[97, 40\], got \[97, 32\]"):
+        snf.from_pretrained(folder)
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        snf.from_pretrained(tmp_path)
+
+
+def test_a_spec_without_a_config_section_and_a_config_the_spec_refuses(tmp_path, repo):
+    _, folder = saved(tmp_path, "gpt2")
+    with pytest.raises(PretrainedError, match=r"gpt_decoder.snf.*no `config hf:` section"):
+        snf.from_pretrained(folder, spec=repo / "specs" / "gpt_decoder.snf")
+    edit_config(folder, n_layer="two")
+    with pytest.raises(PretrainedError, match=r"config.json gives a Config the spec refuses.*n_layer='two'"):
+        snf.from_pretrained(folder)
+
+
+@pytest.mark.slow  # torch.compile: generate's decode step compiles on the default path
+def test_the_default_compiled_path_generates_what_transformers_does(tmp_path):
+    from conftest import python_subprocess
+    hf, folder = saved(tmp_path, "llama")
+    idx = tokens(hf.config.vocab_size, t=5)
+    want = hf.generate(idx, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    code = (f"import snf, torch; m = snf.from_pretrained({str(folder)!r}); "
+            f"print(m.generate(torch.tensor({idx.tolist()}), 6, temperature=0).tolist())")
+    run = python_subprocess(code, env={"SNF_COMPILE": "1"}, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1] == str(want.tolist())

@@ -720,15 +720,7 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale,
                                                   enable_gqa=gqa)
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
-    allowed = None
-    if causal:  # key j is visible to query i (at position first + i) when j <= first + i
-        first = cache_position if cache_position is not None else tk - tq
-        rows = first + torch.arange(tq, device=q.device)[:, None]
-        cols = torch.arange(tk, device=q.device)[None, :]
-        allowed = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
-    if mask is not None:
-        keep = (mask != 0)[:, None, None, :]
-        allowed = keep if allowed is None else allowed & keep
+    allowed = _visible_keys(q, k, mask, causal, cache_position, window)
     if cache_position is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
             and torch.compiler.is_compiling():
         # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
@@ -757,16 +749,101 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
     return out
 
 
-def _rope(x: torch.Tensor, offset, base: float) -> torch.Tensor:
-    """Rotary embedding on [B, T, H, hd] (rotate-half convention), positions offset..offset+T-1."""
+def _visible_keys(q, k, mask, causal: bool, cache_position: Optional[torch.Tensor] = None,
+                  window: Optional[int] = None) -> Optional[torch.Tensor]:
+    """Which keys each query sees, a bool [B or 1, 1, T, T_keys] (None: every key), for _attention."""
+    tq, tk = q.size(-2), k.size(-2)
+    allowed = None
+    if causal:  # key j is visible to query i (at position first + i) when j <= first + i
+        first = cache_position if cache_position is not None else tk - tq
+        rows = first + torch.arange(tq, device=q.device)[:, None]
+        cols = torch.arange(tk, device=q.device)[None, :]
+        allowed = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
+    if mask is not None:
+        keep = (mask != 0)[:, None, None, :]
+        allowed = keep if allowed is None else allowed & keep
+    return allowed
+
+
+def _rope(x: torch.Tensor, offset, base: float, rotary_dim: Optional[int] = None, interleaved: bool = False,
+          **scaling) -> torch.Tensor:
+    """Rotary embedding on [B, T, H, hd], positions offset..offset+T-1. The first `rotary_dim` dims
+    (all by default) rotate, the rest pass through (GPT-NeoX, Phi, GPT-J); they rotate in the pairs
+    (i, i + rotary_dim / 2) (transformers' rotate_half: Llama, GPT-NeoX) or, `interleaved`, in the
+    adjacent pairs (2i, 2i + 1) (rotate_every_two: GPT-J, CodeGen). `scaling` is transformers'
+    rope_type with its parameters (_rope_frequencies)."""
     t, hd = x.size(1), x.size(3)
-    inv_freq = 1.0 / (base ** (torch.arange(0, hd, 2, device=x.device, dtype=torch.float32) / hd))
+    dim = hd if rotary_dim is None else rotary_dim
+    inv_freq, attention_scaling = _rope_frequencies(dim, base, offset + t, x.device, **scaling)
     pos = torch.arange(t, device=x.device, dtype=torch.float32) + offset
     angles = torch.outer(pos, inv_freq)
-    emb = torch.cat((angles, angles), dim=-1)
-    cos, sin = emb.cos()[None, :, None, :].to(x.dtype), emb.sin()[None, :, None, :].to(x.dtype)
-    x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+    emb = angles.repeat_interleave(2, dim=-1) if interleaved else torch.cat((angles, angles), dim=-1)
+    cos, sin = (emb.cos() * attention_scaling)[None, :, None, :], (emb.sin() * attention_scaling)[None, :, None, :]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    r = x[..., :dim]
+    if interleaved:
+        rotated = torch.stack((-r[..., 1::2], r[..., ::2]), dim=-1).flatten(-2)
+    else:
+        rotated = torch.cat((-r[..., dim // 2:], r[..., : dim // 2]), dim=-1)
+    out = r * cos + rotated * sin
+    return out if dim == hd else torch.cat((out, x[..., dim:]), dim=-1)
+
+
+def _rope_frequencies(dim: int, base: float, seq_len, device: torch.device, scaling: str = "none",
+                      factor: float = 1.0, original_max_position: int = 1, low_freq_factor: float = 1.0,
+                      high_freq_factor: float = 4.0, beta_fast: Optional[float] = None,
+                      beta_slow: Optional[float] = None, mscale: Optional[float] = None,
+                      mscale_all_dim: Optional[float] = None, attention_factor: Optional[float] = None,
+                      truncate: Optional[bool] = None):
+    """(inverse frequencies [dim / 2] float32, the scale of cos and sin) of RoPE over `dim` dims for a
+    sequence of `seq_len` positions: transformers' ROPE_INIT_FUNCTIONS[scaling], step for step, so in
+    float32 it gives the same numbers. "dynamic" recomputes the base from the sequence length once
+    it passes original_max_position (transformers' dynamic_rope_update; seq_len may be a 0-d tensor,
+    a cache position plus the new tokens)."""
+    if scaling == "dynamic":  # NTK-aware scaling; past the trained length transformers computes it as a tensor
+        if isinstance(seq_len, torch.Tensor) or seq_len > original_max_position:
+            seq_len = torch.as_tensor(seq_len, device=device).clamp(min=original_max_position)
+        else:
+            seq_len = original_max_position
+        base = base * ((factor * seq_len / original_max_position) - (factor - 1)) ** (dim / (dim - 2))
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim))
+    if scaling == "linear":
+        return inv_freq / factor, 1.0
+    if scaling == "llama3":
+        low_wavelen, high_wavelen = original_max_position / low_freq_factor, original_max_position / high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+        smooth = (original_max_position / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        return torch.where(~(wavelen < high_wavelen) * ~(wavelen > low_wavelen), smoothed, scaled), 1.0
+    if scaling == "yarn":
+        return _yarn_frequencies(dim, base, device, factor, original_max_position, beta_fast or 32, beta_slow or 1,
+                                 mscale, mscale_all_dim, attention_factor, truncate is not False)
+    return inv_freq, 1.0
+
+
+def _yarn_mscale(scale: float, mscale: float = 1) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def _yarn_frequencies(dim: int, base: float, device: torch.device, factor: float, original: int, fast: float,
+                      slow: float, mscale, mscale_all_dim, attention_factor, truncate: bool):
+    """YaRN (transformers' _compute_yarn_parameters): each frequency a blend of itself (extrapolation)
+    and itself / factor (interpolation), ramping between the dims that turn `fast` and `slow` times
+    over `original` positions; cos and sin scaled by the attention factor."""
+    if attention_factor is None:
+        attention_factor = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim) \
+            if mscale and mscale_all_dim else _yarn_mscale(factor)
+    low, high = (dim * math.log(original / (turns * 2 * math.pi)) / (2 * math.log(base)) for turns in (fast, slow))
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # no zero-width ramp
+    pos_freqs = base ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1).to(device)
+    kept = 1 - ramp
+    return (1.0 / (factor * pos_freqs)) * (1 - kept) + (1.0 / pos_freqs) * kept, float(attention_factor)
 
 
 def _hooked(module: nn.Module) -> bool:

@@ -33,10 +33,12 @@ FAMILIES = {
     "gemma2": ("Gemma2Config", dict(_DECODER, head_dim=16, query_pre_attn_scalar=12, sliding_window=5,
                                     attn_logit_softcapping=2.0, final_logit_softcapping=5.0, pad_token_id=None),
                "gemma2.snf"),
+    "gptj": ("GPTJConfig", dict(vocab_size=97, n_positions=64, n_embd=32, n_layer=2, n_head=4, rotary_dim=4,
+                                bos_token_id=None, eos_token_id=None), "gptj.snf"),
     "bert": ("BertConfig", dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                 intermediate_size=48, max_position_embeddings=64, type_vocab_size=3), "bert.snf"),
 }
-CAUSAL = ["gpt2", "llama", "mistral", "qwen2", "gemma2"]  # the encoder (BERT) has no logits and no generate
+CAUSAL = ["gpt2", "llama", "mistral", "qwen2", "gemma2", "gptj"]  # the encoder (BERT) has no logits and no generate
 NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.weight", "LayerNorm.weight")
 
 
@@ -228,6 +230,9 @@ def test_mistral_without_a_window_attends_to_everything(tmp_path):
     ("gemma2", dict(hidden_activation="gelu"), "hidden_activation = \"gelu\""),
     ("gemma2", dict(tie_word_embeddings=False), "tie_word_embeddings = false"),
     ("gemma2", dict(use_bidirectional_attention=True), "use_bidirectional_attention = true"),
+    ("gptj", dict(activation_function="relu"), "activation_function = \"relu\""),
+    ("gptj", dict(tie_word_embeddings=True), "tie_word_embeddings = true"),
+    ("gptj", dict(attn_pdrop=0.1), "attn_pdrop = 0.1"),
 ])
 def test_a_setting_the_spec_cannot_honour_is_named(tmp_path, family, changes, named):
     _, folder = saved(tmp_path, family)
@@ -287,8 +292,24 @@ def test_gemma2_without_a_soft_cap_is_named(tmp_path):
         snf.from_pretrained(folder)
 
 
+def test_gptj_with_n_inner_and_every_dim_rotated(tmp_path):
+    hf, folder = saved(tmp_path, "gptj", n_inner=40, rotary_dim=8)
+    model = snf.from_pretrained(folder)
+    assert (model.config.mlp_hidden, model.config.rotary_dim) == (40, 8)
+    idx = tokens(hf.config.vocab_size)
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+
+
+def test_gptj_without_rotary_dim_is_named(tmp_path):
+    _, folder = saved(tmp_path, "gptj")
+    edit_config(folder, rotary_dim=None)
+    with pytest.raises(PretrainedError, match=r"config.json has no `rotary_dim`"):
+        snf.from_pretrained(folder)
+
+
 @pytest.mark.slow  # torch.compile: generate's decode step compiles on the default path
-@pytest.mark.parametrize("family", ["llama", "gemma2"])
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gptj"])
 def test_the_default_compiled_path_generates_what_transformers_does(tmp_path, family):
     from conftest import python_subprocess
     hf, folder = saved(tmp_path, family)

@@ -35,10 +35,13 @@ FAMILIES = {
                "gemma2.snf"),
     "gptj": ("GPTJConfig", dict(vocab_size=97, n_positions=64, n_embd=32, n_layer=2, n_head=4, rotary_dim=4,
                                 bos_token_id=None, eos_token_id=None), "gptj.snf"),
+    "gpt_neox": ("GPTNeoXConfig", dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                       num_attention_heads=4, max_position_embeddings=64, rotary_pct=0.5,
+                                       bos_token_id=None, eos_token_id=None), "gpt_neox.snf"),
     "bert": ("BertConfig", dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                 intermediate_size=48, max_position_embeddings=64, type_vocab_size=3), "bert.snf"),
 }
-CAUSAL = ["gpt2", "llama", "mistral", "qwen2", "gemma2", "gptj"]  # the encoder (BERT) has no logits and no generate
+CAUSAL = ["gpt2", "llama", "mistral", "qwen2", "gemma2", "gptj", "gpt_neox"]  # the encoder (BERT) has no logits and no generate
 NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.weight", "LayerNorm.weight")
 
 
@@ -233,6 +236,10 @@ def test_mistral_without_a_window_attends_to_everything(tmp_path):
     ("gptj", dict(activation_function="relu"), "activation_function = \"relu\""),
     ("gptj", dict(tie_word_embeddings=True), "tie_word_embeddings = true"),
     ("gptj", dict(attn_pdrop=0.1), "attn_pdrop = 0.1"),
+    ("gpt_neox", dict(hidden_act="relu"), "hidden_act = \"relu\""),
+    ("gpt_neox", dict(tie_word_embeddings=True), "tie_word_embeddings = true"),
+    ("gpt_neox", dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4,
+                                       "partial_rotary_factor": 0.5}), "rope_parameters.rope_type = \"linear\""),
 ])
 def test_a_setting_the_spec_cannot_honour_is_named(tmp_path, family, changes, named):
     _, folder = saved(tmp_path, family)
@@ -308,8 +315,30 @@ def test_gptj_without_rotary_dim_is_named(tmp_path):
         snf.from_pretrained(folder)
 
 
+@pytest.mark.parametrize("changes", [dict(use_parallel_residual=False), dict(attention_bias=False),
+                                     dict(hidden_act="gelu_fast"), dict(hidden_act="gelu_new")])
+def test_gpt_neox_variants_match_transformers(tmp_path, changes):
+    hf, folder = saved(tmp_path, "gpt_neox", **changes)
+    model = snf.from_pretrained(folder)
+    idx = tokens(hf.config.vocab_size)
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+
+
+def test_gpt_neox_reads_a_transformers_4_config(tmp_path):
+    """Pythia's config.json (transformers 4) names RoPE's settings rotary_pct and rotary_emb_base."""
+    hf, folder = saved(tmp_path, "gpt_neox")
+    edit_config(folder, rope_parameters=..., rotary_pct=0.5, rotary_emb_base=10000, attention_bias=...,
+                torch_dtype="float16", dtype=...)
+    model = snf.from_pretrained(folder)
+    assert (model.config.rotary_pct, model.config.rope_base, model.config.rot) == (0.5, 10000, 4)
+    idx = tokens(hf.config.vocab_size)
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+
+
 @pytest.mark.slow  # torch.compile: generate's decode step compiles on the default path
-@pytest.mark.parametrize("family", ["llama", "gemma2", "gptj"])
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gptj", "gpt_neox"])
 def test_the_default_compiled_path_generates_what_transformers_does(tmp_path, family):
     from conftest import python_subprocess
     hf, folder = saved(tmp_path, family)

@@ -290,6 +290,11 @@ DEMO = {
     "mistral": Demo(dict(TEXT, n_layer=2, n_head=4, n_kv_head=2, n_embd=64, mlp_hidden=172, sliding_window=16),
                     steps=400),
     "nanogpt": Demo(dict(TEXT, n_layer=2, n_head=4, n_embd=64, dropout=0.0), steps=400),
+    "gemma2": Demo(dict(TEXT, n_layer=2, n_head=4, n_kv_head=2, n_embd=64, head_dim=16, mlp_hidden=172,
+                        query_pre_attn_scalar=16, sliding_window=16), steps=400),
+    "qwen2": Demo(dict(TEXT, n_layer=2, n_head=4, n_kv_head=2, n_embd=64, mlp_hidden=172), steps=400),
+    "gptj": Demo(dict(TEXT, n_layer=2, n_head=4, n_embd=64, mlp_hidden=256, rotary_dim=8), steps=400),
+    "gpt_neox": Demo(dict(TEXT, n_layer=2, n_head=4, n_embd=64, mlp_hidden=256), steps=400),
     "nanogpt_model": Demo(dict(V=VOCAB, P=CONTEXT, L=2, H=4, D=64), steps=400),
     # bidirectional models: twin characters (more steps: they learn where the twin is slowly, and
     # a step costs less)

@@ -30,10 +30,18 @@ FAMILIES = {
     "llama": ("LlamaConfig", dict(_DECODER, rope_theta=5000.0), "llama3.snf"),
     "mistral": ("MistralConfig", dict(_DECODER, sliding_window=5), "mistral.snf"),
     "qwen2": ("Qwen2Config", dict(_DECODER, rope_theta=20000.0), "qwen2.snf"),
+    "gemma2": ("Gemma2Config", dict(_DECODER, head_dim=16, query_pre_attn_scalar=12, sliding_window=5,
+                                    attn_logit_softcapping=2.0, final_logit_softcapping=5.0, pad_token_id=None),
+               "gemma2.snf"),
+    "gptj": ("GPTJConfig", dict(vocab_size=97, n_positions=64, n_embd=32, n_layer=2, n_head=4, rotary_dim=4,
+                                bos_token_id=None, eos_token_id=None), "gptj.snf"),
+    "gpt_neox": ("GPTNeoXConfig", dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                       num_attention_heads=4, max_position_embeddings=64, rotary_pct=0.5,
+                                       bos_token_id=None, eos_token_id=None), "gpt_neox.snf"),
     "bert": ("BertConfig", dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                 intermediate_size=48, max_position_embeddings=64, type_vocab_size=3), "bert.snf"),
 }
-CAUSAL = ["gpt2", "llama", "mistral", "qwen2"]  # the encoder (BERT) has no logits and no generate
+CAUSAL = ["gpt2", "llama", "mistral", "qwen2", "gemma2", "gptj", "gpt_neox"]  # the encoder (BERT) has no logits and no generate
 NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.weight", "LayerNorm.weight")
 
 
@@ -241,6 +249,17 @@ def test_mistral_without_a_window_attends_to_everything(tmp_path):
     ("bert", dict(is_decoder=True), "is_decoder = true"),
     ("qwen2", dict(use_sliding_window=True), "use_sliding_window = true: the spec requires"),
     ("qwen2", dict(layer_types=["full_attention", "sliding_attention"]), "layer_types = [\"full_attention\", \"sl"),
+    ("gemma2", dict(layer_types=["full_attention", "sliding_attention"]), "layer_types = [\"full_attention\", \"sl"),
+    ("gemma2", dict(hidden_activation="gelu"), "hidden_activation = \"gelu\""),
+    ("gemma2", dict(tie_word_embeddings=False), "tie_word_embeddings = false"),
+    ("gemma2", dict(use_bidirectional_attention=True), "use_bidirectional_attention = true"),
+    ("gptj", dict(activation_function="relu"), "activation_function = \"relu\""),
+    ("gptj", dict(tie_word_embeddings=True), "tie_word_embeddings = true"),
+    ("gptj", dict(attn_pdrop=0.1), "attn_pdrop = 0.1"),
+    ("gpt_neox", dict(hidden_act="relu"), "hidden_act = \"relu\""),
+    ("gpt_neox", dict(tie_word_embeddings=True), "tie_word_embeddings = true"),
+    ("gpt_neox", dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4,
+                                       "partial_rotary_factor": 0.5}), "rope_parameters.rope_type = \"linear\""),
 ])
 def test_a_setting_the_spec_cannot_honour_is_named(tmp_path, family, changes, named):
     _, folder = saved(tmp_path, family)
@@ -274,10 +293,75 @@ def test_a_spec_without_a_config_section_and_a_config_the_spec_refuses(tmp_path,
         snf.from_pretrained(folder)
 
 
+# ----------------------------------------------------------------------------- the families' own settings
+
+def test_gemma2_odd_layers_slide_and_the_window_matters(tmp_path):
+    """Three layers (transformers' default layer_types: sliding, full, sliding), a sequence four
+    windows long: the logits agree, and those of the same weights with a wider window do not."""
+    import dataclasses
+    hf, folder = saved(tmp_path, "gemma2", num_hidden_layers=3)
+    model = snf.from_pretrained(folder)
+    assert model.config.sliding_window == 5 and model.config.n_layer == 3
+    idx = tokens(hf.config.vocab_size, t=20)
+    wide = type(model)(dataclasses.replace(model.config, sliding_window=64)).eval()
+    wide.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        want, got = hf(idx).logits, model(idx).logits
+        assert _close(got, want)
+        assert not _close(wide(idx).logits, want)
+        assert got.abs().max() < hf.config.final_logit_softcapping  # the cap is in force
+
+
+def test_gemma2_without_a_soft_cap_is_named(tmp_path):
+    _, folder = saved(tmp_path, "gemma2")
+    edit_config(folder, attn_logit_softcapping=None)
+    with pytest.raises(PretrainedError, match=r"config.json has no `attn_logit_softcapping`"):
+        snf.from_pretrained(folder)
+
+
+def test_gptj_with_n_inner_and_every_dim_rotated(tmp_path):
+    hf, folder = saved(tmp_path, "gptj", n_inner=40, rotary_dim=8)
+    model = snf.from_pretrained(folder)
+    assert (model.config.mlp_hidden, model.config.rotary_dim) == (40, 8)
+    idx = tokens(hf.config.vocab_size)
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+
+
+def test_gptj_without_rotary_dim_is_named(tmp_path):
+    _, folder = saved(tmp_path, "gptj")
+    edit_config(folder, rotary_dim=None)
+    with pytest.raises(PretrainedError, match=r"config.json has no `rotary_dim`"):
+        snf.from_pretrained(folder)
+
+
+@pytest.mark.parametrize("changes", [dict(use_parallel_residual=False), dict(attention_bias=False),
+                                     dict(hidden_act="gelu_fast"), dict(hidden_act="gelu_new")])
+def test_gpt_neox_variants_match_transformers(tmp_path, changes):
+    hf, folder = saved(tmp_path, "gpt_neox", **changes)
+    model = snf.from_pretrained(folder)
+    idx = tokens(hf.config.vocab_size)
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+
+
+def test_gpt_neox_reads_a_transformers_4_config(tmp_path):
+    """Pythia's config.json (transformers 4) names RoPE's settings rotary_pct and rotary_emb_base."""
+    hf, folder = saved(tmp_path, "gpt_neox")
+    edit_config(folder, rope_parameters=..., rotary_pct=0.5, rotary_emb_base=10000, attention_bias=...,
+                torch_dtype="float16", dtype=...)
+    model = snf.from_pretrained(folder)
+    assert (model.config.rotary_pct, model.config.rope_base, model.config.rot) == (0.5, 10000, 4)
+    idx = tokens(hf.config.vocab_size)
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+
+
 @pytest.mark.slow  # torch.compile: generate's decode step compiles on the default path
-def test_the_default_compiled_path_generates_what_transformers_does(tmp_path):
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gptj", "gpt_neox"])
+def test_the_default_compiled_path_generates_what_transformers_does(tmp_path, family):
     from conftest import python_subprocess
-    hf, folder = saved(tmp_path, "llama")
+    hf, folder = saved(tmp_path, family)
     idx = tokens(hf.config.vocab_size, t=5)
     want = hf.generate(idx, max_new_tokens=6, do_sample=False, pad_token_id=0)
     code = (f"import snf, torch; m = snf.from_pretrained({str(folder)!r}); "

@@ -64,6 +64,209 @@ class Config:
         return self.n_embd // self.n_head
 
 
+class Block(nn.Module):
+    """One layer of the loop at bert.snf:62 (`for l ...`), with its own parameters."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.config = cfg = config
+        self.q = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # q_weight, q_bias  bert.snf:32
+        self.k = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # k_weight, k_bias  bert.snf:34
+        self.v = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # v_weight, v_bias  bert.snf:36
+        self.o = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # o_weight, o_bias  bert.snf:38
+        # attn_norm_weight, attn_norm_bias  bert.snf:40
+        self.attn_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=True)
+        self.ff_in = nn.Linear(cfg.n_embd, cfg.intermediate, bias=True)  # ff_in_weight, ff_in_bias  bert.snf:42
+        self.ff_out = nn.Linear(cfg.intermediate, cfg.n_embd, bias=True)  # ff_out_weight, ff_out_bias  bert.snf:44
+        # ff_norm_weight, ff_norm_bias  bert.snf:46
+        self.ff_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=True)
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        cfg = self.config
+        nn.init.normal_(self.q.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.q.bias)
+        nn.init.normal_(self.k.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.k.bias)
+        nn.init.normal_(self.v.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.v.bias)
+        nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.o.bias)
+        nn.init.ones_(self.attn_norm.weight)
+        nn.init.zeros_(self.attn_norm.bias)
+        nn.init.normal_(self.ff_in.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.ff_in.bias)
+        nn.init.normal_(self.ff_out.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.ff_out.bias)
+        nn.init.ones_(self.ff_norm.weight)
+        nn.init.zeros_(self.ff_norm.bias)
+
+    def forward(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
+        cfg = self.config
+        B, T, _ = x.shape
+        q = self.q(x).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  bert.snf:63
+        k = self.k(x).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  bert.snf:64
+        v = self.v(x).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  bert.snf:65
+        # [B, T, H, head_dim]  bert.snf:67
+        attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False,
+                          dropout_p=(cfg.attn_dropout if self.training else 0.0)).transpose(1, 2)
+        attn_out = self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  bert.snf:68
+        x = self.attn_norm(x + F.dropout(attn_out, p=cfg.dropout, training=self.training))  # [B, T, D]  bert.snf:69
+        ff = self.ff_out(F.gelu(self.ff_in(x)))  # [B, T, D]  bert.snf:71
+        x = self.ff_norm(x + F.dropout(ff, p=cfg.dropout, training=self.training))  # [B, T, D]  bert.snf:73
+        return x
+
+
+class Output(NamedTuple):
+    last_hidden_state: torch.Tensor  # [B, T, D]
+    pooler_output: torch.Tensor  # [B, D]
+
+
+class Model(nn.Module):
+    """bert, as specified in bert.snf."""
+
+    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
+        super().__init__()
+        if config is None:
+            config = Config(**overrides)
+        elif overrides:
+            config = dataclasses.replace(config, **overrides)
+        self.config = cfg = config
+        self.word_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # word_embedding  bert.snf:27
+        # [max_positions, D]  bert.snf:28
+        self.position_embedding = nn.Parameter(torch.empty(cfg.max_positions, cfg.n_embd))
+        # [type_vocab_size, D]  bert.snf:29
+        self.token_type_embedding = nn.Parameter(torch.empty(cfg.type_vocab_size, cfg.n_embd))
+        # emb_norm_weight, emb_norm_bias  bert.snf:30
+        self.emb_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=True)
+        self.pooler = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # pooler_weight, pooler_bias  bert.snf:48
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
+        cfg = self.config
+        nn.init.normal_(self.word_embedding.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.position_embedding, mean=0.0, std=0.02)
+        nn.init.normal_(self.token_type_embedding, mean=0.0, std=0.02)
+        nn.init.ones_(self.emb_norm.weight)
+        nn.init.zeros_(self.emb_norm.bias)
+        nn.init.normal_(self.pooler.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.pooler.bias)
+        for layer in self.layers:
+            layer.reset_parameters()
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: Optional[torch.Tensor] = None,
+                attention_mask: Optional[torch.Tensor] = None) -> Output:
+        # input_ids: [B, T]
+        # token_type_ids: [B, T], optional
+        # attention_mask: [B, T], optional
+        cfg = self.config
+        _check_input('input_ids', input_ids, 2, '[B, T]', 'int64')
+        B, T = input_ids.shape
+        _check_index('input_ids', input_ids, cfg.vocab_size, 'vocab_size')
+        if token_type_ids is not None:
+            _check_input('token_type_ids', token_type_ids, 2, '[B, T]', 'int64', {0: B, 1: T})
+        if token_type_ids is not None:
+            _check_index('token_type_ids', token_type_ids, cfg.type_vocab_size, 'type_vocab_size')
+        if attention_mask is not None:
+            _check_input('attention_mask', attention_mask, 2, '[B, T]', 'int64', {0: B, 1: T})
+        _check_dims('T', T, '<=', 'max_positions', cfg.max_positions, 'bert.snf:55',
+                    'slice end T must lie within axis 0, of size max_positions',
+                    {'T': T, 'max_positions': cfg.max_positions})
+        _check_dims('1', 1, '<=', 'T', T, 'bert.snf:76', 'index 0 must lie within axis 1, of size T', {'T': T})
+        x = self.word_embedding(input_ids) + self.position_embedding[0:T, :]  # [B, T, D]  bert.snf:55
+        if token_type_ids is not None:
+            x = x + F.embedding(token_type_ids, self.token_type_embedding)  # [B, T, D]  bert.snf:57
+        else:
+            x = x + self.token_type_embedding[0, :]  # [B, T, D]  bert.snf:59
+        x = F.dropout(self.emb_norm(x), p=cfg.dropout, training=self.training)  # [B, T, D]  bert.snf:60
+        for layer in self.layers:
+            x = layer(x, attention_mask)  # bert.snf:62
+        last_hidden_state = x  # [B, T, D]  bert.snf:75
+        pooler_output = torch.tanh(self.pooler(x[:, 0, :]))  # [B, D]  bert.snf:76
+        return Output(last_hidden_state, pooler_output)
+
+
+def spec_parameters(config: Config) -> dict:
+    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
+    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
+    or None when it is not per layer)."""
+    cfg = config
+    return {
+        'word_embedding': ('word_embedding.weight', None, None),
+        'position_embedding': ('position_embedding', None, None),
+        'token_type_embedding': ('token_type_embedding', None, None),
+        'emb_norm_weight': ('emb_norm.weight', None, None),
+        'emb_norm_bias': ('emb_norm.bias', None, None),
+        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer),
+        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer),
+        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer),
+        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer),
+        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer),
+        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer),
+        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
+        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer),
+        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer),
+        'attn_norm_bias': ('layers.{l}.attn_norm.bias', None, cfg.n_layer),
+        'ff_in_weight': ('layers.{l}.ff_in.weight', None, cfg.n_layer),
+        'ff_in_bias': ('layers.{l}.ff_in.bias', None, cfg.n_layer),
+        'ff_out_weight': ('layers.{l}.ff_out.weight', None, cfg.n_layer),
+        'ff_out_bias': ('layers.{l}.ff_out.bias', None, cfg.n_layer),
+        'ff_norm_weight': ('layers.{l}.ff_norm.weight', None, cfg.n_layer),
+        'ff_norm_bias': ('layers.{l}.ff_norm.bias', None, cfg.n_layer),
+        'pooler_weight': ('pooler.weight', None, None),
+        'pooler_bias': ('pooler.bias', None, None),
+    }
+
+
+# Buffers the config decides (by their initialiser): a checkpoint need not give them.
+RECOMPUTED_BUFFERS = ()
+
+# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
+# of each list of layers (a layer of it tells the shapes of a model with no layers).
+SPEC = {'path': 'specs/bert.snf', 'sha256': 'c7f9e6d95c08d29f52332669a05b728afd991ff46c95b7c0eb74063a25e86f31'}
+LAYER_CLASSES = {'layers': Block}
+
+# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
+# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
+CHECKPOINTS = {
+    'hf': {
+        'params': {
+            'word_embedding': ('key', 'embeddings.word_embeddings.weight'),
+            'position_embedding': ('key', 'embeddings.position_embeddings.weight'),
+            'token_type_embedding': ('key', 'embeddings.token_type_embeddings.weight'),
+            'emb_norm_weight': ('key', 'embeddings.LayerNorm.weight'),
+            'emb_norm_bias': ('key', 'embeddings.LayerNorm.bias'),
+            'q_weight': ('key', 'encoder.layer.{l}.attention.self.query.weight'),
+            'q_bias': ('key', 'encoder.layer.{l}.attention.self.query.bias'),
+            'k_weight': ('key', 'encoder.layer.{l}.attention.self.key.weight'),
+            'k_bias': ('key', 'encoder.layer.{l}.attention.self.key.bias'),
+            'v_weight': ('key', 'encoder.layer.{l}.attention.self.value.weight'),
+            'v_bias': ('key', 'encoder.layer.{l}.attention.self.value.bias'),
+            'o_weight': ('key', 'encoder.layer.{l}.attention.output.dense.weight'),
+            'o_bias': ('key', 'encoder.layer.{l}.attention.output.dense.bias'),
+            'attn_norm_weight': ('key', 'encoder.layer.{l}.attention.output.LayerNorm.weight'),
+            'attn_norm_bias': ('key', 'encoder.layer.{l}.attention.output.LayerNorm.bias'),
+            'ff_in_weight': ('key', 'encoder.layer.{l}.intermediate.dense.weight'),
+            'ff_in_bias': ('key', 'encoder.layer.{l}.intermediate.dense.bias'),
+            'ff_out_weight': ('key', 'encoder.layer.{l}.output.dense.weight'),
+            'ff_out_bias': ('key', 'encoder.layer.{l}.output.dense.bias'),
+            'ff_norm_weight': ('key', 'encoder.layer.{l}.output.LayerNorm.weight'),
+            'ff_norm_bias': ('key', 'encoder.layer.{l}.output.LayerNorm.bias'),
+            'pooler_weight': ('key', 'pooler.dense.weight'),
+            'pooler_bias': ('key', 'pooler.dense.bias'),
+        },
+        'ignore': (),
+    },
+}
+
+
+# ---------------------------------------------------------------------------- runtime
+# What the model above calls: standalone, so this file imports only torch and the standard library.
+
+
 def _check_fields(config) -> None:
     """Each Config field holds its declared type: an int for `int` (not a bool), a bool for `bool`,
     a str for `str`, and a number for `float` (kept as a float)."""
@@ -148,7 +351,7 @@ class _CompileSettings:
         torch._dynamo.config.recompile_limit = limit
 
 
-def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
+def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
               cuda_mode: Optional[str] = None):
     """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0. Sizes are symbolic
     from the first compile (`dynamic=True`: one graph serves every batch and length, but for the
@@ -158,8 +361,6 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[
     Compiling never breaks a call: when it fails (an unsupported construct, a missing compiler,
     an error inside torch's compiler) the call runs eagerly, as does every later one, with one
     warning; past _GRAPH_BUDGET graphs, calls with new shapes run eagerly, with one warning."""
-    if fn is None:
-        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options, cuda_mode=cuda_mode)
     state: dict = {}  # device -> the compiled fn; "broken" once compiling has failed; "full" past the budget
 
     def warn_once(key: str, message: str) -> None:
@@ -186,7 +387,7 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[
         except Exception as err:
             if not _is_compile_error(err):
                 raise
-            with _eagerly():  # nothing compiles inside, not even a forward that calls itself compiled
+            with _eagerly():  # nothing compiles inside
                 out = fn(*args, **kwargs)  # the model's own error is raised here
             if isinstance(err, FailOnRecompileLimitHit):
                 warn_once("full", f"{fn.__qualname__} has compiled {_GRAPH_BUDGET} graphs; calls with shapes "
@@ -202,235 +403,41 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[
     return wrapper
 
 
-def _compile_unit(model: nn.Module, x: torch.Tensor) -> Optional[str]:
-    """What `model.compile_units` says for x's device and the model's mode ("model", "block" or
-    "none"); None where there is nothing to decide: compiling is off, has failed for the whole
-    forward, or torch.compile is tracing it already."""
-    if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in type(model)._compiled_forward.compiled:
+def _compile_unit(model: nn.Module, args: tuple, kwargs: dict, whole) -> Optional[str]:
+    """What `model.compile_units` says for the device of forward's first tensor argument (or of the
+    model's first tensor) and the model's mode ("model", "block" or "none"); None where there is
+    nothing to decide: compiling is off, has failed for the whole forward (`whole`), or torch.compile
+    is tracing it already."""
+    if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in whole.compiled:
+        return None
+    held = (*model.parameters(), *model.buffers())
+    x = next((a for a in (*args, *kwargs.values(), *held) if isinstance(a, torch.Tensor)), None)
+    if x is None:
         return None
     return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
 
 
-class Block(nn.Module):
-    """One layer of the loop at bert.snf:62 (`for l ...`), with its own parameters."""
+def _by_compile_unit(forward, decodes: bool = False):
+    """Model.forward, run as the model's `compile_units` say: compiled as one graph ("model"; its
+    shapes fixed, as the fused loss's chunks are a loop over rows), each layer block compiled on its
+    own ("block"), or nothing compiled ("none"). With `decodes`, a decode step of generate
+    (self._decode_state set, see _decode) runs as Model._decode_step, whatever compile_units say."""
+    whole = _hot_path(forward, dynamic=False)
 
-    def __init__(self, config: Config) -> None:
-        super().__init__()
-        self.config = cfg = config
-        self.q = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # q_weight, q_bias  bert.snf:32
-        self.k = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # k_weight, k_bias  bert.snf:34
-        self.v = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # v_weight, v_bias  bert.snf:36
-        self.o = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # o_weight, o_bias  bert.snf:38
-        # attn_norm_weight, attn_norm_bias  bert.snf:40
-        self.attn_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=True)
-        self.ff_in = nn.Linear(cfg.n_embd, cfg.intermediate, bias=True)  # ff_in_weight, ff_in_bias  bert.snf:42
-        self.ff_out = nn.Linear(cfg.intermediate, cfg.n_embd, bias=True)  # ff_out_weight, ff_out_bias  bert.snf:44
-        # ff_norm_weight, ff_norm_bias  bert.snf:46
-        self.ff_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=True)
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        cfg = self.config
-        nn.init.normal_(self.q.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.q.bias)
-        nn.init.normal_(self.k.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.k.bias)
-        nn.init.normal_(self.v.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.v.bias)
-        nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.o.bias)
-        nn.init.ones_(self.attn_norm.weight)
-        nn.init.zeros_(self.attn_norm.bias)
-        nn.init.normal_(self.ff_in.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.ff_in.bias)
-        nn.init.normal_(self.ff_out.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.ff_out.bias)
-        nn.init.ones_(self.ff_norm.weight)
-        nn.init.zeros_(self.ff_norm.bias)
-
-    @_hot_path
-    def forward(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
-        cfg = self.config
-        B, T, _ = x.shape
-        q = self.q(x).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  bert.snf:63
-        k = self.k(x).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  bert.snf:64
-        v = self.v(x).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  bert.snf:65
-        # [B, T, H, head_dim]  bert.snf:67
-        attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False,
-                          dropout_p=(cfg.attn_dropout if self.training else 0.0)).transpose(1, 2)
-        attn_out = self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  bert.snf:68
-        x = self.attn_norm(x + F.dropout(attn_out, p=cfg.dropout, training=self.training))  # [B, T, D]  bert.snf:69
-        ff = self.ff_out(F.gelu(self.ff_in(x)))  # [B, T, D]  bert.snf:71
-        x = self.ff_norm(x + F.dropout(ff, p=cfg.dropout, training=self.training))  # [B, T, D]  bert.snf:73
-        return x
-
-
-class Output(NamedTuple):
-    last_hidden_state: torch.Tensor  # [B, T, D]
-    pooler_output: torch.Tensor  # [B, D]
-
-
-class Model(nn.Module):
-    """bert, as specified in bert.snf."""
-
-    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
-    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
-    # own, the rest running eagerly; "none", nothing (generate's decode step compiles regardless).
-    # Chosen by measurement (benchmarks/README.md: on a CPU, compiling a forward or a training step
-    # measured no faster than eager); the CUDA entries are not measured yet. Assign a changed copy
-    # to a model to choose otherwise.
-    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
-
-    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
-        super().__init__()
-        if config is None:
-            config = Config(**overrides)
-        elif overrides:
-            config = dataclasses.replace(config, **overrides)
-        self.config = cfg = config
-        self.word_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # word_embedding  bert.snf:27
-        # [max_positions, D]  bert.snf:28
-        self.position_embedding = nn.Parameter(torch.empty(cfg.max_positions, cfg.n_embd))
-        # [type_vocab_size, D]  bert.snf:29
-        self.token_type_embedding = nn.Parameter(torch.empty(cfg.type_vocab_size, cfg.n_embd))
-        # emb_norm_weight, emb_norm_bias  bert.snf:30
-        self.emb_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=True)
-        self.pooler = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # pooler_weight, pooler_bias  bert.snf:48
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.reset_parameters()
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
-        cfg = self.config
-        nn.init.normal_(self.word_embedding.weight, mean=0.0, std=0.02)
-        nn.init.normal_(self.position_embedding, mean=0.0, std=0.02)
-        nn.init.normal_(self.token_type_embedding, mean=0.0, std=0.02)
-        nn.init.ones_(self.emb_norm.weight)
-        nn.init.zeros_(self.emb_norm.bias)
-        nn.init.normal_(self.pooler.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.pooler.bias)
-        for layer in self.layers:
-            layer.reset_parameters()
-
-    def forward(self, input_ids: torch.Tensor, token_type_ids: Optional[torch.Tensor] = None,
-                attention_mask: Optional[torch.Tensor] = None) -> Output:
-        # input_ids: [B, T]
-        # token_type_ids: [B, T], optional
-        # attention_mask: [B, T], optional
-        unit = _compile_unit(self, input_ids)  # see compile_units
+    @functools.wraps(forward)
+    def run(self, *args, **kwargs):
+        if decodes and self._decode_state is not None:
+            return self._decode_step(*args, **kwargs)
+        unit = _compile_unit(self, args, kwargs, whole)
         if unit == "model":
-            return self._compiled_forward(input_ids, token_type_ids, attention_mask)
+            return whole(self, *args, **kwargs)
         if unit == "none":
             with _eagerly():
-                return self.forward(input_ids, token_type_ids, attention_mask)
-        cfg = self.config
-        _check_input('input_ids', input_ids, 2, '[B, T]', 'int64')
-        B, T = input_ids.shape
-        _check_index('input_ids', input_ids, cfg.vocab_size, 'vocab_size')
-        if token_type_ids is not None:
-            _check_input('token_type_ids', token_type_ids, 2, '[B, T]', 'int64', {0: B, 1: T})
-        if token_type_ids is not None:
-            _check_index('token_type_ids', token_type_ids, cfg.type_vocab_size, 'type_vocab_size')
-        if attention_mask is not None:
-            _check_input('attention_mask', attention_mask, 2, '[B, T]', 'int64', {0: B, 1: T})
-        _check_dims('T', T, '<=', 'max_positions', cfg.max_positions, 'bert.snf:55',
-                    'slice end T must lie within axis 0, of size max_positions',
-                    {'T': T, 'max_positions': cfg.max_positions})
-        _check_dims('1', 1, '<=', 'T', T, 'bert.snf:76', 'index 0 must lie within axis 1, of size T', {'T': T})
-        x = self.word_embedding(input_ids) + self.position_embedding[0:T, :]  # [B, T, D]  bert.snf:55
-        if token_type_ids is not None:
-            x = x + F.embedding(token_type_ids, self.token_type_embedding)  # [B, T, D]  bert.snf:57
-        else:
-            x = x + self.token_type_embedding[0, :]  # [B, T, D]  bert.snf:59
-        x = F.dropout(self.emb_norm(x), p=cfg.dropout, training=self.training)  # [B, T, D]  bert.snf:60
-        for layer in self.layers:
-            x = layer(x, attention_mask)  # bert.snf:62
-        last_hidden_state = x  # [B, T, D]  bert.snf:75
-        pooler_output = torch.tanh(self.pooler(x[:, 0, :]))  # [B, D]  bert.snf:76
-        return Output(last_hidden_state, pooler_output)
+                return forward(self, *args, **kwargs)
+        return forward(self, *args, **kwargs)
 
-    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
-    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
-    _compiled_forward = _hot_path(forward, dynamic=False)
-
-
-def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    or None when it is not per layer)."""
-    cfg = config
-    return {
-        'word_embedding': ('word_embedding.weight', None, None),
-        'position_embedding': ('position_embedding', None, None),
-        'token_type_embedding': ('token_type_embedding', None, None),
-        'emb_norm_weight': ('emb_norm.weight', None, None),
-        'emb_norm_bias': ('emb_norm.bias', None, None),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer),
-        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer),
-        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer),
-        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
-        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer),
-        'attn_norm_bias': ('layers.{l}.attn_norm.bias', None, cfg.n_layer),
-        'ff_in_weight': ('layers.{l}.ff_in.weight', None, cfg.n_layer),
-        'ff_in_bias': ('layers.{l}.ff_in.bias', None, cfg.n_layer),
-        'ff_out_weight': ('layers.{l}.ff_out.weight', None, cfg.n_layer),
-        'ff_out_bias': ('layers.{l}.ff_out.bias', None, cfg.n_layer),
-        'ff_norm_weight': ('layers.{l}.ff_norm.weight', None, cfg.n_layer),
-        'ff_norm_bias': ('layers.{l}.ff_norm.bias', None, cfg.n_layer),
-        'pooler_weight': ('pooler.weight', None, None),
-        'pooler_bias': ('pooler.bias', None, None),
-    }
-
-
-# Buffers the config decides (by their initialiser): a checkpoint need not give them.
-RECOMPUTED_BUFFERS = ()
-
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
-SPEC = {'path': 'specs/bert.snf', 'sha256': 'c7f9e6d95c08d29f52332669a05b728afd991ff46c95b7c0eb74063a25e86f31'}
-LAYER_CLASSES = {'layers': Block}
-
-# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
-# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
-CHECKPOINTS = {
-    'hf': {
-        'params': {
-            'word_embedding': ('key', 'embeddings.word_embeddings.weight'),
-            'position_embedding': ('key', 'embeddings.position_embeddings.weight'),
-            'token_type_embedding': ('key', 'embeddings.token_type_embeddings.weight'),
-            'emb_norm_weight': ('key', 'embeddings.LayerNorm.weight'),
-            'emb_norm_bias': ('key', 'embeddings.LayerNorm.bias'),
-            'q_weight': ('key', 'encoder.layer.{l}.attention.self.query.weight'),
-            'q_bias': ('key', 'encoder.layer.{l}.attention.self.query.bias'),
-            'k_weight': ('key', 'encoder.layer.{l}.attention.self.key.weight'),
-            'k_bias': ('key', 'encoder.layer.{l}.attention.self.key.bias'),
-            'v_weight': ('key', 'encoder.layer.{l}.attention.self.value.weight'),
-            'v_bias': ('key', 'encoder.layer.{l}.attention.self.value.bias'),
-            'o_weight': ('key', 'encoder.layer.{l}.attention.output.dense.weight'),
-            'o_bias': ('key', 'encoder.layer.{l}.attention.output.dense.bias'),
-            'attn_norm_weight': ('key', 'encoder.layer.{l}.attention.output.LayerNorm.weight'),
-            'attn_norm_bias': ('key', 'encoder.layer.{l}.attention.output.LayerNorm.bias'),
-            'ff_in_weight': ('key', 'encoder.layer.{l}.intermediate.dense.weight'),
-            'ff_in_bias': ('key', 'encoder.layer.{l}.intermediate.dense.bias'),
-            'ff_out_weight': ('key', 'encoder.layer.{l}.output.dense.weight'),
-            'ff_out_bias': ('key', 'encoder.layer.{l}.output.dense.bias'),
-            'ff_norm_weight': ('key', 'encoder.layer.{l}.output.LayerNorm.weight'),
-            'ff_norm_bias': ('key', 'encoder.layer.{l}.output.LayerNorm.bias'),
-            'pooler_weight': ('key', 'pooler.dense.weight'),
-            'pooler_bias': ('key', 'pooler.dense.bias'),
-        },
-        'ignore': (),
-    },
-}
-
-
-# ---------------------------------------------------------------------------- runtime helpers
-# What the model above calls: standalone, so this file imports only torch and the standard library.
+    run.whole = whole
+    return run
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -499,18 +506,26 @@ def _check_number(compute, low: Optional[float], high: Optional[float], low_open
         raise ValueError(f"{what} must be {wanted}, got {value} ({where}); got {got}")
 
 
+class _DecodeState(NamedTuple):
+    """A decode step of generate, as Model.forward reads it (self._decode_state, set by _decode):
+    the caches are buffers of preallocated slots, `position` (a 0-d tensor) of them filled; the
+    step's keys and values are written there in place, and attention reads the first `length`."""
+    position: torch.Tensor
+    length: int
+
+
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
-               cache_position: Optional[torch.Tensor] = None, window: Optional[int] = None,
+               decode: Optional[_DecodeState] = None, window: Optional[int] = None,
                bias: Optional[torch.Tensor] = None):
     """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask, a bottom-right causal mask, a sliding
     `window` (query i sees keys in (i - window, i]) and an additive `bias` [B, H, T, T_keys]. k and v
     may have fewer heads than q (grouped-query attention). A query that sees no key gives zeros.
 
-    With `cache_position`, the keys are a preallocated cache: key j is visible to query i when
-    j <= cache_position + i (later slots are empty)."""
+    In a decode step (`decode`), the keys are a preallocated cache: key j is visible to query i when
+    j <= decode.position + i (later slots are empty)."""
     tq, tk = q.size(-2), k.size(-2)
     gqa = q.size(1) != k.size(1)
-    if cache_position is None and mask is None and window is None and bias is None \
+    if decode is None and mask is None and window is None and bias is None \
             and (not causal or tq == 1 or tq == tk):
         # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
         if causal and tq > 1:  # a Python branch, so compiled code never sees a symbolic bool
@@ -519,14 +534,14 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
     allowed = None
     if causal:  # key j is visible to query i (at position first + i) when j <= first + i
-        first = cache_position if cache_position is not None else tk - tq
+        first = decode.position if decode is not None else tk - tq
         rows = first + torch.arange(tq, device=q.device)[:, None]
         cols = torch.arange(tk, device=q.device)[None, :]
         allowed = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
     if mask is not None:
         keep = (mask != 0)[:, None, None, :]
         allowed = keep if allowed is None else allowed & keep
-    if cache_position is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
+    if decode is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
             and torch.compiler.is_compiling():
         # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
         # out, it fuses with its neighbours and beats an SDPA call there (benchmarks/README.md); each
@@ -552,3 +567,14 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         # a query that sees no key (all padding, or before the first key) gets zeros on every backend
         out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
     return out
+
+
+# ---------------------------------------------------------------------------- compile wiring
+# What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is training:
+# "model", forward as one graph, embedding to loss; "block", each layer block on its own, the rest
+# running eagerly; "none", nothing (generate's decode step compiles regardless). Chosen by measurement
+# (benchmarks/README.md: on a CPU, compiling a forward or a training step measured no faster than
+# eager); the CUDA entries are not measured yet. Assign a changed copy to a model to choose otherwise.
+Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
+Block.forward = _hot_path(Block.forward)
+Model.forward = _by_compile_unit(Model.forward)

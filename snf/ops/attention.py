@@ -151,8 +151,8 @@ def _lower_attention(call):
     same_len = call.eq(call.ty("q").shape[1], call.ty("k").shape[1])
     if call.given("mask") or call.given("window") or call.given("bias") or (causal and not same_len):
         mask = call.code("mask") if call.given("mask") else "None"
-        if causal and not same_len and call.cache_position:  # keys may sit in a preallocated cache
-            extra += f", cache_position={call.cache_position}"
+        if causal and not same_len and call.decode:  # keys may sit in a preallocated cache
+            extra += f", decode={call.decode}"
         for n in ("window", "bias"):
             if call.given(n):
                 extra += f", {n}={call.code(n)}"

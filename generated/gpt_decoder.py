@@ -178,6 +178,7 @@ class Model(nn.Module):
         # return_logits: compute logits (by default, unless training with labels: then
         # the loss runs fused with its head, in chunks of rows, and logits is None)
         cfg = self.config
+        dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
         decode = self._decode_state  # generate's decode step (see _decode); None otherwise
         if use_cache is None:
             use_cache = not self.training
@@ -192,12 +193,12 @@ class Model(nn.Module):
             if past_keys is not None:
                 _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, H, head_dim]', 'float32',
                              {0: cfg.n_layer, 1: B, 3: cfg.n_head, 4: cfg.head_dim})
-                past_keys = past_keys.to(self.token_embedding.weight.dtype)
+                past_keys = past_keys.to(dtype)
             T_past = past_keys.size(2) if past_keys is not None else 0
             if past_values is not None:
                 _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', 'float32',
                              {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
-                past_values = past_values.to(self.token_embedding.weight.dtype)
+                past_values = past_values.to(dtype)
         else:  # preallocated caches of block_size slots, T_past of them filled
             _check_decode(decode, cfg.block_size, 'past_keys, past_values', past_keys, past_values)
             _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', 'float32',
@@ -212,12 +213,10 @@ class Model(nn.Module):
             x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  gpt_decoder.snf:55
         if use_cache:
             # [n_layer, B, T + T_past, H, head_dim]  gpt_decoder.snf:57
-            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0,
-                                  dtype=self.token_embedding.weight.dtype,
+            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=dtype,
                                   device=idx.device) if decode is None else past_keys
             # [n_layer, B, T + T_past, H, head_dim]  gpt_decoder.snf:58
-            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0,
-                                    dtype=self.token_embedding.weight.dtype,
+            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=dtype,
                                     device=idx.device) if decode is None else past_values
         else:
             new_keys = new_values = None
@@ -238,14 +237,13 @@ class Model(nn.Module):
         if return_logits:
             logits = F.linear(self.norm(x), self.token_embedding.weight)  # [B, T, vocab_size]  gpt_decoder.snf:82
             # []  gpt_decoder.snf:83
-            loss = _cross_entropy(logits, _next_tokens(labels, -100), -100, self.token_embedding.weight.dtype,
-                                  'input labels', 'vocab_size') if labels is not None else None
+            loss = _cross_entropy(logits, _next_tokens(labels, -100), -100, dtype, 'input labels',
+                                  'vocab_size') if labels is not None else None
         else:
             logits = None
             # []  gpt_decoder.snf:83
             loss = _linear_cross_entropy(self.norm(x), self.token_embedding.weight, None, _next_tokens(labels, -100),
-                                         -100, self.token_embedding.weight.dtype, 'input labels',
-                                         'vocab_size') if labels is not None else None
+                                         -100, dtype, 'input labels', 'vocab_size') if labels is not None else None
         return Output(logits, loss, new_keys, new_values)
 
     @torch.no_grad()
@@ -939,12 +937,9 @@ def _next_tokens(targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
 # eager); the CUDA entries are not measured yet. Assign a changed copy to a model to choose otherwise.
 Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
 Block.forward = _hot_path(Block.forward)
-# Model.forward in a decode step of generate: compiled as one graph per bucket of slots read (its
-# shapes are fixed). On CPU, inductor's decompose_mm_pass writes a one-row matmul (batch 1) as a
-# reduction over the weight, which streams it faster than a one-row GEMM does, and a low realize
-# threshold makes it store a value (RoPE's query) instead of recomputing it inside attention's loop
-# over keys; on CUDA each step runs as a CUDA graph (one launch, not one per kernel).
-# benchmarks/bench_tricks.py measures each.
+# forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
+# one-row matmuls become reductions over the weight (decompose_mm_pass) and RoPE's query is stored,
+# not recomputed per key (the realize threshold); on CUDA a step is a CUDA graph (bench_tricks.py).
 Model._decode_step = _hot_path(Model.forward, dynamic=False, cuda_mode="reduce-overhead",
                                cpu_options={"realize_opcount_threshold": 4,
                                             "post_grad_fusion_options": {"decompose_mm_pass": {}}})

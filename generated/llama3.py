@@ -159,6 +159,7 @@ class Model(nn.Module):
         # past_values: [n_layer, B, T_past, KVH, head_dim], optional
         # use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
         cfg = self.config
+        dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
         decode = self._decode_state  # generate's decode step (see _decode); None otherwise
         if use_cache is None:
             use_cache = not self.training
@@ -169,12 +170,12 @@ class Model(nn.Module):
             if past_keys is not None:
                 _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
                              {0: cfg.n_layer, 1: B, 3: cfg.n_kv_head, 4: cfg.head_dim})
-                past_keys = past_keys.to(self.token_embedding.weight.dtype)
+                past_keys = past_keys.to(dtype)
             T_past = past_keys.size(2) if past_keys is not None else 0
             if past_values is not None:
                 _check_input('past_values', past_values, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
                              {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_kv_head, 4: cfg.head_dim})
-                past_values = past_values.to(self.token_embedding.weight.dtype)
+                past_values = past_values.to(dtype)
         else:  # preallocated caches of block_size slots, T_past of them filled
             _check_decode(decode, cfg.block_size, 'past_keys, past_values', past_keys, past_values)
             _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, KVH, head_dim]', 'float32',
@@ -187,12 +188,10 @@ class Model(nn.Module):
         x = self.token_embedding(idx)  # [B, T, D]  llama3.snf:50
         if use_cache:
             # [n_layer, B, T + T_past, KVH, head_dim]  llama3.snf:51
-            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim,), 0.0,
-                                  dtype=self.token_embedding.weight.dtype,
+            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim,), 0.0, dtype=dtype,
                                   device=idx.device) if decode is None else past_keys
             # [n_layer, B, T + T_past, KVH, head_dim]  llama3.snf:52
-            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim,), 0.0,
-                                    dtype=self.token_embedding.weight.dtype,
+            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim,), 0.0, dtype=dtype,
                                     device=idx.device) if decode is None else past_values
         else:
             new_keys = new_values = None
@@ -771,12 +770,9 @@ def _decode(model: nn.Module, token: torch.Tensor, position: int, size: int, **c
 # eager); the CUDA entries are not measured yet. Assign a changed copy to a model to choose otherwise.
 Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
 Block.forward = _hot_path(Block.forward)
-# Model.forward in a decode step of generate: compiled as one graph per bucket of slots read (its
-# shapes are fixed). On CPU, inductor's decompose_mm_pass writes a one-row matmul (batch 1) as a
-# reduction over the weight, which streams it faster than a one-row GEMM does, and a low realize
-# threshold makes it store a value (RoPE's query) instead of recomputing it inside attention's loop
-# over keys; on CUDA each step runs as a CUDA graph (one launch, not one per kernel).
-# benchmarks/bench_tricks.py measures each.
+# forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
+# one-row matmuls become reductions over the weight (decompose_mm_pass) and RoPE's query is stored,
+# not recomputed per key (the realize threshold); on CUDA a step is a CUDA graph (bench_tricks.py).
 Model._decode_step = _hot_path(Model.forward, dynamic=False, cuda_mode="reduce-overhead",
                                cpu_options={"realize_opcount_threshold": 4,
                                             "post_grad_fusion_options": {"decompose_mm_pass": {}}})

@@ -145,6 +145,7 @@ class Model(nn.Module):
         # return_logits: compute logits (by default, unless training: then
         # the loss runs fused with its head, in chunks of rows, and logits is None)
         cfg = self.config
+        dtype = self.θ_embed.weight.dtype  # the dtype the model holds now (a cast's)
         if return_logits is None:
             return_logits = not self.training
         _check_input('tok', tok, 2, '[B, T]', 'int64')
@@ -158,12 +159,12 @@ class Model(nn.Module):
         if return_logits:
             logits = F.linear(self.θ_ln_f(h), self.θ_embed.weight)  # [B, T, V]  nanogpt_model.snf:57
             # []  nanogpt_model.snf:59
-            loss = _cross_entropy(logits, _next_tokens(tok, -100), -100, self.θ_embed.weight.dtype, 'input tok', 'V')
+            loss = _cross_entropy(logits, _next_tokens(tok, -100), -100, dtype, 'input tok', 'V')
         else:
             logits = None
             # []  nanogpt_model.snf:59
             loss = _linear_cross_entropy(self.θ_ln_f(h), self.θ_embed.weight, None, _next_tokens(tok, -100), -100,
-                                         self.θ_embed.weight.dtype, 'input tok', 'V')
+                                         dtype, 'input tok', 'V')
         return Output(logits, loss)
 
     @torch.no_grad()

@@ -151,6 +151,7 @@ class Model(nn.Module):
         # input_ids: [B, T]
         # attention_mask: [B, T], optional
         cfg = self.config
+        dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
         _check_input('input_ids', input_ids, 2, '[B, T]', 'int64')
         B, T = input_ids.shape
         _check_index('input_ids', input_ids, cfg.vocab_size, 'vocab_size')
@@ -160,7 +161,7 @@ class Model(nn.Module):
         rel = pos.reshape(1, T) - pos.reshape(T, 1)  # [T, T]  t5_encoder.snf:50
         dist = torch.abs(rel)  # [T, T]  t5_encoder.snf:51
         # [T, T]  t5_encoder.snf:52
-        far = cfg.max_exact + (torch.log(dist.to(self.token_embedding.weight.dtype) / cfg.max_exact) / cfg.log_ratio
+        far = cfg.max_exact + (torch.log(dist.to(dtype) / cfg.max_exact) / cfg.log_ratio
                                * (cfg.half - cfg.max_exact)).to(torch.int64)
         # [T, T]  t5_encoder.snf:53
         bucket = (rel > 0).to(torch.int64) * cfg.half + torch.where(

@@ -119,7 +119,7 @@ class Generator:
         em = Emitter(self, None, names, cfg="cfg" if "cfg" not in names.map else names.fresh("config"))
         first = next((i for i in inputs if not i.optional), None)
         em.device_src = first.name if first is not None else self.held_tensor(None)
-        em.dtype_src = self.model_dtype
+        em.dtype_src = names.fresh("dtype") if self.model_dtype else None  # bound first, when forward uses it
         for demand in plans.outputs.demands:
             em.flags[demand.flag] = demand.flag
         if plans.caches.preallocated is not None:  # generate's decode step state (self._decode_state)
@@ -127,6 +127,8 @@ class Generator:
         em.stmts(m.body, 2)
         body, em.lines = em.lines, []
         prologue = self.forward_prologue(em, inputs)
+        if em.dtype_used:
+            prologue.insert(1, f"{em.dtype_src} = {self.model_dtype}  # the dtype the model holds now (a cast's)")
         out_fields = Namespace(attribute=True)
         outputs = [(out_fields.keep(o.name), names.name(o.name), o) for o in m.outputs]
         decl_em = Emitter(self, None, Namespace())

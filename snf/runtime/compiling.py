@@ -172,8 +172,9 @@ def _compile_unit(model: nn.Module, args: tuple, kwargs: dict, whole) -> Optiona
     is tracing it already."""
     if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in whole.compiled:
         return None
-    held = (*model.parameters(), *model.buffers())
-    x = next((a for a in (*args, *kwargs.values(), *held) if isinstance(a, torch.Tensor)), None)
+    x = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+    if x is None:  # no tensor argument: the model's own tensors tell the device
+        x = next((t for t in (*model.parameters(), *model.buffers())), None)
     if x is None:
         return None
     return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")

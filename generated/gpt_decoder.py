@@ -213,10 +213,10 @@ class Model(nn.Module):
             x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  gpt_decoder.snf:55
         if use_cache:
             # [n_layer, B, T + T_past, H, head_dim]  gpt_decoder.snf:57
-            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=dtype,
+            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim), 0.0, dtype=dtype,
                                   device=idx.device) if decode is None else past_keys
             # [n_layer, B, T + T_past, H, head_dim]  gpt_decoder.snf:58
-            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0, dtype=dtype,
+            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim), 0.0, dtype=dtype,
                                     device=idx.device) if decode is None else past_values
         else:
             new_keys = new_values = None

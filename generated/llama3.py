@@ -188,10 +188,10 @@ class Model(nn.Module):
         x = self.token_embedding(idx)  # [B, T, D]  llama3.snf:50
         if use_cache:
             # [n_layer, B, T + T_past, KVH, head_dim]  llama3.snf:51
-            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim,), 0.0, dtype=dtype,
+            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim), 0.0, dtype=dtype,
                                   device=idx.device) if decode is None else past_keys
             # [n_layer, B, T + T_past, KVH, head_dim]  llama3.snf:52
-            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim,), 0.0, dtype=dtype,
+            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim), 0.0, dtype=dtype,
                                     device=idx.device) if decode is None else past_values
         else:
             new_keys = new_values = None

@@ -165,25 +165,12 @@ def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict]
     return wrapper
 
 
-def _compile_unit(model: nn.Module, args: tuple, kwargs: dict, whole) -> Optional[str]:
-    """What `model.compile_units` says for the device of forward's first tensor argument (or of the
-    model's first tensor) and the model's mode ("model", "block" or "none"); None where there is
-    nothing to decide: compiling is off, has failed for the whole forward (`whole`), or torch.compile
-    is tracing it already."""
-    if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in whole.compiled:
-        return None
-    x = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
-    if x is None:  # no tensor argument: the model's own tensors tell the device
-        x = next((t for t in (*model.parameters(), *model.buffers())), None)
-    if x is None:
-        return None
-    return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
-
-
 def _by_compile_unit(forward, decodes: bool = False):
-    """Model.forward, run as the model's `compile_units` say: compiled as one graph ("model"; its
+    """Model.forward, run as the model's `compile_units` say for the device of its first tensor
+    argument (else of the model's tensors) and the model's mode: compiled as one graph ("model"; its
     shapes fixed, as the fused loss's chunks are a loop over rows), each layer block compiled on its
-    own ("block"), or nothing compiled ("none"). With `decodes`, a decode step of generate
+    own ("block"), or nothing compiled ("none"); as it is while compiling is off, has failed for the
+    whole forward, or torch.compile traces it already. With `decodes`, a decode step of generate
     (self._decode_state set, see _decode) runs as Model._decode_step, whatever compile_units say."""
     whole = _hot_path(forward, dynamic=False)
 
@@ -191,7 +178,13 @@ def _by_compile_unit(forward, decodes: bool = False):
     def run(self, *args, **kwargs):
         if decodes and self._decode_state is not None:
             return self._decode_step(*args, **kwargs)
-        unit = _compile_unit(self, args, kwargs, whole)
+        if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in whole.compiled:
+            return forward(self, *args, **kwargs)
+        x = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        if x is None:  # no tensor argument: the model's own tensors tell the device
+            x = next((t for t in (*self.parameters(), *self.buffers())), None)
+        units = self.compile_units.get(x.device.type, {}) if x is not None else {}
+        unit = units.get("train" if self.training else "eval", "block")
         if unit == "model":
             return whole(self, *args, **kwargs)
         if unit == "none":

@@ -117,12 +117,12 @@ def decode_tricks(cfg: dict, args) -> list:
             m = module_from("nanogpt", "trick_sdpa")
             original = m._attention
 
-            def attention(q, k, v, mask, causal, dropout_p=0.0, scale=None, cache_position=None):
-                if cache_position is not None:  # as the written-out path would see it, through SDPA
-                    rows_ = cache_position + torch.arange(q.size(-2), device=q.device)
+            def attention(q, k, v, mask, causal, dropout_p=0.0, scale=None, decode=None):
+                if decode is not None:  # as the written-out path would see it, through SDPA
+                    rows_ = decode.position + torch.arange(q.size(-2), device=q.device)
                     allowed = torch.arange(k.size(-2), device=q.device)[None, :] <= rows_[:, None]
                     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
-                return original(q, k, v, mask, causal, dropout_p, scale, cache_position)
+                return original(q, k, v, mask, causal, dropout_p, scale, decode)
             m._attention = attention
             return m
         with_ms, without_ms, r = _generate_pair(module_from("nanogpt", "trick_written"), cfg, sdpa_only, args)
@@ -132,7 +132,7 @@ def decode_tricks(cfg: dict, args) -> list:
         # inductor's realize threshold in the decode step (RoPE's query), gpt_decoder
         def default_threshold():
             m = module_from("gpt_decoder", "trick_threshold_off")
-            m.Model._decode_step = m._hot_path(m.Model.forward, dynamic=False,  # the shipped step less the threshold
+            m.Model._decode_step = m._hot_path(m.Model.forward.__wrapped__, dynamic=False,  # the shipped step less the threshold
                                                cpu_options={"post_grad_fusion_options": {"decompose_mm_pass": {}}})
             return m
         extra = dict(mlp_hidden=704, gradient_checkpointing=False)
@@ -144,7 +144,7 @@ def decode_tricks(cfg: dict, args) -> list:
         # one-row matmuls as reductions over the weights (inductor's decompose_mm_pass), nanogpt
         def gemm_rows():
             m = module_from("nanogpt", "trick_mm_gemm")
-            m.Model._decode_step = m._hot_path(m.Model.forward, dynamic=False,
+            m.Model._decode_step = m._hot_path(m.Model.forward.__wrapped__, dynamic=False,  # the plain forward
                                                cpu_options={"realize_opcount_threshold": 4})
             return m
         with_ms, without_ms, r = _generate_pair(module_from("nanogpt", "trick_mm_reduce"), cfg, gemm_rows, args)

@@ -64,153 +64,6 @@ class Config:
         return self.n_embd // self.n_head
 
 
-def _check_fields(config) -> None:
-    """Each Config field holds its declared type: an int for `int` (not a bool), a bool for `bool`,
-    a str for `str`, and a number for `float` (kept as a float)."""
-    for field in dataclasses.fields(config):
-        value = getattr(config, field.name)
-        if field.type == "float" and isinstance(value, int) and not isinstance(value, bool):
-            object.__setattr__(config, field.name, float(value))  # frozen: only while it is being made
-            continue
-        ok = {"int": isinstance(value, int) and not isinstance(value, bool), "bool": isinstance(value, bool),
-              "float": isinstance(value, float), "str": isinstance(value, str)}[field.type]
-        if not ok:
-            raise TypeError(f"Config.{field.name} must be {'a' if field.type[0] in 'bfs' else 'an'} "
-                            f"{field.type}, got {value!r}")
-
-
-_EAGER = threading.local()  # `on` inside _eagerly()
-
-
-def _compile_enabled() -> bool:
-    return os.environ.get("SNF_COMPILE", "1") != "0" and not getattr(_EAGER, "on", False)
-
-
-@contextlib.contextmanager
-def _eagerly():
-    """Nothing compiles inside: the compile unit "none" (see Model.compile_units)."""
-    before = getattr(_EAGER, "on", False)
-    _EAGER.on = True
-    try:
-        yield
-    finally:
-        _EAGER.on = before
-
-
-# Where torch's compiler lives: an error raised there (or in the code inductor writes) is a failed
-# compile, whatever its type; the eager run that follows tells it from the model's own error.
-_COMPILER_FILES = ("torch/_dynamo/", "torch/_inductor/", "torch/_functorch/", "torch/fx/", "torch/_subclasses/",
-                   "torch/utils/_sympy/", "torch/_guards", "torchinductor_")
-
-
-# The most graphs one compiled function keeps, over every model of this file in the process (dynamo's
-# own recompile limit is 8). A session's count is far lower (docs/language.md, section 10); past it,
-# calls with shapes not seen yet run eagerly.
-_GRAPH_BUDGET = 64
-
-
-def _is_compile_error(err: Exception) -> bool:
-    """What a failed compile raises: dynamo's and inductor's errors, the C++ compiler's, dynamo's
-    recompile limit, and anything raised inside torch's compiler. The model's own errors, and
-    exceptions torch uses for control flow (gradient checkpointing stops its recomputation with
-    one), are not."""
-    import torch._dynamo.exc
-    import torch._inductor.exc
-    if isinstance(err, (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit,
-                        torch._inductor.exc.CppCompileError, torch._inductor.exc.InvalidCxxCompiler)):
-        return True
-    tb = err.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    where = tb.tb_frame.f_code.co_filename.replace(os.sep, "/") if tb is not None else ""
-    return any(part in where for part in _COMPILER_FILES)
-
-
-class _CompileSettings:
-    """Dynamo's settings while compiled functions run (they matter when one compiles): this file's
-    graph budget as the recompile limit, and no duck shaping, which would give a batch of 2 and a head
-    count of 2 one symbol and then fix both. Set and restored around a call (or around generate's
-    decode loop, whose steps then skip it), so that torch's settings for other code stay as they are."""
-
-    active = False
-
-    def __enter__(self) -> None:
-        import torch._dynamo
-        import torch.fx.experimental._config as shapes
-        self.saved = (_CompileSettings.active, shapes, shapes.use_duck_shape, torch._dynamo.config.recompile_limit)
-        shapes.use_duck_shape = False
-        torch._dynamo.config.recompile_limit = max(_GRAPH_BUDGET, self.saved[3])
-        _CompileSettings.active = True
-
-    def __exit__(self, *exc) -> None:
-        _CompileSettings.active, shapes, duck, limit = self.saved
-        shapes.use_duck_shape = duck
-        torch._dynamo.config.recompile_limit = limit
-
-
-def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
-              cuda_mode: Optional[str] = None):
-    """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0. Sizes are symbolic
-    from the first compile (`dynamic=True`: one graph serves every batch and length, but for the
-    sizes 0 and 1, which torch compiles apart). `cpu_options` are inductor options used on the CPU
-    only; `cuda_mode` is torch.compile's mode on CUDA ("reduce-overhead": CUDA graphs).
-
-    Compiling never breaks a call: when it fails (an unsupported construct, a missing compiler,
-    an error inside torch's compiler) the call runs eagerly, as does every later one, with one
-    warning; past _GRAPH_BUDGET graphs, calls with new shapes run eagerly, with one warning."""
-    if fn is None:
-        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options, cuda_mode=cuda_mode)
-    state: dict = {}  # device -> the compiled fn; "broken" once compiling has failed; "full" past the budget
-
-    def warn_once(key: str, message: str) -> None:
-        if key not in state:
-            state[key] = True
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if torch.compiler.is_compiling() or "broken" in state or not _compile_enabled():
-            return fn(*args, **kwargs)
-        device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
-        compiled = state.get(device)
-        if compiled is None:
-            options = cpu_options if device == "cpu" else None
-            mode = cuda_mode if device == "cuda" else None
-            compiled = state[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options, mode=mode)
-        from torch._dynamo.exc import FailOnRecompileLimitHit
-        try:
-            if _CompileSettings.active:
-                return compiled(*args, **kwargs)
-            with _CompileSettings():
-                return compiled(*args, **kwargs)
-        except Exception as err:
-            if not _is_compile_error(err):
-                raise
-            with _eagerly():  # nothing compiles inside, not even a forward that calls itself compiled
-                out = fn(*args, **kwargs)  # the model's own error is raised here
-            if isinstance(err, FailOnRecompileLimitHit):
-                warn_once("full", f"{fn.__qualname__} has compiled {_GRAPH_BUDGET} graphs; calls with shapes "
-                                  "not compiled for yet run eagerly")
-            else:
-                state["broken"] = True
-                reason = (str(err).strip().splitlines() or [""])[0][:200]
-                warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
-                              RuntimeWarning, stacklevel=2)
-            return out
-
-    wrapper.compiled = state
-    return wrapper
-
-
-def _compile_unit(model: nn.Module, x: torch.Tensor) -> Optional[str]:
-    """What `model.compile_units` says for x's device and the model's mode ("model", "block" or
-    "none"); None where there is nothing to decide: compiling is off, has failed for the whole
-    forward, or torch.compile is tracing it already."""
-    if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in type(model)._compiled_forward.compiled:
-        return None
-    return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
-
-
 class Block(nn.Module):
     """One layer of the loop at bert.snf:62 (`for l ...`), with its own parameters."""
 
@@ -248,7 +101,6 @@ class Block(nn.Module):
         nn.init.ones_(self.ff_norm.weight)
         nn.init.zeros_(self.ff_norm.bias)
 
-    @_hot_path
     def forward(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
         B, T, _ = x.shape
@@ -272,14 +124,6 @@ class Output(NamedTuple):
 
 class Model(nn.Module):
     """bert, as specified in bert.snf."""
-
-    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
-    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
-    # own, the rest running eagerly; "none", nothing (generate's decode step compiles regardless).
-    # Chosen by measurement (benchmarks/README.md: on a CPU, compiling a forward or a training step
-    # measured no faster than eager); the CUDA entries are not measured yet. Assign a changed copy
-    # to a model to choose otherwise.
-    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
 
     def __init__(self, config: Optional[Config] = None, **overrides) -> None:
         super().__init__()
@@ -318,12 +162,6 @@ class Model(nn.Module):
         # input_ids: [B, T]
         # token_type_ids: [B, T], optional
         # attention_mask: [B, T], optional
-        unit = _compile_unit(self, input_ids)  # see compile_units
-        if unit == "model":
-            return self._compiled_forward(input_ids, token_type_ids, attention_mask)
-        if unit == "none":
-            with _eagerly():
-                return self.forward(input_ids, token_type_ids, attention_mask)
         cfg = self.config
         _check_input('input_ids', input_ids, 2, '[B, T]', 'int64')
         B, T = input_ids.shape
@@ -349,10 +187,6 @@ class Model(nn.Module):
         last_hidden_state = x  # [B, T, D]  bert.snf:75
         pooler_output = torch.tanh(self.pooler(x[:, 0, :]))  # [B, D]  bert.snf:76
         return Output(last_hidden_state, pooler_output)
-
-    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
-    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
-    _compiled_forward = _hot_path(forward, dynamic=False)
 
 
 def spec_parameters(config: Config) -> dict:
@@ -517,8 +351,175 @@ CHECKPOINTS = {
 }
 
 
-# ---------------------------------------------------------------------------- runtime helpers
+# ---------------------------------------------------------------------------- runtime
 # What the model above calls: standalone, so this file imports only torch and the standard library.
+
+
+def _check_fields(config) -> None:
+    """Each Config field holds its declared type: an int for `int` (not a bool), a bool for `bool`,
+    a str for `str`, and a number for `float` (kept as a float)."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if field.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+            object.__setattr__(config, field.name, float(value))  # frozen: only while it is being made
+            continue
+        ok = {"int": isinstance(value, int) and not isinstance(value, bool), "bool": isinstance(value, bool),
+              "float": isinstance(value, float), "str": isinstance(value, str)}[field.type]
+        if not ok:
+            raise TypeError(f"Config.{field.name} must be {'a' if field.type[0] in 'bfs' else 'an'} "
+                            f"{field.type}, got {value!r}")
+
+
+_EAGER = threading.local()  # `on` inside _eagerly()
+
+
+def _compile_enabled() -> bool:
+    return os.environ.get("SNF_COMPILE", "1") != "0" and not getattr(_EAGER, "on", False)
+
+
+@contextlib.contextmanager
+def _eagerly():
+    """Nothing compiles inside: the compile unit "none" (see Model.compile_units)."""
+    before = getattr(_EAGER, "on", False)
+    _EAGER.on = True
+    try:
+        yield
+    finally:
+        _EAGER.on = before
+
+
+# Where torch's compiler lives: an error raised there (or in the code inductor writes) is a failed
+# compile, whatever its type; the eager run that follows tells it from the model's own error.
+_COMPILER_FILES = ("torch/_dynamo/", "torch/_inductor/", "torch/_functorch/", "torch/fx/", "torch/_subclasses/",
+                   "torch/utils/_sympy/", "torch/_guards", "torchinductor_")
+
+
+# The most graphs one compiled function keeps, over every model of this file in the process (dynamo's
+# own recompile limit is 8). A session's count is far lower (docs/language.md, section 10); past it,
+# calls with shapes not seen yet run eagerly.
+_GRAPH_BUDGET = 64
+
+
+def _is_compile_error(err: Exception) -> bool:
+    """What a failed compile raises: dynamo's and inductor's errors, the C++ compiler's, dynamo's
+    recompile limit, and anything raised inside torch's compiler. The model's own errors, and
+    exceptions torch uses for control flow (gradient checkpointing stops its recomputation with
+    one), are not."""
+    import torch._dynamo.exc
+    import torch._inductor.exc
+    if isinstance(err, (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit,
+                        torch._inductor.exc.CppCompileError, torch._inductor.exc.InvalidCxxCompiler)):
+        return True
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = tb.tb_frame.f_code.co_filename.replace(os.sep, "/") if tb is not None else ""
+    return any(part in where for part in _COMPILER_FILES)
+
+
+class _CompileSettings:
+    """Dynamo's settings while compiled functions run (they matter when one compiles): this file's
+    graph budget as the recompile limit, and no duck shaping, which would give a batch of 2 and a head
+    count of 2 one symbol and then fix both. Set and restored around a call (or around generate's
+    decode loop, whose steps then skip it), so that torch's settings for other code stay as they are."""
+
+    active = False
+
+    def __enter__(self) -> None:
+        import torch._dynamo
+        import torch.fx.experimental._config as shapes
+        self.saved = (_CompileSettings.active, shapes, shapes.use_duck_shape, torch._dynamo.config.recompile_limit)
+        shapes.use_duck_shape = False
+        torch._dynamo.config.recompile_limit = max(_GRAPH_BUDGET, self.saved[3])
+        _CompileSettings.active = True
+
+    def __exit__(self, *exc) -> None:
+        _CompileSettings.active, shapes, duck, limit = self.saved
+        shapes.use_duck_shape = duck
+        torch._dynamo.config.recompile_limit = limit
+
+
+def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
+              cuda_mode: Optional[str] = None):
+    """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0. Sizes are symbolic
+    from the first compile (`dynamic=True`: one graph serves every batch and length, but for the
+    sizes 0 and 1, which torch compiles apart). `cpu_options` are inductor options used on the CPU
+    only; `cuda_mode` is torch.compile's mode on CUDA ("reduce-overhead": CUDA graphs).
+
+    Compiling never breaks a call: when it fails (an unsupported construct, a missing compiler,
+    an error inside torch's compiler) the call runs eagerly, as does every later one, with one
+    warning; past _GRAPH_BUDGET graphs, calls with new shapes run eagerly, with one warning."""
+    state: dict = {}  # device -> the compiled fn; "broken" once compiling has failed; "full" past the budget
+
+    def warn_once(key: str, message: str) -> None:
+        if key not in state:
+            state[key] = True
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if torch.compiler.is_compiling() or "broken" in state or not _compile_enabled():
+            return fn(*args, **kwargs)
+        device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
+        compiled = state.get(device)
+        if compiled is None:
+            options = cpu_options if device == "cpu" else None
+            mode = cuda_mode if device == "cuda" else None
+            compiled = state[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options, mode=mode)
+        from torch._dynamo.exc import FailOnRecompileLimitHit
+        try:
+            if _CompileSettings.active:
+                return compiled(*args, **kwargs)
+            with _CompileSettings():
+                return compiled(*args, **kwargs)
+        except Exception as err:
+            if not _is_compile_error(err):
+                raise
+            with _eagerly():  # nothing compiles inside
+                out = fn(*args, **kwargs)  # the model's own error is raised here
+            if isinstance(err, FailOnRecompileLimitHit):
+                warn_once("full", f"{fn.__qualname__} has compiled {_GRAPH_BUDGET} graphs; calls with shapes "
+                                  "not compiled for yet run eagerly")
+            else:
+                state["broken"] = True
+                reason = (str(err).strip().splitlines() or [""])[0][:200]
+                warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
+                              RuntimeWarning, stacklevel=2)
+            return out
+
+    wrapper.compiled = state
+    return wrapper
+
+
+def _by_compile_unit(forward, decodes: bool = False):
+    """Model.forward, run as the model's `compile_units` say for the device of its first tensor
+    argument (else of the model's tensors) and the model's mode: compiled as one graph ("model"; its
+    shapes fixed, as the fused loss's chunks are a loop over rows), each layer block compiled on its
+    own ("block"), or nothing compiled ("none"); as it is while compiling is off, has failed for the
+    whole forward, or torch.compile traces it already. With `decodes`, a decode step of generate
+    (self._decode_state set, see _decode) runs as Model._decode_step, whatever compile_units say."""
+    whole = _hot_path(forward, dynamic=False)
+
+    @functools.wraps(forward)
+    def run(self, *args, **kwargs):
+        if decodes and self._decode_state is not None:
+            return self._decode_step(*args, **kwargs)
+        if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in whole.compiled:
+            return forward(self, *args, **kwargs)
+        x = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        if x is None:  # no tensor argument: the model's own tensors tell the device
+            x = next((t for t in (*self.parameters(), *self.buffers())), None)
+        units = self.compile_units.get(x.device.type, {}) if x is not None else {}
+        unit = units.get("train" if self.training else "eval", "block")
+        if unit == "model":
+            return whole(self, *args, **kwargs)
+        if unit == "none":
+            with _eagerly():
+                return forward(self, *args, **kwargs)
+        return forward(self, *args, **kwargs)
+
+    run.whole = whole
+    return run
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -587,26 +588,34 @@ def _check_number(compute, low: Optional[float], high: Optional[float], low_open
         raise ValueError(f"{what} must be {wanted}, got {value} ({where}); got {got}")
 
 
+class _DecodeState(NamedTuple):
+    """A decode step of generate, as Model.forward reads it (self._decode_state, set by _decode):
+    the caches are buffers of preallocated slots, `position` (a 0-d tensor) of them filled; the
+    step's keys and values are written there in place, and attention reads the first `length`."""
+    position: torch.Tensor
+    length: int
+
+
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
-               cache_position: Optional[torch.Tensor] = None, window: Optional[int] = None,
+               decode: Optional[_DecodeState] = None, window: Optional[int] = None,
                bias: Optional[torch.Tensor] = None):
     """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask, a bottom-right causal mask, a sliding
     `window` (query i sees keys in (i - window, i]) and an additive `bias` [B, H, T, T_keys]. k and v
     may have fewer heads than q (grouped-query attention). A query that sees no key gives zeros.
 
-    With `cache_position`, the keys are a preallocated cache: key j is visible to query i when
-    j <= cache_position + i (later slots are empty)."""
+    In a decode step (`decode`), the keys are a preallocated cache: key j is visible to query i when
+    j <= decode.position + i (later slots are empty)."""
     tq, tk = q.size(-2), k.size(-2)
     gqa = q.size(1) != k.size(1)
-    if cache_position is None and mask is None and window is None and bias is None \
+    if decode is None and mask is None and window is None and bias is None \
             and (not causal or tq == 1 or tq == tk):
         # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
         if causal and tq > 1:  # a Python branch, so compiled code never sees a symbolic bool
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale,
                                                   enable_gqa=gqa)
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
-    allowed = _visible_keys(q, k, mask, causal, cache_position, window)
-    if cache_position is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
+    allowed = _visible_keys(q, k, mask, causal, decode, window)
+    if decode is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
             and torch.compiler.is_compiling():
         # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
         # out, it fuses with its neighbours and beats an SDPA call there (benchmarks/README.md); each
@@ -634,13 +643,13 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
     return out
 
 
-def _visible_keys(q, k, mask, causal: bool, cache_position: Optional[torch.Tensor] = None,
+def _visible_keys(q, k, mask, causal: bool, decode: Optional[_DecodeState] = None,
                   window: Optional[int] = None) -> Optional[torch.Tensor]:
     """Which keys each query sees, a bool [B or 1, 1, T, T_keys] (None: every key), for _attention."""
     tq, tk = q.size(-2), k.size(-2)
     allowed = None
     if causal:  # key j is visible to query i (at position first + i) when j <= first + i
-        first = cache_position if cache_position is not None else tk - tq
+        first = decode.position if decode is not None else tk - tq
         rows = first + torch.arange(tq, device=q.device)[:, None]
         cols = torch.arange(tk, device=q.device)[None, :]
         allowed = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
@@ -648,3 +657,14 @@ def _visible_keys(q, k, mask, causal: bool, cache_position: Optional[torch.Tenso
         keep = (mask != 0)[:, None, None, :]
         allowed = keep if allowed is None else allowed & keep
     return allowed
+
+
+# ---------------------------------------------------------------------------- compile wiring
+# What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is training:
+# "model", forward as one graph, embedding to loss; "block", each layer block on its own, the rest
+# running eagerly; "none", nothing (generate's decode step compiles regardless). Chosen by measurement
+# (benchmarks/README.md: on a CPU, compiling a forward or a training step measured no faster than
+# eager); the CUDA entries are not measured yet. Assign a changed copy to a model to choose otherwise.
+Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
+Block.forward = _hot_path(Block.forward)
+Model.forward = _by_compile_unit(Model.forward)

@@ -14,7 +14,6 @@ import math
 import os
 import threading
 import warnings
-import weakref
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
@@ -63,153 +62,6 @@ class Config:
         return self.n_embd // self.n_head
 
 
-def _check_fields(config) -> None:
-    """Each Config field holds its declared type: an int for `int` (not a bool), a bool for `bool`,
-    a str for `str`, and a number for `float` (kept as a float)."""
-    for field in dataclasses.fields(config):
-        value = getattr(config, field.name)
-        if field.type == "float" and isinstance(value, int) and not isinstance(value, bool):
-            object.__setattr__(config, field.name, float(value))  # frozen: only while it is being made
-            continue
-        ok = {"int": isinstance(value, int) and not isinstance(value, bool), "bool": isinstance(value, bool),
-              "float": isinstance(value, float), "str": isinstance(value, str)}[field.type]
-        if not ok:
-            raise TypeError(f"Config.{field.name} must be {'a' if field.type[0] in 'bfs' else 'an'} "
-                            f"{field.type}, got {value!r}")
-
-
-_EAGER = threading.local()  # `on` inside _eagerly()
-
-
-def _compile_enabled() -> bool:
-    return os.environ.get("SNF_COMPILE", "1") != "0" and not getattr(_EAGER, "on", False)
-
-
-@contextlib.contextmanager
-def _eagerly():
-    """Nothing compiles inside: the compile unit "none" (see Model.compile_units)."""
-    before = getattr(_EAGER, "on", False)
-    _EAGER.on = True
-    try:
-        yield
-    finally:
-        _EAGER.on = before
-
-
-# Where torch's compiler lives: an error raised there (or in the code inductor writes) is a failed
-# compile, whatever its type; the eager run that follows tells it from the model's own error.
-_COMPILER_FILES = ("torch/_dynamo/", "torch/_inductor/", "torch/_functorch/", "torch/fx/", "torch/_subclasses/",
-                   "torch/utils/_sympy/", "torch/_guards", "torchinductor_")
-
-
-# The most graphs one compiled function keeps, over every model of this file in the process (dynamo's
-# own recompile limit is 8). A session's count is far lower (docs/language.md, section 10); past it,
-# calls with shapes not seen yet run eagerly.
-_GRAPH_BUDGET = 64
-
-
-def _is_compile_error(err: Exception) -> bool:
-    """What a failed compile raises: dynamo's and inductor's errors, the C++ compiler's, dynamo's
-    recompile limit, and anything raised inside torch's compiler. The model's own errors, and
-    exceptions torch uses for control flow (gradient checkpointing stops its recomputation with
-    one), are not."""
-    import torch._dynamo.exc
-    import torch._inductor.exc
-    if isinstance(err, (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit,
-                        torch._inductor.exc.CppCompileError, torch._inductor.exc.InvalidCxxCompiler)):
-        return True
-    tb = err.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    where = tb.tb_frame.f_code.co_filename.replace(os.sep, "/") if tb is not None else ""
-    return any(part in where for part in _COMPILER_FILES)
-
-
-class _CompileSettings:
-    """Dynamo's settings while compiled functions run (they matter when one compiles): this file's
-    graph budget as the recompile limit, and no duck shaping, which would give a batch of 2 and a head
-    count of 2 one symbol and then fix both. Set and restored around a call (or around generate's
-    decode loop, whose steps then skip it), so that torch's settings for other code stay as they are."""
-
-    active = False
-
-    def __enter__(self) -> None:
-        import torch._dynamo
-        import torch.fx.experimental._config as shapes
-        self.saved = (_CompileSettings.active, shapes, shapes.use_duck_shape, torch._dynamo.config.recompile_limit)
-        shapes.use_duck_shape = False
-        torch._dynamo.config.recompile_limit = max(_GRAPH_BUDGET, self.saved[3])
-        _CompileSettings.active = True
-
-    def __exit__(self, *exc) -> None:
-        _CompileSettings.active, shapes, duck, limit = self.saved
-        shapes.use_duck_shape = duck
-        torch._dynamo.config.recompile_limit = limit
-
-
-def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
-              cuda_mode: Optional[str] = None):
-    """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0. Sizes are symbolic
-    from the first compile (`dynamic=True`: one graph serves every batch and length, but for the
-    sizes 0 and 1, which torch compiles apart). `cpu_options` are inductor options used on the CPU
-    only; `cuda_mode` is torch.compile's mode on CUDA ("reduce-overhead": CUDA graphs).
-
-    Compiling never breaks a call: when it fails (an unsupported construct, a missing compiler,
-    an error inside torch's compiler) the call runs eagerly, as does every later one, with one
-    warning; past _GRAPH_BUDGET graphs, calls with new shapes run eagerly, with one warning."""
-    if fn is None:
-        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options, cuda_mode=cuda_mode)
-    state: dict = {}  # device -> the compiled fn; "broken" once compiling has failed; "full" past the budget
-
-    def warn_once(key: str, message: str) -> None:
-        if key not in state:
-            state[key] = True
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if torch.compiler.is_compiling() or "broken" in state or not _compile_enabled():
-            return fn(*args, **kwargs)
-        device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
-        compiled = state.get(device)
-        if compiled is None:
-            options = cpu_options if device == "cpu" else None
-            mode = cuda_mode if device == "cuda" else None
-            compiled = state[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options, mode=mode)
-        from torch._dynamo.exc import FailOnRecompileLimitHit
-        try:
-            if _CompileSettings.active:
-                return compiled(*args, **kwargs)
-            with _CompileSettings():
-                return compiled(*args, **kwargs)
-        except Exception as err:
-            if not _is_compile_error(err):
-                raise
-            with _eagerly():  # nothing compiles inside, not even a forward that calls itself compiled
-                out = fn(*args, **kwargs)  # the model's own error is raised here
-            if isinstance(err, FailOnRecompileLimitHit):
-                warn_once("full", f"{fn.__qualname__} has compiled {_GRAPH_BUDGET} graphs; calls with shapes "
-                                  "not compiled for yet run eagerly")
-            else:
-                state["broken"] = True
-                reason = (str(err).strip().splitlines() or [""])[0][:200]
-                warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
-                              RuntimeWarning, stacklevel=2)
-            return out
-
-    wrapper.compiled = state
-    return wrapper
-
-
-def _compile_unit(model: nn.Module, x: torch.Tensor) -> Optional[str]:
-    """What `model.compile_units` says for x's device and the model's mode ("model", "block" or
-    "none"); None where there is nothing to decide: compiling is off, has failed for the whole
-    forward, or torch.compile is tracing it already."""
-    if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in type(model)._compiled_forward.compiled:
-        return None
-    return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
-
-
 class Block(nn.Module):
     """One layer of the loop at nanogpt.snf:77 (`for l ...`), with its own parameters."""
 
@@ -248,10 +100,8 @@ class Block(nn.Module):
         if self.mlp_proj.bias is not None:
             nn.init.zeros_(self.mlp_proj.bias)
 
-    @_hot_path
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
-                cache_position: Optional[torch.Tensor] = None,
-                cache_length: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
         B, T, _ = x.shape
         x_norm = self.ln1(x)  # [B, T, D]  nanogpt.snf:78
@@ -259,14 +109,13 @@ class Block(nn.Module):
         k_head = k.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  nanogpt.snf:82
         v_head = v.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  nanogpt.snf:83
         # [B, T_total, H, head_dim]  nanogpt.snf:84
-        k_full = _cache_cat(past_keys, k_head, cache_position, cache_length) if past_keys is not None else k_head
+        k_full = _cache_cat(past_keys, k_head, decode) if past_keys is not None else k_head
         # [B, T_total, H, head_dim]  nanogpt.snf:85
-        v_full = _cache_cat(past_values, v_head, cache_position, cache_length) if past_values is not None else v_head
+        v_full = _cache_cat(past_values, v_head, decode) if past_values is not None else v_head
         # [B, T, H, head_dim]  nanogpt.snf:88
         attn_output = _attention(q.reshape(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2), k_full.transpose(1, 2),
                                  v_full.transpose(1, 2), None, causal=True,
-                                 dropout_p=(cfg.dropout if self.training else 0.0),
-                                 cache_position=cache_position).transpose(1, 2)
+                                 dropout_p=(cfg.dropout if self.training else 0.0), decode=decode).transpose(1, 2)
         attn_proj = self.attn_proj(attn_output.reshape(B, T, cfg.n_embd))  # [B, T, D]  nanogpt.snf:95
         if cfg.dropout > 0:
             attn_proj = F.dropout(attn_proj, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:96
@@ -291,14 +140,6 @@ class Output(NamedTuple):
 
 class Model(nn.Module):
     """nanogpt, as specified in nanogpt.snf."""
-
-    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
-    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
-    # own, the rest running eagerly; "none", nothing (generate's decode step compiles regardless).
-    # Chosen by measurement (benchmarks/README.md: on a CPU, compiling a forward or a training step
-    # measured no faster than eager); the CUDA entries are not measured yet. Assign a changed copy
-    # to a model to choose otherwise.
-    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
 
     def __init__(self, config: Optional[Config] = None, **overrides) -> None:
         super().__init__()
@@ -328,8 +169,7 @@ class Model(nn.Module):
 
     def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None,
                 past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *,
-                use_cache: Optional[bool] = None, return_logits: Optional[bool] = None,
-                cache_position: Optional[torch.Tensor] = None, cache_length: Optional[int] = None) -> Output:
+                use_cache: Optional[bool] = None, return_logits: Optional[bool] = None) -> Output:
         # idx: [B, T]
         # targets: [B, T], optional
         # past_keys: [n_layer, B, T_past, H, head_dim], optional
@@ -337,19 +177,9 @@ class Model(nn.Module):
         # use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
         # return_logits: compute logits (by default, unless training with targets: then
         # the loss runs fused with its head, in chunks of rows, and logits is None)
-        # cache_position: with it, the caches are preallocated buffers written in place at that
-        # position, and attention reads their first cache_length slots (see generate)
-        unit = _compile_unit(self, idx)  # see compile_units
-        if unit == "model":
-            return self._compiled_forward(idx, targets, past_keys, past_values, use_cache=use_cache,
-                                          return_logits=return_logits, cache_position=cache_position,
-                                          cache_length=cache_length)
-        if unit == "none":
-            with _eagerly():
-                return self.forward(idx, targets, past_keys, past_values, use_cache=use_cache,
-                                    return_logits=return_logits, cache_position=cache_position,
-                                    cache_length=cache_length)
         cfg = self.config
+        dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
+        decode = self._decode_state  # generate's decode step (see _decode); None otherwise
         if use_cache is None:
             use_cache = not self.training
         if return_logits is None:
@@ -359,24 +189,23 @@ class Model(nn.Module):
         _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
         if targets is not None:
             _check_input('targets', targets, 2, '[B, T]', 'int64', {0: B, 1: T})
-        if cache_position is None:
+        if decode is None:
             if past_keys is not None:
                 _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, H, head_dim]', 'float32',
                              {0: cfg.n_layer, 1: B, 3: cfg.n_head, 4: cfg.head_dim})
-                past_keys = past_keys.to(self.token_embedding.weight.dtype)
+                past_keys = past_keys.to(dtype)
             T_past = past_keys.size(2) if past_keys is not None else 0
             if past_values is not None:
                 _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', 'float32',
                              {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
-                past_values = past_values.to(self.token_embedding.weight.dtype)
+                past_values = past_values.to(dtype)
         else:  # preallocated caches of block_size slots, T_past of them filled
-            _check_position(cache_position, cache_length, cfg.block_size, 'past_keys, past_values', past_keys,
-                            past_values)
+            _check_decode(decode, cfg.block_size, 'past_keys, past_values', past_keys, past_values)
             _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', 'float32',
                          {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
             _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, H, head_dim]', 'float32',
                          {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
-            T_past = cache_position
+            T_past = decode.position
         _check_together(('past_keys', 'past_values'), (past_keys, past_values))
         _check_dims('T_total', T + T_past, '<=', 'block_size', cfg.block_size, 'nanogpt.snf:66')
         tok_emb = self.token_embedding(idx)  # [B, T, D]  nanogpt.snf:69
@@ -386,50 +215,32 @@ class Model(nn.Module):
             x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:72
         if use_cache:
             # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:75
-            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0,
-                                  dtype=self.token_embedding.weight.dtype,
-                                  device=idx.device) if cache_position is None else past_keys
+            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim), 0.0, dtype=dtype,
+                                  device=idx.device) if decode is None else past_keys
             # [n_layer, B, T_total, H, head_dim]  nanogpt.snf:76
-            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim,), 0.0,
-                                    dtype=self.token_embedding.weight.dtype,
-                                    device=idx.device) if cache_position is None else past_values
+            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim), 0.0, dtype=dtype,
+                                    device=idx.device) if decode is None else past_values
         else:
             new_keys = new_values = None
         for l, layer in enumerate(self.layers):
             # nanogpt.snf:77
             x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None,
-                                                        past_values[l] if past_values is not None else None,
-                                                        cache_position, cache_length)
-            if use_cache and cache_position is None:
+                                                        past_values[l] if past_values is not None else None, decode)
+            if use_cache and decode is None:
                 new_keys[l] = new_keys_layer  # nanogpt.snf:86
                 new_values[l] = new_values_layer  # nanogpt.snf:87
         x_final = self.ln_f(x)  # [B, T, D]  nanogpt.snf:107
         if return_logits:
             logits = F.linear(x_final, self.token_embedding.weight)  # [B, T, vocab_size]  nanogpt.snf:108
             # []  nanogpt.snf:110
-            loss = _cross_entropy(logits, targets, -1, self.token_embedding.weight.dtype, 'input targets',
+            loss = _cross_entropy(logits, targets, -1, dtype, 'input targets',
                                   'vocab_size') if targets is not None else None
         else:
             logits = None
             # []  nanogpt.snf:110
-            loss = _linear_cross_entropy(x_final, self.token_embedding.weight, None, targets, -1,
-                                         self.token_embedding.weight.dtype, 'input targets',
-                                         'vocab_size') if targets is not None else None
+            loss = _linear_cross_entropy(x_final, self.token_embedding.weight, None, targets, -1, dtype,
+                                         'input targets', 'vocab_size') if targets is not None else None
         return Output(logits, loss, new_keys, new_values)
-
-    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
-    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
-    _compiled_forward = _hot_path(forward, dynamic=False)
-
-    # forward with preallocated caches: a decode step of generate, compiled as one graph per
-    # cache_length bucket (its shapes are fixed). On CPU, inductor's decompose_mm_pass writes a
-    # one-row matmul (batch 1) as a reduction over the weight, which streams it faster than a
-    # one-row GEMM does, and a low realize threshold makes it store a value (RoPE's query) instead
-    # of recomputing it inside attention's loop over keys; on CUDA each step runs as a CUDA graph
-    # (one launch, not one per kernel). benchmarks/bench_tricks.py measures each.
-    _decode_step = _hot_path(forward, dynamic=False, cuda_mode="reduce-overhead",
-                             cpu_options={"realize_opcount_threshold": 4,
-                                          "post_grad_fusion_options": {"decompose_mm_pass": {}}})
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
@@ -457,7 +268,6 @@ class Model(nn.Module):
             # each step attends over the first `_bucket(...)` of them: one compiled graph per bucket
             past_keys = _cache_buffers(out.new_keys, 1, size, self, 'past_keys')
             past_values = _cache_buffers(out.new_values, 1, size, self, 'past_values')
-            decode = self if _hooked(self) else self._decode_step  # hooks run only through self(...)
             for step in _decoding(max_new_tokens):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
                 tokens.append(token)
@@ -466,13 +276,7 @@ class Model(nn.Module):
                 if position == size:  # the context is full: run its last tokens again
                     out = self(torch.cat(tokens, dim=1)[:, -size:], use_cache=False)
                     continue
-                at = torch.tensor(position, device=idx.device)
-                if at.is_cuda:  # the step is a CUDA graph; the last step's outputs are read already
-                    torch.compiler.cudagraph_mark_step_begin()
-                if token.size(0) > 1:  # one compiled step for every batch above 1, as the buffers
-                    torch._dynamo.mark_dynamic(token, 0)
-                out = decode(token, past_keys=past_keys, past_values=past_values, cache_position=at,
-                             cache_length=_bucket(position + 1, size))
+                out = _decode(self, token, position, size, past_keys=past_keys, past_values=past_values)
                 position += 1
             return torch.cat(tokens, dim=1)
         finally:
@@ -661,8 +465,175 @@ CHECKPOINTS = {
 }
 
 
-# ---------------------------------------------------------------------------- runtime helpers
+# ---------------------------------------------------------------------------- runtime
 # What the model above calls: standalone, so this file imports only torch and the standard library.
+
+
+def _check_fields(config) -> None:
+    """Each Config field holds its declared type: an int for `int` (not a bool), a bool for `bool`,
+    a str for `str`, and a number for `float` (kept as a float)."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if field.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+            object.__setattr__(config, field.name, float(value))  # frozen: only while it is being made
+            continue
+        ok = {"int": isinstance(value, int) and not isinstance(value, bool), "bool": isinstance(value, bool),
+              "float": isinstance(value, float), "str": isinstance(value, str)}[field.type]
+        if not ok:
+            raise TypeError(f"Config.{field.name} must be {'a' if field.type[0] in 'bfs' else 'an'} "
+                            f"{field.type}, got {value!r}")
+
+
+_EAGER = threading.local()  # `on` inside _eagerly()
+
+
+def _compile_enabled() -> bool:
+    return os.environ.get("SNF_COMPILE", "1") != "0" and not getattr(_EAGER, "on", False)
+
+
+@contextlib.contextmanager
+def _eagerly():
+    """Nothing compiles inside: the compile unit "none" (see Model.compile_units)."""
+    before = getattr(_EAGER, "on", False)
+    _EAGER.on = True
+    try:
+        yield
+    finally:
+        _EAGER.on = before
+
+
+# Where torch's compiler lives: an error raised there (or in the code inductor writes) is a failed
+# compile, whatever its type; the eager run that follows tells it from the model's own error.
+_COMPILER_FILES = ("torch/_dynamo/", "torch/_inductor/", "torch/_functorch/", "torch/fx/", "torch/_subclasses/",
+                   "torch/utils/_sympy/", "torch/_guards", "torchinductor_")
+
+
+# The most graphs one compiled function keeps, over every model of this file in the process (dynamo's
+# own recompile limit is 8). A session's count is far lower (docs/language.md, section 10); past it,
+# calls with shapes not seen yet run eagerly.
+_GRAPH_BUDGET = 64
+
+
+def _is_compile_error(err: Exception) -> bool:
+    """What a failed compile raises: dynamo's and inductor's errors, the C++ compiler's, dynamo's
+    recompile limit, and anything raised inside torch's compiler. The model's own errors, and
+    exceptions torch uses for control flow (gradient checkpointing stops its recomputation with
+    one), are not."""
+    import torch._dynamo.exc
+    import torch._inductor.exc
+    if isinstance(err, (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit,
+                        torch._inductor.exc.CppCompileError, torch._inductor.exc.InvalidCxxCompiler)):
+        return True
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = tb.tb_frame.f_code.co_filename.replace(os.sep, "/") if tb is not None else ""
+    return any(part in where for part in _COMPILER_FILES)
+
+
+class _CompileSettings:
+    """Dynamo's settings while compiled functions run (they matter when one compiles): this file's
+    graph budget as the recompile limit, and no duck shaping, which would give a batch of 2 and a head
+    count of 2 one symbol and then fix both. Set and restored around a call (or around generate's
+    decode loop, whose steps then skip it), so that torch's settings for other code stay as they are."""
+
+    active = False
+
+    def __enter__(self) -> None:
+        import torch._dynamo
+        import torch.fx.experimental._config as shapes
+        self.saved = (_CompileSettings.active, shapes, shapes.use_duck_shape, torch._dynamo.config.recompile_limit)
+        shapes.use_duck_shape = False
+        torch._dynamo.config.recompile_limit = max(_GRAPH_BUDGET, self.saved[3])
+        _CompileSettings.active = True
+
+    def __exit__(self, *exc) -> None:
+        _CompileSettings.active, shapes, duck, limit = self.saved
+        shapes.use_duck_shape = duck
+        torch._dynamo.config.recompile_limit = limit
+
+
+def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
+              cuda_mode: Optional[str] = None):
+    """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0. Sizes are symbolic
+    from the first compile (`dynamic=True`: one graph serves every batch and length, but for the
+    sizes 0 and 1, which torch compiles apart). `cpu_options` are inductor options used on the CPU
+    only; `cuda_mode` is torch.compile's mode on CUDA ("reduce-overhead": CUDA graphs).
+
+    Compiling never breaks a call: when it fails (an unsupported construct, a missing compiler,
+    an error inside torch's compiler) the call runs eagerly, as does every later one, with one
+    warning; past _GRAPH_BUDGET graphs, calls with new shapes run eagerly, with one warning."""
+    state: dict = {}  # device -> the compiled fn; "broken" once compiling has failed; "full" past the budget
+
+    def warn_once(key: str, message: str) -> None:
+        if key not in state:
+            state[key] = True
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if torch.compiler.is_compiling() or "broken" in state or not _compile_enabled():
+            return fn(*args, **kwargs)
+        device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
+        compiled = state.get(device)
+        if compiled is None:
+            options = cpu_options if device == "cpu" else None
+            mode = cuda_mode if device == "cuda" else None
+            compiled = state[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options, mode=mode)
+        from torch._dynamo.exc import FailOnRecompileLimitHit
+        try:
+            if _CompileSettings.active:
+                return compiled(*args, **kwargs)
+            with _CompileSettings():
+                return compiled(*args, **kwargs)
+        except Exception as err:
+            if not _is_compile_error(err):
+                raise
+            with _eagerly():  # nothing compiles inside
+                out = fn(*args, **kwargs)  # the model's own error is raised here
+            if isinstance(err, FailOnRecompileLimitHit):
+                warn_once("full", f"{fn.__qualname__} has compiled {_GRAPH_BUDGET} graphs; calls with shapes "
+                                  "not compiled for yet run eagerly")
+            else:
+                state["broken"] = True
+                reason = (str(err).strip().splitlines() or [""])[0][:200]
+                warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
+                              RuntimeWarning, stacklevel=2)
+            return out
+
+    wrapper.compiled = state
+    return wrapper
+
+
+def _by_compile_unit(forward, decodes: bool = False):
+    """Model.forward, run as the model's `compile_units` say for the device of its first tensor
+    argument (else of the model's tensors) and the model's mode: compiled as one graph ("model"; its
+    shapes fixed, as the fused loss's chunks are a loop over rows), each layer block compiled on its
+    own ("block"), or nothing compiled ("none"); as it is while compiling is off, has failed for the
+    whole forward, or torch.compile traces it already. With `decodes`, a decode step of generate
+    (self._decode_state set, see _decode) runs as Model._decode_step, whatever compile_units say."""
+    whole = _hot_path(forward, dynamic=False)
+
+    @functools.wraps(forward)
+    def run(self, *args, **kwargs):
+        if decodes and self._decode_state is not None:
+            return self._decode_step(*args, **kwargs)
+        if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in whole.compiled:
+            return forward(self, *args, **kwargs)
+        x = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        if x is None:  # no tensor argument: the model's own tensors tell the device
+            x = next((t for t in (*self.parameters(), *self.buffers())), None)
+        units = self.compile_units.get(x.device.type, {}) if x is not None else {}
+        unit = units.get("train" if self.training else "eval", "block")
+        if unit == "model":
+            return whole(self, *args, **kwargs)
+        if unit == "none":
+            with _eagerly():
+                return forward(self, *args, **kwargs)
+        return forward(self, *args, **kwargs)
+
+    run.whole = whole
+    return run
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -749,16 +720,25 @@ def _check_cache(name: str, cache, rank: int, shape: str, dtype: str, sizes: dic
                          f"got a list of {[_described(t) for t in cache]}")
 
 
-def _check_position(position, length: Optional[int], size: int, names: str, *caches) -> None:
-    """cache_position (a 0-d integer tensor: the filled slots) comes with the preallocated caches;
-    cache_length, the slots attention reads, is an int in (position, size]."""
+class _DecodeState(NamedTuple):
+    """A decode step of generate, as Model.forward reads it (self._decode_state, set by _decode):
+    the caches are buffers of preallocated slots, `position` (a 0-d tensor) of them filled; the
+    step's keys and values are written there in place, and attention reads the first `length`."""
+    position: torch.Tensor
+    length: int
+
+
+def _check_decode(decode: _DecodeState, size: int, names: str, *caches) -> None:
+    """The decode position (a 0-d integer tensor: the filled slots) comes with the preallocated
+    caches; the slots attention reads are an int in (position, size]."""
+    position, length = decode
     if any(c is None for c in caches) or not (isinstance(position, torch.Tensor) and position.dim() == 0
                                               and not position.is_floating_point() and position.dtype != torch.bool):
-        raise ValueError(f"cache_position must be a 0-d integer tensor, given with the preallocated caches {names}")
-    if length is not None and (isinstance(length, bool) or not isinstance(length, int) or not 0 < length <= size):
-        raise ValueError(f"cache_length must be an int in [1, {size}], got {length!r}")
-    if _eager_check(position) and not 0 <= int(position) < (length or size):
-        raise ValueError(f"cache_position {int(position)} is outside the {length or size} cache slots read")
+        raise ValueError(f"the decode position must be a 0-d integer tensor, with the preallocated caches {names}")
+    if isinstance(length, bool) or not isinstance(length, int) or not 0 < length <= size:
+        raise ValueError(f"the decode length must be an int in [1, {size}], got {length!r}")
+    if _eager_check(position) and not 0 <= int(position) < length:
+        raise ValueError(f"the decode position {int(position)} is outside the {length} cache slots read")
 
 
 def _cache_buffers(cache: torch.Tensor, axis: int, size: int, owner: Optional[nn.Module] = None,
@@ -778,10 +758,6 @@ def _cache_buffers(cache: torch.Tensor, axis: int, size: int, owner: Optional[nn
     return buffers
 
 
-# the decode buffers generate keeps per model on CUDA (see _decode_buffers)
-_KEPT_BUFFERS: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
-
-
 def _decode_buffers(owner: Optional[nn.Module], name: str, count: int, shape: tuple, dtype: torch.dtype,
                     device: torch.device) -> list:
     """`count` zero buffers of `shape`; those of an `owner` (on CUDA) are kept for its next generate
@@ -789,7 +765,7 @@ def _decode_buffers(owner: Optional[nn.Module], name: str, count: int, shape: tu
     addresses, so they are marked static (torch._dynamo.mark_static_address), as transformers'
     StaticCache does. Slots past the filled ones may hold an earlier call's values; attention
     never reads them."""
-    kept = _KEPT_BUFFERS.setdefault(owner, {}) if owner is not None else {}
+    kept = owner.__dict__.setdefault("_kept_buffers", {}) if owner is not None else {}  # the model's own
     key = (count, tuple(shape), dtype, device)
     if name in kept and kept[name][0] == key:
         return kept[name][1]
@@ -802,25 +778,25 @@ def _decode_buffers(owner: Optional[nn.Module], name: str, count: int, shape: tu
 
 
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
-               cache_position: Optional[torch.Tensor] = None, window: Optional[int] = None,
+               decode: Optional[_DecodeState] = None, window: Optional[int] = None,
                bias: Optional[torch.Tensor] = None):
     """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask, a bottom-right causal mask, a sliding
     `window` (query i sees keys in (i - window, i]) and an additive `bias` [B, H, T, T_keys]. k and v
     may have fewer heads than q (grouped-query attention). A query that sees no key gives zeros.
 
-    With `cache_position`, the keys are a preallocated cache: key j is visible to query i when
-    j <= cache_position + i (later slots are empty)."""
+    In a decode step (`decode`), the keys are a preallocated cache: key j is visible to query i when
+    j <= decode.position + i (later slots are empty)."""
     tq, tk = q.size(-2), k.size(-2)
     gqa = q.size(1) != k.size(1)
-    if cache_position is None and mask is None and window is None and bias is None \
+    if decode is None and mask is None and window is None and bias is None \
             and (not causal or tq == 1 or tq == tk):
         # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
         if causal and tq > 1:  # a Python branch, so compiled code never sees a symbolic bool
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale,
                                                   enable_gqa=gqa)
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
-    allowed = _visible_keys(q, k, mask, causal, cache_position, window)
-    if cache_position is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
+    allowed = _visible_keys(q, k, mask, causal, decode, window)
+    if decode is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
             and torch.compiler.is_compiling():
         # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
         # out, it fuses with its neighbours and beats an SDPA call there (benchmarks/README.md); each
@@ -848,13 +824,13 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
     return out
 
 
-def _visible_keys(q, k, mask, causal: bool, cache_position: Optional[torch.Tensor] = None,
+def _visible_keys(q, k, mask, causal: bool, decode: Optional[_DecodeState] = None,
                   window: Optional[int] = None) -> Optional[torch.Tensor]:
     """Which keys each query sees, a bool [B or 1, 1, T, T_keys] (None: every key), for _attention."""
     tq, tk = q.size(-2), k.size(-2)
     allowed = None
     if causal:  # key j is visible to query i (at position first + i) when j <= first + i
-        first = cache_position if cache_position is not None else tk - tq
+        first = decode.position if decode is not None else tk - tq
         rows = first + torch.arange(tq, device=q.device)[:, None]
         cols = torch.arange(tk, device=q.device)[None, :]
         allowed = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
@@ -862,14 +838,6 @@ def _visible_keys(q, k, mask, causal: bool, cache_position: Optional[torch.Tenso
         keep = (mask != 0)[:, None, None, :]
         allowed = keep if allowed is None else allowed & keep
     return allowed
-
-
-def _hooked(module: nn.Module) -> bool:
-    """Whether calling `module` runs forward hooks (its own or global ones): `_decode_step`, a
-    plain function, would skip them."""
-    hooks = torch.nn.modules.module
-    return bool(module._forward_hooks or module._forward_pre_hooks or hooks._global_forward_hooks
-                or hooks._global_forward_pre_hooks)
 
 
 def _bucket(filled: int, size: int) -> int:
@@ -923,16 +891,31 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
 
 
-def _cache_cat(past: torch.Tensor, new: torch.Tensor, cache_position: Optional[torch.Tensor],
-               cache_length: Optional[int] = None) -> torch.Tensor:
-    """`past` ++ `new` along time (axis 1). Into a preallocated cache, `new` is written in place at
-    cache_position and the buffer's first cache_length slots (all, by default) are returned. The
-    result has `new`'s dtype, the one the model computes in: a cast or autocast model is fed back
-    its cache as the spec's float32."""
-    if cache_position is None:
+def _cache_cat(past: torch.Tensor, new: torch.Tensor, decode: Optional[_DecodeState] = None) -> torch.Tensor:
+    """`past` ++ `new` along time (axis 1). In a decode step, `past` is a preallocated buffer: `new`
+    is written in place at the decode position and the buffer's first `length` slots are returned.
+    The result has `new`'s dtype, the one the model computes in: a cast or autocast model is fed
+    back its cache as the spec's float32."""
+    if decode is None:
         return torch.cat([past.to(new.dtype), new], dim=1)
-    past.index_copy_(1, cache_position + torch.arange(new.size(1), device=new.device), new.to(past.dtype))
-    return past if cache_length is None else past[:, :cache_length]
+    past.index_copy_(1, decode.position + torch.arange(new.size(1), device=new.device), new.to(past.dtype))
+    return past[:, :decode.length]
+
+
+def _decode(model: nn.Module, token: torch.Tensor, position: int, size: int, **caches):
+    """One decode step of generate: model(token, **caches) over caches in preallocated buffers of
+    `size` slots, `position` of them filled, attending over the first _bucket(...) slots. It runs
+    as Model._decode_step (see _by_compile_unit), compiled once per bucket."""
+    at = torch.tensor(position, device=token.device)
+    if at.is_cuda:  # the step is a CUDA graph; the last step's outputs are read already
+        torch.compiler.cudagraph_mark_step_begin()
+    if token.size(0) > 1:  # one compiled step for every batch above 1, as the buffers
+        torch._dynamo.mark_dynamic(token, 0)
+    model._decode_state = _DecodeState(at, _bucket(position + 1, size))
+    try:
+        return model(token, **caches)
+    finally:
+        model._decode_state = None
 
 
 def _narrow(x: torch.Tensor, dim: int, start, length: int) -> torch.Tensor:
@@ -1053,3 +1036,21 @@ def _linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: Optional[
     logits: the head and the loss of a training step, fused (see _LinearCrossEntropy)."""
     _check_targets(targets, weight.size(0), ignore_index, name, classes_name)
     return _LinearCrossEntropy.apply(x, weight, bias, targets, ignore_index, dtype, torch.is_grad_enabled())
+
+
+# ---------------------------------------------------------------------------- compile wiring
+# What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is training:
+# "model", forward as one graph, embedding to loss; "block", each layer block on its own, the rest
+# running eagerly; "none", nothing (generate's decode step compiles regardless). Chosen by measurement
+# (benchmarks/README.md: on a CPU, compiling a forward or a training step measured no faster than
+# eager); the CUDA entries are not measured yet. Assign a changed copy to a model to choose otherwise.
+Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
+Block.forward = _hot_path(Block.forward)
+# forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
+# one-row matmuls become reductions over the weight (decompose_mm_pass) and RoPE's query is stored,
+# not recomputed per key (the realize threshold); on CUDA a step is a CUDA graph (bench_tricks.py).
+Model._decode_step = _hot_path(Model.forward, dynamic=False, cuda_mode="reduce-overhead",
+                               cpu_options={"realize_opcount_threshold": 4,
+                                            "post_grad_fusion_options": {"decompose_mm_pass": {}}})
+Model._decode_state = None  # set while generate runs a decode step (see _decode)
+Model.forward = _by_compile_unit(Model.forward, decodes=True)

@@ -50,6 +50,203 @@ class Config:
             raise ValueError(f'D must be divisible by H (nanogpt_model.snf:37); got D={self.D}, H={self.H}')
 
 
+class Block(nn.Module):
+    """One layer of the loop at nanogpt_model.snf:54 (`for l ...`), with its own parameters."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.config = cfg = config
+        # θ_ln_attn_weight, θ_ln_attn_bias  nanogpt_model.snf:51
+        self.θ_ln_attn = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)
+        self.θ_attn_Wq = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wq, θ_attn_bq  nanogpt_model.snf:37
+        self.θ_attn_Wk = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wk, θ_attn_bk  nanogpt_model.snf:38
+        self.θ_attn_Wv = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wv, θ_attn_bv  nanogpt_model.snf:39
+        self.θ_attn_Wo = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wo, θ_attn_bo  nanogpt_model.snf:42
+        # θ_ln_mlp_weight, θ_ln_mlp_bias  nanogpt_model.snf:52
+        self.θ_ln_mlp = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)
+        self.θ_mlp_W_fc = nn.Linear(cfg.D, 4*cfg.D, bias=True)  # θ_mlp_W_fc, θ_mlp_b_fc  nanogpt_model.snf:46
+        self.θ_mlp_W_proj = nn.Linear(4*cfg.D, cfg.D, bias=True)  # θ_mlp_W_proj, θ_mlp_b_proj  nanogpt_model.snf:47
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        cfg = self.config
+        nn.init.ones_(self.θ_ln_attn.weight)
+        nn.init.zeros_(self.θ_ln_attn.bias)
+        nn.init.normal_(self.θ_attn_Wq.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_attn_Wq.bias)
+        nn.init.normal_(self.θ_attn_Wk.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_attn_Wk.bias)
+        nn.init.normal_(self.θ_attn_Wv.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_attn_Wv.bias)
+        nn.init.normal_(self.θ_attn_Wo.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_attn_Wo.bias)
+        nn.init.ones_(self.θ_ln_mlp.weight)
+        nn.init.zeros_(self.θ_ln_mlp.bias)
+        nn.init.normal_(self.θ_mlp_W_fc.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_mlp_W_fc.bias)
+        nn.init.normal_(self.θ_mlp_W_proj.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.θ_mlp_W_proj.bias)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        cfg = self.config
+        B, T, _ = h.shape
+        x = h  # [B, T, D]  nanogpt_model.snf:50
+        attention_x = self.θ_ln_attn(x)  # [B, T, D]  nanogpt_model.snf:51
+        # [B, T, H, (D // H)]  nanogpt_model.snf:37
+        q = self.θ_attn_Wq(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)
+        # [B, T, H, (D // H)]  nanogpt_model.snf:38
+        k = self.θ_attn_Wk(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)
+        # [B, T, H, (D // H)]  nanogpt_model.snf:39
+        v = self.θ_attn_Wv(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)
+        # [B, T, D]  nanogpt_model.snf:41
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
+                                           scale=1 / math.sqrt(cfg.D // cfg.H)).transpose(1, 2).reshape(B, T, cfg.D)
+        x = x + self.θ_attn_Wo(o)  # [B, T, D]  nanogpt_model.snf:51
+        mlp_x = self.θ_ln_mlp(x)  # [B, T, D]  nanogpt_model.snf:52
+        u = self.θ_mlp_W_fc(mlp_x)  # [B, T, 4*D]  nanogpt_model.snf:46
+        h = x + self.θ_mlp_W_proj(F.gelu(u))  # [B, T, D]  nanogpt_model.snf:52
+        return h
+
+
+class Output(NamedTuple):
+    logits: Optional[torch.Tensor]  # [B, T, V]
+    loss: torch.Tensor  # []
+
+
+class Model(nn.Module):
+    """nanoGPT, as specified in nanogpt_model.snf."""
+
+    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
+        super().__init__()
+        if config is None:
+            config = Config(**overrides)
+        elif overrides:
+            config = dataclasses.replace(config, **overrides)
+        self.config = cfg = config
+        self.θ_embed = nn.Embedding(cfg.V, cfg.D)  # θ_embed  nanogpt_model.snf:33
+        self.θ_pos = nn.Parameter(torch.empty(cfg.P, cfg.D))  # [P, D]  nanogpt_model.snf:33
+        self.θ_ln_f = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)  # θ_ln_f_weight, θ_ln_f_bias  nanogpt_model.snf:57
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.L))
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
+        cfg = self.config
+        nn.init.normal_(self.θ_embed.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.θ_pos, mean=0.0, std=0.02)
+        nn.init.ones_(self.θ_ln_f.weight)
+        nn.init.zeros_(self.θ_ln_f.bias)
+        for layer in self.layers:
+            layer.reset_parameters()
+
+    def forward(self, tok: torch.Tensor, *, return_logits: Optional[bool] = None) -> Output:
+        # tok: [B, T]
+        # return_logits: compute logits (by default, unless training: then
+        # the loss runs fused with its head, in chunks of rows, and logits is None)
+        cfg = self.config
+        dtype = self.θ_embed.weight.dtype  # the dtype the model holds now (a cast's)
+        if return_logits is None:
+            return_logits = not self.training
+        _check_input('tok', tok, 2, '[B, T]', 'int64')
+        B, T = tok.shape
+        _check_index('tok', tok, cfg.V, 'V')
+        _check_dims('T', T, '<=', 'P', cfg.P, 'nanogpt_model.snf:33', 'slice end T must lie within axis 0, of size P',
+                    {'P': cfg.P, 'T': T})
+        h = self.θ_embed(tok) + self.θ_pos[0:T, :]  # [B, T, D]  nanogpt_model.snf:33
+        for layer in self.layers:
+            h = layer(h)  # nanogpt_model.snf:54
+        if return_logits:
+            logits = F.linear(self.θ_ln_f(h), self.θ_embed.weight)  # [B, T, V]  nanogpt_model.snf:57
+            # []  nanogpt_model.snf:59
+            loss = _cross_entropy(logits, _next_tokens(tok, -100), -100, dtype, 'input tok', 'V')
+        else:
+            logits = None
+            # []  nanogpt_model.snf:59
+            loss = _linear_cross_entropy(self.θ_ln_f(h), self.θ_embed.weight, None, _next_tokens(tok, -100), -100,
+                                         dtype, 'input tok', 'V')
+        return Output(logits, loss)
+
+    @torch.no_grad()
+    def generate(self, tok: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: Optional[int] = None, top_p: Optional[float] = None,
+                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """Append `max_new_tokens` tokens to `tok` [B, T] and return all of them.
+
+        `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
+        with `generator`. generate uses no KV cache here
+        (docs/language.md, section 10.2), so each step runs the whole sequence again.
+
+        The model sees at most P tokens: past them, as nanoGPT does, each step
+        runs the last P tokens again (the same tokens as running that cropped
+        context from scratch).
+        """
+        _check_sampling(tok, max_new_tokens, temperature, top_k, top_p)
+        was_training = self.training
+        self.eval()
+        try:
+            size = self.config.P  # the most tokens the model sees
+            out = self(tok[:, -size:])
+            position = min(tok.size(1), size)  # the tokens the cache holds
+            tokens = [tok]
+            for step in _decoding(max_new_tokens):
+                token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
+                tokens.append(token)
+                if step + 1 == max_new_tokens:
+                    continue  # the last token needs no step (and the loop ends by itself: see _decoding)
+                out = self(torch.cat(tokens, dim=1)[:, -size:])
+            return torch.cat(tokens, dim=1)
+        finally:
+            self.train(was_training)
+
+
+def spec_parameters(config: Config) -> dict:
+    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
+    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
+    or None when it is not per layer)."""
+    cfg = config
+    return {
+        'θ_embed': ('θ_embed.weight', None, None),
+        'θ_pos': ('θ_pos', None, None),
+        'θ_ln_attn_weight': ('layers.{l}.θ_ln_attn.weight', None, cfg.L),
+        'θ_ln_attn_bias': ('layers.{l}.θ_ln_attn.bias', None, cfg.L),
+        'θ_attn_Wq': ('layers.{l}.θ_attn_Wq.weight', None, cfg.L),
+        'θ_attn_bq': ('layers.{l}.θ_attn_Wq.bias', None, cfg.L),
+        'θ_attn_Wk': ('layers.{l}.θ_attn_Wk.weight', None, cfg.L),
+        'θ_attn_bk': ('layers.{l}.θ_attn_Wk.bias', None, cfg.L),
+        'θ_attn_Wv': ('layers.{l}.θ_attn_Wv.weight', None, cfg.L),
+        'θ_attn_bv': ('layers.{l}.θ_attn_Wv.bias', None, cfg.L),
+        'θ_attn_Wo': ('layers.{l}.θ_attn_Wo.weight', None, cfg.L),
+        'θ_attn_bo': ('layers.{l}.θ_attn_Wo.bias', None, cfg.L),
+        'θ_ln_mlp_weight': ('layers.{l}.θ_ln_mlp.weight', None, cfg.L),
+        'θ_ln_mlp_bias': ('layers.{l}.θ_ln_mlp.bias', None, cfg.L),
+        'θ_mlp_W_fc': ('layers.{l}.θ_mlp_W_fc.weight', None, cfg.L),
+        'θ_mlp_b_fc': ('layers.{l}.θ_mlp_W_fc.bias', None, cfg.L),
+        'θ_mlp_W_proj': ('layers.{l}.θ_mlp_W_proj.weight', None, cfg.L),
+        'θ_mlp_b_proj': ('layers.{l}.θ_mlp_W_proj.bias', None, cfg.L),
+        'θ_ln_f_weight': ('θ_ln_f.weight', None, None),
+        'θ_ln_f_bias': ('θ_ln_f.bias', None, None),
+    }
+
+
+# Buffers the config decides (by their initialiser): a checkpoint need not give them.
+RECOMPUTED_BUFFERS = ()
+
+# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
+# of each list of layers (a layer of it tells the shapes of a model with no layers).
+SPEC = {'path': 'specs/nanogpt_model.snf', 'sha256': 'f40f2c1432d7d5f56be5badde8d3852cbe8ef83edce1d303c3b650d10e226fa3'}
+LAYER_CLASSES = {'layers': Block}
+
+# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
+# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
+CHECKPOINTS = {
+}
+
+
+# ---------------------------------------------------------------------------- runtime
+# What the model above calls: standalone, so this file imports only torch and the standard library.
+
+
 def _check_fields(config) -> None:
     """Each Config field holds its declared type: an int for `int` (not a bool), a bool for `bool`,
     a str for `str`, and a number for `float` (kept as a float)."""
@@ -134,7 +331,7 @@ class _CompileSettings:
         torch._dynamo.config.recompile_limit = limit
 
 
-def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
+def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
               cuda_mode: Optional[str] = None):
     """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0. Sizes are symbolic
     from the first compile (`dynamic=True`: one graph serves every batch and length, but for the
@@ -144,8 +341,6 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[
     Compiling never breaks a call: when it fails (an unsupported construct, a missing compiler,
     an error inside torch's compiler) the call runs eagerly, as does every later one, with one
     warning; past _GRAPH_BUDGET graphs, calls with new shapes run eagerly, with one warning."""
-    if fn is None:
-        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options, cuda_mode=cuda_mode)
     state: dict = {}  # device -> the compiled fn; "broken" once compiling has failed; "full" past the budget
 
     def warn_once(key: str, message: str) -> None:
@@ -172,7 +367,7 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[
         except Exception as err:
             if not _is_compile_error(err):
                 raise
-            with _eagerly():  # nothing compiles inside, not even a forward that calls itself compiled
+            with _eagerly():  # nothing compiles inside
                 out = fn(*args, **kwargs)  # the model's own error is raised here
             if isinstance(err, FailOnRecompileLimitHit):
                 warn_once("full", f"{fn.__qualname__} has compiled {_GRAPH_BUDGET} graphs; calls with shapes "
@@ -188,228 +383,35 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[
     return wrapper
 
 
-def _compile_unit(model: nn.Module, x: torch.Tensor) -> Optional[str]:
-    """What `model.compile_units` says for x's device and the model's mode ("model", "block" or
-    "none"); None where there is nothing to decide: compiling is off, has failed for the whole
-    forward, or torch.compile is tracing it already."""
-    if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in type(model)._compiled_forward.compiled:
-        return None
-    return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
+def _by_compile_unit(forward, decodes: bool = False):
+    """Model.forward, run as the model's `compile_units` say for the device of its first tensor
+    argument (else of the model's tensors) and the model's mode: compiled as one graph ("model"; its
+    shapes fixed, as the fused loss's chunks are a loop over rows), each layer block compiled on its
+    own ("block"), or nothing compiled ("none"); as it is while compiling is off, has failed for the
+    whole forward, or torch.compile traces it already. With `decodes`, a decode step of generate
+    (self._decode_state set, see _decode) runs as Model._decode_step, whatever compile_units say."""
+    whole = _hot_path(forward, dynamic=False)
 
-
-class Block(nn.Module):
-    """One layer of the loop at nanogpt_model.snf:54 (`for l ...`), with its own parameters."""
-
-    def __init__(self, config: Config) -> None:
-        super().__init__()
-        self.config = cfg = config
-        # θ_ln_attn_weight, θ_ln_attn_bias  nanogpt_model.snf:51
-        self.θ_ln_attn = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)
-        self.θ_attn_Wq = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wq, θ_attn_bq  nanogpt_model.snf:37
-        self.θ_attn_Wk = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wk, θ_attn_bk  nanogpt_model.snf:38
-        self.θ_attn_Wv = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wv, θ_attn_bv  nanogpt_model.snf:39
-        self.θ_attn_Wo = nn.Linear(cfg.D, cfg.D, bias=True)  # θ_attn_Wo, θ_attn_bo  nanogpt_model.snf:42
-        # θ_ln_mlp_weight, θ_ln_mlp_bias  nanogpt_model.snf:52
-        self.θ_ln_mlp = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)
-        self.θ_mlp_W_fc = nn.Linear(cfg.D, 4*cfg.D, bias=True)  # θ_mlp_W_fc, θ_mlp_b_fc  nanogpt_model.snf:46
-        self.θ_mlp_W_proj = nn.Linear(4*cfg.D, cfg.D, bias=True)  # θ_mlp_W_proj, θ_mlp_b_proj  nanogpt_model.snf:47
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        cfg = self.config
-        nn.init.ones_(self.θ_ln_attn.weight)
-        nn.init.zeros_(self.θ_ln_attn.bias)
-        nn.init.normal_(self.θ_attn_Wq.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_attn_Wq.bias)
-        nn.init.normal_(self.θ_attn_Wk.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_attn_Wk.bias)
-        nn.init.normal_(self.θ_attn_Wv.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_attn_Wv.bias)
-        nn.init.normal_(self.θ_attn_Wo.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_attn_Wo.bias)
-        nn.init.ones_(self.θ_ln_mlp.weight)
-        nn.init.zeros_(self.θ_ln_mlp.bias)
-        nn.init.normal_(self.θ_mlp_W_fc.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_mlp_W_fc.bias)
-        nn.init.normal_(self.θ_mlp_W_proj.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.θ_mlp_W_proj.bias)
-
-    @_hot_path
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        cfg = self.config
-        B, T, _ = h.shape
-        x = h  # [B, T, D]  nanogpt_model.snf:50
-        attention_x = self.θ_ln_attn(x)  # [B, T, D]  nanogpt_model.snf:51
-        # [B, T, H, (D // H)]  nanogpt_model.snf:37
-        q = self.θ_attn_Wq(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)
-        # [B, T, H, (D // H)]  nanogpt_model.snf:38
-        k = self.θ_attn_Wk(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)
-        # [B, T, H, (D // H)]  nanogpt_model.snf:39
-        v = self.θ_attn_Wv(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)
-        # [B, T, D]  nanogpt_model.snf:41
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
-                                           scale=1 / math.sqrt(cfg.D // cfg.H)).transpose(1, 2).reshape(B, T, cfg.D)
-        x = x + self.θ_attn_Wo(o)  # [B, T, D]  nanogpt_model.snf:51
-        mlp_x = self.θ_ln_mlp(x)  # [B, T, D]  nanogpt_model.snf:52
-        u = self.θ_mlp_W_fc(mlp_x)  # [B, T, 4*D]  nanogpt_model.snf:46
-        h = x + self.θ_mlp_W_proj(F.gelu(u))  # [B, T, D]  nanogpt_model.snf:52
-        return h
-
-
-class Output(NamedTuple):
-    logits: Optional[torch.Tensor]  # [B, T, V]
-    loss: torch.Tensor  # []
-
-
-class Model(nn.Module):
-    """nanoGPT, as specified in nanogpt_model.snf."""
-
-    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
-    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
-    # own, the rest running eagerly; "none", nothing (generate's decode step compiles regardless).
-    # Chosen by measurement (benchmarks/README.md: on a CPU, compiling a forward or a training step
-    # measured no faster than eager); the CUDA entries are not measured yet. Assign a changed copy
-    # to a model to choose otherwise.
-    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
-
-    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
-        super().__init__()
-        if config is None:
-            config = Config(**overrides)
-        elif overrides:
-            config = dataclasses.replace(config, **overrides)
-        self.config = cfg = config
-        self.θ_embed = nn.Embedding(cfg.V, cfg.D)  # θ_embed  nanogpt_model.snf:33
-        self.θ_pos = nn.Parameter(torch.empty(cfg.P, cfg.D))  # [P, D]  nanogpt_model.snf:33
-        self.θ_ln_f = nn.LayerNorm(cfg.D, eps=1e-05, bias=True)  # θ_ln_f_weight, θ_ln_f_bias  nanogpt_model.snf:57
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.L))
-        self.reset_parameters()
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
-        cfg = self.config
-        nn.init.normal_(self.θ_embed.weight, mean=0.0, std=0.02)
-        nn.init.normal_(self.θ_pos, mean=0.0, std=0.02)
-        nn.init.ones_(self.θ_ln_f.weight)
-        nn.init.zeros_(self.θ_ln_f.bias)
-        for layer in self.layers:
-            layer.reset_parameters()
-
-    def forward(self, tok: torch.Tensor, *, return_logits: Optional[bool] = None) -> Output:
-        # tok: [B, T]
-        # return_logits: compute logits (by default, unless training: then
-        # the loss runs fused with its head, in chunks of rows, and logits is None)
-        unit = _compile_unit(self, tok)  # see compile_units
+    @functools.wraps(forward)
+    def run(self, *args, **kwargs):
+        if decodes and self._decode_state is not None:
+            return self._decode_step(*args, **kwargs)
+        if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in whole.compiled:
+            return forward(self, *args, **kwargs)
+        x = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        if x is None:  # no tensor argument: the model's own tensors tell the device
+            x = next((t for t in (*self.parameters(), *self.buffers())), None)
+        units = self.compile_units.get(x.device.type, {}) if x is not None else {}
+        unit = units.get("train" if self.training else "eval", "block")
         if unit == "model":
-            return self._compiled_forward(tok, return_logits=return_logits)
+            return whole(self, *args, **kwargs)
         if unit == "none":
             with _eagerly():
-                return self.forward(tok, return_logits=return_logits)
-        cfg = self.config
-        if return_logits is None:
-            return_logits = not self.training
-        _check_input('tok', tok, 2, '[B, T]', 'int64')
-        B, T = tok.shape
-        _check_index('tok', tok, cfg.V, 'V')
-        _check_dims('T', T, '<=', 'P', cfg.P, 'nanogpt_model.snf:33', 'slice end T must lie within axis 0, of size P',
-                    {'P': cfg.P, 'T': T})
-        h = self.θ_embed(tok) + self.θ_pos[0:T, :]  # [B, T, D]  nanogpt_model.snf:33
-        for layer in self.layers:
-            h = layer(h)  # nanogpt_model.snf:54
-        if return_logits:
-            logits = F.linear(self.θ_ln_f(h), self.θ_embed.weight)  # [B, T, V]  nanogpt_model.snf:57
-            # []  nanogpt_model.snf:59
-            loss = _cross_entropy(logits, _next_tokens(tok, -100), -100, self.θ_embed.weight.dtype, 'input tok', 'V')
-        else:
-            logits = None
-            # []  nanogpt_model.snf:59
-            loss = _linear_cross_entropy(self.θ_ln_f(h), self.θ_embed.weight, None, _next_tokens(tok, -100), -100,
-                                         self.θ_embed.weight.dtype, 'input tok', 'V')
-        return Output(logits, loss)
+                return forward(self, *args, **kwargs)
+        return forward(self, *args, **kwargs)
 
-    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
-    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
-    _compiled_forward = _hot_path(forward, dynamic=False)
-
-    @torch.no_grad()
-    def generate(self, tok: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: Optional[int] = None, top_p: Optional[float] = None,
-                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        """Append `max_new_tokens` tokens to `tok` [B, T] and return all of them.
-
-        `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
-        with `generator`. generate uses no KV cache here
-        (docs/language.md, section 10.2), so each step runs the whole sequence again.
-
-        The model sees at most P tokens: past them, as nanoGPT does, each step
-        runs the last P tokens again (the same tokens as running that cropped
-        context from scratch).
-        """
-        _check_sampling(tok, max_new_tokens, temperature, top_k, top_p)
-        was_training = self.training
-        self.eval()
-        try:
-            size = self.config.P  # the most tokens the model sees
-            out = self(tok[:, -size:])
-            position = min(tok.size(1), size)  # the tokens the cache holds
-            tokens = [tok]
-            for step in _decoding(max_new_tokens):
-                token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
-                tokens.append(token)
-                if step + 1 == max_new_tokens:
-                    continue  # the last token needs no step (and the loop ends by itself: see _decoding)
-                out = self(torch.cat(tokens, dim=1)[:, -size:])
-            return torch.cat(tokens, dim=1)
-        finally:
-            self.train(was_training)
-
-
-def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    or None when it is not per layer)."""
-    cfg = config
-    return {
-        'θ_embed': ('θ_embed.weight', None, None),
-        'θ_pos': ('θ_pos', None, None),
-        'θ_ln_attn_weight': ('layers.{l}.θ_ln_attn.weight', None, cfg.L),
-        'θ_ln_attn_bias': ('layers.{l}.θ_ln_attn.bias', None, cfg.L),
-        'θ_attn_Wq': ('layers.{l}.θ_attn_Wq.weight', None, cfg.L),
-        'θ_attn_bq': ('layers.{l}.θ_attn_Wq.bias', None, cfg.L),
-        'θ_attn_Wk': ('layers.{l}.θ_attn_Wk.weight', None, cfg.L),
-        'θ_attn_bk': ('layers.{l}.θ_attn_Wk.bias', None, cfg.L),
-        'θ_attn_Wv': ('layers.{l}.θ_attn_Wv.weight', None, cfg.L),
-        'θ_attn_bv': ('layers.{l}.θ_attn_Wv.bias', None, cfg.L),
-        'θ_attn_Wo': ('layers.{l}.θ_attn_Wo.weight', None, cfg.L),
-        'θ_attn_bo': ('layers.{l}.θ_attn_Wo.bias', None, cfg.L),
-        'θ_ln_mlp_weight': ('layers.{l}.θ_ln_mlp.weight', None, cfg.L),
-        'θ_ln_mlp_bias': ('layers.{l}.θ_ln_mlp.bias', None, cfg.L),
-        'θ_mlp_W_fc': ('layers.{l}.θ_mlp_W_fc.weight', None, cfg.L),
-        'θ_mlp_b_fc': ('layers.{l}.θ_mlp_W_fc.bias', None, cfg.L),
-        'θ_mlp_W_proj': ('layers.{l}.θ_mlp_W_proj.weight', None, cfg.L),
-        'θ_mlp_b_proj': ('layers.{l}.θ_mlp_W_proj.bias', None, cfg.L),
-        'θ_ln_f_weight': ('θ_ln_f.weight', None, None),
-        'θ_ln_f_bias': ('θ_ln_f.bias', None, None),
-    }
-
-
-# Buffers the config decides (by their initialiser): a checkpoint need not give them.
-RECOMPUTED_BUFFERS = ()
-
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
-SPEC = {'path': 'specs/nanogpt_model.snf', 'sha256': 'f40f2c1432d7d5f56be5badde8d3852cbe8ef83edce1d303c3b650d10e226fa3'}
-LAYER_CLASSES = {'layers': Block}
-
-# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
-# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
-CHECKPOINTS = {
-}
-
-
-# ---------------------------------------------------------------------------- runtime helpers
-# What the model above calls: standalone, so this file imports only torch and the standard library.
+    run.whole = whole
+    return run
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -640,3 +642,14 @@ def _next_tokens(targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
     rather than sliced (targets[..., 1:]): torch.export would exclude length 2 for a slice."""
     last = torch.arange(targets.size(-1), device=targets.device) == targets.size(-1) - 1
     return targets.roll(-1, dims=-1).masked_fill(last, ignore_index)
+
+
+# ---------------------------------------------------------------------------- compile wiring
+# What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is training:
+# "model", forward as one graph, embedding to loss; "block", each layer block on its own, the rest
+# running eagerly; "none", nothing (generate's decode step compiles regardless). Chosen by measurement
+# (benchmarks/README.md: on a CPU, compiling a forward or a training step measured no faster than
+# eager); the CUDA entries are not measured yet. Assign a changed copy to a model to choose otherwise.
+Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
+Block.forward = _hot_path(Block.forward)
+Model.forward = _by_compile_unit(Model.forward)

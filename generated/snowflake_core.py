@@ -63,6 +63,182 @@ class Config:
         return self.n_embd // self.n_head
 
 
+class Block(nn.Module):
+    """One layer of the loop at snowflake_core.snf:55 (`for l ...`), with its own parameters."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.config = cfg = config
+        self.ln1 = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=True)  # ln1_weight, ln1_bias  snowflake_core.snf:30
+        self.qkv = nn.Linear(cfg.n_embd, 3*cfg.n_embd, bias=True)  # qkv_weight, qkv_bias  snowflake_core.snf:32
+        self.wo = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # wo_weight, wo_bias  snowflake_core.snf:34
+        self.ln2 = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=True)  # ln2_weight, ln2_bias  snowflake_core.snf:36
+        self.ff1 = nn.Linear(cfg.n_embd, cfg.d_ff, bias=True)  # ff1_weight, ff1_bias  snowflake_core.snf:38
+        self.ff2 = nn.Linear(cfg.d_ff, cfg.n_embd, bias=True)  # ff2_weight, ff2_bias  snowflake_core.snf:40
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        cfg = self.config
+        nn.init.ones_(self.ln1.weight)
+        nn.init.zeros_(self.ln1.bias)
+        nn.init.normal_(self.qkv.weight, mean=0.0, std=1.0 / math.sqrt(3 * cfg.n_embd))
+        nn.init.zeros_(self.qkv.bias)
+        nn.init.normal_(self.wo.weight, mean=0.0, std=1.0 / math.sqrt(3 * cfg.n_embd))
+        nn.init.zeros_(self.wo.bias)
+        nn.init.ones_(self.ln2.weight)
+        nn.init.zeros_(self.ln2.bias)
+        nn.init.normal_(self.ff1.weight, mean=0.0, std=1.0 / math.sqrt(3 * cfg.n_embd))
+        nn.init.zeros_(self.ff1.bias)
+        nn.init.normal_(self.ff2.weight, mean=0.0, std=1.0 / math.sqrt(3 * cfg.d_ff))
+        nn.init.zeros_(self.ff2.bias)
+
+    def forward(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
+        cfg = self.config
+        B, T, _ = x.shape
+        h = self.ln1(x)  # [B, T, D]  snowflake_core.snf:56
+        qkv = self.qkv(h)  # [B, T, 3*D]  snowflake_core.snf:57
+        # [B, T, H, head_dim]  snowflake_core.snf:58
+        q = qkv[:, :, 0:cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)
+        # [B, T, H, head_dim]  snowflake_core.snf:59
+        k = qkv[:, :, cfg.n_embd:2 * cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)
+        # [B, T, H, head_dim]  snowflake_core.snf:60
+        v = qkv[:, :, 2 * cfg.n_embd:3 * cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)
+        # [B, T, H, head_dim]  snowflake_core.snf:61
+        attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask,
+                          causal=False).transpose(1, 2)
+        attn_out = self.wo(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  snowflake_core.snf:62
+        if cfg.dropout > 0:
+            attn_out = F.dropout(attn_out, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:63
+        x = x + attn_out  # [B, T, D]  snowflake_core.snf:64
+        ff = F.gelu(self.ff1(self.ln2(x)))  # [B, T, d_ff]  snowflake_core.snf:66
+        if cfg.dropout > 0:
+            ff = F.dropout(ff, p=cfg.dropout, training=self.training)  # [B, T, d_ff]  snowflake_core.snf:67
+        ff_out = self.ff2(ff)  # [B, T, D]  snowflake_core.snf:68
+        if cfg.dropout > 0:
+            ff_out = F.dropout(ff_out, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:70
+        if cfg.dropout > 0:
+            ff_out = F.dropout(ff_out, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:71
+        x = x + ff_out  # [B, T, D]  snowflake_core.snf:72
+        return x
+
+
+class Model(nn.Module):
+    """snowflake_core, as specified in snowflake_core.snf."""
+
+    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
+        super().__init__()
+        if config is None:
+            config = Config(**overrides)
+        elif overrides:
+            config = dataclasses.replace(config, **overrides)
+        self.config = cfg = config
+        self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  snowflake_core.snf:29
+        self.ln_f = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=True)  # ln_f_weight, ln_f_bias  snowflake_core.snf:42
+        self.out_bias = nn.Parameter(torch.empty(cfg.vocab_size))  # [vocab_size]  snowflake_core.snf:44
+        # [1, block_size, D]  snowflake_core.snf:47
+        self.register_buffer('position_table', torch.empty(1, cfg.block_size, cfg.n_embd))
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
+        cfg = self.config
+        nn.init.normal_(self.token_embedding.weight, mean=0.0, std=1.0)
+        nn.init.ones_(self.ln_f.weight)
+        nn.init.zeros_(self.ln_f.bias)
+        nn.init.zeros_(self.out_bias)
+        self.position_table.copy_(_sinusoidal(self.position_table.shape, 10000.0))
+        for layer in self.layers:
+            layer.reset_parameters()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        # input_ids: [B, T]
+        # attention_mask: [B, T], optional
+        cfg = self.config
+        _check_input('input_ids', input_ids, 2, '[B, T]', 'int64')
+        B, T = input_ids.shape
+        _check_index('input_ids', input_ids, cfg.vocab_size, 'vocab_size')
+        if attention_mask is not None:
+            _check_input('attention_mask', attention_mask, 2, '[B, T]', 'int64', {0: B, 1: T})
+        _check_dims('T', T, '<=', 'block_size', cfg.block_size, 'snowflake_core.snf:52',
+                    'slice end T must lie within axis 1, of size block_size', {'T': T, 'block_size': cfg.block_size})
+        x = self.token_embedding(input_ids) + self.position_table[:, 0:T, :]  # [B, T, D]  snowflake_core.snf:52
+        if cfg.dropout > 0:
+            x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:53
+        for layer in self.layers:
+            x = layer(x, attention_mask)  # snowflake_core.snf:55
+        # [B, T, vocab_size]  snowflake_core.snf:74
+        logits = F.linear(self.ln_f(x), self.token_embedding.weight, self.out_bias)
+        return logits
+
+
+def spec_parameters(config: Config) -> dict:
+    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
+    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
+    or None when it is not per layer)."""
+    cfg = config
+    return {
+        'token_embedding': ('token_embedding.weight', None, None),
+        'ln1_weight': ('layers.{l}.ln1.weight', None, cfg.n_layer),
+        'ln1_bias': ('layers.{l}.ln1.bias', None, cfg.n_layer),
+        'qkv_weight': ('layers.{l}.qkv.weight', None, cfg.n_layer),
+        'qkv_bias': ('layers.{l}.qkv.bias', None, cfg.n_layer),
+        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer),
+        'wo_bias': ('layers.{l}.wo.bias', None, cfg.n_layer),
+        'ln2_weight': ('layers.{l}.ln2.weight', None, cfg.n_layer),
+        'ln2_bias': ('layers.{l}.ln2.bias', None, cfg.n_layer),
+        'ff1_weight': ('layers.{l}.ff1.weight', None, cfg.n_layer),
+        'ff1_bias': ('layers.{l}.ff1.bias', None, cfg.n_layer),
+        'ff2_weight': ('layers.{l}.ff2.weight', None, cfg.n_layer),
+        'ff2_bias': ('layers.{l}.ff2.bias', None, cfg.n_layer),
+        'ln_f_weight': ('ln_f.weight', None, None),
+        'ln_f_bias': ('ln_f.bias', None, None),
+        'out_bias': ('out_bias', None, None),
+        'position_table': ('position_table', None, None),
+    }
+
+
+# Buffers the config decides (by their initialiser): a checkpoint need not give them.
+RECOMPUTED_BUFFERS = ('position_table',)
+
+# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
+# of each list of layers (a layer of it tells the shapes of a model with no layers).
+SPEC = {'path': 'specs/snowflake_core.snf', 'sha256': 'eed02e06335d3fc966d1a8b13ac62213899e18a5a82627c1f8aa580079164b56'}
+LAYER_CLASSES = {'layers': Block}
+
+# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
+# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
+CHECKPOINTS = {
+    'seed': {
+        'params': {
+            'token_embedding': ('key', 'emb.weight'),
+            'position_table': ('key', 'pe'),
+            'ln1_weight': ('key', 'layers.{l}.ln1.weight'),
+            'ln1_bias': ('key', 'layers.{l}.ln1.bias'),
+            'qkv_weight': ('key', 'layers.{l}.attn.qkv.weight'),
+            'qkv_bias': ('key', 'layers.{l}.attn.qkv.bias'),
+            'wo_weight': ('key', 'layers.{l}.attn.wo.weight'),
+            'wo_bias': ('key', 'layers.{l}.attn.wo.bias'),
+            'ln2_weight': ('key', 'layers.{l}.ln2.weight'),
+            'ln2_bias': ('key', 'layers.{l}.ln2.bias'),
+            'ff1_weight': ('key', 'layers.{l}.ff.net.0.weight'),
+            'ff1_bias': ('key', 'layers.{l}.ff.net.0.bias'),
+            'ff2_weight': ('key', 'layers.{l}.ff.net.3.weight'),
+            'ff2_bias': ('key', 'layers.{l}.ff.net.3.bias'),
+            'ln_f_weight': ('key', 'ln_f.weight'),
+            'ln_f_bias': ('key', 'ln_f.bias'),
+            'out_bias': ('key', 'out.bias'),
+        },
+        'ignore': ('out.weight',),
+    },
+}
+
+
+# ---------------------------------------------------------------------------- runtime
+# What the model above calls: standalone, so this file imports only torch and the standard library.
+
+
 def _check_fields(config) -> None:
     """Each Config field holds its declared type: an int for `int` (not a bool), a bool for `bool`,
     a str for `str`, and a number for `float` (kept as a float)."""
@@ -147,7 +323,7 @@ class _CompileSettings:
         torch._dynamo.config.recompile_limit = limit
 
 
-def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
+def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
               cuda_mode: Optional[str] = None):
     """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0. Sizes are symbolic
     from the first compile (`dynamic=True`: one graph serves every batch and length, but for the
@@ -157,8 +333,6 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[
     Compiling never breaks a call: when it fails (an unsupported construct, a missing compiler,
     an error inside torch's compiler) the call runs eagerly, as does every later one, with one
     warning; past _GRAPH_BUDGET graphs, calls with new shapes run eagerly, with one warning."""
-    if fn is None:
-        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options, cuda_mode=cuda_mode)
     state: dict = {}  # device -> the compiled fn; "broken" once compiling has failed; "full" past the budget
 
     def warn_once(key: str, message: str) -> None:
@@ -185,7 +359,7 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[
         except Exception as err:
             if not _is_compile_error(err):
                 raise
-            with _eagerly():  # nothing compiles inside, not even a forward that calls itself compiled
+            with _eagerly():  # nothing compiles inside
                 out = fn(*args, **kwargs)  # the model's own error is raised here
             if isinstance(err, FailOnRecompileLimitHit):
                 warn_once("full", f"{fn.__qualname__} has compiled {_GRAPH_BUDGET} graphs; calls with shapes "
@@ -201,208 +375,35 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[
     return wrapper
 
 
-def _compile_unit(model: nn.Module, x: torch.Tensor) -> Optional[str]:
-    """What `model.compile_units` says for x's device and the model's mode ("model", "block" or
-    "none"); None where there is nothing to decide: compiling is off, has failed for the whole
-    forward, or torch.compile is tracing it already."""
-    if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in type(model)._compiled_forward.compiled:
-        return None
-    return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
+def _by_compile_unit(forward, decodes: bool = False):
+    """Model.forward, run as the model's `compile_units` say for the device of its first tensor
+    argument (else of the model's tensors) and the model's mode: compiled as one graph ("model"; its
+    shapes fixed, as the fused loss's chunks are a loop over rows), each layer block compiled on its
+    own ("block"), or nothing compiled ("none"); as it is while compiling is off, has failed for the
+    whole forward, or torch.compile traces it already. With `decodes`, a decode step of generate
+    (self._decode_state set, see _decode) runs as Model._decode_step, whatever compile_units say."""
+    whole = _hot_path(forward, dynamic=False)
 
-
-class Block(nn.Module):
-    """One layer of the loop at snowflake_core.snf:55 (`for l ...`), with its own parameters."""
-
-    def __init__(self, config: Config) -> None:
-        super().__init__()
-        self.config = cfg = config
-        self.ln1 = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=True)  # ln1_weight, ln1_bias  snowflake_core.snf:30
-        self.qkv = nn.Linear(cfg.n_embd, 3*cfg.n_embd, bias=True)  # qkv_weight, qkv_bias  snowflake_core.snf:32
-        self.wo = nn.Linear(cfg.n_embd, cfg.n_embd, bias=True)  # wo_weight, wo_bias  snowflake_core.snf:34
-        self.ln2 = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=True)  # ln2_weight, ln2_bias  snowflake_core.snf:36
-        self.ff1 = nn.Linear(cfg.n_embd, cfg.d_ff, bias=True)  # ff1_weight, ff1_bias  snowflake_core.snf:38
-        self.ff2 = nn.Linear(cfg.d_ff, cfg.n_embd, bias=True)  # ff2_weight, ff2_bias  snowflake_core.snf:40
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        cfg = self.config
-        nn.init.ones_(self.ln1.weight)
-        nn.init.zeros_(self.ln1.bias)
-        nn.init.normal_(self.qkv.weight, mean=0.0, std=1.0 / math.sqrt(3 * cfg.n_embd))
-        nn.init.zeros_(self.qkv.bias)
-        nn.init.normal_(self.wo.weight, mean=0.0, std=1.0 / math.sqrt(3 * cfg.n_embd))
-        nn.init.zeros_(self.wo.bias)
-        nn.init.ones_(self.ln2.weight)
-        nn.init.zeros_(self.ln2.bias)
-        nn.init.normal_(self.ff1.weight, mean=0.0, std=1.0 / math.sqrt(3 * cfg.n_embd))
-        nn.init.zeros_(self.ff1.bias)
-        nn.init.normal_(self.ff2.weight, mean=0.0, std=1.0 / math.sqrt(3 * cfg.d_ff))
-        nn.init.zeros_(self.ff2.bias)
-
-    @_hot_path
-    def forward(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
-        cfg = self.config
-        B, T, _ = x.shape
-        h = self.ln1(x)  # [B, T, D]  snowflake_core.snf:56
-        qkv = self.qkv(h)  # [B, T, 3*D]  snowflake_core.snf:57
-        # [B, T, H, head_dim]  snowflake_core.snf:58
-        q = qkv[:, :, 0:cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)
-        # [B, T, H, head_dim]  snowflake_core.snf:59
-        k = qkv[:, :, cfg.n_embd:2 * cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)
-        # [B, T, H, head_dim]  snowflake_core.snf:60
-        v = qkv[:, :, 2 * cfg.n_embd:3 * cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)
-        # [B, T, H, head_dim]  snowflake_core.snf:61
-        attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask,
-                          causal=False).transpose(1, 2)
-        attn_out = self.wo(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  snowflake_core.snf:62
-        if cfg.dropout > 0:
-            attn_out = F.dropout(attn_out, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:63
-        x = x + attn_out  # [B, T, D]  snowflake_core.snf:64
-        ff = F.gelu(self.ff1(self.ln2(x)))  # [B, T, d_ff]  snowflake_core.snf:66
-        if cfg.dropout > 0:
-            ff = F.dropout(ff, p=cfg.dropout, training=self.training)  # [B, T, d_ff]  snowflake_core.snf:67
-        ff_out = self.ff2(ff)  # [B, T, D]  snowflake_core.snf:68
-        if cfg.dropout > 0:
-            ff_out = F.dropout(ff_out, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:70
-        if cfg.dropout > 0:
-            ff_out = F.dropout(ff_out, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:71
-        x = x + ff_out  # [B, T, D]  snowflake_core.snf:72
-        return x
-
-
-class Model(nn.Module):
-    """snowflake_core, as specified in snowflake_core.snf."""
-
-    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
-    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
-    # own, the rest running eagerly; "none", nothing (generate's decode step compiles regardless).
-    # Chosen by measurement (benchmarks/README.md: on a CPU, compiling a forward or a training step
-    # measured no faster than eager); the CUDA entries are not measured yet. Assign a changed copy
-    # to a model to choose otherwise.
-    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
-
-    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
-        super().__init__()
-        if config is None:
-            config = Config(**overrides)
-        elif overrides:
-            config = dataclasses.replace(config, **overrides)
-        self.config = cfg = config
-        self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  snowflake_core.snf:29
-        self.ln_f = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=True)  # ln_f_weight, ln_f_bias  snowflake_core.snf:42
-        self.out_bias = nn.Parameter(torch.empty(cfg.vocab_size))  # [vocab_size]  snowflake_core.snf:44
-        # [1, block_size, D]  snowflake_core.snf:47
-        self.register_buffer('position_table', torch.empty(1, cfg.block_size, cfg.n_embd))
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.reset_parameters()
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
-        cfg = self.config
-        nn.init.normal_(self.token_embedding.weight, mean=0.0, std=1.0)
-        nn.init.ones_(self.ln_f.weight)
-        nn.init.zeros_(self.ln_f.bias)
-        nn.init.zeros_(self.out_bias)
-        self.position_table.copy_(_sinusoidal(self.position_table.shape, 10000.0))
-        for layer in self.layers:
-            layer.reset_parameters()
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        # input_ids: [B, T]
-        # attention_mask: [B, T], optional
-        unit = _compile_unit(self, input_ids)  # see compile_units
+    @functools.wraps(forward)
+    def run(self, *args, **kwargs):
+        if decodes and self._decode_state is not None:
+            return self._decode_step(*args, **kwargs)
+        if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in whole.compiled:
+            return forward(self, *args, **kwargs)
+        x = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        if x is None:  # no tensor argument: the model's own tensors tell the device
+            x = next((t for t in (*self.parameters(), *self.buffers())), None)
+        units = self.compile_units.get(x.device.type, {}) if x is not None else {}
+        unit = units.get("train" if self.training else "eval", "block")
         if unit == "model":
-            return self._compiled_forward(input_ids, attention_mask)
+            return whole(self, *args, **kwargs)
         if unit == "none":
             with _eagerly():
-                return self.forward(input_ids, attention_mask)
-        cfg = self.config
-        _check_input('input_ids', input_ids, 2, '[B, T]', 'int64')
-        B, T = input_ids.shape
-        _check_index('input_ids', input_ids, cfg.vocab_size, 'vocab_size')
-        if attention_mask is not None:
-            _check_input('attention_mask', attention_mask, 2, '[B, T]', 'int64', {0: B, 1: T})
-        _check_dims('T', T, '<=', 'block_size', cfg.block_size, 'snowflake_core.snf:52',
-                    'slice end T must lie within axis 1, of size block_size', {'T': T, 'block_size': cfg.block_size})
-        x = self.token_embedding(input_ids) + self.position_table[:, 0:T, :]  # [B, T, D]  snowflake_core.snf:52
-        if cfg.dropout > 0:
-            x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:53
-        for layer in self.layers:
-            x = layer(x, attention_mask)  # snowflake_core.snf:55
-        # [B, T, vocab_size]  snowflake_core.snf:74
-        logits = F.linear(self.ln_f(x), self.token_embedding.weight, self.out_bias)
-        return logits
+                return forward(self, *args, **kwargs)
+        return forward(self, *args, **kwargs)
 
-    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
-    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
-    _compiled_forward = _hot_path(forward, dynamic=False)
-
-
-def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    or None when it is not per layer)."""
-    cfg = config
-    return {
-        'token_embedding': ('token_embedding.weight', None, None),
-        'ln1_weight': ('layers.{l}.ln1.weight', None, cfg.n_layer),
-        'ln1_bias': ('layers.{l}.ln1.bias', None, cfg.n_layer),
-        'qkv_weight': ('layers.{l}.qkv.weight', None, cfg.n_layer),
-        'qkv_bias': ('layers.{l}.qkv.bias', None, cfg.n_layer),
-        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer),
-        'wo_bias': ('layers.{l}.wo.bias', None, cfg.n_layer),
-        'ln2_weight': ('layers.{l}.ln2.weight', None, cfg.n_layer),
-        'ln2_bias': ('layers.{l}.ln2.bias', None, cfg.n_layer),
-        'ff1_weight': ('layers.{l}.ff1.weight', None, cfg.n_layer),
-        'ff1_bias': ('layers.{l}.ff1.bias', None, cfg.n_layer),
-        'ff2_weight': ('layers.{l}.ff2.weight', None, cfg.n_layer),
-        'ff2_bias': ('layers.{l}.ff2.bias', None, cfg.n_layer),
-        'ln_f_weight': ('ln_f.weight', None, None),
-        'ln_f_bias': ('ln_f.bias', None, None),
-        'out_bias': ('out_bias', None, None),
-        'position_table': ('position_table', None, None),
-    }
-
-
-# Buffers the config decides (by their initialiser): a checkpoint need not give them.
-RECOMPUTED_BUFFERS = ('position_table',)
-
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
-SPEC = {'path': 'specs/snowflake_core.snf', 'sha256': 'eed02e06335d3fc966d1a8b13ac62213899e18a5a82627c1f8aa580079164b56'}
-LAYER_CLASSES = {'layers': Block}
-
-# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
-# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
-CHECKPOINTS = {
-    'seed': {
-        'params': {
-            'token_embedding': ('key', 'emb.weight'),
-            'position_table': ('key', 'pe'),
-            'ln1_weight': ('key', 'layers.{l}.ln1.weight'),
-            'ln1_bias': ('key', 'layers.{l}.ln1.bias'),
-            'qkv_weight': ('key', 'layers.{l}.attn.qkv.weight'),
-            'qkv_bias': ('key', 'layers.{l}.attn.qkv.bias'),
-            'wo_weight': ('key', 'layers.{l}.attn.wo.weight'),
-            'wo_bias': ('key', 'layers.{l}.attn.wo.bias'),
-            'ln2_weight': ('key', 'layers.{l}.ln2.weight'),
-            'ln2_bias': ('key', 'layers.{l}.ln2.bias'),
-            'ff1_weight': ('key', 'layers.{l}.ff.net.0.weight'),
-            'ff1_bias': ('key', 'layers.{l}.ff.net.0.bias'),
-            'ff2_weight': ('key', 'layers.{l}.ff.net.3.weight'),
-            'ff2_bias': ('key', 'layers.{l}.ff.net.3.bias'),
-            'ln_f_weight': ('key', 'ln_f.weight'),
-            'ln_f_bias': ('key', 'ln_f.bias'),
-            'out_bias': ('key', 'out.bias'),
-        },
-        'ignore': ('out.weight',),
-    },
-}
-
-
-# ---------------------------------------------------------------------------- runtime helpers
-# What the model above calls: standalone, so this file imports only torch and the standard library.
+    run.whole = whole
+    return run
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -471,26 +472,34 @@ def _check_number(compute, low: Optional[float], high: Optional[float], low_open
         raise ValueError(f"{what} must be {wanted}, got {value} ({where}); got {got}")
 
 
+class _DecodeState(NamedTuple):
+    """A decode step of generate, as Model.forward reads it (self._decode_state, set by _decode):
+    the caches are buffers of preallocated slots, `position` (a 0-d tensor) of them filled; the
+    step's keys and values are written there in place, and attention reads the first `length`."""
+    position: torch.Tensor
+    length: int
+
+
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
-               cache_position: Optional[torch.Tensor] = None, window: Optional[int] = None,
+               decode: Optional[_DecodeState] = None, window: Optional[int] = None,
                bias: Optional[torch.Tensor] = None):
     """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask, a bottom-right causal mask, a sliding
     `window` (query i sees keys in (i - window, i]) and an additive `bias` [B, H, T, T_keys]. k and v
     may have fewer heads than q (grouped-query attention). A query that sees no key gives zeros.
 
-    With `cache_position`, the keys are a preallocated cache: key j is visible to query i when
-    j <= cache_position + i (later slots are empty)."""
+    In a decode step (`decode`), the keys are a preallocated cache: key j is visible to query i when
+    j <= decode.position + i (later slots are empty)."""
     tq, tk = q.size(-2), k.size(-2)
     gqa = q.size(1) != k.size(1)
-    if cache_position is None and mask is None and window is None and bias is None \
+    if decode is None and mask is None and window is None and bias is None \
             and (not causal or tq == 1 or tq == tk):
         # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
         if causal and tq > 1:  # a Python branch, so compiled code never sees a symbolic bool
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale,
                                                   enable_gqa=gqa)
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
-    allowed = _visible_keys(q, k, mask, causal, cache_position, window)
-    if cache_position is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
+    allowed = _visible_keys(q, k, mask, causal, decode, window)
+    if decode is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
             and torch.compiler.is_compiling():
         # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
         # out, it fuses with its neighbours and beats an SDPA call there (benchmarks/README.md); each
@@ -518,13 +527,13 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
     return out
 
 
-def _visible_keys(q, k, mask, causal: bool, cache_position: Optional[torch.Tensor] = None,
+def _visible_keys(q, k, mask, causal: bool, decode: Optional[_DecodeState] = None,
                   window: Optional[int] = None) -> Optional[torch.Tensor]:
     """Which keys each query sees, a bool [B or 1, 1, T, T_keys] (None: every key), for _attention."""
     tq, tk = q.size(-2), k.size(-2)
     allowed = None
     if causal:  # key j is visible to query i (at position first + i) when j <= first + i
-        first = cache_position if cache_position is not None else tk - tq
+        first = decode.position if decode is not None else tk - tq
         rows = first + torch.arange(tq, device=q.device)[:, None]
         cols = torch.arange(tk, device=q.device)[None, :]
         allowed = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
@@ -543,3 +552,14 @@ def _sinusoidal(shape, base: float) -> torch.Tensor:
     table[:, 0::2] = torch.sin(pos * div)
     table[:, 1::2] = torch.cos(pos * div)[:, : d // 2]
     return table.reshape(shape)
+
+
+# ---------------------------------------------------------------------------- compile wiring
+# What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is training:
+# "model", forward as one graph, embedding to loss; "block", each layer block on its own, the rest
+# running eagerly; "none", nothing (generate's decode step compiles regardless). Chosen by measurement
+# (benchmarks/README.md: on a CPU, compiling a forward or a training step measured no faster than
+# eager); the CUDA entries are not measured yet. Assign a changed copy to a model to choose otherwise.
+Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
+Block.forward = _hot_path(Block.forward)
+Model.forward = _by_compile_unit(Model.forward)

@@ -75,6 +75,163 @@ class Config:
         return math.log(self.max_distance / self.max_exact)
 
 
+class Block(nn.Module):
+    """One layer of the loop at t5_encoder.snf:58 (`for l ...`), with its own parameters."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.config = cfg = config
+        self.attn_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)  # attn_norm_weight  t5_encoder.snf:35
+        self.q = nn.Linear(cfg.d_model, cfg.inner, bias=False)  # q_weight  t5_encoder.snf:36
+        self.k = nn.Linear(cfg.d_model, cfg.inner, bias=False)  # k_weight  t5_encoder.snf:37
+        self.v = nn.Linear(cfg.d_model, cfg.inner, bias=False)  # v_weight  t5_encoder.snf:38
+        self.o = nn.Linear(cfg.inner, cfg.d_model, bias=False)  # o_weight  t5_encoder.snf:39
+        self.ff_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)  # ff_norm_weight  t5_encoder.snf:40
+        self.wi = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)  # wi_weight  t5_encoder.snf:41
+        self.wo = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)  # wo_weight  t5_encoder.snf:42
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        cfg = self.config
+        nn.init.ones_(self.attn_norm.weight)
+        nn.init.normal_(self.q.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.k.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.v.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
+        nn.init.ones_(self.ff_norm.weight)
+        nn.init.normal_(self.wi.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.wo.weight, mean=0.0, std=0.02)
+
+    def forward(self, x: torch.Tensor, position_bias: torch.Tensor,
+                attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
+        cfg = self.config
+        B, T, _ = x.shape
+        h = self.attn_norm(x)  # [B, T, D]  t5_encoder.snf:59
+        q = self.q(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5_encoder.snf:60
+        k = self.k(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5_encoder.snf:61
+        v = self.v(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5_encoder.snf:62
+        # [B, T, H, d_kv]  t5_encoder.snf:63
+        attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False,
+                          scale=1.0, bias=position_bias).transpose(1, 2)
+        # [B, T, D]  t5_encoder.snf:64
+        x = x + F.dropout(self.o(attn.reshape(B, T, cfg.inner)), p=cfg.dropout, training=self.training)
+        m = self.ff_norm(x)  # [B, T, D]  t5_encoder.snf:65
+        # [B, T, D]  t5_encoder.snf:66
+        x = x + F.dropout(self.wo(F.relu(self.wi(m))), p=cfg.dropout, training=self.training)
+        return x
+
+
+class Model(nn.Module):
+    """t5_encoder, as specified in t5_encoder.snf."""
+
+    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
+        super().__init__()
+        if config is None:
+            config = Config(**overrides)
+        elif overrides:
+            config = dataclasses.replace(config, **overrides)
+        self.config = cfg = config
+        self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)  # token_embedding  t5_encoder.snf:33
+        self.rel_bias_table = nn.Embedding(cfg.num_buckets, cfg.n_head)  # rel_bias_table  t5_encoder.snf:34
+        self.final_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)  # final_norm_weight  t5_encoder.snf:43
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
+        cfg = self.config
+        nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.rel_bias_table.weight, mean=0.0, std=0.02)
+        nn.init.ones_(self.final_norm.weight)
+        for layer in self.layers:
+            layer.reset_parameters()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        # input_ids: [B, T]
+        # attention_mask: [B, T], optional
+        cfg = self.config
+        dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
+        _check_input('input_ids', input_ids, 2, '[B, T]', 'int64')
+        B, T = input_ids.shape
+        _check_index('input_ids', input_ids, cfg.vocab_size, 'vocab_size')
+        if attention_mask is not None:
+            _check_input('attention_mask', attention_mask, 2, '[B, T]', 'int64', {0: B, 1: T})
+        pos = torch.arange(T, dtype=torch.int64, device=input_ids.device)  # [T]  t5_encoder.snf:49
+        rel = pos.reshape(1, T) - pos.reshape(T, 1)  # [T, T]  t5_encoder.snf:50
+        dist = torch.abs(rel)  # [T, T]  t5_encoder.snf:51
+        # [T, T]  t5_encoder.snf:52
+        far = cfg.max_exact + (torch.log(dist.to(dtype) / cfg.max_exact) / cfg.log_ratio
+                               * (cfg.half - cfg.max_exact)).to(torch.int64)
+        # [T, T]  t5_encoder.snf:53
+        bucket = (rel > 0).to(torch.int64) * cfg.half + torch.where(
+                dist < cfg.max_exact, dist, far.clamp(max=cfg.half - 1))
+        by_head = self.rel_bias_table(bucket)  # [T, T, H]  t5_encoder.snf:54
+        # [1, H, T, T]  t5_encoder.snf:55
+        position_bias = by_head.transpose(0, 2).transpose(1, 2).reshape(1, cfg.n_head, T, T)
+        # [B, T, D]  t5_encoder.snf:57
+        x = F.dropout(self.token_embedding(input_ids), p=cfg.dropout, training=self.training)
+        for layer in self.layers:
+            x = layer(x, position_bias, attention_mask)  # t5_encoder.snf:58
+        # [B, T, D]  t5_encoder.snf:68
+        last_hidden_state = F.dropout(self.final_norm(x), p=cfg.dropout, training=self.training)
+        return last_hidden_state
+
+
+def spec_parameters(config: Config) -> dict:
+    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
+    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
+    or None when it is not per layer)."""
+    cfg = config
+    return {
+        'token_embedding': ('token_embedding.weight', None, None),
+        'rel_bias_table': ('rel_bias_table.weight', None, None),
+        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer),
+        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer),
+        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer),
+        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer),
+        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
+        'ff_norm_weight': ('layers.{l}.ff_norm.weight', None, cfg.n_layer),
+        'wi_weight': ('layers.{l}.wi.weight', None, cfg.n_layer),
+        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer),
+        'final_norm_weight': ('final_norm.weight', None, None),
+    }
+
+
+# Buffers the config decides (by their initialiser): a checkpoint need not give them.
+RECOMPUTED_BUFFERS = ()
+
+# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
+# of each list of layers (a layer of it tells the shapes of a model with no layers).
+SPEC = {'path': 'specs/t5_encoder.snf', 'sha256': '6922bce8333bba38274d3e600f9daf2066b9f14eaae71b38ff54b67f90acb4b4'}
+LAYER_CLASSES = {'layers': Block}
+
+# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
+# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
+CHECKPOINTS = {
+    'hf': {
+        'params': {
+            'token_embedding': ('key', 'shared.weight'),
+            'rel_bias_table': ('key', 'encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight'),
+            'attn_norm_weight': ('key', 'encoder.block.{l}.layer.0.layer_norm.weight'),
+            'q_weight': ('key', 'encoder.block.{l}.layer.0.SelfAttention.q.weight'),
+            'k_weight': ('key', 'encoder.block.{l}.layer.0.SelfAttention.k.weight'),
+            'v_weight': ('key', 'encoder.block.{l}.layer.0.SelfAttention.v.weight'),
+            'o_weight': ('key', 'encoder.block.{l}.layer.0.SelfAttention.o.weight'),
+            'ff_norm_weight': ('key', 'encoder.block.{l}.layer.1.layer_norm.weight'),
+            'wi_weight': ('key', 'encoder.block.{l}.layer.1.DenseReluDense.wi.weight'),
+            'wo_weight': ('key', 'encoder.block.{l}.layer.1.DenseReluDense.wo.weight'),
+            'final_norm_weight': ('key', 'encoder.final_layer_norm.weight'),
+        },
+        'ignore': ('encoder.embed_tokens.weight',),
+    },
+}
+
+
+# ---------------------------------------------------------------------------- runtime
+# What the model above calls: standalone, so this file imports only torch and the standard library.
+
+
 def _check_fields(config) -> None:
     """Each Config field holds its declared type: an int for `int` (not a bool), a bool for `bool`,
     a str for `str`, and a number for `float` (kept as a float)."""
@@ -159,7 +316,7 @@ class _CompileSettings:
         torch._dynamo.config.recompile_limit = limit
 
 
-def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
+def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
               cuda_mode: Optional[str] = None):
     """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0. Sizes are symbolic
     from the first compile (`dynamic=True`: one graph serves every batch and length, but for the
@@ -169,8 +326,6 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[
     Compiling never breaks a call: when it fails (an unsupported construct, a missing compiler,
     an error inside torch's compiler) the call runs eagerly, as does every later one, with one
     warning; past _GRAPH_BUDGET graphs, calls with new shapes run eagerly, with one warning."""
-    if fn is None:
-        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options, cuda_mode=cuda_mode)
     state: dict = {}  # device -> the compiled fn; "broken" once compiling has failed; "full" past the budget
 
     def warn_once(key: str, message: str) -> None:
@@ -197,7 +352,7 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[
         except Exception as err:
             if not _is_compile_error(err):
                 raise
-            with _eagerly():  # nothing compiles inside, not even a forward that calls itself compiled
+            with _eagerly():  # nothing compiles inside
                 out = fn(*args, **kwargs)  # the model's own error is raised here
             if isinstance(err, FailOnRecompileLimitHit):
                 warn_once("full", f"{fn.__qualname__} has compiled {_GRAPH_BUDGET} graphs; calls with shapes "
@@ -213,188 +368,35 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[
     return wrapper
 
 
-def _compile_unit(model: nn.Module, x: torch.Tensor) -> Optional[str]:
-    """What `model.compile_units` says for x's device and the model's mode ("model", "block" or
-    "none"); None where there is nothing to decide: compiling is off, has failed for the whole
-    forward, or torch.compile is tracing it already."""
-    if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in type(model)._compiled_forward.compiled:
-        return None
-    return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
+def _by_compile_unit(forward, decodes: bool = False):
+    """Model.forward, run as the model's `compile_units` say for the device of its first tensor
+    argument (else of the model's tensors) and the model's mode: compiled as one graph ("model"; its
+    shapes fixed, as the fused loss's chunks are a loop over rows), each layer block compiled on its
+    own ("block"), or nothing compiled ("none"); as it is while compiling is off, has failed for the
+    whole forward, or torch.compile traces it already. With `decodes`, a decode step of generate
+    (self._decode_state set, see _decode) runs as Model._decode_step, whatever compile_units say."""
+    whole = _hot_path(forward, dynamic=False)
 
-
-class Block(nn.Module):
-    """One layer of the loop at t5_encoder.snf:58 (`for l ...`), with its own parameters."""
-
-    def __init__(self, config: Config) -> None:
-        super().__init__()
-        self.config = cfg = config
-        self.attn_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)  # attn_norm_weight  t5_encoder.snf:35
-        self.q = nn.Linear(cfg.d_model, cfg.inner, bias=False)  # q_weight  t5_encoder.snf:36
-        self.k = nn.Linear(cfg.d_model, cfg.inner, bias=False)  # k_weight  t5_encoder.snf:37
-        self.v = nn.Linear(cfg.d_model, cfg.inner, bias=False)  # v_weight  t5_encoder.snf:38
-        self.o = nn.Linear(cfg.inner, cfg.d_model, bias=False)  # o_weight  t5_encoder.snf:39
-        self.ff_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)  # ff_norm_weight  t5_encoder.snf:40
-        self.wi = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)  # wi_weight  t5_encoder.snf:41
-        self.wo = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)  # wo_weight  t5_encoder.snf:42
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        cfg = self.config
-        nn.init.ones_(self.attn_norm.weight)
-        nn.init.normal_(self.q.weight, mean=0.0, std=0.02)
-        nn.init.normal_(self.k.weight, mean=0.0, std=0.02)
-        nn.init.normal_(self.v.weight, mean=0.0, std=0.02)
-        nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
-        nn.init.ones_(self.ff_norm.weight)
-        nn.init.normal_(self.wi.weight, mean=0.0, std=0.02)
-        nn.init.normal_(self.wo.weight, mean=0.0, std=0.02)
-
-    @_hot_path
-    def forward(self, x: torch.Tensor, position_bias: torch.Tensor,
-                attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
-        cfg = self.config
-        B, T, _ = x.shape
-        h = self.attn_norm(x)  # [B, T, D]  t5_encoder.snf:59
-        q = self.q(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5_encoder.snf:60
-        k = self.k(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5_encoder.snf:61
-        v = self.v(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5_encoder.snf:62
-        # [B, T, H, d_kv]  t5_encoder.snf:63
-        attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False,
-                          scale=1.0, bias=position_bias).transpose(1, 2)
-        # [B, T, D]  t5_encoder.snf:64
-        x = x + F.dropout(self.o(attn.reshape(B, T, cfg.inner)), p=cfg.dropout, training=self.training)
-        m = self.ff_norm(x)  # [B, T, D]  t5_encoder.snf:65
-        # [B, T, D]  t5_encoder.snf:66
-        x = x + F.dropout(self.wo(F.relu(self.wi(m))), p=cfg.dropout, training=self.training)
-        return x
-
-
-class Model(nn.Module):
-    """t5_encoder, as specified in t5_encoder.snf."""
-
-    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
-    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
-    # own, the rest running eagerly; "none", nothing (generate's decode step compiles regardless).
-    # Chosen by measurement (benchmarks/README.md: on a CPU, compiling a forward or a training step
-    # measured no faster than eager); the CUDA entries are not measured yet. Assign a changed copy
-    # to a model to choose otherwise.
-    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
-
-    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
-        super().__init__()
-        if config is None:
-            config = Config(**overrides)
-        elif overrides:
-            config = dataclasses.replace(config, **overrides)
-        self.config = cfg = config
-        self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)  # token_embedding  t5_encoder.snf:33
-        self.rel_bias_table = nn.Embedding(cfg.num_buckets, cfg.n_head)  # rel_bias_table  t5_encoder.snf:34
-        self.final_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)  # final_norm_weight  t5_encoder.snf:43
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.reset_parameters()
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
-        cfg = self.config
-        nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
-        nn.init.normal_(self.rel_bias_table.weight, mean=0.0, std=0.02)
-        nn.init.ones_(self.final_norm.weight)
-        for layer in self.layers:
-            layer.reset_parameters()
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        # input_ids: [B, T]
-        # attention_mask: [B, T], optional
-        unit = _compile_unit(self, input_ids)  # see compile_units
+    @functools.wraps(forward)
+    def run(self, *args, **kwargs):
+        if decodes and self._decode_state is not None:
+            return self._decode_step(*args, **kwargs)
+        if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in whole.compiled:
+            return forward(self, *args, **kwargs)
+        x = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        if x is None:  # no tensor argument: the model's own tensors tell the device
+            x = next((t for t in (*self.parameters(), *self.buffers())), None)
+        units = self.compile_units.get(x.device.type, {}) if x is not None else {}
+        unit = units.get("train" if self.training else "eval", "block")
         if unit == "model":
-            return self._compiled_forward(input_ids, attention_mask)
+            return whole(self, *args, **kwargs)
         if unit == "none":
             with _eagerly():
-                return self.forward(input_ids, attention_mask)
-        cfg = self.config
-        _check_input('input_ids', input_ids, 2, '[B, T]', 'int64')
-        B, T = input_ids.shape
-        _check_index('input_ids', input_ids, cfg.vocab_size, 'vocab_size')
-        if attention_mask is not None:
-            _check_input('attention_mask', attention_mask, 2, '[B, T]', 'int64', {0: B, 1: T})
-        pos = torch.arange(T, dtype=torch.int64, device=input_ids.device)  # [T]  t5_encoder.snf:49
-        rel = pos.reshape(1, T) - pos.reshape(T, 1)  # [T, T]  t5_encoder.snf:50
-        dist = torch.abs(rel)  # [T, T]  t5_encoder.snf:51
-        # [T, T]  t5_encoder.snf:52
-        far = cfg.max_exact + (torch.log(dist.to(self.token_embedding.weight.dtype) / cfg.max_exact) / cfg.log_ratio
-                               * (cfg.half - cfg.max_exact)).to(torch.int64)
-        # [T, T]  t5_encoder.snf:53
-        bucket = (rel > 0).to(torch.int64) * cfg.half + torch.where(
-                dist < cfg.max_exact, dist, far.clamp(max=cfg.half - 1))
-        by_head = self.rel_bias_table(bucket)  # [T, T, H]  t5_encoder.snf:54
-        # [1, H, T, T]  t5_encoder.snf:55
-        position_bias = by_head.transpose(0, 2).transpose(1, 2).reshape(1, cfg.n_head, T, T)
-        # [B, T, D]  t5_encoder.snf:57
-        x = F.dropout(self.token_embedding(input_ids), p=cfg.dropout, training=self.training)
-        for layer in self.layers:
-            x = layer(x, position_bias, attention_mask)  # t5_encoder.snf:58
-        # [B, T, D]  t5_encoder.snf:68
-        last_hidden_state = F.dropout(self.final_norm(x), p=cfg.dropout, training=self.training)
-        return last_hidden_state
+                return forward(self, *args, **kwargs)
+        return forward(self, *args, **kwargs)
 
-    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
-    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
-    _compiled_forward = _hot_path(forward, dynamic=False)
-
-
-def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    or None when it is not per layer)."""
-    cfg = config
-    return {
-        'token_embedding': ('token_embedding.weight', None, None),
-        'rel_bias_table': ('rel_bias_table.weight', None, None),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
-        'ff_norm_weight': ('layers.{l}.ff_norm.weight', None, cfg.n_layer),
-        'wi_weight': ('layers.{l}.wi.weight', None, cfg.n_layer),
-        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer),
-        'final_norm_weight': ('final_norm.weight', None, None),
-    }
-
-
-# Buffers the config decides (by their initialiser): a checkpoint need not give them.
-RECOMPUTED_BUFFERS = ()
-
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
-SPEC = {'path': 'specs/t5_encoder.snf', 'sha256': '6922bce8333bba38274d3e600f9daf2066b9f14eaae71b38ff54b67f90acb4b4'}
-LAYER_CLASSES = {'layers': Block}
-
-# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
-# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
-CHECKPOINTS = {
-    'hf': {
-        'params': {
-            'token_embedding': ('key', 'shared.weight'),
-            'rel_bias_table': ('key', 'encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight'),
-            'attn_norm_weight': ('key', 'encoder.block.{l}.layer.0.layer_norm.weight'),
-            'q_weight': ('key', 'encoder.block.{l}.layer.0.SelfAttention.q.weight'),
-            'k_weight': ('key', 'encoder.block.{l}.layer.0.SelfAttention.k.weight'),
-            'v_weight': ('key', 'encoder.block.{l}.layer.0.SelfAttention.v.weight'),
-            'o_weight': ('key', 'encoder.block.{l}.layer.0.SelfAttention.o.weight'),
-            'ff_norm_weight': ('key', 'encoder.block.{l}.layer.1.layer_norm.weight'),
-            'wi_weight': ('key', 'encoder.block.{l}.layer.1.DenseReluDense.wi.weight'),
-            'wo_weight': ('key', 'encoder.block.{l}.layer.1.DenseReluDense.wo.weight'),
-            'final_norm_weight': ('key', 'encoder.final_layer_norm.weight'),
-        },
-        'ignore': ('encoder.embed_tokens.weight',),
-    },
-}
-
-
-# ---------------------------------------------------------------------------- runtime helpers
-# What the model above calls: standalone, so this file imports only torch and the standard library.
+    run.whole = whole
+    return run
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -446,26 +448,34 @@ def _check_number(compute, low: Optional[float], high: Optional[float], low_open
         raise ValueError(f"{what} must be {wanted}, got {value} ({where}); got {got}")
 
 
+class _DecodeState(NamedTuple):
+    """A decode step of generate, as Model.forward reads it (self._decode_state, set by _decode):
+    the caches are buffers of preallocated slots, `position` (a 0-d tensor) of them filled; the
+    step's keys and values are written there in place, and attention reads the first `length`."""
+    position: torch.Tensor
+    length: int
+
+
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
-               cache_position: Optional[torch.Tensor] = None, window: Optional[int] = None,
+               decode: Optional[_DecodeState] = None, window: Optional[int] = None,
                bias: Optional[torch.Tensor] = None):
     """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask, a bottom-right causal mask, a sliding
     `window` (query i sees keys in (i - window, i]) and an additive `bias` [B, H, T, T_keys]. k and v
     may have fewer heads than q (grouped-query attention). A query that sees no key gives zeros.
 
-    With `cache_position`, the keys are a preallocated cache: key j is visible to query i when
-    j <= cache_position + i (later slots are empty)."""
+    In a decode step (`decode`), the keys are a preallocated cache: key j is visible to query i when
+    j <= decode.position + i (later slots are empty)."""
     tq, tk = q.size(-2), k.size(-2)
     gqa = q.size(1) != k.size(1)
-    if cache_position is None and mask is None and window is None and bias is None \
+    if decode is None and mask is None and window is None and bias is None \
             and (not causal or tq == 1 or tq == tk):
         # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
         if causal and tq > 1:  # a Python branch, so compiled code never sees a symbolic bool
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale,
                                                   enable_gqa=gqa)
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
-    allowed = _visible_keys(q, k, mask, causal, cache_position, window)
-    if cache_position is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
+    allowed = _visible_keys(q, k, mask, causal, decode, window)
+    if decode is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
             and torch.compiler.is_compiling():
         # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
         # out, it fuses with its neighbours and beats an SDPA call there (benchmarks/README.md); each
@@ -493,13 +503,13 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
     return out
 
 
-def _visible_keys(q, k, mask, causal: bool, cache_position: Optional[torch.Tensor] = None,
+def _visible_keys(q, k, mask, causal: bool, decode: Optional[_DecodeState] = None,
                   window: Optional[int] = None) -> Optional[torch.Tensor]:
     """Which keys each query sees, a bool [B or 1, 1, T, T_keys] (None: every key), for _attention."""
     tq, tk = q.size(-2), k.size(-2)
     allowed = None
     if causal:  # key j is visible to query i (at position first + i) when j <= first + i
-        first = cache_position if cache_position is not None else tk - tq
+        first = decode.position if decode is not None else tk - tq
         rows = first + torch.arange(tq, device=q.device)[:, None]
         cols = torch.arange(tk, device=q.device)[None, :]
         allowed = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
@@ -507,3 +517,14 @@ def _visible_keys(q, k, mask, causal: bool, cache_position: Optional[torch.Tenso
         keep = (mask != 0)[:, None, None, :]
         allowed = keep if allowed is None else allowed & keep
     return allowed
+
+
+# ---------------------------------------------------------------------------- compile wiring
+# What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is training:
+# "model", forward as one graph, embedding to loss; "block", each layer block on its own, the rest
+# running eagerly; "none", nothing (generate's decode step compiles regardless). Chosen by measurement
+# (benchmarks/README.md: on a CPU, compiling a forward or a training step measured no faster than
+# eager); the CUDA entries are not measured yet. Assign a changed copy to a model to choose otherwise.
+Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
+Block.forward = _hot_path(Block.forward)
+Model.forward = _by_compile_unit(Model.forward)

@@ -53,6 +53,129 @@ class Config:
         return self.n_embd // self.n_head
 
 
+class Block(nn.Module):
+    """One layer of the loop at tiny_transformer.snf:41 (`for l ...`), with its own parameters."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.config = cfg = config
+        self.W_q = nn.Parameter(torch.empty(cfg.n_embd, cfg.n_embd))  # [D, D]  tiny_transformer.snf:24
+        self.W_k = nn.Parameter(torch.empty(cfg.n_embd, cfg.n_embd))  # [D, D]  tiny_transformer.snf:25
+        self.W_v = nn.Parameter(torch.empty(cfg.n_embd, cfg.n_embd))  # [D, D]  tiny_transformer.snf:26
+        self.W_o = nn.Parameter(torch.empty(cfg.n_embd, cfg.n_embd))  # [D, D]  tiny_transformer.snf:27
+        self.gamma_1 = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  tiny_transformer.snf:28
+        self.beta_1 = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  tiny_transformer.snf:29
+        self.W_ff1 = nn.Parameter(torch.empty(cfg.n_embd, cfg.d_ff))  # [D, d_ff]  tiny_transformer.snf:30
+        self.W_ff2 = nn.Parameter(torch.empty(cfg.d_ff, cfg.n_embd))  # [d_ff, D]  tiny_transformer.snf:31
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        cfg = self.config
+        nn.init.normal_(self.W_q, mean=0.0, std=0.02)
+        nn.init.normal_(self.W_k, mean=0.0, std=0.02)
+        nn.init.normal_(self.W_v, mean=0.0, std=0.02)
+        nn.init.normal_(self.W_o, mean=0.0, std=0.02)
+        nn.init.ones_(self.gamma_1)
+        nn.init.zeros_(self.beta_1)
+        nn.init.normal_(self.W_ff1, mean=0.0, std=0.02)
+        nn.init.normal_(self.W_ff2, mean=0.0, std=0.02)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        cfg = self.config
+        B, T, _ = h.shape
+        q = (h @ self.W_q).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  tiny_transformer.snf:42
+        k = (h @ self.W_k).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  tiny_transformer.snf:43
+        v = (h @ self.W_v).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  tiny_transformer.snf:44
+        # [B, T, D]  tiny_transformer.snf:45
+        attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                              is_causal=False).transpose(1, 2).reshape(B, T, cfg.n_embd)
+        # [B, T, D]  tiny_transformer.snf:46
+        h = F.layer_norm(h + attn @ self.W_o, (cfg.n_embd,), self.gamma_1, self.beta_1, 1e-05)
+        h = h + F.gelu(h @ self.W_ff1) @ self.W_ff2  # [B, T, D]  tiny_transformer.snf:47
+        return h
+
+
+class Output(NamedTuple):
+    logits: torch.Tensor  # [B, T, vocab_size]
+    y: torch.Tensor  # [B, T]
+
+
+class Model(nn.Module):
+    """tiny_transformer, as specified in tiny_transformer.snf."""
+
+    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
+        super().__init__()
+        if config is None:
+            config = Config(**overrides)
+        elif overrides:
+            config = dataclasses.replace(config, **overrides)
+        self.config = cfg = config
+        self.E = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # E  tiny_transformer.snf:23
+        self.W_out = nn.Parameter(torch.empty(cfg.n_embd, cfg.vocab_size))  # [D, vocab_size]  tiny_transformer.snf:32
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
+        cfg = self.config
+        nn.init.normal_(self.E.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.W_out, mean=0.0, std=0.02)
+        for layer in self.layers:
+            layer.reset_parameters()
+
+    def forward(self, x: torch.Tensor) -> Output:
+        # x: [B, T]
+        cfg = self.config
+        _check_input('x', x, 2, '[B, T]', 'int64')
+        B, T = x.shape
+        _check_index('x', x, cfg.vocab_size, 'vocab_size')
+        _check_dims('T', T, '<=', 'block_size', cfg.block_size, 'tiny_transformer.snf:38')
+        h = self.E(x)  # [B, T, D]  tiny_transformer.snf:39
+        for layer in self.layers:
+            h = layer(h)  # tiny_transformer.snf:41
+        logits = h @ self.W_out  # [B, T, vocab_size]  tiny_transformer.snf:49
+        y = logits.argmax(dim=-1)  # [B, T]  tiny_transformer.snf:50
+        return Output(logits, y)
+
+
+def spec_parameters(config: Config) -> dict:
+    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
+    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
+    or None when it is not per layer)."""
+    cfg = config
+    return {
+        'E': ('E.weight', None, None),
+        'W_q': ('layers.{l}.W_q', None, cfg.n_layer),
+        'W_k': ('layers.{l}.W_k', None, cfg.n_layer),
+        'W_v': ('layers.{l}.W_v', None, cfg.n_layer),
+        'W_o': ('layers.{l}.W_o', None, cfg.n_layer),
+        'gamma_1': ('layers.{l}.gamma_1', None, cfg.n_layer),
+        'beta_1': ('layers.{l}.beta_1', None, cfg.n_layer),
+        'W_ff1': ('layers.{l}.W_ff1', None, cfg.n_layer),
+        'W_ff2': ('layers.{l}.W_ff2', None, cfg.n_layer),
+        'W_out': ('W_out', None, None),
+    }
+
+
+# Buffers the config decides (by their initialiser): a checkpoint need not give them.
+RECOMPUTED_BUFFERS = ()
+
+# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
+# of each list of layers (a layer of it tells the shapes of a model with no layers).
+SPEC = {'path': 'specs/tiny_transformer.snf', 'sha256': '4f2e4c07b0f525d58c98e8d21dbe396e4facff891ebd5ee01a7cd111922d1f42'}
+LAYER_CLASSES = {'layers': Block}
+
+# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
+# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
+CHECKPOINTS = {
+}
+
+
+# ---------------------------------------------------------------------------- runtime
+# What the model above calls: standalone, so this file imports only torch and the standard library.
+
+
 def _check_fields(config) -> None:
     """Each Config field holds its declared type: an int for `int` (not a bool), a bool for `bool`,
     a str for `str`, and a number for `float` (kept as a float)."""
@@ -137,7 +260,7 @@ class _CompileSettings:
         torch._dynamo.config.recompile_limit = limit
 
 
-def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
+def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
               cuda_mode: Optional[str] = None):
     """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0. Sizes are symbolic
     from the first compile (`dynamic=True`: one graph serves every batch and length, but for the
@@ -147,8 +270,6 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[
     Compiling never breaks a call: when it fails (an unsupported construct, a missing compiler,
     an error inside torch's compiler) the call runs eagerly, as does every later one, with one
     warning; past _GRAPH_BUDGET graphs, calls with new shapes run eagerly, with one warning."""
-    if fn is None:
-        return functools.partial(_hot_path, dynamic=dynamic, cpu_options=cpu_options, cuda_mode=cuda_mode)
     state: dict = {}  # device -> the compiled fn; "broken" once compiling has failed; "full" past the budget
 
     def warn_once(key: str, message: str) -> None:
@@ -175,7 +296,7 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[
         except Exception as err:
             if not _is_compile_error(err):
                 raise
-            with _eagerly():  # nothing compiles inside, not even a forward that calls itself compiled
+            with _eagerly():  # nothing compiles inside
                 out = fn(*args, **kwargs)  # the model's own error is raised here
             if isinstance(err, FailOnRecompileLimitHit):
                 warn_once("full", f"{fn.__qualname__} has compiled {_GRAPH_BUDGET} graphs; calls with shapes "
@@ -191,155 +312,35 @@ def _hot_path(fn=None, *, dynamic: Optional[bool] = True, cpu_options: Optional[
     return wrapper
 
 
-def _compile_unit(model: nn.Module, x: torch.Tensor) -> Optional[str]:
-    """What `model.compile_units` says for x's device and the model's mode ("model", "block" or
-    "none"); None where there is nothing to decide: compiling is off, has failed for the whole
-    forward, or torch.compile is tracing it already."""
-    if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in type(model)._compiled_forward.compiled:
-        return None
-    return model.compile_units.get(x.device.type, {}).get("train" if model.training else "eval", "block")
+def _by_compile_unit(forward, decodes: bool = False):
+    """Model.forward, run as the model's `compile_units` say for the device of its first tensor
+    argument (else of the model's tensors) and the model's mode: compiled as one graph ("model"; its
+    shapes fixed, as the fused loss's chunks are a loop over rows), each layer block compiled on its
+    own ("block"), or nothing compiled ("none"); as it is while compiling is off, has failed for the
+    whole forward, or torch.compile traces it already. With `decodes`, a decode step of generate
+    (self._decode_state set, see _decode) runs as Model._decode_step, whatever compile_units say."""
+    whole = _hot_path(forward, dynamic=False)
 
-
-class Block(nn.Module):
-    """One layer of the loop at tiny_transformer.snf:41 (`for l ...`), with its own parameters."""
-
-    def __init__(self, config: Config) -> None:
-        super().__init__()
-        self.config = cfg = config
-        self.W_q = nn.Parameter(torch.empty(cfg.n_embd, cfg.n_embd))  # [D, D]  tiny_transformer.snf:24
-        self.W_k = nn.Parameter(torch.empty(cfg.n_embd, cfg.n_embd))  # [D, D]  tiny_transformer.snf:25
-        self.W_v = nn.Parameter(torch.empty(cfg.n_embd, cfg.n_embd))  # [D, D]  tiny_transformer.snf:26
-        self.W_o = nn.Parameter(torch.empty(cfg.n_embd, cfg.n_embd))  # [D, D]  tiny_transformer.snf:27
-        self.gamma_1 = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  tiny_transformer.snf:28
-        self.beta_1 = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  tiny_transformer.snf:29
-        self.W_ff1 = nn.Parameter(torch.empty(cfg.n_embd, cfg.d_ff))  # [D, d_ff]  tiny_transformer.snf:30
-        self.W_ff2 = nn.Parameter(torch.empty(cfg.d_ff, cfg.n_embd))  # [d_ff, D]  tiny_transformer.snf:31
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        cfg = self.config
-        nn.init.normal_(self.W_q, mean=0.0, std=0.02)
-        nn.init.normal_(self.W_k, mean=0.0, std=0.02)
-        nn.init.normal_(self.W_v, mean=0.0, std=0.02)
-        nn.init.normal_(self.W_o, mean=0.0, std=0.02)
-        nn.init.ones_(self.gamma_1)
-        nn.init.zeros_(self.beta_1)
-        nn.init.normal_(self.W_ff1, mean=0.0, std=0.02)
-        nn.init.normal_(self.W_ff2, mean=0.0, std=0.02)
-
-    @_hot_path
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        cfg = self.config
-        B, T, _ = h.shape
-        q = (h @ self.W_q).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  tiny_transformer.snf:42
-        k = (h @ self.W_k).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  tiny_transformer.snf:43
-        v = (h @ self.W_v).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  tiny_transformer.snf:44
-        # [B, T, D]  tiny_transformer.snf:45
-        attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                              is_causal=False).transpose(1, 2).reshape(B, T, cfg.n_embd)
-        # [B, T, D]  tiny_transformer.snf:46
-        h = F.layer_norm(h + attn @ self.W_o, (cfg.n_embd,), self.gamma_1, self.beta_1, 1e-05)
-        h = h + F.gelu(h @ self.W_ff1) @ self.W_ff2  # [B, T, D]  tiny_transformer.snf:47
-        return h
-
-
-class Output(NamedTuple):
-    logits: torch.Tensor  # [B, T, vocab_size]
-    y: torch.Tensor  # [B, T]
-
-
-class Model(nn.Module):
-    """tiny_transformer, as specified in tiny_transformer.snf."""
-
-    # What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is
-    # training: "model", forward as one graph, embedding to loss; "block", each layer block on its
-    # own, the rest running eagerly; "none", nothing (generate's decode step compiles regardless).
-    # Chosen by measurement (benchmarks/README.md: on a CPU, compiling a forward or a training step
-    # measured no faster than eager); the CUDA entries are not measured yet. Assign a changed copy
-    # to a model to choose otherwise.
-    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
-
-    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
-        super().__init__()
-        if config is None:
-            config = Config(**overrides)
-        elif overrides:
-            config = dataclasses.replace(config, **overrides)
-        self.config = cfg = config
-        self.E = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # E  tiny_transformer.snf:23
-        self.W_out = nn.Parameter(torch.empty(cfg.n_embd, cfg.vocab_size))  # [D, vocab_size]  tiny_transformer.snf:32
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.reset_parameters()
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
-        cfg = self.config
-        nn.init.normal_(self.E.weight, mean=0.0, std=0.02)
-        nn.init.normal_(self.W_out, mean=0.0, std=0.02)
-        for layer in self.layers:
-            layer.reset_parameters()
-
-    def forward(self, x: torch.Tensor) -> Output:
-        # x: [B, T]
-        unit = _compile_unit(self, x)  # see compile_units
+    @functools.wraps(forward)
+    def run(self, *args, **kwargs):
+        if decodes and self._decode_state is not None:
+            return self._decode_step(*args, **kwargs)
+        if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in whole.compiled:
+            return forward(self, *args, **kwargs)
+        x = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        if x is None:  # no tensor argument: the model's own tensors tell the device
+            x = next((t for t in (*self.parameters(), *self.buffers())), None)
+        units = self.compile_units.get(x.device.type, {}) if x is not None else {}
+        unit = units.get("train" if self.training else "eval", "block")
         if unit == "model":
-            return self._compiled_forward(x)
+            return whole(self, *args, **kwargs)
         if unit == "none":
             with _eagerly():
-                return self.forward(x)
-        cfg = self.config
-        _check_input('x', x, 2, '[B, T]', 'int64')
-        B, T = x.shape
-        _check_index('x', x, cfg.vocab_size, 'vocab_size')
-        _check_dims('T', T, '<=', 'block_size', cfg.block_size, 'tiny_transformer.snf:38')
-        h = self.E(x)  # [B, T, D]  tiny_transformer.snf:39
-        for layer in self.layers:
-            h = layer(h)  # tiny_transformer.snf:41
-        logits = h @ self.W_out  # [B, T, vocab_size]  tiny_transformer.snf:49
-        y = logits.argmax(dim=-1)  # [B, T]  tiny_transformer.snf:50
-        return Output(logits, y)
+                return forward(self, *args, **kwargs)
+        return forward(self, *args, **kwargs)
 
-    # forward compiled as one graph, for the devices and modes compile_units says; its shapes are
-    # fixed (a new batch shape compiles again), as the fused loss's chunks are a loop over rows
-    _compiled_forward = _hot_path(forward, dynamic=False)
-
-
-def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    or None when it is not per layer)."""
-    cfg = config
-    return {
-        'E': ('E.weight', None, None),
-        'W_q': ('layers.{l}.W_q', None, cfg.n_layer),
-        'W_k': ('layers.{l}.W_k', None, cfg.n_layer),
-        'W_v': ('layers.{l}.W_v', None, cfg.n_layer),
-        'W_o': ('layers.{l}.W_o', None, cfg.n_layer),
-        'gamma_1': ('layers.{l}.gamma_1', None, cfg.n_layer),
-        'beta_1': ('layers.{l}.beta_1', None, cfg.n_layer),
-        'W_ff1': ('layers.{l}.W_ff1', None, cfg.n_layer),
-        'W_ff2': ('layers.{l}.W_ff2', None, cfg.n_layer),
-        'W_out': ('W_out', None, None),
-    }
-
-
-# Buffers the config decides (by their initialiser): a checkpoint need not give them.
-RECOMPUTED_BUFFERS = ()
-
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
-SPEC = {'path': 'specs/tiny_transformer.snf', 'sha256': '4f2e4c07b0f525d58c98e8d21dbe396e4facff891ebd5ee01a7cd111922d1f42'}
-LAYER_CLASSES = {'layers': Block}
-
-# Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
-# parameter, and the checkpoint keys to ignore ({l} stands for any layer).
-CHECKPOINTS = {
-}
-
-
-# ---------------------------------------------------------------------------- runtime helpers
-# What the model above calls: standalone, so this file imports only torch and the standard library.
+    run.whole = whole
+    return run
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -389,3 +390,14 @@ def _check_dims(lhs_name: str, lhs, op: str, rhs_name: str, rhs, where: str, why
             got = ", ".join(f"{name} = {int(value)}" for name, value in (sizes or {}).items())
             raise ValueError(f"{why}, got {got} ({where})")
         raise ValueError(f"expected {lhs_name} {op} {rhs_name}, got {lhs_name} = {lhs} and {rhs_name} = {rhs} ({where})")
+
+
+# ---------------------------------------------------------------------------- compile wiring
+# What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is training:
+# "model", forward as one graph, embedding to loss; "block", each layer block on its own, the rest
+# running eagerly; "none", nothing (generate's decode step compiles regardless). Chosen by measurement
+# (benchmarks/README.md: on a CPU, compiling a forward or a training step measured no faster than
+# eager); the CUDA entries are not measured yet. Assign a changed copy to a model to choose otherwise.
+Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "block"}}
+Block.forward = _hot_path(Block.forward)
+Model.forward = _by_compile_unit(Model.forward)

@@ -27,7 +27,7 @@ BUILTINS = frozenset(dir(builtins))
 GENERATED_ATTRIBUTES = frozenset({"config", "compile_units"})
 # Names a generated `forward` needs for itself: no input may be called so (it is a forward argument).
 FORWARD_RESERVED = frozenset({"self", "torch", "F", "nn", "math", "Output", "Config", "Model", "enumerate",
-                              "use_cache", "return_logits", "cache_position", "cache_length"})
+                              "use_cache", "return_logits"})
 _IDENT = re.compile(r"^[^\W\d]\w*$")
 
 

@@ -88,15 +88,17 @@ def test_class_indices_are_checked_by_the_interpreter_too():
                   {"idx": np.array([[1, 2]]), "targets": np.array([[31, 1]])}, SMALL)
 
 
-def test_a_cache_position_past_the_slots_is_a_clear_error():
+def test_a_decode_position_past_the_slots_is_a_clear_error():
     model = ng.Model(**SMALL).eval()
     layers = [torch.zeros(1, 16, 2, 8)] * 2
-    with pytest.raises(ValueError, match="cache_position 16 is outside the 16 cache slots read"):
-        model(torch.zeros(1, 1, dtype=torch.long), past_keys=layers, past_values=layers,
-              cache_position=torch.tensor(16))
-    with pytest.raises(ValueError, match=r"cache_length must be an int in \[1, 16\], got 17"):
-        model(torch.zeros(1, 1, dtype=torch.long), past_keys=layers, past_values=layers,
-              cache_position=torch.tensor(3), cache_length=17)
+    for state, message in [(ng._DecodeState(torch.tensor(16), 16), "the decode position 16 is outside the 16 cache slots read"),
+                           (ng._DecodeState(torch.tensor(3), 17), r"the decode length must be an int in \[1, 16\], got 17")]:
+        model._decode_state = state  # as generate's decode step sets it (ng._decode)
+        try:
+            with pytest.raises(ValueError, match=message):
+                model(torch.zeros(1, 1, dtype=torch.long), past_keys=layers, past_values=layers)
+        finally:
+            model._decode_state = None
 
 
 def test_generate_needs_a_prompt():

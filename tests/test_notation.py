@@ -111,10 +111,11 @@ def test_seed_000_lowering_keeps_the_text_semantics():
     assert "scaled_dot_product_attention(" in code and "is_causal=True" in code
     assert "scale=1 / math.sqrt(cfg.D)" in code
     assert ".reshape(B, T, 1, cfg.D)" in code
-    assert "_cross_entropy(logits, _next_tokens(tok, -100), -100, self.θ_embed.weight.dtype, 'input tok', " in code  # fused in training:
-    assert "_linear_cross_entropy(h, self.θ_unembed.weight, None, _next_tokens(tok, -100), -100, self.θ_embed.weight.dtype, " \
+    assert "dtype = self.θ_embed.weight.dtype" in code
+    assert "_cross_entropy(logits, _next_tokens(tok, -100), -100, dtype, 'input tok', " in code  # fused in training:
+    assert "_linear_cross_entropy(h, self.θ_unembed.weight, None, _next_tokens(tok, -100), -100, dtype, " \
            "'input tok', " in code
-    model_code = code[code.index("class Block("):code.index("runtime helpers\n")]  # the model, not the shared helpers
+    model_code = code[code.index("class Block("):code.index("\ndef spec_parameters(")]  # the model, not the helpers
     assert "position" not in model_code and "_bias" not in model_code.replace("θ_norm_attn_bias", "").replace(
         "θ_norm_mlp_bias", "")
 

@@ -42,7 +42,7 @@ def block_context(gen, block: Block) -> dict:
         em.dtype_src = f"{held}.dtype" if held else dtype_arg
     pre = plans.caches.preallocated
     if pre is not None and any(c.loop is loop for c in plans.caches.caches):
-        em.cache_position, em.cache_length = names.fresh("cache_position"), names.fresh("cache_length")
+        em.decode = names.fresh("decode")
     if any(plans.outputs.guarded(s) for s in ir.walk_stmts(block.body)):
         em.flags["use_cache"] = names.fresh("use_cache")
     em.stmts(block.body, 2)  # the body first: it tells which run-time dims the block needs
@@ -77,15 +77,14 @@ def block_context(gen, block: Block) -> dict:
         signature.append(f"{em.device_arg}: torch.device")
     if em.use_cache:
         signature.append(f"{em.use_cache}: bool = True")
-    if em.cache_position:
-        signature += [f"{em.cache_position}: Optional[torch.Tensor] = None",
-                      f"{em.cache_length}: Optional[int] = None"]
+    if em.decode:
+        signature.append(f"{em.decode}: Optional[_DecodeState] = None")
     outs = block.returns
     ret_ann = ("tuple[" + ", ".join(_annotation(types.get(n)) for n in outs) + "]") if len(outs) > 1 \
         else (_annotation(types.get(outs[0])) if outs else "None")
     decl_em = Emitter(gen, block, Namespace())
     gen.block_calls[id(block)] = {"dims": dim_args, "use_cache": bool(em.use_cache), "dtype": bool(dtype_arg),
-                                  "device": em.device_used, "cache_position": bool(em.cache_position)}
+                                  "device": em.device_used, "decode": bool(em.decode)}
     return {
         "cls": block.cls, "attr": block.attr, "line": loop.span.line, "var": loop.var,
         "count": decl_em.dim(loop.count),
@@ -121,8 +120,8 @@ def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
                           + ([em.device_code()] if call["device"] else []))
     if call["use_cache"]:
         call_args += f", {em.use_cache}"
-    if call["cache_position"]:
-        call_args += f", {em.cache_position}, {em.cache_length}"
+    if call["decode"]:
+        call_args += f", {em.decode}"
     call_args = call_args.lstrip(", ")
     layer = "layer" if "layer" not in em.names.used else em.names.fresh("layer")
     if block.uses_var or loop.layer_inputs or written:
@@ -146,8 +145,8 @@ def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
         conds = []
         if em.use_cache and gen.plans.outputs.guarded(h):
             conds.append(em.use_cache)
-        if em.cache_position and h.name in outputs:  # a preallocated cache was written in place already
-            conds.append(f"{em.cache_position} is None")
+        if em.decode and h.name in outputs:  # a preallocated cache was written in place already
+            conds.append(f"{em.decode} is None")
         if conds and conds != last:
             em.emit(f"if {' and '.join(conds)}:", indent + 1)
         last = conds

@@ -28,8 +28,7 @@ class Emitter:
         self.device_used = False
         self.dtype_src: str | None = None  # code for the dtype the model holds now (see dtype_code)
         self.dtype_used = False
-        self.cache_position: str | None = None  # set where a preallocated cache may be in use
-        self.cache_length: str | None = None
+        self.decode: str | None = None  # generate's decode state, where a preallocated cache may be in use
         self.flags: dict[str, str] = {}  # a demand's flag (use_cache, return_logits) -> its name here
         self.lines: list[str] = []
         self.runtime_used: set[str] = set()
@@ -123,15 +122,14 @@ class Emitter:
         if call is not None and call[0].owner == self.owner_attr:
             return f"self.{call[0].module}({self.code(e.arg(call[1]))})", 50
         pre = self.plans.caches.preallocated
-        if self.cache_position and pre is not None and e in pre.narrows:
+        if self.decode and pre is not None and e in pre.narrows:
             axis, item = next((a, i) for a, i in enumerate(e.arg("index").items)
                               if isinstance(i, ir.TSlice) and i.lo is not None)
             length = self.dim(item.hi.ty.dim - item.lo.ty.dim)
             return f"_narrow({self.code(e.arg('x'))}, {axis}, {self.code(item.lo)}, {length})", 50
-        if self.cache_position and pre is not None and e in pre.concats:
+        if self.decode and pre is not None and e in pre.concats:
             past, new = e.arg("tensors").items
-            return (f"_cache_cat({self.code(past)}, {self.code(new)}, {self.cache_position}, "
-                    f"{self.cache_length})"), 50
+            return f"_cache_cat({self.code(past)}, {self.code(new)}, {self.decode})", 50
         op = all_ops()[e.op]
         return op.torch(LowerCtx(self, e)), op.prec
 
@@ -199,7 +197,7 @@ class Emitter:
             value = self.code(s.value)
             cache = self.allocation_of(s)
             if cache is not None:  # with a preallocated cache the layers write into the caller's buffers
-                value = f"{self.code(s.value, 1)} if {self.cache_position} is None else {self.names.name(cache.input)}"
+                value = f"{self.code(s.value, 1)} if {self.decode} is None else {self.names.name(cache.input)}"
             self.emit(f"{self.names.name(s.name)} = {value}{self.comment(s.value.ty, s.span)}", indent)
         elif isinstance(s, ir.SetItem):
             self.emit(self.write(s.name, s.index, self.code(s.value), s) + self.comment(None, s.span), indent)
@@ -240,7 +238,7 @@ class Emitter:
 
     def allocation_of(self, s: ir.Bind):
         """The cache whose output `s` allocates, when the preallocated buffers may replace it."""
-        if self.cache_position is None or self.plans.caches.preallocated is None:
+        if self.decode is None or self.plans.caches.preallocated is None:
             return None
         return next((c for c in self.plans.caches.caches if c.init is s), None)
 
@@ -308,8 +306,8 @@ class LowerCtx:
         return equal(a, b)[0]
 
     @property
-    def cache_position(self) -> str | None:
-        return self.em.cache_position
+    def decode(self) -> str | None:
+        return self.em.decode
 
     @property
     def device(self) -> str:

@@ -154,8 +154,8 @@ def _lower_attention(call):
     explicit = ("mask", "window", "bias", "softcap")  # what SDPA cannot do alone: the helper builds it
     if any(call.given(n) for n in explicit) or (causal and not same_len):
         mask = call.code("mask") if call.given("mask") else "None"
-        if causal and not same_len and call.cache_position:  # keys may sit in a preallocated cache
-            extra += f", cache_position={call.cache_position}"
+        if causal and not same_len and call.decode:  # keys may sit in a preallocated cache
+            extra += f", decode={call.decode}"
         for n in explicit[1:]:
             if call.given(n):
                 extra += f", {n}={call.code(n)}"

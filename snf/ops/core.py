@@ -357,7 +357,7 @@ def _np_full(shape, value, dtype="float32"):
 
 def _lower_full(call):
     dims = call.dims_code("shape")
-    shape = f"({dims},)" if dims else "()"
+    shape = f"({dims})" if len(call.args["shape"].items) > 1 else f"({dims},)" if dims else "()"
     return f"torch.full({shape}, {call.code('value')}, dtype={call.dtype(call.val('dtype'))}, device={call.device})"
 
 

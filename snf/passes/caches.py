@@ -38,7 +38,7 @@ class Cache:
 @dataclass(frozen=True)
 class Preallocated:
     size: Dim  # slots per buffer along the growing axis: the bound the spec asserts (block_size)
-    dim: str  # the cache length, a 0-d tensor (`cache_position`) on this path
+    dim: str  # the cache length, a 0-d tensor (the decode position) on this path
     concats: frozenset  # the concat ops that write into a buffer in place
     narrows: frozenset  # slice ops that start at the cache length (`pos[T_past:T_past + T]`)
 

@@ -9,8 +9,7 @@ the module stays standalone. Edit here, then regenerate generated/.
 from __future__ import annotations
 
 import math
-import weakref
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -104,16 +103,25 @@ def _check_cache(name: str, cache, rank: int, shape: str, dtype: str, sizes: dic
                          f"got a list of {[_described(t) for t in cache]}")
 
 
-def _check_position(position, length: Optional[int], size: int, names: str, *caches) -> None:
-    """cache_position (a 0-d integer tensor: the filled slots) comes with the preallocated caches;
-    cache_length, the slots attention reads, is an int in (position, size]."""
+class _DecodeState(NamedTuple):
+    """A decode step of generate, as Model.forward reads it (self._decode_state, set by _decode):
+    the caches are buffers of preallocated slots, `position` (a 0-d tensor) of them filled; the
+    step's keys and values are written there in place, and attention reads the first `length`."""
+    position: torch.Tensor
+    length: int
+
+
+def _check_decode(decode: _DecodeState, size: int, names: str, *caches) -> None:
+    """The decode position (a 0-d integer tensor: the filled slots) comes with the preallocated
+    caches; the slots attention reads are an int in (position, size]."""
+    position, length = decode
     if any(c is None for c in caches) or not (isinstance(position, torch.Tensor) and position.dim() == 0
                                               and not position.is_floating_point() and position.dtype != torch.bool):
-        raise ValueError(f"cache_position must be a 0-d integer tensor, given with the preallocated caches {names}")
-    if length is not None and (isinstance(length, bool) or not isinstance(length, int) or not 0 < length <= size):
-        raise ValueError(f"cache_length must be an int in [1, {size}], got {length!r}")
-    if _eager_check(position) and not 0 <= int(position) < (length or size):
-        raise ValueError(f"cache_position {int(position)} is outside the {length or size} cache slots read")
+        raise ValueError(f"the decode position must be a 0-d integer tensor, with the preallocated caches {names}")
+    if isinstance(length, bool) or not isinstance(length, int) or not 0 < length <= size:
+        raise ValueError(f"the decode length must be an int in [1, {size}], got {length!r}")
+    if _eager_check(position) and not 0 <= int(position) < length:
+        raise ValueError(f"the decode position {int(position)} is outside the {length} cache slots read")
 
 
 def _cache_buffers(cache: torch.Tensor, axis: int, size: int, owner: Optional[nn.Module] = None,
@@ -133,10 +141,6 @@ def _cache_buffers(cache: torch.Tensor, axis: int, size: int, owner: Optional[nn
     return buffers
 
 
-# the decode buffers generate keeps per model on CUDA (see _decode_buffers)
-_KEPT_BUFFERS: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
-
-
 def _decode_buffers(owner: Optional[nn.Module], name: str, count: int, shape: tuple, dtype: torch.dtype,
                     device: torch.device) -> list:
     """`count` zero buffers of `shape`; those of an `owner` (on CUDA) are kept for its next generate
@@ -144,7 +148,7 @@ def _decode_buffers(owner: Optional[nn.Module], name: str, count: int, shape: tu
     addresses, so they are marked static (torch._dynamo.mark_static_address), as transformers'
     StaticCache does. Slots past the filled ones may hold an earlier call's values; attention
     never reads them."""
-    kept = _KEPT_BUFFERS.setdefault(owner, {}) if owner is not None else {}
+    kept = owner.__dict__.setdefault("_kept_buffers", {}) if owner is not None else {}  # the model's own
     key = (count, tuple(shape), dtype, device)
     if name in kept and kept[name][0] == key:
         return kept[name][1]
@@ -162,25 +166,25 @@ def _held_dtype(model: nn.Module, default: torch.dtype) -> torch.dtype:
 
 
 def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
-               cache_position: Optional[torch.Tensor] = None, window: Optional[int] = None,
+               decode: Optional[_DecodeState] = None, window: Optional[int] = None,
                bias: Optional[torch.Tensor] = None):
     """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask, a bottom-right causal mask, a sliding
     `window` (query i sees keys in (i - window, i]) and an additive `bias` [B, H, T, T_keys]. k and v
     may have fewer heads than q (grouped-query attention). A query that sees no key gives zeros.
 
-    With `cache_position`, the keys are a preallocated cache: key j is visible to query i when
-    j <= cache_position + i (later slots are empty)."""
+    In a decode step (`decode`), the keys are a preallocated cache: key j is visible to query i when
+    j <= decode.position + i (later slots are empty)."""
     tq, tk = q.size(-2), k.size(-2)
     gqa = q.size(1) != k.size(1)
-    if cache_position is None and mask is None and window is None and bias is None \
+    if decode is None and mask is None and window is None and bias is None \
             and (not causal or tq == 1 or tq == tk):
         # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
         if causal and tq > 1:  # a Python branch, so compiled code never sees a symbolic bool
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale,
                                                   enable_gqa=gqa)
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
-    allowed = _visible_keys(q, k, mask, causal, cache_position, window)
-    if cache_position is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
+    allowed = _visible_keys(q, k, mask, causal, decode, window)
+    if decode is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
             and torch.compiler.is_compiling():
         # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
         # out, it fuses with its neighbours and beats an SDPA call there (benchmarks/README.md); each
@@ -208,13 +212,13 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
     return out
 
 
-def _visible_keys(q, k, mask, causal: bool, cache_position: Optional[torch.Tensor] = None,
+def _visible_keys(q, k, mask, causal: bool, decode: Optional[_DecodeState] = None,
                   window: Optional[int] = None) -> Optional[torch.Tensor]:
     """Which keys each query sees, a bool [B or 1, 1, T, T_keys] (None: every key), for _attention."""
     tq, tk = q.size(-2), k.size(-2)
     allowed = None
     if causal:  # key j is visible to query i (at position first + i) when j <= first + i
-        first = cache_position if cache_position is not None else tk - tq
+        first = decode.position if decode is not None else tk - tq
         rows = first + torch.arange(tq, device=q.device)[:, None]
         cols = torch.arange(tk, device=q.device)[None, :]
         allowed = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
@@ -225,13 +229,13 @@ def _visible_keys(q, k, mask, causal: bool, cache_position: Optional[torch.Tenso
 
 
 def _softcapped_attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
-                          cache_position: Optional[torch.Tensor] = None, window: Optional[int] = None,
+                          decode: Optional[_DecodeState] = None, window: Optional[int] = None,
                           bias: Optional[torch.Tensor] = None, *, softcap: float) -> torch.Tensor:
     """_attention with Gemma 2's logit soft-capping, written out as transformers computes it: the
     scores q k^T * scale are capped (softcap * tanh(scores / softcap)), then the bias is added and
     the keys a query does not see removed, and the softmax is taken in float32. SDPA has no place
     for the cap. A query that sees no key gives zeros."""
-    allowed = _visible_keys(q, k, mask, causal, cache_position, window)
+    allowed = _visible_keys(q, k, mask, causal, decode, window)
     if q.size(1) != k.size(1):  # grouped-query attention: each key/value head serves its group of query heads
         k, v = (t.repeat_interleave(q.size(1) // t.size(1), dim=1) for t in (k, v))
     scores = (q @ k.transpose(-1, -2)) * (q.size(-1) ** -0.5 if scale is None else scale)
@@ -347,14 +351,6 @@ def _sinusoidal(shape, base: float) -> torch.Tensor:
     return table.reshape(shape)
 
 
-def _hooked(module: nn.Module) -> bool:
-    """Whether calling `module` runs forward hooks (its own or global ones): `_decode_step`, a
-    plain function, would skip them."""
-    hooks = torch.nn.modules.module
-    return bool(module._forward_hooks or module._forward_pre_hooks or hooks._global_forward_hooks
-                or hooks._global_forward_pre_hooks)
-
-
 def _bucket(filled: int, size: int) -> int:
     """How many cache slots a decode step reads: the next power of two from 128 up, at most
     `size`. Attending over the filled prefix, not every slot, keeps a step's cost independent of
@@ -406,16 +402,31 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
 
 
-def _cache_cat(past: torch.Tensor, new: torch.Tensor, cache_position: Optional[torch.Tensor],
-               cache_length: Optional[int] = None) -> torch.Tensor:
-    """`past` ++ `new` along time (axis 1). Into a preallocated cache, `new` is written in place at
-    cache_position and the buffer's first cache_length slots (all, by default) are returned. The
-    result has `new`'s dtype, the one the model computes in: a cast or autocast model is fed back
-    its cache as the spec's float32."""
-    if cache_position is None:
+def _cache_cat(past: torch.Tensor, new: torch.Tensor, decode: Optional[_DecodeState] = None) -> torch.Tensor:
+    """`past` ++ `new` along time (axis 1). In a decode step, `past` is a preallocated buffer: `new`
+    is written in place at the decode position and the buffer's first `length` slots are returned.
+    The result has `new`'s dtype, the one the model computes in: a cast or autocast model is fed
+    back its cache as the spec's float32."""
+    if decode is None:
         return torch.cat([past.to(new.dtype), new], dim=1)
-    past.index_copy_(1, cache_position + torch.arange(new.size(1), device=new.device), new.to(past.dtype))
-    return past if cache_length is None else past[:, :cache_length]
+    past.index_copy_(1, decode.position + torch.arange(new.size(1), device=new.device), new.to(past.dtype))
+    return past[:, :decode.length]
+
+
+def _decode(model: nn.Module, token: torch.Tensor, position: int, size: int, **caches):
+    """One decode step of generate: model(token, **caches) over caches in preallocated buffers of
+    `size` slots, `position` of them filled, attending over the first _bucket(...) slots. It runs
+    as Model._decode_step (see _by_compile_unit), compiled once per bucket."""
+    at = torch.tensor(position, device=token.device)
+    if at.is_cuda:  # the step is a CUDA graph; the last step's outputs are read already
+        torch.compiler.cudagraph_mark_step_begin()
+    if token.size(0) > 1:  # one compiled step for every batch above 1, as the buffers
+        torch._dynamo.mark_dynamic(token, 0)
+    model._decode_state = _DecodeState(at, _bucket(position + 1, size))
+    try:
+        return model(token, **caches)
+    finally:
+        model._decode_state = None
 
 
 def _narrow(x: torch.Tensor, dim: int, start, length: int) -> torch.Tensor:

@@ -40,8 +40,7 @@ def block_context(gen, block: Block) -> dict:
         if held is None:
             dtype_arg = names.fresh("dtype")
         em.dtype_src = f"{held}.dtype" if held else dtype_arg
-    pre = plans.caches.preallocated
-    if pre is not None and any(c.loop is loop for c in plans.caches.caches):
+    if plans.decode_steps and any(c.loop is loop for c in plans.caches.caches):
         em.decode = names.fresh("decode")
     if any(plans.outputs.guarded(s) for s in ir.walk_stmts(block.body)):
         em.flags["use_cache"] = names.fresh("use_cache")

@@ -123,7 +123,7 @@ class Generator:
         em.dtype_src = names.fresh("dtype") if self.model_dtype else None  # bound first, when forward uses it
         for demand in plans.outputs.demands:
             em.flags[demand.flag] = demand.flag
-        if plans.caches.preallocated is not None:  # generate's decode step state (self._decode_state)
+        if plans.decode_steps:  # generate's decode step state (self._decode_state)
             em.decode = names.fresh("decode")
         em.stmts(m.body, 2)
         body, em.lines = em.lines, []

@@ -45,6 +45,12 @@ class Plans:
     writes: frozenset  # the indexed writes done in place (the rest copy first)
     loss: FusedLoss | None = None
 
+    @property
+    def decode_steps(self) -> bool:
+        """Whether generate runs decode steps on preallocated cache buffers (forward then reads its
+        decode state); caches a buffer could hold but no generate writes are never preallocated."""
+        return self.decode is not None and self.decode.preallocated
+
 
 def plan(model: ir.Model) -> Plans:
     """Every plan for an already lowered model."""

@@ -76,7 +76,10 @@ class _Eval:
     def key(self, key: str, absent_ok: bool):
         self.used.add(key)
         node = self.hf
-        for part in key.split("."):
+        parts = key.split(".")
+        for i, part in enumerate(parts):
+            if isinstance(node, dict) and part in node and node[part] is None and i < len(parts) - 1:
+                self.used.add(".".join(parts[:i + 1]))  # a null object (`"rope_scaling": null`): read, as absent
             node = node.get(part) if isinstance(node, dict) else None
             if node is None:
                 if absent_ok:
@@ -257,8 +260,8 @@ def config_to_hf(model: torch.nn.Module) -> dict:
     """The transformers config.json for the model's Config: the inverse of the `config hf:`
     section. Each field read from a key (`f <- hf.k`, with `or` defaults, or through `match`) is
     written to that key; each `assert hf.k == value` writes the value (but null, which reads as
-    an absent key); `hf.k <- value` entries are
-    written as they say. Reading the result back must give the same Config (checked)."""
+    an absent key); `hf.k <- value` entries are written as they say, after the fields (a None
+    value leaves the key out). Reading the result back must give the same Config (checked)."""
     module = interop._module_of(model)
     where = f"save_pretrained({_spec_name(module)})"
     mapping = _section(module, where)["config"]
@@ -273,7 +276,7 @@ def config_to_hf(model: torch.nn.Module) -> dict:
         if test[:2] == ("cmp", "==") and not _keys(test[3]) and ev(test[3]) is not None:  # null: as if absent
             _invert(test[2], ev(test[3]), out)
     for key, value in mapping["writes"].items():
-        _put(out, key, ev(value))
+        _put(out, key, ev(value))  # None leaves the key out (a null reads as absent)
     out.setdefault("dtype", str(next(iter(model.parameters())).dtype).removeprefix("torch."))
     back = config_from_hf(module, out, where)
     if back != config:
@@ -296,7 +299,20 @@ def _invert(source, value, out: dict) -> bool:
 
 
 def _put(out: dict, key: str, value) -> None:
+    """out[key] = value, `key` going into nested objects; a None value removes the key instead
+    (and the objects it leaves empty)."""
     *outer, last = key.split(".")
+    if value is None:
+        path = [out]
+        for part in outer:
+            if not isinstance(path[-1].get(part), dict):
+                return
+            path.append(path[-1][part])
+        path[-1].pop(last, None)
+        for parent, part in zip(reversed(path[:-1]), reversed(outer)):
+            if not parent[part]:
+                del parent[part]
+        return
     for part in outer:
         out = out.setdefault(part, {})
     out[last] = value

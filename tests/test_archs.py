@@ -54,9 +54,12 @@ def _generate_equal(model, hf, prompt: torch.Tensor, new: int) -> None:
 def _llama3(n_head=4, n_kv_head=2, n_embd=32, seed=0):
     from generated.llama3 import Model
     torch.manual_seed(seed)
+    # the spec's defaults for RoPE: Llama 3.2 1B's base and "llama3" frequency scaling
+    rope = dict(rope_type="llama3", rope_theta=500000.0, factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                original_max_position_embeddings=8192)
     hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
         num_hidden_layers=2, hidden_size=n_embd, num_attention_heads=n_head, num_key_value_heads=n_kv_head,
-        intermediate_size=40, vocab_size=97, tie_word_embeddings=False, rms_norm_eps=1e-5, rope_theta=500000.0,
+        intermediate_size=40, vocab_size=97, tie_word_embeddings=False, rms_norm_eps=1e-5, rope_parameters=rope,
         max_position_embeddings=64)).eval()
     assert hf.config.rope_parameters["rope_theta"] == 500000.0
     _randomise(hf, norms=("norm",))

@@ -111,11 +111,11 @@ def test_greedy_generate_matches_transformers(tmp_path, family):
     assert torch.equal(model.generate(idx, 8, temperature=0), want)
 
 
-def _round_trip(tmp_path, family: str, agree) -> None:
+def _round_trip(tmp_path, family: str, agree, **overrides) -> None:
     """snfc -> save_pretrained -> transformers -> save_pretrained -> from_pretrained: the same
     Config and bit-identical weights; `agree(model, hf)` compares snfc's model with transformers'
     from snfc's folder."""
-    _, folder = saved(tmp_path, family)
+    _, folder = saved(tmp_path, family, **overrides)
     model = snf.from_pretrained(folder)
     snf.save_pretrained(model, tmp_path / "snf_out")
     auto = transformers.AutoModelForCausalLM if family in CAUSAL else transformers.AutoModel
@@ -230,14 +230,106 @@ def test_mistral_without_a_window_attends_to_everything(tmp_path):
         assert _close(model(idx).logits, hf(idx).logits)
 
 
+# RoPE scaling of Llama (issue 20): transformers' rope_parameters for each type llama3.snf supports.
+# A short original length (8) and a factor of 4 make the scaling change the logits of 13 tokens;
+# "dynamic" scales only past max_position_embeddings (block_size), so it has a test of its own.
+ROPE = {
+    "llama3": dict(rope_type="llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                   original_max_position_embeddings=8),
+    "linear": dict(rope_type="linear", factor=4.0),
+    "dynamic": dict(rope_type="dynamic", factor=4.0),
+    "yarn": dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8),
+}
+
+
+def _scaled(rope_type: str) -> dict:
+    return dict(rope_parameters={**ROPE[rope_type], "rope_theta": 5000.0})
+
+
+@pytest.mark.parametrize("rope_type", ROPE)
+def test_llama_rope_scaling_matches_transformers(tmp_path, rope_type):
+    hf, folder = saved(tmp_path, "llama", **_scaled(rope_type))
+    model = snf.from_pretrained(folder)
+    assert model.config.rope_scaling == ["default", "linear", "dynamic", "llama3", "yarn"].index(rope_type)
+    idx = tokens(hf.config.vocab_size)
+    plain, _ = saved(tmp_path / "plain", "llama")  # the same weights, unscaled RoPE
+    with torch.no_grad():
+        want, got = hf(idx).logits, model(idx).logits
+        assert got.shape == want.shape and _close(got, want)
+        if rope_type != "dynamic":  # the scaling matters
+            assert not _close(plain(idx).logits, want)
+    prompt = tokens(hf.config.vocab_size, t=7)
+    want = hf.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(prompt, 8, temperature=0), want)
+
+
+@pytest.mark.parametrize("rope_type", ROPE)
+def test_llama_rope_scaling_round_trip_is_exact(tmp_path, rope_type):
+    def agree(model, hf):
+        idx = tokens(model.config.vocab_size)
+        assert _close(model(idx).logits, hf(idx).logits)
+    _round_trip(tmp_path, "llama", agree, **_scaled(rope_type))
+    written = json.loads((tmp_path / "snf_out" / "config.json").read_text())["rope_parameters"]
+    assert written == {**ROPE[rope_type], "rope_theta": 5000.0}  # no parameter of another type
+
+
+def test_llama_dynamic_rope_scaling_past_the_trained_length(tmp_path):
+    """transformers' dynamic RoPE starts scaling past max_position_embeddings, which from_pretrained
+    makes block_size: a Config with a longer block_size (and the same rope_original_max_position)
+    runs past it, as transformers does."""
+    hf, folder = saved(tmp_path, "llama", max_position_embeddings=8, **_scaled("dynamic"))
+    loaded = snf.from_pretrained(folder)
+    assert loaded.config.block_size == loaded.config.rope_original_max_position == 8
+    model = type(loaded)(loaded.config, block_size=32).eval()
+    model.load_state_dict(loaded.state_dict())
+    idx = tokens(hf.config.vocab_size)  # 13 > 8 positions
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+    prompt = tokens(hf.config.vocab_size, t=5)
+    fresh, _ = saved(tmp_path / "again", "llama", max_position_embeddings=8, **_scaled("dynamic"))
+    want = fresh.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(prompt, 8, temperature=0), want)
+    with pytest.raises(PretrainedError, match="reads as"):  # transformers cannot say where scaling starts
+        snf.save_pretrained(model, tmp_path / "out")
+
+
+def test_llama_older_config_files_rope_scaling_and_rope_theta(tmp_path):
+    """Llama 3.1's config.json as transformers 4 wrote it: rope_scaling beside rope_theta; and
+    an older one's `"rope_scaling": null`."""
+    hf, folder = saved(tmp_path, "llama", **_scaled("llama3"))
+    scaling = {k: v for k, v in ROPE["llama3"].items()}
+    edit_config(folder, rope_parameters=..., rope_scaling=scaling, rope_theta=5000.0)
+    model = snf.from_pretrained(folder)
+    idx = tokens(hf.config.vocab_size)
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+    edit_config(folder, rope_scaling={"type": "linear", "factor": 4.0})  # `type`, the older name of rope_type
+    assert snf.from_pretrained(folder).config.rope_scaling == 1
+    plain, folder = saved(tmp_path / "plain", "llama")
+    edit_config(folder, rope_parameters=..., rope_scaling=None, rope_theta=5000.0)
+    model = snf.from_pretrained(folder)
+    assert model.config.rope_scaling == 0
+    with torch.no_grad():
+        assert _close(model(idx).logits, plain(idx).logits)
+
+
 @pytest.mark.parametrize("family, changes, named", [
     ("gpt2", dict(activation_function="relu"), "activation_function = \"relu\""),
     ("gpt2", dict(tie_word_embeddings=False), "tie_word_embeddings = false"),
     ("gpt2", dict(n_inner=100), "n_inner = 100"),
     ("gpt2", dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx = true"),
-    ("llama", dict(rope_parameters={"rope_type": "llama3", "rope_theta": 5e5, "factor": 32.0}),
-     "rope_parameters.rope_type = \"llama3\""),
-    ("llama", dict(rope_scaling={"type": "linear", "factor": 2.0}), "rope_scaling = {"),
+    ("llama", dict(rope_parameters={"rope_type": "longrope", "rope_theta": 5e5, "short_factor": [1.0]}),
+     "rope_parameters.rope_type = \"longrope\""),
+    ("llama", dict(rope_parameters=..., rope_scaling={"type": "su", "factor": 2.0}), "rope_scaling.type = \"su\""),
+    ("llama", dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_scaling.rope_type = \"linear\""),
+    ("llama", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e5, "factor": 4.0, "beta_fast": 16.0}),
+     "rope_parameters.beta_fast = 16.0"),
+    ("llama", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e5, "factor": 4.0, "truncate": False}),
+     "rope_parameters.truncate = false"),
+    ("llama", dict(rope_parameters={"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "rope_typo": 1}),
+     "rope_parameters.rope_typo = 1: the spec does not map it"),
+    ("llama", dict(rope_parameters={"rope_type": "linear", "type": "dynamic", "rope_theta": 5e5, "factor": 2.0}),
+     "rope_parameters.type = \"dynamic\""),
     ("llama", dict(tie_word_embeddings=True), "tie_word_embeddings = true"),
     ("llama", dict(attention_bias=True), "attention_bias = true"),
     ("llama", dict(head_dim=16), "head_dim = 16"),

@@ -117,6 +117,13 @@ def _model(path: Path) -> ir.Model:
     return result.model
 
 
+def _within(dot: Dot, cluster, outer) -> bool:
+    """Whether `cluster` is `outer` or nested in it."""
+    while cluster is not None and cluster != outer:
+        cluster = dot.clusters[cluster]["parent"]
+    return cluster == outer
+
+
 def _tensor_ops(stmts) -> Counter:
     return Counter(e.op for e in ir.walk_exprs(stmts) if isinstance(e, ir.Op) and isinstance(e.ty, ir.TensorT))
 
@@ -208,7 +215,8 @@ def _check_against_ir(model: ir.Model) -> Dot:
     for loop, (cid, box) in zip(loops, sorted(boxes.items())):
         count = loop.count.as_symbol() or str(loop.count)
         assert box["label"].endswith(f"(× {dict(model.display).get(loop.count, count)})"), box["label"]
-        inside = Counter(a["class"].split()[1] for a in nodes.values() if _kind(a) == "op" and a["cluster"] == cid)
+        inside = Counter(a["class"].split()[1] for a in nodes.values()
+                         if _kind(a) == "op" and _within(dot, a["cluster"], cid))  # `if` blocks are clusters in it
         assert inside == _tensor_ops(loop.body)
         carried = {a["label"] for a in nodes.values() if _kind(a) == "carried" and a["cluster"] == cid}
         assert carried == set(loop.carried)

@@ -3,6 +3,8 @@ evaluated by `interop`. Nothing in a mapping is ever evaluated as code."""
 
 from __future__ import annotations
 
+import re
+
 from . import ir
 
 
@@ -25,6 +27,10 @@ def encode_mapping(e: ir.Expr, rank: int | None = None):
     `rank`, when known, is the rank of the parameter it fills (one layer's), which a `split`'s
     axis must lie within."""
     if isinstance(e, ir.Str):
+        for field in re.findall(r"\{([^{}]*)\}", e.value):
+            if field != "l":  # interop replaces {l} alone: another field would be a key no file has
+                raise MappingError(f"`{{{field}}}` in a key: only `{{l}}`, the layer number, is replaced "
+                                   "(a key computed from it is not supported)", e.span)
         return ("key", e.value)
     if isinstance(e, ir.Attribute) and e.attr == "T":
         if rank is not None and rank < 2:

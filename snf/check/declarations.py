@@ -294,7 +294,9 @@ class Declarations:
                 continue
             try:
                 target = next((t for t in self.params + self.buffers if t.name == e.name), None)
-                encode_mapping(e.source, None if target is None else target.ty.rank - (e.name in stacked))
+                encoded = encode_mapping(e.source, None if target is None else target.ty.rank - (e.name in stacked))
+                if e.name != "_" and e.name not in stacked and "{l}" in repr(encoded):
+                    raise MappingError(f"`{e.name}` is not per layer, so no layer number replaces `{{l}}` in its key")
             except MappingError as err:
                 self.r.error("bad-checkpoint", str(err), getattr(err, "span", None) or e.span,
                              hint='sources are "key" strings, `.T`, `a or b` and split("key", n, axis=i, index=j)')

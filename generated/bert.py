@@ -40,15 +40,18 @@ class Config:
     def __post_init__(self) -> None:
         _check_fields(self)
         if not 1 <= self.type_vocab_size:
-            raise ValueError(f'index 0 must lie within axis 0, of size type_vocab_size (bert.snf:59); got type_vocab_size={self.type_vocab_size}')
+            raise ValueError(f'index 0 must lie within axis 0, of size type_vocab_size (bert.snf:59); '
+                             f'got type_vocab_size={self.type_vocab_size}')
         if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (bert.snf:6); got vocab_size={self.vocab_size}')
+            raise ValueError(f'`vocab_size` is a size: it must not be negative (bert.snf:6); '
+                             f'got vocab_size={self.vocab_size}')
         if not 0 <= self.n_layer:
             raise ValueError(f'`n_layer` is a size: it must not be negative (bert.snf:9); got n_layer={self.n_layer}')
         if not 0 <= self.n_embd:
             raise ValueError(f'`n_embd` is a size: it must not be negative (bert.snf:11); got n_embd={self.n_embd}')
         if not 0 <= self.intermediate:
-            raise ValueError(f'`intermediate` is a size: it must not be negative (bert.snf:12); got intermediate={self.intermediate}')
+            raise ValueError(f'`intermediate` is a size: it must not be negative (bert.snf:12); '
+                             f'got intermediate={self.intermediate}')
         if not 1 <= self.n_head:
             raise ValueError(f'the divisor H must be at least 1 (bert.snf:63); got n_head={self.n_head}')
         _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'bert.snf:60',
@@ -623,7 +626,8 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         b, h, _, hd = q.shape
         grouped = q.reshape(b, k.size(1), h // k.size(1), hd)
         scores = (grouped @ k.transpose(-1, -2)) * (hd ** -0.5 if scale is None else scale)
-        probs = scores.masked_fill(~allowed, float("-inf")).float().softmax(-1)
+        wide = torch.promote_types(scores.dtype, torch.float32)
+        probs = scores.masked_fill(~allowed, float("-inf")).to(wide).softmax(-1)
         if mask is not None:
             probs = probs.nan_to_num(0.0)  # a query whose every key is padding
         return (probs.to(v.dtype) @ v).reshape(b, h, 1, v.size(-1))

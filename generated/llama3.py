@@ -46,19 +46,24 @@ class Config:
         if not 0 <= self.rope_scaling:
             raise ValueError(f'expected 0 <= rope_scaling (llama3.snf:59); got rope_scaling={self.rope_scaling}')
         if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (llama3.snf:12); got vocab_size={self.vocab_size}')
+            raise ValueError(f'`vocab_size` is a size: it must not be negative (llama3.snf:12); '
+                             f'got vocab_size={self.vocab_size}')
         if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (llama3.snf:14); got n_layer={self.n_layer}')
+            raise ValueError(f'`n_layer` is a size: it must not be negative (llama3.snf:14); '
+                             f'got n_layer={self.n_layer}')
         if not 0 <= self.n_kv_head:
-            raise ValueError(f'`n_kv_head` is a size: it must not be negative (llama3.snf:16); got n_kv_head={self.n_kv_head}')
+            raise ValueError(f'`n_kv_head` is a size: it must not be negative (llama3.snf:16); '
+                             f'got n_kv_head={self.n_kv_head}')
         if not 0 <= self.n_embd:
             raise ValueError(f'`n_embd` is a size: it must not be negative (llama3.snf:17); got n_embd={self.n_embd}')
         if not 0 <= self.mlp_hidden:
-            raise ValueError(f'`mlp_hidden` is a size: it must not be negative (llama3.snf:18); got mlp_hidden={self.mlp_hidden}')
+            raise ValueError(f'`mlp_hidden` is a size: it must not be negative (llama3.snf:18); '
+                             f'got mlp_hidden={self.mlp_hidden}')
         if not 1 <= self.n_head:
             raise ValueError(f'the divisor H must be at least 1 (llama3.snf:36); got n_head={self.n_head}')
         if not 4 <= self.head_dim:
-            raise ValueError(f'dynamic RoPE needs 4 rotated dims (llama3.snf:81); got n_embd={self.n_embd}, n_head={self.n_head}')
+            raise ValueError(f'dynamic RoPE needs 4 rotated dims (llama3.snf:81); '
+                             f'got n_embd={self.n_embd}, n_head={self.n_head}')
         if self.n_layer >= 1 and self.rope_scaling == 0:
             _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'llama3.snf:75',
                           f'rope_base={self.rope_base}')
@@ -107,11 +112,14 @@ class Config:
         if not self.rope_scaling <= 4:
             raise ValueError(f'expected rope_scaling <= 4 (llama3.snf:60); got rope_scaling={self.rope_scaling}')
         if self.n_embd % self.n_head != 0:
-            raise ValueError(f'D must be divisible by H (llama3.snf:69); got n_embd={self.n_embd}, n_head={self.n_head}')
+            raise ValueError(f'D must be divisible by H (llama3.snf:69); '
+                             f'got n_embd={self.n_embd}, n_head={self.n_head}')
         if self.head_dim % 2 != 0:
-            raise ValueError(f'head_dim must be divisible by 2 (llama3.snf:75); got n_embd={self.n_embd}, n_head={self.n_head}')
+            raise ValueError(f'head_dim must be divisible by 2 (llama3.snf:75); '
+                             f'got n_embd={self.n_embd}, n_head={self.n_head}')
         if self.n_head % self.n_kv_head != 0:
-            raise ValueError(f'H must be divisible by KVH (llama3.snf:103); got n_head={self.n_head}, n_kv_head={self.n_kv_head}')
+            raise ValueError(f'H must be divisible by KVH (llama3.snf:103); '
+                             f'got n_head={self.n_head}, n_kv_head={self.n_kv_head}')
 
     @property
     def head_dim(self) -> int:  # llama3.snf:30
@@ -341,7 +349,9 @@ def spec_parameters(config: Config) -> dict:
         'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer),
         'q_weight': ('layers.{l}.qkv.weight', (0, cfg.n_embd), cfg.n_layer),
         'k_weight': ('layers.{l}.qkv.weight', (cfg.n_embd, cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer),
-        'v_weight': ('layers.{l}.qkv.weight', (cfg.n_kv_head*cfg.head_dim + cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer),
+        'v_weight': ('layers.{l}.qkv.weight',
+                     (cfg.n_kv_head*cfg.head_dim + cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd),
+                     cfg.n_layer),
         'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
         'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer),
         'gate_weight': ('layers.{l}.gate.weight', None, cfg.n_layer),
@@ -881,7 +891,8 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         b, h, _, hd = q.shape
         grouped = q.reshape(b, k.size(1), h // k.size(1), hd)
         scores = (grouped @ k.transpose(-1, -2)) * (hd ** -0.5 if scale is None else scale)
-        probs = scores.masked_fill(~allowed, float("-inf")).float().softmax(-1)
+        wide = torch.promote_types(scores.dtype, torch.float32)
+        probs = scores.masked_fill(~allowed, float("-inf")).to(wide).softmax(-1)
         if mask is not None:
             probs = probs.nan_to_num(0.0)  # a query whose every key is padding
         return (probs.to(v.dtype) @ v).reshape(b, h, 1, v.size(-1))
@@ -926,8 +937,9 @@ def _rope(x: torch.Tensor, offset, base: float, rotary_dim: Optional[int] = None
     rope_type with its parameters (_rope_frequencies)."""
     t, hd = x.size(1), x.size(3)
     dim = hd if rotary_dim is None else rotary_dim
-    inv_freq, attention_scaling = _rope_frequencies(dim, base, offset + t, x.device, **scaling)
-    pos = torch.arange(t, device=x.device, dtype=torch.float32) + offset
+    wide = torch.promote_types(x.dtype, torch.float32)  # float32 as transformers computes, float64 kept
+    inv_freq, attention_scaling = _rope_frequencies(dim, base, offset + t, x.device, dtype=wide, **scaling)
+    pos = torch.arange(t, device=x.device, dtype=wide) + offset
     angles = torch.outer(pos, inv_freq)
     emb = angles.repeat_interleave(2, dim=-1) if interleaved else torch.cat((angles, angles), dim=-1)
     cos, sin = (emb.cos() * attention_scaling)[None, :, None, :], (emb.sin() * attention_scaling)[None, :, None, :]
@@ -941,13 +953,14 @@ def _rope(x: torch.Tensor, offset, base: float, rotary_dim: Optional[int] = None
     return out if dim == hd else torch.cat((out, x[..., dim:]), dim=-1)
 
 
-def _rope_frequencies(dim: int, base: float, seq_len, device: torch.device, scaling: str = "none",
+def _rope_frequencies(dim: int, base: float, seq_len, device: torch.device, dtype: torch.dtype = torch.float32,
+                      scaling: str = "none",
                       factor: float = 1.0, original_max_position: int = 1, low_freq_factor: float = 1.0,
                       high_freq_factor: float = 4.0, beta_fast: Optional[float] = None,
                       beta_slow: Optional[float] = None, mscale: Optional[float] = None,
                       mscale_all_dim: Optional[float] = None, attention_factor: Optional[float] = None,
                       truncate: Optional[bool] = None):
-    """(inverse frequencies [dim / 2] float32, the scale of cos and sin) of RoPE over `dim` dims for a
+    """(inverse frequencies [dim / 2] in `dtype`, the scale of cos and sin) of RoPE over `dim` dims for a
     sequence of `seq_len` positions: transformers' ROPE_INIT_FUNCTIONS[scaling], step for step, so in
     float32 it gives the same numbers. "dynamic" recomputes the base from the sequence length once
     it passes original_max_position (transformers' dynamic_rope_update; seq_len may be a 0-d tensor,
@@ -958,7 +971,7 @@ def _rope_frequencies(dim: int, base: float, seq_len, device: torch.device, scal
         else:
             seq_len = original_max_position
         base = base * ((factor * seq_len / original_max_position) - (factor - 1)) ** (dim / (dim - 2))
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim))
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, device=device, dtype=dtype) / dim))
     if scaling == "linear":
         return inv_freq / factor, 1.0
     if scaling == "llama3":
@@ -969,8 +982,8 @@ def _rope_frequencies(dim: int, base: float, seq_len, device: torch.device, scal
         smoothed = (1 - smooth) * scaled / factor + smooth * scaled
         return torch.where(~(wavelen < high_wavelen) * ~(wavelen > low_wavelen), smoothed, scaled), 1.0
     if scaling == "yarn":
-        return _yarn_frequencies(dim, base, device, factor, original_max_position, beta_fast or 32, beta_slow or 1,
-                                 mscale, mscale_all_dim, attention_factor, truncate is not False)
+        return _yarn_frequencies(dim, base, device, dtype, factor, original_max_position, beta_fast or 32,
+                                 beta_slow or 1, mscale, mscale_all_dim, attention_factor, truncate is not False)
     return inv_freq, 1.0
 
 
@@ -978,8 +991,8 @@ def _yarn_mscale(scale: float, mscale: float = 1) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
-def _yarn_frequencies(dim: int, base: float, device: torch.device, factor: float, original: int, fast: float,
-                      slow: float, mscale, mscale_all_dim, attention_factor, truncate: bool):
+def _yarn_frequencies(dim: int, base: float, device: torch.device, dtype: torch.dtype, factor: float, original: int,
+                      fast: float, slow: float, mscale, mscale_all_dim, attention_factor, truncate: bool):
     """YaRN (transformers' _compute_yarn_parameters): each frequency a blend of itself (extrapolation)
     and itself / factor (interpolation), ramping between the dims that turn `fast` and `slow` times
     over `original` positions; cos and sin scaled by the attention factor."""
@@ -992,8 +1005,8 @@ def _yarn_frequencies(dim: int, base: float, device: torch.device, factor: float
     low, high = max(low, 0), min(high, dim - 1)
     if low == high:
         high += 0.001  # no zero-width ramp
-    pos_freqs = base ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
-    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1).to(device)
+    pos_freqs = base ** (torch.arange(0, dim, 2, device=device, dtype=dtype) / dim)
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=dtype) - low) / (high - low), 0, 1).to(device)
     kept = 1 - ramp
     return (1.0 / (factor * pos_freqs)) * (1 - kept) + (1.0 / pos_freqs) * kept, float(attention_factor)
 

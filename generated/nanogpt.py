@@ -38,9 +38,11 @@ class Config:
     def __post_init__(self) -> None:
         _check_fields(self)
         if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (nanogpt.snf:14); got vocab_size={self.vocab_size}')
+            raise ValueError(f'`vocab_size` is a size: it must not be negative (nanogpt.snf:14); '
+                             f'got vocab_size={self.vocab_size}')
         if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (nanogpt.snf:16); got n_layer={self.n_layer}')
+            raise ValueError(f'`n_layer` is a size: it must not be negative (nanogpt.snf:16); '
+                             f'got n_layer={self.n_layer}')
         if not 0 <= self.n_embd:
             raise ValueError(f'`n_embd` is a size: it must not be negative (nanogpt.snf:18); got n_embd={self.n_embd}')
         if not 1 <= self.n_head:
@@ -55,7 +57,8 @@ class Config:
             _check_number(lambda: self.dropout, 0.0, 1.0, False, '`dropout` of `flash_attention`', 'nanogpt.snf:93',
                           f'dropout={self.dropout}')
         if self.n_embd % self.n_head != 0:
-            raise ValueError(f'D must be divisible by H (nanogpt.snf:82); got n_embd={self.n_embd}, n_head={self.n_head}')
+            raise ValueError(f'D must be divisible by H (nanogpt.snf:82); '
+                             f'got n_embd={self.n_embd}, n_head={self.n_head}')
 
     @property
     def head_dim(self) -> int:  # nanogpt.snf:25
@@ -804,7 +807,8 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         b, h, _, hd = q.shape
         grouped = q.reshape(b, k.size(1), h // k.size(1), hd)
         scores = (grouped @ k.transpose(-1, -2)) * (hd ** -0.5 if scale is None else scale)
-        probs = scores.masked_fill(~allowed, float("-inf")).float().softmax(-1)
+        wide = torch.promote_types(scores.dtype, torch.float32)
+        probs = scores.masked_fill(~allowed, float("-inf")).to(wide).softmax(-1)
         if mask is not None:
             probs = probs.nan_to_num(0.0)  # a query whose every key is padding
         return (probs.to(v.dtype) @ v).reshape(b, h, 1, v.size(-1))

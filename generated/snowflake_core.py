@@ -37,11 +37,14 @@ class Config:
     def __post_init__(self) -> None:
         _check_fields(self)
         if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (snowflake_core.snf:8); got vocab_size={self.vocab_size}')
+            raise ValueError(f'`vocab_size` is a size: it must not be negative (snowflake_core.snf:8); '
+                             f'got vocab_size={self.vocab_size}')
         if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (snowflake_core.snf:10); got n_layer={self.n_layer}')
+            raise ValueError(f'`n_layer` is a size: it must not be negative (snowflake_core.snf:10); '
+                             f'got n_layer={self.n_layer}')
         if not 0 <= self.n_embd:
-            raise ValueError(f'`n_embd` is a size: it must not be negative (snowflake_core.snf:12); got n_embd={self.n_embd}')
+            raise ValueError(f'`n_embd` is a size: it must not be negative (snowflake_core.snf:12); '
+                             f'got n_embd={self.n_embd}')
         if not 0 <= self.d_ff:
             raise ValueError(f'`d_ff` is a size: it must not be negative (snowflake_core.snf:13); got d_ff={self.d_ff}')
         if not 1 <= self.n_head:
@@ -56,7 +59,8 @@ class Config:
             _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'snowflake_core.snf:53',
                           f'dropout={self.dropout}')
         if self.n_embd % self.n_head != 0:
-            raise ValueError(f'D must be divisible by H (snowflake_core.snf:58); got n_embd={self.n_embd}, n_head={self.n_head}')
+            raise ValueError(f'D must be divisible by H (snowflake_core.snf:58); '
+                             f'got n_embd={self.n_embd}, n_head={self.n_head}')
 
     @property
     def head_dim(self) -> int:  # snowflake_core.snf:18
@@ -507,7 +511,8 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         b, h, _, hd = q.shape
         grouped = q.reshape(b, k.size(1), h // k.size(1), hd)
         scores = (grouped @ k.transpose(-1, -2)) * (hd ** -0.5 if scale is None else scale)
-        probs = scores.masked_fill(~allowed, float("-inf")).float().softmax(-1)
+        wide = torch.promote_types(scores.dtype, torch.float32)
+        probs = scores.masked_fill(~allowed, float("-inf")).to(wide).softmax(-1)
         if mask is not None:
             probs = probs.nan_to_num(0.0)  # a query whose every key is padding
         return (probs.to(v.dtype) @ v).reshape(b, h, 1, v.size(-1))

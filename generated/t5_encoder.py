@@ -40,19 +40,24 @@ class Config:
     def __post_init__(self) -> None:
         _check_fields(self)
         if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (t5_encoder.snf:8); got vocab_size={self.vocab_size}')
+            raise ValueError(f'`vocab_size` is a size: it must not be negative (t5_encoder.snf:8); '
+                             f'got vocab_size={self.vocab_size}')
         if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (t5_encoder.snf:9); got n_layer={self.n_layer}')
+            raise ValueError(f'`n_layer` is a size: it must not be negative (t5_encoder.snf:9); '
+                             f'got n_layer={self.n_layer}')
         if not 0 <= self.n_head:
-            raise ValueError(f'`n_head` is a size: it must not be negative (t5_encoder.snf:10); got n_head={self.n_head}')
+            raise ValueError(f'`n_head` is a size: it must not be negative (t5_encoder.snf:10); '
+                             f'got n_head={self.n_head}')
         if not 0 <= self.d_model:
-            raise ValueError(f'`d_model` is a size: it must not be negative (t5_encoder.snf:11); got d_model={self.d_model}')
+            raise ValueError(f'`d_model` is a size: it must not be negative (t5_encoder.snf:11); '
+                             f'got d_model={self.d_model}')
         if not 0 <= self.d_kv:
             raise ValueError(f'`d_kv` is a size: it must not be negative (t5_encoder.snf:12); got d_kv={self.d_kv}')
         if not 0 <= self.d_ff:
             raise ValueError(f'`d_ff` is a size: it must not be negative (t5_encoder.snf:13); got d_ff={self.d_ff}')
         if not 0 <= self.num_buckets:
-            raise ValueError(f'`num_buckets` is a size: it must not be negative (t5_encoder.snf:14); got num_buckets={self.num_buckets}')
+            raise ValueError(f'`num_buckets` is a size: it must not be negative (t5_encoder.snf:14); '
+                             f'got num_buckets={self.num_buckets}')
         _check_number(lambda: self.log_ratio, None, None, False, '`log_ratio`', 't5_encoder.snf:52',
                       f'max_distance={self.max_distance}, num_buckets={self.num_buckets}')
         _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 't5_encoder.snf:57',
@@ -483,7 +488,8 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
         b, h, _, hd = q.shape
         grouped = q.reshape(b, k.size(1), h // k.size(1), hd)
         scores = (grouped @ k.transpose(-1, -2)) * (hd ** -0.5 if scale is None else scale)
-        probs = scores.masked_fill(~allowed, float("-inf")).float().softmax(-1)
+        wide = torch.promote_types(scores.dtype, torch.float32)
+        probs = scores.masked_fill(~allowed, float("-inf")).to(wide).softmax(-1)
         if mask is not None:
             probs = probs.nan_to_num(0.0)  # a query whose every key is padding
         return (probs.to(v.dtype) @ v).reshape(b, h, 1, v.size(-1))

@@ -36,17 +36,22 @@ class Config:
     def __post_init__(self) -> None:
         _check_fields(self)
         if not 1 <= self.vocab_size:
-            raise ValueError(f'argmax over axis 2 needs at least one entry (tiny_transformer.snf:50); got vocab_size={self.vocab_size}')
+            raise ValueError(f'argmax over axis 2 needs at least one entry (tiny_transformer.snf:50); '
+                             f'got vocab_size={self.vocab_size}')
         if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (tiny_transformer.snf:10); got n_layer={self.n_layer}')
+            raise ValueError(f'`n_layer` is a size: it must not be negative (tiny_transformer.snf:10); '
+                             f'got n_layer={self.n_layer}')
         if not 0 <= self.n_embd:
-            raise ValueError(f'`n_embd` is a size: it must not be negative (tiny_transformer.snf:12); got n_embd={self.n_embd}')
+            raise ValueError(f'`n_embd` is a size: it must not be negative (tiny_transformer.snf:12); '
+                             f'got n_embd={self.n_embd}')
         if not 0 <= self.d_ff:
-            raise ValueError(f'`d_ff` is a size: it must not be negative (tiny_transformer.snf:13); got d_ff={self.d_ff}')
+            raise ValueError(f'`d_ff` is a size: it must not be negative (tiny_transformer.snf:13); '
+                             f'got d_ff={self.d_ff}')
         if not 1 <= self.n_head:
             raise ValueError(f'the divisor H must be at least 1 (tiny_transformer.snf:42); got n_head={self.n_head}')
         if self.n_embd % self.n_head != 0:
-            raise ValueError(f'D must be divisible by H (tiny_transformer.snf:42); got n_embd={self.n_embd}, n_head={self.n_head}')
+            raise ValueError(f'D must be divisible by H (tiny_transformer.snf:42); '
+                             f'got n_embd={self.n_embd}, n_head={self.n_head}')
 
     @property
     def head_dim(self) -> int:  # tiny_transformer.snf:17

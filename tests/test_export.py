@@ -62,6 +62,18 @@ CASES = {
     "t5_encoder+mask": Case("t5_encoder", dict(vocab_size=29, n_layer=2, n_head=2, d_model=16, d_kv=8, d_ff=24,
                                                num_buckets=8, max_distance=16),
                             {"input_ids": (("B", "T"), "tokens"), "attention_mask": (("B", "T"), "mask")}, seq=16),
+    "qwen2": Case("qwen2", dict(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=16,
+                                mlp_hidden=24), {"idx": (("B", "T"), "tokens")}, seq=16),
+    # soft-capped attention and logits, alternating sliding and global layers, a cache
+    "gemma2+cache": Case("gemma2", dict(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=16,
+                                        head_dim=8, mlp_hidden=24, query_pre_attn_scalar=8, sliding_window=3,
+                                        attn_softcap=2.0, final_softcap=5.0),
+                         {"idx": (("B", "T"), "tokens"), "past_keys": ((2, "B", "P", 2, 8), "float"),
+                          "past_values": ((2, "B", "P", 2, 8), "float")}, seq=8),
+    "gptj": Case("gptj", dict(vocab_size=29, block_size=16, n_layer=2, n_head=2, n_embd=16, mlp_hidden=24,
+                              rotary_dim=4), {"idx": (("B", "T"), "tokens")}, seq=16),
+    "gpt_neox": Case("gpt_neox", dict(vocab_size=29, block_size=16, n_layer=2, n_head=2, n_embd=16, mlp_hidden=24,
+                                      rotary_pct=0.5), {"idx": (("B", "T"), "tokens")}, seq=16),
 }
 TRACED = dict(B=2, T=5, P=3)
 CHECKED = [dict(B=1, T=1, P=1), dict(B=3, T=2, P=6), dict(B=4, T=7, P=1)]

@@ -504,6 +504,11 @@ def test_payload_in_string_default(raw, sentinel):
 def test_payload_in_checkpoint_keys(raw, sentinel):
     raw = raw.replace("SENTINEL", str(sentinel))
     text = BASE + f'checkpoint hf:\n  pos <- "{raw}"\n  w[l] <- "h.{{l}}.{raw}".T\n'
+    if re.search(r"\{(?!l\})", raw):  # a `{...}` field other than {l}: refused, as data, before any code is made
+        result = analyze(Source.from_text("spec.snf", text))
+        assert not result.ok and {d.code for d in result.diagnostics} == {"bad-checkpoint"}
+        assert not sentinel.exists()
+        return
     with imported(text) as (result, module, code):
         key = module.CHECKPOINTS["hf"]["params"]["pos"][1]
         exercise(module)

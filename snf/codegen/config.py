@@ -57,10 +57,22 @@ def condition_rows(gen) -> list[dict]:
             num, den = em.dim(c.cond.num, 21), em.dim(c.cond.den, 21)
             fields = sorted(c.cond.num.symbols() | c.cond.den.symbols())
             shown = ", ".join(f"{f}={{self.{f}}}" for f in fields if f in gen.config_fields)
-            rows.append({"cond": f"{num} % {den} != 0", "message": f"{c.why} ({where}); got {shown}"})
+            rows.append({"cond": f"{num} % {den} != 0", "error": _raise(f"{c.why} ({where}); ", f"got {shown}")})
             continue
         shown = ", ".join(f"{f}={{self.{f}}}" for f in c.fields)
         # the checker's own sentence or the comparison (spec names, numbers and backticks: safe in an f-string)
-        msg = f"{c.message(gen.model.display)} ({where}); got {shown}"
-        rows.append({"cond": f"not {em.dim(c.lhs, 5)} {c.op} {em.dim(c.rhs, 5)}", "message": msg})
+        rows.append({"cond": f"not {em.dim(c.lhs, 5)} {c.op} {em.dim(c.rhs, 5)}",
+                     "error": _raise(f"{c.message(gen.model.display)} ({where}); ", f"got {shown}")})
     return rows
+
+
+_RAISE = " " * 12 + "raise ValueError("  # as the template indents it, in __post_init__
+
+
+def _raise(what: str, got: str) -> str:
+    """`raise ValueError(f'...')` of the message `what + got`, the two on their own lines when one
+    line would be too long."""
+    one = f"raise ValueError(f{what + got!r})"
+    if len(_RAISE) + len(one) - len("raise ValueError(") <= 120:
+        return one
+    return f"raise ValueError(f{what!r}\n{' ' * len(_RAISE)}f{got!r})"

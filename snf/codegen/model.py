@@ -293,7 +293,11 @@ class Generator:
             rows_code = "None" if place.rows is None else f"({em.dim(place.rows[0])}, {em.dim(place.rows[1])})"
             block = self.plans.blocks.owner(place.name)
             layers = em.dim(block.loop.count) if block else "None"
-            rows.append(f"{place.name!r}: ({place.key!r}, {rows_code}, {layers}),")
+            head = f"{place.name!r}: ("
+            row = f"{head}{place.key!r}, {rows_code}, {layers}),"
+            if len(row) + 8 > 120:  # the table is indented 8: its parts on lines of their own
+                row = f"{head}{place.key!r},\n{' ' * (8 + len(head))}{rows_code},\n{' ' * (8 + len(head))}{layers}),"
+            rows.append(row)
         return rows
 
     def checkpoint_rows(self) -> list[str]:

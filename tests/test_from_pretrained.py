@@ -209,8 +209,9 @@ def test_gpt2_exact_gelu_is_selected_by_activation_function(tmp_path):
         assert _close(model(idx).logits, hf(idx).logits)
 
 
-def test_qwen2_with_a_tied_head(tmp_path):
-    hf, folder = saved(tmp_path, "qwen2", tie_word_embeddings=True)
+@pytest.mark.parametrize("family", ["qwen2", "llama"])  # Qwen2-0.5B and 1.5B, Llama 3.2 1B and 3B
+def test_a_tied_head(tmp_path, family):
+    hf, folder = saved(tmp_path, family, tie_word_embeddings=True)
     model = snf.from_pretrained(folder)
     assert model.config.tie_embeddings is True and "lm_head_weight" not in snf.interop.spec_state(model)
     idx = tokens(hf.config.vocab_size)
@@ -330,7 +331,6 @@ def test_llama_older_config_files_rope_scaling_and_rope_theta(tmp_path):
      "rope_parameters.rope_typo = 1: the spec does not map it"),
     ("llama", dict(rope_parameters={"rope_type": "linear", "type": "dynamic", "rope_theta": 5e5, "factor": 2.0}),
      "rope_parameters.type = \"dynamic\""),
-    ("llama", dict(tie_word_embeddings=True), "tie_word_embeddings = true"),
     ("llama", dict(attention_bias=True), "attention_bias = true"),
     ("llama", dict(head_dim=16), "head_dim = 16"),
     ("llama", dict(hidden_act="gelu"), "hidden_act = \"gelu\""),

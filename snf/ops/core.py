@@ -431,13 +431,15 @@ def _lower_reduction(method: str):
         extra = ", keepdim=True" if call.val("keepdim") else ""
         if method == "sum" and call.ty("x").dtype == "int32":  # torch sums an int32 tensor into int64
             extra += ", dtype=torch.int32"
+        if method in ("max", "min"):  # not amax/amin: inductor's amin/amax backward in bfloat16 gives NaN (torch 2.13)
+            return f"{call.code('x', prec=50)}.{method}(dim={call.code('axis')}{extra}).values"
         return f"{call.code('x', prec=50)}.{method}(dim={call.code('axis')}{extra})"
     return lower
 
 
 for _name, _method, _np_name, _what in [("sum", "sum", "sum", "the sum"), ("mean", "mean", "mean", "the mean"),
-                                        ("max", "amax", "max", "the largest entry"),
-                                        ("min", "amin", "min", "the smallest entry")]:
+                                        ("max", "max", "max", "the largest entry"),
+                                        ("min", "min", "min", "the smallest entry")]:
     register(OpDef(
         _name, (Param("x", "tensor"), Param("axis", "int", -1, aliases=("dim",), static=True),
                 Param("keepdim", "bool", False, aliases=("keepdims",), static=True)),

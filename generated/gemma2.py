@@ -296,11 +296,11 @@ def spec_parameters(config: Config) -> dict:
         'token_embedding': ('token_embedding.weight', None, None),
         'attn_norm_weight': ('layers.{l}.attn_norm_weight', None, cfg.n_layer),
         'q_weight': ('layers.{l}.qkv.weight', (0, cfg.q_dim), cfg.n_layer),
-        'k_weight': ('layers.{l}.qkv.weight',
-                     (cfg.q_dim, cfg.head_dim*cfg.n_head + cfg.head_dim*cfg.n_kv_head),
+        'k_weight': ('layers.{l}.qkv.weight', (cfg.q_dim, cfg.head_dim*cfg.n_head + cfg.head_dim*cfg.n_kv_head),
                      cfg.n_layer),
         'v_weight': ('layers.{l}.qkv.weight',
-                     (cfg.head_dim*cfg.n_head + cfg.head_dim*cfg.n_kv_head, cfg.head_dim*cfg.n_head + 2*cfg.head_dim*cfg.n_kv_head),
+                     (cfg.head_dim*cfg.n_head + cfg.head_dim*cfg.n_kv_head,
+                      cfg.head_dim*cfg.n_head + 2*cfg.head_dim*cfg.n_kv_head),
                      cfg.n_layer),
         'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
         'post_attn_norm_weight': ('layers.{l}.post_attn_norm_weight', None, cfg.n_layer),
@@ -403,7 +403,10 @@ CHECKPOINTS = {
                                 'no biases in the attention'),
                                (('cmp', '==', ('or', ('key', 'attention_dropout'), ('const', 0.0)), ('const', 0.0)),
                                 'no attention dropout'),
-                               (('cmp', '==', ('or', ('key', 'use_bidirectional_attention'), ('const', False)), ('const', False)),
+                               (('cmp',
+                                 '==',
+                                 ('or', ('key', 'use_bidirectional_attention'), ('const', False)),
+                                 ('const', False)),
                                 'causal attention'),
                                (('cmp', '==', ('or', ('key', 'is_encoder_decoder'), ('const', False)), ('const', False)),
                                 'a decoder only')),
@@ -797,8 +800,10 @@ def _rope(x: torch.Tensor, offset, base: float, rotary_dim: Optional[int] = None
     pos = torch.arange(t, device=x.device, dtype=wide) + offset
     angles = torch.outer(pos, inv_freq)
     emb = angles.repeat_interleave(2, dim=-1) if interleaved else torch.cat((angles, angles), dim=-1)
-    cos, sin = (emb.cos() * attention_scaling)[None, :, None, :], (emb.sin() * attention_scaling)[None, :, None, :]
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    cos, sin = emb.cos(), emb.sin()
+    if attention_scaling != 1.0:  # yarn's (a Python number: no work, and no graph, for the others)
+        cos, sin = cos * attention_scaling, sin * attention_scaling
+    cos, sin = cos[None, :, None, :].to(x.dtype), sin[None, :, None, :].to(x.dtype)
     r = x[..., :dim]
     if interleaved:
         rotated = torch.stack((-r[..., 1::2], r[..., ::2]), dim=-1).flatten(-2)

@@ -349,7 +349,8 @@ CHECKPOINTS = {
                              'n_embd': ('key', 'hidden_size'),
                              'mlp_hidden': ('key', 'intermediate_size'),
                              'rotary_pct': ('or',
-                                            ('or', ('key', 'rope_parameters.partial_rotary_factor'), ('key', 'rotary_pct')),
+                                            ('or', ('key', 'rope_parameters.partial_rotary_factor'),
+                                             ('key', 'rotary_pct')),
                                             ('const', 0.25)),
                              'rope_base': ('or',
                                            ('or', ('key', 'rope_parameters.rope_theta'), ('key', 'rotary_emb_base')),
@@ -359,7 +360,10 @@ CHECKPOINTS = {
                              'attn_bias': ('or', ('key', 'attention_bias'), ('const', True)),
                              'gelu_tanh': ('match',
                                            ('or', ('key', 'hidden_act'), ('const', 'gelu')),
-                                           (('gelu', False), ('gelu_new', True), ('gelu_pytorch_tanh', True), ('gelu_fast', True))),
+                                           (('gelu', False),
+                                            ('gelu_new', True),
+                                            ('gelu_pytorch_tanh', True),
+                                            ('gelu_fast', True))),
                              'dropout': ('or', ('key', 'hidden_dropout'), ('const', 0.0))},
                    'asserts': ((('cmp', '==', ('key', 'model_type'), ('const', 'gpt_neox')), ''),
                                (('cmp', '==', ('or', ('key', 'attention_dropout'), ('const', 0.0)), ('name', 'dropout')),
@@ -791,8 +795,10 @@ def _rope(x: torch.Tensor, offset, base: float, rotary_dim: Optional[int] = None
     pos = torch.arange(t, device=x.device, dtype=wide) + offset
     angles = torch.outer(pos, inv_freq)
     emb = angles.repeat_interleave(2, dim=-1) if interleaved else torch.cat((angles, angles), dim=-1)
-    cos, sin = (emb.cos() * attention_scaling)[None, :, None, :], (emb.sin() * attention_scaling)[None, :, None, :]
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    cos, sin = emb.cos(), emb.sin()
+    if attention_scaling != 1.0:  # yarn's (a Python number: no work, and no graph, for the others)
+        cos, sin = cos * attention_scaling, sin * attention_scaling
+    cos, sin = cos[None, :, None, :].to(x.dtype), sin[None, :, None, :].to(x.dtype)
     r = x[..., :dim]
     if interleaved:
         rotated = torch.stack((-r[..., 1::2], r[..., ::2]), dim=-1).flatten(-2)

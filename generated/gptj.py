@@ -331,7 +331,10 @@ CHECKPOINTS = {
                                 'one dropout rate: embd_pdrop must equal resid_pdrop'),
                                (('cmp', '==', ('or', ('key', 'attn_pdrop'), ('const', 0.0)), ('name', 'dropout')),
                                 'one dropout rate: attn_pdrop must equal resid_pdrop'),
-                               (('cmp', '==', ('or', ('key', 'activation_function'), ('const', 'gelu_new')), ('const', 'gelu_new')),
+                               (('cmp',
+                                 '==',
+                                 ('or', ('key', 'activation_function'), ('const', 'gelu_new')),
+                                 ('const', 'gelu_new')),
                                 "the MLP's GELU is the tanh one (gelu_new)"),
                                (('cmp', '==', ('or', ('key', 'tie_word_embeddings'), ('const', False)), ('const', False)),
                                 'the LM head is a weight of its own (untied)'),
@@ -759,8 +762,10 @@ def _rope(x: torch.Tensor, offset, base: float, rotary_dim: Optional[int] = None
     pos = torch.arange(t, device=x.device, dtype=wide) + offset
     angles = torch.outer(pos, inv_freq)
     emb = angles.repeat_interleave(2, dim=-1) if interleaved else torch.cat((angles, angles), dim=-1)
-    cos, sin = (emb.cos() * attention_scaling)[None, :, None, :], (emb.sin() * attention_scaling)[None, :, None, :]
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    cos, sin = emb.cos(), emb.sin()
+    if attention_scaling != 1.0:  # yarn's (a Python number: no work, and no graph, for the others)
+        cos, sin = cos * attention_scaling, sin * attention_scaling
+    cos, sin = cos[None, :, None, :].to(x.dtype), sin[None, :, None, :].to(x.dtype)
     r = x[..., :dim]
     if interleaved:
         rotated = torch.stack((-r[..., 1::2], r[..., ::2]), dim=-1).flatten(-2)

@@ -272,11 +272,9 @@ def spec_parameters(config: Config) -> dict:
         'k_weight': ('layers.{l}.qkv.weight', (cfg.n_embd, cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer),
         'k_bias': ('layers.{l}.qkv.bias', (cfg.n_embd, cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer),
         'v_weight': ('layers.{l}.qkv.weight',
-                     (cfg.n_kv_head*cfg.head_dim + cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd),
-                     cfg.n_layer),
+                     (cfg.n_kv_head*cfg.head_dim + cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer),
         'v_bias': ('layers.{l}.qkv.bias',
-                   (cfg.n_kv_head*cfg.head_dim + cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd),
-                   cfg.n_layer),
+                   (cfg.n_kv_head*cfg.head_dim + cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer),
         'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
         'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer),
         'gate_weight': ('layers.{l}.gate.weight', None, cfg.n_layer),
@@ -770,8 +768,10 @@ def _rope(x: torch.Tensor, offset, base: float, rotary_dim: Optional[int] = None
     pos = torch.arange(t, device=x.device, dtype=wide) + offset
     angles = torch.outer(pos, inv_freq)
     emb = angles.repeat_interleave(2, dim=-1) if interleaved else torch.cat((angles, angles), dim=-1)
-    cos, sin = (emb.cos() * attention_scaling)[None, :, None, :], (emb.sin() * attention_scaling)[None, :, None, :]
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    cos, sin = emb.cos(), emb.sin()
+    if attention_scaling != 1.0:  # yarn's (a Python number: no work, and no graph, for the others)
+        cos, sin = cos * attention_scaling, sin * attention_scaling
+    cos, sin = cos[None, :, None, :].to(x.dtype), sin[None, :, None, :].to(x.dtype)
     r = x[..., :dim]
     if interleaved:
         rotated = torch.stack((-r[..., 1::2], r[..., ::2]), dim=-1).flatten(-2)

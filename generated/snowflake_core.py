@@ -208,7 +208,8 @@ RECOMPUTED_BUFFERS = ('position_table',)
 
 # The spec this file was generated from (snf.interop writes it into checkpoints), and the class
 # of each list of layers (a layer of it tells the shapes of a model with no layers).
-SPEC = {'path': 'specs/snowflake_core.snf', 'sha256': 'eed02e06335d3fc966d1a8b13ac62213899e18a5a82627c1f8aa580079164b56'}
+SPEC = {'path': 'specs/snowflake_core.snf',
+        'sha256': 'eed02e06335d3fc966d1a8b13ac62213899e18a5a82627c1f8aa580079164b56'}
 LAYER_CLASSES = {'layers': Block}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each

@@ -168,7 +168,8 @@ RECOMPUTED_BUFFERS = ()
 
 # The spec this file was generated from (snf.interop writes it into checkpoints), and the class
 # of each list of layers (a layer of it tells the shapes of a model with no layers).
-SPEC = {'path': 'specs/tiny_transformer.snf', 'sha256': '4f2e4c07b0f525d58c98e8d21dbe396e4facff891ebd5ee01a7cd111922d1f42'}
+SPEC = {'path': 'specs/tiny_transformer.snf',
+        'sha256': '4f2e4c07b0f525d58c98e8d21dbe396e4facff891ebd5ee01a7cd111922d1f42'}
 LAYER_CLASSES = {'layers': Block}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each

@@ -41,6 +41,17 @@ def test_a_statement_over_several_lines_and_strings_stay_as_they_are():
     assert wrap(text, limit=40) == text
 
 
+def test_a_long_line_inside_a_statement_over_several_lines_breaks_after_its_commas():
+    """A table's long row (spec_parameters, CHECKPOINTS) wraps inside the brackets it continues."""
+    row = "    'k_weight': ('layers.{l}.qkv.weight', (cfg.q_dim, cfg.head_dim*cfg.n_head), cfg.n_layer),"
+    text = "return {\n" + row + "\n}\n"
+    out = wrap(text, limit=60)
+    assert out.split("\n")[1:4] == ["    'k_weight': ('layers.{l}.qkv.weight',",
+                                     "                 (cfg.q_dim, cfg.head_dim*cfg.n_head),",
+                                     "                 cfg.n_layer),"]
+    assert ast.dump(ast.parse(out)) == ast.dump(ast.parse(text)) and wrap(out, limit=60) == out
+
+
 @pytest.mark.parametrize("seed", range(0, 120, 3))
 def test_wrapping_keeps_the_syntax_tree(seed, monkeypatch):
     """The raw text of a random spec's module and its wrapped text parse to the same tree."""

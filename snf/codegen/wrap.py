@@ -1,8 +1,9 @@
 """Long lines of a generated module, wrapped as a careful hand would: a trailing comment that
 makes a line too long goes on its own line above it; a statement still too long breaks after the
 commas of its widest bracket, continuation lines aligned with the bracket (or indented under the
-statement when the bracket opens far right). A pure function of the text, so the output stays
-deterministic; statements that already span lines, and strings, are left as they are."""
+statement when the bracket opens far right). A line of a statement that already spans lines is
+wrapped the same way, inside the brackets it continues (a table's long row). A pure function of the
+text, so the output stays deterministic; strings are left as they are."""
 
 from __future__ import annotations
 
@@ -15,26 +16,33 @@ _BINARY = {"+", "-", "*", "/", "//", "%", "@", "if", "else", "and", "or"}
 
 
 def wrap(source: str, limit: int = LIMIT) -> str:
-    lines = source.split("\n")
-    if not any(len(line) > limit for line in lines):
-        return source
-    out: dict[int, list[str]] = {}  # 0-based line -> its replacement
-    for row, tokens in _one_line_statements(source):
-        if len(lines[row]) > limit:
-            out[row] = _wrap_statement(lines[row], tokens, limit)
-    return "\n".join(x for i, line in enumerate(lines) for x in out.get(i, [line]))
+    for _ in range(8):  # a line one pass makes may still be long: the next wraps it (idempotent)
+        lines = source.split("\n")
+        if not any(len(line) > limit for line in lines):
+            break
+        out: dict[int, list[str]] = {}  # 0-based line -> its replacement
+        for row, tokens in _lines(source):
+            if len(lines[row]) > limit:
+                out[row] = _wrap_statement(lines[row], tokens, limit)
+        wrapped = "\n".join(x for i, line in enumerate(lines) for x in out.get(i, [line]))
+        if wrapped == source:
+            break
+        source = wrapped
+    return source
 
 
-def _one_line_statements(source: str):
-    """(row, tokens) of each logical line that is one physical line."""
+def _lines(source: str):
+    """(row, tokens) of each physical line: a statement's one line, or one line of a statement over
+    several (not a line a token, such as a triple-quoted string, continues onto)."""
     tokens: list = []
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-            if tok.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
-                if tokens and tokens[0].start[0] == tokens[-1].end[0]:
+            if tok.type in (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER):
+                if tokens and tokens[0].start[0] == tokens[-1].end[0] \
+                        and all(t.start[0] == t.end[0] for t in tokens):
                     yield tokens[0].start[0] - 1, tokens
                 tokens = []
-            elif tok.type not in (tokenize.NL, tokenize.INDENT, tokenize.DEDENT):
+            elif tok.type not in (tokenize.INDENT, tokenize.DEDENT):
                 tokens.append(tok)
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return
@@ -44,9 +52,11 @@ def _wrap_statement(line: str, tokens: list, limit: int) -> list[str]:
     indent = line[:len(line) - len(line.lstrip())]
     comment = tokens[-1].string if tokens[-1].type == tokenize.COMMENT else None
     code_tokens = tokens[:-1] if comment else tokens
+    if not code_tokens:  # a comment on a line of its own stays as it is
+        return [line]
     code = line[:code_tokens[-1].end[1]].rstrip() if code_tokens else line
     above = [indent + comment] if comment else []
-    if len(code) <= limit or not code_tokens:
+    if len(code) <= limit:
         return above + [code]
     pair = _widest_bracket(code_tokens)
     if pair is None or not (pair[2] or pair[3]):

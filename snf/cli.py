@@ -191,7 +191,7 @@ def write_atomic(path: Path, text: str | bytes) -> str:
     return through
 
 
-def _generate(f: Path, sources: dict, diags: list) -> str | None:
+def _generate(f: Path, sources: dict, diags: list, standalone: bool = False) -> str | None:
     from .compiler import analyze, generate_source
     src = _read(f)
     sources[src.path] = src
@@ -199,7 +199,7 @@ def _generate(f: Path, sources: dict, diags: list) -> str | None:
     diags += result.diagnostics
     if not result.ok:
         return None
-    return generate_source(result, src.path)
+    return generate_source(result, src.path, standalone)
 
 
 def cmd_compile(args) -> int:
@@ -215,7 +215,7 @@ def cmd_compile(args) -> int:
         return EXIT_SPEC
     diags, sources, stale, status = [], {}, [], EXIT_SPEC if problems else EXIT_OK
     for f, out in outs.items():
-        code = _generate(f, sources, diags)
+        code = _generate(f, sources, diags, args.standalone)
         if code is None:
             status = EXIT_SPEC
             continue
@@ -360,6 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("paths", nargs="*")
     c.add_argument("-o", "--output", help="output file (one spec), or folder (`DIR/` or an existing one)")
     c.add_argument("--check", action="store_true", help="exit 1 with a diff when a generated file is stale")
+    c.add_argument("--standalone", action="store_true",
+                   help="copy the runtime helpers into the file (it then needs only torch, not snf)")
     c.add_argument("-q", "--quiet", action="store_true")
     c.set_defaults(fn=cmd_compile)
     c = sub.add_parser("ir", help="print the typed IR with every value's symbolic shape")

@@ -61,12 +61,14 @@ def lower(model: ir.Model) -> ir.Model:
     return run_passes(model)
 
 
-def generate_source(result: Result, spec_path: str | None = None) -> str:
+def generate_source(result: Result, spec_path: str | None = None, standalone: bool = False) -> str:
+    """The module's text. It imports the helpers it calls from `snf.runtime`; with `standalone`, they
+    are copied in, and the file needs only torch."""
     from .codegen import generate
     from .passes import plan
     assert result.model is not None
     with no_cycle_collection():
-        return generate(plan(lower(result.model)), spec_path or result.source.path)
+        return generate(plan(lower(result.model)), spec_path or result.source.path, standalone)
 
 
 def plan_notes(result: Result) -> list[Diagnostic]:

@@ -256,6 +256,8 @@ def _private_names() -> list[str]:
     for path in sorted((ROOT / "generated").glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         names |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        names |= {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names
+                  if (a.asname or a.name).startswith("_")}  # the runtime's helpers it imports
         names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr.startswith("_")
                   and isinstance(n.value, ast.Name) and n.value.id == "self" and not n.attr.startswith("__")}
         names |= {t.id for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body

@@ -4,6 +4,10 @@ them code generation puts into each module (only what it calls, byte for byte th
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
+import types
 
 import pytest
 import torch
@@ -21,19 +25,64 @@ def test_what_a_call_needs_comes_with_it():
     assert runtime.needed("x = y + 1  # no helper") == frozenset()
 
 
-def test_every_generated_module_holds_exactly_the_runtime_it_calls():
-    """Each definition in a generated module's runtime part is the package's text, and each one the
+def test_every_generated_module_imports_exactly_the_runtime_it_calls():
+    """A generated module imports, from snf.runtime, each definition its own code names and nothing
+    else, after checking the runtime's ABI."""
+    by_name = {d.name for d in runtime.definitions()}
+    for path in sorted((REPO / "generated").glob("[!_]*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {a.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                    and (node.module or "").startswith("snf.runtime.") for a in node.names}
+        used = {n.id for node in tree.body if not isinstance(node, (ast.Import, ast.ImportFrom))
+                for n in ast.walk(node) if isinstance(n, ast.Name)}
+        assert imported == used & by_name, path.name
+        assert f"_require_runtime({runtime.ABI}, __name__)" in path.read_text(encoding="utf-8"), path.name
+
+
+def _standalone(spec: str) -> str:
+    from snf.compiler import analyze, generate_source
+    from snf.source import Source
+    return generate_source(analyze(Source.read(REPO / "specs" / spec)), f"specs/{spec}", standalone=True)
+
+
+def test_a_standalone_module_holds_exactly_the_runtime_it_calls():
+    """Each definition in a standalone module's runtime part is the package's text, and each one the
     module's own code calls is there; nothing else is."""
     by_name = {d.name: d for d in runtime.definitions()}
-    for path in sorted((REPO / "generated").glob("*.py")):
-        text = path.read_text(encoding="utf-8")
-        defined = {n for node in ast.parse(text).body for n in runtime._defined(node) if n in by_name}
-        for name in defined:
-            assert by_name[name].source in text, (path.name, name)
-        rest = text
-        for name in defined:
-            rest = rest.replace(by_name[name].source, "")
-        assert defined == runtime.needed(rest), path.name
+    text = _standalone("nanogpt.snf")
+    assert "snf" not in {n.module.split(".")[0] for n in ast.parse(text).body if isinstance(n, ast.ImportFrom)
+                         and n.module}
+    defined = {n for node in ast.parse(text).body for n in runtime._defined(node) if n in by_name}
+    for name in defined:
+        assert by_name[name].source in text, name
+    rest = text
+    for name in defined:
+        rest = rest.replace(by_name[name].source, "")
+    assert defined == runtime.needed(rest)
+
+
+def test_a_standalone_module_runs_where_snf_cannot_be_imported(tmp_path):
+    """`--standalone`: the file needs only torch (snf blocked in a fresh interpreter)."""
+    (tmp_path / "model.py").write_text(_standalone("nanogpt.snf"), encoding="utf-8")
+    (tmp_path / "snf.py").write_text("raise ImportError('snf must not be imported')\n", encoding="utf-8")
+    code = ("import sys; sys.modules['snf'] = None; import torch, model; m = model.Model(n_layer=1, n_head=2, "
+            "n_embd=8, vocab_size=11, block_size=8); out = m(torch.zeros(1, 4, dtype=torch.long)); "
+            "print(tuple(out.logits.shape), [k for k, v in sys.modules.items() if k.split('.')[0] == 'snf' and v])")
+    e = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**e, "SNF_COMPILE": "0"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["(1,", "4,", "11)", "[]"]
+
+
+def test_a_module_for_another_runtime_abi_fails_at_import_saying_both():
+    text = (REPO / "generated" / "tiny_transformer.py").read_text(encoding="utf-8")
+    other = text.replace(f"_require_runtime({runtime.ABI}, __name__)", f"_require_runtime({runtime.ABI + 1}, __name__)")
+    assert other != text
+    module = types.ModuleType("old_generated")
+    with pytest.raises(ImportError, match=rf"old_generated was generated for snf runtime ABI {runtime.ABI + 1}, "
+                                          rf"but the installed snf .* has runtime ABI {runtime.ABI}: regenerate"):
+        exec(compile(other, "<old_generated>", "exec"), module.__dict__)
 
 
 def test_check_dims_says_why_with_the_sizes():

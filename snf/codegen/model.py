@@ -3,6 +3,7 @@ the tables `snf.interop` reads. Facts come from the typed IR and the plans; this
 
 from __future__ import annotations
 
+import ast
 import functools
 import pprint
 from pathlib import PurePosixPath
@@ -19,7 +20,7 @@ from ..resources import resource_dir
 from ..version import __version__
 from . import blocks, config, params
 from .emit import Emitter
-from .wrap import LIMIT, wrap
+from .wrap import DATA_LIMIT, LIMIT, wrap
 
 # Model.generate's own arguments, and its locals (templates/module.py.j2)
 GENERATE_ARGS = ("max_new_tokens", "temperature", "top_k", "top_p", "generator")
@@ -49,8 +50,9 @@ def display_text(text: str) -> str:
 
 
 class Generator:
-    def __init__(self, plans: Plans, spec_path: str):
+    def __init__(self, plans: Plans, spec_path: str, standalone: bool = False):
         self.plans, self.model, self.spec_path = plans, plans.model, spec_path
+        self.standalone = standalone  # the runtime copied in (needs only torch), not imported from snf
         m = self.model
         self.spec_file = display_text(PurePosixPath(spec_path.replace("\\", "/")).name)
         # the config values a dim may name: fields, and derived ints that no polynomial expresses
@@ -158,10 +160,18 @@ class Generator:
             "decode_steps": plans.decode_steps,
         }
         template = _env().get_template("module.py.j2")
-        # the runtime's definitions the rest calls, and what they call (snf/runtime)
-        used = runtime.needed(template.render(**ctx, runtime_compile="", runtime=""))
-        return wrap(template.render(**ctx, runtime_compile=runtime.copy("compiling", used),
-                                    runtime=runtime.copy("helpers", used)))
+        ctx.update(standalone=self.standalone, abi=runtime.ABI, std_imports=[], runtime_imports=[],
+                   runtime_compile="", runtime="")
+        own = template.render(**ctx)  # what the file says itself, before imports and the runtime
+        if self.standalone:  # the runtime's definitions the rest calls, and what they call
+            used = runtime.needed(own)
+            ctx.update(runtime_compile=runtime.copy("compiling", used), runtime=runtime.copy("helpers", used))
+        else:
+            ctx.update(runtime_imports=runtime.imports(runtime.called(own), LIMIT))
+        ctx.update(std_imports=_std_imports("\n".join((own, ctx["runtime_compile"], ctx["runtime"]))))
+        # CHECKPOINTS, a data table, is wrapped at its own width
+        head, table, tail = _split_statement(template.render(**ctx), "CHECKPOINTS = {")
+        return wrap(head) + wrap(table, DATA_LIMIT) + wrap(tail)
 
     def flag_rows(self) -> list[tuple[str, list[str]]]:
         """forward's keyword arguments that ask for optional outputs, each with its comment lines."""
@@ -298,39 +308,68 @@ class Generator:
         return rows
 
     def checkpoint_rows(self) -> list[str]:
-        rows = []
-        by_fmt: dict[str, list] = {}
+        """`CHECKPOINTS`: format -> 'params' (spec parameter -> its source), 'ignore' (keys the model
+        does not need: tied copies) and, where the spec has a `config FMT:` section, 'config'."""
+        by_fmt: dict[str, dict] = {}
         for e in self.model.mappings:
-            by_fmt.setdefault(e.fmt, []).append(e)
-        for fmt, entries in by_fmt.items():
-            rows.append(f"{fmt!r}: {{")
-            ignored = []
-            rows.append("    'params': {")
-            for e in entries:
-                if e.name == "_":  # keys the checkpoint has but the model does not need (tied copies)
-                    ignored += mapping_keys(e.source)
-                    continue
-                rows += _data_rows(f"        {e.name!r}: ", encode_mapping(e.source))
-            rows.append("    },")
-            rows += _data_rows("    'ignore': ", tuple(ignored))
+            entry = by_fmt.setdefault(e.fmt, {"params": {}, "ignore": ()})
+            if e.name == "_":  # keys the checkpoint has but the model does not need (tied copies)
+                entry["ignore"] += tuple(mapping_keys(e.source))
+            else:
+                entry["params"][e.name] = encode_mapping(e.source)
+        for fmt, entry in by_fmt.items():
             if any(c.fmt == fmt for c in self.model.config_maps):
                 # 'reads' (Config field -> source, in order), 'asserts', 'writes', 'ignore'
-                rows += _data_rows("    'config': ", encode_config_section(self.model, fmt))
-            rows.append("},")
-        return rows
+                entry["config"] = encode_config_section(self.model, fmt)
+        return [row for fmt, entry in by_fmt.items() for row in _data_rows(f"{fmt!r}: ", entry)]
 
 
-def _data_rows(head: str, value) -> list[str]:
-    """`head` and the data `value` (a literal) as lines of a table entry, ending in a comma; a long
-    value over several lines, aligned under its start."""
-    lines = pprint.pformat(value, width=max(LIMIT - len(head), 40), sort_dicts=False).split("\n")
-    rows = [head + lines[0]] + [" " * len(head) + line for line in lines[1:]]
-    rows[-1] += ","
-    return rows
+def _data_rows(head: str, value, indent: str = "") -> list[str]:
+    """`head` and the data `value` (a literal) as lines of a table entry, each ending in a comma: on
+    one line when it fits; else a dict one line per key, and a tuple of tuples (the asserts) one line
+    per item; else one long line, which the wrap pass breaks."""
+    one = f"{indent}{head}{value!r},"
+    nested = isinstance(value, dict) or isinstance(value, tuple) and value and \
+        all(isinstance(v, tuple) for v in value)
+    if len(one) + 4 <= DATA_LIMIT or not nested:  # + the template's indent
+        return [one]
+    inner = indent + "    "
+    if isinstance(value, dict):
+        rows = [f"{indent}{head}{{"] + [r for k, v in value.items() for r in _data_rows(f"{k!r}: ", v, inner)]
+        return rows + [f"{indent}}},"]
+    return [f"{indent}{head}("] + [r for v in value for r in _data_rows("", v, inner)] + [f"{indent}),"]
 
 
-def generate(plans: Plans, spec_path: str) -> str:
-    return Generator(plans, spec_path).render()
+def _split_statement(text: str, start: str) -> tuple[str, str, str]:
+    """`text` before the top-level statement whose first line is `start`, the statement (to its
+    closing bracket at column 0), and the rest."""
+    begin = text.index("\n" + start + "\n") + 1
+    end = text.index("\n}\n", begin) + 3
+    return text[:begin], text[begin:end], text[end:]
+
+
+# The standard library's names a module may use, each with the import that binds it, in the order
+# the imports are written.
+_STDLIB = (("contextlib", "import contextlib"), ("dataclasses", "import dataclasses"),
+           ("functools", "import functools"), ("math", "import math"), ("os", "import os"),
+           ("threading", "import threading"), ("warnings", "import warnings"),
+           ("dataclass", "from dataclasses import dataclass"), ("NamedTuple", "from typing import {}"),
+           ("Optional", "from typing import {}"))
+
+
+def _std_imports(code: str) -> list[str]:
+    """The standard-library imports of the names `code` uses (those of one module, `typing`'s
+    together)."""
+    names = {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)}
+    lines: dict[str, list[str]] = {}
+    for name, line in _STDLIB:
+        if name in names:
+            lines.setdefault(line, []).append(name)
+    return [line.format(", ".join(used)) for line, used in lines.items()]
+
+
+def generate(plans: Plans, spec_path: str, standalone: bool = False) -> str:
+    return Generator(plans, spec_path, standalone).render()
 
 
 __all__ = ["generate", "Generator", "display_text"]

@@ -1,19 +1,27 @@
 """The runtime of generated modules, as an importable package, and what copies it into them.
 
 `compiling.py` holds what a generated module's classes need when they are defined (`_hot_path`,
-`_check_fields`), `helpers.py` what the model calls as it runs. A generated module is standalone:
-code generation copies in the definitions its code calls, and the ones those call, each with the
-comment lines right above it, in the order they have here (`copy`). What a module calls is read
-from its text, so no stage keeps a list of the helpers an op needs.
+`_check_fields`), `helpers.py` what the model calls as it runs. A generated module imports the names
+its code calls (`imports`) after checking that this runtime is the one it was generated for
+(`_require_runtime(ABI)`). A standalone one (`snfc compile --standalone`) has them copied in
+instead, with the ones those call, each with the comment lines right above it, in the order they
+have here (`copy`). What a module calls is read from its text, so no stage keeps a list of the
+helpers an op needs. Only the standard library is imported here: `snf.runtime` never pulls in the
+compiler.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
-import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..version import __version__
+
+# The runtime's interface version, which generated modules check as they are imported: raise it when
+# a helper's name, signature or meaning changes in a way modules generated before cannot use.
+ABI = 1
 
 PARTS = ("compiling", "helpers")  # the files, each copied to its own place in a generated module
 
@@ -55,10 +63,26 @@ def _defined(node) -> list[str]:
     return []
 
 
+def _require_runtime(abi: int, module: str = "a generated module") -> None:
+    """The first call of a generated module: refuse, as it is imported, a runtime other than the
+    one it was generated for, rather than fail later on a helper that changed."""
+    if abi != ABI:
+        raise ImportError(f"{module} was generated for snf runtime ABI {abi}, but the installed snf "
+                          f"{__version__} has runtime ABI {ABI}: regenerate it with this snfc, or "
+                          "compile it with `snfc compile --standalone` (a file that needs only torch)")
+
+
+def called(code: str) -> frozenset:
+    """The definitions the Python `code` itself names (what a generated module imports); a name in a
+    comment or a string is not one."""
+    by_name = {d.name for d in definitions()}
+    return frozenset(n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name) and n.id in by_name)
+
+
 def needed(code: str) -> frozenset:
     """The definitions `code` calls, and the ones those call."""
     by_name = {d.name: d for d in definitions()}
-    todo = [n for n in set(re.findall(r"\b_\w+", code)) if n in by_name]
+    todo = list(called(code))
     seen: set = set()
     while todo:
         name = todo.pop()
@@ -72,3 +96,15 @@ def copy(part: str, names: frozenset) -> str:
     """The text of the named definitions of one runtime file, in its order, two blank lines apart."""
     sources = [d.source for d in definitions() if d.part == part and d.name in names]
     return "\n\n".join(dict.fromkeys(sources)).rstrip("\n")  # an assignment of two names once
+
+
+def imports(names: frozenset, limit: int) -> list[str]:
+    """`from snf.runtime.<part> import ...` of the named definitions, one statement per file, the
+    names sorted; in brackets when over `limit` characters (for codegen's wrap pass to break)."""
+    lines = []
+    for part in PARTS:
+        mine = ", ".join(sorted({d.name for d in definitions() if d.part == part and d.name in names}))
+        if mine:
+            line = f"from {__name__}.{part} import {mine}"
+            lines.append(line if len(line) <= limit else f"from {__name__}.{part} import ({mine})")
+    return lines

@@ -258,8 +258,9 @@ def _private_names() -> list[str]:
         names |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
         names |= {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names
                   if (a.asname or a.name).startswith("_")}  # the runtime's helpers it imports
+        owners = {"self"} | {c.name for c in tree.body if isinstance(c, ast.ClassDef)}  # Model._decode_step
         names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr.startswith("_")
-                  and isinstance(n.value, ast.Name) and n.value.id == "self" and not n.attr.startswith("__")}
+                  and isinstance(n.value, ast.Name) and n.value.id in owners and not n.attr.startswith("__")}
         names |= {t.id for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body
                   if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     return sorted(names)

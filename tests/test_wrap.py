@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO
 from snf.codegen import model as codegen_model
-from snf.codegen.wrap import LIMIT, wrap
+from snf.codegen.wrap import DATA_LIMIT, LIMIT, wrap
 from snf.compiler import analyze, generate_source
 from snf.source import Source
 
@@ -59,9 +59,11 @@ def test_wrapping_keeps_the_syntax_tree(seed, monkeypatch):
     result = analyze(Source.from_bytes("p.snf", text.encode()))
     if not result.ok:
         pytest.skip("rejected spec")
-    monkeypatch.setattr(codegen_model, "wrap", lambda code: code)
+    made = generate_source(result, "p.snf")  # CHECKPOINTS wrapped at DATA_LIMIT, the rest at LIMIT
+    monkeypatch.setattr(codegen_model, "wrap", lambda code, limit=LIMIT: code)
     raw = generate_source(result, "p.snf")
     wrapped = wrap(raw)
-    assert ast.dump(ast.parse(raw)) == ast.dump(ast.parse(wrapped))
+    assert ast.dump(ast.parse(raw)) == ast.dump(ast.parse(wrapped)) == ast.dump(ast.parse(made))
     assert wrap(wrapped) == wrapped
     assert max(len(line) for line in wrapped.splitlines()) <= max(LIMIT, 160)
+    assert max(len(line) for line in made.splitlines()) <= max(LIMIT, DATA_LIMIT) <= 160

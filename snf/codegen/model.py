@@ -321,23 +321,26 @@ class Generator:
             if any(c.fmt == fmt for c in self.model.config_maps):
                 # 'reads' (Config field -> source, in order), 'asserts', 'writes', 'ignore'
                 entry["config"] = encode_config_section(self.model, fmt)
-        return [row for fmt, entry in by_fmt.items() for row in _data_rows(f"{fmt!r}: ", entry)]
+        # a format, and its 'params' and 'config', one entry a line
+        return [row for fmt, entry in by_fmt.items() for row in _data_rows(f"{fmt!r}: ", entry, open_levels=2)]
 
 
-def _data_rows(head: str, value, indent: str = "") -> list[str]:
+def _data_rows(head: str, value, indent: str = "", open_levels: int = 0) -> list[str]:
     """`head` and the data `value` (a literal) as lines of a table entry, each ending in a comma: on
-    one line when it fits; else a dict one line per key, and a tuple of tuples (the asserts) one line
-    per item; else one long line, which the wrap pass breaks."""
+    one line when it fits and is not one of the `open_levels` outer dicts; else a dict one line per
+    key, and a tuple of tuples (the asserts) one line per item; else one long line, which the wrap
+    pass breaks."""
     one = f"{indent}{head}{value!r},"
     nested = isinstance(value, dict) or isinstance(value, tuple) and value and \
         all(isinstance(v, tuple) for v in value)
-    if len(one) + 4 <= DATA_LIMIT or not nested:  # + the template's indent
-        return [one]
+    if not nested or len(one) + 4 <= DATA_LIMIT and not (open_levels and isinstance(value, dict)):
+        return [one]  # (+ 4: the template's indent)
     inner = indent + "    "
     if isinstance(value, dict):
-        rows = [f"{indent}{head}{{"] + [r for k, v in value.items() for r in _data_rows(f"{k!r}: ", v, inner)]
-        return rows + [f"{indent}}},"]
-    return [f"{indent}{head}("] + [r for v in value for r in _data_rows("", v, inner)] + [f"{indent}),"]
+        return [f"{indent}{head}{{", *(r for k, v in value.items()
+                                        for r in _data_rows(f"{k!r}: ", v, inner, max(open_levels - 1, 0))),
+                f"{indent}}},"]
+    return [f"{indent}{head}(", *(r for v in value for r in _data_rows("", v, inner)), f"{indent}),"]
 
 
 def _split_statement(text: str, start: str) -> tuple[str, str, str]:

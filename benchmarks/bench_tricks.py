@@ -53,7 +53,8 @@ def module_from(spec: str, name: str, passes: bool = True) -> types.ModuleType:
 
     result = analyze(Source.read(ROOT / "specs" / f"{spec}.snf"))
     model = passes_mod.run_passes(result.model) if passes else result.model
-    code = generate(passes_mod.plan(model), f"specs/{spec}.snf")
+    # standalone: the helpers a trick patches (m._bucket, m._attention) are this module's own copy
+    code = generate(passes_mod.plan(model), f"specs/{spec}.snf", standalone=True)
     module = types.ModuleType(name)
     sys.modules[name] = module
     exec(compile(code, f"<{name}>", "exec"), module.__dict__)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from conftest import REPO, fresh_module
+from snf.runtime import helpers
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 SMALL = dict(vocab_size=61, block_size=32, n_layer=2, n_head=2, n_embd=32)
@@ -58,7 +59,7 @@ def test_cache_buffers_are_kept_and_static_on_cuda_and_fresh_on_the_cpu():
     assert torch.equal(first[1][:, :3], cpu[1]) and first[1].shape == (1, 8, 2, 4)
     with FakeTensorMode():  # CUDA tensors without a CUDA device (they hold no data)
         def buffers(batch):
-            return mod._decode_buffers(owner, "past_keys", 2, (batch, 8, 2, 4), torch.bfloat16, torch.device("cuda"))
+            return helpers._decode_buffers(owner, "past_keys", 2, (batch, 8, 2, 4), torch.bfloat16, torch.device("cuda"))
         first, second, other = buffers(1), buffers(1), buffers(2)
     assert first[0] is second[0] and first[0].dtype == torch.bfloat16 and first[0].is_cuda
     assert all(getattr(b, "_dynamo_static_input_type", None) for b in first)  # torch._dynamo.mark_static_address

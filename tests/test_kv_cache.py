@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from snf.interop import load_state_dict
+from snf.runtime import helpers
 
 
 @pytest.fixture(autouse=True)
@@ -343,7 +344,7 @@ def test_fixed_shape_decode_compiles_once_per_bucket(monkeypatch):
     before = counters["stats"]["unique_graphs"]
     compiled = long.generate(text, 20, temperature=0)
     assert counters["stats"]["unique_graphs"] == before + 2  # a step per bucket, at a batch of 1
-    assert [mod._bucket(n, 512) for n in (1, 128, 129, 500)] == [128, 128, 256, 512]
+    assert [helpers._bucket(n, 512) for n in (1, 128, 129, 500)] == [128, 128, 256, 512]
     # a new batch size and a second config mixed in one loop: graphs of their own, each correct
     wide = torch.randint(0, 64, (3, 4))
     other = mod.Model(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_embd=32).eval()

@@ -1,4 +1,5 @@
-"""Stage 4: typed IR + plans -> a standalone PyTorch module, rendered with Jinja2.
+"""Stage 4: typed IR + plans -> a PyTorch module, rendered with Jinja2, which imports the runtime
+helpers it calls from `snf.runtime` (or, standalone, holds a copy of them).
 
 Python here decides *what* each line says (names, expressions, shape comments), reading every
 fact from the typed IR and the plans (`snf.passes`); the templates in `templates/` decide how

@@ -7,56 +7,43 @@ from ..dims import Dim
 from ..ir import TensorT
 from ..names import Namespace
 from ..passes.blocks import Block
+from ..passes.signatures import block_types
 from . import params
 from .emit import Emitter
 
 
 def block_context(gen, block: Block) -> dict:
-    m, plans = gen.model, gen.plans
+    """The Block class of one layer loop, as its signature plan says (`passes/signatures.py`)."""
+    m, sig = gen.model, gen.plans.signature(block)
     loop = block.loop
     names = Namespace()
     em = Emitter(gen, block, names)
-    types = dict(gen.local_types)
-    for n in loop.layer_inputs:  # the block sees one layer's slice of a stacked input
-        t = types[n]
-        types[n] = TensorT(t.shape[1:], t.dtype, t.maybe_none)
-    reads = [n for n, _ in block.reads]
-    for n in block.carried + tuple(reads):
+    types = block_types(block, gen.plans.types)
+    for n in sig.args:
         names.name(n)
     if block.uses_var:
         names.name(loop.var)
-    def present(n: str) -> bool:  # a tensor the block always gets (not None)
-        return isinstance(types.get(n), TensorT) and not types[n].maybe_none and not plans.outputs.maybe_absent(n)
-
-    em.device_src = next((names.name(n) for n in block.carried + tuple(reads) if present(n)), None) \
-        or gen.held_tensor(block.attr)
+    em.device_src = names.name(sig.device_from) if sig.device_from else gen.held_tensor(block.attr)
     if em.device_src is None:
         em.device_arg = names.fresh("device")
-    held = gen.held_tensor(block.attr, floating=True) or next(
-        (names.name(n) for n, kind in block.reads if kind in ("param", "buffer") and present(n)
-         and types[n].dtype == m.float_dtype), None)
+    held = f"self.{sig.dtype_held}" if sig.dtype_held else names.name(sig.dtype_from) if sig.dtype_from else None
     dtype_arg = None  # the model's dtype, from the caller, when the block holds no tensor of it
     if m.float_dtype is not None:
         if held is None:
             dtype_arg = names.fresh("dtype")
         em.dtype_src = f"{held}.dtype" if held else dtype_arg
-    if plans.decode_steps and any(c.loop is loop for c in plans.caches.caches):
+    if sig.decode:
         em.decode = names.fresh("decode")
-    if any(plans.outputs.guarded(s) for s in ir.walk_stmts(block.body)):
+    if sig.use_cache:
         em.flags["use_cache"] = names.fresh("use_cache")
-    em.stmts(block.body, 2)  # the body first: it tells which run-time dims the block needs
-    body = em.lines
-    em.lines = []
-    sources, dim_args = {}, []
-    for dim in sorted(em.runtime_used - {loop.var}):  # from a tensor argument's shape where one has it
-        src = next(((n, axis) for n in block.carried + tuple(reads) if present(n)
-                    for axis, d in enumerate(types[n].shape) if d.as_symbol() == dim), None)
-        if src:
-            sources.setdefault(src[0], {})[src[1]] = dim
-        else:
-            dim_args.append(dim)
+    em.stmts(block.body, 2)
+    if (em.runtime_used - {loop.var}, bool(dtype_arg and em.dtype_used), em.device_used) != \
+            (sig.run_time, sig.dtype, sig.device):  # the plan and the code disagree: an snfc bug
+        raise AssertionError(f"{block.cls}: the signature plan {sig} does not match its code "
+                             f"(dims {sorted(em.runtime_used)}, dtype {em.dtype_used}, device {em.device_used})")
     prologue = []
-    for n, axes in sources.items():
+    for n, axes in sig.shapes:
+        axes = dict(axes)
         rank = types[n].rank
         targets = [names.name(axes[a]) if a in axes else "_" for a in range(rank)]
         while targets and targets[-1] == "_" and len(targets) > 1 and targets.count("_") > 1:
@@ -65,32 +52,29 @@ def block_context(gen, block: Block) -> dict:
             prologue.append(f"{', '.join(targets)}{',' if rank == 1 else ''} = {names.name(n)}.shape")
         else:
             prologue += [f"{names.name(axes[a])} = {names.name(n)}.size({a})" for a in sorted(axes)]
-    signature = [f"{names.name(n)}: {_annotation(types.get(n))}" for n in block.carried + tuple(reads)]
-    signature += [f"{names.name(d)}: int" for d in dim_args]
+    signature = [f"{names.name(n)}: {_annotation(types.get(n))}" for n in sig.args]
+    signature += [f"{names.name(d)}: int" for d in sig.dims]
     if block.uses_var:
         signature.append(f"{names.name(loop.var)}: int")
-    dtype_arg = dtype_arg if em.dtype_used else None
-    if dtype_arg:
+    if sig.dtype:
         signature.append(f"{dtype_arg}: torch.dtype")
-    if em.device_used:
+    if sig.device:
         signature.append(f"{em.device_arg}: torch.device")
-    if em.use_cache:
+    if sig.use_cache:
         signature.append(f"{em.use_cache}: bool = True")
-    if em.decode:
+    if sig.decode:
         signature.append(f"{em.decode}: Optional[_DecodeState] = None")
     outs = block.returns
     ret_ann = ("tuple[" + ", ".join(_annotation(types.get(n)) for n in outs) + "]") if len(outs) > 1 \
         else (_annotation(types.get(outs[0])) if outs else "None")
     decl_em = Emitter(gen, block, Namespace())
-    gen.block_calls[id(block)] = {"dims": dim_args, "use_cache": bool(em.use_cache), "dtype": bool(dtype_arg),
-                                  "device": em.device_used, "decode": bool(em.decode)}
     return {
         "cls": block.cls, "attr": block.attr, "line": loop.span.line, "var": loop.var,
         "count": decl_em.dim(loop.count),
         "decls": params.declaration_lines(decl_em, gen, block.attr),
         "init_lines": params.init_lines(decl_em, gen, block.attr),
         "signature": ", ".join(signature), "ret_ann": ret_ann,
-        "prologue": prologue, "body": body,
+        "prologue": prologue, "body": em.lines,
         "ret": ", ".join(_if_asked(em, gen, n) for n in outs) if outs else None,
     }
 
@@ -99,7 +83,7 @@ def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
     """The caller's loop over a block's layers: each layer gets the carried values, what it reads
     (its slice of per-layer inputs), and gives back the carried values and the hoisted writes."""
     block = gen.plans.blocks.of(loop)
-    call = gen.block_calls[id(block)]
+    sig = gen.plans.signature(block)
     var = em.names.name(loop.var)
     args = []
     for name, kind in block.reads:
@@ -110,16 +94,16 @@ def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
         if name in loop.layer_inputs:  # this layer's slice of a stacked input
             args[-1] = (f"{args[-1]}[{var}] if {args[-1]} is not None else None"
                         if gen.input_optional(name) else f"{args[-1]}[{var}]")
-    args += [em.dim(Dim.sym(d)) for d in call["dims"]]
+    args += [em.dim(Dim.sym(d)) for d in sig.dims]
     carried = [em.names.name(n) for n in block.carried]
     written = [em.names.fresh(f"{h.name}_layer") for h in block.hoisted]
     outs = carried + written
     call_args = ", ".join([_if_asked(em, gen, n) for n in block.carried] + args + ([var] if block.uses_var else [])
-                          + ([em.dtype_code(gen.model.float_dtype)] if call["dtype"] else [])
-                          + ([em.device_code()] if call["device"] else []))
-    if call["use_cache"]:
+                          + ([em.dtype_code(gen.model.float_dtype)] if sig.dtype else [])
+                          + ([em.device_code()] if sig.device else []))
+    if sig.use_cache:
         call_args += f", {em.use_cache}"
-    if call["decode"]:
+    if sig.decode:
         call_args += f", {em.decode}"
     call_args = call_args.lstrip(", ")
     layer = "layer" if "layer" not in em.names.used else em.names.fresh("layer")

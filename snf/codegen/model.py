@@ -13,7 +13,6 @@ import jinja2
 from .. import ir, runtime
 from ..checkpoints import encode_config_section, encode_mapping, mapping_keys
 from ..dims import show_shape
-from ..ir import TensorT
 from ..names import FORWARD_RESERVED, Namespace
 from ..passes import Plans
 from ..resources import resource_dir
@@ -65,9 +64,7 @@ class Generator:
                 self.derived_by_dim.setdefault(d.dim, d.name)
         self.runtime = m.run_time_dims
         self.display = dict(m.display)
-        self.local_types = self._local_types()
         self.model_dtype = self._model_dtype()
-        self.block_calls: dict = {}
 
     # ---------------------------------------------------------------- small facts
     def config_name(self, name: str) -> str:
@@ -84,9 +81,8 @@ class Generator:
         """A tensor the module `owner` holds (`self.ln1.weight`), to take a device from when no
         tensor argument is at hand; with `floating`, one of the model's floating dtype, to take the
         dtype the model holds now from."""
-        return next((f"self.{p.path}" for p in self.plans.layout.places if p.owner == owner
-                     and self.model.param(p.name).condition is None
-                     and (not floating or self.model.param(p.name).ty.dtype == self.model.float_dtype)), None)
+        path = self.plans.layout.held(self.model, owner, floating)
+        return f"self.{path}" if path else None
 
     def loop_call(self, em: Emitter, loop: ir.Loop, indent: int) -> None:
         blocks.loop_call(self, em, loop, indent)
@@ -98,18 +94,6 @@ class Generator:
             return None
         held = self.held_tensor(None, floating=True)
         return f"{held}.dtype" if held else f"_held_dtype(self, torch.{self.model.float_dtype})"
-
-    def _local_types(self) -> dict:
-        types = {i.name: TensorT(i.ty.shape, i.ty.dtype, i.optional) for i in self.model.inputs}
-        for t in self.model.params + self.model.buffers:  # a conditional one may be None
-            types[t.name] = TensorT(t.ty.shape, t.ty.dtype, t.ty.maybe_none or t.condition is not None)
-        for s in ir.walk_stmts(self.model.body):
-            if isinstance(s, ir.Bind) and s.let:
-                types.setdefault(s.name, s.value.ty)
-            elif isinstance(s, ir.FusedLinear):
-                for n, t in zip(s.targets, s.tys):
-                    types.setdefault(n, t)
-        return types
 
     # ---------------------------------------------------------------- the whole file
     def render(self) -> str:

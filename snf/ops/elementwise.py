@@ -9,7 +9,7 @@ from ..dims import Dim
 from ..ir import ScalarT, TensorT
 from .arithmetic import scalar_or_tensor
 from .lazy_numpy import np
-from .registry import OpDef, OpError, Param, registrar
+from .registry import OpDef, OpError, Param, Uses, registrar
 from .shapes import FLOATS, INTS, broadcast, require_float, same_dtype
 
 OPS: dict[str, OpDef] = {}
@@ -46,16 +46,28 @@ def _where_rule(ctx, args):
     return TensorT(shape, dtype)
 
 
+def _numbers_dtype(a, b) -> str | None:
+    """The dtype `where` makes its first value a tensor of when both values are numbers."""
+    if any(isinstance(t, TensorT) for t in (a, b)):
+        return None
+    return "float32" if "float" in (a.kind, b.kind) else "int64"
+
+
 def _lower_where(call):
-    if not any(isinstance(call.ty(n), TensorT) for n in ("a", "b")):  # two numbers: say the dtype
-        dtype = "float32" if "float" in (call.ty("a").kind, call.ty("b").kind) else "int64"
+    dtype = _numbers_dtype(call.ty("a"), call.ty("b"))
+    if dtype is not None:  # two numbers: say the dtype
         first = f"torch.tensor({call.code('a')}, dtype={call.dtype(dtype)}, device={call.device})"
         return f"torch.where({call.code('cond')}, {first}, {call.code('b')})"
     return f"torch.where({call.code('cond')}, {call.code('a')}, {call.code('b')})"
 
 
+def _where_uses(op) -> Uses:
+    dtype = _numbers_dtype(op.arg("a").ty, op.arg("b").ty)
+    return Uses(dtypes=(dtype,), device=True) if dtype is not None else Uses()
+
+
 register(OpDef("where", (Param("cond", "tensor"), Param("a", "value"), Param("b", "value")), _where_rule,
-               numpy=lambda cond, a, b: np.where(cond, a, b), torch=_lower_where,
+               numpy=lambda cond, a, b: np.where(cond, a, b), torch=_lower_where, uses=_where_uses,
                doc="`a` where `cond` holds, else `b`, elementwise with broadcasting."))
 
 

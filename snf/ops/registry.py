@@ -43,6 +43,17 @@ class Param:
         assert self.kind in KINDS, self.kind
 
 
+@dataclass(frozen=True)
+class Uses:
+    """What an op's torch lowering writes out besides its arguments' code (their dims and dtypes
+    are read from the arguments themselves): planning reads it to know, before any code is
+    emitted, what a layer block takes (its run-time dims, the model's dtype, a device)."""
+
+    dims: tuple = ()  # dims taken from the arguments' types (layer_norm's normalised size)
+    dtypes: tuple[str, ...] = ()  # dtypes it names that no argument gives (the loss's)
+    device: bool = False  # it makes a tensor on the function's device
+
+
 class OpError(Exception):
     """Raised by a shape rule; the checker turns it into a located diagnostic."""
 
@@ -69,6 +80,9 @@ class OpDef:
     # the result may be an argument itself at run time (dropout outside training, a cast to the
     # dtype it has): a write to it must not be done in place
     passthrough: bool = False
+    # (op) -> Uses, when the lowering writes out more than its arguments' code; codegen checks
+    # that a block's body uses no more than its plan says
+    uses: Callable | None = None
 
     def param(self, name: str) -> Param | None:
         for p in self.params:

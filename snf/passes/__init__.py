@@ -10,6 +10,7 @@ another one already computed.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from .. import ir
@@ -20,6 +21,7 @@ from .fuse_linear import fuse_linear
 from .fused_loss import FusedLoss, plan_fused_loss
 from .layout import LayoutPlan, plan_layout
 from .liveness import OutputPlan, plan_outputs
+from .signatures import Signature, local_types, plan_signatures
 from .verify import verify
 from .writes import plan_writes
 
@@ -44,6 +46,11 @@ class Plans:
     decode: DecodePlan | None
     writes: frozenset  # the indexed writes done in place (the rest copy first)
     loss: FusedLoss | None = None
+    signatures: tuple[Signature, ...] = ()  # each block's, in the order of blocks.blocks
+    types: dict | None = None  # the type of each name a function may hold (signatures.local_types)
+
+    def signature(self, block) -> Signature:
+        return self.signatures[self.blocks.blocks.index(block)]
 
     @property
     def decode_steps(self) -> bool:
@@ -57,5 +64,8 @@ def plan(model: ir.Model) -> Plans:
     blocks = plan_blocks(model)
     caches = plan_caches(model, blocks)
     loss = plan_fused_loss(model)
-    return Plans(model, blocks, caches, plan_layout(model, blocks), plan_outputs(model, caches.outputs, loss),
-                 plan_decode(model, caches), plan_writes(model), loss)
+    layout, outputs = plan_layout(model, blocks), plan_outputs(model, caches.outputs, loss)
+    plans = Plans(model, blocks, caches, layout, outputs, plan_decode(model, caches), plan_writes(model), loss,
+                  types=local_types(model))
+    return dataclasses.replace(plans, signatures=plan_signatures(model, blocks, caches, layout, outputs,
+                                                                 plans.decode_steps, plans.types))

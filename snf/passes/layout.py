@@ -66,6 +66,12 @@ class LayoutPlan:
     def modules_of(self, owner: str | None) -> list[Module]:
         return [m for o, m in self.modules if o == owner]
 
+    def held(self, model: ir.Model, owner: str | None, floating: bool = False) -> str | None:
+        """The path of a tensor the module `owner` always holds (`ln1.weight`), to take a device
+        from; with `floating`, one of the model's floating dtype, to take the dtype it holds now from."""
+        return next((p.path for p in self.places if p.owner == owner and model.param(p.name).condition is None
+                     and (not floating or model.param(p.name).ty.dtype == model.float_dtype)), None)
+
     def module_call(self, op: ir.Op) -> tuple[Place, str] | None:
         """(the weight's place, the input argument) when `op` is a call of the module that holds its
         weight and bias, else None."""

@@ -40,6 +40,11 @@ def show_blocks(plans: Plans) -> list[str]:
         out += [f"  carries {name}" for name in b.carried]
         out += [f"  the caller writes {stmt_name(s)}" for s in b.hoisted]
         out += ["  reads the layer variable"] if b.uses_var else []
+        sig = plans.signature(b)
+        out += [f"  binds {', '.join(d for _, d in axes)} from the shape of {name}" for name, axes in sig.shapes]
+        takes = [f"{d} (int)" for d in sig.dims] + ["the model's dtype"] * sig.dtype + ["a device"] * sig.device \
+            + ["use_cache"] * sig.use_cache + ["the decode state"] * sig.decode
+        out += [f"  also takes {', '.join(takes)}"] if takes else []
     return out
 
 

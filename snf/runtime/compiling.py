@@ -1,9 +1,10 @@
 """The compile machinery of generated modules (`_hot_path`, `_by_compile_unit`, which the module's last
 lines wire onto Block.forward and Model.forward) and Config's field check (`_check_fields`).
 
-Real Python, imported and tested as it is (tests/test_runtime.py); code generation copies into
-each generated module the definitions it calls and what those call (snf/runtime/__init__.py), so
-the module stays standalone. Edit here, then regenerate generated/.
+Real Python, imported and tested as it is (tests/test_runtime.py). Generated modules import the
+definitions they call from here (a `--standalone` one holds a copy of them and what they call:
+snf/runtime/__init__.py). Edit here, then regenerate generated/; a change modules generated before
+cannot use raises snf.runtime.ABI.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The run-time helpers generated modules call: input and value checks, attention, caches,
 sampling, the losses; emitted after the model.
 
-Real Python, imported and tested as it is (tests/test_runtime.py); code generation copies into
-each generated module the definitions it calls and what those call (snf/runtime/__init__.py), so
-the module stays standalone. Edit here, then regenerate generated/.
+Real Python, imported and tested as it is (tests/test_runtime.py). Generated modules import the
+definitions they call from here (a `--standalone` one holds a copy of them and what they call:
+snf/runtime/__init__.py). Edit here, then regenerate generated/; a change modules generated before
+cannot use raises snf.runtime.ABI.
 """
 
 from __future__ import annotations

@@ -107,6 +107,34 @@ z[:, 0:1] = full([B, 1], 1.0, float32)
 """
 
 
+# a block that holds no tensor and gets none: it makes its tensors on the device its caller passes
+NO_TENSOR = """\
+param:
+  n_layer : int = 2
+  D : int = 4
+input:
+  x : Tensor([B, D], float32)
+output:
+  y : Tensor([B, n_layer, D], float32)
+let out = full([n_layer, D], 0.0)
+for l in 0..n_layer-1:
+    let v = arange(D, dtype=float32) * 2.0
+    out[l] = v
+let y = reshape(x, [B, 1, D]) + out
+"""
+
+
+def test_a_block_with_no_tensor_takes_the_device_from_its_caller(tmp_path):
+    import torch
+
+    from snf.api import _load
+    sig = plan(lower(_checked(NO_TENSOR, "no_tensor"))).signatures[0]
+    assert sig.device and not (sig.args or sig.dims or sig.shapes or sig.dtype or sig.use_cache or sig.decode)
+    module = _load(Source.from_bytes("no_tensor.snf", NO_TENSOR.encode("utf-8")), "no_tensor.snf")
+    y = module.Model()(torch.ones(3, 4))
+    assert torch.equal(y, 1 + 2 * torch.arange(4.0).expand(3, 2, 4))
+
+
 def _checked(text: str, name: str):
     result = analyze(Source.from_bytes(f"{name}.snf", text.encode("utf-8")))
     assert result.ok, [str(d) for d in result.diagnostics]
@@ -132,6 +160,7 @@ PLANNERS = {  # pass -> (spec, what its plan says)
     "fused_loss": (LOSS, show_loss),
     "outputs_loss": (LOSS, show_outputs),
     "writes": (WRITES, show_writes),
+    "signatures": (CACHED, show_blocks),  # what each block takes besides what its loop carries and reads
 }
 
 

@@ -98,7 +98,6 @@ class Generator:
     # ---------------------------------------------------------------- the whole file
     def render(self) -> str:
         m, plans = self.model, self.plans
-        block_ctx = [blocks.block_context(self, b) for b in plans.blocks.blocks]
         names = Namespace(FORWARD_RESERVED)
         inputs = sorted(m.inputs, key=lambda i: i.optional)
         for i in inputs:
@@ -113,6 +112,8 @@ class Generator:
             em.decode = names.fresh("decode")
         em.stmts(m.body, 2)
         body, em.lines = em.lines, []
+        # after the loops that call them: what a block takes is plan data (Plans.signature), not its code's
+        block_ctx = [blocks.block_context(self, b) for b in plans.blocks.blocks]
         prologue = self.forward_prologue(em, inputs)
         if em.dtype_used:
             prologue.insert(1, f"{em.dtype_src} = {self.model_dtype}  # the dtype the model holds now (a cast's)")

@@ -22,7 +22,7 @@ _require_runtime(1, __name__)  # before the imports below: a runtime of another 
 from snf.runtime.compiling import _by_compile_unit, _check_fields, _hot_path
 from snf.runtime.helpers import (_DecodeState, _attention, _cache_buffers, _cache_cat, _check_cache, _check_decode,
                                  _check_dims, _check_index, _check_input, _check_number, _check_sampling,
-                                 _check_together, _decode, _decoding, _rope, _sample)
+                                 _check_together, _decode, _decoding, _rope, _sample, _scaled_rope)
 
 
 @dataclass(frozen=True)
@@ -176,32 +176,32 @@ class Block(nn.Module):
             k_new = _rope(k_heads, T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  llama3.snf:78
         if cfg.rope_scaling == 1:
             # [B, T, H, head_dim]  llama3.snf:80
-            q_rot = _rope(q_heads, T_past, cfg.rope_base, scaling='linear', factor=cfg.rope_factor)
+            q_rot = _scaled_rope(q_heads, T_past, cfg.rope_base, scaling='linear', factor=cfg.rope_factor)
             # [B, T, KVH, head_dim]  llama3.snf:81
-            k_new = _rope(k_heads, T_past, cfg.rope_base, scaling='linear', factor=cfg.rope_factor)
+            k_new = _scaled_rope(k_heads, T_past, cfg.rope_base, scaling='linear', factor=cfg.rope_factor)
         if cfg.rope_scaling == 2:
             # [B, T, H, head_dim]  llama3.snf:83
-            q_rot = _rope(q_heads, T_past, cfg.rope_base, scaling='dynamic', factor=cfg.rope_factor,
-                          original_max_position=cfg.rope_original_max_position)
+            q_rot = _scaled_rope(q_heads, T_past, cfg.rope_base, scaling='dynamic', factor=cfg.rope_factor,
+                                 original_max_position=cfg.rope_original_max_position)
             # [B, T, KVH, head_dim]  llama3.snf:85
-            k_new = _rope(k_heads, T_past, cfg.rope_base, scaling='dynamic', factor=cfg.rope_factor,
-                          original_max_position=cfg.rope_original_max_position)
+            k_new = _scaled_rope(k_heads, T_past, cfg.rope_base, scaling='dynamic', factor=cfg.rope_factor,
+                                 original_max_position=cfg.rope_original_max_position)
         if cfg.rope_scaling == 3:
             # [B, T, H, head_dim]  llama3.snf:88
-            q_rot = _rope(q_heads, T_past, cfg.rope_base, scaling='llama3', factor=cfg.rope_factor,
-                          low_freq_factor=cfg.rope_low_freq_factor, high_freq_factor=cfg.rope_high_freq_factor,
-                          original_max_position=cfg.rope_original_max_position)
+            q_rot = _scaled_rope(q_heads, T_past, cfg.rope_base, scaling='llama3', factor=cfg.rope_factor,
+                                 low_freq_factor=cfg.rope_low_freq_factor, high_freq_factor=cfg.rope_high_freq_factor,
+                                 original_max_position=cfg.rope_original_max_position)
             # [B, T, KVH, head_dim]  llama3.snf:91
-            k_new = _rope(k_heads, T_past, cfg.rope_base, scaling='llama3', factor=cfg.rope_factor,
-                          low_freq_factor=cfg.rope_low_freq_factor, high_freq_factor=cfg.rope_high_freq_factor,
-                          original_max_position=cfg.rope_original_max_position)
+            k_new = _scaled_rope(k_heads, T_past, cfg.rope_base, scaling='llama3', factor=cfg.rope_factor,
+                                 low_freq_factor=cfg.rope_low_freq_factor, high_freq_factor=cfg.rope_high_freq_factor,
+                                 original_max_position=cfg.rope_original_max_position)
         if cfg.rope_scaling == 4:
             # [B, T, H, head_dim]  llama3.snf:95
-            q_rot = _rope(q_heads, T_past, cfg.rope_base, scaling='yarn', factor=cfg.rope_factor,
-                          original_max_position=cfg.rope_original_max_position)
+            q_rot = _scaled_rope(q_heads, T_past, cfg.rope_base, scaling='yarn', factor=cfg.rope_factor,
+                                 original_max_position=cfg.rope_original_max_position)
             # [B, T, KVH, head_dim]  llama3.snf:97
-            k_new = _rope(k_heads, T_past, cfg.rope_base, scaling='yarn', factor=cfg.rope_factor,
-                          original_max_position=cfg.rope_original_max_position)
+            k_new = _scaled_rope(k_heads, T_past, cfg.rope_base, scaling='yarn', factor=cfg.rope_factor,
+                                 original_max_position=cfg.rope_original_max_position)
         v_new = v.reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  llama3.snf:99
         # [B, T + T_past, KVH, head_dim]  llama3.snf:100
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new

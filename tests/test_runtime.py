@@ -61,6 +61,14 @@ def test_a_standalone_module_holds_exactly_the_runtime_it_calls():
     assert defined == runtime.needed(rest)
 
 
+def test_rope_scaling_comes_only_with_a_spec_that_scales():
+    """A spec without RoPE scaling references no scaling helper, even with the runtime copied in."""
+    scaling = {"_scaled_rope", "_rope_frequencies", "_yarn_frequencies", "_yarn_mscale"}
+    plain, scaled = (ast.parse(_standalone(spec)) for spec in ("mistral.snf", "llama3.snf"))
+    names = [{n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} for tree in (plain, scaled)]
+    assert "_rope" in names[0] and not scaling & names[0] and scaling <= names[1]
+
+
 def test_a_standalone_module_runs_where_snf_cannot_be_imported(tmp_path):
     """`--standalone`: the file needs only torch (snf blocked in a fresh interpreter)."""
     (tmp_path / "model.py").write_text(_standalone("nanogpt.snf"), encoding="utf-8")

@@ -316,10 +316,11 @@ def _np_rope(x, offset=0, base=10000.0, scaling="none", rotary_dim=None, interle
 def _lower_rope(call):
     extra = "".join(f", {n}={call.code(n)}" for n in ("rotary_dim", "interleaved")
                     if call.given(n) and call.val(n) is not False)
-    if call.val("scaling") != "none":
-        extra += f", scaling={call.code('scaling')}" + "".join(
-            f", {n}={call.code(n)}" for n in _ROPE_SCALING_ARGS if call.given(n))
-    return f"_rope({call.code('x')}, {call.code('offset')}, {call.code('base')}{extra})"
+    if call.val("scaling") == "none":  # no scaling helper in the module's code
+        return f"_rope({call.code('x')}, {call.code('offset')}, {call.code('base')}{extra})"
+    extra += f", scaling={call.code('scaling')}" + "".join(
+        f", {n}={call.code(n)}" for n in _ROPE_SCALING_ARGS if call.given(n))
+    return f"_scaled_rope({call.code('x')}, {call.code('offset')}, {call.code('base')}{extra})"
 
 
 register(OpDef(

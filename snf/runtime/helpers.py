@@ -254,17 +254,41 @@ def _softcapped_attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, s
     return probs.to(v.dtype) @ v
 
 
-def _rope(x: torch.Tensor, offset, base: float, rotary_dim: Optional[int] = None, interleaved: bool = False,
-          **scaling) -> torch.Tensor:
+def _rope(x: torch.Tensor, offset, base: float, rotary_dim: Optional[int] = None,
+          interleaved: bool = False) -> torch.Tensor:
     """Rotary embedding on [B, T, H, hd], positions offset..offset+T-1. The first `rotary_dim` dims
     (all by default) rotate, the rest pass through (GPT-NeoX, Phi, GPT-J); they rotate in the pairs
     (i, i + rotary_dim / 2) (transformers' rotate_half: Llama, GPT-NeoX) or, `interleaved`, in the
-    adjacent pairs (2i, 2i + 1) (rotate_every_two: GPT-J, CodeGen). `scaling` is transformers'
-    rope_type with its parameters (_rope_frequencies)."""
-    t, hd = x.size(1), x.size(3)
-    dim = hd if rotary_dim is None else rotary_dim
-    wide = torch.promote_types(x.dtype, torch.float32)  # float32 as transformers computes, float64 kept
-    inv_freq, attention_scaling = _rope_frequencies(dim, base, offset + t, x.device, dtype=wide, **scaling)
+    adjacent pairs (2i, 2i + 1) (rotate_every_two: GPT-J, CodeGen). Unscaled: a rope_type lowers to
+    the scaled variant below, so a module without scaling holds none of that."""
+    dim = x.size(3) if rotary_dim is None else rotary_dim
+    return _rotate(x, offset, dim, _inv_freq(dim, base, x.device, _wide(x)), 1.0, interleaved)
+
+
+def _scaled_rope(x: torch.Tensor, offset, base: float, rotary_dim: Optional[int] = None, interleaved: bool = False,
+                 **scaling) -> torch.Tensor:
+    """_rope with frequencies scaled as `scaling`, transformers' rope_type with its parameters, says
+    (_rope_frequencies)."""
+    dim = x.size(3) if rotary_dim is None else rotary_dim
+    inv_freq, attention_scaling = _rope_frequencies(dim, base, offset + x.size(1), x.device, dtype=_wide(x), **scaling)
+    return _rotate(x, offset, dim, inv_freq, attention_scaling, interleaved)
+
+
+def _wide(x: torch.Tensor) -> torch.dtype:
+    """RoPE's angles' dtype: float32 as transformers computes them, float64 kept."""
+    return torch.promote_types(x.dtype, torch.float32)
+
+
+def _inv_freq(dim: int, base: float, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """RoPE's unscaled inverse frequencies over `dim` dims, [dim / 2]."""
+    return 1.0 / (base ** (torch.arange(0, dim, 2, device=device, dtype=dtype) / dim))
+
+
+def _rotate(x: torch.Tensor, offset, dim: int, inv_freq: torch.Tensor, attention_scaling: float,
+            interleaved: bool) -> torch.Tensor:
+    """The first `dim` dims of x [B, T, H, hd] rotated by the angles of positions offset..offset+T-1
+    at `inv_freq`, cos and sin scaled by `attention_scaling`."""
+    t, hd, wide = x.size(1), x.size(3), inv_freq.dtype
     pos = torch.arange(t, device=x.device, dtype=wide) + offset
     angles = torch.outer(pos, inv_freq)
     emb = angles.repeat_interleave(2, dim=-1) if interleaved else torch.cat((angles, angles), dim=-1)
@@ -299,7 +323,7 @@ def _rope_frequencies(dim: int, base: float, seq_len, device: torch.device, dtyp
         else:
             seq_len = original_max_position
         base = base * ((factor * seq_len / original_max_position) - (factor - 1)) ** (dim / (dim - 2))
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, device=device, dtype=dtype) / dim))
+    inv_freq = _inv_freq(dim, base, device, dtype)
     if scaling == "linear":
         return inv_freq / factor, 1.0
     if scaling == "llama3":

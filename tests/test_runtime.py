@@ -83,6 +83,14 @@ def test_a_standalone_module_runs_where_snf_cannot_be_imported(tmp_path):
     assert done.stdout.split() == ["(1,", "4,", "11)", "[]"]
 
 
+def test_a_generated_module_imports_the_runtime_not_the_compiler():
+    code = ("import sys, generated.nanogpt; print(sorted(m for m in ('lark', 'jinja2', 'snf.compiler', "
+            "'snf.codegen', 'snf.check') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+
+
 def test_a_module_for_another_runtime_abi_fails_at_import_saying_both():
     text = (REPO / "generated" / "tiny_transformer.py").read_text(encoding="utf-8")
     other = text.replace(f"_require_runtime({runtime.ABI}, __name__)", f"_require_runtime({runtime.ABI + 1}, __name__)")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import pprint
 from pathlib import PurePosixPath
 
 import jinja2

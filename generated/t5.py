@@ -357,30 +357,11 @@ class Model(nn.Module):
                          {0: cfg.n_dec_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.d_kv})
             past_values = past_values.to(dtype)
         _check_together(('past_keys', 'past_values'), (past_keys, past_values))
-        pos = torch.arange(S, dtype=torch.int64, device=input_ids.device)  # [S]  t5.snf:101
-        rel = pos.reshape(1, S) - pos.reshape(S, 1)  # [S, S]  t5.snf:102
-        dist = torch.abs(rel)  # [S, S]  t5.snf:103
-        # [S, S]  t5.snf:104
-        far = cfg.max_exact + (torch.log(dist.to(dtype) / cfg.max_exact) / cfg.log_ratio
-                               * (cfg.half - cfg.max_exact)).to(torch.int64)
-        # [S, S]  t5.snf:105
-        bucket = (rel > 0).to(torch.int64) * cfg.half + torch.where(
-                dist < cfg.max_exact, dist, far.clamp(max=cfg.half - 1))
-        by_head = self.rel_bias_table(bucket)  # [S, S, H]  t5.snf:106
-        position_bias = by_head.transpose(0, 2).transpose(1, 2).reshape(1, cfg.n_head, S, S)  # [1, H, S, S]  t5.snf:107
-        x = F.dropout(self.token_embedding(input_ids), p=cfg.dropout, training=self.training)  # [B, S, D]  t5.snf:109
-        for layer in self.layers:
-            x = layer(x, position_bias, attention_mask)  # t5.snf:110
-        # [B, S, D]  t5.snf:124
-        encoder_last_hidden_state = F.dropout(self.final_norm(x), p=cfg.dropout, training=self.training)
-        # [n_dec_layer, B, S, H, d_kv]  t5.snf:128
-        cross_keys = torch.full((cfg.n_dec_layer, B, S, cfg.n_head, cfg.d_kv), 0.0, dtype=dtype,
-                                device=input_ids.device)
-        # [n_dec_layer, B, S, H, d_kv]  t5.snf:129
-        cross_values = torch.full((cfg.n_dec_layer, B, S, cfg.n_head, cfg.d_kv), 0.0, dtype=dtype,
-                                  device=input_ids.device)
-        for l, layer in enumerate(self.layers2):
-            cross_keys, cross_values = layer(cross_keys, cross_values, encoder_last_hidden_state, l)  # t5.snf:130
+        if self._encoded is None:  # generate computes these once (see generate)
+            encoder_last_hidden_state, cross_keys, cross_values = self._encode(
+                    input_ids=input_ids, attention_mask=attention_mask)
+        else:
+            encoder_last_hidden_state, cross_keys, cross_values = self._encoded
         # [T, T_total]  t5.snf:136
         back = (torch.arange(T_past, T_past + T, dtype=torch.int64, device=input_ids.device).reshape(T, 1)
                 - torch.arange(T_past + T, dtype=torch.int64,
@@ -420,6 +401,75 @@ class Model(nn.Module):
         # []  t5.snf:173
         loss = _cross_entropy(logits, labels, -100, dtype, 'input labels', 'vocab_size') if labels is not None else None
         return Output(logits, loss, new_keys, new_values, encoder_last_hidden_state)
+
+    def _encode(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> tuple:
+        """What does not read the decoder's tokens (the encoder, and what only it feeds): forward runs
+        it, and generate once for its whole decode (docs/language.md, section 10.2)."""
+        cfg = self.config
+        dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
+        B = input_ids.size(0)
+        S = input_ids.size(1)
+        pos = torch.arange(S, dtype=torch.int64, device=input_ids.device)  # [S]  t5.snf:101
+        rel = pos.reshape(1, S) - pos.reshape(S, 1)  # [S, S]  t5.snf:102
+        dist = torch.abs(rel)  # [S, S]  t5.snf:103
+        # [S, S]  t5.snf:104
+        far = cfg.max_exact + (torch.log(dist.to(dtype) / cfg.max_exact) / cfg.log_ratio
+                               * (cfg.half - cfg.max_exact)).to(torch.int64)
+        # [S, S]  t5.snf:105
+        bucket = (rel > 0).to(torch.int64) * cfg.half + torch.where(
+                dist < cfg.max_exact, dist, far.clamp(max=cfg.half - 1))
+        by_head = self.rel_bias_table(bucket)  # [S, S, H]  t5.snf:106
+        position_bias = by_head.transpose(0, 2).transpose(1, 2).reshape(1, cfg.n_head, S, S)  # [1, H, S, S]  t5.snf:107
+        x = F.dropout(self.token_embedding(input_ids), p=cfg.dropout, training=self.training)  # [B, S, D]  t5.snf:109
+        for layer in self.layers:
+            x = layer(x, position_bias, attention_mask)  # t5.snf:110
+        # [B, S, D]  t5.snf:124
+        encoder_last_hidden_state = F.dropout(self.final_norm(x), p=cfg.dropout, training=self.training)
+        # [n_dec_layer, B, S, H, d_kv]  t5.snf:128
+        cross_keys = torch.full((cfg.n_dec_layer, B, S, cfg.n_head, cfg.d_kv), 0.0, dtype=dtype,
+                                device=input_ids.device)
+        # [n_dec_layer, B, S, H, d_kv]  t5.snf:129
+        cross_values = torch.full((cfg.n_dec_layer, B, S, cfg.n_head, cfg.d_kv), 0.0, dtype=dtype,
+                                  device=input_ids.device)
+        for l, layer in enumerate(self.layers2):
+            cross_keys, cross_values = layer(cross_keys, cross_values, encoder_last_hidden_state, l)  # t5.snf:130
+        return (encoder_last_hidden_state, cross_keys, cross_values)
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: Optional[int] = None, top_p: Optional[float] = None,
+                 generator: Optional[torch.Generator] = None, *, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Encode `input_ids` once, then decode up to `max_new_tokens` tokens from the config's
+        decoder_start_token_id; return the decoder's tokens [B, 1 + new tokens], as transformers' generate does.
+
+        `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
+        with `generator`. The encoder's values are computed once and each step feeds only the newest
+        token and the self-attention cache (past_keys, past_values). A row ends at
+        eos_token_id and is padded with pad_token_id after it; decoding stops when every row has ended.
+        """
+        _check_sampling(input_ids, max_new_tokens, temperature, top_k, top_p)
+        was_training = self.training
+        self.eval()
+        try:
+            token = torch.full((input_ids.size(0), 1), self.config.decoder_start_token_id, dtype=torch.long,
+                               device=input_ids.device)
+            tokens = [token]
+            done = torch.zeros(input_ids.size(0), 1, dtype=torch.bool, device=input_ids.device)
+            self._encoded = self._encode(input_ids, attention_mask=attention_mask)
+            out = self(input_ids, decoder_input_ids=token, attention_mask=attention_mask, use_cache=True)
+            for step in _decoding(max_new_tokens):
+                token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
+                token = token.masked_fill(done, self.config.pad_token_id)  # a row that has ended
+                done = done | (token == self.config.eos_token_id)
+                tokens.append(token)
+                if step + 1 == max_new_tokens or bool(done.all()):
+                    break  # the last token needs no step
+                out = self(input_ids, decoder_input_ids=token, attention_mask=attention_mask, past_keys=out.new_keys,
+                           past_values=out.new_values, use_cache=True)
+            return torch.cat(tokens, dim=1)
+        finally:
+            self._encoded = None
+            self.train(was_training)
 
 
 def spec_parameters(config: Config) -> dict:
@@ -868,6 +918,50 @@ def _visible_keys(q, k, mask, causal: bool, decode: Optional[_DecodeState] = Non
     return allowed
 
 
+def _decoding(count: int):
+    """range(count), with the compile settings (_CompileSettings) on for the whole decode loop, so
+    that each step skips setting them (it would cost 5% of a step at batch 1 on a CPU)."""
+    with _CompileSettings():
+        yield from range(count)
+
+
+def _check_sampling(tokens, max_new_tokens, temperature, top_k, top_p) -> None:
+    """generate's arguments, before any work: a bad one is a clear error, not a strange sample."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.size(1) == 0:
+        raise ValueError(f"generate needs a prompt of at least one token, [B, T] with T >= 1, got {_described(tokens)}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_p: Optional[float],
+            generator: Optional[torch.Generator]) -> torch.Tensor:
+    """One token per row of logits [B, V], as [B, 1]: greedy at temperature 0, else sampled. The
+    logits less their row's largest are divided by the temperature, taken within float32's
+    normal range: <= 0, with a 0, so the softmax is finite for any temperature > 0 (a tiny one
+    leaves all the mass on the largest logits: greedy, a tie sampled), where dividing the logits
+    themselves overflows to inf and gives NaN."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits.float()
+    finfo = torch.finfo(logits.dtype)
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / min(max(temperature, finfo.tiny), finfo.max)
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        outside = probs.cumsum(dim=-1) - probs > top_p  # keep the smallest prefix whose mass reaches top_p
+        logits = logits.scatter(-1, order, sorted_logits.masked_fill(outside, float("-inf")))
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
+
+
 def _check_targets(targets: torch.Tensor, classes: int, ignore_index: int, name: str, classes_name: str) -> None:
     """Class indices: each in [0, classes) or ignore_index; checked as _check_index checks ids
     (eagerly, on the CPU, outside torch.compile), so a bad one is not torch's IndexError."""
@@ -903,4 +997,5 @@ Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train
 Block.forward = _hot_path(Block.forward)
 Block2.forward = _hot_path(Block2.forward)
 Block3.forward = _hot_path(Block3.forward)
+Model._encoded = None  # the encoder's values while generate decodes (see generate); None otherwise
 Model.forward = _by_compile_unit(Model.forward)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..source import NO_SPAN, Span
+from ..source import Span
 
 
 @dataclass(frozen=True)
@@ -91,17 +91,23 @@ def plan_encoder(model: ir.Model, tokens: ir.Tensor) -> EncoderPlan | str:
 
 
 def _recomputed(later, tainted: set, dims: set) -> tuple:
-    """Values a decoder loop computes with a matrix product from the encoder's side alone."""
-    out, local = [], set(tainted)
+    """The values a decoder loop hands on from a matrix product of the encoder's side alone (the
+    cross-attention keys and values, computed there): each decode step computes them again."""
+    inner = {s.name for loop in later if isinstance(loop, ir.Loop) for s in ir.walk_stmts(loop.body)
+             if isinstance(s, ir.Bind) and s.let}
+    out, local = [], set(tainted) - inner  # a loop's own locals: tainted statement by statement
     for _ in range(2):  # twice: a loop carries values to its next layer
         for s in ir.walk_stmts(later):
             if isinstance(s, (ir.Bind, ir.SetItem, ir.FusedLinear)) and _decoder_side([s], local, dims):
                 local |= ir.writes(s)
     for loop in (s for s in later if isinstance(s, ir.Loop)):
-        for s in ir.walk_stmts(loop.body):
-            if isinstance(s, ir.Bind) and s.name not in local and any(
-                    isinstance(e, ir.Op) and e.op in ("linear", "matmul") for e in ir.subexprs([s.value])):
-                out.append((s.name, getattr(s, "span", NO_SPAN)))
+        body = ir.walk_stmts(loop.body)
+        products = any(isinstance(s, ir.FusedLinear) or isinstance(s, ir.Bind) and any(
+            isinstance(e, ir.Op) and e.op in ("linear", "matmul") for e in ir.subexprs([s.value]))
+            for s in body if not ir.writes(s) & local)
+        read = set().union(set(), *(ir.reads(s) for s in body if ir.writes(s) & local))
+        if products:
+            out += [(s.name, s.span) for s in body if isinstance(s, ir.Bind) and s.name not in local and s.name in read]
     return tuple(out)
 
 

@@ -167,3 +167,25 @@ def test_the_compiled_path_generates_what_transformers_does(tmp_path, monkeypatc
         warnings.simplefilter("error", RuntimeWarning)  # a fallback to eager fails here
         got = model.generate(ids, 10, temperature=0, attention_mask=mask)
     assert torch.equal(got, want)
+
+
+def test_an_encoder_folder_loads_t5_encoder_snf(tmp_path):
+    """Both T5 specs claim model_type "t5": config.json's architectures choose (T5EncoderModel:
+    specs/t5_encoder.snf, T5ForConditionalGeneration: specs/t5.snf)."""
+    from test_from_pretrained import FAMILIES, NORMS
+    kwargs = dict(FAMILIES["t5"][1], feed_forward_proj="relu")
+    torch.manual_seed(0)
+    hf = transformers.T5EncoderModel(transformers.T5Config(**kwargs)).eval()
+    with torch.no_grad():
+        for key, p in hf.named_parameters():
+            p.copy_((1.0 if key.endswith(NORMS) else 0.0) + torch.randn_like(p) * 0.2)
+    hf.save_pretrained(tmp_path / "encoder")
+    model = snf.from_pretrained(tmp_path / "encoder")
+    assert type(model).__module__.endswith("t5_encoder") or "t5_encoder" in model.__class__.__doc__
+    ids, mask = _batch(97)
+    with torch.no_grad():
+        assert _close(model(ids, attention_mask=mask), hf(input_ids=ids, attention_mask=mask).last_hidden_state)
+    snf.save_pretrained(model, tmp_path / "back")
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["architectures"] == ["T5EncoderModel"]
+    _, folder = saved(tmp_path, "t5")
+    assert "t5.snf" in snf.from_pretrained(folder).__class__.__doc__

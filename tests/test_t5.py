@@ -189,3 +189,20 @@ def test_an_encoder_folder_loads_t5_encoder_snf(tmp_path):
     assert json.loads((tmp_path / "back" / "config.json").read_text())["architectures"] == ["T5EncoderModel"]
     _, folder = saved(tmp_path, "t5")
     assert "t5.snf" in snf.from_pretrained(folder).__class__.__doc__
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda t: t.replace("  decoder_start_token_id : int = 0 # generate's first decoder token\n", "").replace(
+        "  decoder_start_token_id <- hf.decoder_start_token_id or 0\n", ""), "declare it (`decoder_start_token_id : int`)"),
+    (lambda t: t.replace("  pad_token_id : int = 0\n", "").replace("  pad_token_id <- hf.pad_token_id or 0\n", ""),
+     "declare both, or neither"),
+    (lambda t: t.replace("causal=True, scale=1.0, bias=dec_bias", "scale=1.0, bias=dec_bias"),
+     "an attention of the decoder is not causal and its keys see the decoder's tokens"),
+])
+def test_check_says_why_an_encoder_decoder_gets_no_generate(repo, edit, why):
+    from snf.compiler import analyze, plan_notes
+    from snf.source import Source
+    result = analyze(Source.from_bytes("t5_edited.snf", edit((repo / "specs/t5.snf").read_text()).encode()))
+    assert result.ok, [d.message for d in result.diagnostics if d.severity == "error"]
+    notes = [d.message for d in plan_notes(result)]
+    assert any(n.startswith("no generate: ") and why in n for n in notes), notes

@@ -86,12 +86,24 @@ def plan_notes(result: Result) -> list[Diagnostic]:
         r.note("cache-plan", f"`{c.input}` is a KV cache: it grows along axis {c.axis} (`{c.dim}`) and comes back "
                              f"as the output `{c.output}`", spans[c.input])
     tokens = token_input(result.model)
+    if plans.decode is not None:  # an encoder-decoder's tokens are the decoder's
+        tokens = next(i for i in result.model.inputs if i.name == plans.decode.tokens)
     if tokens is not None:
         logits, why = choose_logits(result.model, tokens)
         outputs = {o.name: o.span for o in result.model.outputs}
         refusal = no_generate(result.model)
         if plans.decode is not None:
             r.note("generate-plan", f"generate samples from the output `{logits.name}`: {why}", outputs[logits.name])
+            encoder = plans.decode.encoder
+            if encoder is not None:
+                r.note("generate-plan", f"an encoder-decoder: generate runs what does not read `{tokens.name}` once "
+                                        f"(from {', '.join(encoder.inputs)}; hands each decode step "
+                                        f"{', '.join(encoder.values)}), then decodes with the self-attention cache",
+                       spans[tokens.name])
+                for name, span in encoder.recomputed:
+                    r.note("generate-plan", f"`{name}` reads only the encoder's side but is computed in the decoder's "
+                                            "loop, so each decode step computes it again: compute it in a loop of its "
+                                            "own, before that one, to compute it once per generate", span)
         elif refusal != NO_LOGITS:  # a model without logits (an encoder's hidden states) is not an LM
             r.note("generate-plan", f"no generate: {refusal}", spans[tokens.name])
     if plans.caches.caches:

@@ -12,7 +12,9 @@ SCALAR_KINDS = ("int", "float", "bool", "str")
 # Names a spec cannot declare: they mean something in every spec.
 RESERVED = frozenset({"Tensor", "exists", "None", "True", "False"} | set(DTYPES))
 
-# Config switches the code generator acts on (docs/language.md, "Recognised params"); a spec that
-# declares one must declare it `bool`.
+# Config values the code generator acts on (docs/language.md, "Recognised params"), with the
+# scalar kind a spec must declare each as: a switch, and the tokens an encoder-decoder's
+# `generate` starts, stops and pads with.
 GRADIENT_CHECKPOINTING = "gradient_checkpointing"
-RECOGNISED_CONFIG = (GRADIENT_CHECKPOINTING,)
+GENERATE_TOKENS = ("decoder_start_token_id", "eos_token_id", "pad_token_id")
+RECOGNISED_CONFIG = {GRADIENT_CHECKPOINTING: "bool", **{name: "int" for name in GENERATE_TOKENS}}

@@ -36,31 +36,48 @@ class PretrainedError(ValueError):
 # ----------------------------------------------------------------------------- bundled specs
 
 @functools.cache
-def bundled_specs() -> dict[str, Path]:
-    """model_type -> the bundled spec whose `config hf:` section requires it
-    (`assert hf.model_type == "..."`), from the checked specs shipped with snfc."""
+def _claims() -> list[tuple[str, tuple, Path]]:
+    """(model_type, the architectures the section writes back, spec) for each bundled spec whose
+    `config hf:` section requires a model_type (`assert hf.model_type == "..."`), from the checked
+    specs shipped with snfc."""
     from .checkpoints import encode_config_section
     from .compiler import analyze
     from .resources import resource_dir
     from .source import Source
 
-    out: dict[str, Path] = {}
+    out = []
     for path in sorted(resource_dir("specs").glob("*.snf")):
         result = analyze(Source.read(path))
         if result.ok and any(e.fmt == "hf" for e in result.model.config_maps):
-            for test, _ in encode_config_section(result.model, "hf")["asserts"]:
+            section = encode_config_section(result.model, "hf")
+            written = section["writes"].get("architectures", ("list", ()))
+            architectures = tuple(v[1] for v in written[1] if v[0] == "const") if written[0] == "list" else ()
+            for test, _ in section["asserts"]:
                 if test[:3] == ("cmp", "==", ("key", "model_type")) and test[3][0] == "const":
-                    out.setdefault(test[3][1], path)
+                    out.append((test[3][1], architectures, path))
     return out
 
 
-def _spec_for(model_type, folder: Path) -> Path:
+def bundled_specs() -> dict[str, Path]:
+    """model_type -> the bundled spec whose `config hf:` section requires it (the first, by file
+    name, where several do: `_spec_for` chooses among them by architecture)."""
+    out: dict[str, Path] = {}
+    for model_type, _, path in _claims():
+        out.setdefault(model_type, path)
+    return out
+
+
+def _spec_for(model_type, folder: Path, architectures=None) -> Path:
+    """The bundled spec for a model_type; where several claim it (T5: `t5.snf` for
+    T5ForConditionalGeneration, `t5_encoder.snf` for T5EncoderModel), the one whose section writes
+    config.json's first architecture back."""
     specs = bundled_specs()
     if model_type not in specs:
         raise PretrainedError(f"{folder / CONFIG_FILE}: no bundled spec for model_type {model_type!r}; snfc bundles "
                               + ", ".join(f"{t!r} ({p.name})" for t, p in sorted(specs.items()))
                               + ". Pass spec= a spec with `checkpoint hf:` and `config hf:` sections")
-    return specs[model_type]
+    first = architectures[0] if isinstance(architectures, list) and architectures else None
+    return next((path for t, written, path in _claims() if t == model_type and first in written), specs[model_type])
 
 
 # ----------------------------------------------------------------------------- evaluating `config hf:`
@@ -242,7 +259,7 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
         raise PretrainedError(f"{config_file} is not JSON ({err})") from None
     if not isinstance(hf, dict):
         raise PretrainedError(f"{config_file} holds a {type(hf).__name__}, not a JSON object")
-    module = load(spec if spec is not None else _spec_for(hf.get("model_type"), folder))
+    module = load(spec if spec is not None else _spec_for(hf.get("model_type"), folder, hf.get("architectures")))
     config = config_from_hf(module, hf, str(config_file))
     with torch.device("meta"):
         model = module.Model(config)

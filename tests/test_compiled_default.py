@@ -26,6 +26,8 @@ SMALL = {
     "bert": dict(vocab_size=64, max_positions=32, n_layer=2, n_head=2, n_embd=32, intermediate=48),
     "t5_encoder": dict(vocab_size=64, n_layer=2, n_head=2, d_model=32, d_kv=8, d_ff=48, num_buckets=8,
                        max_distance=16),
+    "t5": dict(vocab_size=64, n_layer=2, n_dec_layer=2, n_head=2, d_model=32, d_kv=8, d_ff=48, num_buckets=8,
+               max_distance=16),
     "qwen2": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48),
     "gemma2": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, head_dim=16,
                    mlp_hidden=48, query_pre_attn_scalar=12, sliding_window=3, attn_softcap=2.0, final_softcap=5.0),

@@ -62,6 +62,11 @@ CASES = {
     "t5_encoder+mask": Case("t5_encoder", dict(vocab_size=29, n_layer=2, n_head=2, d_model=16, d_kv=8, d_ff=24,
                                                num_buckets=8, max_distance=16),
                             {"input_ids": (("B", "T"), "tokens"), "attention_mask": (("B", "T"), "mask")}, seq=16),
+    # an encoder-decoder: the encoder's length is the dynamic dim "P" (S), the decoder's "T"
+    "t5+mask": Case("t5", dict(vocab_size=29, n_layer=2, n_dec_layer=2, n_head=2, d_model=16, d_kv=8, d_ff=24,
+                               num_buckets=8, max_distance=16),
+                    {"input_ids": (("B", "P"), "tokens"), "decoder_input_ids": (("B", "T"), "tokens"),
+                     "attention_mask": (("B", "P"), "mask")}, seq=16),
     "qwen2": Case("qwen2", dict(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=16,
                                 mlp_hidden=24), {"idx": (("B", "T"), "tokens")}, seq=16),
     # soft-capped attention and logits, alternating sliding and global layers, a cache

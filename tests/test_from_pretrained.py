@@ -40,9 +40,21 @@ FAMILIES = {
                                        bos_token_id=None, eos_token_id=None), "gpt_neox.snf"),
     "bert": ("BertConfig", dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                 intermediate_size=48, max_position_embeddings=64, type_vocab_size=3), "bert.snf"),
+    # three encoder layers, two decoder ones (transformers 5's generate sizes its cache by num_layers)
+    "t5": ("T5Config", dict(vocab_size=97, d_model=24, d_kv=10, num_heads=3, d_ff=40, num_layers=3, num_decoder_layers=2,
+                            relative_attention_num_buckets=8, relative_attention_max_distance=12,
+                            feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0),
+           "t5.snf"),
 }
 CAUSAL = ["gpt2", "llama", "mistral", "qwen2", "gemma2", "gptj", "gpt_neox"]  # the encoder (BERT) has no logits and no generate
-NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.weight", "LayerNorm.weight")
+SEQ2SEQ = ["t5"]  # encoder-decoders: tests/test_t5.py
+NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.weight", "LayerNorm.weight",
+         "layer_norm.weight")
+
+
+def auto_class(family: str):
+    return (transformers.AutoModelForCausalLM if family in CAUSAL else transformers.AutoModelForSeq2SeqLM
+            if family in SEQ2SEQ else transformers.AutoModel)
 
 
 def hf_model(family: str, seed: int = 0, **overrides):
@@ -50,8 +62,7 @@ def hf_model(family: str, seed: int = 0, **overrides):
     name, kwargs, _ = FAMILIES[family]
     config = getattr(transformers, name)(**{**kwargs, **overrides})
     torch.manual_seed(seed)
-    auto = transformers.AutoModelForCausalLM if family in CAUSAL else transformers.AutoModel
-    model = auto.from_config(config).eval()
+    model = auto_class(family).from_config(config).eval()
     with torch.no_grad():
         for key, p in model.named_parameters():
             p.copy_((1.0 if key.endswith(NORMS) else 0.0) + torch.randn_like(p) * 0.2)
@@ -118,8 +129,7 @@ def _round_trip(tmp_path, family: str, agree, **overrides) -> None:
     _, folder = saved(tmp_path, family, **overrides)
     model = snf.from_pretrained(folder)
     snf.save_pretrained(model, tmp_path / "snf_out")
-    auto = transformers.AutoModelForCausalLM if family in CAUSAL else transformers.AutoModel
-    hf = auto.from_pretrained(tmp_path / "snf_out").eval()
+    hf = auto_class(family).from_pretrained(tmp_path / "snf_out").eval()
     assert type(hf).__name__ == json.loads((tmp_path / "snf_out" / "config.json").read_text())["architectures"][0]
     with torch.no_grad():
         agree(model, hf)

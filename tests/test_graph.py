@@ -220,7 +220,7 @@ def _check_against_ir(model: ir.Model) -> Dot:
         assert inside == _tensor_ops(loop.body)
         carried = {a["label"] for a in nodes.values() if _kind(a) == "carried" and a["cluster"] == cid}
         assert carried == set(loop.carried)
-        back = [(s, d) for s, d, a in dot.edges if a.get("style") == "dashed"]
+        back = [(s, d) for s, d, a in dot.edges if a.get("style") == "dashed" and nodes[d]["cluster"] == cid]  # this loop's
         assert sorted(nodes[d]["label"] for _, d in back) == sorted(loop.carried)
     return dot
 

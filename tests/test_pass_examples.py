@@ -92,6 +92,45 @@ let logits = linear(h, weight=head)
 let loss = cross_entropy(logits, targets, shift=True) if targets exists else None
 """
 
+ENCDEC = """\
+param:
+  n_layer : int = 2
+  V : int = 11
+  D : int = 8
+  decoder_start_token_id : int = 0
+input:
+  src : Tensor([B, S], int64)
+  tgt : Tensor([B, T], int64)
+  past_keys : Tensor([n_layer, B, T_past, 1, D], float32)?
+  past_values : Tensor([n_layer, B, T_past, 1, D], float32)?
+parameter:
+  emb : Tensor([V, D], float32)
+  W_ck : Tensor([n_layer, D, D], float32)
+  W_k : Tensor([n_layer, D, D], float32)
+output:
+  logits : Tensor([B, T, V], float32)
+  new_keys : Tensor([n_layer, B, T_past + T, 1, D], float32)
+  new_values : Tensor([n_layer, B, T_past + T, 1, D], float32)
+let enc = reshape(gather(emb, src), [B, S, 1, D])
+enc = flash_attention(enc, enc, enc)
+let memory = full([n_layer, B, S, 1, D], 0.0, float32)
+for l in 0..n_layer-1:
+    memory[l] = reshape(linear(reshape(enc, [B, S, D]), weight=W_ck[l]), [B, S, 1, D])
+let h = gather(emb, tgt)
+let new_keys = full([n_layer, B, T_past + T, 1, D], 0.0, float32)
+let new_values = full([n_layer, B, T_past + T, 1, D], 0.0, float32)
+for l in 0..n_layer-1:
+    let q = reshape(h, [B, T, 1, D])
+    let k = reshape(linear(h, weight=W_k[l]), [B, T, 1, D])
+    let kk = concat([past_keys[l], k], axis=1) if past_keys exists else k
+    let vv = concat([past_values[l], k], axis=1) if past_values exists else k
+    new_keys[l] = kk
+    new_values[l] = vv
+    h = h + reshape(flash_attention(q, kk, vv, causal=True), [B, T, D])
+    h = h + reshape(flash_attention(q, memory[l], memory[l]), [B, T, D])
+let logits = linear(h, weight=emb)
+"""
+
 WRITES = """\
 param:
   D : int = 4
@@ -156,6 +195,7 @@ PLANNERS = {  # pass -> (spec, what its plan says)
     "layout": (LAYERS, show_layout),
     "caches": (CACHED, show_caches),
     "decode": (CACHED, show_decode),
+    "encoder": (ENCDEC, show_decode),  # an encoder-decoder's decode plan, with what runs once
     "outputs": (CACHED, show_outputs),
     "fused_loss": (LOSS, show_loss),
     "outputs_loss": (LOSS, show_outputs),

@@ -87,12 +87,12 @@ class Messages:
         return Related(NO_SPAN, "")
 
     def unused_warnings(self) -> None:
-        for name in RECOGNISED_CONFIG:
+        for name, kind in RECOGNISED_CONFIG.items():
             b = self.scopes[0].names.get(name)
             if b is not None and b.kind == "config":
                 b.uses += 1
-                if b.ty != ir.BOOL:
-                    self.r.error("bad-type", f"`{name}` is a switch snfc reads: declare it `bool`", b.span)
+                if not isinstance(b.ty, ir.ScalarT) or b.ty.kind != kind:
+                    self.r.error("bad-type", f"`{name}` is a value snfc reads: declare it `{kind}`", b.span)
         for name, b in self.scopes[0].names.items():
             if b.uses == 0 and b.kind in ("config", "param", "buffer", "input"):
                 what = KIND_NAMES[b.kind]

@@ -22,7 +22,7 @@ from .wrap import DATA_LIMIT, LIMIT, wrap
 
 # Model.generate's own arguments, and its locals (templates/module.py.j2)
 GENERATE_ARGS = ("max_new_tokens", "temperature", "top_k", "top_p", "generator")
-GENERATE_LOCALS = ("was_training", "out", "tokens", "position", "size", "step", "token")
+GENERATE_LOCALS = ("was_training", "out", "tokens", "position", "size", "step", "token", "done")
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,8 +109,9 @@ class Generator:
             em.flags[demand.flag] = demand.flag
         if plans.decode_steps:  # generate's decode step state (self._decode_state)
             em.decode = names.fresh("decode")
-        em.stmts(m.body, 2)
-        body, em.lines = em.lines, []
+        encode = self.encode_context(em)
+        em.stmts(m.body if encode is None else [s for i, s in enumerate(m.body) if i not in encode["stmts"]], 2)
+        body, em.lines = (encode["fetch"] if encode else []) + em.lines, []
         # after the loops that call them: what a block takes is plan data (Plans.signature), not its code's
         block_ctx = [blocks.block_context(self, b) for b in plans.blocks.blocks]
         prologue = self.forward_prologue(em, inputs)
@@ -142,6 +143,7 @@ class Generator:
             "uses_checkpoint": bool(plans.blocks.blocks) and "gradient_checkpointing" in self.config_fields,
             "generate": self.generate_context(names, out_fields, em),
             "decode_steps": plans.decode_steps,
+            "encode": encode,
         }
         template = _env().get_template("module.py.j2")
         ctx.update(standalone=self.standalone, abi=runtime.ABI, std_imports=[], runtime_imports=[],
@@ -257,6 +259,38 @@ class Generator:
         return [f"if {em.decode} is None:", *nested(grown), f"else:  # preallocated caches of {size} slots, "
                 f"{dim} of them filled", *nested(position + buffers + [f"{dim} = {em.decode}.position"])]
 
+    # ---------------------------------------------------------------- an encoder-decoder's encoder
+    def encode_context(self, em: Emitter) -> dict | None:
+        """`Model._encode`: the statements an encoder-decoder's generate runs once (the encoder
+        plan), binding the sizes they use from the encoder's inputs; and the lines of forward that
+        take their values from generate (`self._encoded`) or compute them."""
+        plan = self.plans.decode.encoder if self.plans.decode is not None else None
+        if plan is None:
+            return None
+        m = self.model
+        em.stmts([m.body[i] for i in plan.stmts], 2)
+        lines, em.lines = em.lines, []
+        bind, bound = [], set()
+        for i in sorted((t for t in m.inputs if t.name in plan.inputs), key=lambda t: t.optional):
+            for axis, d in enumerate(i.ty.shape):
+                dim = d.as_symbol()
+                if dim in self.runtime and dim not in bound and not i.optional:
+                    bind.append(f"{em.names.name(dim)} = {i.name}.size({axis})")
+                    bound.add(dim)
+        if em.dtype_used:
+            bind.insert(0, f"{em.dtype_src} = {self.model_dtype}  # the dtype the model holds now (a cast's)")
+        values = ", ".join(em.names.name(v) for v in plan.values) + ("," if len(plan.values) == 1 else "")
+        args = ", ".join(f"{n}={n}" for n in plan.inputs)
+        fetch = [f"        if self._encoded is None:  # generate computes these once (see generate)",
+                 f"            {values} = self._encode({args})",
+                 "        else:",
+                 f"            {values} = self._encoded"]
+        optional = {i.name for i in m.inputs if i.optional}
+        signature = ", ".join(f"{n}: Optional[torch.Tensor] = None" if n in optional else f"{n}: torch.Tensor"
+                              for n in plan.inputs)
+        return {"stmts": set(plan.stmts), "fetch": fetch, "signature": signature, "prologue": bind,
+                "body": lines, "returned": values, "inputs": plan.inputs, "cfg": em.cfg}
+
     # ---------------------------------------------------------------- generate
     def generate_context(self, names: Namespace, out_fields: Namespace, em: Emitter) -> dict | None:
         plan = self.plans.decode
@@ -268,6 +302,8 @@ class Generator:
         local = Namespace(FORWARD_RESERVED | set(GENERATE_ARGS))
         tokens = local.keep(plan.tokens) if plan.tokens not in GENERATE_ARGS else local.fresh(plan.tokens)
         caches = [(local.fresh(c.input), c.output) for c in plan.caches]
+        for n in plan.encoder.inputs if plan.encoder is not None else ():  # generate's arguments too
+            local.keep(n)
         g = {n: local.fresh(n) for n in GENERATE_LOCALS}
         logits = g["out"] if single else f"{g['out']}.{plan.logits}"
         ctx = {"tokens": tokens, "logits": logits, "single": single, "g": g, "cache": caches,
@@ -277,6 +313,11 @@ class Generator:
             ctx["context_name"] = self.show((plan.context,))[1:-1]
         if self.plans.decode_steps:  # buffers of `context` slots
             ctx["static"] = {"axis": plan.caches[0].axis - 1}
+        ctx["encoder"] = None
+        if plan.encoder is not None:
+            fields = self.config_fields
+            ctx["encoder"] = {"first": plan.encoder.inputs[0], "rest": plan.encoder.inputs[1:],
+                              "stop": "eos_token_id" in fields and "pad_token_id" in fields}
         return ctx
 
     # ---------------------------------------------------------------- tables for snf.interop

@@ -10,6 +10,13 @@ the logits is `choose_logits`'s rule: the only `[B, T, V]` float output; else th
 groups; a cache given together with an input generate cannot fill (a `[B, T_past + T]` mask)
 means no cache: each step recomputes the whole sequence.
 
+An encoder-decoder (T5) gets `generate` too: its logits are over a second token input, the
+decoder's (`decoder_input_ids`), its other required inputs are the encoder's, and every attention
+of the decoder's side is causal or reads keys and values of the encoder's side only (cross-
+attention). The encoder plan (`encoder.py`) says what runs once; the config gives the decoder's
+first token (`decoder_start_token_id`) and, where declared, the token that ends a row
+(`eos_token_id`, padded after with `pad_token_id`).
+
 The context is the most tokens one forward may see, the bound the spec asserts on the tokens'
 length (`assert T_past + T <= block_size`). Past it, `generate` goes on as nanoGPT does: each step
 runs the last `context` tokens again, without a cache (exact: the same tokens as recomputing from
@@ -23,6 +30,7 @@ from dataclasses import dataclass
 from .. import ir
 from ..dims import Dim, equal
 from .caches import Cache, CachePlan
+from .encoder import EncoderPlan, cross_attention_ok, plan_encoder
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,7 @@ class DecodePlan:
     caches: tuple[Cache, ...]  # fed back at each step; () recomputes the sequence
     preallocated: bool  # the caches live in fixed-size buffers written in place (see the cache plan)
     context: Dim | None = None  # the most tokens a forward may see (None: no bound)
+    encoder: EncoderPlan | None = None  # an encoder-decoder's: what runs once per generate
 
 
 NO_LOGITS = "no output is [B, T, V] floats"
@@ -43,6 +52,20 @@ def token_input(model: ir.Model) -> ir.Tensor | None:
     if tokens is None or tokens.optional or tokens.ty.dtype != "int64" or tokens.ty.rank != 2:
         return None
     return tokens
+
+
+def decoder_tokens(model: ir.Model) -> ir.Tensor | None:
+    """An encoder-decoder's decoder tokens: when no output is logits over the vocabulary of the
+    first input (an encoder's hidden states are not), the first later required `[B, T]` int64
+    input some output is `[B, T, V]` floats over, V its vocabulary."""
+    def over_vocabulary(tokens: ir.Tensor) -> bool:
+        logits = choose_logits(model, tokens)[0]
+        return logits is not None and _vocabulary(model, tokens, logits) is None
+    first = token_input(model)
+    if first is None or over_vocabulary(first):
+        return None
+    return next((i for i in model.inputs[1:] if not i.optional and i.ty.dtype == "int64" and i.ty.rank == 2
+                 and over_vocabulary(i)), None)
 
 
 def choose_logits(model: ir.Model, tokens: ir.Tensor) -> tuple[ir.Tensor | None, str]:
@@ -82,35 +105,74 @@ def no_generate(model: ir.Model) -> str | None:
     tokens = token_input(model)
     if tokens is None:
         return "the first input is not token ids [B, T] int64"
+    decoder = decoder_tokens(model)
+    if decoder is not None:
+        return _no_encoder_decoder_generate(model, decoder)
     logits, why = choose_logits(model, tokens)
     if logits is None:
         return why
     required = [i.name for i in model.inputs[1:] if not i.optional]
     if required:
         return f"the input `{required[0]}` is required, and generate gives only the tokens (make it optional: `?`)"
+    return _vocabulary(model, tokens, logits) or _causal(model)
+
+
+def _vocabulary(model: ir.Model, tokens: ir.Tensor, logits: ir.Tensor) -> str | None:
     vocab = logits.ty.shape[-1]
     rows = next((r for r in model.rows_indexed_by(tokens.name) if not equal(r, vocab)[0]), None)
     if rows is not None:  # a sampled id (below vocab) must be a row of every table the tokens index
         return (f"`{logits.name}` is over `{vocab}`, not the `{rows}` rows of the table the tokens index: "
                 f"it is not logits over the vocabulary")
+    return None
+
+
+def _causal(model: ir.Model) -> str | None:
     attention = [e for e in ir.walk_exprs(model.body) if isinstance(e, ir.Op) and e.op == "flash_attention"]
     if not attention:
         return "no attention, so nothing says the logits at a position see only the tokens before it"
     if not all(e.arg("causal").value is True for e in attention):
-        return ("an attention is not causal (an encoder's, or an encoder-decoder's: not supported yet), so the "
-                "logits at a position would see later tokens")
+        return ("an attention is not causal (an encoder's), so the logits at a position would see later tokens "
+                "(an encoder-decoder's logits are over a second token input, the decoder's)")
+    return None
+
+
+def _no_encoder_decoder_generate(model: ir.Model, tokens: ir.Tensor) -> str | None:
+    """Why an encoder-decoder gets no `generate`, or None."""
+    logits, why = choose_logits(model, tokens)
+    if logits is None:
+        return why
+    wrong = _vocabulary(model, tokens, logits)
+    if wrong:
+        return wrong
+    encoder = plan_encoder(model, tokens)
+    if isinstance(encoder, str):
+        return encoder
+    fields = set(model.config_names())
+    if "decoder_start_token_id" not in fields:
+        return ("an encoder-decoder's generate starts the decoder with the config's `decoder_start_token_id`: "
+                "declare it (`decoder_start_token_id : int`)")
+    if ("eos_token_id" in fields) != ("pad_token_id" in fields):
+        return "generate ends a row at `eos_token_id` and pads it after with `pad_token_id`: declare both, or neither"
+    if not any(isinstance(e, ir.Op) and e.op == "flash_attention" for e in ir.walk_exprs(model.body)):
+        return "no attention, so nothing says the logits at a position see only the tokens before it"
+    if not cross_attention_ok(model, encoder, tokens):
+        return ("an attention of the decoder is not causal and its keys see the decoder's tokens (not only the "
+                "encoder's), so the logits at a position would see later tokens")
     return None
 
 
 def plan_decode(model: ir.Model, caches: CachePlan) -> DecodePlan | None:
     if no_generate(model) is not None:
         return None
-    tokens = token_input(model)
+    tokens = decoder_tokens(model) or token_input(model)
     logits, _ = choose_logits(model, tokens)
+    encoder = plan_encoder(model, tokens) if tokens is not model.inputs[0] else None
     fed = caches.caches
     names = {c.input for c in fed}
     if any(set(group) & names and not set(group) <= names for group in model.input_groups):
         fed = ()  # the caches come with an input generate cannot fill
+    if encoder is not None:  # an encoder-decoder's decode concatenates its self-attention cache
+        return DecodePlan(tokens.name, logits.name, tuple(fed), False, None, encoder)
     preallocated = bool(fed) and caches.preallocated is not None
     context = _context(model, tokens, {c.dim for c in caches.caches})
     if preallocated and context is None:  # the buffers hold that many tokens

@@ -86,8 +86,14 @@ def show_decode(plans: Plans) -> list[str]:
     if d is None:
         return []
     fed = ", ".join(f"{c.output} -> {c.input}" for c in d.caches) or "none: each step recomputes the sequence"
-    return [f"tokens {d.tokens}, logits {d.logits}", f"fed back: {fed}",
-            f"buffers written in place: {'yes' if d.preallocated else 'no'}"]
+    out = [f"tokens {d.tokens}, logits {d.logits}", f"fed back: {fed}",
+           f"buffers written in place: {'yes' if d.preallocated else 'no'}"]
+    if d.encoder is not None:
+        e = d.encoder
+        once = ", ".join(stmt_name(plans.model.body[i]) for i in e.stmts)
+        out += [f"encoder inputs: {', '.join(e.inputs)}", f"run once: {once}", f"handed to each step: {', '.join(e.values)}"]
+        out += [f"recomputed each step: {name}" for name, _ in e.recomputed]
+    return out
 
 
 def show_writes(plans: Plans) -> list[str]:

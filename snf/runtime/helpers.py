@@ -176,7 +176,7 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
     In a decode step (`decode`), the keys are a preallocated cache: key j is visible to query i when
     j <= decode.position + i (later slots are empty)."""
     tq, tk = q.size(-2), k.size(-2)
-    gqa = q.size(1) != k.size(1)
+    gqa = True if q.size(1) != k.size(1) else False  # a Python branch: SDPA refuses a symbolic bool
     if decode is None and mask is None and window is None and bias is None \
             and (not causal or tq == 1 or tq == tk):
         # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal

@@ -161,7 +161,7 @@ class Generator:
         # the runtime's definitions the rest calls, and what they call (snf/runtime)
         used = runtime.needed(template.render(**ctx, runtime_compile="", runtime=""))
         return wrap(template.render(**ctx, runtime_compile=runtime.copy("compiling", used),
-                                    runtime=runtime.copy("helpers", used)))
+                                    runtime=runtime.copy("helpers", used, "experts")))
 
     def flag_rows(self) -> list[tuple[str, list[str]]]:
         """forward's keyword arguments that ask for optional outputs, each with its comment lines."""

@@ -310,7 +310,7 @@ class Generator:
                 if e.name == "_":  # keys the checkpoint has but the model does not need (tied copies)
                     ignored += mapping_keys(e.source)
                     continue
-                rows += _data_rows(f"        {e.name!r}: ", encode_mapping(e.source))
+                rows += _data_rows(f"        {e.name!r}: ", encode_mapping(e.source, expert=e.expert_var is not None))
             rows.append("    },")
             rows += _data_rows("    'ignore': ", tuple(ignored))
             if any(c.fmt == fmt for c in self.model.config_maps):

@@ -80,6 +80,8 @@ def _measure(path: Path, cfg: dict, cached: dict | None = None):
     """(parameter count, forward FLOPs, forward + backward FLOPs) of the built module in training
     mode; the outputs of an eval-mode forward (which returns the caches) by name into `cached`."""
     mod = snf.load(path)
+    if hasattr(mod, "_MOE_DENSE_MACS"):
+        mod._MOE_DENSE_MACS = -1  # the sparse form, whose top-k cost stats counts (not the dense one tiny sizes pick)
     torch.manual_seed(0)
     model = mod.Model(mod.Config(**cfg))
     feeds = _feeds(_model_ir(path), cfg)
@@ -121,7 +123,7 @@ def test_counts_match_the_built_module(spec):
     caches = plan_caches(model).outputs  # the cache the module returns, grown by these B*T tokens
     assert s["kv_cache_bytes"] * B * T == sum(seen[n].nbytes for n in caches)
     assert bool(caches) == (spec.stem in ("nanogpt", "gpt_decoder", "llama3", "mistral", "qwen2", "gemma2", "gptj",
-                                          "gpt_neox"))
+                                          "gpt_neox", "mixtral"))
     tokens = B * T
     assert _close(s["flops_forward"] * tokens, forward), (s["flops_forward"] * tokens, forward)
     assert _close(s["flops_training"] * tokens, training), (s["flops_training"] * tokens, training)
@@ -298,6 +300,14 @@ def test_golden_nanogpt():
     assert_golden("stats_nanogpt.txt", out)
     shown = (REPO / "docs" / "stats.md").read_text().split("<!-- output -->\n```text\n")[1].split("```")[0]
     assert shown == out  # docs/stats.md shows it
+
+
+def test_golden_mixtral():
+    """A mixture of experts: active parameters and the every-expert (dense) FLOPs beside the totals."""
+    rc, out, err = snfc("stats", "specs/mixtral.snf")
+    assert rc == 0, err
+    assert_golden("stats_mixtral.txt", out)
+    assert "active parameters (top-k experts)               12,879,925,248" in out  # Mixtral 8x7B: 12.9 G of 46.7 G
 
 
 def test_json_has_formulas_and_numbers():

@@ -24,11 +24,12 @@ from .helpers import _eager_check
 _EXPERT_ACTIVATIONS = {"silu": F.silu, "relu": F.relu, "gelu": F.gelu,
                        "gelu_tanh": lambda h: F.gelu(h, approximate="tanh")}
 
-# The dense form runs E/k times the expert products but no sort, no gather and no loop: measured on
-# a 2-core CPU (benchmarks/bench_moe.py) it wins only while the dense work is tiny, below about this
-# many multiply-adds; above it the sparse form is faster, decode of one token included (it reads k
-# experts' weights, not E). The one place the rule lives; `_moe_dense_wins` applies it.
-_MOE_DENSE_MACS = 2 ** 18
+# The dense form runs E/k times the expert products but no sort, no gather, no host sync and no loop:
+# measured on a 2-core CPU (`benchmarks/bench_moe.py --sweep`, 8 experts, top-2) it was faster up to
+# about 5e7 dense multiply-adds (tokens * E * F * D * 3) and slower from about 9e7, decode of one
+# Mixtral-shaped token included (the sparse form reads k experts' weights, not E). The one place the
+# rule lives; `_moe_dense_wins` applies it.
+_MOE_DENSE_MACS = 2 ** 25
 
 
 def _moe_dense_wins(tokens: int, experts: int, hidden: int, width: int, gated: bool) -> bool:
@@ -98,7 +99,10 @@ def _activation_grad(act: str, g: torch.Tensor) -> torch.Tensor:
 
 def _moe_backward(grad, x, indices, weights, gate: Optional[torch.Tensor], up, down, act: str):
     """The gradients of _moe_sparse's x, weights, gate (an empty tensor without one), up and down,
-    written out by hand with the same grouping: autograd is off inside a custom op's kernel."""
+    written out by hand with the same grouping: autograd is off inside a custom op's kernel. It
+    recomputes gate x and up x (not down's product) rather than keep them: 8 products of
+    [pairs, F, D] per expert with a gate (the forward has 3), 5 without (2); _moe_flops' callers
+    count the same."""
     k = indices.shape[1]
     flat = indices.reshape(-1)
     order = torch.argsort(flat, stable=True)
@@ -122,11 +126,10 @@ def _moe_backward(grad, x, indices, weights, gate: Optional[torch.Tensor], up, d
             h = a * u
         else:
             h = _EXPERT_ACTIVATIONS[act](u)
-        y = F.linear(h, down[e])
-        gws[part] = (go * y).sum(1)
-        gy = go * ws[part]
-        g_down[e] = gy.t() @ h
-        gh = gy @ down[e]
+        gh = go @ down[e]  # the output's gradient before the slot weight: gives the weight's gradient without y
+        gws[part] = (gh * h).sum(1)
+        g_down[e] = (go * ws[part]).t() @ h
+        gh = gh * ws[part]
         if gate is not None:
             gu, gg = gh * a, gh * u * _activation_grad(act, g)
             g_gate[e] = gg.t() @ xe
@@ -176,10 +179,10 @@ def _moe_define_ops():
     register_flop_formula(torch.ops.snf.moe_experts)(
         lambda x, indices, weights, gate, up, down, act, out_shape=None, **kw:
         _moe_flops(x, indices, up, gate is not None))
-    # the recomputed forward's products, and x's and the weights' gradients: twice the forward's
+    # gate x and up x recomputed, and x's and the weights' gradients (see _moe_backward)
     register_flop_formula(torch.ops.snf.moe_experts_backward)(
         lambda grad, x, indices, weights, gate, up, down, act, out_shape=None, **kw:
-        3 * _moe_flops(x, indices, up, gate is not None))
+        _moe_flops(x, indices, up, gate is not None) * (8 if gate is not None else 5) // (3 if gate is not None else 2))
     return torch.ops.snf.moe_experts
 
 

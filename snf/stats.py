@@ -30,6 +30,7 @@ from .language import GRADIENT_CHECKPOINTING
 from .ops import all_ops
 from .passes.caches import plan_caches
 from .passes.liveness import plan_outputs
+from .stats_experts import expert_quantities, note_experts
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 
@@ -153,10 +154,7 @@ class _Walk:
         self.by_layer: list[str] = []  # the loops counted layer by layer, for the note
         self.forward = self.layer_forward = self.activations = Dim()
         self.backward: list[Dim] = [Dim()]  # per product, by id
-        # mixtures of experts: the stacked expert parameters -> (expert axis, k), and the forward
-        # FLOPs the dense form (every expert on every token) adds to the top-k cost
-        self.experts: dict = {}
-        self.dense_extra = Dim()
+        self.experts, self.dense_extra = {}, Dim()  # mixtures of experts: see stats_experts.py
         # evaluates the config's switches and `X exists` (the plain forward: no optional input given)
         self.conds = Interpreter(model, cfg).at_sizes(runtime)
 
@@ -308,7 +306,7 @@ class _Walk:
             fwd, bwd = op.flops(types, self._shape(e.ty), {name for name, f in flows.items() if f})
             self.forward += times * fwd
             if e.op == "moe_experts":
-                self._experts(e, types, times * fwd)
+                note_experts(self, e, types, times * fwd)
             if in_loop:
                 self.layer_forward += times * fwd
             self.backward.append(times * bwd)
@@ -316,20 +314,6 @@ class _Walk:
         if op is None or not op.view:
             self.activations += times * self.size(e.ty)
         return out if e.ty.dtype.startswith(("float", "bfloat")) else frozenset()
-
-    def _experts(self, e, types: dict, fwd: Dim) -> None:
-        """Note a `moe_experts` call: which parameters hold its experts (k of E active per token)
-        and what running every expert would cost."""
-        k, experts = types["indices"].shape[-1], types["up"].shape[0]
-        for name, a in e.args:
-            if name in ("up", "down", "gate"):
-                for x in ir.subexprs((a,)):
-                    if isinstance(x, ir.Ref) and x.kind in ("param", "layer_param"):
-                        self.experts[x.name] = (experts, k)
-        if k.as_symbol():
-            self.dense_extra += fwd.subs({k.as_symbol(): experts}) - fwd
-        elif k.value:
-            self.dense_extra += fwd * experts * Dim.const(Fraction(1, k.value)) - fwd
 
     def _shape(self, ty):
         return TensorT(tuple(self.dim(d) for d in ty.shape), ty.dtype) if isinstance(ty, TensorT) else ty
@@ -384,7 +368,6 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
         return Quantity(key, label, _divide(total, tokens_dims), value, unit, "; ".join(walk.by_layer))
 
     per = "token" if tokens_dims else "call"  # an input without run-time axes: per forward call
-    experts = _active_experts(model, walk)
     quantities = [
         Quantity("parameters", "parameters", _simplify(params, model), Fraction(params.evaluate(env)), ""),
         per_token("flops_forward", f"FLOPs per {per}, forward", walk.forward, "FLOPs"),
@@ -399,29 +382,9 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
         # to the last tensor it needs; model FLOPs above leave it out, as MFU does
         quantities.insert(3, per_token("flops_recompute", f"FLOPs per {per}, checkpoint recompute",
                                        walk.layer_forward, "FLOPs"))
-    if experts is not None:  # a mixture of experts: what one token uses, beside the totals
-        quantities.insert(1, Quantity("active_parameters", "active parameters (top-k experts)",
-                                      _simplify(params - experts, model), Fraction((params - experts).evaluate(env)), ""))
-        quantities.insert(3, per_token("flops_forward_dense", f"FLOPs per {per}, forward, every expert (dense)",
-                                       walk.forward + walk.dense_extra, "FLOPs"))
+    expert_quantities(quantities, model, walk, params, env, per_token, per, simplify=_simplify, quantity=Quantity)
     names = tuple(i.name for i in model.inputs if i.optional)
     return Stats(model, cfg, dims, tokens, names, tuple(quantities))
-
-
-def _active_experts(model: ir.Model, walk: _Walk) -> Dim | None:
-    """The expert parameters a token does not use: each stacked expert tensor with E - k of its E
-    experts (E its expert axis, a param); None without a mixture of experts."""
-    if not walk.experts:
-        return None
-    idle = Dim()
-    for t in model.params:
-        if t.name in walk.experts:
-            experts, k = walk.experts[t.name]
-            n = walk.numel(t.ty)
-            if experts.as_symbol() is None:
-                return None  # an expert count that is not a param: no formula to give
-            idle += n - n.subs({experts.as_symbol(): k})
-    return idle
 
 
 _ABSENT = "its inputs are absent"

@@ -1115,7 +1115,11 @@ def _moe_experts(x, indices, weights, gate: Optional[torch.Tensor], up, down, ac
         if low < 0 or high >= experts:
             raise ValueError(f"moe_experts: expert indices must be in [0, {experts}), got {low if low < 0 else high}")
     shape, k = x.shape, indices.shape[-1]
-    x2, i2, w2 = x.reshape(-1, shape[-1]), indices.reshape(-1, k), weights.reshape(-1, k)
+    # one dtype throughout, x's: under autocast a float32 router weight meets bfloat16 activations,
+    # and the experts' float32 parameters are cast as autocast casts a linear's
+    up, down = up.to(x.dtype), down.to(x.dtype)
+    gate = gate.to(x.dtype) if gate is not None else None
+    x2, i2, w2 = x.reshape(-1, shape[-1]), indices.reshape(-1, k), weights.reshape(-1, k).to(x.dtype)
     if _moe_dense_wins(x2.shape[0], experts, up.shape[1], up.shape[2], gate is not None):
         return _moe_dense(x2, i2, w2, gate, up, down, act).reshape(shape)
     return _MOE_OP(x2, i2, w2, gate, up, down, act).reshape(shape)

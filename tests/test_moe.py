@@ -75,6 +75,21 @@ def test_an_expert_with_no_tokens_and_an_empty_batch():
     assert empty.shape == (0, 16)
 
 
+@pytest.mark.parametrize("dense", [True, False])
+def test_autocast_bfloat16(dense, monkeypatch):
+    """Under autocast a float32 router's weights meet bfloat16 activations and float32 experts:
+    the result is bfloat16, near the float32 one, in both forms."""
+    monkeypatch.setattr(experts, "_MOE_DENSE_MACS", 10 ** 12 if dense else -1)
+    gate, up, down = (t.float() for t in _weights(e=4))
+    x = torch.randn(24, 16)
+    w, i = _route(x, torch.randn(4, 16), 2)
+    want = experts._moe_experts(x, i, w, gate, up, down, "silu")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = experts._moe_experts(x.bfloat16(), i, w, gate, up, down, "silu")
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want, rtol=0.05, atol=0.05)
+
+
 def test_indices_out_of_range_are_refused():
     gate, up, down = _weights(e=4)
     x = torch.randn(2, 16, dtype=torch.float64)

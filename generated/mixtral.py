@@ -1067,11 +1067,14 @@ def _moe_define_ops():
     if hasattr(torch.ops.snf, "moe_experts"):
         return torch.ops.snf.moe_experts
     from torch.utils.flop_counter import register_flop_formula
+    # the counts per expert are read on the host: no CUDA graph may capture the op (inductor
+    # then leaves it out of the graphs it records)
+    unsafe = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()
     forward = torch.library.custom_op(
-        "snf::moe_experts", _moe_sparse, mutates_args=(),
+        "snf::moe_experts", _moe_sparse, mutates_args=(), tags=unsafe,
         schema="(Tensor x, Tensor indices, Tensor weights, Tensor? gate, Tensor up, Tensor down, str act) -> Tensor")
     backward = torch.library.custom_op(
-        "snf::moe_experts_backward", _moe_backward, mutates_args=(),
+        "snf::moe_experts_backward", _moe_backward, mutates_args=(), tags=unsafe,
         schema="(Tensor grad, Tensor x, Tensor indices, Tensor weights, Tensor? gate, Tensor up, Tensor down, "
                "str act) -> Tensor[]")
     forward.register_fake(lambda x, indices, weights, gate, up, down, act: x.new_empty(x.shape))

@@ -33,6 +33,8 @@ FAMILIES = {
     "mixtral": ("MixtralConfig", dict(_DECODER, sliding_window=5, num_local_experts=4, num_experts_per_tok=2),
                 "mixtral.snf"),
     "olmoe": ("OlmoeConfig", dict(_DECODER, num_experts=4, num_experts_per_tok=2, pad_token_id=None), "olmoe.snf"),
+    "qwen3_moe": ("Qwen3MoeConfig", dict(_DECODER, head_dim=16, moe_intermediate_size=24, num_experts=4,
+                                         num_experts_per_tok=2, norm_topk_prob=True), "qwen3_moe.snf"),
     "gemma2": ("Gemma2Config", dict(_DECODER, head_dim=16, query_pre_attn_scalar=12, sliding_window=5,
                                     attn_logit_softcapping=2.0, final_logit_softcapping=5.0, pad_token_id=None),
                "gemma2.snf"),
@@ -44,7 +46,7 @@ FAMILIES = {
     "bert": ("BertConfig", dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                 intermediate_size=48, max_position_embeddings=64, type_vocab_size=3), "bert.snf"),
 }
-CAUSAL = ["gpt2", "llama", "mistral", "mixtral", "olmoe", "qwen2", "gemma2", "gptj", "gpt_neox"]  # the encoder (BERT) has no logits and no generate
+CAUSAL = ["gpt2", "llama", "mistral", "mixtral", "olmoe", "qwen3_moe", "qwen2", "gemma2", "gptj", "gpt_neox"]  # the encoder (BERT) has no logits and no generate
 NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.weight", "LayerNorm.weight")
 
 

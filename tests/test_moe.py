@@ -266,8 +266,9 @@ def _hf_greedy(hf, prompt, n):
     return seq
 
 
-@pytest.mark.parametrize("family,overrides", [("mixtral", {}), ("olmoe", {}), ("olmoe", {"norm_topk_prob": True})],
-                         ids=["mixtral", "olmoe", "olmoe-renormalised"])
+@pytest.mark.parametrize("family,overrides", [("mixtral", {}), ("olmoe", {}), ("olmoe", {"norm_topk_prob": True}),
+                                              ("qwen3_moe", {}), ("qwen3_moe", {"norm_topk_prob": False})],
+                         ids=["mixtral", "olmoe", "olmoe-renormalised", "qwen3_moe", "qwen3_moe-not-renormalised"])
 def test_sparse_lowering_matches_transformers(tmp_path, monkeypatch, family, overrides):
     """The tiny test configs pick the dense form (_MOE_DENSE_MACS); here the sparse one, forced:
     logits, the load-balancing loss and greedy generate against transformers."""
@@ -281,6 +282,17 @@ def test_sparse_lowering_matches_transformers(tmp_path, monkeypatch, family, ove
     assert (got.logits - want.logits).abs().max() <= 1e-5 * want.logits.abs().max()
     torch.testing.assert_close(got.aux_loss, want.aux_loss, rtol=1e-5, atol=1e-6)
     assert torch.equal(model.generate(idx[:, :5], 6, temperature=0), _hf_greedy(hf, idx[:, :5], 6))
+
+
+@pytest.mark.parametrize("key,value,says", [("mlp_only_layers", [0], "no dense MLP layers"),
+                                            ("decoder_sparse_step", 2, "every layer sparse")])
+def test_qwen3_moe_dense_layers_are_refused(tmp_path, key, value, says):
+    from snf.pretrained import PretrainedError
+    from tests.test_from_pretrained import edit_config, saved
+    _, folder = saved(tmp_path, "qwen3_moe")
+    edit_config(folder, **{key: value})
+    with pytest.raises(PretrainedError, match=says):
+        snf.from_pretrained(folder)
 
 
 def test_mixtral_without_a_window(tmp_path):

@@ -123,7 +123,7 @@ def test_counts_match_the_built_module(spec):
     caches = plan_caches(model).outputs  # the cache the module returns, grown by these B*T tokens
     assert s["kv_cache_bytes"] * B * T == sum(seen[n].nbytes for n in caches)
     assert bool(caches) == (spec.stem in ("nanogpt", "gpt_decoder", "llama3", "mistral", "qwen2", "gemma2", "gptj",
-                                          "gpt_neox", "mixtral", "olmoe"))
+                                          "gpt_neox", "mixtral", "olmoe", "qwen3_moe"))
     tokens = B * T
     assert _close(s["flops_forward"] * tokens, forward), (s["flops_forward"] * tokens, forward)
     assert _close(s["flops_training"] * tokens, training), (s["flops_training"] * tokens, training)

@@ -18,6 +18,11 @@ from snf.runtime import experts
 from snf.source import Source
 
 
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)  # the random inputs of each test: the same every run
+
+
 def _weights(e=8, f=24, d=16, dtype=torch.float64, seed=0):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(shape, generator=g, dtype=dtype) * 0.3 for shape in ((e, f, d), (e, f, d), (e, d, f))]
@@ -81,13 +86,14 @@ def test_autocast_bfloat16(dense, monkeypatch):
     the result is bfloat16, near the float32 one, in both forms."""
     monkeypatch.setattr(experts, "_MOE_DENSE_MACS", 10 ** 12 if dense else -1)
     gate, up, down = (t.float() for t in _weights(e=4))
-    x = torch.randn(24, 16)
-    w, i = _route(x, torch.randn(4, 16), 2)
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(24, 16, generator=g)
+    w, i = _route(x, torch.randn(4, 16, generator=g), 2)
     want = experts._moe_experts(x, i, w, gate, up, down, "silu")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         got = experts._moe_experts(x.bfloat16(), i, w, gate, up, down, "silu")
     assert got.dtype == torch.bfloat16
-    torch.testing.assert_close(got.float(), want, rtol=0.05, atol=0.05)
+    assert (got.float() - want).abs().max() <= 0.02 * want.abs().max()  # bfloat16's 8 bits of mantissa
 
 
 def test_indices_out_of_range_are_refused():

@@ -3,7 +3,8 @@ transformers' own MixtralSparseMoeBlock, on the same weights.
 
     PYTHONPATH=. python3 benchmarks/bench_moe.py            # D=1024, F=3584 (Mixtral's 4096/14336 / 4), 8 experts, top-2
     PYTHONPATH=. python3 benchmarks/bench_moe.py --quick    # smoke run, tiny shapes
-    PYTHONPATH=. python3 benchmarks/bench_moe.py --sweep    # the dense/sparse crossover behind _MOE_DENSE_MACS
+    PYTHONPATH=. python3 benchmarks/bench_moe.py --sweep    # the dense/sparse crossover behind _moe_dense_wins
+    PYTHONPATH=. python3 benchmarks/bench_moe.py --sweep --threads 1   # steadier on a shared machine
 
 Each contender computes the whole block: the router (softmax, top-2, renormalised) and the experts.
 `sparse` is `_moe_sparse` through the custom op torch.ops.snf.moe_experts (tokens grouped by expert,
@@ -63,7 +64,7 @@ def contenders(block, k: int) -> dict:
 
 
 def sweep(args) -> None:
-    """Dense against sparse over tokens and sizes: the crossover that sets _MOE_DENSE_MACS."""
+    """Dense against sparse over tokens and sizes: the crossover that sets _moe_dense_wins's constants."""
     rows = []
     for d, f in ((32, 64), (64, 128), (128, 256), (256, 512), (1024, 3584)):
         for tokens in (1, 4, 16, 64):
@@ -86,7 +87,9 @@ def main(argv=None) -> int:
     _timing.add_common_args(parser, reps=10, warmup=2)
     parser.add_argument("--sweep", action="store_true", help="dense vs sparse over sizes and token counts")
     args = parser.parse_args(argv)
-    print("\n".join(_timing.environment_lines()))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print("\n".join(_timing.environment_lines("--threads" if args.threads else "")))
     if args.sweep:
         sweep(args)
         return 0

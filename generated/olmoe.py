@@ -948,18 +948,23 @@ _EXPERT_ACTIVATIONS = {"silu": F.silu, "relu": F.relu, "gelu": F.gelu,
                        "gelu_tanh": lambda h: F.gelu(h, approximate="tanh")}
 
 
-# The dense form runs E/k times the expert products but no sort, no gather, no host sync and no loop:
-# measured on a 2-core CPU (`benchmarks/bench_moe.py --sweep`, 8 experts, top-2) it was faster up to
-# about 5e7 dense multiply-adds (tokens * E * F * D * 3) and slower from about 9e7, decode of one
-# Mixtral-shaped token included (the sparse form reads k experts' weights, not E). The one place the
-# rule lives; `_moe_dense_wins` applies it.
-_MOE_DENSE_MACS = 2 ** 25
+# The dense form runs E/k times the expert products but no sort, no gather, no host sync and no loop
+# over experts. Measured on this CPU, one thread (`benchmarks/bench_moe.py --sweep --threads 1`, 8
+# experts, top-2), it was faster only for tiny experts: F * D up to 64 * 128, while the dense work
+# (tokens * E * F * D * 3 multiply-adds) stayed under about 1e7; from F * D = 128 * 256 the sparse
+# form won at every token count, one decode token included (1.7x there; 21x at D=1024, F=3584, where
+# it reads 2 experts' weights instead of 8). The one place the rule lives; `_moe_dense_wins` applies it.
+_MOE_DENSE_EXPERT = 2 ** 13  # F * D of one expert
+
+
+_MOE_DENSE_MACS = 2 ** 23
 
 
 def _moe_dense_wins(tokens: int, experts: int, hidden: int, width: int, gated: bool) -> bool:
     """Whether the dense form is the faster for `tokens` tokens through `experts` experts of
-    [hidden, width] (see _MOE_DENSE_MACS)."""
-    return tokens * experts * hidden * width * (3 if gated else 2) <= _MOE_DENSE_MACS
+    [hidden, width] (see _MOE_DENSE_EXPERT)."""
+    return (hidden * width <= _MOE_DENSE_EXPERT
+            and tokens * experts * hidden * width * (3 if gated else 2) <= _MOE_DENSE_MACS)
 
 
 def _expert_mlp(x, gate: Optional[torch.Tensor], up: torch.Tensor, down: torch.Tensor, act: str):

@@ -109,7 +109,7 @@ def test_flop_counter_sees_top_k_cost():
     within 1.2x of the top-k cost. The op's registered formula equals what the counter sees of the
     sparse form's own aten products, counted in eager with the op unwrapped, so the formula is
     not a way to hide them."""
-    e, f, d, n, k = 8, 128, 64, 512, 2  # large enough for the sparse form (_MOE_DENSE_MACS)
+    e, f, d, n, k = 8, 128, 64, 512, 2  # large enough for the sparse form (_moe_dense_wins)
     gate, up, down = (t.float() for t in _weights(e, f, d))
     router = torch.randn(e, d)
     x = torch.randn(n, d)
@@ -276,7 +276,7 @@ def _hf_greedy(hf, prompt, n):
                                               ("qwen3_moe", {}), ("qwen3_moe", {"norm_topk_prob": False})],
                          ids=["mixtral", "olmoe", "olmoe-renormalised", "qwen3_moe", "qwen3_moe-not-renormalised"])
 def test_sparse_lowering_matches_transformers(tmp_path, monkeypatch, family, overrides):
-    """The tiny test configs pick the dense form (_MOE_DENSE_MACS); here the sparse one, forced:
+    """The tiny test configs pick the dense form (_moe_dense_wins); here the sparse one, forced:
     logits, the load-balancing loss and greedy generate against transformers."""
     from tests.test_from_pretrained import saved
     hf, folder = saved(tmp_path, family, **overrides)

@@ -22,23 +22,34 @@ def _int(e: ir.Expr, what: str) -> int:
     raise MappingError(f"{what} must be an integer literal", getattr(e, "span", None))
 
 
-def encode_mapping(e: ir.Expr, rank: int | None = None):
+def encode_mapping(e: ir.Expr, rank: int | None = None, expert: bool = False):
     """A checkpoint source expression as nested tuples; nothing in it is ever evaluated as code.
     `rank`, when known, is the rank of the parameter it fills (one layer's), which a `split`'s
-    axis must lie within."""
+    axis must lie within. With `expert` (`name[l, e] <- ...`) each key names one entry of the
+    axis after the layer axis, `{e}` its number: ("experts", source of one entry)."""
+    if expert:
+        return ("experts", _encode(e, None if rank is None else rank - 1, ("l", "e")))
+    return _encode(e, rank, ("l",))
+
+
+def _encode(e: ir.Expr, rank: int | None, fields: tuple):
     if isinstance(e, ir.Str):
         for field in re.findall(r"\{([^{}]*)\}", e.value):
-            if field != "l":  # interop replaces {l} alone: another field would be a key no file has
-                raise MappingError(f"`{{{field}}}` in a key: only `{{l}}`, the layer number, is replaced "
-                                   "(a key computed from it is not supported)", e.span)
+            if field not in fields:  # interop replaces {l} (and {e}) alone: another field would be a key no file has
+                allowed = "`{l}`, the layer number, and `{e}`, the expert number, are" if "e" in fields else \
+                    "only `{l}`, the layer number, is"
+                hint = " (`{e}` needs `name[l, e] <- ...`)" if field == "e" else " (a key computed from it is not supported)"
+                raise MappingError(f"`{{{field}}}` in a key: {allowed} replaced{hint}", e.span)
+        if "e" in fields and "{e}" not in e.value:  # every expert would read the same key
+            raise MappingError("`[l, e]` reads one key per expert: write `{e}` (the expert number) in the key", e.span)
         return ("key", e.value)
     if isinstance(e, ir.Attribute) and e.attr == "T":
         if rank is not None and rank < 2:
             raise MappingError(f"`.T` swaps the last two axes, and the tensor this fills has {rank} "
                                f"axis{'es' * (rank != 1)}", e.span)
-        return ("T", encode_mapping(e.value, rank))
+        return ("T", _encode(e.value, rank, fields))
     if isinstance(e, ir.BoolOp) and e.op == "or":
-        return ("or", encode_mapping(e.left, rank), encode_mapping(e.right, rank))
+        return ("or", _encode(e.left, rank, fields), _encode(e.right, rank, fields))
     if isinstance(e, ir.Call) and e.func == "split":
         kw = {k.name: k.value for k in e.kwargs}
         if len(e.args) != 2 or set(kw) != {"axis", "index"}:
@@ -50,7 +61,7 @@ def encode_mapping(e: ir.Expr, rank: int | None = None):
             raise MappingError(f"index={index} is not one of the {n} parts (0 to {n - 1})", kw["index"].span)
         if rank is not None and not -rank <= axis < rank:
             raise MappingError(f"axis={axis} is out of range for the rank-{rank} tensor this fills", kw["axis"].span)
-        return ("split", encode_mapping(e.args[0], rank), n, axis, index)
+        return ("split", _encode(e.args[0], rank, fields), n, axis, index)
     raise MappingError("unsupported checkpoint source expression", getattr(e, "span", None))
 
 

@@ -89,6 +89,13 @@ class _Reading:
         return value
 
 
+def _for_expert(src: tuple, expert: int) -> tuple:
+    """An encoded source of one expert's entry: `{e}` in its keys replaced by the expert number."""
+    if src[0] == "key":
+        return ("key", src[1].replace("{e}", str(expert)))
+    return tuple(_for_expert(x, expert) if isinstance(x, tuple) else x for x in src)
+
+
 def _eval(src, want: tuple, layer: int | None, r: _Reading, shown: str, transformed: bool = False):
     """The tensor `src` gives for a piece of shape `want`, or None (and the problem noted). A
     source that goes through `.T` or `split` is checked against the shape it must have before any
@@ -124,6 +131,11 @@ def _eval(src, want: tuple, layer: int | None, r: _Reading, shown: str, transfor
             return None
         inner = _eval(src[1], tuple(want[:-2]) + (want[-1], want[-2]), layer, r, shown, True)
         return None if inner is None else inner.transpose(-1, -2)
+    if kind == "experts":  # `name[l, e] <- ...`: one key per entry of the first axis, stacked
+        if not want:
+            return None
+        parts = [_eval(_for_expert(src[1], e), tuple(want[1:]), layer, r, shown, True) for e in range(want[0])]
+        return None if any(p is None for p in parts) else torch.stack(parts)
     if kind == "split":
         _, _, n, axis, index = src
         whole = list(want)

@@ -365,6 +365,9 @@ def _unmap(source, tensor, layer, out: dict, parts: dict) -> None:
         _unmap(source[1], tensor.transpose(-1, -2), layer, out, parts)
     elif kind == "or":
         _unmap(source[1], tensor, layer, out, parts)
+    elif kind == "experts":  # one key per expert
+        for e in range(tensor.shape[0]):
+            _unmap(interop._for_expert(source[1], e), tensor[e], layer, out, parts)
     elif kind == "split":
         _, inner, n, axis, index = source
         parts.setdefault((inner, layer, n, axis), {})[index] = tensor

@@ -30,6 +30,7 @@ from .language import GRADIENT_CHECKPOINTING
 from .ops import all_ops
 from .passes.caches import plan_caches
 from .passes.liveness import plan_outputs
+from .stats_experts import expert_quantities, note_experts
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 
@@ -153,6 +154,7 @@ class _Walk:
         self.by_layer: list[str] = []  # the loops counted layer by layer, for the note
         self.forward = self.layer_forward = self.activations = Dim()
         self.backward: list[Dim] = [Dim()]  # per product, by id
+        self.experts, self.dense_extra = {}, Dim()  # mixtures of experts: see stats_experts.py
         # evaluates the config's switches and `X exists` (the plain forward: no optional input given)
         self.conds = Interpreter(model, cfg).at_sizes(runtime)
 
@@ -272,9 +274,9 @@ class _Walk:
             del self.zero[s.var]
 
     def _dry(self, stmts, env: dict) -> None:
-        saved = (self.forward, self.layer_forward, self.activations, len(self.backward))
+        saved = (self.forward, self.layer_forward, self.activations, self.dense_extra, len(self.backward))
         self.block(stmts, Dim.const(1), env, in_loop=True)
-        self.forward, self.layer_forward, self.activations, n = saved
+        self.forward, self.layer_forward, self.activations, self.dense_extra, n = saved
         del self.backward[n:]
 
     def expr(self, e, times: Dim, env: dict, in_loop: bool) -> frozenset:
@@ -303,6 +305,8 @@ class _Walk:
             types = {name: self._shape(a.ty) for name, a in e.args}
             fwd, bwd = op.flops(types, self._shape(e.ty), {name for name, f in flows.items() if f})
             self.forward += times * fwd
+            if e.op == "moe_experts":
+                note_experts(self, e, types, times * fwd)
             if in_loop:
                 self.layer_forward += times * fwd
             self.backward.append(times * bwd)
@@ -378,6 +382,7 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
         # to the last tensor it needs; model FLOPs above leave it out, as MFU does
         quantities.insert(3, per_token("flops_recompute", f"FLOPs per {per}, checkpoint recompute",
                                        walk.layer_forward, "FLOPs"))
+    expert_quantities(quantities, model, walk, params, env, per_token, per, simplify=_simplify, quantity=Quantity)
     names = tuple(i.name for i in model.inputs if i.optional)
     return Stats(model, cfg, dims, tokens, names, tuple(quantities))
 

@@ -75,3 +75,11 @@ def test_bench_check_runs(capsys):
     out = capsys.readouterr().out
     assert re.search(r"^snfc check specs/: \d+ specs, \d+ lines; budget ", out, re.M), out
     assert re.search(r"^\| this \(.+\) \| [\d.]+ \| [\d.]+ \| [\d.]+ \| (yes|no) \|$", out, re.M), out
+
+
+def test_bench_moe_runs(capsys):
+    from benchmarks import bench_moe
+    assert bench_moe.main(["--quick", "--reps", "1", "--warmup", "0"]) == 0
+    rows = re.findall(r"^\| (prefill|decode)[^|]*\| (sparse|dense|hf) +\| ([\d.]+) +\|", capsys.readouterr().out, re.M)
+    assert [(case, who) for case, who, _ in rows] == [(c, w) for c in ("prefill", "decode") for w in ("sparse", "dense", "hf")]
+    assert all(float(ms) > 0 for *_, ms in rows)

@@ -56,6 +56,15 @@ CASES = {
                           "past_values": ((2, "B", "P", 2, 4), "float")}, seq=8),
     "mistral": Case("mistral", dict(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=16,
                                     mlp_hidden=24, sliding_window=3), {"idx": (("B", "T"), "tokens")}, seq=16),
+    # mixtures of experts (the dense form at this size: see _moe_dense_wins)
+    "mixtral": Case("mixtral", dict(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=16,
+                                    mlp_hidden=24, sliding_window=3, n_expert=4, n_expert_tok=2),
+                    {"idx": (("B", "T"), "tokens")}, seq=16),
+    "olmoe": Case("olmoe", dict(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=16,
+                                mlp_hidden=24, n_expert=4, n_expert_tok=2), {"idx": (("B", "T"), "tokens")}, seq=16),
+    "qwen3_moe": Case("qwen3_moe", dict(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=16,
+                                        head_dim=8, mlp_hidden=24, n_expert=4, n_expert_tok=2),
+                      {"idx": (("B", "T"), "tokens")}, seq=16),
     "bert+mask": Case("bert", dict(vocab_size=29, max_positions=16, n_layer=2, n_head=2, n_embd=16, intermediate=24),
                       {"input_ids": (("B", "T"), "tokens"), "attention_mask": (("B", "T"), "mask")}, seq=16),
     # the relative position bias is computed from arange(T) for every T

@@ -30,6 +30,11 @@ FAMILIES = {
     "llama": ("LlamaConfig", dict(_DECODER, rope_theta=5000.0), "llama3.snf"),
     "mistral": ("MistralConfig", dict(_DECODER, sliding_window=5), "mistral.snf"),
     "qwen2": ("Qwen2Config", dict(_DECODER, rope_theta=20000.0), "qwen2.snf"),
+    "mixtral": ("MixtralConfig", dict(_DECODER, sliding_window=5, num_local_experts=4, num_experts_per_tok=2),
+                "mixtral.snf"),
+    "olmoe": ("OlmoeConfig", dict(_DECODER, num_experts=4, num_experts_per_tok=2, pad_token_id=None), "olmoe.snf"),
+    "qwen3_moe": ("Qwen3MoeConfig", dict(_DECODER, head_dim=16, moe_intermediate_size=24, num_experts=4,
+                                         num_experts_per_tok=2, norm_topk_prob=True), "qwen3_moe.snf"),
     "gemma2": ("Gemma2Config", dict(_DECODER, head_dim=16, query_pre_attn_scalar=12, sliding_window=5,
                                     attn_logit_softcapping=2.0, final_logit_softcapping=5.0, pad_token_id=None),
                "gemma2.snf"),
@@ -46,7 +51,7 @@ FAMILIES = {
                             feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0),
            "t5.snf"),
 }
-CAUSAL = ["gpt2", "llama", "mistral", "qwen2", "gemma2", "gptj", "gpt_neox"]  # the encoder (BERT) has no logits and no generate
+CAUSAL = ["gpt2", "llama", "mistral", "mixtral", "olmoe", "qwen3_moe", "qwen2", "gemma2", "gptj", "gpt_neox"]  # the encoder (BERT) has no logits and no generate
 SEQ2SEQ = ["t5"]  # encoder-decoders: tests/test_t5.py
 NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.weight", "LayerNorm.weight",
          "layer_norm.weight")

@@ -72,6 +72,15 @@ CASES = {
                       "cross_entropy(a, t, shift=True)"),
     "linear_cross_entropy": ("a : Tensor([B, T, M], float32)\n  w : Tensor([N, M], float32)\n  b : Tensor([N], float32)"
                              "\n  t : Tensor([B, T], int64)", "linear_cross_entropy(a, w, t, bias=b, shift=True)"),
+    "top_k": ("a : Tensor([B, T, N], float32)", "top_k(a, 2) + top_k(a, k=1, axis=-1) + top_k(a, 1, axis=0)[:, :, 0:1]"),
+    "top_k_indices": ("a : Tensor([B, T, N], float32)", "cast(top_k_indices(a, 2) + top_k_indices(a, 1, axis=0)[:, :, 0:1], float32)"),
+    "one_hot": ("a : Tensor([B, N], float32)", "one_hot(top_k_indices(a, 1), E, dtype=float32) + "
+                "cast(one_hot(top_k_indices(a, 2), E), float32)[:, 1:2, :]", "param:\n  E : int = 7\n"),
+    "moe_experts": ("a : Tensor([B, T, N], float32)\n  r : Tensor([N, E], float32)\n  u : Tensor([E, M, N], float32)\n"
+                    "  d : Tensor([E, N, M], float32)\n  g : Tensor([E, M, N], float32)",
+                    "moe_experts(a, top_k_indices(a @ r, K), top_k(softmax(a @ r), K), up=u, down=d, gate=g) + "
+                    "moe_experts(a, top_k_indices(a @ r, 1), top_k(sigmoid(a @ r), 1), up=u, down=d, act=\"gelu\")",
+                    "param:\n  E : int = 4\n  K : int = 2\n"),
     # config-level logic and scalar arithmetic, exercised through a guarded assignment
     "eq": ("a : Tensor([B, N], float32)", "a * 2.0 if 3 == 3 else a"),
     "ne": ("a : Tensor([B, N], float32)", "a * 2.0 if 3 != 3 else a"),

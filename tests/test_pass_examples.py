@@ -139,10 +139,13 @@ input:
 output:
   y : Tensor([B, D], float32)
   z : Tensor([B, D], float32)
+  p : Tensor([B, D], float32)
 let y = full([B, D], 0.0, float32)
 y[:, 0:2] = x[:, 0:2]
 let z = x
 z[:, 0:1] = full([B, 1], 1.0, float32)
+let p = softmax(x, axis=-1)
+p[:, 0:1] = full([B, 1], 1.0, float32)
 """
 
 
@@ -172,6 +175,22 @@ def test_a_block_with_no_tensor_takes_the_device_from_its_caller(tmp_path):
     module = _load(Source.from_bytes("no_tensor.snf", NO_TENSOR.encode("utf-8")), "no_tensor.snf")
     y = module.Model()(torch.ones(3, 4))
     assert torch.equal(y, 1 + 2 * torch.arange(4.0).expand(3, 2, 4))
+
+
+def test_a_write_into_a_result_autograd_keeps_copies_first(monkeypatch):
+    """The write example's `p[...] = ...` after `softmax`: written in place, the backward fails
+    (softmax's gradient reads its result; the session long mode, seed 363)."""
+    import torch
+
+    from snf.api import _load
+    monkeypatch.setenv("SNF_COMPILE", "0")
+    module = _load(Source.from_bytes("writes.snf", WRITES.encode("utf-8")), "writes.snf")
+    x = torch.randn(3, 4, requires_grad=True)
+    out = module.Model()(x)
+    out.p.sum().backward()
+    want = torch.softmax(x.detach(), -1)
+    want[:, 0] = 1.0
+    assert torch.equal(out.p.detach(), want) and x.grad is not None
 
 
 def _checked(text: str, name: str):

@@ -20,6 +20,7 @@ from conftest import REPO, assert_golden, python_subprocess, snfc, write_spec
 from snf import ir
 from snf.compiler import analyze
 from snf.interpret import Interpreter
+from snf.runtime import experts
 from snf.ops import all_ops
 from snf.passes.caches import plan_caches
 from snf.passes.liveness import plan_outputs
@@ -56,6 +57,11 @@ def _small(model: ir.Model, **extra) -> dict:
     return {**{k: v for k, v in small.items() if k in fields}, **extra}
 
 
+def _sizes(model: ir.Model) -> dict:
+    """The run-time sizes: B and T, and an encoder's length S (T5) equal to T, as _feeds makes it."""
+    return {"B": B, "T": T, **({"S": T} if "S" in model.run_time_dims else {})}
+
+
 def _feeds(model: ir.Model, cfg: dict) -> dict:
     """The required inputs: token ids [B, T] (every spec here takes those), or floats."""
     vocab = cfg.get("vocab_size", cfg.get("V", 8))
@@ -80,6 +86,8 @@ def _measure(path: Path, cfg: dict, cached: dict | None = None):
     """(parameter count, forward FLOPs, forward + backward FLOPs) of the built module in training
     mode; the outputs of an eval-mode forward (which returns the caches) by name into `cached`."""
     mod = snf.load(path)
+    if hasattr(mod, "_MOE_DENSE_MACS"):
+        mod._MOE_DENSE_MACS = -1  # the sparse form, whose top-k cost stats counts (not the dense one tiny sizes pick)
     torch.manual_seed(0)
     model = mod.Model(mod.Config(**cfg))
     feeds = _feeds(_model_ir(path), cfg)
@@ -111,17 +119,18 @@ def _close(got: Fraction, want: int, rel: float = 0.02) -> bool:
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
-def test_counts_match_the_built_module(spec):
+def test_counts_match_the_built_module(spec, monkeypatch):
+    monkeypatch.setattr(experts, "_MOE_DENSE_MACS", -1)  # the sparse form, whose FLOPs stats counts
     model = _model_ir(spec)
     cfg = _small(model)
-    s = {q.key: q.value for q in stats(model, {**cfg, "B": B, "T": T}).quantities}
+    s = {q.key: q.value for q in stats(model, {**cfg, **_sizes(model)}).quantities}
     seen: dict = {}
     params, forward, training = _measure(spec, cfg, seen)
     assert s["parameters"] == params  # exact
     caches = plan_caches(model).outputs  # the cache the module returns, grown by these B*T tokens
     assert s["kv_cache_bytes"] * B * T == sum(seen[n].nbytes for n in caches)
     assert bool(caches) == (spec.stem in ("nanogpt", "gpt_decoder", "llama3", "mistral", "qwen2", "gemma2", "gptj",
-                                          "gpt_neox"))
+                                          "gpt_neox", "mixtral", "olmoe", "qwen3_moe", "t5"))
     tokens = B * T
     assert _close(s["flops_forward"] * tokens, forward), (s["flops_forward"] * tokens, forward)
     assert _close(s["flops_training"] * tokens, training), (s["flops_training"] * tokens, training)
@@ -262,7 +271,7 @@ def test_activation_bytes_are_what_the_interpreter_produces(spec, tmp_path):
         spec = write_spec(tmp_path, LAYER_BRANCHES if spec == "branches" else COMPUTED_INT)
     model = _model_ir(spec)
     cfg = _small(model)
-    predicted = {q.key: q.value for q in stats(model, {**cfg, "B": B, "T": T}).quantities}["activation_bytes"]
+    predicted = {q.key: q.value for q in stats(model, {**cfg, **_sizes(model)}).quantities}["activation_bytes"]
     views = {name for name, op in all_ops().items() if op.view}
     cache_only = plan_outputs(model, plan_caches(model).outputs).only_when_asked
 
@@ -298,6 +307,14 @@ def test_golden_nanogpt():
     assert_golden("stats_nanogpt.txt", out)
     shown = (REPO / "docs" / "stats.md").read_text().split("<!-- output -->\n```text\n")[1].split("```")[0]
     assert shown == out  # docs/stats.md shows it
+
+
+def test_golden_mixtral():
+    """A mixture of experts: active parameters and the every-expert (dense) FLOPs beside the totals."""
+    rc, out, err = snfc("stats", "specs/mixtral.snf")
+    assert rc == 0, err
+    assert_golden("stats_mixtral.txt", out)
+    assert "active parameters (top-k experts)               12,879,925,248" in out  # Mixtral 8x7B: 12.9 G of 46.7 G
 
 
 def test_json_has_formulas_and_numbers():

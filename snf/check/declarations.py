@@ -292,9 +292,15 @@ class Declarations:
                 self.r.error("bad-checkpoint", f"`{e.name}` is {'per layer' if e.name in stacked else 'not per layer'}"
                              f"; write {want}", e.span)
                 continue
+            target = next((t for t in self.params + self.buffers if t.name == e.name), None)
+            if e.expert_var is not None and (target is None or target.ty.rank < 3):
+                self.r.error("bad-checkpoint", f"`{e.name}[l, e]` reads the axis after the layer axis one key per "
+                             f"entry, and `{e.name}` has {'no such axis' if target else 'no layer axis'}", e.span,
+                             hint=f"write `{e.name}[l] <- ...`")
+                continue
             try:
-                target = next((t for t in self.params + self.buffers if t.name == e.name), None)
-                encoded = encode_mapping(e.source, None if target is None else target.ty.rank - (e.name in stacked))
+                encoded = encode_mapping(e.source, None if target is None else target.ty.rank - (e.name in stacked),
+                                         expert=e.expert_var is not None)
                 if e.name != "_" and e.name not in stacked and "{l}" in repr(encoded):
                     raise MappingError(f"`{e.name}` is not per layer, so no layer number replaces `{{l}}` in its key")
             except MappingError as err:

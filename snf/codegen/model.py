@@ -151,7 +151,7 @@ class Generator:
         own = template.render(**ctx)  # what the file says itself, before imports and the runtime
         if self.standalone:  # the runtime's definitions the rest calls, and what they call
             used = runtime.needed(own)
-            ctx.update(runtime_compile=runtime.copy("compiling", used), runtime=runtime.copy("helpers", used))
+            ctx.update(runtime_compile=runtime.copy("compiling", used), runtime=runtime.copy("helpers", used, "experts"))
         else:
             ctx.update(runtime_imports=runtime.imports(runtime.called(own), LIMIT))
         ctx.update(std_imports=_std_imports("\n".join((own, ctx["runtime_compile"], ctx["runtime"]))))
@@ -341,7 +341,7 @@ class Generator:
             if e.name == "_":  # keys the checkpoint has but the model does not need (tied copies)
                 entry["ignore"] += tuple(mapping_keys(e.source))
             else:
-                entry["params"][e.name] = encode_mapping(e.source)
+                entry["params"][e.name] = encode_mapping(e.source, expert=e.expert_var is not None)
         for fmt, entry in by_fmt.items():
             if any(c.fmt == fmt for c in self.model.config_maps):
                 # 'reads' (Config field -> source, in order), 'asserts', 'writes', 'ignore'

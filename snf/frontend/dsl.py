@@ -128,9 +128,9 @@ class ToSyntax(AtomTransformer):
     def section(self, meta, kind, *decls):
         return ("section", str(kind), [ir.replace(d, section=str(kind)) for d in decls])
 
-    def map_entry(self, meta, name, layer_var, source):
+    def map_entry(self, meta, name, layer_var, expert_var, source):
         return ir.MapEntry("", str(name), str(layer_var) if layer_var is not None else None, source,
-                           tok_span(name).to(source.span))
+                           tok_span(name).to(source.span), str(expert_var) if expert_var is not None else None)
 
     def checkpoint(self, meta, fmt, *entries):
         return ("checkpoint", str(fmt), [ir.replace(e, fmt=str(fmt)) for e in entries])

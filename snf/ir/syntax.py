@@ -193,13 +193,15 @@ class Decl:
 
 @dataclass(frozen=True)
 class MapEntry:
-    """`name[l] <- source` in a `checkpoint FMT:` section."""
+    """`name[l] <- source` in a `checkpoint FMT:` section; `name[l, e] <- source` reads the axis
+    after the layer axis one key per entry (`{e}` in the key: an expert of a mixture)."""
 
     fmt: str
     name: str
     layer_var: str | None
     source: Expr
     span: Span = NO_SPAN
+    expert_var: str | None = None
 
 
 @dataclass(frozen=True)

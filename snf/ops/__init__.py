@@ -1,16 +1,16 @@
 """The op registry: every op snfc knows, by name.
 
 registry.py holds the types (`OpDef`, `Param`, `OpError`) and imports no op; each family
-module (arithmetic.py, core.py, elementwise.py, construct.py, attention.py) fills its own table with
+module (arithmetic.py, core.py, elementwise.py, construct.py, attention.py, moe.py) fills its own table with
 `register(OpDef(...))`; this module merges them. A new family is one module with an `OPS` table, listed in `FAMILIES`.
 """
 
 from __future__ import annotations
 
-from . import arithmetic, attention, construct, core, elementwise
+from . import arithmetic, attention, construct, core, elementwise, moe
 from .registry import OpDef
 
-FAMILIES = (arithmetic, core, elementwise, construct, attention)
+FAMILIES = (arithmetic, core, elementwise, construct, attention, moe)
 
 
 def _merge() -> dict[str, OpDef]:

@@ -117,7 +117,7 @@ for _name, _sym, _np in [("add", "+", "add"), ("sub", "-", "subtract"), ("mul", 
         _name, (Param("a", "value"), Param("b", "value")), _binary_rule(_name),
         numpy=(lambda f: lambda a, b: getattr(np, f)(a, b))(_np),
         torch=_code_binary(_sym), doc=f"`a {_sym} b`, elementwise with broadcasting", elementwise=True,
-        prec=_PREC[_sym]))
+        prec=_PREC[_sym], keeps_result=_name == "pow"))  # a tensor exponent's gradient reads the result
 
 
 def _neg_rule(ctx, args):
@@ -160,7 +160,7 @@ register(OpDef("matmul", (Param("a", "tensor"), Param("b", "tensor")), _matmul_r
                doc="`a @ b`: plain matrix product, batched over leading axes (no transpose)."))
 
 
-def _float_unary(name, np_fn, torch_fn, doc):
+def _float_unary(name, np_fn, torch_fn, doc, keeps_result: bool = False):
     """An elementwise op of one float argument (a number, or a floating tensor); `np_fn` names a
     NumPy function, or is one."""
     def rule(ctx, args):
@@ -173,17 +173,20 @@ def _float_unary(name, np_fn, torch_fn, doc):
         return x
     numpy = np_fn if callable(np_fn) else lambda x: getattr(np, np_fn)(x)
     register(OpDef(name, (Param("x", "value"),), rule, numpy=numpy,
-                   torch=lambda call: torch_fn(call), doc=doc, elementwise=True))
+                   torch=lambda call: torch_fn(call), doc=doc, elementwise=True, keeps_result=keeps_result))
 
 
 def scalar_or_tensor(call, tensor_fn: str, scalar_fn: str) -> str:
     return f"{tensor_fn}({call.code('x')})" if isinstance(call.ty("x"), TensorT) else f"{scalar_fn}({call.code('x')})"
 
 
-_float_unary("sqrt", "sqrt", lambda call: scalar_or_tensor(call, "torch.sqrt", "math.sqrt"), "square root")
-_float_unary("exp", "exp", lambda call: scalar_or_tensor(call, "torch.exp", "math.exp"), "exponential")
+_float_unary("sqrt", "sqrt", lambda call: scalar_or_tensor(call, "torch.sqrt", "math.sqrt"), "square root",
+             keeps_result=True)
+_float_unary("exp", "exp", lambda call: scalar_or_tensor(call, "torch.exp", "math.exp"), "exponential",
+             keeps_result=True)
 _float_unary("log", "log", lambda call: scalar_or_tensor(call, "torch.log", "math.log"), "natural logarithm")
-_float_unary("tanh", "tanh", lambda call: scalar_or_tensor(call, "torch.tanh", "math.tanh"), "hyperbolic tangent")
+_float_unary("tanh", "tanh", lambda call: scalar_or_tensor(call, "torch.tanh", "math.tanh"), "hyperbolic tangent",
+             keeps_result=True)
 _float_unary("sin", "sin", lambda call: scalar_or_tensor(call, "torch.sin", "math.sin"), "sine")
 _float_unary("cos", "cos", lambda call: scalar_or_tensor(call, "torch.cos", "math.cos"), "cosine")
 
@@ -199,7 +202,7 @@ def _lower_sigmoid(call):
     return f"(0.5 * (1.0 + math.tanh(0.5 * {call.code('x', prec=21)})))"  # a call's precedence
 
 
-_float_unary("sigmoid", np_sigmoid, _lower_sigmoid, "the logistic function 1 / (1 + exp(-x))")
+_float_unary("sigmoid", np_sigmoid, _lower_sigmoid, "the logistic function 1 / (1 + exp(-x))", keeps_result=True)
 
 
 def _logic_rule(opname: str):

@@ -174,7 +174,7 @@ register(OpDef(
      Param("dropout", "float", None, aliases=("dropout_p",), within=PROBABILITY),
      Param("window", "value", None, aliases=("sliding_window",)), Param("bias", "tensor?", None),
      Param("softcap", "float", None, aliases=("logit_softcapping",), within=POSITIVE)),
-    _attention_rule, numpy=_np_attention, torch=_lower_attention, flops=_attention_flops,
+    _attention_rule, numpy=_np_attention, torch=_lower_attention, flops=_attention_flops, keeps_result=True,
     doc="softmax(q k^T * scale + bias) v over [B, T, H, head_dim], k and v with H or fewer (grouped-query) "
         "heads; `causal` is aligned bottom-right, `window=W` keeps keys in (i - W, i]; `mask` is a [B, T_keys] "
         "padding mask (0 = padding); `softcap=c` caps the scaled scores at c * tanh(s / c) before bias and masks "

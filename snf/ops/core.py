@@ -45,7 +45,7 @@ register(OpDef(
     doc="GELU; `approximate=\"tanh\"` is GPT-2's tanh form, the default is exact (erf).", elementwise=True))
 
 register(OpDef("relu", (Param("x", "tensor"),), _float_tensor_rule, numpy=lambda x: np.maximum(x, 0.0),
-               torch=lambda call: f"F.relu({call.code('x')})", doc="ReLU", elementwise=True))
+               torch=lambda call: f"F.relu({call.code('x')})", doc="ReLU", elementwise=True, keeps_result=True))
 
 
 def _np_silu(x):
@@ -96,7 +96,8 @@ def _softmax_rule(ctx, args):
 register(OpDef("softmax", (Param("x", "tensor"), Param("axis", "int", -1, aliases=("dim",), static=True)),
                _softmax_rule,
                numpy=lambda x, axis=-1: np_softmax(x, axis),
-               torch=lambda call: f"F.softmax({call.code('x')}, dim={call.code('axis')})", doc="softmax along an axis"))
+               torch=lambda call: f"F.softmax({call.code('x')}, dim={call.code('axis')})", doc="softmax along an axis",
+               keeps_result=True))
 
 
 def _dropout_rule(ctx, args):

@@ -80,6 +80,9 @@ class OpDef:
     # the result may be an argument itself at run time (dropout outside training, a cast to the
     # dtype it has): a write to it must not be done in place
     passthrough: bool = False
+    # autograd keeps the result for the backward (exp, softmax, SDPA's output): a write into it in
+    # place would make the backward fail, so such a write copies first (passes/writes.py)
+    keeps_result: bool = False
     # (op) -> Uses, when the lowering writes out more than its arguments' code; codegen checks
     # that a block's body uses no more than its plan says
     uses: Callable | None = None

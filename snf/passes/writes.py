@@ -4,8 +4,9 @@ In the spec a write makes a new value: `let v = y[0]` read before `y[0] = x` kee
 row, and `let a = x; a[0] = ...` leaves the input `x` alone. torch indexing gives views and
 writes in place, so generated code may write in place only where no other value can see the
 change: the written tensor is one the spec made fresh (`full`, or any op that is not a view of
-an argument and never returns one unchanged, as dropout does outside training), it is never re-bound, and nothing reads it before the write (a read could be a
-view that the write would change). Every other write copies the tensor first (`_assign`).
+an argument, never returns one unchanged, as dropout does outside training, and whose result
+autograd does not keep for the backward, as softmax's), it is never re-bound, and nothing reads it
+before the write (a read could be a view that the write would change). Every other write copies the tensor first (`_assign`).
 """
 
 from __future__ import annotations
@@ -57,5 +58,5 @@ def _fresh(e) -> bool:
         return _fresh(e.body) and _fresh(e.orelse)
     if isinstance(e, ir.Op):
         op = all_ops().get(e.op)
-        return op is not None and not op.view and not op.passthrough
+        return op is not None and not op.view and not op.passthrough and not op.keeps_result
     return False

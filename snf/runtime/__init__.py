@@ -23,7 +23,7 @@ from ..version import __version__
 # a helper's name, signature or meaning changes in a way modules generated before cannot use.
 ABI = 1
 
-PARTS = ("compiling", "helpers")  # the files, each copied to its own place in a generated module
+PARTS = ("compiling", "helpers", "experts")  # the files, each copied to its own place in a generated module
 
 
 @dataclass(frozen=True)
@@ -92,9 +92,11 @@ def needed(code: str) -> frozenset:
     return frozenset(seen)
 
 
-def copy(part: str, names: frozenset) -> str:
-    """The text of the named definitions of one runtime file, in its order, two blank lines apart."""
-    sources = [d.source for d in definitions() if d.part == part and d.name in names]
+def copy(part: str, names: frozenset, *more: str) -> str:
+    """The text of the named definitions of runtime files (`part`, then `more`), in their order, two
+    blank lines apart."""
+    parts = (part, *more)
+    sources = [d.source for p in parts for d in definitions() if d.part == p and d.name in names]
     return "\n\n".join(dict.fromkeys(sources)).rstrip("\n")  # an assignment of two names once
 
 

@@ -405,7 +405,7 @@ class Gen:
             (self.s_int_math, 1), (self.s_cond_value, 2), (self.s_guarded, 2), (self.s_if_block, 1),
             (self.s_shape_of, 1), (self.s_gather, 1), (self.s_update, 2), (self.s_softmax, 1),
             (self.s_compare, 2), (self.s_elementwise, 2), (self.s_cast, 1), (self.s_arange, 1), (self.s_expand, 1),
-            (self.s_repeat, 1), (self.s_reduce, 2),
+            (self.s_repeat, 1), (self.s_reduce, 2), (self.s_routing, 1),
         ]
         for _ in range(4):
             fn = self.ch.pick([f for f, w in kinds for _ in range(w)])
@@ -824,6 +824,31 @@ class Gen:
         kw = {self.ch.pick(["axis", "dim"]): str(axis)} if self.ch.coin(0.7) or axis != -1 else {}
         name = self.let(call("argmax", v.text, ty=T(tuple(s), "int64"), **kw), stem="k")
         self.argmax_bound[name] = v.ty.shape[axis]
+
+    def s_routing(self):
+        """A router over 4 experts: top-k of a linear's scores, their one_hot, and moe_experts. In
+        float32 and float64 only: a tie among bfloat16 scores could pick differently in torch and
+        in the reference (docs/language.md 9.4a)."""
+        ch = self.ch
+        v = self.pick_float(lambda t: t.rank >= 1 and self.static(t.shape[-1]) and t.dtype in ("float32", "float64"))
+        if v is None:
+            return False
+        d, e, k, dt, lead = v.ty.shape[-1], Poly.of(4), ch.pick([1, 2]), v.ty.dtype, v.ty.shape[:-1]
+        scores = self.let(call("linear", v.text, ty=T(lead + (e,), dt), weight=self.weight((e, d), dt).text))
+        self.features |= {"op:linear", "op:top_k", "op:top_k_indices"}
+        top = self.let(call("top_k", scores, str(k), ty=T(lead + (Poly.of(k),), dt)))
+        idx = self.let(call("top_k_indices", scores, str(k), ty=T(lead + (Poly.of(k),), "int64")), stem="k")
+        self.argmax_bound[idx] = e  # its values index 4 rows
+        if ch.coin(0.5):
+            self.features.add("op:one_hot")
+            hot = self.let(call("one_hot", idx, "4", ty=T(lead + (Poly.of(k), e), "int64")), stem="k")
+            self.argmax_bound[hot] = Poly.of(2)  # zeros and ones
+        f = Poly.of("F")
+        kw = {"up": self.weight((e, f, d), dt).text, "down": self.weight((e, d, f), dt).text}
+        if ch.coin(0.5):
+            kw["gate"] = self.weight((e, f, d), dt).text
+        self.features.add("op:moe_experts")
+        self.let(call("moe_experts", v.text, idx, top, ty=v.ty, **kw))
 
     def s_softmax(self):
         v = self.pick_float(lambda t: t.rank >= 1)

@@ -1,0 +1,214 @@
+"""The mixture-of-experts runtime of generated modules (`moe_experts`): each token runs through the
+k experts its router chose, sparse (tokens grouped by expert, each expert on its own tokens only) or
+dense (every expert on every token, weighted 0 outside the top k) where that is faster.
+
+The sparse form has sizes that depend on the routing (how many tokens each expert gets), which
+torch.compile(fullgraph=True) cannot trace: it is an opaque custom op, `torch.ops.snf.moe_experts`,
+with a fake implementation (its result is x's shape) and a backward that is a custom op too
+(recomputing under autograd), so dynamo compiles the rest of a layer block around it. A flop formula
+is registered for both, so torch.utils.flop_counter counts the expert products the op runs.
+
+Real Python, imported and tested as it is (tests/test_moe.py); code generation copies into each
+generated module the definitions it calls, as for helpers.py. Edit here, then regenerate generated/.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from .helpers import _eager_check
+
+_EXPERT_ACTIVATIONS = {"silu": F.silu, "relu": F.relu, "gelu": F.gelu,
+                       "gelu_tanh": lambda h: F.gelu(h, approximate="tanh")}
+
+# The dense form runs E/k times the expert products but no sort, no gather, no host sync and no loop
+# over experts. Measured on this CPU, one thread (`benchmarks/bench_moe.py --sweep --threads 1`, 8
+# experts, top-2), it was faster only for tiny experts: F * D up to 64 * 128, while the dense work
+# (tokens * E * F * D * 3 multiply-adds) stayed under about 1e7; from F * D = 128 * 256 the sparse
+# form won at every token count, one decode token included (1.7x there; 21x at D=1024, F=3584, where
+# it reads 2 experts' weights instead of 8). The one place the rule lives; `_moe_dense_wins` applies it.
+_MOE_DENSE_EXPERT = 2 ** 13  # F * D of one expert
+_MOE_DENSE_MACS = 2 ** 23
+
+
+def _moe_dense_wins(tokens: int, experts: int, hidden: int, width: int, gated: bool) -> bool:
+    """Whether the dense form is the faster for `tokens` tokens through `experts` experts of
+    [hidden, width] (see _MOE_DENSE_EXPERT)."""
+    return (hidden * width <= _MOE_DENSE_EXPERT
+            and tokens * experts * hidden * width * (3 if gated else 2) <= _MOE_DENSE_MACS)
+
+
+def _expert_mlp(x, gate: Optional[torch.Tensor], up: torch.Tensor, down: torch.Tensor, act: str):
+    """One expert on its rows x [n, D]: down(act(gate x) * up x), or down(act(up x)) without a gate."""
+    h = F.linear(x, up)
+    h = _EXPERT_ACTIVATIONS[act](F.linear(x, gate)) * h if gate is not None else _EXPERT_ACTIVATIONS[act](h)
+    return F.linear(h, down)
+
+
+def _moe_sparse(x, indices, weights, gate: Optional[torch.Tensor], up, down, act: str):
+    """x [N, D], indices and weights [N, k]: the (token, slot) pairs sorted by expert (a stable
+    argsort), each expert run on its rows only, the results weighted and added back per token."""
+    k = indices.shape[1]
+    flat = indices.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=up.shape[0]).tolist()
+    rows = order // k  # the token of each pair, grouped by expert
+    xs = x[rows]
+    parts, start = [], 0
+    for e, count in enumerate(counts):
+        if count:
+            parts.append(_expert_mlp(xs[start:start + count], gate[e] if gate is not None else None, up[e],
+                                     down[e], act))
+        start += count
+    y = torch.cat(parts) if parts else x.new_zeros(0, x.shape[1])
+    y = y * weights.reshape(-1)[order].unsqueeze(1)
+    return x.new_zeros(x.shape).index_add(0, rows, y)
+
+
+def _moe_dense(x, indices, weights, gate: Optional[torch.Tensor], up, down, act: str):
+    """Every expert on every token, weighted by an [N, E] matrix holding the router's weights at the
+    chosen experts and 0 elsewhere: plain tensor code, which autograd and torch.compile see through."""
+    dense = x.new_zeros(x.shape[0], up.shape[0]).scatter_add(1, indices, weights)
+    h = torch.einsum("nd,efd->nef", x, up)
+    if gate is not None:
+        h = _EXPERT_ACTIVATIONS[act](torch.einsum("nd,efd->nef", x, gate)) * h
+    else:
+        h = _EXPERT_ACTIVATIONS[act](h)
+    return torch.einsum("ne,nef,edf->nd", dense, h, down)
+
+
+def _moe_flops(x_shape, indices_shape, up_shape, gated: bool) -> int:
+    """The expert products of the sparse form: 2 * (token, slot) pairs * F * D per matrix."""
+    pairs = indices_shape[0] * indices_shape[1]
+    return 2 * pairs * up_shape[1] * up_shape[2] * (3 if gated else 2)
+
+
+def _activation_grad(act: str, g: torch.Tensor) -> torch.Tensor:
+    """d act(g) / dg, elementwise."""
+    if act == "silu":
+        s = torch.sigmoid(g)
+        return s * (1 + g * (1 - s))
+    if act == "relu":
+        return (g > 0).to(g.dtype)
+    if act == "gelu":
+        return 0.5 * (1 + torch.erf(g * 0.5 ** 0.5)) + g * torch.exp(-0.5 * g * g) * (2 * torch.pi) ** -0.5
+    c = (2 / torch.pi) ** 0.5  # gelu_tanh
+    t = torch.tanh(c * (g + 0.044715 * g ** 3))
+    return 0.5 * (1 + t) + 0.5 * g * (1 - t * t) * c * (1 + 3 * 0.044715 * g * g)
+
+
+def _moe_backward(grad, x, indices, weights, gate: Optional[torch.Tensor], up, down, act: str):
+    """The gradients of _moe_sparse's x, weights, gate (an empty tensor without one), up and down,
+    written out by hand with the same grouping: autograd is off inside a custom op's kernel. It
+    recomputes gate x and up x (not down's product) rather than keep them: 8 products of
+    [pairs, F, D] per expert with a gate (the forward has 3), 5 without (2); _moe_flops' callers
+    count the same."""
+    k = indices.shape[1]
+    flat = indices.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=up.shape[0]).tolist()
+    rows = order // k
+    xs, gos, ws = x[rows], grad[rows], weights.reshape(-1)[order].unsqueeze(1)
+    gxs, gws = torch.zeros_like(xs), xs.new_zeros(xs.shape[0])
+    g_gate = torch.zeros_like(gate) if gate is not None else x.new_zeros(0)
+    g_up, g_down = torch.zeros_like(up), torch.zeros_like(down)
+    start = 0
+    for e, count in enumerate(counts):
+        if not count:
+            continue
+        part = slice(start, start + count)
+        start += count
+        xe, go = xs[part], gos[part]
+        u = F.linear(xe, up[e])
+        if gate is not None:
+            g = F.linear(xe, gate[e])
+            a = _EXPERT_ACTIVATIONS[act](g)
+            h = a * u
+        else:
+            h = _EXPERT_ACTIVATIONS[act](u)
+        gh = go @ down[e]  # the output's gradient before the slot weight: gives the weight's gradient without y
+        gws[part] = (gh * h).sum(1)
+        g_down[e] = (go * ws[part]).t() @ h
+        gh = gh * ws[part]
+        if gate is not None:
+            gu, gg = gh * a, gh * u * _activation_grad(act, g)
+            g_gate[e] = gg.t() @ xe
+            gxs[part] = gu @ up[e] + gg @ gate[e]
+        else:
+            gu = gh * _activation_grad(act, u)
+            gxs[part] = gu @ up[e]
+        g_up[e] = gu.t() @ xe
+    gx = torch.zeros_like(x).index_add(0, rows, gxs)
+    gw = torch.zeros_like(gws).index_copy(0, order, gws).reshape(weights.shape)
+    return [gx, gw, g_gate, g_up, g_down]
+
+
+def _moe_define_ops():
+    """torch.ops.snf.moe_experts and its backward, with fake implementations, autograd and flop
+    formulas; registered by the first module that needs them, shared by every later one (a custom
+    op's name registers once per process)."""
+    if hasattr(torch.ops.snf, "moe_experts"):
+        return torch.ops.snf.moe_experts
+    from torch.utils.flop_counter import register_flop_formula
+    # the counts per expert are read on the host: no CUDA graph may capture the op (inductor
+    # then leaves it out of the graphs it records)
+    unsafe = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()
+    forward = torch.library.custom_op(
+        "snf::moe_experts", _moe_sparse, mutates_args=(), tags=unsafe,
+        schema="(Tensor x, Tensor indices, Tensor weights, Tensor? gate, Tensor up, Tensor down, str act) -> Tensor")
+    backward = torch.library.custom_op(
+        "snf::moe_experts_backward", _moe_backward, mutates_args=(), tags=unsafe,
+        schema="(Tensor grad, Tensor x, Tensor indices, Tensor weights, Tensor? gate, Tensor up, Tensor down, "
+               "str act) -> Tensor[]")
+    forward.register_fake(lambda x, indices, weights, gate, up, down, act: x.new_empty(x.shape))
+    backward.register_fake(lambda grad, x, indices, weights, gate, up, down, act: [
+        x.new_empty(x.shape), weights.new_empty(weights.shape),
+        gate.new_empty(gate.shape) if gate is not None else x.new_empty(0), up.new_empty(up.shape),
+        down.new_empty(down.shape)])
+
+    def setup_context(ctx, inputs, output):
+        x, indices, weights, gate, up, down, act = inputs
+        ctx.save_for_backward(x, indices, weights, gate, up, down)
+        ctx.act = act
+
+    def grads(ctx, grad):
+        x, indices, weights, gate, up, down = ctx.saved_tensors
+        gx, gw, ggate, gup, gdown = torch.ops.snf.moe_experts_backward(grad, x, indices, weights, gate, up, down,
+                                                                       ctx.act)
+        return gx, None, gw, ggate if gate is not None else None, gup, gdown, None
+
+    forward.register_autograd(grads, setup_context=setup_context)
+    # the counter sees the op, not the products inside it: count them by their formula
+    register_flop_formula(torch.ops.snf.moe_experts)(
+        lambda x, indices, weights, gate, up, down, act, out_shape=None, **kw:
+        _moe_flops(x, indices, up, gate is not None))
+    # gate x and up x recomputed, and x's and the weights' gradients (see _moe_backward)
+    register_flop_formula(torch.ops.snf.moe_experts_backward)(
+        lambda grad, x, indices, weights, gate, up, down, act, out_shape=None, **kw:
+        _moe_flops(x, indices, up, gate is not None) * (8 if gate is not None else 5) // (3 if gate is not None else 2))
+    return torch.ops.snf.moe_experts
+
+
+_MOE_OP = _moe_define_ops()
+
+
+def _moe_experts(x, indices, weights, gate: Optional[torch.Tensor], up, down, act: str):
+    """`moe_experts`: x [..., D] through the experts `indices` [..., k] names, weighted by `weights`
+    [..., k] and added; gate and up [E, F, D], down [E, D, F]. Dense or sparse by _moe_dense_wins."""
+    experts = up.shape[0]
+    if _eager_check(indices):
+        low, high = int(indices.min()), int(indices.max())
+        if low < 0 or high >= experts:
+            raise ValueError(f"moe_experts: expert indices must be in [0, {experts}), got {low if low < 0 else high}")
+    shape, k = x.shape, indices.shape[-1]
+    # one dtype throughout, x's: under autocast a float32 router weight meets bfloat16 activations,
+    # and the experts' float32 parameters are cast as autocast casts a linear's
+    up, down = up.to(x.dtype), down.to(x.dtype)
+    gate = gate.to(x.dtype) if gate is not None else None
+    x2, i2, w2 = x.reshape(-1, shape[-1]), indices.reshape(-1, k), weights.reshape(-1, k).to(x.dtype)
+    if _moe_dense_wins(x2.shape[0], experts, up.shape[1], up.shape[2], gate is not None):
+        return _moe_dense(x2, i2, w2, gate, up, down, act).reshape(shape)
+    return _MOE_OP(x2, i2, w2, gate, up, down, act).reshape(shape)

@@ -1,0 +1,361 @@
+"""Mixtures of experts: `moe_experts`' sparse form against its dense formula and the NumPy reference
+(values and gradients), the routing variants written with the ordinary ops around `top_k`, the
+expert FLOPs torch's FlopCounterMode sees, per-expert checkpoint keys, and Mixtral's load-balancing
+loss and window-less attention against transformers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+import snf
+from snf.compiler import analyze, generate_source
+from snf.interpret import interpret
+from snf.runtime import experts
+from snf.source import Source
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)  # the random inputs of each test: the same every run
+
+
+def _weights(e=8, f=24, d=16, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=g, dtype=dtype) * 0.3 for shape in ((e, f, d), (e, f, d), (e, d, f))]
+
+
+def _route(x, router, k):
+    probs = F.softmax(x @ router.T, dim=-1)
+    w, i = probs.topk(k, dim=-1)
+    return w / w.sum(-1, keepdim=True), i
+
+
+@pytest.mark.parametrize("gated", [True, False])
+@pytest.mark.parametrize("act", ["silu", "gelu", "gelu_tanh", "relu"])
+def test_sparse_matches_dense_values_and_gradients(gated, act):
+    """Through the custom op (forward and its hand-written backward) against the dense formula
+    under torch.autograd, in float64: equal to rounding."""
+    gate, up, down = _weights()
+    x = torch.randn(37, 16, dtype=torch.float64)
+    w, i = _route(x, torch.randn(8, 16, dtype=torch.float64), 2)
+    leaves = [t.clone().requires_grad_() for t in (x, w, gate, up, down)]
+    sparse = experts._MOE_OP(leaves[0], i, leaves[1], leaves[2] if gated else None, leaves[3], leaves[4], act)
+    dense_leaves = [t.clone().requires_grad_() for t in (x, w, gate, up, down)]
+    dense = experts._moe_dense(dense_leaves[0], i, dense_leaves[1], dense_leaves[2] if gated else None,
+                               dense_leaves[3], dense_leaves[4], act)
+    torch.testing.assert_close(sparse, dense, rtol=1e-12, atol=1e-12)
+    grad = torch.randn_like(sparse)
+    wrt = [0, 1, 3, 4] + ([2] if gated else [])
+    got = torch.autograd.grad(sparse, [leaves[n] for n in wrt], grad)
+    want = torch.autograd.grad(dense, [dense_leaves[n] for n in wrt], grad)
+    for n, a, b in zip(wrt, got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=f"gradient {n}")
+
+
+def test_sparse_float32_gradients_within_1e_5():
+    gate, up, down = (t.float() for t in _weights())
+    x = torch.randn(64, 16)
+    router = torch.randn(8, 16, requires_grad=True)
+
+    def loss(fn):
+        w, i = _route(x, router, 2)
+        return (fn(x, i, w, gate, up, down, "silu") ** 2).sum()
+    g_sparse = torch.autograd.grad(loss(experts._MOE_OP), router)[0]
+    g_dense = torch.autograd.grad(loss(experts._moe_dense), router)[0]
+    torch.testing.assert_close(g_sparse, g_dense, rtol=1e-5, atol=1e-5)
+
+
+def test_an_expert_with_no_tokens_and_an_empty_batch():
+    gate, up, down = _weights(e=4)
+    x = torch.randn(3, 16, dtype=torch.float64)
+    i = torch.tensor([[0, 1], [1, 0], [0, 1]])  # experts 2 and 3 get nothing
+    w = torch.rand(3, 2, dtype=torch.float64)
+    torch.testing.assert_close(experts._MOE_OP(x, i, w, gate, up, down, "silu"),
+                               experts._moe_dense(x, i, w, gate, up, down, "silu"))
+    empty = experts._MOE_OP(x[:0], i[:0], w[:0], gate, up, down, "silu")
+    assert empty.shape == (0, 16)
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_autocast_bfloat16(dense, monkeypatch):
+    """Under autocast a float32 router's weights meet bfloat16 activations and float32 experts:
+    the result is bfloat16, near the float32 one, in both forms."""
+    monkeypatch.setattr(experts, "_MOE_DENSE_MACS", 10 ** 12 if dense else -1)
+    gate, up, down = (t.float() for t in _weights(e=4))
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(24, 16, generator=g)
+    w, i = _route(x, torch.randn(4, 16, generator=g), 2)
+    want = experts._moe_experts(x, i, w, gate, up, down, "silu")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = experts._moe_experts(x.bfloat16(), i, w, gate, up, down, "silu")
+    assert got.dtype == torch.bfloat16
+    assert (got.float() - want).abs().max() <= 0.02 * want.abs().max()  # bfloat16's 8 bits of mantissa
+
+
+def test_indices_out_of_range_are_refused():
+    gate, up, down = _weights(e=4)
+    x = torch.randn(2, 16, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"expert indices must be in \[0, 4\), got 4"):
+        experts._moe_experts(x, torch.tensor([[0, 4], [1, 2]]), torch.ones(2, 2, dtype=torch.float64), gate, up,
+                             down, "silu")
+
+
+def test_flop_counter_sees_top_k_cost():
+    """8 experts, top-2: the forward's FLOPs (router and experts, as FlopCounterMode counts them) are
+    within 1.2x of the top-k cost. The op's registered formula equals what the counter sees of the
+    sparse form's own aten products, counted in eager with the op unwrapped, so the formula is
+    not a way to hide them."""
+    e, f, d, n, k = 8, 128, 64, 512, 2  # large enough for the sparse form (_moe_dense_wins)
+    gate, up, down = (t.float() for t in _weights(e, f, d))
+    router = torch.randn(e, d)
+    x = torch.randn(n, d)
+    assert not experts._moe_dense_wins(n, e, f, d, True)
+    with FlopCounterMode(display=False) as counter:
+        w, i = _route(x, router, k)
+        experts._moe_experts(x, i, w, gate, up, down, "silu")
+    top_k_cost = 2 * n * d * e + 2 * n * k * f * d * 3  # the router, and k experts' three products per token
+    assert top_k_cost <= counter.get_total_flops() <= 1.2 * top_k_cost
+    dense_cost = 2 * n * d * e + 2 * n * e * f * d * 3
+    assert counter.get_total_flops() < dense_cost / 3
+    with FlopCounterMode(display=False) as inner:
+        experts._moe_sparse(x, i, w, gate, up, down, "silu")
+    assert inner.get_total_flops() == experts._moe_flops(x.shape, i.shape, up.shape, True)
+
+
+# ----------------------------------------------------------------------------- routing variants in specs
+
+_ROUTING = """param:
+  D : int = 8
+  E : int = 6
+  F : int = 12
+  K : int = 2
+input:
+  x : Tensor([B, T, D], float32)
+parameter:
+  router : Tensor([E, D], float32)
+  shared_gate : Tensor([1, D], float32)
+  gate : Tensor([E, F, D], float32)
+  up : Tensor([E, F, D], float32)
+  down : Tensor([E, D, F], float32)
+  s_gate : Tensor([F, D], float32)
+  s_up : Tensor([F, D], float32)
+  s_down : Tensor([D, F], float32)
+output:
+  y : Tensor([B, T, D], float32)
+let logits = linear(x, weight=router)
+{body}
+"""
+
+VARIANTS = {
+    # softmax, top-k, renormalised (Mixtral, Qwen3-MoE with norm_topk_prob)
+    "softmax_topk_renorm": ("let p = softmax(logits)\nlet w = top_k(p, K)\n"
+                            "let y = moe_experts(x, top_k_indices(p, K), w / sum(w, keepdim=True), gate=gate, up=up, "
+                            "down=down)",
+                            lambda p: _softmax_topk(p, True)),
+    # softmax, top-k, as they are (OLMoE, Qwen2-MoE)
+    "softmax_topk": ("let p = softmax(logits)\n"
+                     "let y = moe_experts(x, top_k_indices(p, K), top_k(p, K), gate=gate, up=up, down=down)",
+                     lambda p: _softmax_topk(p, False)),
+    # top-k of the logits, then a softmax over the k (Switch-style, DBRX's ordering)
+    "topk_softmax": ("let y = moe_experts(x, top_k_indices(logits, K), softmax(top_k(logits, K)), gate=gate, "
+                     "up=up, down=down)",
+                     lambda p: (F.softmax(p.topk(2).values, -1), p.topk(2).indices)),
+    # sigmoid gates (DeepSeek-V3 / Llama 4 style), no renormalisation
+    "sigmoid": ("let s = sigmoid(logits)\n"
+                "let y = moe_experts(x, top_k_indices(s, K), top_k(s, K), gate=gate, up=up, down=down)",
+                lambda p: (torch.sigmoid(p).topk(2).values, torch.sigmoid(p).topk(2).indices)),
+}
+
+
+def _softmax_topk(logits, renorm):
+    w, i = F.softmax(logits, -1).topk(2)
+    return (w / w.sum(-1, keepdim=True) if renorm else w), i
+
+
+def _module(text, name):
+    res = analyze(Source.from_text(f"{name}.snf", text))
+    assert res.ok, [d.message for d in res.diagnostics]
+    ns: dict = {}
+    exec(compile(generate_source(res), f"<{name}>", "exec"), ns)
+    return res.model, ns["Model"]
+
+
+def _spec_params(m):
+    """The module's parameters under the spec's names (no layer loop here)."""
+    own = m.state_dict()
+    table = type(m).__init__.__globals__["spec_parameters"](m.config)  # the generated module's
+    return {n: own[key] if rows is None else own[key][rows[0]:rows[1]] for n, (key, rows, _) in table.items()}
+
+
+def _formula(m, x, route):
+    """The layer written directly in torch: each token's k experts, a loop over tokens and slots."""
+    m = _spec_params(m)
+    w, i = route(F.linear(x, m["router"]))
+    out = torch.zeros_like(x)
+    for b, t in np.ndindex(*x.shape[:2]):
+        for j in range(w.shape[-1]):
+            e, h = int(i[b, t, j]), x[b, t]
+            out[b, t] += w[b, t, j] * (m["down"][e] @ (F.silu(m["gate"][e] @ h) * (m["up"][e] @ h)))
+    return out
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_routing_variants_match_a_direct_formula(variant, monkeypatch):
+    monkeypatch.setenv("SNF_COMPILE", "0")
+    body, route = VARIANTS[variant]
+    model, Model = _module(_ROUTING.replace("{body}", body), variant)
+    torch.manual_seed(0)
+    m = Model().eval()
+    x = torch.randn(2, 5, 8)
+    want = _formula(m, x, route)
+    for dense in (True, False):  # both lowerings
+        monkeypatch.setattr(experts, "_MOE_DENSE_MACS", 10 ** 12 if dense else -1)
+        with torch.no_grad():
+            got = m(x)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    params = {n: p.detach().double().numpy() for n, p in _spec_params(m).items()}
+    ref = interpret(model, params, {"x": x.double().numpy()})["y"]
+    np.testing.assert_allclose(ref, want.double().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_shared_expert_with_its_own_sigmoid_gate(monkeypatch):
+    """Qwen2-MoE's shared expert: a dense SwiGLU MLP scaled by sigmoid(linear(x)), added to the routed ones."""
+    monkeypatch.setenv("SNF_COMPILE", "0")
+    body = ("let p = softmax(logits)\n"
+            "let routed = moe_experts(x, top_k_indices(p, K), top_k(p, K), gate=gate, up=up, down=down)\n"
+            "let shared = linear(swiglu(linear(x, weight=s_gate), linear(x, weight=s_up)), weight=s_down)\n"
+            "let y = routed + sigmoid(linear(x, weight=shared_gate)) * shared")
+    _, Model = _module(_ROUTING.replace("{body}", body), "shared")
+    torch.manual_seed(1)
+    m = Model().eval()
+    x = torch.randn(2, 4, 8)
+    p = _spec_params(m)
+    shared = F.linear(F.silu(F.linear(x, p["s_gate"])) * F.linear(x, p["s_up"]), p["s_down"])
+    want = _formula(m, x, lambda q: _softmax_topk(q, False)) + torch.sigmoid(F.linear(x, p["shared_gate"])) * shared
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), want, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- Mixtral against transformers
+
+transformers = pytest.importorskip("transformers")
+
+
+def _mixtral(tmp_path, **overrides):
+    from tests.test_from_pretrained import saved
+    return saved(tmp_path, "mixtral", **overrides)
+
+
+def test_mixtral_aux_loss_matches_transformers(tmp_path):
+    hf, folder = _mixtral(tmp_path)
+    model = snf.from_pretrained(folder)
+    idx = torch.randint(0, hf.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = hf(idx, output_router_logits=True)
+        got = model(idx)
+    torch.testing.assert_close(got.aux_loss, want.aux_loss, rtol=1e-5, atol=1e-6)
+
+
+def _hf_greedy(hf, prompt, n):
+    """Greedy decoding by transformers' full forward, no cache. For this test's prompt transformers'
+    generate departs from it (tiny random Mixtral, second sequence, second new token: generate picks
+    91 where its own forward of the same tokens ranks 65 first by a margin of 1); snfc's generate,
+    sparse and dense, follows the forward."""
+    seq = prompt
+    for _ in range(n):
+        with torch.no_grad():
+            seq = torch.cat([seq, hf(seq).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return seq
+
+
+@pytest.mark.parametrize("family,overrides", [("mixtral", {}), ("olmoe", {}), ("olmoe", {"norm_topk_prob": True}),
+                                              ("qwen3_moe", {}), ("qwen3_moe", {"norm_topk_prob": False})],
+                         ids=["mixtral", "olmoe", "olmoe-renormalised", "qwen3_moe", "qwen3_moe-not-renormalised"])
+def test_sparse_lowering_matches_transformers(tmp_path, monkeypatch, family, overrides):
+    """The tiny test configs pick the dense form (_moe_dense_wins); here the sparse one, forced:
+    logits, the load-balancing loss and greedy generate against transformers."""
+    from tests.test_from_pretrained import saved
+    hf, folder = saved(tmp_path, family, **overrides)
+    model = snf.from_pretrained(folder)
+    monkeypatch.setattr(experts, "_MOE_DENSE_MACS", -1)
+    idx = torch.randint(0, hf.config.vocab_size, (2, 13), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        want, got = hf(idx, output_router_logits=True), model(idx)
+    assert (got.logits - want.logits).abs().max() <= 1e-5 * want.logits.abs().max()
+    torch.testing.assert_close(got.aux_loss, want.aux_loss, rtol=1e-5, atol=1e-6)
+    assert torch.equal(model.generate(idx[:, :5], 6, temperature=0), _hf_greedy(hf, idx[:, :5], 6))
+
+
+@pytest.mark.parametrize("key,value,says", [("mlp_only_layers", [0], "no dense MLP layers"),
+                                            ("decoder_sparse_step", 2, "every layer sparse")])
+def test_qwen3_moe_dense_layers_are_refused(tmp_path, key, value, says):
+    from snf.pretrained import PretrainedError
+    from tests.test_from_pretrained import edit_config, saved
+    _, folder = saved(tmp_path, "qwen3_moe")
+    edit_config(folder, **{key: value})
+    with pytest.raises(PretrainedError, match=says):
+        snf.from_pretrained(folder)
+
+
+def test_mixtral_without_a_window(tmp_path):
+    hf, folder = _mixtral(tmp_path, sliding_window=None)
+    model = snf.from_pretrained(folder)
+    assert model.config.sliding_window == model.config.block_size
+    idx = torch.randint(0, hf.config.vocab_size, (2, 11), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        want, got = hf(idx).logits, model(idx).logits
+    assert (got - want).abs().max() <= 1e-5 * want.abs().max()
+    assert torch.equal(model.generate(idx[:, :5], 6, temperature=0),
+                       hf.generate(idx[:, :5], max_new_tokens=6, do_sample=False, pad_token_id=0))
+
+
+def test_mixtral_checkpoint_has_one_key_per_expert(tmp_path):
+    _, folder = _mixtral(tmp_path)
+    model = snf.from_pretrained(folder)
+    from snf.interop import spec_state
+    from snf.pretrained import hf_state_dict
+    sd, own = hf_state_dict(model), spec_state(model)
+    assert sd["model.layers.1.block_sparse_moe.experts.3.w2.weight"].shape == (32, 48)
+    assert torch.equal(sd["model.layers.1.block_sparse_moe.experts.3.w1.weight"], own["gate_weight"][1, 3])
+    assert torch.equal(sd["model.layers.0.block_sparse_moe.experts.2.w2.weight"], own["down_weight"][0, 2])
+    assert not any(".mlp." in key for key in sd)
+
+
+@pytest.mark.slow  # torch.compile
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_mixtral_compiled_forward_generate_and_gradients(tmp_path, monkeypatch):
+    """The default compiled path (each layer block under torch.compile(fullgraph=True), the sparse
+    experts an opaque op inside it): logits and greedy generate against transformers, and a training
+    step's gradients (router and experts) against eager, with no fallback to eager anywhere."""
+    import warnings
+    monkeypatch.setenv("SNF_COMPILE", "1")
+    torch._dynamo.reset()
+    hf, folder = _mixtral(tmp_path)
+    model = snf.from_pretrained(folder)
+    # the sparse form (the custom op inside the compiled block) at these tiny sizes too
+    monkeypatch.setattr(experts, "_MOE_DENSE_MACS", -1)
+    idx = torch.randint(0, hf.config.vocab_size, (2, 13), generator=torch.Generator().manual_seed(5))
+    model.compile_units = {device: {"train": "block", "eval": "block"} for device in ("cpu", "cuda")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a fallback to eager fails here
+        with torch.no_grad():
+            want = hf(idx).logits
+            got = model(idx).logits
+        assert (got - want).abs().max() <= 1e-5 * want.abs().max()
+        assert torch.equal(model.generate(idx[:, :5], 6, temperature=0),
+                           hf.generate(idx[:, :5], max_new_tokens=6, do_sample=False, pad_token_id=0))
+        model.train()
+        out = model(idx)
+        (out.logits.square().mean() + out.aux_loss).backward()
+    compiled = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    monkeypatch.setenv("SNF_COMPILE", "0")
+    out = model(idx)
+    (out.logits.square().mean() + out.aux_loss).backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(compiled[n], p.grad, rtol=1e-5, atol=1e-6, msg=n)
+    assert any("router" in n and p.grad.abs().sum() > 0 for n, p in model.named_parameters())

@@ -52,12 +52,11 @@ class Checker(Declarations, ConfigMaps, Expressions, Statements, Loops, Calls, F
         self.free_out: set[str] = set()
         self.runtime_checks: dict[tuple, Span] = {}  # (lhs, rhs, op) -> where the condition arose
         self.nonlinear_spans: set = set()  # where a condition not linear in a layer was refused
-        self.folding_defaults = False  # Facts.defaults is folding a computed int
         self.check_when: dict[tuple, frozenset] = {}  # (lhs, rhs, op) -> the optional inputs it needs given
         self.check_why: dict[tuple, str] = {}  # (lhs, rhs, op) -> what the failing check says
         self.free_bound: dict[str, Dim] = {}
         self.n_unknown = 0  # unknown names reported (bounds the cost of "did you mean")
-        self.folded_config = False  # the last folded number used a config default
+        self._numbers: dict = {}  # id(scalar node) -> (node, (its number, whether it read a default), FoldError)
         self.folded: dict = {}  # a derived value's name -> (its number for the defaults, whether it used one)
         self.float_dtype: str | None = None  # the model's floating dtype (Declarations.model_float_dtype)
         self.value_checks: list = []  # numbers computed from the config, with their owner (check/numbers.py)

@@ -21,7 +21,6 @@ from __future__ import annotations
 from .. import ir
 from ..dims import Dim, DimError, Divides, FloorDiv
 from ..source import Span
-from .fold import FoldError
 
 _FLIP = {">=": "<=", ">": "<"}
 
@@ -148,20 +147,10 @@ class Facts:
         """The int config names' values for the defaults, the computed ones included."""
         values = {c.name: c.default for c in self.config
                   if isinstance(c.default, int) and not isinstance(c.default, bool)}
-        if self.folding_defaults:  # a computed int's value being folded: the fields alone
-            return values
-        self.folding_defaults = True
-        try:
-            for d in self.derived:
-                if d.opaque:
-                    try:
-                        value = self.number(d.value)
-                    except FoldError:
-                        value = None
-                    if isinstance(value, int) and not isinstance(value, bool):
-                        values[d.name] = value
-        finally:
-            self.folding_defaults = False
+        for d in self.derived:  # a computed int's number, folded once as it was declared (Folding.remember)
+            value = self.folded.get(d.name, (None, False))[0] if d.opaque else None
+            if isinstance(value, int) and not isinstance(value, bool):
+                values[d.name] = value
         return values
 
     def at_defaults(self, d: Dim) -> int | None:

@@ -20,7 +20,12 @@ _ARITH = {"add", "sub", "mul", "div", "floordiv", "mod", "pow", "neg", "sqrt", "
 
 
 class FoldError(ArithmeticError):
-    pass
+    """Arithmetic that fails; `used_config`: whether the numbers it computed with read a config
+    default (the message then says "with the default config")."""
+
+    def __init__(self, message: str, used_config: bool = False):
+        super().__init__(message)
+        self.used_config = used_config
 
 
 def _check(v):
@@ -108,59 +113,71 @@ class Folding:
         """`op`'s type, or ERR after reporting arithmetic that fails for the defaults (or always)."""
         if op.op not in _ARITH or not isinstance(op.ty, ScalarT) or op.ty.kind not in ("int", "float"):
             return op.ty
-        self.folded_config = False
         try:
             self.number(op)
         except FoldError as err:
             shown = self.source_text(op.span) or op.op
-            where = " with the default config" if self.folded_config else ""
+            where = " with the default config" if err.used_config else ""
             self.r.error("bad-arithmetic", f"`{shown}` {err}{where}", op.span,
                          hint="numbers in a spec are computed when the module is built; keep them finite")
             return ErrorT()
         return op.ty
 
-    def number(self, e: ir.TExpr):
-        """The value of a scalar expression for the config's defaults; None when unknown (a
-        run-time dim, a field without a default). Raises FoldError for arithmetic that fails."""
+    def number(self, e: ir.TExpr) -> tuple:
+        """(The value of a scalar expression for the config's defaults, or None when unknown: a
+        run-time dim, a field without a default; whether it read a config default.) Each node is
+        folded once, as the checker meets it bottom up, and later folds of the trees that hold it
+        read its value (`_numbers`): folding is linear in the spec's size. Raises FoldError for
+        arithmetic that fails, every time it is asked."""
+        memo = self._numbers.get(id(e))
+        if memo is None:
+            try:
+                memo = (e, self._number(e), None)  # e kept: its id stays its own
+            except FoldError as err:
+                memo = (e, None, err)
+            self._numbers[id(e)] = memo
+        if memo[2] is not None:
+            raise memo[2]
+        return memo[1]
+
+    def _number(self, e: ir.TExpr) -> tuple:
         if isinstance(e, ir.Lit):
-            return e.value if isinstance(e.value, (int, float)) else None
+            return (e.value if isinstance(e.value, (int, float)) else None), False
         if isinstance(e, ir.DimVal):
             return self.dim_number(e.dim)
         if isinstance(e, ir.Ref):
             if e.kind == "config":
                 field = next((c for c in self.config if c.name == e.name), None)
-                self.folded_config = True
-                return field.default if field is not None and isinstance(field.default, (int, float)) else None
+                return (field.default if field is not None and isinstance(field.default, (int, float)) else None), True
             if e.kind == "dim":
-                if e.name not in self.folded:
-                    return None  # a run-time dim
-                value, used_config = self.folded[e.name]
-                self.folded_config = self.folded_config or used_config
-                return value
-            return None
+                return self.folded.get(e.name, (None, False))  # absent: a run-time dim
+            return None, False
         if isinstance(e, ir.Op) and e.op in _MATH and isinstance(e.ty, ScalarT):
-            args = [self.number(a) for _, a in e.args]
+            folded = [self.number(a) for _, a in e.args]
+            used = any(u for _, u in folded)
+            args = [v for v, _ in folded]
             if any(a is None or isinstance(a, bool) for a in args):
-                return None
-            return _check(_MATH[e.op](*args))
-        return None
+                return None, used
+            try:
+                return _check(_MATH[e.op](*args)), used
+            except FoldError as err:
+                raise FoldError(str(err), used) from None
+        return None, False
 
     def remember(self, derived: ir.Derived) -> None:
         """Fold a derived value once, as it is declared: a later use reads it (a chain of derived
         values folds in time linear in its length, not quadratic, and without recursion). A value
         that does not fold is reported where its expression is checked; here it is unknown."""
-        saved, self.folded_config = self.folded_config, False
         try:
-            value = self.dim_number(derived.dim) if derived.dim is not None else self.number(derived.value)
-        except FoldError:
-            value = None
-        self.folded[derived.name] = (value, self.folded_config)
-        self.folded_config = saved
+            folded = self.dim_number(derived.dim) if derived.dim is not None and not derived.opaque \
+                else self.number(derived.value)
+        except FoldError as err:
+            folded = None, err.used_config
+        self.folded[derived.name] = folded
 
-    def dim_number(self, d):
-        if d.symbols():
-            self.folded_config = True
+    def dim_number(self, d) -> tuple:
+        """(`d` for the config's defaults, or None; whether it reads a config value.)"""
         try:
-            return d.evaluate(self.defaults())
+            return d.evaluate(self.defaults()), bool(d.symbols())
         except (KeyError, DimError, ZeroDivisionError):
-            return None
+            return None, bool(d.symbols())

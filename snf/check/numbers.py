@@ -73,14 +73,13 @@ class Numbers:
         if within is None and not (fields and self.fallible(e)):
             return True  # nothing to check: no range, and a constant (folded) or arithmetic that cannot fail
         low, high, low_open = within or (None, None, False)
-        self.folded_config = False
         try:
-            value = self.number(e)
+            value, used_config = self.number(e)
         except FoldError:
             return True  # reported where it was folded
         check = ir.ValueCheck(e, span, what, tuple(sorted(fields)), low, high, low_open)
         if value is not None and within is not None and not check.holds(value):
-            where = " with the default config" if self.folded_config else ""
+            where = " with the default config" if used_config else ""
             self.r.error("bad-value", f"{what} is {value}{where}; it must be {check.range_text()}", span,
                          hint="change the expression, or the defaults in `param:`" if where else None)
             return False

@@ -35,6 +35,7 @@ import torch
 
 import runner
 from runner import Unsound, broken_checks, evaluate
+from snf.runtime.compiling import _eagerly
 
 # float32 compiled and eager round differently (inductor fuses and reorders reductions), so they
 # agree to a few ulps of the largest value, not 1e-5 of each; both are held to the float64
@@ -137,7 +138,9 @@ class Session(runner.Runner):
 
     # ------------------------------------------------------------------ running both ways
     def eager(self, module=None):
-        return (module or self.mod)._eagerly()
+        """Nothing compiles inside: a module's own _eagerly (a --standalone one), else the runtime's,
+        which every module that imports it shares."""
+        return getattr(module or self.mod, "_eagerly", _eagerly)()
 
     def run(self, model, kwargs: dict, what: str, *, eager: bool = False, grad: bool = False):
         """Call `model(**kwargs)` (compiled, or eagerly); a fallback to eager fails the session."""

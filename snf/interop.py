@@ -18,7 +18,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -50,12 +50,19 @@ def _module_of(model: torch.nn.Module):
     return sys.modules[type(model).__module__]
 
 
+def layer_numbers(layers) -> Sequence:
+    """The layers a spec parameter has, from `spec_parameters`' third entry: a count (every layer of
+    its loop), or the numbers of the layers that have it (a tensor of some layers only,
+    `name[l] : ... if cond else None`); spec_state stacks those layers only, in order."""
+    return range(layers) if isinstance(layers, int) else tuple(layers)
+
+
 def _pieces(model: torch.nn.Module) -> list[tuple[str, int | None, str, tuple | None]]:
     """Every stored piece of every spec parameter: (spec name, layer or None, state-dict key, rows
     of that tensor or None), as the generated module's `spec_parameters` places them."""
     out = []
     for name, (key, rows, layers) in _module_of(model).spec_parameters(model.config).items():
-        for layer in (range(layers) if layers is not None else [None]):
+        for layer in (layer_numbers(layers) if layers is not None else [None]):
             out.append((name, layer, key.replace("{l}", str(layer)) if layer is not None else key, rows))
     return out
 
@@ -177,8 +184,12 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
     if fmt == "spec":
         shapes = _spec_shapes(model, own)
         values, unexpected = _checked(fmt, state_dict, shapes, strict, optional=recomputed)
+        table = _module_of(model).spec_parameters(model.config)
+        # the index of a layer's slice: its place among the layers that have the parameter
+        at = {(name, layer): i for name, (_, _, layers) in table.items() if layers is not None
+              for i, layer in enumerate(layer_numbers(layers))}
         found = [(key, rows, (lambda sd, name=name: sd[name]) if layer is None else
-                  (lambda sd, name=name, layer=layer: sd[name][layer]), name)
+                  (lambda sd, name=name, i=at[name, layer]: sd[name][i]), name)
                  for name, layer, key, rows in pieces if name in values]
         left = [_shown(key, rows) for name, layer, key, rows in pieces if name not in values]
         return found, left, unexpected
@@ -216,12 +227,13 @@ def _spec_shapes(model: torch.nn.Module, own: dict) -> dict:
     0), from one stored piece: nothing is stacked."""
     shapes: dict = {}
     for name, (key, rows, layers) in _module_of(model).spec_parameters(model.config).items():
-        if layers == 0:
+        numbers = layer_numbers(layers) if layers is not None else None
+        if numbers is not None and not numbers:
             continue
-        stored = key.replace("{l}", "0")
+        stored = key.replace("{l}", str(numbers[0])) if numbers is not None else key
         if stored in own:
             piece = tuple(_piece(own, stored, rows).shape)
-            shapes[name] = piece if layers is None else (layers, *piece)
+            shapes[name] = piece if layers is None else (len(numbers), *piece)
     for name, tensor in _empty_layers(model, own).items():
         shapes[name] = tuple(tensor.shape)
     return shapes
@@ -336,7 +348,7 @@ def _empty_layers(model: torch.nn.Module, own: dict) -> dict:
     device = next(iter(own.values())).device if own else torch.device("cpu")
     out = {}
     for name, (key, rows, layers) in mod.spec_parameters(model.config).items():
-        if layers != 0:
+        if layers != 0 or not isinstance(layers, int):  # one of some layers, on none: absent, as if off
             continue
         owner, path = key.split(".{l}.", 1)
         with torch.device("meta"):

@@ -348,8 +348,10 @@ def hf_state_dict(model: torch.nn.Module) -> dict:
         if name not in params and name in recomputed:
             continue  # the config decides it: no checkpoint holds it
         source = params[name]
-        for layer in (range(layers_of[name]) if layers_of[name] is not None else [None]):
-            _unmap(source, tensor if layer is None else tensor[layer], layer, out, parts)
+        if layers_of[name] is None:
+            _unmap(source, tensor, None, out, parts)
+        for i, layer in enumerate(interop.layer_numbers(layers_of[name]) if layers_of[name] is not None else ()):
+            _unmap(source, tensor[i], layer, out, parts)  # the i-th layer that has it
     for (inner, layer, n, axis), pieces in parts.items():
         if len(pieces) != n:
             raise PretrainedError(f"save_pretrained: only parts {sorted(pieces)} of {n} of `{show(inner)}` are mapped")

@@ -219,10 +219,18 @@ class Declarations:
                 self.declare(d.name, Binding(kind, ERR, d.name_span, d.optional, uses=1), d.name_span)
             return
         cond = None
+        layer_var = self.layer_var(d, kind)
         if d.condition is not None:
             if kind not in ("param", "buffer"):
                 self.r.error("syntax", "only parameters and buffers may be conditional (`if c else None`)",
                              d.condition.span, hint="mark an optional input with `?`")
+            elif layer_var is not None:
+                # the layer variable is bound for the condition only, as a dim (`l % 2 == 1`)
+                self.push()
+                self.declare(layer_var, Binding("loopvar", ScalarT("int", Dim.sym(layer_var)), d.layer_var[1],
+                                                uses=1), d.layer_var[1])
+                cond = self.condition(d.condition)
+                self.pop()
             else:
                 cond = self.condition(d.condition)
         optional = d.optional or cond is not None
@@ -238,12 +246,14 @@ class Declarations:
         if d.value is not None:
             if kind in ("param", "buffer"):
                 self.initialising = d.name
-                with self.guarded(cond):  # a conditional tensor is initialised only when it exists
+                # a conditional tensor is initialised only when it exists (a per-layer condition is
+                # no config condition: its initialiser is checked for every config)
+                with self.guarded(cond if layer_var is None else None):
                     init = self.initialiser(d.value, ty)
                 self.initialising = None
             else:
                 self.r.error("syntax", f"an {kind} takes no default value", d.value.span)
-        t = ir.Tensor(d.name, ty, optional, cond, init, d.span)
+        t = ir.Tensor(d.name, ty, optional, cond, init, d.span, layer_var=layer_var if cond is not None else None)
         b = Binding(kind, TensorT(ty.shape, ty.dtype, optional), d.name_span, optional)
         if kind == "output":
             problem = public_name_problem("output", d.name)
@@ -257,6 +267,23 @@ class Declarations:
         if self.declare(d.name, b, d.name_span):
             self.decl_spans[d.name] = d.span
             {"input": self.inputs, "param": self.params, "buffer": self.buffers}[kind].append(t)
+
+    def layer_var(self, d: ir.Decl, kind: str) -> str | None:
+        """The `l` of `name[l] : ... if cond else None`: a parameter or buffer that exists on the layers
+        where `cond` holds. None (after reporting) when the declaration cannot have one."""
+        if d.layer_var is None:
+            return None
+        var, where = d.layer_var
+        if kind not in ("param", "buffer"):
+            self.r.error("syntax", f"only parameters and buffers may exist on some layers only (`{d.name}[{var}]`)",
+                         where, hint=f"write `{d.name} : ...`")
+            return None
+        if d.condition is None:
+            self.r.error("syntax", f"`{d.name}[{var}]` names a layer variable for a condition, and there is none",
+                         where, hint=f"write `{d.name}[{var}] : Tensor([n_layer, ...]) if <condition on {var}> else "
+                                     f"None`, or `{d.name} : ...` for a tensor every layer has")
+            return None
+        return var
 
     def fixed_length_warning(self, d: ir.Decl, ty: TensorT) -> None:
         if ty.dtype not in ("int32", "int64") or ty.rank < 2 or d.optional:

@@ -82,7 +82,7 @@ class Expressions:
             self.whole_reads.setdefault(e.id, []).append(e.span)
         if b.kind == "local":
             self.note_read(e.id, b)
-        if b.kind == "loopvar":  # used as a value (an index, a bound, a dim), not only to pick `w[l]`
+        if b.kind == "loopvar" and self.loops:  # used as a value (an index, a bound, a dim), not only to pick `w[l]`
             self.loops[-1]["uses_var"] = True
         return ir.Ref(e.id, b.kind, ty, e.span)
 

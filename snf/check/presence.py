@@ -8,6 +8,7 @@ from ..diagnostics import Related
 from ..ir import ErrorT, TensorT
 from ..source import Span
 from .messages import article
+from .numbers import _key
 
 
 class Presence:
@@ -40,16 +41,33 @@ class Presence:
             return frozenset(t.name for t in self.params + self.buffers if _flag(t.condition) == _flag(test))
         if isinstance(test, ir.Op) and test.op == "and":
             return self.presence(test.arg("a")) | self.presence(test.arg("b"))
-        return frozenset()
+        return self.layer_presence(test)
+
+    def layer_presence(self, test: ir.TExpr) -> frozenset:
+        """Tensors declared `name[l] : ... if cond else None` whose condition is `test`, written with
+        the loop's variable for `l`: they exist on the layers where the test holds."""
+        if not self.loops:
+            return frozenset()
+        var, key = self.loops[-1]["var"], _key(test)
+        return frozenset(t.name for t in self.params + self.buffers
+                         if t.layer_var is not None and _key(t.condition, {t.layer_var: var}) == key)
 
     def must_exist(self, t: ir.TExpr, span: Span) -> bool:
         """Report a use of a value that may be absent here; False when it may be."""
+        if isinstance(t, ir.Ref) and t.kind in ("param", "buffer") and any(
+                p.name == t.name and p.layer_var for p in self.params + self.buffers):
+            return False  # a tensor of some layers read whole: `stacked-index` reports it (loops.py)
         if isinstance(t.ty, TensorT) and t.ty.maybe_none:
             name = t.name if isinstance(t, ir.Ref) else getattr(t, "name", "value")
             ref_kind = t.kind if isinstance(t, ir.Ref) else ""
             kind = {"input": "optional input", "param": "conditional parameter", "buffer": "conditional buffer",
                     "layer_param": "conditional parameter"}.get(ref_kind, "conditional value")
             guard = f"`if {name} exists:`" if kind == "optional input" else "the condition it is declared under"
+            layered = next((p for p in self.params + self.buffers if p.name == name and p.layer_var), None)
+            if layered is not None and isinstance(t, ir.Ref) and t.kind == "layer_param" and self.loops:
+                kind = "parameter that exists on some layers only"
+                guard = (f"`if {self.source_text(layered.condition.span)}:` (its declared condition, with "
+                         f"`{self.loops[-1]['var']}` for `{layered.layer_var}`)")
             related = ()
             if isinstance(t, ir.Ref) and t.name in self.decl_spans:
                 how = "optional" if kind == "optional input" else "conditional"

@@ -171,6 +171,14 @@ class _Walk:
             n = n * self.dim(d)
         return n
 
+    def param_numel(self, t: ir.Tensor) -> Dim:
+        """A parameter's entries; one of some layers only (`name[l] : ... if cond else None`) counts
+        the layers that have it for this config (a number: no polynomial says which they are)."""
+        if t.layer_var is None:
+            return self.numel(t.ty)
+        have = Dim.const(len(self.conds.layers_with(t)))
+        return self.numel(TensorT((have,) + tuple(t.ty.shape[1:]), t.ty.dtype))
+
     def size(self, ty) -> Dim:
         return DTYPE_BYTES[ty.dtype] * self.numel(ty)
 
@@ -355,8 +363,8 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
     backward = walk.run()
     params = Dim()
     for t in model.params:
-        if t.condition is None or walk.conds.eval(t.condition, {}):
-            params += walk.numel(t.ty)
+        if t.layer_var is not None or t.condition is None or walk.conds.eval(t.condition, {}):
+            params += walk.param_numel(t)
     tokens = Dim.const(1)
     for d in tokens_dims:
         tokens = tokens * Dim.sym(d)

@@ -89,3 +89,35 @@ def test_the_layers_that_have_it(tmp_path, cfg):
     other = type(model)(model.config).double()
     load_state_dict(other, {k: v.clone() for k, v in state.items()})
     assert all(torch.equal(a, b) for a, b in zip(other.state_dict().values(), model.state_dict().values()))
+
+
+def test_stats_count_the_layers_that_have_it(tmp_path):
+    from snf.stats import stats
+    path, _, m = _model(tmp_path)
+    for step, layers in ((2, 2), (1, 5), (7, 0)):  # of 5 layers: 1 and 3; all; none
+        got = {q.key: q for q in stats(m, {"step": step, "T": 4, "B": 1}).quantities}["parameters"]
+        assert got.value == 5 * 8 * 8 + layers * 2 * 16 * 8 + (5 - layers) * 8 * 8
+
+
+@pytest.mark.parametrize("overrides", [{}, {"norm_topk_prob": True}, {"num_hidden_layers": 4, "decoder_sparse_step": 3}],
+                         ids=["step2", "renormalised", "step3"])
+def test_qwen2_moe_sparse_form_matches_transformers(tmp_path, monkeypatch, overrides):
+    """Qwen2-MoE's dense and sparse layers (decoder_sparse_step), the experts forced sparse: logits
+    and greedy generate against transformers; each layer holds its own kind of weights only."""
+    pytest.importorskip("transformers")
+    from snf.runtime import experts
+    from tests.test_from_pretrained import saved
+    from tests.test_moe import _hf_greedy
+    hf, folder = saved(tmp_path, "qwen2_moe", **overrides)
+    model = snf.from_pretrained(folder)
+    step, n_layer = model.config.sparse_step, model.config.n_layer
+    keys = model.state_dict()
+    for i in range(n_layer):
+        sparse = (i + 1) % step == 0
+        assert (f"layers.{i}.router_weight" in keys) == sparse and (f"layers.{i}.gate_weight" in keys) != sparse
+    monkeypatch.setattr(experts, "_MOE_DENSE_MACS", -1)
+    idx = torch.randint(0, hf.config.vocab_size, (2, 13), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        want, got = hf(idx).logits, model(idx).logits
+    assert (got - want).abs().max() <= 1e-5 * want.abs().max()
+    assert torch.equal(model.generate(idx[:, :5], 6, temperature=0), _hf_greedy(hf, idx[:, :5], 6))

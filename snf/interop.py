@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from .checkpoints import format_key
+
 
 class CheckpointError(ValueError):
     """A state dict does not fit the model; lists every missing, unexpected, mis-shaped or non-tensor key."""
@@ -80,8 +82,9 @@ class _Reading:
     """What evaluating the mappings found: the keys used, and those missing, not tensors, or of a
     shape that does not fit."""
 
-    def __init__(self, sd: Mapping):
+    def __init__(self, sd: Mapping, config=None):
         self.sd, self.used, self.missing, self.invalid, self.mismatched = sd, set(), [], [], []
+        self.config = config  # what keys' fields read beside `l` and `e`
         self.reported: set = set()
         self.trace: list = []  # the keys read, in order
 
@@ -97,10 +100,38 @@ class _Reading:
 
 
 def _for_expert(src: tuple, expert: int) -> tuple:
-    """An encoded source of one expert's entry: `{e}` in its keys replaced by the expert number."""
+    """An encoded source of one expert's entry: its keys with the expert number bound to `e`."""
     if src[0] == "key":
-        return ("key", src[1].replace("{e}", str(expert)))
+        return ("key", src[1], (("e", expert),))
     return tuple(_for_expert(x, expert) if isinstance(x, tuple) else x for x in src)
+
+
+class _Values(Mapping):
+    """What a key's `{...}` fields read: `l`, `e` where bound, and the config's ints."""
+
+    def __init__(self, bound: dict, config):
+        self.bound, self.config = bound, config
+
+    def __getitem__(self, name: str):
+        if name in self.bound:
+            return self.bound[name]
+        if self.config is not None and hasattr(self.config, name):
+            return getattr(self.config, name)
+        raise KeyError(name)
+
+    def __iter__(self):
+        return iter(self.bound)
+
+    def __len__(self) -> int:
+        return len(self.bound)
+
+
+def key_of(src: tuple, layer: int | None, config) -> str:
+    """The checkpoint key of a ("key", text[, bound]) source at `layer`: its fields computed."""
+    bound = dict(src[2]) if len(src) > 2 else {}
+    if layer is not None:
+        bound["l"] = layer
+    return format_key(src[1], _Values(bound, config))
 
 
 def _eval(src, want: tuple, layer: int | None, r: _Reading, shown: str, transformed: bool = False):
@@ -109,7 +140,7 @@ def _eval(src, want: tuple, layer: int | None, r: _Reading, shown: str, transfor
     transform runs, so a misshapen one is named with that shape, never an IndexError."""
     kind = src[0]
     if kind == "key":
-        key = src[1].replace("{l}", str(layer)) if layer is not None else src[1]
+        key = key_of(src, layer, r.config)
         if key not in r.sd:
             r.missing.append(key)
             return None
@@ -123,11 +154,11 @@ def _eval(src, want: tuple, layer: int | None, r: _Reading, shown: str, transfor
             return None
         return tensor
     if kind == "or":
-        trial = _Reading(r.sd)
+        trial = _Reading(r.sd, r.config)
         first = _eval(src[1], want, layer, trial, shown, transformed)
         if first is not None or trial.mismatched:  # the first source is there, if misshapen
             return r.absorb(trial, first)
-        other = _Reading(r.sd)
+        other = _Reading(r.sd, r.config)
         second = _eval(src[2], want, layer, other, shown, transformed)
         if second is None and not other.mismatched and not other.invalid:
             other.missing = trial.missing  # neither is there: the first source's keys are named missing
@@ -195,7 +226,7 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
         return found, left, unexpected
     mapping = formats[fmt]["params"]
     found, left = [], []
-    r = _Reading(state_dict)
+    r = _Reading(state_dict, model.config)
     for name, layer, key, rows in pieces:
         shown = _shown(key, rows)
         want = tuple(_piece(own, key, rows).shape)
@@ -213,7 +244,7 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
             continue
         first = r.trace[start] if len(r.trace) > start else ""
         found.append((key, rows, lambda sd, src=mapping[name], want=want, layer=layer, shown=shown:
-                      _eval(src, want, layer, _Reading(sd), shown), first))
+                      _eval(src, want, layer, _Reading(sd, model.config), shown), first))
     missing, mismatched, invalid = r.missing, r.mismatched, r.invalid
     ignored = _key_patterns(formats[fmt]["ignore"])
     unexpected = sorted(k for k in state_dict if k not in r.used and not ignored.fullmatch(k))
@@ -260,8 +291,8 @@ def _assemble(own: dict, found: list) -> dict:
 
 
 def _key_patterns(keys) -> re.Pattern:
-    """The spec's `_ <- "key"` entries as one pattern; `{l}` in a key stands for any layer index."""
-    alternatives = [re.escape(k).replace(re.escape("{l}"), r"\d+") for k in keys]
+    """The spec's `_ <- "key"` entries as one pattern; a `{...}` field (`{l}`) stands for any number."""
+    alternatives = [r"\d+".join(re.escape(part) for part in re.split(r"\{[^{}]*\}", k)) for k in keys]
     return re.compile("|".join(alternatives) if alternatives else r"(?!)")
 
 

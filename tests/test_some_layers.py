@@ -121,3 +121,60 @@ def test_qwen2_moe_sparse_form_matches_transformers(tmp_path, monkeypatch, overr
         want, got = hf(idx).logits, model(idx).logits
     assert (got - want).abs().max() <= 1e-5 * want.abs().max()
     assert torch.equal(model.generate(idx[:, :5], 6, temperature=0), _hf_greedy(hf, idx[:, :5], 6))
+
+
+KEYS = """\
+param:
+  n_layer : int = 3
+  n_dense : int = 1
+  n_expert : int = 2
+  D : int = 4
+
+input:
+  x : Tensor([B, D], float32)
+
+parameter:
+  w : Tensor([n_layer, D, D], float32)
+  u : Tensor([n_layer, D, D], float32)
+  experts : Tensor([n_layer, n_expert, D, D], float32)
+
+output:
+  y : Tensor([B, D], float32)
+
+let h = x
+for l in 0..n_layer-1:
+    h = h + linear(h, weight=w[l]) + linear(h, weight=u[l]) + linear(h, weight=experts[l][0])
+    h = h + linear(h, weight=experts[l][1])
+let y = h
+
+checkpoint hf:
+  w[l] <- "h.{2*l}.w"
+  u[l] <- "h.{l + n_dense}.u".T
+  experts[l, e] <- "h.{2*l + 1}.experts.{n_expert - 1 - e}.w"
+"""
+
+
+@pytest.mark.parametrize("cfg", [{}, {"n_dense": 3, "n_layer": 2}])
+def test_checkpoint_keys_compute_the_layer_number(tmp_path, cfg):
+    """`{2*l}`, `{l + n_dense}` (a config int) and `{n_expert - 1 - e}` in keys (docs/language.md 7):
+    loaded, and written back by save_pretrained's inverse, for the config's values."""
+    from snf.pretrained import hf_state_dict
+    path = tmp_path / "keys.snf"
+    path.write_text(KEYS, encoding="utf-8")
+    model = snf.load(path).Model(**cfg)
+    n_layer, n_dense = cfg.get("n_layer", 3), cfg.get("n_dense", 1)
+    g = torch.Generator().manual_seed(1)
+    sd = {}
+    for l in range(n_layer):
+        sd[f"h.{2 * l}.w"] = torch.randn(4, 4, generator=g)
+        sd[f"h.{l + n_dense}.u"] = torch.randn(4, 4, generator=g)
+        for e in range(2):
+            sd[f"h.{2 * l + 1}.experts.{1 - e}.w"] = torch.randn(4, 4, generator=g)
+    load_state_dict(model, sd, "hf")
+    state = spec_state(model)
+    for l in range(n_layer):
+        assert torch.equal(state["w"][l], sd[f"h.{2 * l}.w"])
+        assert torch.equal(state["u"][l], sd[f"h.{l + n_dense}.u"].T)
+        assert torch.equal(state["experts"][l, 0], sd[f"h.{2 * l + 1}.experts.1.w"])
+    back = hf_state_dict(model)
+    assert sorted(back) == sorted(sd) and all(torch.equal(back[k], sd[k]) for k in sd)

@@ -4,7 +4,7 @@ fields, derived dims, tensor types with symbolic shapes, run-time dims) and `che
 from __future__ import annotations
 
 from .. import ir
-from ..checkpoints import MappingError, encode_mapping
+from ..checkpoints import MappingError, encode_mapping, eval_field, field_names, format_key, key_fields, parse_field
 from ..diagnostics import Related
 from ..dims import Dim
 from ..ir import ErrorT, ScalarT, TensorT
@@ -328,8 +328,82 @@ class Declarations:
             try:
                 encoded = encode_mapping(e.source, None if target is None else target.ty.rank - (e.name in stacked),
                                          expert=e.expert_var is not None)
-                if e.name != "_" and e.name not in stacked and "{l}" in repr(encoded):
-                    raise MappingError(f"`{e.name}` is not per layer, so no layer number replaces `{{l}}` in its key")
+                self.key_fields(e, encoded, target, e.name in stacked)
             except MappingError as err:
                 self.r.error("bad-checkpoint", str(err), getattr(err, "span", None) or e.span,
                              hint='sources are "key" strings, `.T`, `a or b` and split("key", n, axis=i, index=j)')
+
+    def key_fields(self, e: ir.MapEntry, encoded: tuple, target, per_layer: bool) -> None:
+        """The `{...}` fields of an entry's keys read `l` (per layer), `e` (`[l, e]`) and config ints
+        only; for the defaults every key is computed, none is negative and no two layers (or
+        experts) give one key (MappingError otherwise)."""
+        ints = {c.name for c in self.config if c.kind == "int"} | {d.name for d in self.derived if d.dim is not None}
+        allowed = ints | ({"l"} if per_layer else set()) | ({"e"} if e.expert_var is not None else set())
+        keys = [k for k in _key_nodes(encoded)]
+        for key in keys:
+            for field in key_fields(key):
+                for name in sorted(field_names(parse_field(field)) - allowed):
+                    why = ("no layer number replaces it: the entry is not per layer" if name == "l" else
+                           "an expert number replaces it only in `name[l, e] <- ...`" if name == "e" else
+                           "a key reads the layer number `l`, the expert number `e` and int params")
+                    raise MappingError(f"`{name}` in the key field `{{{field}}}`: {why}", _key_span(e.source, key))
+        if e.name == "_" or target is None or not per_layer:
+            return
+        values = dict(self.defaults())
+        for d in self.derived:
+            if d.dim is not None and d.name not in values and (v := self.at_defaults(d.dim)) is not None:
+                values[d.name] = v
+        layers = self.at_defaults(target.ty.shape[0])
+        experts = self.at_defaults(target.ty.shape[1]) if e.expert_var is not None else 1
+        if layers is None or experts is None or layers * experts > 100_000:
+            return  # not known for the defaults, or too many to list: interop computes them as it loads
+        for key in keys:
+            if not key_fields(key):
+                continue
+            seen: dict = {}
+            for layer in range(layers):
+                for expert in range(experts):
+                    at = {**values, "l": layer, "e": expert}
+                    where = f"l = {layer}" + (f", e = {expert}" if e.expert_var is not None else "")
+                    try:
+                        fields = [eval_field(parse_field(f), at) for f in key_fields(key)]
+                    except ZeroDivisionError:
+                        raise MappingError(f"the key `{key}` divides by zero at {where} (for the defaults)",
+                                           _key_span(e.source, key)) from None
+                    except KeyError as err:  # a param without a default
+                        raise MappingError(f"the key `{key}` reads `{err.args[0]}`, which has no default, so "
+                                           f"check cannot list its keys", _key_span(e.source, key)) from None
+                    if any(f < 0 for f in fields):
+                        raise MappingError(f"the key `{key}` gives a negative number at {where} (for the defaults): "
+                                           f"{format_key(key, at)}", _key_span(e.source, key))
+                    name = format_key(key, at)
+                    if name in seen:
+                        raise MappingError(f"the key `{key}` gives `{name}` at {seen[name]} and at {where} (for the "
+                                           f"defaults): each layer needs a key of its own", _key_span(e.source, key))
+                    seen[name] = where
+
+
+def _key_nodes(encoded):
+    """The key texts of an encoded source."""
+    if isinstance(encoded, tuple) and encoded and encoded[0] == "key":
+        yield encoded[1]
+    elif isinstance(encoded, tuple):
+        for x in encoded:
+            yield from _key_nodes(x)
+
+
+def _key_span(source: ir.Expr, key: str):
+    """Where the string `key` is written in a source expression."""
+    for x in _syntax_nodes(source):
+        if isinstance(x, ir.Str) and x.value == key:
+            return x.span
+    return source.span
+
+
+def _syntax_nodes(e):
+    """`e` and the syntax nodes inside it (a call's arguments, an `or`'s sides, `.T`'s value)."""
+    yield e
+    for value in vars(e).values():
+        for v in value if isinstance(value, tuple) else (value,):
+            if hasattr(v, "span") and hasattr(v, "__dict__"):
+                yield from _syntax_nodes(v)

@@ -338,7 +338,8 @@ class Declarations:
         only; for the defaults every key is computed, none is negative and no two layers (or
         experts) give one key (MappingError otherwise)."""
         ints = {c.name for c in self.config if c.kind == "int"} | {d.name for d in self.derived if d.dim is not None}
-        allowed = ints | ({"l"} if per_layer else set()) | ({"e"} if e.expert_var is not None else set())
+        # an ignored key (`_ <- "h.{l}.attn.bias"`) stands for every layer's
+        allowed = ints | ({"l"} if per_layer or e.name == "_" else set()) | ({"e"} if e.expert_var is not None else set())
         keys = [k for k in _key_nodes(encoded)]
         for key in keys:
             for field in key_fields(key):

@@ -124,22 +124,19 @@ def test_qwen2_moe_sparse_form_matches_transformers(tmp_path, monkeypatch, overr
 
 
 KEYS = """\
-param:
-  n_layer : int = 3
-  n_dense : int = 1
-  n_expert : int = 2
-  D : int = 4
-
-input:
-  x : Tensor([B, D], float32)
-
 parameter:
+  experts : Tensor([n_layer, n_expert, D, D], float32)
   w : Tensor([n_layer, D, D], float32)
   u : Tensor([n_layer, D, D], float32)
-  experts : Tensor([n_layer, n_expert, D, D], float32)
-
 output:
   y : Tensor([B, D], float32)
+input:
+  x : Tensor([B, D], float32)
+param:
+  n_expert : int = 2
+  n_layer : int = 3
+  n_dense : int = 1
+  D : int = 4
 
 let h = x
 for l in 0..n_layer-1:

@@ -4,6 +4,7 @@ evaluated by `interop`. Nothing in a mapping is ever evaluated as code."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from . import ir
 
@@ -144,6 +145,34 @@ def eval_field(tree, values) -> int:
 def format_key(key: str, values) -> str:
     """The key with each `{...}` field computed (`values[name]` for its names)."""
     return re.sub(r"\{([^{}]*)\}", lambda m: str(eval_field(parse_field(m[1]), values)), key)
+
+
+class _Values(Mapping):
+    """What a key's `{...}` fields read: `l`, `e` where bound, and the config's ints."""
+
+    def __init__(self, bound: dict, config):
+        self.bound, self.config = bound, config
+
+    def __getitem__(self, name: str):
+        if name in self.bound:
+            return self.bound[name]
+        if self.config is not None and hasattr(self.config, name):
+            return getattr(self.config, name)
+        raise KeyError(name)
+
+    def __iter__(self):
+        return iter(self.bound)
+
+    def __len__(self) -> int:
+        return len(self.bound)
+
+
+def key_of(src: tuple, layer: int | None, config) -> str:
+    """The checkpoint key of a ("key", text[, bound]) source at `layer`: its fields computed."""
+    bound = dict(src[2]) if len(src) > 2 else {}
+    if layer is not None:
+        bound["l"] = layer
+    return format_key(src[1], _Values(bound, config))
 
 
 def mapping_keys(e: ir.Expr) -> list[str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoints import format_key
+from .checkpoints import key_of
 
 
 class CheckpointError(ValueError):
@@ -104,34 +104,6 @@ def _for_expert(src: tuple, expert: int) -> tuple:
     if src[0] == "key":
         return ("key", src[1], (("e", expert),))
     return tuple(_for_expert(x, expert) if isinstance(x, tuple) else x for x in src)
-
-
-class _Values(Mapping):
-    """What a key's `{...}` fields read: `l`, `e` where bound, and the config's ints."""
-
-    def __init__(self, bound: dict, config):
-        self.bound, self.config = bound, config
-
-    def __getitem__(self, name: str):
-        if name in self.bound:
-            return self.bound[name]
-        if self.config is not None and hasattr(self.config, name):
-            return getattr(self.config, name)
-        raise KeyError(name)
-
-    def __iter__(self):
-        return iter(self.bound)
-
-    def __len__(self) -> int:
-        return len(self.bound)
-
-
-def key_of(src: tuple, layer: int | None, config) -> str:
-    """The checkpoint key of a ("key", text[, bound]) source at `layer`: its fields computed."""
-    bound = dict(src[2]) if len(src) > 2 else {}
-    if layer is not None:
-        bound["l"] = layer
-    return format_key(src[1], _Values(bound, config))
 
 
 def _eval(src, want: tuple, layer: int | None, r: _Reading, shown: str, transformed: bool = False):

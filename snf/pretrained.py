@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from . import interop
+from .checkpoints import key_of
 
 CONFIG_FILE = "config.json"
 
@@ -363,7 +364,7 @@ def hf_state_dict(model: torch.nn.Module) -> dict:
 def _unmap(source, tensor, layer, out: dict, parts: dict, config=None) -> None:
     kind = source[0]
     if kind == "key":
-        out[interop.key_of(source, layer, config)] = tensor
+        out[key_of(source, layer, config)] = tensor
     elif kind == "T":
         _unmap(source[1], tensor.transpose(-1, -2), layer, out, parts, config)
     elif kind == "or":

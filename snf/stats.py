@@ -172,12 +172,9 @@ class _Walk:
         return n
 
     def param_numel(self, t: ir.Tensor) -> Dim:
-        """A parameter's entries; one of some layers only (`name[l] : ... if cond else None`) counts
-        the layers that have it for this config (a number: no polynomial says which they are)."""
-        if t.layer_var is None:
-            return self.numel(t.ty)
-        have = Dim.const(len(self.conds.layers_with(t)))
-        return self.numel(TensorT((have,) + tuple(t.ty.shape[1:]), t.ty.dtype))
+        """Its entries; one of some layers (`name[l]`) on this config's layers that have it (a number)."""
+        have = () if t.layer_var is None else (Dim.const(len(self.conds.layers_with(t))),)
+        return self.numel(TensorT(have + tuple(t.ty.shape[len(have):]), t.ty.dtype))
 
     def size(self, ty) -> Dim:
         return DTYPE_BYTES[ty.dtype] * self.numel(ty)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import json
 import os
 import re
@@ -354,8 +355,12 @@ def _empty_layers(model: torch.nn.Module, own: dict) -> dict:
         if layers != 0 or not isinstance(layers, int):  # one of some layers, on none: absent, as if off
             continue
         owner, path = key.split(".{l}.", 1)
+        cls = mod.LAYER_CLASSES[owner]
+        # a Block told its layer number (it holds tensors of some layers) is made as layer 0: what is
+        # read here are the tensors of every layer
+        told = len(inspect.signature(cls).parameters) > 1
         with torch.device("meta"):
-            layer = mod.LAYER_CLASSES[owner](model.config).state_dict()
+            layer = (cls(model.config, 0) if told else cls(model.config)).state_dict()
         if path in layer:
             like = layer[path] if rows is None else layer[path][rows[0]:rows[1]]
             out[name] = torch.empty((0, *like.shape), dtype=like.dtype, device=device)

@@ -201,3 +201,42 @@ def test_qwen2_moe_compiled(tmp_path, monkeypatch, overrides):
         prompt = idx[:, :5]
         got = model.generate(prompt, 6, temperature=0)
     assert torch.equal(got, hf.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0))
+
+
+NONE_ACCEPTING = """\
+param:
+  n_layer : int = 4
+  D : int = 8
+input:
+  x_in : Tensor([B, T, D], float32)
+parameter:
+  w : Tensor([n_layer, D, D], float32)
+  b[i] : Tensor([n_layer, D], float32) if i % 2 == 1 else None
+  g[i] : Tensor([n_layer, D], float32) if i > 0 else None
+output:
+  y : Tensor([B, T, D], float32)
+let y = x_in
+for l in 0..n_layer-1:
+    y = y + linear(y, weight=w[l], bias=b[l])
+    y = layer_norm(y, weight=g[l])
+"""
+
+
+def test_arguments_that_take_none_need_no_guard(tmp_path):
+    """`bias=b[l]` and a norm's `weight=g[l]` take None on the layers without the tensor (docs/language.md
+    5.6); a bias of some layers lives in the layer's nn.Linear there only."""
+    path = tmp_path / "none.snf"
+    path.write_text(NONE_ACCEPTING, encoding="utf-8")
+    model = snf.load(path).Model().double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(p.numel())))
+    keys = model.state_dict()
+    assert [i for i in range(4) if f"layers.{i}.w.bias" in keys] == [1, 3]
+    assert [i for i in range(4) if f"layers.{i}.g" in keys] == [1, 2, 3]
+    x = torch.randn(2, 3, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        got = model(x_in=x).numpy()
+    m = analyze(Source.read(path)).model
+    want = interpret(m, {k: v.numpy() for k, v in spec_state(model).items()}, {"x_in": x.numpy()})["y"]
+    assert np.abs(got - want).max() <= 1e-9

@@ -25,7 +25,7 @@ def _bias_flag(em: Emitter, gen, biases) -> str:
     names = [b for b in biases if b is not None]
     if not names:
         return "False"
-    cond = gen.model.param(names[0]).condition
+    cond = layer_condition(gen, gen.model.param(names[0]))  # a bias of some layers: on those
     if cond is None:
         return "True"
     code = em.code(cond)

@@ -240,3 +240,15 @@ def test_arguments_that_take_none_need_no_guard(tmp_path):
     m = analyze(Source.read(path)).model
     want = interpret(m, {k: v.numpy() for k, v in spec_state(model).items()}, {"x_in": x.numpy()})["y"]
     assert np.abs(got - want).max() <= 1e-9
+
+
+def test_a_divisor_in_the_layer_condition_is_checked_by_config(tmp_path):
+    """`b[i] : ... if i % step == 1`: Block.__init__ computes it, so Config refuses step = 0 (a
+    ValueError naming the line, as for a divisor in the body), never a ZeroDivisionError."""
+    path = tmp_path / "divisor.snf"
+    path.write_text(NONE_ACCEPTING.replace("  D : int = 8\n", "  D : int = 8\n  step : int = 2\n")
+                    .replace("i % 2 == 1", "i % step == 1"), encoding="utf-8")
+    mod = snf.load(path)
+    with pytest.raises(ValueError, match="the divisor step must be at least 1"):
+        mod.Config(step=0)
+    assert [i for i in range(4) if f"layers.{i}.w.bias" in mod.Model(step=3).state_dict()] == [1]

@@ -38,7 +38,7 @@ for l in 0..n_layer-1:
     y = y + linear(y, weight=w[l])
     if l % step == step - 1:
         y = y + linear(relu(linear(y, weight=up[l])), weight=down[l])
-    if l % step != step - 1:
+    else:
         y = y + linear(y, weight=dense[l])
 """
 

@@ -135,8 +135,10 @@ class Expressions:
             self.r.error("syntax", "a conditional value needs an `else`", e.span,
                          hint="only a re-assignment may end in a bare `if`: `x = f(x) if cond`")
             return ir.TCond(test, body, body, ERR, e.span)
+        self.push(self.layer_presence(test, negate=True))  # the `else` of a layer condition
         with self.guarded(test, negate=True):
             orelse = self.expr(e.orelse)
+        self.pop()
         return ir.TCond(test, body, orelse, self.join(test, body.ty, orelse.ty, e), e.span)
 
     def join(self, test, a: ir.Type, b: ir.Type, e) -> ir.Type:

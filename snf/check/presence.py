@@ -43,14 +43,15 @@ class Presence:
             return self.presence(test.arg("a")) | self.presence(test.arg("b"))
         return self.layer_presence(test)
 
-    def layer_presence(self, test: ir.TExpr) -> frozenset:
-        """Tensors declared `name[l] : ... if cond else None` whose condition is `test`, written with
-        the loop's variable for `l`: they exist on the layers where the test holds."""
+    def layer_presence(self, test: ir.TExpr, negate: bool = False) -> frozenset:
+        """Tensors declared `name[l] : ... if cond else None` whose condition is `test` (with
+        `negate`, `not test`: an `else`), written with the loop's variable for `l`: they exist on the
+        layers where it holds. `not (a == b)` is `a != b`, and so on for each comparison."""
         if not self.loops:
             return frozenset()
-        var, key = self.loops[-1]["var"], _key(test)
+        var, key = self.loops[-1]["var"], _normal(_key(test), negate)
         return frozenset(t.name for t in self.params + self.buffers
-                         if t.layer_var is not None and _key(t.condition, {t.layer_var: var}) == key)
+                         if t.layer_var is not None and _normal(_key(t.condition, {t.layer_var: var})) == key)
 
     def must_exist(self, t: ir.TExpr, span: Span) -> bool:
         """Report a use of a value that may be absent here; False when it may be."""
@@ -85,6 +86,21 @@ class Presence:
         order = [i.name for i in self.inputs]
         return tuple(sorted({tuple(sorted(self.group(i.name), key=order.index))
                              for i in self.inputs if i.optional and len(self.group(i.name)) > 1}))
+
+
+_NEGATED = {"eq": "ne", "ne": "eq", "lt": "ge", "ge": "lt", "gt": "le", "le": "gt"}
+
+
+def _normal(key: tuple, negate: bool = False) -> tuple:
+    """A condition's key (numbers._key) with its `not`s taken into comparisons: `not (a == b)` is
+    `a != b`, `not not c` is `c`."""
+    while key and key[0] == "not":
+        key, negate = key[1][1], not negate
+    if not negate:
+        return key
+    if key and key[0] in _NEGATED:
+        return (_NEGATED[key[0]],) + key[1:]
+    return ("not", ("a", key))
 
 
 def _flag(test) -> tuple[str, bool] | None:

@@ -351,7 +351,8 @@ class Model(nn.Module):
 def spec_parameters(config: Config) -> dict:
     """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
     the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    or None when it is not per layer)."""
+    the numbers of the layers that have it for one of some layers only, or None when it is not per
+    layer)."""
     cfg = config
     return {
         'token_embedding': ('token_embedding.weight', None, None),

@@ -4,6 +4,7 @@ evaluated by `interop`. Nothing in a mapping is ever evaluated as code."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from . import ir
 
@@ -34,13 +35,15 @@ def encode_mapping(e: ir.Expr, rank: int | None = None, expert: bool = False):
 
 def _encode(e: ir.Expr, rank: int | None, fields: tuple):
     if isinstance(e, ir.Str):
-        for field in re.findall(r"\{([^{}]*)\}", e.value):
-            if field not in fields:  # interop replaces {l} (and {e}) alone: another field would be a key no file has
-                allowed = "`{l}`, the layer number, and `{e}`, the expert number, are" if "e" in fields else \
-                    "only `{l}`, the layer number, is"
-                hint = " (`{e}` needs `name[l, e] <- ...`)" if field == "e" else " (a key computed from it is not supported)"
-                raise MappingError(f"`{{{field}}}` in a key: {allowed} replaced{hint}", e.span)
-        if "e" in fields and "{e}" not in e.value:  # every expert would read the same key
+        used = set()
+        for field in key_fields(e.value):
+            try:
+                used |= field_names(parse_field(field))
+            except MappingError as err:
+                raise MappingError(str(err), e.span) from None
+        if "e" in used and "e" not in fields:
+            raise MappingError("`{e}` in a key: `{e}` needs `name[l, e] <- ...`, where the expert number replaces it", e.span)
+        if "e" in fields and "e" not in used:  # every expert would read the same key
             raise MappingError("`[l, e]` reads one key per expert: write `{e}` (the expert number) in the key", e.span)
         return ("key", e.value)
     if isinstance(e, ir.Attribute) and e.attr == "T":
@@ -63,6 +66,113 @@ def _encode(e: ir.Expr, rank: int | None, fields: tuple):
             raise MappingError(f"axis={axis} is out of range for the rank-{rank} tensor this fills", kw["axis"].span)
         return ("split", _encode(e.args[0], rank, fields), n, axis, index)
     raise MappingError("unsupported checkpoint source expression", getattr(e, "span", None))
+
+
+# ----------------------------------------------------------------------------- key fields
+# A key's `{...}` fields are integer expressions of the layer number `l`, the expert number `e` and
+# config ints, with + - * // % and parentheses (`"model.layers.{2*l + 1}.mlp"`). They are parsed by the
+# small grammar below into data and computed from it: never evaluated as Python.
+
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(//|[-+*%()]))")
+
+
+def key_fields(key: str) -> list[str]:
+    return re.findall(r"\{([^{}]*)\}", key)
+
+
+def parse_field(text: str):
+    """`2*l + 1` as ("op", "+", ("op", "*", ("const", 2), ("name", "l")), ("const", 1))."""
+    tokens, pos = [], 0
+    while pos < len(text.rstrip()):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise MappingError(f"`{{{text}}}` in a key: a field is an integer expression of `l`, `e` and config "
+                               f"ints, with + - * // %")
+        tokens.append(("const", int(m[1])) if m[1] else ("name", m[2]) if m[2] else ("sym", m[3]))
+        pos = m.end()
+
+    def take(*syms):
+        if tokens and tokens[0][0] == "sym" and tokens[0][1] in syms:
+            return tokens.pop(0)[1]
+        return None
+
+    def atom():
+        if take("("):
+            inner = expr()
+            if not take(")"):
+                raise MappingError(f"`{{{text}}}` in a key: a `(` is not closed")
+            return inner
+        if tokens and tokens[0][0] in ("const", "name"):
+            return tokens.pop(0)
+        raise MappingError(f"`{{{text}}}` in a key: a field is an integer expression of `l`, `e` and config ints, "
+                           f"with + - * // %")
+
+    def term():
+        out = atom()
+        while (op := take("*", "//", "%")) is not None:
+            out = ("op", op, out, atom())
+        return out
+
+    def expr():
+        out = term()
+        while (op := take("+", "-")) is not None:
+            out = ("op", op, out, term())
+        return out
+
+    tree = expr()
+    if tokens:
+        raise MappingError(f"`{{{text}}}` in a key: unexpected `{tokens[0][1]}`")
+    return tree
+
+
+def field_names(tree) -> set:
+    if tree[0] == "name":
+        return {tree[1]}
+    return field_names(tree[2]) | field_names(tree[3]) if tree[0] == "op" else set()
+
+
+def eval_field(tree, values) -> int:
+    """A parsed field's value; `values` maps its names (`l`, `e`, config ints) to ints."""
+    if tree[0] == "const":
+        return tree[1]
+    if tree[0] == "name":
+        return int(values[tree[1]])
+    a, b = eval_field(tree[2], values), eval_field(tree[3], values)
+    op = tree[1]
+    return a + b if op == "+" else a - b if op == "-" else a * b if op == "*" else a // b if op == "//" else a % b
+
+
+def format_key(key: str, values) -> str:
+    """The key with each `{...}` field computed (`values[name]` for its names)."""
+    return re.sub(r"\{([^{}]*)\}", lambda m: str(eval_field(parse_field(m[1]), values)), key)
+
+
+class _Values(Mapping):
+    """What a key's `{...}` fields read: `l`, `e` where bound, and the config's ints."""
+
+    def __init__(self, bound: dict, config):
+        self.bound, self.config = bound, config
+
+    def __getitem__(self, name: str):
+        if name in self.bound:
+            return self.bound[name]
+        if self.config is not None and hasattr(self.config, name):
+            return getattr(self.config, name)
+        raise KeyError(name)
+
+    def __iter__(self):
+        return iter(self.bound)
+
+    def __len__(self) -> int:
+        return len(self.bound)
+
+
+def key_of(src: tuple, layer: int | None, config) -> str:
+    """The checkpoint key of a ("key", text[, bound]) source at `layer`: its fields computed."""
+    bound = dict(src[2]) if len(src) > 2 else {}
+    if layer is not None:
+        bound["l"] = layer
+    return format_key(src[1], _Values(bound, config))
 
 
 def mapping_keys(e: ir.Expr) -> list[str]:

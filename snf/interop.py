@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import json
 import os
 import re
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import torch
+
+from .checkpoints import key_of
 
 
 class CheckpointError(ValueError):
@@ -50,12 +53,19 @@ def _module_of(model: torch.nn.Module):
     return sys.modules[type(model).__module__]
 
 
+def layer_numbers(layers) -> Sequence:
+    """The layers a spec parameter has, from `spec_parameters`' third entry: a count (every layer of
+    its loop), or the numbers of the layers that have it (a tensor of some layers only,
+    `name[l] : ... if cond else None`); spec_state stacks those layers only, in order."""
+    return range(layers) if isinstance(layers, int) else tuple(layers)
+
+
 def _pieces(model: torch.nn.Module) -> list[tuple[str, int | None, str, tuple | None]]:
     """Every stored piece of every spec parameter: (spec name, layer or None, state-dict key, rows
     of that tensor or None), as the generated module's `spec_parameters` places them."""
     out = []
     for name, (key, rows, layers) in _module_of(model).spec_parameters(model.config).items():
-        for layer in (range(layers) if layers is not None else [None]):
+        for layer in (layer_numbers(layers) if layers is not None else [None]):
             out.append((name, layer, key.replace("{l}", str(layer)) if layer is not None else key, rows))
     return out
 
@@ -73,8 +83,9 @@ class _Reading:
     """What evaluating the mappings found: the keys used, and those missing, not tensors, or of a
     shape that does not fit."""
 
-    def __init__(self, sd: Mapping):
+    def __init__(self, sd: Mapping, config=None):
         self.sd, self.used, self.missing, self.invalid, self.mismatched = sd, set(), [], [], []
+        self.config = config  # what keys' fields read beside `l` and `e`
         self.reported: set = set()
         self.trace: list = []  # the keys read, in order
 
@@ -90,9 +101,9 @@ class _Reading:
 
 
 def _for_expert(src: tuple, expert: int) -> tuple:
-    """An encoded source of one expert's entry: `{e}` in its keys replaced by the expert number."""
+    """An encoded source of one expert's entry: its keys with the expert number bound to `e`."""
     if src[0] == "key":
-        return ("key", src[1].replace("{e}", str(expert)))
+        return ("key", src[1], (("e", expert),))
     return tuple(_for_expert(x, expert) if isinstance(x, tuple) else x for x in src)
 
 
@@ -102,7 +113,7 @@ def _eval(src, want: tuple, layer: int | None, r: _Reading, shown: str, transfor
     transform runs, so a misshapen one is named with that shape, never an IndexError."""
     kind = src[0]
     if kind == "key":
-        key = src[1].replace("{l}", str(layer)) if layer is not None else src[1]
+        key = key_of(src, layer, r.config)
         if key not in r.sd:
             r.missing.append(key)
             return None
@@ -116,11 +127,11 @@ def _eval(src, want: tuple, layer: int | None, r: _Reading, shown: str, transfor
             return None
         return tensor
     if kind == "or":
-        trial = _Reading(r.sd)
+        trial = _Reading(r.sd, r.config)
         first = _eval(src[1], want, layer, trial, shown, transformed)
         if first is not None or trial.mismatched:  # the first source is there, if misshapen
             return r.absorb(trial, first)
-        other = _Reading(r.sd)
+        other = _Reading(r.sd, r.config)
         second = _eval(src[2], want, layer, other, shown, transformed)
         if second is None and not other.mismatched and not other.invalid:
             other.missing = trial.missing  # neither is there: the first source's keys are named missing
@@ -177,14 +188,18 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
     if fmt == "spec":
         shapes = _spec_shapes(model, own)
         values, unexpected = _checked(fmt, state_dict, shapes, strict, optional=recomputed)
+        table = _module_of(model).spec_parameters(model.config)
+        # the index of a layer's slice: its place among the layers that have the parameter
+        at = {(name, layer): i for name, (_, _, layers) in table.items() if layers is not None
+              for i, layer in enumerate(layer_numbers(layers))}
         found = [(key, rows, (lambda sd, name=name: sd[name]) if layer is None else
-                  (lambda sd, name=name, layer=layer: sd[name][layer]), name)
+                  (lambda sd, name=name, i=at[name, layer]: sd[name][i]), name)
                  for name, layer, key, rows in pieces if name in values]
         left = [_shown(key, rows) for name, layer, key, rows in pieces if name not in values]
         return found, left, unexpected
     mapping = formats[fmt]["params"]
     found, left = [], []
-    r = _Reading(state_dict)
+    r = _Reading(state_dict, model.config)
     for name, layer, key, rows in pieces:
         shown = _shown(key, rows)
         want = tuple(_piece(own, key, rows).shape)
@@ -202,7 +217,7 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
             continue
         first = r.trace[start] if len(r.trace) > start else ""
         found.append((key, rows, lambda sd, src=mapping[name], want=want, layer=layer, shown=shown:
-                      _eval(src, want, layer, _Reading(sd), shown), first))
+                      _eval(src, want, layer, _Reading(sd, model.config), shown), first))
     missing, mismatched, invalid = r.missing, r.mismatched, r.invalid
     ignored = _key_patterns(formats[fmt]["ignore"])
     unexpected = sorted(k for k in state_dict if k not in r.used and not ignored.fullmatch(k))
@@ -216,12 +231,13 @@ def _spec_shapes(model: torch.nn.Module, own: dict) -> dict:
     0), from one stored piece: nothing is stacked."""
     shapes: dict = {}
     for name, (key, rows, layers) in _module_of(model).spec_parameters(model.config).items():
-        if layers == 0:
+        numbers = layer_numbers(layers) if layers is not None else None
+        if numbers is not None and not numbers:
             continue
-        stored = key.replace("{l}", "0")
+        stored = key.replace("{l}", str(numbers[0])) if numbers is not None else key
         if stored in own:
             piece = tuple(_piece(own, stored, rows).shape)
-            shapes[name] = piece if layers is None else (layers, *piece)
+            shapes[name] = piece if layers is None else (len(numbers), *piece)
     for name, tensor in _empty_layers(model, own).items():
         shapes[name] = tuple(tensor.shape)
     return shapes
@@ -248,8 +264,8 @@ def _assemble(own: dict, found: list) -> dict:
 
 
 def _key_patterns(keys) -> re.Pattern:
-    """The spec's `_ <- "key"` entries as one pattern; `{l}` in a key stands for any layer index."""
-    alternatives = [re.escape(k).replace(re.escape("{l}"), r"\d+") for k in keys]
+    """The spec's `_ <- "key"` entries as one pattern; a `{...}` field (`{l}`) stands for any number."""
+    alternatives = [r"\d+".join(re.escape(part) for part in re.split(r"\{[^{}]*\}", k)) for k in keys]
     return re.compile("|".join(alternatives) if alternatives else r"(?!)")
 
 
@@ -336,11 +352,15 @@ def _empty_layers(model: torch.nn.Module, own: dict) -> dict:
     device = next(iter(own.values())).device if own else torch.device("cpu")
     out = {}
     for name, (key, rows, layers) in mod.spec_parameters(model.config).items():
-        if layers != 0:
+        if layers != 0 or not isinstance(layers, int):  # one of some layers, on none: absent, as if off
             continue
         owner, path = key.split(".{l}.", 1)
+        cls = mod.LAYER_CLASSES[owner]
+        # a Block told its layer number (it holds tensors of some layers) is made as layer 0: what is
+        # read here are the tensors of every layer
+        told = len(inspect.signature(cls).parameters) > 1
         with torch.device("meta"):
-            layer = mod.LAYER_CLASSES[owner](model.config).state_dict()
+            layer = (cls(model.config, 0) if told else cls(model.config)).state_dict()
         if path in layer:
             like = layer[path] if rows is None else layer[path][rows[0]:rows[1]]
             out[name] = torch.empty((0, *like.shape), dtype=like.dtype, device=device)

@@ -110,11 +110,33 @@ class Interpreter:
                     self.ints[s] = 0
         self.derive()
         for t in m.params + m.buffers:
-            if t.condition is not None and not self.eval(t.condition, {}):
+            if t.layer_var is None and t.condition is not None and not self.eval(t.condition, {}):
                 self.params[t.name] = None
         env: dict = {}
         self.block(m.body, env)
         return {o.name: env.get(o.name) for o in m.outputs}
+
+    def layers_with(self, t: ir.Tensor) -> list[int]:
+        """The layers a tensor declared `name[l] : ... if cond else None` exists on."""
+        saved = self.ints.get(t.layer_var)
+        out = []
+        for layer in range(self.dim(t.ty.shape[0])):
+            self.ints[t.layer_var] = layer
+            if self.eval(t.condition, {t.layer_var: layer}):
+                out.append(layer)
+        if saved is None:
+            self.ints.pop(t.layer_var, None)
+        else:
+            self.ints[t.layer_var] = saved
+        return out
+
+    def layer_slice(self, t: ir.Tensor, p):
+        """This layer's slice of a tensor of some layers only, None on the others. It is given stacked
+        over the layers that have it (snf.interop.spec_state), or over every layer."""
+        have = self.layers_with(t)
+        if self.layer not in have:
+            return None
+        return p[self.layer] if len(p) != len(have) else p[have.index(self.layer)]
 
     def derive(self) -> None:
         """The derived values, in order: each may use the config and the ones before it. One that
@@ -195,6 +217,9 @@ class Interpreter:
             return self.params[e.name]
         if e.kind in ("layer_param", "layer_input"):
             p = self.params[e.name] if e.kind == "layer_param" else self.inputs[e.name]
+            t = self.m.param(e.name) if e.kind == "layer_param" else None
+            if p is not None and t is not None and t.layer_var is not None:
+                return self.layer_slice(t, p)
             return None if p is None else p[self.layer]
         return env[e.name]
 

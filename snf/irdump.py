@@ -82,7 +82,9 @@ class Printer:
         if t.optional and t.condition is None:
             extra.append("optional")
         if t.condition is not None:
-            extra.append(f"if {self.expr(t.condition)}")
+            # a tensor of some layers: on layer `i` where the condition holds
+            on = f"on layer {t.layer_var} " if t.layer_var else ""
+            extra.append(f"{on}if {self.expr(t.condition)}")
         if t.name in self.m.stacked:
             extra.append("per layer")
         if t.init is not None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from . import interop
+from .checkpoints import key_of
 
 CONFIG_FILE = "config.json"
 
@@ -343,31 +344,34 @@ def hf_state_dict(model: torch.nn.Module) -> dict:
     layers_of = {name: layers for name, (_, _, layers) in module.spec_parameters(model.config).items()}
     parts: dict = {}
     out: dict = {}
+    config = model.config  # what keys' `{...}` fields read beside the layer and expert numbers
     recomputed = set(getattr(module, "RECOMPUTED_BUFFERS", ()))
     for name, tensor in interop.spec_state(model).items():
         if name not in params and name in recomputed:
             continue  # the config decides it: no checkpoint holds it
         source = params[name]
-        for layer in (range(layers_of[name]) if layers_of[name] is not None else [None]):
-            _unmap(source, tensor if layer is None else tensor[layer], layer, out, parts)
+        if layers_of[name] is None:
+            _unmap(source, tensor, None, out, parts, config)
+        for i, layer in enumerate(interop.layer_numbers(layers_of[name]) if layers_of[name] is not None else ()):
+            _unmap(source, tensor[i], layer, out, parts, config)  # the i-th layer that has it
     for (inner, layer, n, axis), pieces in parts.items():
         if len(pieces) != n:
             raise PretrainedError(f"save_pretrained: only parts {sorted(pieces)} of {n} of `{show(inner)}` are mapped")
-        _unmap(inner, torch.cat([pieces[i] for i in range(n)], dim=axis), layer, out, parts)
+        _unmap(inner, torch.cat([pieces[i] for i in range(n)], dim=axis), layer, out, parts, config)
     return out
 
 
-def _unmap(source, tensor, layer, out: dict, parts: dict) -> None:
+def _unmap(source, tensor, layer, out: dict, parts: dict, config=None) -> None:
     kind = source[0]
     if kind == "key":
-        out[source[1].replace("{l}", str(layer)) if layer is not None else source[1]] = tensor
+        out[key_of(source, layer, config)] = tensor
     elif kind == "T":
-        _unmap(source[1], tensor.transpose(-1, -2), layer, out, parts)
+        _unmap(source[1], tensor.transpose(-1, -2), layer, out, parts, config)
     elif kind == "or":
-        _unmap(source[1], tensor, layer, out, parts)
+        _unmap(source[1], tensor, layer, out, parts, config)
     elif kind == "experts":  # one key per expert
         for e in range(tensor.shape[0]):
-            _unmap(interop._for_expert(source[1], e), tensor[e], layer, out, parts)
+            _unmap(interop._for_expert(source[1], e), tensor[e], layer, out, parts, config)
     elif kind == "split":
         _, inner, n, axis, index = source
         parts.setdefault((inner, layer, n, axis), {})[index] = tensor

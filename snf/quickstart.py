@@ -327,6 +327,8 @@ DEMO = {
                   steps=400),
     "qwen3_moe": Demo(dict(TEXT, n_layer=2, n_head=4, n_kv_head=2, n_embd=64, head_dim=16, mlp_hidden=96, n_expert=4,
                            n_expert_tok=2), steps=400),
+    "qwen2_moe": Demo(dict(TEXT, n_layer=2, n_head=4, n_kv_head=2, n_embd=64, mlp_hidden=172, expert_hidden=96,
+                           shared_hidden=96, n_expert=4, n_expert_tok=2, sparse_step=2), steps=400),
     "gptj": Demo(dict(TEXT, n_layer=2, n_head=4, n_embd=64, mlp_hidden=256, rotary_dim=8), steps=400),
     "gpt_neox": Demo(dict(TEXT, n_layer=2, n_head=4, n_embd=64, mlp_hidden=256), steps=400),
     "nanogpt_model": Demo(dict(V=VOCAB, P=CONTEXT, L=2, H=4, D=64), steps=400),

@@ -171,6 +171,11 @@ class _Walk:
             n = n * self.dim(d)
         return n
 
+    def param_numel(self, t: ir.Tensor) -> Dim:
+        """Its entries; one of some layers (`name[l]`) on this config's layers that have it (a number)."""
+        have = () if t.layer_var is None else (Dim.const(len(self.conds.layers_with(t))),)
+        return self.numel(TensorT(have + tuple(t.ty.shape[len(have):]), t.ty.dtype))
+
     def size(self, ty) -> Dim:
         return DTYPE_BYTES[ty.dtype] * self.numel(ty)
 
@@ -355,8 +360,8 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
     backward = walk.run()
     params = Dim()
     for t in model.params:
-        if t.condition is None or walk.conds.eval(t.condition, {}):
-            params += walk.numel(t.ty)
+        if t.layer_var is not None or t.condition is None or walk.conds.eval(t.condition, {}):
+            params += walk.param_numel(t)
     tokens = Dim.const(1)
     for d in tokens_dims:
         tokens = tokens * Dim.sym(d)

@@ -36,7 +36,7 @@ def _idle(model: ir.Model, walk) -> Dim | None:
             experts, k = walk.experts[t.name]
             if experts.as_symbol() is None:
                 return None
-            n = walk.numel(t.ty)
+            n = walk.param_numel(t)
             idle += n - n.subs({experts.as_symbol(): k})
     return idle
 

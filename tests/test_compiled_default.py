@@ -29,6 +29,9 @@ SMALL = {
                   n_expert=4, n_expert_tok=2),
     "qwen3_moe": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, head_dim=16,
                       mlp_hidden=24, n_expert=4, n_expert_tok=2),
+    # sparse_step 2: a dense layer, then a sparse one
+    "qwen2_moe": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48,
+                      expert_hidden=24, shared_hidden=40, n_expert=4, n_expert_tok=2, sparse_step=2),
     "bert": dict(vocab_size=64, max_positions=32, n_layer=2, n_head=2, n_embd=32, intermediate=48),
     "t5_encoder": dict(vocab_size=64, n_layer=2, n_head=2, d_model=32, d_kv=8, d_ff=48, num_buckets=8,
                        max_distance=16),

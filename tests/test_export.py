@@ -65,6 +65,9 @@ CASES = {
     "qwen3_moe": Case("qwen3_moe", dict(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=16,
                                         head_dim=8, mlp_hidden=24, n_expert=4, n_expert_tok=2),
                       {"idx": (("B", "T"), "tokens")}, seq=16),
+    "qwen2_moe": Case("qwen2_moe", dict(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=16,
+                                        mlp_hidden=24, expert_hidden=12, shared_hidden=20, n_expert=4, n_expert_tok=2,
+                                        sparse_step=2), {"idx": (("B", "T"), "tokens")}, seq=16),
     "bert+mask": Case("bert", dict(vocab_size=29, max_positions=16, n_layer=2, n_head=2, n_embd=16, intermediate=24),
                       {"input_ids": (("B", "T"), "tokens"), "attention_mask": (("B", "T"), "mask")}, seq=16),
     # the relative position bias is computed from arange(T) for every T

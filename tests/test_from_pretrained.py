@@ -35,6 +35,9 @@ FAMILIES = {
     "olmoe": ("OlmoeConfig", dict(_DECODER, num_experts=4, num_experts_per_tok=2, pad_token_id=None), "olmoe.snf"),
     "qwen3_moe": ("Qwen3MoeConfig", dict(_DECODER, head_dim=16, moe_intermediate_size=24, num_experts=4,
                                          num_experts_per_tok=2, norm_topk_prob=True), "qwen3_moe.snf"),
+    # decoder_sparse_step 2: layer 0 dense (a SwiGLU MLP), layer 1 sparse (experts and the shared expert)
+    "qwen2_moe": ("Qwen2MoeConfig", dict(_DECODER, moe_intermediate_size=24, shared_expert_intermediate_size=40,
+                                         num_experts=4, num_experts_per_tok=2, decoder_sparse_step=2), "qwen2_moe.snf"),
     "gemma2": ("Gemma2Config", dict(_DECODER, head_dim=16, query_pre_attn_scalar=12, sliding_window=5,
                                     attn_logit_softcapping=2.0, final_logit_softcapping=5.0, pad_token_id=None),
                "gemma2.snf"),
@@ -51,7 +54,8 @@ FAMILIES = {
                             feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0),
            "t5.snf"),
 }
-CAUSAL = ["gpt2", "llama", "mistral", "mixtral", "olmoe", "qwen3_moe", "qwen2", "gemma2", "gptj", "gpt_neox"]  # the encoder (BERT) has no logits and no generate
+CAUSAL = ["gpt2", "llama", "mistral", "mixtral", "olmoe", "qwen3_moe", "qwen2_moe", "qwen2", "gemma2", "gptj",
+          "gpt_neox"]  # the encoder (BERT) has no logits and no generate
 SEQ2SEQ = ["t5"]  # encoder-decoders: tests/test_t5.py
 NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.weight", "LayerNorm.weight",
          "layer_norm.weight")
@@ -356,6 +360,7 @@ def test_llama_older_config_files_rope_scaling_and_rope_theta(tmp_path):
     ("bert", dict(is_decoder=True), "is_decoder = true"),
     ("qwen2", dict(use_sliding_window=True), "use_sliding_window = true: the spec requires"),
     ("qwen2", dict(layer_types=["full_attention", "sliding_attention"]), "layer_types = [\"full_attention\", \"sl"),
+    ("qwen2_moe", dict(mlp_only_layers=[0]), "mlp_only_layers = [0]"),
     ("gemma2", dict(layer_types=["full_attention", "sliding_attention"]), "layer_types = [\"full_attention\", \"sl"),
     ("gemma2", dict(hidden_activation="gelu"), "hidden_activation = \"gelu\""),
     ("gemma2", dict(tie_word_embeddings=False), "tie_word_embeddings = false"),

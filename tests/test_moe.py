@@ -273,8 +273,11 @@ def _hf_greedy(hf, prompt, n):
 
 
 @pytest.mark.parametrize("family,overrides", [("mixtral", {}), ("olmoe", {}), ("olmoe", {"norm_topk_prob": True}),
-                                              ("qwen3_moe", {}), ("qwen3_moe", {"norm_topk_prob": False})],
-                         ids=["mixtral", "olmoe", "olmoe-renormalised", "qwen3_moe", "qwen3_moe-not-renormalised"])
+                                              ("qwen3_moe", {}), ("qwen3_moe", {"norm_topk_prob": False}),
+                                              ("qwen2_moe", {}), ("qwen2_moe", {"norm_topk_prob": True}),
+                                              ("qwen2_moe", {"num_hidden_layers": 4, "decoder_sparse_step": 3})],
+                         ids=["mixtral", "olmoe", "olmoe-renormalised", "qwen3_moe", "qwen3_moe-not-renormalised",
+                              "qwen2_moe", "qwen2_moe-renormalised", "qwen2_moe-step3"])
 def test_sparse_lowering_matches_transformers(tmp_path, monkeypatch, family, overrides):
     """The tiny test configs pick the dense form (_moe_dense_wins); here the sparse one, forced:
     logits, the load-balancing loss and greedy generate against transformers."""

@@ -32,7 +32,7 @@ B, T = 2, 6
 SMALL = {"vocab_size": 37, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 16, "d_ff": 24,
          "mlp_hidden": 24, "L": 2, "H": 2, "D": 16, "V": 37, "P": 16, "n_kv_head": 1, "sliding_window": 3,
          "max_positions": 16, "intermediate": 24, "d_model": 16, "d_kv": 8, "num_buckets": 8, "max_distance": 16,
-         "head_dim": 8, "rotary_dim": 4}
+         "head_dim": 8, "rotary_dim": 4, "expert_hidden": 12, "shared_hidden": 20, "sparse_step": 2}
 
 aten = torch.ops.aten
 # FlopCounterMode counts SDPA's CUDA kernels (flash, memory-efficient, cuDNN) but not the one CPU
@@ -130,7 +130,7 @@ def test_counts_match_the_built_module(spec, monkeypatch):
     caches = plan_caches(model).outputs  # the cache the module returns, grown by these B*T tokens
     assert s["kv_cache_bytes"] * B * T == sum(seen[n].nbytes for n in caches)
     assert bool(caches) == (spec.stem in ("nanogpt", "gpt_decoder", "llama3", "mistral", "qwen2", "gemma2", "gptj",
-                                          "gpt_neox", "mixtral", "olmoe", "qwen3_moe", "t5"))
+                                          "gpt_neox", "mixtral", "olmoe", "qwen3_moe", "qwen2_moe", "t5"))
     tokens = B * T
     assert _close(s["flops_forward"] * tokens, forward), (s["flops_forward"] * tokens, forward)
     assert _close(s["flops_training"] * tokens, training), (s["flops_training"] * tokens, training)

@@ -4,7 +4,7 @@ fields, derived dims, tensor types with symbolic shapes, run-time dims) and `che
 from __future__ import annotations
 
 from .. import ir
-from ..checkpoints import MappingError, encode_mapping
+from ..checkpoints import MappingError, encode_mapping, eval_field, field_names, format_key, key_fields, parse_field
 from ..diagnostics import Related
 from ..dims import Dim
 from ..ir import ErrorT, ScalarT, TensorT
@@ -219,10 +219,18 @@ class Declarations:
                 self.declare(d.name, Binding(kind, ERR, d.name_span, d.optional, uses=1), d.name_span)
             return
         cond = None
+        layer_var = self.layer_var(d, kind)
         if d.condition is not None:
             if kind not in ("param", "buffer"):
                 self.r.error("syntax", "only parameters and buffers may be conditional (`if c else None`)",
                              d.condition.span, hint="mark an optional input with `?`")
+            elif layer_var is not None:
+                # the layer variable is bound for the condition only, as a dim (`l % 2 == 1`)
+                self.push()
+                self.declare(layer_var, Binding("loopvar", ScalarT("int", Dim.sym(layer_var)), d.layer_var[1],
+                                                uses=1), d.layer_var[1])
+                cond = self.condition(d.condition)
+                self.pop()
             else:
                 cond = self.condition(d.condition)
         optional = d.optional or cond is not None
@@ -238,12 +246,14 @@ class Declarations:
         if d.value is not None:
             if kind in ("param", "buffer"):
                 self.initialising = d.name
-                with self.guarded(cond):  # a conditional tensor is initialised only when it exists
+                # a conditional tensor is initialised only when it exists (a per-layer condition is
+                # no config condition: its initialiser is checked for every config)
+                with self.guarded(cond if layer_var is None else None):
                     init = self.initialiser(d.value, ty)
                 self.initialising = None
             else:
                 self.r.error("syntax", f"an {kind} takes no default value", d.value.span)
-        t = ir.Tensor(d.name, ty, optional, cond, init, d.span)
+        t = ir.Tensor(d.name, ty, optional, cond, init, d.span, layer_var=layer_var if cond is not None else None)
         b = Binding(kind, TensorT(ty.shape, ty.dtype, optional), d.name_span, optional)
         if kind == "output":
             problem = public_name_problem("output", d.name)
@@ -257,6 +267,23 @@ class Declarations:
         if self.declare(d.name, b, d.name_span):
             self.decl_spans[d.name] = d.span
             {"input": self.inputs, "param": self.params, "buffer": self.buffers}[kind].append(t)
+
+    def layer_var(self, d: ir.Decl, kind: str) -> str | None:
+        """The `l` of `name[l] : ... if cond else None`: a parameter or buffer that exists on the layers
+        where `cond` holds. None (after reporting) when the declaration cannot have one."""
+        if d.layer_var is None:
+            return None
+        var, where = d.layer_var
+        if kind not in ("param", "buffer"):
+            self.r.error("syntax", f"only parameters and buffers may exist on some layers only (`{d.name}[{var}]`)",
+                         where, hint=f"write `{d.name} : ...`")
+            return None
+        if d.condition is None:
+            self.r.error("syntax", f"`{d.name}[{var}]` names a layer variable for a condition, and there is none",
+                         where, hint=f"write `{d.name}[{var}] : Tensor([n_layer, ...]) if <condition on {var}> else "
+                                     f"None`, or `{d.name} : ...` for a tensor every layer has")
+            return None
+        return var
 
     def fixed_length_warning(self, d: ir.Decl, ty: TensorT) -> None:
         if ty.dtype not in ("int32", "int64") or ty.rank < 2 or d.optional:
@@ -301,8 +328,83 @@ class Declarations:
             try:
                 encoded = encode_mapping(e.source, None if target is None else target.ty.rank - (e.name in stacked),
                                          expert=e.expert_var is not None)
-                if e.name != "_" and e.name not in stacked and "{l}" in repr(encoded):
-                    raise MappingError(f"`{e.name}` is not per layer, so no layer number replaces `{{l}}` in its key")
+                self.key_fields(e, encoded, target, e.name in stacked)
             except MappingError as err:
                 self.r.error("bad-checkpoint", str(err), getattr(err, "span", None) or e.span,
                              hint='sources are "key" strings, `.T`, `a or b` and split("key", n, axis=i, index=j)')
+
+    def key_fields(self, e: ir.MapEntry, encoded: tuple, target, per_layer: bool) -> None:
+        """The `{...}` fields of an entry's keys read `l` (per layer), `e` (`[l, e]`) and config ints
+        only; for the defaults every key is computed, none is negative and no two layers (or
+        experts) give one key (MappingError otherwise)."""
+        ints = {c.name for c in self.config if c.kind == "int"} | {d.name for d in self.derived if d.dim is not None}
+        # an ignored key (`_ <- "h.{l}.attn.bias"`) stands for every layer's
+        allowed = ints | ({"l"} if per_layer or e.name == "_" else set()) | ({"e"} if e.expert_var is not None else set())
+        keys = [k for k in _key_nodes(encoded)]
+        for key in keys:
+            for field in key_fields(key):
+                for name in sorted(field_names(parse_field(field)) - allowed):
+                    why = ("no layer number replaces it: the entry is not per layer" if name == "l" else
+                           "an expert number replaces it only in `name[l, e] <- ...`" if name == "e" else
+                           "a key reads the layer number `l`, the expert number `e` and int params")
+                    raise MappingError(f"`{name}` in the key field `{{{field}}}`: {why}", _key_span(e.source, key))
+        if e.name == "_" or target is None or not per_layer:
+            return
+        values = dict(self.defaults())
+        for d in self.derived:
+            if d.dim is not None and d.name not in values and (v := self.at_defaults(d.dim)) is not None:
+                values[d.name] = v
+        layers = self.at_defaults(target.ty.shape[0])
+        experts = self.at_defaults(target.ty.shape[1]) if e.expert_var is not None else 1
+        if layers is None or experts is None or layers * experts > 100_000:
+            return  # not known for the defaults, or too many to list: interop computes them as it loads
+        for key in keys:
+            if not key_fields(key):
+                continue
+            seen: dict = {}
+            for layer in range(layers):
+                for expert in range(experts):
+                    at = {**values, "l": layer, "e": expert}
+                    where = f"l = {layer}" + (f", e = {expert}" if e.expert_var is not None else "")
+                    try:
+                        fields = [eval_field(parse_field(f), at) for f in key_fields(key)]
+                    except ZeroDivisionError:
+                        raise MappingError(f"the key `{key}` divides by zero at {where} (for the defaults)",
+                                           _key_span(e.source, key)) from None
+                    except KeyError as err:  # a param without a default
+                        raise MappingError(f"the key `{key}` reads `{err.args[0]}`, which has no default, so "
+                                           f"check cannot list its keys", _key_span(e.source, key)) from None
+                    if any(f < 0 for f in fields):
+                        raise MappingError(f"the key `{key}` gives a negative number at {where} (for the defaults): "
+                                           f"{format_key(key, at)}", _key_span(e.source, key))
+                    name = format_key(key, at)
+                    if name in seen:
+                        raise MappingError(f"the key `{key}` gives `{name}` at {seen[name]} and at {where} (for the "
+                                           f"defaults): each layer needs a key of its own", _key_span(e.source, key))
+                    seen[name] = where
+
+
+def _key_nodes(encoded):
+    """The key texts of an encoded source."""
+    if isinstance(encoded, tuple) and encoded and encoded[0] == "key":
+        yield encoded[1]
+    elif isinstance(encoded, tuple):
+        for x in encoded:
+            yield from _key_nodes(x)
+
+
+def _key_span(source: ir.Expr, key: str):
+    """Where the string `key` is written in a source expression."""
+    for x in _syntax_nodes(source):
+        if isinstance(x, ir.Str) and x.value == key:
+            return x.span
+    return source.span
+
+
+def _syntax_nodes(e):
+    """`e` and the syntax nodes inside it (a call's arguments, an `or`'s sides, `.T`'s value)."""
+    yield e
+    for value in vars(e).values():
+        for v in value if isinstance(value, tuple) else (value,):
+            if hasattr(v, "span") and hasattr(v, "__dict__"):
+                yield from _syntax_nodes(v)

@@ -82,7 +82,7 @@ class Expressions:
             self.whole_reads.setdefault(e.id, []).append(e.span)
         if b.kind == "local":
             self.note_read(e.id, b)
-        if b.kind == "loopvar":  # used as a value (an index, a bound, a dim), not only to pick `w[l]`
+        if b.kind == "loopvar" and self.loops:  # used as a value (an index, a bound, a dim), not only to pick `w[l]`
             self.loops[-1]["uses_var"] = True
         return ir.Ref(e.id, b.kind, ty, e.span)
 
@@ -135,8 +135,10 @@ class Expressions:
             self.r.error("syntax", "a conditional value needs an `else`", e.span,
                          hint="only a re-assignment may end in a bare `if`: `x = f(x) if cond`")
             return ir.TCond(test, body, body, ERR, e.span)
+        self.push(self.layer_presence(test, negate=True))  # the `else` of a layer condition
         with self.guarded(test, negate=True):
             orelse = self.expr(e.orelse)
+        self.pop()
         return ir.TCond(test, body, orelse, self.join(test, body.ty, orelse.ty, e), e.span)
 
     def join(self, test, a: ir.Type, b: ir.Type, e) -> ir.Type:

@@ -281,6 +281,9 @@ def _dims(checker, body: tuple) -> dict:
                 elif isinstance(ty, ir.ScalarT) and ty.dim is not None:
                     add(ty.dim, e.span, loop, False)
     visit(body, None)
+    for t in checker.params + checker.buffers:  # `w[i] : ... if cond`: Block.__init__ computes cond per layer
+        if getattr(t, "layer_var", None) and t.condition is not None:
+            visit((ir.TIf(t.condition, (), (), t.span),), {"var": t.layer_var, "count": t.ty.shape[0]})
     for d in checker.derived:
         if d.dim is not None and not d.opaque:
             add(d.dim, d.span, None, False)

@@ -113,4 +113,10 @@ class Loops:
                              f"own their parameters", owners[1].span,
                              related=(Related(owners[0].span, "the first loop"),),
                              hint="declare one stacked parameter for each loop")
+        for t in self.params + self.buffers:  # one that exists on some layers is never whole
+            if t.layer_var is not None and t.name not in stacked and self.whole_reads.get(t.name):
+                self.r.error("stacked-index", f"`{t.name}` exists on some layers only (`{t.name}[{t.layer_var}]`), "
+                             f"so it is read as `{t.name}[{t.layer_var}]` in a layer loop, never whole",
+                             self.whole_reads[t.name][0],
+                             related=(Related(self.decl_spans.get(t.name, NO_SPAN), f"`{t.name}` declared here"),))
         return stacked

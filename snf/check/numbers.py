@@ -158,16 +158,17 @@ class Numbers:
 
 
 
-def _key(e):
-    """`e` without its spans: one check for a number written twice (`std=0.02 / sqrt(2 * L)`)."""
+def _key(e, rename: dict | None = None):
+    """`e` without its spans: one check for a number written twice (`std=0.02 / sqrt(2 * L)`).
+    `rename` maps names to others (a per-layer declaration's `l` to the loop's variable)."""
     if isinstance(e, ir.Op):
-        return (e.op,) + tuple((n, _key(a)) for n, a in e.args)
+        return (e.op,) + tuple((n, _key(a, rename)) for n, a in e.args)
     if isinstance(e, ir.TCond):
-        return ("if", _key(e.test), _key(e.body), _key(e.orelse))
+        return ("if", _key(e.test, rename), _key(e.body, rename), _key(e.orelse, rename))
     if isinstance(e, ir.Ref):
-        return ("ref", e.name)
+        return ("ref", (rename or {}).get(e.name, e.name))
     if isinstance(e, ir.DimVal):
-        return ("dim", e.dim)
+        return ("dim", e.dim.subs({k: Dim.sym(v) for k, v in rename.items()}) if rename else e.dim)
     if isinstance(e, ir.Lit):
         return ("lit", type(e.value).__name__, e.value)
     return ("?", id(e))

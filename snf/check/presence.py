@@ -8,6 +8,7 @@ from ..diagnostics import Related
 from ..ir import ErrorT, TensorT
 from ..source import Span
 from .messages import article
+from .numbers import _key
 
 
 class Presence:
@@ -40,16 +41,34 @@ class Presence:
             return frozenset(t.name for t in self.params + self.buffers if _flag(t.condition) == _flag(test))
         if isinstance(test, ir.Op) and test.op == "and":
             return self.presence(test.arg("a")) | self.presence(test.arg("b"))
-        return frozenset()
+        return self.layer_presence(test)
+
+    def layer_presence(self, test: ir.TExpr, negate: bool = False) -> frozenset:
+        """Tensors declared `name[l] : ... if cond else None` whose condition is `test` (with
+        `negate`, `not test`: an `else`), written with the loop's variable for `l`: they exist on the
+        layers where it holds. `not (a == b)` is `a != b`, and so on for each comparison."""
+        if not self.loops:
+            return frozenset()
+        var, key = self.loops[-1]["var"], _normal(_key(test), negate)
+        return frozenset(t.name for t in self.params + self.buffers
+                         if t.layer_var is not None and _normal(_key(t.condition, {t.layer_var: var})) == key)
 
     def must_exist(self, t: ir.TExpr, span: Span) -> bool:
         """Report a use of a value that may be absent here; False when it may be."""
+        if isinstance(t, ir.Ref) and t.kind in ("param", "buffer") and any(
+                p.name == t.name and p.layer_var for p in self.params + self.buffers):
+            return False  # a tensor of some layers read whole: `stacked-index` reports it (loops.py)
         if isinstance(t.ty, TensorT) and t.ty.maybe_none:
             name = t.name if isinstance(t, ir.Ref) else getattr(t, "name", "value")
             ref_kind = t.kind if isinstance(t, ir.Ref) else ""
             kind = {"input": "optional input", "param": "conditional parameter", "buffer": "conditional buffer",
                     "layer_param": "conditional parameter"}.get(ref_kind, "conditional value")
             guard = f"`if {name} exists:`" if kind == "optional input" else "the condition it is declared under"
+            layered = next((p for p in self.params + self.buffers if p.name == name and p.layer_var), None)
+            if layered is not None and isinstance(t, ir.Ref) and t.kind == "layer_param" and self.loops:
+                kind = "parameter that exists on some layers only"
+                guard = (f"`if {self.source_text(layered.condition.span)}:` (its declared condition, with "
+                         f"`{self.loops[-1]['var']}` for `{layered.layer_var}`)")
             related = ()
             if isinstance(t, ir.Ref) and t.name in self.decl_spans:
                 how = "optional" if kind == "optional input" else "conditional"
@@ -67,6 +86,21 @@ class Presence:
         order = [i.name for i in self.inputs]
         return tuple(sorted({tuple(sorted(self.group(i.name), key=order.index))
                              for i in self.inputs if i.optional and len(self.group(i.name)) > 1}))
+
+
+_NEGATED = {"eq": "ne", "ne": "eq", "lt": "ge", "ge": "lt", "gt": "le", "le": "gt"}
+
+
+def _normal(key: tuple, negate: bool = False) -> tuple:
+    """A condition's key (numbers._key) with its `not`s taken into comparisons: `not (a == b)` is
+    `a != b`, `not not c` is `c`."""
+    while key and key[0] == "not":
+        key, negate = key[1][1], not negate
+    if not negate:
+        return key
+    if key and key[0] in _NEGATED:
+        return (_NEGATED[key[0]],) + key[1:]
+    return ("not", ("a", key))
 
 
 def _flag(test) -> tuple[str, bool] | None:

@@ -68,7 +68,10 @@ def block_context(gen, block: Block) -> dict:
     ret_ann = ("tuple[" + ", ".join(_annotation(types.get(n)) for n in outs) + "]") if len(outs) > 1 \
         else (_annotation(types.get(outs[0])) if outs else "None")
     decl_em = Emitter(gen, block, Namespace())
+    # a Block that holds a tensor of some layers only is told its layer number when it is made
+    layer_arg = decl_em.names.name(loop.var) if params.per_layer_conditions(gen, block.attr) else None
     return {
+        "layer_arg": layer_arg,
         "cls": block.cls, "attr": block.attr, "line": loop.span.line, "var": loop.var,
         "count": decl_em.dim(loop.count),
         "decls": params.declaration_lines(decl_em, gen, block.attr),

@@ -322,13 +322,18 @@ class Generator:
 
     # ---------------------------------------------------------------- tables for snf.interop
     def spec_parameter_rows(self) -> list[str]:
-        """`spec_parameters(cfg)`: spec name -> (state-dict key, rows of it or None, layers or None)."""
+        """`spec_parameters(cfg)`: spec name -> (state-dict key, rows of it or None, layers or None);
+        the layers are their count, or for a tensor of some layers only the tuple of their numbers."""
         em = Emitter(self, "config", Namespace())
         rows = []
         for place in self.plans.layout.places:
             rows_code = "None" if place.rows is None else f"({em.dim(place.rows[0])}, {em.dim(place.rows[1])})"
             block = self.plans.blocks.owner(place.name)
             layers = em.dim(block.loop.count) if block else "None"
+            t = self.model.param(place.name)
+            if block and t.layer_var:  # the layers it exists on, as a tuple of their numbers
+                var = em.names.name(block.loop.var)
+                layers = f"tuple({var} for {var} in range({layers}) if {em.code(params.layer_condition(self, t))})"
             rows.append(f"{place.name!r}: ({place.key!r}, {rows_code}, {layers}),")
         return rows
 

@@ -25,7 +25,7 @@ def _bias_flag(em: Emitter, gen, biases) -> str:
     names = [b for b in biases if b is not None]
     if not names:
         return "False"
-    cond = gen.model.param(names[0]).condition
+    cond = layer_condition(gen, gen.model.param(names[0]))  # a bias of some layers: on those
     if cond is None:
         return "True"
     code = em.code(cond)
@@ -69,13 +69,26 @@ def declaration_lines(em: Emitter, gen, owner: str | None) -> list[str]:
         t = gen.model.param(place.name)
         shape = _local_shape(gen, t)
         make = f"torch.empty({', '.join(em.dim(d) for d in shape) or '()'}{_dtype_kw(t.ty.dtype)})"
-        cond = f" if {em.code(t.condition)} else None" if t.condition is not None else ""
+        cond = f" if {em.code(layer_condition(gen, t))} else None" if t.condition is not None else ""
         where = f"  # {gen.show(shape)}  {gen.spec_file}:{t.span.line}"
         if t in gen.model.buffers:
             lines.append(f"self.register_buffer({place.path!r}, {make}{cond}){where}")
         else:
             lines.append(f"self.{place.path} = nn.Parameter({make}){cond}{where}")
     return lines
+
+
+def layer_condition(gen, t: ir.Tensor) -> ir.TExpr:
+    """A tensor's condition as its owner's `__init__` tests it: one declared `name[i]` reads the
+    layer number as the loop's variable (the Block's `__init__` argument)."""
+    if t.layer_var is None:
+        return t.condition
+    return ir.rename_var(t.condition, t.layer_var, gen.plans.blocks.owner(t.name).loop.var)
+
+
+def per_layer_conditions(gen, owner: str | None) -> bool:
+    """Whether a Block holds a tensor that exists on some of its layers only."""
+    return any(gen.model.param(p.name).layer_var for p in gen.plans.layout.places if p.owner == owner)
 
 
 def _target(em: Emitter, place: Place) -> str:

@@ -100,7 +100,7 @@ class ToSyntax(AtomTransformer):
         return ir.For(str(var), lo, hi, tuple(body), span(meta))
 
     # --- sections
-    def typed_decl(self, meta, name, type_, *rest):
+    def typed_decl(self, meta, name, layer_var, type_, *rest):
         optional = any(isinstance(t, Token) and t.type == "OPTIONAL" for t in rest)
         where = next((w for w in rest if isinstance(w, list)), [])
         rest = [x for x in rest if not isinstance(x, (Token, list))]
@@ -111,7 +111,8 @@ class ToSyntax(AtomTransformer):
         if isinstance(type_, ir.Cond) and isinstance(type_.orelse, ir.Const) and type_.orelse.value is None:
             condition, type_ = type_.test, type_.body
         return ir.Decl("", str(name), type_, value, optional, condition, tuple(where),
-                       tok_span(name).to(end), tok_span(name))
+                       tok_span(name).to(end), tok_span(name),
+                       None if layer_var is None else (str(layer_var), tok_span(layer_var)))
 
     def derived_decl(self, meta, name, value):
         return ir.Decl("", str(name), None, value, span=tok_span(name).to(value.span), name_span=tok_span(name))

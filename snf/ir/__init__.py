@@ -18,8 +18,8 @@ from .syntax import *  # noqa: F401,F403
 from .syntax import __all__ as _syntax_names
 from .typed import *  # noqa: F401,F403
 from .typed import __all__ as _typed_names
-from .walk import (Site, children, contains, index_rows, names_read, own_exprs, reads, rewrite, sites, subexprs,
-                   walk_exprs, walk_stmts, writes)
+from .walk import (Site, children, contains, index_rows, names_read, own_exprs, reads, rename_var, rewrite, sites,
+                   subexprs, walk_exprs, walk_stmts, writes)
 
 __all__ = [*_syntax_names, *_typed_names, "Site", "children", "contains", "index_rows", "names_read", "own_exprs", "reads", "rewrite", "sites",
-           "subexprs", "walk_exprs", "walk_stmts", "writes", "replace", "field"]
+           "subexprs", "rename_var", "walk_exprs", "walk_stmts", "writes", "replace", "field"]

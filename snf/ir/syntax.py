@@ -189,6 +189,8 @@ class Decl:
     where: tuple["Decl", ...] = ()
     span: Span = NO_SPAN
     name_span: Span = NO_SPAN
+    # `name[l] : ...`: the layer variable its condition reads, and where it is written
+    layer_var: tuple[str, Span] | None = None
 
 
 @dataclass(frozen=True)

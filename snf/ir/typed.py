@@ -236,6 +236,9 @@ class Tensor:
     init: TExpr | None = None  # parameter/buffer initialiser
     span: Span = NO_SPAN
     role: str = ""  # registry-inferred default init role: weight | bias | norm_weight | embedding
+    # `name[l] : ... if cond else None`: the variable `condition` reads for the layer number; the
+    # tensor exists on the layers where it holds (a Block holds it or None)
+    layer_var: str | None = None
 
 
 @dataclass(frozen=True)

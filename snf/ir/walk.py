@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Iterable, Iterator, NamedTuple
 
-from .typed import Bind, FusedLinear, IsPresent, Loop, Op, Ref, SetItem, TCond, TensorT, TIf, TList, TSlice
+from ..dims import Dim
+from .typed import (Bind, FusedLinear, IsPresent, Loop, Op, Ref, ScalarT, SetItem, TCond, TensorT, TIf, TList,
+                    TSlice)
 
 
 class Site(NamedTuple):
@@ -119,6 +121,22 @@ def rewrite(e, fn: Callable):
             e = replace(e, items=items)
     out = fn(e)
     return e if out is None else out
+
+
+def rename_var(e, old: str, new: str):
+    """`e` with the int variable `old` called `new` (a per-layer declaration's `l` as the loop's
+    variable): in names, and in the dims of its values and types."""
+    def ren(node):
+        changes = {}
+        if isinstance(node, Ref) and node.name == old:
+            changes["name"] = new
+        if isinstance(getattr(node, "dim", None), Dim):
+            changes["dim"] = node.dim.subs({old: Dim.sym(new)})
+        ty = getattr(node, "ty", None)
+        if isinstance(ty, ScalarT) and ty.dim is not None and old in ty.dim.symbols():
+            changes["ty"] = replace(ty, dim=ty.dim.subs({old: Dim.sym(new)}))
+        return replace(node, **changes) if changes else None
+    return rewrite(e, ren)
 
 
 def index_rows(body) -> tuple:

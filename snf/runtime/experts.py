@@ -48,14 +48,18 @@ def _expert_mlp(x, gate: Optional[torch.Tensor], up: torch.Tensor, down: torch.T
     return F.linear(h, down)
 
 
+def _by_expert(indices, experts: int):
+    """The (token, slot) pairs of indices [N, k] grouped by expert: their order (a stable argsort of
+    the flattened indices), the token of each, and how many each expert has (read on the host)."""
+    flat = indices.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    return order, order // indices.shape[1], torch.bincount(flat, minlength=experts).tolist()
+
+
 def _moe_sparse(x, indices, weights, gate: Optional[torch.Tensor], up, down, act: str):
     """x [N, D], indices and weights [N, k]: the (token, slot) pairs sorted by expert (a stable
     argsort), each expert run on its rows only, the results weighted and added back per token."""
-    k = indices.shape[1]
-    flat = indices.reshape(-1)
-    order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=up.shape[0]).tolist()
-    rows = order // k  # the token of each pair, grouped by expert
+    order, rows, counts = _by_expert(indices, up.shape[0])
     xs = x[rows]
     parts, start = [], 0
     for e, count in enumerate(counts):
@@ -106,11 +110,7 @@ def _moe_backward(grad, x, indices, weights, gate: Optional[torch.Tensor], up, d
     recomputes gate x and up x (not down's product) rather than keep them: 8 products of
     [pairs, F, D] per expert with a gate (the forward has 3), 5 without (2); _moe_flops' callers
     count the same."""
-    k = indices.shape[1]
-    flat = indices.reshape(-1)
-    order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=up.shape[0]).tolist()
-    rows = order // k
+    order, rows, counts = _by_expert(indices, up.shape[0])
     xs, gos, ws = x[rows], grad[rows], weights.reshape(-1)[order].unsqueeze(1)
     gxs, gws = torch.zeros_like(xs), xs.new_zeros(xs.shape[0])
     g_gate = torch.zeros_like(gate) if gate is not None else x.new_zeros(0)

@@ -1,4 +1,4 @@
-"""The fused loss (snf/passes/fused_loss.py, `_linear_cross_entropy` in snf/runtime/helpers.py):
+"""The fused loss (snf/passes/fused_loss.py, `_linear_cross_entropy` in snf/runtime/loss.py):
 a head + cross-entropy that a training step computes in chunks of rows, without the logits.
 
 Parity: the fused loss and every gradient equal the unfused ones (the same forward with
@@ -23,7 +23,7 @@ import generated.nanogpt as ng
 from conftest import REPO
 from snf.compiler import analyze, lower
 from snf.interpret import interpret
-from snf.runtime import helpers
+from snf.runtime import loss
 from snf.passes import plan
 from snf.source import Source
 
@@ -51,7 +51,7 @@ def _step(model, idx, targets, name, return_logits, context=None):
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Chunks of 5 rows (the last one shorter), so a small batch runs through several."""
-    monkeypatch.setattr(helpers, "_loss_chunk", lambda vocab: 5)  # the runtime both modules import
+    monkeypatch.setattr(loss, "_loss_chunk", lambda vocab: 5)  # the runtime both modules import
 
 
 def test_the_plan_fuses_the_heads_of_the_specs():
@@ -190,7 +190,7 @@ def test_the_numpy_reference_of_a_fully_ignored_loss_is_zero():
 
 def test_the_helper_with_a_bias_and_every_gradient(monkeypatch):
     """`_linear_cross_entropy` on its own, with a bias (no spec here has one on its head)."""
-    monkeypatch.setattr(helpers, "_loss_chunk", lambda vocab: 4)
+    monkeypatch.setattr(loss, "_loss_chunk", lambda vocab: 4)
     torch.manual_seed(0)
     x, w, b = torch.randn(3, 6, 8), torch.randn(11, 8), torch.randn(11)
     targets = torch.randint(0, 11, (3, 6))
@@ -199,9 +199,9 @@ def test_the_helper_with_a_bias_and_every_gradient(monkeypatch):
     for fn in (lambda x, w, b: ng._cross_entropy(F.linear(x, w, b), targets, -100, torch.float32, "targets", "V"),
                lambda x, w, b: ng._linear_cross_entropy(x, w, b, targets, -100, torch.float32, "targets", "V")):
         leaves = [t.clone().requires_grad_() for t in (x, w, b)]
-        loss = fn(*leaves)
-        (loss * 3.0).backward()  # backward scales the gradients forward computed
-        grads.append([loss.detach()] + [t.grad for t in leaves])
+        value = fn(*leaves)
+        (value * 3.0).backward()  # backward scales the gradients forward computed
+        grads.append([value.detach()] + [t.grad for t in leaves])
     for got, want in zip(grads[1], grads[0]):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 

@@ -151,7 +151,7 @@ class Generator:
         own = template.render(**ctx)  # what the file says itself, before imports and the runtime
         if self.standalone:  # the runtime's definitions the rest calls, and what they call
             used = runtime.needed(own)
-            ctx.update(runtime_compile=runtime.copy("compiling", used), runtime=runtime.copy("helpers", used, "experts"))
+            ctx.update(runtime_compile=runtime.copy("compiling", used), runtime=runtime.copy("helpers", used, "experts", "loss"))
         else:
             ctx.update(runtime_imports=runtime.imports(runtime.called(own), LIMIT))
         ctx.update(std_imports=_std_imports("\n".join((own, ctx["runtime_compile"], ctx["runtime"]))))

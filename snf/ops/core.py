@@ -333,11 +333,16 @@ def _concat_rule(ctx, args):
     return TensorT(tuple(s), first.dtype)
 
 
+def _lower_concat(call) -> str:
+    # a half dtype goes through _cat: autocast's rule for torch.cat refuses one other than its own
+    cat = "_cat" if call.op.ty.dtype in ("float16", "bfloat16") else "torch.cat"
+    return f"{cat}({call.code('tensors')}, dim={call.code('axis')})"
+
+
 register(OpDef("concat", (Param("tensors", "tensors"), Param("axis", "int", 0, aliases=("dim",), static=True)),
                _concat_rule,
                numpy=lambda tensors, axis=0: np.concatenate(tensors, axis=axis),
-               torch=lambda call: f"torch.cat({call.code('tensors')}, dim={call.code('axis')})",
-               doc="concatenate along an axis."))
+               torch=_lower_concat, doc="concatenate along an axis."))
 
 
 def _full_rule(ctx, args):

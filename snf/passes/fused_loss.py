@@ -7,7 +7,7 @@ When `logits` is an output that nothing but this `cross_entropy` reads, an entry
 not ask for the logits (a training step with targets, by default: see `liveness`) computes the
 loss as `linear_cross_entropy(h, W, targets)` instead. That op runs the head and the loss a
 chunk of rows at a time, its gradients included (`_linear_cross_entropy` in
-snf/runtime/helpers.py), so the float32 [B*T, V] logits, the largest tensor of a training step,
+snf/runtime/loss.py), so the float32 [B*T, V] logits, the largest tensor of a training step,
 never exist. The plan is the rewritten statement; liveness and code generation pick between
 the two forms, so the module still returns the logits whenever they are asked for.
 

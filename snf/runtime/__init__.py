@@ -21,9 +21,9 @@ from ..version import __version__
 
 # The runtime's interface version, which generated modules check as they are imported: raise it when
 # a helper's name, signature or meaning changes in a way modules generated before cannot use.
-ABI = 1
+ABI = 2  # 2: the losses moved to snf.runtime.loss
 
-PARTS = ("compiling", "helpers", "experts")  # the files, each copied to its own place in a generated module
+PARTS = ("compiling", "helpers", "experts", "loss")  # the files, each copied to its own place in a generated module
 
 
 @dataclass(frozen=True)

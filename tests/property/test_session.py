@@ -188,8 +188,11 @@ def test_long_mode_findings_stay_fixed(compiled):
     """Seeds the long mode broke on, replayed. Seed 30: `min` over an axis of a bfloat16 model,
     trained compiled whole, gave NaN gradients (inductor's amin backward in bfloat16); `max` and
     `min` now lower to torch.max/min(...).values. Seed 363: a write into a softmax's result was done
-    in place, which autograd's backward refuses (it keeps the result); such a write now copies first."""
-    for seed in (30, 363):
+    in place, which autograd's backward refuses (it keeps the result); such a write now copies first.
+    Seed 8303: a float32 model's float16 values concatenated under CPU bfloat16 autocast, whose rule
+    for torch.cat refuses float16; concat, rope and cache updates of a half dtype now step out of
+    autocast where it would refuse them (snf.runtime.helpers._autocast_refuses)."""
+    for seed in (30, 363, 8303):
         stats = dict.fromkeys(("sessions", "rejected", "failures", "calls", "skipped", "graphs"), 0)
         random_sessions(1, stats, seed0=seed)
         assert stats["sessions"] == 1 and stats["failures"] == 0, (seed, stats)

@@ -148,7 +148,8 @@ class Block(nn.Module):
         x = x + self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  mixtral.snf:76
         m = self.mlp_norm(x)  # [B, T, D]  mixtral.snf:78
         probs = F.softmax(self.router(m), dim=-1)  # [B, T, n_expert]  mixtral.snf:80
-        chosen = torch.topk(probs, cfg.n_expert_tok, dim=-1).indices  # [B, T, n_expert_tok]  mixtral.snf:81
+        # [B, T, n_expert_tok]  mixtral.snf:81
+        chosen = torch.sort(probs, dim=-1, descending=True, stable=True).indices.narrow(-1, 0, cfg.n_expert_tok)
         top = torch.topk(probs, cfg.n_expert_tok, dim=-1).values  # [B, T, n_expert_tok]  mixtral.snf:82
         weights = top / top.sum(dim=-1, keepdim=True)  # [B, T, n_expert_tok]  mixtral.snf:83
         # [B, T, D]  mixtral.snf:84

@@ -151,7 +151,8 @@ class Block(nn.Module):
         x = x + self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  olmoe.snf:79
         m = self.mlp_norm(x)  # [B, T, D]  olmoe.snf:81
         probs = F.softmax(self.router(m), dim=-1)  # [B, T, n_expert]  olmoe.snf:83
-        chosen = torch.topk(probs, cfg.n_expert_tok, dim=-1).indices  # [B, T, n_expert_tok]  olmoe.snf:84
+        # [B, T, n_expert_tok]  olmoe.snf:84
+        chosen = torch.sort(probs, dim=-1, descending=True, stable=True).indices.narrow(-1, 0, cfg.n_expert_tok)
         top = torch.topk(probs, cfg.n_expert_tok, dim=-1).values  # [B, T, n_expert_tok]  olmoe.snf:85
         # [B, T, n_expert_tok]  olmoe.snf:86
         weights = top / top.sum(dim=-1, keepdim=True) if cfg.norm_topk_prob else top

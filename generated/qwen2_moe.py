@@ -195,7 +195,8 @@ class Block(nn.Module):
         m = self.mlp_norm(x)  # [B, T, D]  qwen2_moe.snf:96
         if (l + 1) % cfg.sparse_step == 0:
             probs = F.softmax(F.linear(m, self.router_weight), dim=-1)  # [B, T, n_expert]  qwen2_moe.snf:100
-            chosen = torch.topk(probs, cfg.n_expert_tok, dim=-1).indices  # [B, T, n_expert_tok]  qwen2_moe.snf:101
+            # [B, T, n_expert_tok]  qwen2_moe.snf:101
+            chosen = torch.sort(probs, dim=-1, descending=True, stable=True).indices.narrow(-1, 0, cfg.n_expert_tok)
             top = torch.topk(probs, cfg.n_expert_tok, dim=-1).values  # [B, T, n_expert_tok]  qwen2_moe.snf:102
             # [B, T, n_expert_tok]  qwen2_moe.snf:103
             weights = top / top.sum(dim=-1, keepdim=True) if cfg.norm_topk_prob else top

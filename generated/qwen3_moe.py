@@ -153,7 +153,8 @@ class Block(nn.Module):
         x = x + self.o(attn.reshape(B, T, cfg.q_dim))  # [B, T, D]  qwen3_moe.snf:81
         m = self.mlp_norm(x)  # [B, T, D]  qwen3_moe.snf:83
         probs = F.softmax(self.router(m), dim=-1)  # [B, T, n_expert]  qwen3_moe.snf:85
-        chosen = torch.topk(probs, cfg.n_expert_tok, dim=-1).indices  # [B, T, n_expert_tok]  qwen3_moe.snf:86
+        # [B, T, n_expert_tok]  qwen3_moe.snf:86
+        chosen = torch.sort(probs, dim=-1, descending=True, stable=True).indices.narrow(-1, 0, cfg.n_expert_tok)
         top = torch.topk(probs, cfg.n_expert_tok, dim=-1).values  # [B, T, n_expert_tok]  qwen3_moe.snf:87
         # [B, T, n_expert_tok]  qwen3_moe.snf:88
         weights = top / top.sum(dim=-1, keepdim=True) if cfg.norm_topk_prob else top

@@ -362,3 +362,33 @@ def test_mixtral_compiled_forward_generate_and_gradients(tmp_path, monkeypatch):
     for n, p in model.named_parameters():
         torch.testing.assert_close(compiled[n], p.grad, rtol=1e-5, atol=1e-6, msg=n)
     assert any("router" in n and p.grad.abs().sum() > 0 for n, p in model.named_parameters())
+
+
+_TIES = """param:
+  E : int = 6
+
+input:
+  s : Tensor([B, E], float32)
+
+output:
+  i : Tensor([B, 3], int64)
+  v : Tensor([B, 3], float32)
+
+let i = top_k_indices(s, 3)
+let v = top_k(s, 3)
+"""
+
+
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_ties_go_to_the_lower_index_everywhere(compiled, monkeypatch):
+    """Equal scores (an all-zero router input: session seed 11104) pick the lower indices first, in
+    the module as in the reference, eager and compiled; torch.topk's order among ties is unspecified."""
+    monkeypatch.setenv("SNF_COMPILE", "0")
+    model, Model = _module(_TIES, "ties")
+    m = Model()
+    s = torch.tensor([[0.0] * 6, [1.0, 2.0, 2.0, 0.0, 2.0, 2.0], [5.0, 1.0, 1.0, 1.0, 1.0, 0.0]])
+    forward = torch.compile(m.forward, fullgraph=True) if compiled else m.forward
+    out = forward(s)
+    ref = interpret(model, {}, {"s": s.double().numpy()})
+    assert out.i.tolist() == ref["i"].tolist() == [[0, 1, 2], [1, 2, 4], [0, 1, 2]]
+    assert out.v.tolist() == ref["v"].tolist()

@@ -52,16 +52,26 @@ def _np_top_k(x, k, axis=-1):
     return np.take_along_axis(np.asarray(x, dtype=np.float64), np_top_k_indices(x, k, axis), axis=axis)
 
 
+def _lower_top_k(call) -> str:
+    return f"torch.topk({call.code('x')}, {call.code('k')}, dim={call.code('axis')}).values"
+
+
+def _lower_top_k_indices(call) -> str:
+    # torch.topk's order among equal values is unspecified (and differs compiled): a stable sort
+    # gives the reference's, the lower index first, so routing on ties is the same everywhere
+    axis = call.code('axis')
+    return (f"torch.sort({call.code('x')}, dim={axis}, descending=True, stable=True).indices"
+            f".narrow({axis}, 0, {call.code('k')})")
+
+
 for _name, _field, _np, _what in [("top_k", "values", _np_top_k, "the k largest entries"),
                                   ("top_k_indices", "indices", np_top_k_indices, "the indices (int64) of the k largest entries")]:
     register(OpDef(
         _name, (Param("x", "tensor"), Param("k", "int", static=True),
                 Param("axis", "int", -1, aliases=("dim",), static=True)),
         _top_k_rule(_field == "indices"), numpy=_np,
-        torch=(lambda f: lambda call: f"torch.topk({call.code('x')}, {call.code('k')}, dim={call.code('axis')})."
-                                      f"{f}")(_field),
-        doc=f"{_what} along an axis, largest first (ties: the lower index first in the reference; "
-            f"torch's order among equal values is unspecified)."))
+        torch=_lower_top_k_indices if _field == "indices" else _lower_top_k,
+        doc=f"{_what} along an axis, largest first; among equal values the lower index first."))
 
 
 # ----------------------------------------------------------------------------- one-hot

@@ -168,24 +168,33 @@ def test_eagerly_turns_compiling_off_inside_and_back_on(monkeypatch):
 
 
 def _half_under_autocast(x, past):
-    """concat, rope and a cache update of float16 tensors, as a spec's float16 values are; under
-    CPU bfloat16 autocast, whose rule for torch.cat, torch.stack and index_copy refuses float16
-    (session seed 8303)."""
-    decode = helpers._DecodeState(position=torch.tensor(2), length=3)
+    """concat, rope and a cache update of tensors in a half dtype other than autocast's, as a spec's
+    own float16 values are under CPU bfloat16 autocast, whose rule for torch.cat, torch.stack and
+    index_copy refuses them (session seed 8303); on CUDA, bfloat16 values under float16 autocast."""
+    decode = helpers._DecodeState(position=torch.tensor(2, device=x.device), length=3)
     return (helpers._cat([x, x], dim=1), helpers._rope(x, 1, 10000.0),
             helpers._rope(x, 1, 10000.0, rotary_dim=2, interleaved=True),
             helpers._cache_cat(past[:, :2], x), helpers._cache_cat(past.clone(), x[:, :1], decode))
 
 
+_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.parametrize("device, autocast, half", [
+    ("cpu", torch.bfloat16, torch.float16),
+    pytest.param("cuda", torch.float16, torch.bfloat16, marks=_CUDA)])
 @pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.slow)])
-def test_half_dtypes_of_a_spec_run_under_autocast(compiled):
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        with pytest.raises(RuntimeError, match="prioritize"):  # what torch does, which the helpers step around
-            torch.cat([torch.ones(2, dtype=torch.float16)] * 2)
-    x, past = torch.randn(2, 3, 2, 4, dtype=torch.float16), torch.randn(2, 5, 2, 4, dtype=torch.float16)
+def test_half_dtypes_of_a_spec_run_under_autocast(compiled, device, autocast, half):
+    if device == "cpu":
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            with pytest.raises(RuntimeError, match="prioritize"):  # what torch does, which the helpers step around
+                torch.cat([torch.ones(2, dtype=torch.float16)] * 2)
+    x = torch.randn(2, 3, 2, 4, dtype=half, device=device)
+    past = torch.randn(2, 5, 2, 4, dtype=half, device=device)
     want = _half_under_autocast(x, past)  # outside autocast
     fn = torch.compile(_half_under_autocast, fullgraph=True) if compiled else _half_under_autocast
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast(device, dtype=autocast):
         got = fn(x, past)
-    for g, w in zip(got, want):  # compiled, inductor rounds rope's float16 once where eager rounds each op
-        assert g.dtype == torch.float16 and (torch.allclose(g, w, rtol=2e-3, atol=2e-3) if compiled else torch.equal(g, w))
+    tol = 2e-3 if half == torch.float16 else 1e-2  # a few ulps: bfloat16 has 8 bits of mantissa
+    for g, w in zip(got, want):  # compiled, inductor rounds rope's half dtype once where eager rounds each op
+        assert g.dtype == half and (torch.allclose(g, w, rtol=tol, atol=tol) if compiled else torch.equal(g, w))

@@ -80,3 +80,32 @@ def test_license_is_mit_as_pyproject_says():
     assert PYPROJECT["project"]["license"] == "MIT"
     assert text.startswith("MIT License") and "Copyright (c)" in text and "the snfc authors" in text
     assert "THE SOFTWARE IS PROVIDED \"AS IS\"" in text
+
+
+def _chunk_log(first: int, last: int, failures: int, seconds: int) -> str:
+    """The lines tests/property/test_session.py prints for a long-mode chunk of 100 sessions."""
+    return (f"\n100 sessions, seeds {first}..{last}, {failures} failures, {seconds} s\n\n"
+            f"seeds from {first}: 100 sessions of random specs, {failures} failures (1088 calls compared "
+            f"compiled against eager, 24 sizes refused, 0 specs rejected, 688 graphs compiled) in {seconds} s\n")
+
+
+def test_long_sessions_sum_adds_up_the_chunks(tmp_path):
+    """scripts/long_sessions.sh sum: the chunks' summary lines, their total, and what to look at."""
+    import subprocess
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "commit").write_text("0123abc\n")
+    for first, last, failures, seconds in ((23000, 23100, 0, 1797), (23200, 23450, 1, 1900), (25000, 25103, 0, 1800)):
+        text = _chunk_log(first, last, failures, seconds)
+        if failures:
+            text = f"a session broke (seed {first + 7}): eval forward failed\n" + text
+        (tmp_path / "logs" / f"chunk_{first}.log").write_text(text)
+    (tmp_path / "logs" / "chunk_25200.log").write_text("")  # a chunk still running: no summary yet
+    out = subprocess.run(["bash", "scripts/long_sessions.sh", "sum"], cwd=REPO, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path)}, check=True).stdout
+    lines = out.splitlines()
+    assert lines[0] == "commit 0123abc"
+    assert [line.split(":")[0] for line in lines[1:4]] == ["seeds from 23000", "seeds from 23200", "seeds from 25000"]
+    assert "3 chunks: 300 sessions, 1 failures, 5497 s of process time" in lines
+    assert f"failure in {tmp_path}/logs/chunk_23200.log" in lines
+    assert "seeds overlap: chunk 23200 ran to seed 23450" in lines
+    assert len(lines) == 7, out

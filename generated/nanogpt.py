@@ -20,10 +20,10 @@ from torch import nn
 from snf.runtime import _require_runtime
 
 _require_runtime(2, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import (_DecodeState, _attention, _cache_buffers, _cache_cat, _check_cache, _check_decode,
-                                 _check_dims, _check_index, _check_input, _check_number, _check_sampling,
-                                 _check_together, _decode, _decoding, _narrow, _sample)
+from snf.runtime.compiling import _DecodeState, _by_compile_unit, _check_fields, _hot_path
+from snf.runtime.helpers import (_attention, _cache_buffers, _cache_cat, _check_cache, _check_decode, _check_dims,
+                                 _check_index, _check_input, _check_number, _check_sampling, _check_together, _decode,
+                                 _decoding, _narrow, _sample)
 from snf.runtime.loss import _cross_entropy, _linear_cross_entropy
 
 

@@ -167,6 +167,24 @@ def test_eagerly_turns_compiling_off_inside_and_back_on(monkeypatch):
 
 
 
+def test_a_compiled_block_is_handed_no_two_arguments_sharing_memory():
+    """Dynamo can fail on a view handed beside its base (session seed 28826): the later of two
+    arguments sharing memory is copied; other arguments, and a decode step's, whose cache buffers
+    are written in place, pass as they are."""
+    x = torch.randn(2, 3, 4, requires_grad=True)
+    other, empty = torch.randn(4), torch.empty(0)
+    args, kwargs = compiling._unaliased((x, x[:, 0], torch.float32), {"y": x.view(6, 4), "z": other})
+    assert args[0] is x and args[2] is torch.float32 and kwargs["z"] is other
+    for copy, of in ((args[1], x[:, 0]), (kwargs["y"], x.view(6, 4))):
+        assert torch.equal(copy, of) and copy.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    args[1].sum().backward()  # the copy is part of the graph: the gradient reaches x
+    assert x.grad[:, 0].eq(1).all() and x.grad[:, 1:].eq(0).all()
+    alone = (x, other, empty, empty, None)
+    assert compiling._unaliased(alone, {}) == (alone, {})
+    decode = helpers._DecodeState(position=torch.tensor(0), length=1)
+    assert compiling._unaliased((x, x[0], decode), {})[0][1]._base is x
+
+
 def _half_under_autocast(x, past):
     """concat, rope and a cache update of tensors in a half dtype other than autocast's, as a spec's
     own float16 values are under CPU bfloat16 autocast, whose rule for torch.cat, torch.stack and

@@ -15,7 +15,7 @@ import functools
 import os
 import threading
 import warnings
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import torch.utils.checkpoint
@@ -92,6 +92,14 @@ def _is_compile_error(err: Exception) -> bool:
     return any(part in where for part in _COMPILER_FILES)
 
 
+class _DecodeState(NamedTuple):
+    """A decode step of generate, as Model.forward reads it (self._decode_state, set by _decode):
+    the caches are buffers of preallocated slots, `position` (a 0-d tensor) of them filled; the
+    step's keys and values are written there in place, and attention reads the first `length`."""
+    position: torch.Tensor
+    length: int
+
+
 class _CompileSettings:
     """Dynamo's settings while compiled functions run (they matter when one compiles): this file's
     graph budget as the recompile limit, and no duck shaping, which would give a batch of 2 and a head
@@ -112,6 +120,27 @@ class _CompileSettings:
         _CompileSettings.active, shapes, duck, limit = self.saved
         shapes.use_duck_shape = duck
         torch._dynamo.config.recompile_limit = limit
+
+
+def _unaliased(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The arguments, each tensor that shares memory with an earlier one copied. Handed a view along
+    with its base (a loop-carried `v = x[:, 0]` beside `x`), dynamo (torch 2.13) can fail to build the
+    shape guards of a dynamic graph ("sources must not be empty for symbol", long-mode seed 28826).
+    A block writes no argument in place, so the copy computes the same, but in generate's decode
+    step, which writes the cache buffers it is handed: there they are left as they are."""
+    values = (*args, *kwargs.values())
+    dense = [type(a) in (torch.Tensor, nn.Parameter) and a.layout == torch.strided and not a.is_nested for a in values]
+    if sum(dense) < 2 or any(isinstance(a, _DecodeState) for a in values):
+        return args, kwargs
+    seen, out = set(), []
+    for a, plain in zip(values, dense):
+        memory = a.untyped_storage().data_ptr() if plain else 0  # 0: no memory (an empty tensor)
+        if memory in seen:
+            a = a.clone()
+        elif memory:
+            seen.add(memory)
+        out.append(a)
+    return tuple(out[:len(args)]), dict(zip(kwargs, out[len(args):]))
 
 
 def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
@@ -142,6 +171,8 @@ def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict]
             mode = cuda_mode if device == "cuda" else None
             compiled = state[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options, mode=mode)
         from torch._dynamo.exc import FailOnRecompileLimitHit
+        if dynamic:
+            args, kwargs = _unaliased(args, kwargs)
         try:
             if _CompileSettings.active:
                 return compiled(*args, **kwargs)

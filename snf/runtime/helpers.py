@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
-from .compiling import _CompileSettings
+from .compiling import _CompileSettings, _DecodeState
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -102,14 +102,6 @@ def _check_cache(name: str, cache, rank: int, shape: str, dtype: str, sizes: dic
     if len(cache) != sizes[0] or not all(_fits(t, rank - 1, dtype, layer) for t in cache):
         raise ValueError(f"input {name} must be {shape} {dtype}, or a list of its {sizes[0]} layers, "
                          f"got a list of {[_described(t) for t in cache]}")
-
-
-class _DecodeState(NamedTuple):
-    """A decode step of generate, as Model.forward reads it (self._decode_state, set by _decode):
-    the caches are buffers of preallocated slots, `position` (a 0-d tensor) of them filled; the
-    step's keys and values are written there in place, and attention reads the first `length`."""
-    position: torch.Tensor
-    length: int
 
 
 def _check_decode(decode: _DecodeState, size: int, names: str, *caches) -> None:

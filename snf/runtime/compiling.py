@@ -122,6 +122,9 @@ class _CompileSettings:
         torch._dynamo.config.recompile_limit = limit
 
 
+_PLAIN = (torch.Tensor, nn.Parameter)  # tensor types whose memory _unaliased compares (not subclasses)
+
+
 def _unaliased(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """The arguments, each tensor that shares memory with an earlier one copied. Handed a view along
     with its base (a loop-carried `v = x[:, 0]` beside `x`), dynamo (torch 2.13) can fail to build the
@@ -129,12 +132,12 @@ def _unaliased(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     A block writes no argument in place, so the copy computes the same, but in generate's decode
     step, which writes the cache buffers it is handed: there they are left as they are."""
     values = (*args, *kwargs.values())
-    dense = [type(a) in (torch.Tensor, nn.Parameter) and a.layout == torch.strided and not a.is_nested for a in values]
-    if sum(dense) < 2 or any(isinstance(a, _DecodeState) for a in values):
+    if sum(type(a) in _PLAIN for a in values) < 2 or any(type(a) is _DecodeState for a in values):
         return args, kwargs
     seen, out = set(), []
-    for a, plain in zip(values, dense):
-        memory = a.untyped_storage().data_ptr() if plain else 0  # 0: no memory (an empty tensor)
+    for a in values:
+        dense = type(a) in _PLAIN and a.layout == torch.strided and not a.is_nested
+        memory = a.untyped_storage().data_ptr() if dense else 0  # 0: none (or an empty tensor's)
         if memory in seen:
             a = a.clone()
         elif memory:

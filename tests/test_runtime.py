@@ -180,7 +180,8 @@ def test_a_compiled_block_is_handed_no_two_arguments_sharing_memory():
     args[1].sum().backward()  # the copy is part of the graph: the gradient reaches x
     assert x.grad[:, 0].eq(1).all() and x.grad[:, 1:].eq(0).all()
     alone = (x, other, empty, empty, None)
-    assert compiling._unaliased(alone, {}) == (alone, {})
+    args, kwargs = compiling._unaliased(alone, {})
+    assert all(a is b for a, b in zip(args, alone, strict=True)) and kwargs == {}
     decode = helpers._DecodeState(position=torch.tensor(0), length=1)
     assert compiling._unaliased((x, x[0], decode), {})[0][1]._base is x
 

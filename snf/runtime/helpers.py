@@ -10,7 +10,7 @@ cannot use raises snf.runtime.ABI.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import torch
 import torch.nn.functional as F

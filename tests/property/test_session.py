@@ -208,7 +208,7 @@ def test_a_block_handed_a_view_of_its_other_argument_compiles_on_a_cold_cache(tm
     from then on. It failed only where dynamo met the symbols in one order: under PYTHONHASHSEED=2
     with an empty inductor cache, every time (a warm cache or another hash seed hid it, so the test
     above alone would not catch it). Such an argument is now copied (compiling._unaliased)."""
-    replay = ("import sys, torch; torch.set_num_threads(1); import specgen, session; "
+    replay = ("import torch; torch.set_num_threads(1); import specgen, session; "
               "s = specgen.build(specgen.RandomChooser(28826)); print(session.run_session(s.text, s, 28826, calls=6))")
     env = {**os.environ, "PYTHONHASHSEED": "2", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "SNF_COMPILE": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests" / "property")])}

@@ -216,3 +216,31 @@ def test_a_float64_model_keeps_float64(small_chunks):
         torch.testing.assert_close(fused.loss, plain.loss, rtol=1e-12, atol=1e-12)
         for key in plain_grads:
             torch.testing.assert_close(fused_grads[key], plain_grads[key], rtol=1e-10, atol=1e-12, msg=key)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_helper_compiled_gives_the_eager_gradients(monkeypatch):
+    """Compiled (as a training step compiled whole runs it), the helper gives the eager loss and
+    gradients. With torch 2.11 (the H200 machine's) every gradient came out 0 while the loss was
+    right: the backward of an output that was `.to()`'s alias of the loss was handed a zero
+    gradient (specs/nanogpt_model.snf's CUDA session, and the CPU one under that torch)."""
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 4, 8), torch.randn(13, 8)
+    targets = torch.randint(0, 13, (3, 4))
+    targets[:, -1] = -100
+
+    def step(x, w):
+        return loss._linear_cross_entropy(x * 1.0, w, None, targets, -100, torch.float32, "targets", "V")
+
+    runs = []
+    torch._dynamo.reset()
+    for fn in (step, torch.compile(step, fullgraph=True, dynamic=False)):
+        leaves = [t.clone().requires_grad_() for t in (x, w)]
+        value = fn(*leaves)
+        value.backward()
+        runs.append([value.detach()] + [t.grad for t in leaves])
+    torch._dynamo.reset()
+    for got, want in zip(runs[1], runs[0]):
+        assert got.abs().max() > 0
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

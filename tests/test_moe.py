@@ -80,6 +80,24 @@ def test_an_expert_with_no_tokens_and_an_empty_batch():
     assert empty.shape == (0, 16)
 
 
+@pytest.mark.slow
+def test_the_dense_form_keeps_a_dynamic_token_count_with_opt_einsum_installed():
+    """With opt_einsum installed (as where JAX is), torch orders an einsum of three operands by
+    their sizes, which fixed the token count of a compiled decode step's batch, marked dynamic:
+    generate of every MoE spec fell back to eager on CUDA. The dense form's einsums take two."""
+    pytest.importorskip("opt_einsum")
+    assert torch.backends.opt_einsum.enabled
+    gate, up, down = _weights(e=4)
+    run = torch.compile(lambda x, i, w: experts._moe_dense(x, i, w, gate, up, down, "silu"),
+                        fullgraph=True, dynamic=False)
+    torch._dynamo.reset()
+    for n in (2, 3):
+        x, i, w = torch.randn(n, 16, dtype=torch.float64), torch.randint(0, 4, (n, 2)), torch.rand(n, 2)
+        torch._dynamo.mark_dynamic(x, 0)
+        torch.testing.assert_close(run(x, i, w.double()), experts._moe_dense(x, i, w.double(), gate, up, down, "silu"))
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("dense", [True, False])
 def test_autocast_bfloat16(dense, monkeypatch):
     """Under autocast a float32 router's weights meet bfloat16 activations and float32 experts:

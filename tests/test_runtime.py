@@ -186,6 +186,34 @@ def test_a_compiled_block_is_handed_no_two_arguments_sharing_memory():
     assert compiling._unaliased((x, x[0], decode), {})[0][1]._base is x
 
 
+def test_a_call_handed_an_empty_tensor_runs_eagerly(monkeypatch):
+    """An empty batch, sequence or cache: nothing worth compiling, and inductor's empty buffers have
+    zero strides, which CUDA's attention kernels refuse (the CUDA session of every spec with a
+    batch of 0, on an H200). Other calls compile; nothing compiles inside the eager one."""
+    monkeypatch.setenv("SNF_COMPILE", "1")
+    compiled_calls, inside = [], []
+
+    def fake_compile(fn, **options):
+        def run(*args, **kwargs):
+            compiled_calls.append(args[0].shape)
+            return fn(*args, **kwargs)
+        return run
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+
+    def block(x, past=None):
+        inside.append(compiling._compile_enabled())
+        return x * 2
+
+    hot = compiling._hot_path(block)
+    assert hot(torch.ones(2, 3)).eq(2).all() and compiled_calls == [(2, 3)] and inside == [True]
+    for args, kwargs in (((torch.ones(0, 3),), {}), ((torch.ones(2, 3),), {"past": torch.ones(2, 0, 3)})):
+        assert hot(*args, **kwargs).shape == args[0].shape
+    assert compiled_calls == [(2, 3)] and inside == [True, False, False]
+    assert compiling._has_empty((torch.ones(1), None, 3), {"y": torch.ones(0)})
+    assert not compiling._has_empty((torch.ones(1), [torch.ones(0)], 3), {"y": None})
+
+
 def _half_under_autocast(x, past):
     """concat, rope and a cache update of tensors in a half dtype other than autocast's, as a spec's
     own float16 values are under CPU bfloat16 autocast, whose rule for torch.cat, torch.stack and

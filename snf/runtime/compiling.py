@@ -146,6 +146,14 @@ def _unaliased(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return tuple(out[:len(args)]), dict(zip(kwargs, out[len(args):]))
 
 
+def _has_empty(args: tuple, kwargs: dict) -> bool:
+    """Whether a tensor argument holds no elements (an empty batch, sequence or cache). Such a call
+    runs eagerly: there is next to nothing to compute, and inductor gives the empty buffers of its
+    graph zero strides, which CUDA's attention kernels refuse ("query: last dimension must be
+    contiguous", torch 2.11 on an H200)."""
+    return any(type(a) in _PLAIN and a.numel() == 0 for a in (*args, *kwargs.values()))
+
+
 def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
               cuda_mode: Optional[str] = None):
     """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0. Sizes are symbolic
@@ -153,9 +161,10 @@ def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict]
     sizes 0 and 1, which torch compiles apart). `cpu_options` are inductor options used on the CPU
     only; `cuda_mode` is torch.compile's mode on CUDA ("reduce-overhead": CUDA graphs).
 
-    Compiling never breaks a call: when it fails (an unsupported construct, a missing compiler,
-    an error inside torch's compiler) the call runs eagerly, as does every later one, with one
-    warning; past _GRAPH_BUDGET graphs, calls with new shapes run eagerly, with one warning."""
+    A call handed an empty tensor runs eagerly (_has_empty). Compiling never breaks a call: when it
+    fails (an unsupported construct, a missing compiler, an error inside torch's compiler) the call
+    runs eagerly, as does every later one, with one warning; past _GRAPH_BUDGET graphs, calls with
+    new shapes run eagerly, with one warning."""
     state: dict = {}  # device -> the compiled fn; "broken" once compiling has failed; "full" past the budget
 
     def warn_once(key: str, message: str) -> None:
@@ -167,6 +176,9 @@ def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict]
     def wrapper(*args, **kwargs):
         if torch.compiler.is_compiling() or "broken" in state or not _compile_enabled():
             return fn(*args, **kwargs)
+        if _has_empty(args, kwargs):
+            with _eagerly():
+                return fn(*args, **kwargs)
         device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
         compiled = state.get(device)
         if compiled is None:

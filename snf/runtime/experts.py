@@ -81,7 +81,9 @@ def _moe_dense(x, indices, weights, gate: Optional[torch.Tensor], up, down, act:
         h = _EXPERT_ACTIVATIONS[act](torch.einsum("nd,efd->nef", x, gate)) * h
     else:
         h = _EXPERT_ACTIVATIONS[act](h)
-    return torch.einsum("ne,nef,edf->nd", dense, h, down)
+    # two operands, not three ("ne,nef,edf->nd"): where opt_einsum is installed, torch orders a
+    # three-operand einsum by its sizes, which fixes the token count of a dynamic graph
+    return torch.einsum("nef,edf->nd", h * dense.unsqueeze(-1), down)
 
 
 def _moe_flops(x_shape, indices_shape, up_shape, gated: bool) -> int:

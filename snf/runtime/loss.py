@@ -110,7 +110,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
         ctx.save_for_backward(grad_x, grad_w, grad_b)
         ctx.dtypes = (x.dtype, weight.dtype, bias.dtype if bias is not None else None)
         ctx.x_shape = x.shape
-        return (total / count).to(torch.promote_types(dtype, out_dtype))
+        loss, want = total / count, torch.promote_types(dtype, out_dtype)
+        # never .to()'s alias of the loss when its dtype is right already: compiled (torch 2.11) the
+        # backward of such an output was handed a zero gradient, so every gradient was 0
+        return loss if loss.dtype == want else loss.to(want)
 
     @staticmethod
     def backward(ctx, grad_loss):

@@ -12,7 +12,7 @@ import torch
 from conftest import REPO, fresh_module
 
 CONFIG = dict(vocab_size=31, block_size=8, n_layer=3, n_head=2, n_embd=16)
-# eval compiled per layer block: the CUDA default (a CPU's own runs eagerly, measured no slower)
+# eval compiled per layer block, a unit users may choose (both devices' defaults evaluate eagerly)
 BLOCKS = {"cpu": {"train": "none", "eval": "block"}}
 
 

@@ -86,8 +86,8 @@ def float64_model(node):
 
 
 def compile_eval_blocks(model) -> None:
-    """Eval compiles per layer block on every device: the CUDA default, which a CPU can test (its own
-    default runs eval eagerly, see Model.compile_units)."""
+    """Eval compiles per layer block on every device: a unit users may choose, and more compiling to
+    test than either device's default, which evaluates eagerly (see Model.compile_units)."""
     if hasattr(model, "compile_units"):
         model.compile_units = {d: dict(units, eval="block") for d, units in type(model).compile_units.items()}
 

@@ -53,20 +53,26 @@ def _session(name: str, seed: int = 0, **options) -> session.SessionOutcome:
     return session.run_session(text, SPEC_HINTS, seed, config=SMALL[name], **options)
 
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch internals, while compiling
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", SPECS)
-def test_every_spec_survives_a_session(name, compiled, capsys):
+def test_every_spec_survives_a_session(name, device, compiled, capsys):
     """Each spec: varied eval calls with and without caches, a training step on the CPU default and
     one compiled whole (the CUDA default), eval again, generate at two batch sizes, a bfloat16 cast
-    and autocast; compiled against eager. One test a spec, so that test workers share them out."""
+    and autocast; compiled against eager. On CUDA a decode step is a CUDA graph (`reduce-overhead`)
+    and a recompile costs more. One test a spec, so that test workers share them out."""
     start = time.time()
-    out = _session(name, calls=8, whole_training=True)
+    out = _session(name, calls=8, whole_training=True, device=device)
     assert out.accepted and out.calls >= 8, (name, out)
     for unit, count in out.graphs.items():
         assert count <= BOUNDS[unit.split(".")[0].rstrip("0123456789") + ".forward"], (name, out.graphs)
     with capsys.disabled():
-        print(f"\n{name:18} {out.calls:3} calls  {out.graphs}  {time.time() - start:.0f} s")
+        print(f"\n{name:18} {device:4} {out.calls:3} calls  {out.graphs}  {time.time() - start:.0f} s")
 
 
 # The 30-call session of docs/language.md section 10: nanoGPT at a small config, eval mode, batch
@@ -74,13 +80,13 @@ def test_every_spec_survives_a_session(name, compiled, capsys):
 def thirty_calls(model, seed: int = 0) -> None:
     import random
     rng = random.Random(seed)
-    vocab = model.config.vocab_size
+    vocab, device = model.config.vocab_size, next(model.parameters()).device
     with torch.no_grad():
         for _ in range(30):
             b, t, past = rng.randint(1, 3), rng.randint(1, 5), rng.randint(0, 5)
-            idx = torch.randint(0, vocab, (b, t))
+            idx = torch.randint(0, vocab, (b, t), device=device)
             if past:
-                cache = model(torch.randint(0, vocab, (b, past)), use_cache=True)
+                cache = model(torch.randint(0, vocab, (b, past), device=device), use_cache=True)
                 model(idx, past_keys=cache.new_keys, past_values=cache.new_values)
             else:
                 model(idx)
@@ -88,17 +94,18 @@ def thirty_calls(model, seed: int = 0) -> None:
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_a_varied_session_keeps_a_bounded_number_of_graphs(compiled, capsys):
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_varied_session_keeps_a_bounded_number_of_graphs(device, compiled, capsys):
     """The figures docs/language.md section 10 states: 10 graphs per block for these 30 varied eval
     calls, and never more than 12 however long the session runs (a cache given or not, times
-    batch, length and cache length each 1 or more), with no fallback to eager."""
+    batch, length and cache length each 1 or more), with no fallback to eager; on either device."""
     import warnings
 
     from conftest import fresh_module
-    ng = fresh_module(REPO / "generated" / "nanogpt.py", "nanogpt_thirty_calls")
+    ng = fresh_module(REPO / "generated" / "nanogpt.py", f"nanogpt_thirty_calls_{device}")
     torch.manual_seed(0)
-    model = ng.Model(**SMALL["nanogpt"]).eval()
-    model.compile_units = {"cpu": {"train": "none", "eval": "block"}}  # the CUDA default (a CPU's is eager)
+    model = ng.Model(**SMALL["nanogpt"]).to(device).eval()
+    model.compile_units = {device: {"train": "none", "eval": "block"}}  # not a default: eval compiled per block
     start = time.time()
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a fallback to eager fails here
@@ -108,7 +115,7 @@ def test_a_varied_session_keeps_a_bounded_number_of_graphs(compiled, capsys):
             thirty_calls(model, seed=seed)
     after = session.graph_counts(ng)
     with capsys.disabled():
-        print(f"\n30 varied calls: {first}; after 120: {after}; {time.time() - start:.0f} s")
+        print(f"\n{device}: 30 varied calls: {first}; after 120: {after}; {time.time() - start:.0f} s")
     assert first == {"Block.forward": 10}
     assert after["Block.forward"] <= 12
 
@@ -169,18 +176,6 @@ def test_random_specs_survive_sessions(compiled, capsys):
                   f"calls compared compiled against eager, {stats['skipped']} sizes refused, {stats['rejected']} "
                   f"specs rejected, {stats['graphs']} graphs compiled) in {time.time() - start:.0f} s")
     assert stats["failures"] == 0
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_every_spec_survives_a_session_on_cuda(compiled):
-    """The same sessions on CUDA, where a decode step is a CUDA graph (`reduce-overhead`) and a
-    recompile costs more."""
-    for name in SPECS:
-        out = _session(name, calls=8, whole_training=True, device="cuda")
-        assert out.accepted and out.calls >= 8, (name, out)
-        torch._dynamo.reset()
 
 
 @pytest.mark.slow

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The checks that need a CUDA device, as one run on a lent GPU machine (docs/ci.md):
+#
+#   bash scripts/gpu_checks.sh OUTDIR
+#
+# 1. the CUDA tests: the decode step's CUDA graphs, bf16 training's attention, half dtypes under
+#    autocast, every spec's compiled session on CUDA and the 30-call graph count there;
+# 2. beside them, sessions of random specs on CUDA for SAMPLE_S seconds in SAMPLES processes;
+# 3. then, alone on the GPU, bench_compile.py on CUDA: the data behind compile_units' CUDA row.
+# The machine's own torch runs it; lark comes from vendor/. Each step has its own time limit.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?give an output folder}
+mkdir -p "$out"
+PY=${PY:-python3}
+SAMPLES=${SAMPLES:-4} SAMPLE_S=${SAMPLE_S:-200} SEED0=${SEED0:-40000}
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-2}
+nvidia-smi -L
+$PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+for ((i = 0; i < SAMPLES; i++)); do
+    timeout $((SAMPLE_S + 120)) $PY scripts/session_sample.py --device cuda --seed0 $((SEED0 + 1000 * i)) \
+        --seconds "$SAMPLE_S" > "$out/sample_$i.log" 2>&1 &
+done
+timeout -s INT "${TESTS_S:-330}" $PY -m pytest -q -s -rs -p no:cacheprovider -n "${WORKERS:-8}" -k cuda \
+    tests/test_device_paths.py tests/test_runtime.py tests/property/test_session.py 2>&1 | tee "$out/tests.log"
+wait
+tail -n 1 "$out"/sample_*.log
+grep -h "a session broke" "$out"/sample_*.log
+timeout -s INT "${BENCH_S:-200}" $PY benchmarks/bench_compile.py --device cuda --reps 5 --compile-layers 1,4,12 \
+    2>&1 | tee "$out/bench_compile.log"

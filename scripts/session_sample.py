@@ -19,9 +19,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "property")]
 
 import torch  # noqa: E402
 
-import runner  # noqa: E402
 import session  # noqa: E402
-import specgen  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -31,29 +29,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=300, help="start no session after this")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    start, seed = time.time(), args.seed0
-    stats = dict.fromkeys(("sessions", "rejected", "failures", "calls", "graphs"), 0)
-    while time.time() - start < args.seconds:
-        spec = specgen.build(specgen.RandomChooser(seed))
-        try:
-            out = session.run_session(spec.text, spec, seed, calls=6, whole_training=seed % 3 == 0,
-                                      device=args.device)
-        except runner.Unsound as err:
-            stats["failures"] += 1
-            print(f"a session broke (seed {seed}): {err}\n--- spec ---\n{spec.text}", flush=True)
-        else:
-            if out.accepted:
-                stats["sessions"] += 1
-                stats["calls"] += out.calls
-                stats["graphs"] += sum(out.graphs.values())
-            else:
-                stats["rejected"] += 1
-        finally:
-            torch._dynamo.reset()
-        seed += 1
-    print(f"{args.device} seeds {args.seed0}..{seed - 1}: {stats['sessions']} sessions of random specs, "
-          f"{stats['failures']} failures ({stats['calls']} calls compared compiled against eager, "
-          f"{stats['rejected']} specs rejected, {stats['graphs']} graphs compiled) in {time.time() - start:.0f} s",
+    start, stats = time.time(), session.new_stats()
+    end = session.random_sessions(1 << 30, stats, args.seed0, keep_going=True, device=args.device,
+                                  report_failure=lambda report: print(report, flush=True),
+                                  deadline=start + args.seconds)
+    print(f"{session.summary_line(stats, args.seed0, time.time() - start)}; on {args.device}, to seed {end - 1}",
           flush=True)
     return 1 if stats["failures"] else 0
 

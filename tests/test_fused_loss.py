@@ -220,7 +220,7 @@ def test_a_float64_model_keeps_float64(small_chunks):
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_the_helper_compiled_gives_the_eager_gradients(monkeypatch):
+def test_the_helper_compiled_gives_the_eager_gradients():
     """Compiled (as a training step compiled whole runs it), the helper gives the eager loss and
     gradients. With torch 2.11 (the H200 machine's) every gradient came out 0 while the loss was
     right: the backward of an output that was `.to()`'s alias of the loss was handed a zero
@@ -230,7 +230,7 @@ def test_the_helper_compiled_gives_the_eager_gradients(monkeypatch):
     targets = torch.randint(0, 13, (3, 4))
     targets[:, -1] = -100
 
-    def step(x, w):
+    def step(x, w):  # x an intermediate value, as a model's last hidden state is
         return loss._linear_cross_entropy(x * 1.0, w, None, targets, -100, torch.float32, "targets", "V")
 
     runs = []

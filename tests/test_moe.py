@@ -92,9 +92,10 @@ def test_the_dense_form_keeps_a_dynamic_token_count_with_opt_einsum_installed():
                         fullgraph=True, dynamic=False)
     torch._dynamo.reset()
     for n in (2, 3):
-        x, i, w = torch.randn(n, 16, dtype=torch.float64), torch.randint(0, 4, (n, 2)), torch.rand(n, 2)
+        x, w = torch.randn(n, 16, dtype=torch.float64), torch.rand(n, 2, dtype=torch.float64)
+        i = torch.randint(0, 4, (n, 2))
         torch._dynamo.mark_dynamic(x, 0)
-        torch.testing.assert_close(run(x, i, w.double()), experts._moe_dense(x, i, w.double(), gate, up, down, "silu"))
+        torch.testing.assert_close(run(x, i, w), experts._moe_dense(x, i, w, gate, up, down, "silu"))
     torch._dynamo.reset()
 
 

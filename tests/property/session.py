@@ -27,6 +27,7 @@ import copy
 import dataclasses
 import math
 import sys
+import time
 import traceback
 import warnings
 
@@ -34,6 +35,7 @@ import numpy as np
 import torch
 
 import runner
+import specgen
 from runner import Unsound, broken_checks, evaluate
 from snf.runtime.compiling import _eagerly
 
@@ -486,4 +488,51 @@ def run_session(text: str, hints=None, seed: int = 0, **options) -> SessionOutco
     return Session(text, hints, np.random.default_rng(seed), **options).go()
 
 
-__all__ = ["Session", "SessionOutcome", "run_session", "graph_counts", "Unsound"]
+
+def new_stats() -> dict:
+    """The counts random_sessions adds to, and summary_line reads."""
+    return dict.fromkeys(("sessions", "rejected", "failures", "calls", "skipped", "graphs"), 0)
+
+
+def random_sessions(count: int, stats: dict, seed0: int = 0, progress=None, keep_going: bool = False,
+                    report_failure=None, device: str = "cpu", deadline: float | None = None) -> int:
+    """Sessions of the first `count` accepted random specs from seed0 on (a third also train
+    compiled whole), on `device`, starting none after the time.time() `deadline`; `progress(seed)`
+    is called after each hundredth session. Returns the first seed not tried."""
+    seed = seed0
+    while stats["sessions"] < count and (deadline is None or time.time() < deadline):
+        spec = specgen.build(specgen.RandomChooser(seed))
+        try:
+            out = run_session(spec.text, spec, seed, calls=6, whole_training=seed % 3 == 0, device=device)
+        except Unsound as err:
+            stats["failures"] += 1
+            report = f"a session broke (seed {seed}): {err}\n--- spec ---\n{spec.text}"
+            if not keep_going:
+                raise AssertionError(report) from None
+            report_failure(report)  # long mode: every failure, then the summary
+            seed += 1
+            continue
+        finally:
+            torch._dynamo.reset()  # each spec is its own module: keep the process's graphs few
+        seed += 1
+        if out.accepted:
+            stats["sessions"] += 1
+            if progress and stats["sessions"] % 100 == 0:
+                progress(seed)
+            stats["calls"] += out.calls
+            stats["skipped"] += out.skipped
+            stats["graphs"] += sum(out.graphs.values())
+        else:
+            stats["rejected"] += 1
+    return seed
+
+
+def summary_line(stats: dict, seed0: int, seconds: float) -> str:
+    """A run's summary (scripts/long_sessions.sh adds these up)."""
+    return (f"seeds from {seed0}: {stats['sessions']} sessions of random specs, {stats['failures']} failures "
+            f"({stats['calls']} calls compared compiled against eager, {stats['skipped']} sizes refused, "
+            f"{stats['rejected']} specs rejected, {stats['graphs']} graphs compiled) in {seconds:.0f} s")
+
+
+__all__ = ["Session", "SessionOutcome", "run_session", "graph_counts", "Unsound", "new_stats", "random_sessions",
+           "summary_line"]

@@ -21,9 +21,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import runner
 import session
-import specgen
 from conftest import REPO
 from test_compiled_default import SMALL
 
@@ -120,41 +118,10 @@ def test_a_varied_session_keeps_a_bounded_number_of_graphs(device, compiled, cap
     assert after["Block.forward"] <= 12
 
 
-def random_sessions(count: int, stats: dict, seed0: int = 0, progress=None, keep_going: bool = False,
-                    report_failure=None) -> None:
-    """Sessions of the first `count` accepted random specs from seed0 on (a third also train
-    compiled whole); `progress(seed)` is called after each hundredth session."""
-    seed = seed0
-    while stats["sessions"] < count:
-        spec = specgen.build(specgen.RandomChooser(seed))
-        try:
-            out = session.run_session(spec.text, spec, seed, calls=6, whole_training=seed % 3 == 0)
-        except runner.Unsound as err:
-            stats["failures"] += 1
-            report = f"a session broke (seed {seed}): {err}\n--- spec ---\n{spec.text}"
-            if not keep_going:
-                raise AssertionError(report) from None
-            report_failure(report)  # long mode: every failure, then the summary
-            seed += 1
-            continue
-        finally:
-            torch._dynamo.reset()  # each spec is its own module: keep the process's graphs few
-        seed += 1
-        if out.accepted:
-            stats["sessions"] += 1
-            if progress and stats["sessions"] % 100 == 0:
-                progress(seed)
-            stats["calls"] += out.calls
-            stats["skipped"] += out.skipped
-            stats["graphs"] += sum(out.graphs.values())
-        else:
-            stats["rejected"] += 1
-
-
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_random_specs_survive_sessions(compiled, capsys):
-    stats = dict.fromkeys(("sessions", "rejected", "failures", "calls", "skipped", "graphs"), 0)
+    stats = session.new_stats()
     start = time.time()
     torch.set_num_threads(1)  # tiny tensors: one thread is faster on a shared CPU
     seed0 = SEED0 if LONG else 0
@@ -168,13 +135,11 @@ def test_random_specs_survive_sessions(compiled, capsys):
             print(f"\n{stats['sessions']} sessions, seeds {seed0}..{seed}, {stats['failures']} failures, "
                   f"{time.time() - start:.0f} s", flush=True)
     try:
-        random_sessions(COUNT if LONG else 4, stats, seed0, progress, keep_going=LONG, report_failure=failure)
+        session.random_sessions(COUNT if LONG else 4, stats, seed0, progress, keep_going=LONG, report_failure=failure)
     finally:
         torch.set_num_threads(os.cpu_count() or 1)
         with capsys.disabled():
-            print(f"\nseeds from {seed0}: {stats['sessions']} sessions of random specs, {stats['failures']} failures ({stats['calls']} "
-                  f"calls compared compiled against eager, {stats['skipped']} sizes refused, {stats['rejected']} "
-                  f"specs rejected, {stats['graphs']} graphs compiled) in {time.time() - start:.0f} s")
+            print("\n" + session.summary_line(stats, seed0, time.time() - start))
     assert stats["failures"] == 0
 
 
@@ -191,8 +156,8 @@ def test_long_mode_findings_stay_fixed(compiled):
     `top_k_indices` of equal scores, where torch.topk's order differs from the reference's (the
     lower index first); it now lowers to a stable sort. Seed 28826: see the test below."""
     for seed in (30, 363, 8303, 11104, 28826):
-        stats = dict.fromkeys(("sessions", "rejected", "failures", "calls", "skipped", "graphs"), 0)
-        random_sessions(1, stats, seed0=seed)
+        stats = session.new_stats()
+        session.random_sessions(1, stats, seed0=seed)
         assert stats["sessions"] == 1 and stats["failures"] == 0, (seed, stats)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import linecache
 import math
 import re
 import sys
@@ -103,13 +104,18 @@ def load_module(result, name: str) -> types.ModuleType:
     modname = f"snf_property_{name}_{hashlib.sha256(code.encode()).hexdigest()[:12]}"
     module = types.ModuleType(modname)
     sys.modules[modname] = module  # interop finds the module through the model's class
-    exec(compile(code, f"<{modname}>", "exec"), module.__dict__)
+    # its source where tracebacks and torch look for it, as snf.load does: without it torch 2.11's
+    # dynamo keeps the graphs elsewhere than the code object, where graph_counts reads them
+    filename = f"<{modname}>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    exec(compile(code, filename, "exec"), module.__dict__)
     module.__snf_source__ = code
     return module
 
 
 def unload(module) -> None:
     sys.modules.pop(module.__name__, None)
+    linecache.cache.pop(f"<{module.__name__}>", None)
 
 
 # ----------------------------------------------------------------------------- sizes and checks

@@ -141,6 +141,23 @@ def test_random_specs_survive_sessions(compiled, capsys):
         with capsys.disabled():
             print("\n" + session.summary_line(stats, seed0, time.time() - start))
     assert stats["failures"] == 0
+    assert stats["graphs"] > 0  # the sessions compiled, and graph_counts found what they compiled
+
+
+def test_a_session_loads_its_module_with_its_source_in_linecache():
+    """As snf.load does: tracebacks show the generated lines, and torch 2.11's dynamo keeps a
+    function's graphs on its code object (where graph_counts reads them) only when it finds the
+    source; without it a session of random specs counted 0 graphs there."""
+    import inspect
+    import linecache
+
+    import runner
+    text = (REPO / "specs" / "nanogpt.snf").read_text()
+    module = runner.load_module(runner.checked(text), "linecache")
+    where = inspect.unwrap(module.Block.forward).__code__.co_filename
+    assert "".join(linecache.getlines(where)) == module.__snf_source__
+    runner.unload(module)
+    assert where not in linecache.cache
 
 
 @pytest.mark.slow

@@ -106,16 +106,16 @@ def load_module(result, name: str) -> types.ModuleType:
     sys.modules[modname] = module  # interop finds the module through the model's class
     # its source where tracebacks and torch look for it, as snf.load does: without it torch 2.11's
     # dynamo keeps the graphs elsewhere than the code object, where graph_counts reads them
-    filename = f"<{modname}>"
-    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-    exec(compile(code, filename, "exec"), module.__dict__)
+    module.__file__ = f"<{modname}>"
+    linecache.cache[module.__file__] = (len(code), None, code.splitlines(True), module.__file__)
+    exec(compile(code, module.__file__, "exec"), module.__dict__)
     module.__snf_source__ = code
     return module
 
 
 def unload(module) -> None:
     sys.modules.pop(module.__name__, None)
-    linecache.cache.pop(f"<{module.__name__}>", None)
+    linecache.cache.pop(module.__file__, None)
 
 
 # ----------------------------------------------------------------------------- sizes and checks

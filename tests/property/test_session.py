@@ -12,6 +12,8 @@ A failure prints the spec and the call that broke: keep it as a regression test.
 
 from __future__ import annotations
 
+import inspect
+import linecache
 import os
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import runner
 import session
 from conftest import REPO
 from test_compiled_default import SMALL
@@ -148,10 +151,6 @@ def test_a_session_loads_its_module_with_its_source_in_linecache():
     """As snf.load does: tracebacks show the generated lines, and torch 2.11's dynamo keeps a
     function's graphs on its code object (where graph_counts reads them) only when it finds the
     source; without it a session of random specs counted 0 graphs there."""
-    import inspect
-    import linecache
-
-    import runner
     text = (REPO / "specs" / "nanogpt.snf").read_text()
     module = runner.load_module(runner.checked(text), "linecache")
     where = inspect.unwrap(module.Block.forward).__code__.co_filename

@@ -489,10 +489,12 @@ class Gen:
         v = self.ref(ch.pick(names[-4:] if ch.coin(0.7) else names))
         w = self.other_operand(v)
         op = ch.pick(["+", "-", "*", "/"] if v.ty.is_float else ["+", "*", "-"])
-        if op == "/" and w.ty is not None:  # keep the divisor away from 0
-            w = binop(binop(w, "*", w, w.ty), "+", lit(1.0), w.ty)
         if ch.coin(0.5):
             v, w = w, v
+        # keep the divisor away from 0, after the swap: a quotient of a near-0 bf16 value amplifies
+        # compiled-against-eager rounding past any tolerance (long-mode seed 51243)
+        if op == "/" and w.ty is not None:
+            w = binop(binop(w, "*", w, w.ty), "+", lit(1.0), w.ty)
         self.features.add(f"op:{ {'+': 'add', '-': 'sub', '*': 'mul', '/': 'div'}[op]}")
         ty = v.ty if v.ty is not None else w.ty
         if v.ty is not None and w.ty is not None:

@@ -122,33 +122,22 @@ def test_the_generator_divides_only_by_values_away_from_0():
     a quotient of a near-0 bfloat16 value amplifies the rounding compiled and eager differ by past
     any tolerance (long-mode seed 51243 divided by an attention output of -0.001, and lost this)."""
     from snf import ir
-    from snf.diagnostics import Reporter
-    from snf.frontend import parse
-    from snf.source import Source
 
-    def divisors(node):
-        if isinstance(node, ir.BinOp) and node.op == "/":
-            yield node.right
-        if dataclasses.is_dataclass(node):
-            for f in dataclasses.fields(node):
-                yield from divisors(getattr(node, f.name))
-        elif isinstance(node, tuple):
-            for item in node:
-                yield from divisors(item)
-
-    def away_from_0(e, config: set) -> bool:
-        square_plus_1 = (isinstance(e, ir.BinOp) and e.op == "+" and e.right == ir.Num(1.0, e.right.span)
-                         and isinstance(e.left, ir.BinOp) and e.left.op == "*")
-        return isinstance(e, ir.Num) or (isinstance(e, ir.Name) and e.id in config) or square_plus_1
+    def away_from_0(e) -> bool:
+        if not isinstance(e.ty, ir.TensorT):  # a number or a config value: nonzero by construction
+            return True
+        square, one = (e.arg("a"), e.arg("b")) if isinstance(e, ir.Op) and e.op == "add" else (None, None)
+        return isinstance(square, ir.Op) and square.op == "mul" and isinstance(one, ir.Lit) and one.value == 1.0
 
     checked = 0
     for seed in range(300):
-        src = Source.from_bytes("p.snf", specgen.build(specgen.RandomChooser(seed)).text.encode())
-        spec = parse(src, Reporter(src))
-        config = {d.name for d in spec.decls if d.section == "param"}
-        for d in divisors(spec.body):
-            assert away_from_0(d, config), (seed, d)
-            checked += 1
+        result = runner.checked(specgen.build(specgen.RandomChooser(seed)).text)
+        if not result.ok:
+            continue
+        for e in ir.walk_exprs(result.model.body):
+            if isinstance(e, ir.Op) and e.op == "div":
+                assert away_from_0(e.arg("b")), (seed, e.arg("b"))
+                checked += 1
     assert checked >= 30
 
 

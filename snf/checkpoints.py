@@ -3,6 +3,7 @@ evaluated by `interop`. Nothing in a mapping is ever evaluated as code."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 
@@ -74,12 +75,20 @@ def _encode(e: ir.Expr, rank: int | None, fields: tuple):
 # small grammar below into data and computed from it: never evaluated as Python.
 
 _TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(//|[-+*%()]))")
+_FIELD = re.compile(r"\{([^{}]*)\}")
 
 
 def key_fields(key: str) -> list[str]:
-    return re.findall(r"\{([^{}]*)\}", key)
+    return _FIELD.findall(key)
 
 
+def key_parts(key: str) -> list[str]:
+    """The key's text between fields and its fields' texts, alternating: `"h.{l}.a"` as
+    ["h.", "l", ".a"] (its even items literal, its odd ones fields)."""
+    return _FIELD.split(key)
+
+
+@functools.lru_cache(maxsize=4096)  # a field is parsed once, however many keys and layers compute it
 def parse_field(text: str):
     """`2*l + 1` as ("op", "+", ("op", "*", ("const", 2), ("name", "l")), ("const", 1))."""
     tokens, pos = [], 0
@@ -131,6 +140,19 @@ def field_names(tree) -> set:
     return field_names(tree[2]) | field_names(tree[3]) if tree[0] == "op" else set()
 
 
+def is_affine(tree, variables=frozenset({"l", "e"})) -> bool:
+    """Whether a parsed field is a*l + b*e + c once its other names are fixed: `*` with one side free
+    of `variables`, `//` and `%` with both sides free of them."""
+    if tree[0] != "op":
+        return True
+    if tree[1] in ("+", "-"):
+        return is_affine(tree[2], variables) and is_affine(tree[3], variables)
+    free = [not field_names(side) & variables for side in tree[2:]]
+    if tree[1] == "*":
+        return any(free) and is_affine(tree[2], variables) and is_affine(tree[3], variables)
+    return all(free)
+
+
 def eval_field(tree, values) -> int:
     """A parsed field's value; `values` maps its names (`l`, `e`, config ints) to ints."""
     if tree[0] == "const":
@@ -144,7 +166,7 @@ def eval_field(tree, values) -> int:
 
 def format_key(key: str, values) -> str:
     """The key with each `{...}` field computed (`values[name]` for its names)."""
-    return re.sub(r"\{([^{}]*)\}", lambda m: str(eval_field(parse_field(m[1]), values)), key)
+    return _FIELD.sub(lambda m: str(eval_field(parse_field(m[1]), values)), key)
 
 
 class _Values(Mapping):

@@ -4,7 +4,7 @@ fields, derived dims, tensor types with symbolic shapes, run-time dims) and `che
 from __future__ import annotations
 
 from .. import ir
-from ..checkpoints import MappingError, encode_mapping, eval_field, field_names, format_key, key_fields, parse_field
+from ..checkpoints import MappingError, encode_mapping, field_names, format_key, key_fields, parse_field
 from ..diagnostics import Related
 from ..dims import Dim
 from ..ir import ErrorT, ScalarT, TensorT
@@ -13,6 +13,7 @@ from ..names import public_name_problem
 from ..ops.shapes import FLOATS
 from ..source import Span
 from .calls import ERR
+from .key_proof import key_problem
 from .messages import text
 from .scopes import Binding
 
@@ -304,6 +305,7 @@ class Declarations:
     def check_mappings(self, stacked: set) -> None:
         tensors = {t.name for t in self.params + self.buffers}
         seen: dict[tuple, Span] = {}
+        values = self.key_values() if self.spec.mappings else {}
         for e in self.spec.mappings:
             if e.name != "_" and e.name not in tensors:
                 self.unknown(e.name, e.span, "bad-checkpoint",
@@ -328,15 +330,23 @@ class Declarations:
             try:
                 encoded = encode_mapping(e.source, None if target is None else target.ty.rank - (e.name in stacked),
                                          expert=e.expert_var is not None)
-                self.key_fields(e, encoded, target, e.name in stacked)
+                self.key_fields(e, encoded, target, e.name in stacked, values)
             except MappingError as err:
                 self.r.error("bad-checkpoint", str(err), getattr(err, "span", None) or e.span,
                              hint='sources are "key" strings, `.T`, `a or b` and split("key", n, axis=i, index=j)')
 
-    def key_fields(self, e: ir.MapEntry, encoded: tuple, target, per_layer: bool) -> None:
+    def key_values(self) -> dict:
+        """What a key's fields read for the defaults: the int params and the derived dims."""
+        values = dict(self.defaults())
+        for d in self.derived:
+            if d.dim is not None and d.name not in values and (v := self.at_defaults(d.dim)) is not None:
+                values[d.name] = v
+        return values
+
+    def key_fields(self, e: ir.MapEntry, encoded: tuple, target, per_layer: bool, values: dict) -> None:
         """The `{...}` fields of an entry's keys read `l` (per layer), `e` (`[l, e]`) and config ints
-        only; for the defaults every key is computed, none is negative and no two layers (or
-        experts) give one key (MappingError otherwise)."""
+        only; for the defaults (`values`) every key is computed, none is negative and no two layers
+        (or experts) give one key (MappingError otherwise): proved by check/key_proof.py."""
         ints = {c.name for c in self.config if c.kind == "int"} | {d.name for d in self.derived if d.dim is not None}
         # an ignored key (`_ <- "h.{l}.attn.bias"`) stands for every layer's
         allowed = ints | ({"l"} if per_layer or e.name == "_" else set()) | ({"e"} if e.expert_var is not None else set())
@@ -350,38 +360,33 @@ class Declarations:
                     raise MappingError(f"`{name}` in the key field `{{{field}}}`: {why}", _key_span(e.source, key))
         if e.name == "_" or target is None or not per_layer:
             return
-        values = dict(self.defaults())
-        for d in self.derived:
-            if d.dim is not None and d.name not in values and (v := self.at_defaults(d.dim)) is not None:
-                values[d.name] = v
         layers = self.at_defaults(target.ty.shape[0])
         experts = self.at_defaults(target.ty.shape[1]) if e.expert_var is not None else 1
-        if layers is None or experts is None or layers * experts > 100_000:
-            return  # not known for the defaults, or too many to list: interop computes them as it loads
+        if layers is None or experts is None:
+            return  # not known for the defaults: interop computes them as it loads
         for key in keys:
-            if not key_fields(key):
-                continue
-            seen: dict = {}
-            for layer in range(layers):
-                for expert in range(experts):
-                    at = {**values, "l": layer, "e": expert}
-                    where = f"l = {layer}" + (f", e = {expert}" if e.expert_var is not None else "")
-                    try:
-                        fields = [eval_field(parse_field(f), at) for f in key_fields(key)]
-                    except ZeroDivisionError:
-                        raise MappingError(f"the key `{key}` divides by zero at {where} (for the defaults)",
-                                           _key_span(e.source, key)) from None
-                    except KeyError as err:  # a param without a default
-                        raise MappingError(f"the key `{key}` reads `{err.args[0]}`, which has no default, so "
-                                           f"check cannot list its keys", _key_span(e.source, key)) from None
-                    if any(f < 0 for f in fields):
-                        raise MappingError(f"the key `{key}` gives a negative number at {where} (for the defaults): "
-                                           f"{format_key(key, at)}", _key_span(e.source, key))
-                    name = format_key(key, at)
-                    if name in seen:
-                        raise MappingError(f"the key `{key}` gives `{name}` at {seen[name]} and at {where} (for the "
-                                           f"defaults): each layer needs a key of its own", _key_span(e.source, key))
-                    seen[name] = where
+            if (problem := key_problem(key, values, layers, experts)) is not None:
+                raise MappingError(_problem_text(key, problem, values, e.expert_var is not None),
+                                   _key_span(e.source, key))
+
+
+def _problem_text(key: str, problem: tuple, values: dict, per_expert: bool) -> str:
+    """What a key_problem says, at the (l, e) it names."""
+    def where(at):
+        return f"l = {at[0]}" + (f", e = {at[1]}" if per_expert else "")
+
+    def name(at):
+        return format_key(key, {**values, "l": at[0], "e": at[1]})
+
+    kind = problem[0]
+    if kind == "zero":
+        return f"the key `{key}` divides by zero at {where(problem[1])} (for the defaults)"
+    if kind == "missing":  # a param without a default
+        return f"the key `{key}` reads `{problem[1]}`, which has no default, so check cannot list its keys"
+    if kind == "negative":
+        return f"the key `{key}` gives a negative number at {where(problem[1])} (for the defaults): {name(problem[1])}"
+    return (f"the key `{key}` gives `{name(problem[2])}` at {where(problem[1])} and at {where(problem[2])} (for the "
+            f"defaults): each layer needs a key of its own")
 
 
 def _key_nodes(encoded):

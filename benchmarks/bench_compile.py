@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
+import tempfile
 import subprocess
 import sys
 import time
@@ -129,12 +131,69 @@ def session_cost(unit: str, device: str) -> list:
     return [unit, int(graphs), f"{float(first):.1f}", f"{float(second):.2f}"]
 
 
+# The decode step of generate, the unit snf compiles by default where it pays: its eager and
+# compiled step times and what compiling it costs on an empty and on a warm cache, by model size
+# (the parameter and buffer tensors its graph reads): the data behind _RATIO, _COLD and _WARM in
+# snf/runtime/compiling.py. Each row is two fresh processes sharing one inductor cache folder.
+DECODE_CASES = {
+    "nanogpt 1x256": ("nanogpt", dict(vocab_size=1024, n_layer=1, n_head=4, n_embd=256, block_size=512)),
+    "nanogpt 4x256": ("nanogpt", dict(vocab_size=1024, n_layer=4, n_head=4, n_embd=256, block_size=512)),
+    "nanogpt 12x256": ("nanogpt", dict(vocab_size=1024, n_layer=12, n_head=4, n_embd=256, block_size=512)),
+    "gpt2-small": ("nanogpt", dict(block_size=512)),
+    "llama3 4x256": ("llama3", dict(vocab_size=32000, n_layer=4, n_head=4, n_kv_head=2, n_embd=256, mlp_hidden=688,
+                                    block_size=512, rope_scaling=0)),
+    "mixtral 4x256": ("mixtral", dict(vocab_size=32000, n_layer=4, n_head=4, n_kv_head=2, n_embd=256, mlp_hidden=512,
+                                      n_expert=8, n_expert_tok=2, block_size=512)),
+}
+DECODE_CHILD = """
+import json, sys, time, torch
+sys.path.insert(0, {root!r})
+import importlib
+from snf.runtime.compiling import _size
+mod = importlib.import_module("generated." + {spec!r})
+torch.manual_seed(0)
+m = mod.Model(**{config!r}).eval().to({device!r})
+p = torch.randint(0, m.config.vocab_size, ({batch}, 16)).to({device!r})
+def run(n, compile):
+    t0 = time.perf_counter(); m.generate(p, n, temperature=0, compile=compile)
+    if {device!r} == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+out = {{"tensors": _size(m)}}
+run(2, False)
+out["eager_ms"] = min((run(65, False) - run(1, False)) / 64 for _ in range(3)) * 1e3
+out["compile_s"] = run(2, True) - run(2, False)  # one decode step, compiling (bucket 128)
+out["compiled_ms"] = min((run(65, True) - run(1, True)) / 64 for _ in range(3)) * 1e3
+print(json.dumps(out))
+"""
+
+
+def decode_figures(name: str, batch: int, device: str, folder: Path) -> list:
+    spec, config = DECODE_CASES[name]
+    code = DECODE_CHILD.format(root=str(ROOT), spec=spec, config=config, batch=batch, device=device)
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(folder))
+    env.pop("SNF_COMPILE", None)
+    runs = [json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                      check=True).stdout.strip().splitlines()[-1]) for _ in range(2)]
+    cold, warm = runs
+    eager, compiled = min(r["eager_ms"] for r in runs), min(r["compiled_ms"] for r in runs)
+    saving = (eager - compiled) / 1e3
+    return [name, batch, cold["tensors"], f"{eager:.2f}", f"{compiled:.2f}", f"{compiled / eager:.2f}",
+            f"{cold['compile_s']:.1f}", f"{warm['compile_s']:.1f}", f"{warm['compile_s'] / cold['compile_s']:.2f}",
+            f"{cold['compile_s'] / saving:.0f}" if saving > 0 else "never"]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     _timing.add_common_args(ap, reps=10, warmup=2)
     ap.add_argument("--layers", type=int, default=4, help="n_layer of the speed rows (default 4)")
     ap.add_argument("--compile-layers", default="1,4,12,24", help="n_layer values of the compile-time rows")
+    ap.add_argument("--decode", nargs="*", choices=list(DECODE_CASES), metavar="CASE",
+                    help="only the decode step's figures, for these cases (all without a name): "
+                         + ", ".join(DECODE_CASES))
     args = ap.parse_args(argv)
+    if args.decode is not None:
+        return decode_table(args.decode or list(DECODE_CASES), args.device)
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -154,6 +213,20 @@ def main(argv=None) -> int:
     times = [[n] + [f"{compile_time(u, n, args.device):.1f}" for u in ("block", "model")] for n in layers]
     print("\nfirst training step, s (compiling from scratch, caches off):")
     print(_timing.format_table(["n_layer", "block", "model"], times))
+    return decode_table(["nanogpt 1x256"] if args.quick else list(DECODE_CASES), args.device)
+
+
+def decode_table(names: list, device: str) -> int:
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in names:
+            for batch in (1, 4):
+                rows.append(decode_figures(name, batch, device, Path(scratch) / f"{name}-{batch}".replace(" ", "_")))
+                print(f"  done: {name} batch {batch}", flush=True)
+    print("\ngenerate's decode step (bucket 128), eager and compiled ms per step, compile s on an empty and a warm "
+          "cache:")
+    print(_timing.format_table(["model", "batch", "tensors", "eager ms", "compiled ms", "ratio", "cold s", "warm s",
+                                "warm / cold", "break-even steps (cold)"], rows))
     return 0
 
 

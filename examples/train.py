@@ -9,6 +9,7 @@ Each eval writes out/ckpt.pt (model, optimizer, step, config, vocabulary, random
 module has `generate` works (specs/nanogpt.snf, llama3.snf, mistral.snf, gpt_decoder.snf, ...):
 the loss is the next-token cross-entropy of its logits, whatever its own loss input is called.
 The module compiles as its `compile_units` say for the device (on a CPU, training runs eagerly).
+Exit status: 0 done, 1 a bad argument or file (spec, checkpoint, a failed save), 130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
+import pickle
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -31,38 +35,96 @@ from snf.diagnostics import SpecError
 from snf.passes import plan
 from snf.source import Source
 
+SPEC = str(Path(__file__).resolve().parent.parent / "specs" / "nanogpt.snf")
+
 
 class UserError(Exception):
-    """A mistake in the command line or the files: printed, exit 1."""
+    """A bad file (the spec, the checkpoint) or a failed save: printed on one line, exit 1."""
+
+
+class BadArgument(UserError):
+    """A bad command line, found before training starts: printed on one line, exit 1, as the CLI's."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line like the scripts' own (no usage block)."""
+
+    def error(self, message):
+        raise BadArgument(message)
 
 
 def arguments(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(prog="train.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="a text file")
-    p.add_argument("--spec", default=str(Path(__file__).resolve().parent.parent / "specs" / "nanogpt.snf"),
-                   help="the SNF spec of the model (default: this repository's specs/nanogpt.snf)")
-    p.add_argument("--tokens", choices=("char", "byte"), default="char")
+    p.add_argument("--spec", help="the SNF spec of the model (default: this repository's specs/nanogpt.snf; "
+                   "with --resume, the checkpoint's)")
+    p.add_argument("--tokens", choices=("char", "byte"), help="default char; with --resume, the checkpoint's")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="a Config field")
     p.add_argument("--config", help="a JSON file of Config fields (--set wins)")
     p.add_argument("--out", default="out", help="where ckpt.pt goes")
     p.add_argument("--resume", action="store_true", help="go on from OUT/ckpt.pt")
     p.add_argument("--max-iters", type=int, default=2000)
     p.add_argument("--stop-at", type=int, help="save and stop after this step (a job with a time limit: "
-                   "--resume goes on, on the same schedule)")
+                   "--resume goes on, on the same schedule); 0 saves the untrained model")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--min-lr", type=float, default=1e-4)
     p.add_argument("--warmup-iters", type=int, default=100)
     p.add_argument("--weight-decay", type=float, default=0.1)
-    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--grad-clip", type=float, default=1.0, help="0: no clipping")
     p.add_argument("--eval-interval", type=int, default=250)
     p.add_argument("--eval-iters", type=int, default=20)
     p.add_argument("--log-interval", type=int, default=10)
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--seed", type=int, default=1337)
-    return p.parse_args(argv)
+    p.add_argument("--seed", type=seed, default=1337)
+    args = p.parse_args(argv)
+    check_arguments(args)
+    return args
+
+
+def check_arguments(args) -> None:
+    """What the command line alone shows to be wrong, before the spec compiles."""
+    at_least(args, batch_size=1, grad_accum=1, eval_interval=1, eval_iters=1, log_interval=1, max_iters=0,
+             stop_at=0, warmup_iters=0, lr=0, min_lr=0, weight_decay=0, grad_clip=0)
+    check_device(args.device)
+    for flag, path in (("--data", args.data), ("--spec", args.spec), ("--config", args.config)):
+        if path is not None and not Path(path).is_file():
+            raise BadArgument(f"{flag} {path}: {'not a file' if Path(path).exists() else 'no such file'}")
+    if Path(args.data).stat().st_size == 0:
+        raise BadArgument(f"--data {args.data} is empty")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise BadArgument(f"--out {args.out} is a file; it names the folder that holds ckpt.pt")
+
+
+def at_least(args, **lowest) -> None:
+    """Each named argument unset (None) or a finite number at least its lowest value."""
+    for name, low in lowest.items():
+        value = getattr(args, name)
+        if value is not None and not low <= value < math.inf:
+            kind = "an int" if isinstance(value, int) else "a finite number"
+            raise BadArgument(f"--{name.replace('_', '-')} must be {kind} >= {low}, got {value}")
+
+
+def seed(text: str) -> int:
+    """A seed torch's generators take, seed + 1 too (the eval batches'); else argparse says `invalid seed value`."""
+    value = int(text)
+    if not 0 <= value < 2**63 - 1:
+        raise ValueError(text)
+    return value
+
+
+def check_device(name: str) -> None:
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise BadArgument(f"--device {name!r} is not a device name (cpu, cuda, cuda:1, mps)") from None
+    count = {"cpu": 1, "cuda": torch.cuda.device_count(), "mps": int(torch.backends.mps.is_available())}
+    if device.type not in count:
+        raise BadArgument(f"--device {name}: the examples run on cpu, cuda or mps")
+    if (device.index or 0) >= count[device.type]:
+        raise BadArgument(f"--device {name}: this torch sees {count[device.type]} {device.type} device(s) here")
 
 
 # ------------------------------------------------------------------------------- the spec
@@ -94,37 +156,133 @@ def language_model(spec: str) -> LanguageModel:
     return LanguageModel(snf.load(spec), vocab, context, decode.logits)
 
 
-def make_config(lm: LanguageModel, args, vocab: int, saved: dict | None = None):
-    """The Config: the saved one when resuming, else the defaults, --config, --set, and the vocabulary."""
-    Config = lm.module.Config
-    types = {f.name: f.type for f in dataclasses.fields(Config)}
-    if saved is not None:
-        return Config(**saved)
+KINDS = {"int": int, "float": (int, float), "bool": bool, "str": str}  # what a JSON value may be, by field type
+
+
+def config_values(lm: LanguageModel, args) -> dict:
+    """The Config fields --config and then --set give, each checked against its field's type."""
+    types = {f.name: f.type for f in dataclasses.fields(lm.module.Config)}
+    known = ", ".join(types)
     values = {}
     if args.config:
         try:
-            values.update(json.loads(Path(args.config).read_text()))
-        except (OSError, ValueError) as e:
-            raise UserError(f"--config {args.config}: {e}") from None
+            values = json.loads(Path(args.config).read_text(encoding="utf-8"))
+        except OSError as e:
+            raise BadArgument(f"--config {args.config}: {e.strerror or e}") from None
+        except (ValueError, RecursionError) as e:
+            raise BadArgument(f"--config {args.config} is not JSON: {e}") from None
+        if not isinstance(values, dict):
+            raise BadArgument(f"--config {args.config} holds a JSON {type(values).__name__}, not an object of Config fields")
+        for name, value in values.items():
+            if name not in types:
+                raise BadArgument(f"--config {args.config}: {name!r} is not a Config field ({known})")
+            if isinstance(value, bool) != (types[name] == "bool") or not isinstance(value, KINDS.get(types[name], object)):
+                raise BadArgument(f"--config {args.config}: `{name}` is {types[name]}, got {value!r}")
     for pair in args.set:
         name, eq, text = pair.partition("=")
         if not eq or name not in types:
-            known = ", ".join(types)
-            raise UserError(f"--set {pair}: not FIELD=VALUE with a Config field ({known})")
+            raise BadArgument(f"--set {pair}: not FIELD=VALUE with a Config field ({known})")
         try:
             values[name] = {"int": int, "float": float, "str": str,
                             "bool": lambda t: {"true": True, "false": False}[t.lower()]}[types[name]](text)
         except (ValueError, KeyError):
-            raise UserError(f"--set {pair}: `{name}` is {types[name]}") from None
-    unknown = sorted(set(values) - set(types))
-    if unknown:
-        raise UserError(f"unknown Config fields: {', '.join(unknown)}")
+            raise BadArgument(f"--set {pair}: `{name}` is {types[name]}") from None
+    return values
+
+
+def make_config(lm: LanguageModel, args, vocab: int):
+    """The spec's defaults, then --config, --set, and the data's vocabulary."""
+    values = config_values(lm, args)
     if values.setdefault(lm.vocab_field, vocab) < vocab:
-        raise UserError(f"{lm.vocab_field}={values[lm.vocab_field]} is below the data's {vocab} tokens")
+        raise BadArgument(f"{lm.vocab_field}={values[lm.vocab_field]} (--set or --config) is below the data's {vocab} tokens")
     try:
-        return Config(**values)
+        return lm.module.Config(**values)
     except (TypeError, ValueError) as e:
-        raise UserError(f"the config: {e}") from None
+        raise BadArgument(f"the config: {e}") from None
+
+
+# ------------------------------------------------------------------------------- checkpoints
+
+# what save() writes: tensors and plain values only, so that loading needs no unpickling of code
+LAYOUT = {"model": dict, "optimizer": dict, "iter": int, "config": dict, "spec": str, "tokens": str, "vocab": list,
+          "data_rng": torch.Tensor, "rng": torch.Tensor}
+
+
+def save_checkpoint(state: dict, path: Path) -> None:
+    """Write `path` whole or not at all: into a temporary file beside it, then renamed over it
+    (atomic on POSIX), so that an error or Ctrl-C midway leaves the last good checkpoint."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(e, OSError):
+            raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+        raise
+
+
+def read_checkpoint(path: Path):
+    """The checkpoint save_checkpoint wrote at `path`, checked against its spec before any weights
+    are made: (the saved dict, the LanguageModel, the Config)."""
+    if not path.is_file():
+        raise UserError(f"no checkpoint at {path}")
+    if path.stat().st_size == 0:
+        raise UserError(f"{path} is empty")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch warns of pickle protocols in files it then refuses
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise UserError(f"{path} is not a checkpoint train.py wrote: torch.load(weights_only=True) refuses it "
+                        "(a plain pickle, or objects that unpickling would have to run)") from None
+    except Exception as e:  # torch raises several kinds for a truncated or corrupt file
+        raise UserError(f"{path} is truncated or corrupt: torch.load cannot read it ({type(e).__name__})") from None
+    wrong = [key for key, kind in LAYOUT.items() if not isinstance(saved, dict) or not isinstance(saved.get(key), kind)]
+    if wrong or saved["tokens"] not in ("char", "byte") or saved["iter"] < 0:
+        raise UserError(f"{path} is not a checkpoint train.py wrote (bad or missing: {', '.join(wrong) or 'tokens, iter'})")
+    try:
+        lm = language_model(saved["spec"])
+    except UserError as e:
+        raise UserError(f"{path} was trained from {saved['spec']}: {e}") from None
+    try:
+        config = lm.module.Config(**saved["config"])
+    except (TypeError, ValueError) as e:
+        raise UserError(f"{path}: its config does not fit {saved['spec']}: {e}") from None
+    vocab = saved["vocab"]
+    good = list(range(256)) if saved["tokens"] == "byte" else sorted(set(c for c in vocab if isinstance(c, str) and len(c) == 1))
+    if vocab != good or len(vocab) > getattr(config, lm.vocab_field):
+        raise UserError(f"{path}: its vocabulary is not {saved['tokens']} tokens that fit {lm.vocab_field}="
+                        f"{getattr(config, lm.vocab_field)}")
+    with torch.device("meta"):  # the shapes the weights must have, without making them
+        expected = lm.module.Model(config).state_dict()
+    weights = saved["model"]
+    unfit = sorted(set(expected) ^ set(weights)) or [k for k, v in expected.items() if not isinstance(weights[k], torch.Tensor)
+                                                      or (weights[k].shape, weights[k].dtype) != (v.shape, v.dtype)]
+    if unfit:
+        raise UserError(f"{path}: its weights do not fit {saved['spec']} with its config (first: {unfit[0]}); "
+                        "another spec or config wrote them")
+    return saved, lm, config
+
+
+def first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
+def same_run(args, saved: dict, lm: LanguageModel, config, path: Path) -> None:
+    """With --resume, --spec, --tokens, --config and --set may repeat the checkpoint's, not change them."""
+    if args.spec and Path(args.spec).resolve() != Path(saved["spec"]).resolve():
+        raise UserError(f"{path} was trained from {saved['spec']}, not --spec {args.spec}: train that into another --out")
+    if args.tokens and args.tokens != saved["tokens"]:
+        raise UserError(f"{path} has {saved['tokens']} tokens, not --tokens {args.tokens}")
+    for name, value in config_values(lm, args).items():
+        if getattr(config, name) != value:
+            raise UserError(f"{path} has {name}={getattr(config, name)!r}, not {value!r}: train that into another --out")
 
 
 # ------------------------------------------------------------------------------- the data
@@ -133,13 +291,17 @@ def tokenize(path: str, kind: str, vocab: list | None = None) -> tuple[torch.Ten
     try:
         raw = Path(path).read_bytes()
     except OSError as e:
-        raise UserError(f"--data {path}: {e.strerror}") from None
+        raise BadArgument(f"--data {path}: {e.strerror}") from None
     if kind == "byte":
         return torch.tensor(list(raw), dtype=torch.long), list(range(256))
     text = raw.decode("utf-8", errors="replace")
-    vocab = vocab or sorted(set(text))
+    if vocab is None:
+        vocab = sorted(set(text))
+    unknown = set(text).difference(vocab)
+    if unknown:  # only when resuming: another text than the checkpoint's
+        raise UserError(f"--data {path} has characters the checkpoint's vocabulary lacks: {''.join(sorted(unknown))[:40]!r}")
     index = {c: i for i, c in enumerate(vocab)}
-    return torch.tensor([index.get(c, 0) for c in text], dtype=torch.long), vocab
+    return torch.tensor([index[c] for c in text], dtype=torch.long), vocab
 
 
 def batch(data: torch.Tensor, size: int, length: int, g: torch.Generator, device: str):
@@ -183,12 +345,14 @@ def train_step(model, opt, loss_of, micro_batches: list, lr: float, grad_clip: f
 
 
 def main(argv=None) -> int:
-    args = arguments(argv)
     try:
-        return train(args)
+        return train(arguments(argv))
     except UserError as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as e:  # train() says where it stopped
+        print(f"train.py: {e or 'interrupted'}", file=sys.stderr)
+        return 130
 
 
 def train(args) -> int:
@@ -196,17 +360,24 @@ def train(args) -> int:
     ckpt_path = out / "ckpt.pt"
     saved = None
     if args.resume:
-        if not ckpt_path.is_file():
-            raise UserError(f"--resume: no checkpoint at {ckpt_path}")
-        saved = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        saved, lm, config = read_checkpoint(ckpt_path)
+        same_run(args, saved, lm, config, ckpt_path)
         args.spec, args.tokens = saved["spec"], saved["tokens"]
-    lm = language_model(args.spec)
-    data, vocab = tokenize(args.data, args.tokens, saved["vocab"] if saved else None)
-    config = make_config(lm, args, len(vocab), saved["config"] if saved else None)
+        data, vocab = tokenize(args.data, args.tokens, saved["vocab"])
+    else:
+        args.spec, args.tokens = args.spec or SPEC, args.tokens or "char"
+        lm = language_model(args.spec)
+        data, vocab = tokenize(args.data, args.tokens)
+        config = make_config(lm, args, len(vocab))
+    start = saved["iter"] if saved else 0
+    end = args.max_iters if args.stop_at is None else min(args.stop_at, args.max_iters)
+    if end < start:  # saving would write an earlier step with later weights
+        flag = "--max-iters" if args.stop_at is None or args.stop_at > args.max_iters else "--stop-at"
+        raise BadArgument(f"{flag} {end} is below step {start}, where {ckpt_path} is")
     length = getattr(config, lm.context_field) if lm.context_field else 256
     if len(data) < 2 * (length + 1):
-        raise UserError(f"--data has {len(data)} tokens; it needs at least {2 * (length + 1)} for "
-                        f"{lm.context_field or 'the context'} = {length}")
+        raise BadArgument(f"--data {args.data} has {len(data)} tokens; it needs at least {2 * (length + 1)} for "
+                          f"{lm.context_field or 'the context'} = {length}")
     split = int(0.9 * len(data))
     parts = {"train": data[:split], "val": data[split:]}
     if len(parts["val"]) < length + 2:
@@ -218,13 +389,16 @@ def train(args) -> int:
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                              {"params": rest, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
     g = torch.Generator().manual_seed(args.seed)
-    start = 0
     if saved:
-        model.load_state_dict(saved["model"])
-        opt.load_state_dict(saved["optimizer"])
-        g.set_state(saved["data_rng"])
-        torch.set_rng_state(saved["rng"])
-        start = saved["iter"]
+        try:
+            model.load_state_dict(saved["model"])
+            opt.load_state_dict(saved["optimizer"])
+            if any(torch.is_tensor(v) and v.dim() and v.shape != p.shape for p, s in opt.state.items() for v in s.values()):
+                raise ValueError("its optimizer state does not fit the weights")
+            g.set_state(saved["data_rng"])
+            torch.set_rng_state(saved["rng"])
+        except (RuntimeError, ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
+            raise UserError(f"{ckpt_path}: its optimizer or random states do not fit the model ({first_line(e)})") from None
         print(f"resuming at step {start} from {ckpt_path}")
     autocast = torch.autocast(args.device.split(":")[0], torch.bfloat16) if args.bf16 else contextlib.nullcontext()
     n_params = sum(p.numel() for p in model.parameters())
@@ -243,31 +417,36 @@ def train(args) -> int:
         return losses
 
     def save(it: int) -> None:
-        out.mkdir(parents=True, exist_ok=True)
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "iter": it,
-                    "config": dataclasses.asdict(config), "spec": args.spec, "tokens": args.tokens,
-                    "vocab": vocab, "data_rng": g.get_state(), "rng": torch.get_rng_state()}, ckpt_path)
+        losses = evaluate()
+        print(f"step {it}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+        save_checkpoint({"model": model.state_dict(), "optimizer": opt.state_dict(), "iter": it,
+                         "config": dataclasses.asdict(config), "spec": args.spec, "tokens": args.tokens,
+                         "vocab": vocab, "data_rng": g.get_state(), "rng": torch.get_rng_state()}, ckpt_path)
 
     model.train()
     tick = time.perf_counter()
-    end = min(args.max_iters, args.stop_at or args.max_iters)
-    for it in range(start, end):
-        if it % args.eval_interval == 0 and it > start:
-            losses = evaluate()
-            print(f"step {it}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-            save(it)
-        lr = learning_rate(it, args)
-        micro = [batch(parts["train"], args.batch_size, length, g, args.device) for _ in range(args.grad_accum)]
-        loss = train_step(model, opt, lambda x, y: next_token_loss(model, lm, x, y), micro, lr, args.grad_clip, autocast)
-        if (it + 1) % args.log_interval == 0 or it + 1 == end:
-            elapsed = (time.perf_counter() - tick) / args.log_interval
-            tokens = args.batch_size * args.grad_accum * length
-            print(f"step {it + 1}: loss {loss:.4f}, lr {lr:.2e}, {elapsed * 1000:.1f} ms/iter, "
-                  f"{tokens / elapsed:,.0f} tokens/s", flush=True)
-            tick = time.perf_counter()
-    losses = evaluate()
-    print(f"step {end}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-    save(end)
+    done, last_saved = start, (start if saved else None)
+    try:
+        for it in range(start, end):
+            if it % args.eval_interval == 0 and it > start:
+                save(it)
+                last_saved = it
+            lr = learning_rate(it, args)
+            micro = [batch(parts["train"], args.batch_size, length, g, args.device) for _ in range(args.grad_accum)]
+            loss = train_step(model, opt, lambda x, y: next_token_loss(model, lm, x, y), micro, lr, args.grad_clip, autocast)
+            done = it + 1
+            if done % args.log_interval == 0 or done == end:
+                elapsed = (time.perf_counter() - tick) / args.log_interval
+                tokens = args.batch_size * args.grad_accum * length
+                print(f"step {done}: loss {loss:.4f}, lr {lr:.2e}, {elapsed * 1000:.1f} ms/iter, "
+                      f"{tokens / elapsed:,.0f} tokens/s", flush=True)
+                tick = time.perf_counter()
+        save(end)
+    except KeyboardInterrupt:
+        # nothing is saved: a step cut midway is half applied; the last checkpoint stays whole
+        kept = f"{ckpt_path} holds step {last_saved} (--resume goes on from it)" if last_saved is not None \
+            else "no checkpoint was saved"
+        raise KeyboardInterrupt(f"stopped by Ctrl-C after step {done}; {kept}") from None
     print(f"saved {ckpt_path}")
     return 0
 

@@ -174,7 +174,7 @@ class Model(nn.Module):
     @torch.no_grad()
     def generate(self, tok: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: Optional[int] = None, top_p: Optional[float] = None,
-                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
+                 generator: Optional[torch.Generator] = None, *, compile: Optional[bool] = None) -> torch.Tensor:
         """Append `max_new_tokens` tokens to `tok` [B, T] and return all of them.
 
         `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
@@ -184,6 +184,9 @@ class Model(nn.Module):
         The model sees at most P tokens: past them, as nanoGPT does, each step
         runs the last P tokens again (the same tokens as running that cropped
         context from scratch).
+
+        `compile=True` compiles the decode steps whatever it costs, `False` never does; by default
+        SNF_COMPILE decides, and where it is unset a step compiles once that pays (docs/language.md, 10).
         """
         _check_sampling(tok, max_new_tokens, temperature, top_k, top_p)
         was_training = self.training
@@ -193,7 +196,7 @@ class Model(nn.Module):
             out = self(tok[:, -size:])
             position = min(tok.size(1), size)  # the tokens the cache holds
             tokens = [tok]
-            for step in _decoding(max_new_tokens):
+            for step in _decoding(max_new_tokens, compile):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
                 tokens.append(token)
                 if step + 1 == max_new_tokens:
@@ -249,9 +252,10 @@ CHECKPOINTS = {
 
 
 # ---------------------------------------------------------------------------- compile wiring
-# What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is training:
-# "model", forward as one graph, embedding to loss; "block", each layer block on its own, the rest
-# running eagerly; "none", nothing (generate's decode step compiles regardless). Chosen by measurement
+# What torch.compile may compile, by device and by whether the model is training: "model", forward as
+# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+# step whatever the table says (docs/language.md, section 10). Chosen by measurement
 # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
 # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
 # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.

@@ -47,9 +47,6 @@ class Config:
                              f'got vocab_size={self.vocab_size}')
         if not 0 <= self.n_layer:
             raise ValueError(f'`n_layer` is a size: it must not be negative (qwen2.snf:10); got n_layer={self.n_layer}')
-        if not 0 <= self.n_kv_head:
-            raise ValueError(f'`n_kv_head` is a size: it must not be negative (qwen2.snf:12); '
-                             f'got n_kv_head={self.n_kv_head}')
         if not 0 <= self.n_embd:
             raise ValueError(f'`n_embd` is a size: it must not be negative (qwen2.snf:13); got n_embd={self.n_embd}')
         if not 0 <= self.mlp_hidden:
@@ -57,6 +54,10 @@ class Config:
                              f'got mlp_hidden={self.mlp_hidden}')
         if not 1 <= self.n_head:
             raise ValueError(f'the divisor H must be at least 1 (qwen2.snf:28); got n_head={self.n_head}')
+        if not 1 <= self.n_kv_head:
+            raise ValueError(f'the divisor KVH must be at least 1 (qwen2.snf:71); got n_kv_head={self.n_kv_head}')
+        _check_number(lambda: self.norm_eps, 0.0, None, False, '`eps` of `rms_norm`', 'qwen2.snf:78',
+                      f'norm_eps={self.norm_eps}')
         if self.n_layer >= 1:
             _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'qwen2.snf:63',
                           f'rope_base={self.rope_base}')
@@ -224,7 +225,7 @@ class Model(nn.Module):
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: Optional[int] = None, top_p: Optional[float] = None,
-                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
+                 generator: Optional[torch.Generator] = None, *, compile: Optional[bool] = None) -> torch.Tensor:
         """Append `max_new_tokens` tokens to `idx` [B, T] and return all of them.
 
         `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
@@ -234,6 +235,9 @@ class Model(nn.Module):
         The model sees at most block_size tokens: past them, as nanoGPT does, each step
         runs the last block_size tokens again (the same tokens as running that cropped
         context from scratch).
+
+        `compile=True` compiles the decode steps whatever it costs, `False` never does; by default
+        SNF_COMPILE decides, and where it is unset a step compiles once that pays (docs/language.md, 10).
         """
         _check_sampling(idx, max_new_tokens, temperature, top_k, top_p)
         was_training = self.training
@@ -244,10 +248,10 @@ class Model(nn.Module):
             position = min(idx.size(1), size)  # the tokens the cache holds
             tokens = [idx]
             # the caches move into buffers of block_size slots, written in place at `position`;
-            # each step attends over the first `_bucket(...)` of them: one compiled graph per bucket
+            # each step attends over the first `_bucket(...)` of them: one graph per bucket where it compiles
             past_keys = _cache_buffers(out.new_keys, 1, size, self, 'past_keys')
             past_values = _cache_buffers(out.new_values, 1, size, self, 'past_values')
-            for step in _decoding(max_new_tokens):
+            for step in _decoding(max_new_tokens, compile):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
                 tokens.append(token)
                 if step + 1 == max_new_tokens:
@@ -358,9 +362,10 @@ CHECKPOINTS = {
 
 
 # ---------------------------------------------------------------------------- compile wiring
-# What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is training:
-# "model", forward as one graph, embedding to loss; "block", each layer block on its own, the rest
-# running eagerly; "none", nothing (generate's decode step compiles regardless). Chosen by measurement
+# What torch.compile may compile, by device and by whether the model is training: "model", forward as
+# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+# step whatever the table says (docs/language.md, section 10). Chosen by measurement
 # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
 # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
 # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
@@ -369,7 +374,7 @@ Block.forward = _hot_path(Block.forward)
 # forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
 # one-row matmuls become reductions over the weight (decompose_mm_pass) and RoPE's query is stored,
 # not recomputed per key (the realize threshold); on CUDA a step is a CUDA graph (bench_tricks.py).
-Model._decode_step = _hot_path(Model.forward, dynamic=False, cuda_mode="reduce-overhead",
+Model._decode_step = _hot_path(Model.forward, dynamic=False, unit="decode", cuda_mode="reduce-overhead",
                                cpu_options={"realize_opcount_threshold": 4,
                                             "post_grad_fusion_options": {"decompose_mm_pass": {}}})
 Model._decode_state = None  # set while generate runs a decode step (see _decode)

@@ -244,9 +244,10 @@ CHECKPOINTS = {
 
 
 # ---------------------------------------------------------------------------- compile wiring
-# What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is training:
-# "model", forward as one graph, embedding to loss; "block", each layer block on its own, the rest
-# running eagerly; "none", nothing (generate's decode step compiles regardless). Chosen by measurement
+# What torch.compile may compile, by device and by whether the model is training: "model", forward as
+# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+# step whatever the table says (docs/language.md, section 10). Chosen by measurement
 # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
 # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
 # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.

@@ -73,6 +73,8 @@ class Config:
                       f'max_distance={self.max_distance}, num_buckets={self.num_buckets}')
         _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 't5.snf:109',
                       f'dropout={self.dropout}')
+        _check_number(lambda: self.norm_eps, 0.0, None, False, '`eps` of `rms_norm`', 't5.snf:124',
+                      f'norm_eps={self.norm_eps}')
         _check_number(lambda: self.dec_log_ratio, None, None, False, '`dec_log_ratio`', 't5.snf:137',
                       f'max_distance={self.max_distance}, num_buckets={self.num_buckets}')
         if self.scale_head:
@@ -442,7 +444,8 @@ class Model(nn.Module):
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: Optional[int] = None, top_p: Optional[float] = None,
-                 generator: Optional[torch.Generator] = None, *, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+                 generator: Optional[torch.Generator] = None, *, attention_mask: Optional[torch.Tensor] = None,
+                 compile: Optional[bool] = None) -> torch.Tensor:
         """Encode `input_ids` once, then decode up to `max_new_tokens` tokens from the config's
         decoder_start_token_id; return the decoder's tokens [B, 1 + new tokens], as transformers' generate does.
 
@@ -450,6 +453,8 @@ class Model(nn.Module):
         with `generator`. The encoder's values are computed once and each step feeds only the newest
         token and the self-attention cache (past_keys, past_values). A row ends at
         eos_token_id and is padded with pad_token_id after it; decoding stops when every row has ended.
+        `compile=True` compiles the decode steps whatever it costs, `False` never does; by default
+        SNF_COMPILE decides, and where it is unset a step compiles once that pays (docs/language.md, 10).
         """
         _check_sampling(input_ids, max_new_tokens, temperature, top_k, top_p)
         was_training = self.training
@@ -461,7 +466,7 @@ class Model(nn.Module):
             done = torch.zeros(input_ids.size(0), 1, dtype=torch.bool, device=input_ids.device)
             self._encoded = self._encode(input_ids, attention_mask=attention_mask)
             out = self(input_ids, decoder_input_ids=token, attention_mask=attention_mask, use_cache=True)
-            for step in _decoding(max_new_tokens):
+            for step in _decoding(max_new_tokens, compile):
                 token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
                 token = token.masked_fill(done, self.config.pad_token_id)  # a row that has ended
                 done = done | (token == self.config.eos_token_id)
@@ -607,9 +612,10 @@ CHECKPOINTS = {
 
 
 # ---------------------------------------------------------------------------- compile wiring
-# What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is training:
-# "model", forward as one graph, embedding to loss; "block", each layer block on its own, the rest
-# running eagerly; "none", nothing (generate's decode step compiles regardless). Chosen by measurement
+# What torch.compile may compile, by device and by whether the model is training: "model", forward as
+# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+# step whatever the table says (docs/language.md, section 10). Chosen by measurement
 # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
 # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
 # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.

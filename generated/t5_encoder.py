@@ -64,6 +64,8 @@ class Config:
                       f'max_distance={self.max_distance}, num_buckets={self.num_buckets}')
         _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 't5_encoder.snf:57',
                       f'dropout={self.dropout}')
+        _check_number(lambda: self.norm_eps, 0.0, None, False, '`eps` of `rms_norm`', 't5_encoder.snf:68',
+                      f'norm_eps={self.norm_eps}')
 
     @property
     def inner(self) -> int:  # t5_encoder.snf:21
@@ -263,9 +265,10 @@ CHECKPOINTS = {
 
 
 # ---------------------------------------------------------------------------- compile wiring
-# What torch.compile compiles (unless SNF_COMPILE=0), by device and by whether the model is training:
-# "model", forward as one graph, embedding to loss; "block", each layer block on its own, the rest
-# running eagerly; "none", nothing (generate's decode step compiles regardless). Chosen by measurement
+# What torch.compile may compile, by device and by whether the model is training: "model", forward as
+# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+# step whatever the table says (docs/language.md, section 10). Chosen by measurement
 # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
 # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
 # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.

@@ -6,7 +6,8 @@
 # 1. the CUDA tests: the decode step's CUDA graphs, bf16 training's attention, half dtypes under
 #    autocast, every spec's compiled session on CUDA and the 30-call graph count there;
 # 2. beside them, sessions of random specs on CUDA for SAMPLE_S seconds in SAMPLES processes;
-# 3. then, alone on the GPU, bench_compile.py on CUDA: the data behind compile_units' CUDA row.
+# 3. then, alone on the GPU, bench_compile.py on CUDA: the data behind compile_units' CUDA row and
+#    the decode step's figures (--decode), and bench_first.py's rows (first token, first step) there.
 # The machine's own torch runs it; lark comes from vendor/. Each step has its own time limit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,3 +29,7 @@ tail -n 1 "$out"/sample_*.log
 grep -h "a session broke" "$out"/sample_*.log
 timeout -s INT "${BENCH_S:-200}" $PY benchmarks/bench_compile.py --device cuda --reps 5 --compile-layers 1,4,12 \
     2>&1 | tee "$out/bench_compile.log"
+timeout -s INT "${DECODE_S:-150}" $PY benchmarks/bench_compile.py --device cuda --decode "nanogpt 4x256" gpt2-small \
+    2>&1 | tee "$out/bench_decode.log"
+timeout -s INT "${FIRST_S:-300}" $PY benchmarks/bench_first.py --device cuda --configs nanogpt-2x64 gpt2-small \
+    2>&1 | tee "$out/bench_first.log"

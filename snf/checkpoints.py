@@ -169,32 +169,26 @@ def format_key(key: str, values) -> str:
     return _FIELD.sub(lambda m: str(eval_field(parse_field(m[1]), values)), key)
 
 
-class _Values(Mapping):
-    """What a key's `{...}` fields read: `l`, `e` where bound, and the config's ints."""
+class _Fields(dict):
+    """What a key's `{...}` fields read: `l` and `e` where bound, else the Config's value (a field,
+    or a dim its class computes)."""
 
-    def __init__(self, bound: dict, config):
-        self.bound, self.config = bound, config
+    def __init__(self, bound, config):
+        super().__init__(bound)
+        self.config = config
 
-    def __getitem__(self, name: str):
-        if name in self.bound:
-            return self.bound[name]
+    def __missing__(self, name: str):
         if self.config is not None and hasattr(self.config, name):
             return getattr(self.config, name)
         raise KeyError(name)
 
-    def __iter__(self):
-        return iter(self.bound)
-
-    def __len__(self) -> int:
-        return len(self.bound)
-
 
 def key_of(src: tuple, layer: int | None, config) -> str:
     """The checkpoint key of a ("key", text[, bound]) source at `layer`: its fields computed."""
-    bound = dict(src[2]) if len(src) > 2 else {}
+    values = _Fields(src[2] if len(src) > 2 else (), config)
     if layer is not None:
-        bound["l"] = layer
-    return format_key(src[1], _Values(bound, config))
+        values["l"] = layer
+    return format_key(src[1], values)
 
 
 def mapping_keys(e: ir.Expr) -> list[str]:
@@ -205,117 +199,124 @@ def mapping_keys(e: ir.Expr) -> list[str]:
     return []
 
 
-# ----------------------------------------------------------------------------- `config FMT:` sections
+# ----------------------------------------------------------------------------- checkpoint sources and tensors
 
-ABOVE = "a Config field mapped above (a field is read from the names mapped before it)"
-CONFIG_ARITH = ("+", "-", "*", "/", "//", "%")
-CONFIG_COMPARE = ("==", "!=", "<", "<=", ">", ">=")
+class Reading:
+    """What evaluating the mappings found: the keys used, and those missing, not tensors, or of a
+    shape that does not fit."""
 
+    def __init__(self, sd: Mapping, config=None):
+        self.sd, self.used, self.missing, self.invalid, self.mismatched = sd, set(), [], [], []
+        self.config = config  # what keys' fields read beside `l` and `e`
+        self.reported: set = set()
+        self.trace: list = []  # the keys read, in order
 
-def is_condition(e: ir.Expr) -> bool:
-    """Whether `e` is a condition (a comparison, `and`, `not`, or an `or` of conditions): its `or`
-    is then logical; after any other value `or` gives a default for an absent key."""
-    if isinstance(e, (ir.Compare, ir.Const)) and not (isinstance(e, ir.Const) and e.value is None):
-        return isinstance(e, ir.Compare) or isinstance(e.value, bool)
-    if isinstance(e, ir.Unary) and e.op == "not":
-        return True
-    if isinstance(e, ir.BoolOp):
-        return e.op == "and" or is_condition(e.left)
-    return False
+    def tensor(self, key: str):
+        """sd[key] when it is a tensor; otherwise None, and the key is listed as invalid."""
+        import torch  # only where tensors are read: `snfc check` never imports torch
+        value = self.sd[key]
+        if isinstance(value, torch.Tensor):
+            return value
+        self.invalid.append((key, "None" if value is None else type(value).__name__))
+        return None
 
-
-def config_key(e: ir.Expr, fmt: str) -> str | None:
-    """"a.b" for `FMT.a.b` (a key of the foreign config; dots go into nested objects), else None."""
-    parts = []
-    while isinstance(e, ir.Attribute):
-        parts.append(e.attr)
-        e = e.value
-    return ".".join(reversed(parts)) if parts and isinstance(e, ir.Name) and e.id == fmt else None
-
-
-def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "a Config name"):
-    """A `config FMT:` expression as nested tuples (never evaluated as code): ("key", "a.b") is
-    `FMT.a.b`, a key of the foreign config, ("name", n) a Config name (one of `names`), ("const",
-    v), ("list", items), ("or", a, b) (`a`, or `b` where `a` is an absent or null key), ("any" /
-    "all", a, b), ("not", a), ("neg", a), ("op", op, a, b), ("cmp", op, a, b), ("if", test, body,
-    orelse) and ("match", source, ((value, result), ...)). With `keys=False` no key may be read
-    (what the way back writes comes from the Config alone). `scope` says what `names` are."""
-    def enc(x):
-        return encode_config(x, fmt, names, keys, scope)
-
-    key = config_key(e, fmt)
-    if key is not None:
-        if not keys:
-            raise MappingError(f"`{fmt}.{key}` reads the foreign config, which a value written back cannot", e.span)
-        return ("key", key)
-    if isinstance(e, ir.Name):
-        if e.id == fmt:
-            raise MappingError(f"`{fmt}` is the foreign config: write `{fmt}.key`", e.span)
-        if e.id not in names:
-            raise MappingError(f"`{e.id}` is not {scope}", e.span)
-        return ("name", e.id)
-    if isinstance(e, (ir.Num, ir.Str, ir.Const)):
-        return ("const", e.value)
-    if isinstance(e, ir.ListExpr):
-        return ("list", tuple(enc(x) for x in e.items))
-    if isinstance(e, ir.BoolOp):
-        if e.op == "and":
-            return ("all", enc(e.left), enc(e.right))
-        return ("any" if is_condition(e.left) else "or", enc(e.left), enc(e.right))
-    if isinstance(e, ir.Unary):
-        return ("not", enc(e.operand)) if e.op == "not" else ("neg", enc(e.operand)) if e.op == "-" else enc(e.operand)
-    if isinstance(e, ir.BinOp) and e.op in CONFIG_ARITH:
-        return ("op", e.op, enc(e.left), enc(e.right))
-    if isinstance(e, ir.Compare) and e.op in CONFIG_COMPARE:
-        return ("cmp", e.op, enc(e.left), enc(e.right))
-    if isinstance(e, ir.Cond) and e.orelse is not None:
-        return ("if", enc(e.test), enc(e.body), enc(e.orelse))
-    if isinstance(e, ir.Call) and e.func == "match":
-        if len(e.args) != 1 or not e.kwargs:
-            raise MappingError("write match(source, value=result, ...): one source, then what each value gives", e.span)
-        cases = []
-        for k in e.kwargs:
-            result = enc(k.value)
-            if result[0] != "const":
-                raise MappingError(f"`{k.name}=` must give a constant", k.value.span)
-            cases.append((k.name, result[1]))
-        return ("match", enc(e.args[0]), tuple(cases))
-    raise MappingError("unsupported config expression", getattr(e, "span", None))
+    def absorb(self, trial: "Reading", value, invalid: list = ()):
+        """Take in what a trial reading (one side of an `or`) found; return its `value`."""
+        self.used |= trial.used
+        self.trace += trial.trace
+        self.invalid += list(invalid) + trial.invalid
+        self.missing += trial.missing
+        self.mismatched += [m for m in trial.mismatched if m[0].split(" ")[0] not in self.reported]
+        self.reported |= trial.reported
+        return value
 
 
-def config_keys(enc) -> list[str]:
-    """The foreign keys an encoded config expression reads."""
-    if enc[0] == "key":
-        return [enc[1]]
-    out: list = []
-    for part in enc[1:]:
-        if isinstance(part, tuple) and part and isinstance(part[0], str):
-            out += config_keys(part)
-        elif isinstance(part, tuple):
-            out += [k for item in part if isinstance(item, tuple) and item and isinstance(item[0], str)
-                    for k in config_keys(item)]
-    return out
+def for_expert(src: tuple, expert: int) -> tuple:
+    """An encoded source of one expert's entry: its keys with the expert number bound to `e`."""
+    if src[0] == "key":
+        return ("key", src[1], (("e", expert),))
+    return tuple(for_expert(x, expert) if isinstance(x, tuple) else x for x in src)
 
 
-def config_scope(fields, derived) -> tuple[str, ...]:
-    """The names an assert or a value written back may read: the Config's fields and what it
-    computes (not an alias such as `D = n_embd`, which the generated Config does not hold)."""
-    return tuple(c.name for c in fields) + tuple(d.name for d in derived if d.alias_of is None)
+def read_tensor(src, want: tuple, layer: int | None, r: Reading, shown: str, transformed: bool = False):
+    """The tensor `src` gives for a piece of shape `want`, or None (and the problem noted). A
+    source that goes through `.T` or `split` is checked against the shape it must have before any
+    transform runs, so a misshapen one is named with that shape, never an IndexError."""
+    kind = src[0]
+    if kind == "key":
+        key = key_of(src, layer, r.config)
+        if key not in r.sd:
+            r.missing.append(key)
+            return None
+        r.used.add(key)
+        r.trace.append(key)
+        tensor = r.tensor(key)
+        if tensor is not None and transformed and tuple(tensor.shape) != tuple(want):
+            if key not in r.reported:
+                r.reported.add(key)
+                r.mismatched.append((f"{key} (for {shown})", tuple(want), tuple(tensor.shape)))
+            return None
+        return tensor
+    if kind == "or":
+        trial = Reading(r.sd, r.config)
+        first = read_tensor(src[1], want, layer, trial, shown, transformed)
+        if first is not None or trial.mismatched:  # the first source is there, if misshapen
+            return r.absorb(trial, first)
+        other = Reading(r.sd, r.config)
+        second = read_tensor(src[2], want, layer, other, shown, transformed)
+        if second is None and not other.mismatched and not other.invalid:
+            other.missing = trial.missing  # neither is there: the first source's keys are named missing
+        return r.absorb(other, second, invalid=trial.invalid)
+    if kind == "T":
+        if len(want) < 2:
+            r.mismatched.append((f"{shown} (`.T` needs two axes)", tuple(want), tuple(want)))
+            return None
+        inner = read_tensor(src[1], tuple(want[:-2]) + (want[-1], want[-2]), layer, r, shown, True)
+        return None if inner is None else inner.transpose(-1, -2)
+    if kind == "experts":  # `name[l, e] <- ...`: one key per entry of the first axis, stacked
+        if not want:
+            return None
+        parts = [read_tensor(for_expert(src[1], e), tuple(want[1:]), layer, r, shown, True) for e in range(want[0])]
+        if any(p is None for p in parts):
+            return None
+        import torch  # only where tensors are read: `snfc check` never imports torch
+        return torch.stack(parts)
+    if kind == "split":
+        _, _, n, axis, index = src
+        whole = list(want)
+        whole[axis] *= n
+        inner = read_tensor(src[1], tuple(whole), layer, r, shown, True)
+        return None if inner is None else inner.narrow(axis, index * want[axis], want[axis])
+    raise ValueError(f"unknown checkpoint expression {kind!r}")
 
 
-def encode_config_section(model: ir.Model, fmt: str) -> dict:
-    """The checked model's `config FMT:` section as data for snf.pretrained: 'reads' (field ->
-    source, in the order they are read), 'asserts' ((test, message) pairs), 'writes' (key ->
-    value, for the way back), 'ignore' (keys)."""
-    names = config_scope(model.config, model.derived)
-    reads, asserts, writes, ignore = {}, [], {}, []
-    for e in (e for e in model.config_maps if e.fmt == fmt):
-        if e.kind == "read" and e.target == "_":
-            ignore += config_keys(encode_config(e.source, e.fmt, ()))
-        elif e.kind == "read":
-            reads[e.target] = encode_config(e.source, e.fmt, tuple(reads), scope=ABOVE)
-        elif e.kind == "write":
-            writes[e.target.partition(".")[2]] = encode_config(e.source, e.fmt, names, keys=False)
-        else:
-            asserts.append((encode_config(e.source, e.fmt, names), e.message or ""))
-    return {"reads": reads, "asserts": tuple(asserts), "writes": writes, "ignore": tuple(ignore)}
+def source_keys(src, layer: int | None, config) -> list[str]:
+    """Every checkpoint key a source may read at `layer` (each side of an `or`), the experts' with
+    `e` = 0: one of them must be there for the source to be."""
+    if src[0] == "key":
+        return [key_of(src, layer, config)]
+    if src[0] == "experts":
+        return source_keys(for_expert(src[1], 0), layer, config)
+    return [k for part in src[1:] if isinstance(part, tuple) for k in source_keys(part, layer, config)]
+
+
+def unmap_tensor(source, tensor, layer, out: dict, parts: dict, config=None) -> None:
+    """The inverse of read_tensor: `tensor` (one layer's) written where `source` reads it from, into
+    `out` (key -> tensor): `.T` transposes back, an `or` writes its first source, one key per expert,
+    and the parts of a `split` are gathered in `parts` ((inner, layer, n, axis) -> {index: tensor})
+    for the caller to concatenate."""
+    kind = source[0]
+    if kind == "key":
+        out[key_of(source, layer, config)] = tensor
+    elif kind == "T":
+        unmap_tensor(source[1], tensor.transpose(-1, -2), layer, out, parts, config)
+    elif kind == "or":
+        unmap_tensor(source[1], tensor, layer, out, parts, config)
+    elif kind == "experts":
+        for e in range(tensor.shape[0]):
+            unmap_tensor(for_expert(source[1], e), tensor[e], layer, out, parts, config)
+    elif kind == "split":
+        _, inner, n, axis, index = source
+        parts.setdefault((inner, layer, n, axis), {})[index] = tensor
+    else:
+        raise ValueError(f"unknown checkpoint expression {kind!r}")

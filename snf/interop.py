@@ -24,16 +24,17 @@ from pathlib import Path
 
 import torch
 
-from .checkpoints import key_of
+from .checkpoints import Reading, key_of, read_tensor
 
 
 class CheckpointError(ValueError):
     """A state dict does not fit the model; lists every missing, unexpected, mis-shaped or non-tensor key."""
 
-    def __init__(self, fmt: str, missing: list, unexpected: list, mismatched: list, invalid: list = ()):
-        self.missing, self.unexpected, self.mismatched = missing, unexpected, mismatched
+    def __init__(self, fmt: str, missing: list, unexpected: list, mismatched: list, invalid: list = (),
+                 where: str = ""):
+        self.fmt, self.missing, self.unexpected, self.mismatched = fmt, missing, unexpected, mismatched
         self.invalid = list(invalid)
-        lines = [f"checkpoint does not fit the model (format {fmt!r}):"]
+        lines = [f"{where + ': ' if where else ''}checkpoint does not fit the model (format {fmt!r}):"]
         if missing:
             lines.append("  missing keys: " + ", ".join(missing))
         if unexpected:
@@ -41,8 +42,12 @@ class CheckpointError(ValueError):
         for key, want, got in mismatched:
             lines.append(f"  {key}: expected shape {list(want)}, got {list(got)}")
         for key, got in self.invalid:
-            lines.append(f"  {key}: expected a tensor, got {got}")
+            lines.append(f"  {key}: expected a tensor, got {got}" if " tensor" not in got else f"  {key}: {got}")
         super().__init__("\n".join(lines))
+
+    def at(self, where) -> "CheckpointError":
+        """The same error, naming the file or folder it is about."""
+        return CheckpointError(self.fmt, self.missing, self.unexpected, self.mismatched, self.invalid, str(where))
 
 
 class CheckpointWarning(UserWarning):
@@ -77,83 +82,6 @@ def _tensor(sd: Mapping, key: str, invalid: list):
         return value
     invalid.append((key, "None" if value is None else type(value).__name__))
     return None
-
-
-class _Reading:
-    """What evaluating the mappings found: the keys used, and those missing, not tensors, or of a
-    shape that does not fit."""
-
-    def __init__(self, sd: Mapping, config=None):
-        self.sd, self.used, self.missing, self.invalid, self.mismatched = sd, set(), [], [], []
-        self.config = config  # what keys' fields read beside `l` and `e`
-        self.reported: set = set()
-        self.trace: list = []  # the keys read, in order
-
-    def absorb(self, trial: "_Reading", value, invalid: list = ()):
-        """Take in what a trial reading (one side of an `or`) found; return its `value`."""
-        self.used |= trial.used
-        self.trace += trial.trace
-        self.invalid += list(invalid) + trial.invalid
-        self.missing += trial.missing
-        self.mismatched += [m for m in trial.mismatched if m[0].split(" ")[0] not in self.reported]
-        self.reported |= trial.reported
-        return value
-
-
-def _for_expert(src: tuple, expert: int) -> tuple:
-    """An encoded source of one expert's entry: its keys with the expert number bound to `e`."""
-    if src[0] == "key":
-        return ("key", src[1], (("e", expert),))
-    return tuple(_for_expert(x, expert) if isinstance(x, tuple) else x for x in src)
-
-
-def _eval(src, want: tuple, layer: int | None, r: _Reading, shown: str, transformed: bool = False):
-    """The tensor `src` gives for a piece of shape `want`, or None (and the problem noted). A
-    source that goes through `.T` or `split` is checked against the shape it must have before any
-    transform runs, so a misshapen one is named with that shape, never an IndexError."""
-    kind = src[0]
-    if kind == "key":
-        key = key_of(src, layer, r.config)
-        if key not in r.sd:
-            r.missing.append(key)
-            return None
-        r.used.add(key)
-        r.trace.append(key)
-        tensor = _tensor(r.sd, key, r.invalid)
-        if tensor is not None and transformed and tuple(tensor.shape) != tuple(want):
-            if key not in r.reported:
-                r.reported.add(key)
-                r.mismatched.append((f"{key} (for {shown})", tuple(want), tuple(tensor.shape)))
-            return None
-        return tensor
-    if kind == "or":
-        trial = _Reading(r.sd, r.config)
-        first = _eval(src[1], want, layer, trial, shown, transformed)
-        if first is not None or trial.mismatched:  # the first source is there, if misshapen
-            return r.absorb(trial, first)
-        other = _Reading(r.sd, r.config)
-        second = _eval(src[2], want, layer, other, shown, transformed)
-        if second is None and not other.mismatched and not other.invalid:
-            other.missing = trial.missing  # neither is there: the first source's keys are named missing
-        return r.absorb(other, second, invalid=trial.invalid)
-    if kind == "T":
-        if len(want) < 2:
-            r.mismatched.append((f"{shown} (`.T` needs two axes)", tuple(want), tuple(want)))
-            return None
-        inner = _eval(src[1], tuple(want[:-2]) + (want[-1], want[-2]), layer, r, shown, True)
-        return None if inner is None else inner.transpose(-1, -2)
-    if kind == "experts":  # `name[l, e] <- ...`: one key per entry of the first axis, stacked
-        if not want:
-            return None
-        parts = [_eval(_for_expert(src[1], e), tuple(want[1:]), layer, r, shown, True) for e in range(want[0])]
-        return None if any(p is None for p in parts) else torch.stack(parts)
-    if kind == "split":
-        _, _, n, axis, index = src
-        whole = list(want)
-        whole[axis] *= n
-        inner = _eval(src[1], tuple(whole), layer, r, shown, True)
-        return None if inner is None else inner.narrow(axis, index * want[axis], want[axis])
-    raise ValueError(f"unknown checkpoint expression {kind!r}")
 
 
 def _formats(model: torch.nn.Module) -> dict:
@@ -199,25 +127,25 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
         return found, left, unexpected
     mapping = formats[fmt]["params"]
     found, left = [], []
-    r = _Reading(state_dict, model.config)
+    r = Reading(state_dict, model.config)
     for name, layer, key, rows in pieces:
         shown = _shown(key, rows)
         want = tuple(_piece(own, key, rows).shape)
         tensor = None
         start = len(r.trace)
         if name in mapping:
-            tensor = _eval(mapping[name], want, layer, r, shown)
+            tensor = read_tensor(mapping[name], want, layer, r, shown)
         elif name not in recomputed:  # a buffer the config decides keeps its value
             r.missing.append(f"{shown} (the spec gives no {fmt!r} source for `{name}`)")
         if tensor is None:
             left.append(shown)
             continue
-        if tuple(tensor.shape) != want:
-            r.mismatched.append((shown, want, tuple(tensor.shape)))
-            continue
         first = r.trace[start] if len(r.trace) > start else ""
+        if tuple(tensor.shape) != want:
+            r.mismatched.append((f"{first} (for {shown})" if first else shown, want, tuple(tensor.shape)))
+            continue
         found.append((key, rows, lambda sd, src=mapping[name], want=want, layer=layer, shown=shown:
-                      _eval(src, want, layer, _Reading(sd, model.config), shown), first))
+                      read_tensor(src, want, layer, Reading(sd, model.config), shown), first))
     missing, mismatched, invalid = r.missing, r.mismatched, r.invalid
     ignored = _key_patterns(formats[fmt]["ignore"])
     unexpected = sorted(k for k in state_dict if k not in r.used and not ignored.fullmatch(k))
@@ -282,6 +210,28 @@ def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spe
     names both.
     """
     own = model.state_dict()
+    found = _plan(model, own, state_dict, fmt, strict)
+    # one tensor at a time, straight into the model's own: the pieces that read one checkpoint
+    # tensor (q, k and v of one c_attn) one after another, so a file's tensor is read once
+    with torch.no_grad():
+        for key, rows, get, _ in sorted(found, key=lambda piece: piece[3]):
+            _piece(own, key, rows).copy_(get(state_dict).detach())
+    return model
+
+
+def check_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec", strict: bool = True) -> None:
+    """What load_checkpoint checks (keys, shapes, dtypes), on a model that may live on the meta
+    device: from_pretrained refuses a checkpoint before it allocates the model."""
+    with _open_checkpoint(Path(path)) as tensors:
+        try:
+            _plan(model, model.state_dict(), tensors, fmt, strict)
+        except CheckpointError as err:
+            raise err.at(path) from None
+
+
+def _plan(model: torch.nn.Module, own: dict, state_dict: Mapping, fmt: str, strict: bool) -> list:
+    """load_state_dict's pieces (as _convert gives them), every key, shape and dtype checked on a
+    _MetaView of the checkpoint (CheckpointError): no tensor's data is read."""
     shapes_only = _MetaView(state_dict)  # everything is checked before a tensor is read or copied
     if fmt == "spec" and sum(k in own for k in state_dict) > sum(k in _spec_names(model) for k in state_dict):
         recomputed = set(getattr(_module_of(model), "RECOMPUTED_BUFFERS", ()))
@@ -296,13 +246,14 @@ def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spe
         parts = [f"left as they were: {', '.join(left)}"] if left else []
         parts += [f"unused checkpoint keys: {', '.join(unexpected)}"] if unexpected else []
         warnings.warn(f"load_state_dict(strict=False, format {fmt!r}): " + "; ".join(parts), CheckpointWarning,
-                      stacklevel=2)
-    # one tensor at a time, straight into the model's own: the pieces that read one checkpoint
-    # tensor (q, k and v of one c_attn) one after another, so a file's tensor is read once
-    with torch.no_grad():
-        for key, rows, get, _ in sorted(found, key=lambda piece: piece[3]):
-            _piece(own, key, rows).copy_(get(state_dict).detach())
-    return model
+                      stacklevel=3)
+    # a bool or integer tensor is no weight: copying it would turn True into 1.0 without a word
+    kinds = [(_shown(key, rows), f"a {str(t.dtype).removeprefix('torch.')} tensor, not floating point")
+             for key, rows, get, _ in found
+             if _piece(own, key, rows).dtype.is_floating_point and not (t := get(shapes_only)).dtype.is_floating_point]
+    if kinds:
+        raise CheckpointError(fmt, [], [], [], kinds)
+    return found
 
 
 def _spec_names(model: torch.nn.Module) -> set:
@@ -387,7 +338,10 @@ def load_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec",
     `strict` is `load_state_dict`'s.
     """
     with _open_checkpoint(Path(path)) as tensors:
-        return load_state_dict(model, tensors, fmt, strict)
+        try:
+            return load_state_dict(model, tensors, fmt, strict)
+        except CheckpointError as err:
+            raise err.at(path) from None
 
 
 def save_checkpoint(model: torch.nn.Module, path: str | Path) -> Path:
@@ -470,12 +424,19 @@ class _LazyTensors(_KeysOf):
     def __getitem__(self, key: str):
         if self._last[0] != key:
             self._last = (None, None)  # the previous tensor goes before the next is read
-            self._last = (key, self._open(self._keys[key])[key])
+            self._last = (key, self._file(key)[key])
         return self._last[1]
 
     def meta(self, key: str):
-        file = self._open(self._keys[key])
+        file = self._file(key)
         return file.meta(key) if hasattr(file, "meta") else _MetaView(file)[key]
+
+    def _file(self, key: str) -> Mapping:
+        """The open file that holds `key`; ValueError where a shard index lists it in a file that lacks it."""
+        file = self._open(self._keys[key])
+        if key not in file:
+            raise ValueError(f"the shard index lists `{key}` in {self._keys[key]}, which has no such tensor")
+        return file
 
 
 @contextlib.contextmanager
@@ -505,14 +466,22 @@ def _files_of(path: Path) -> dict | Path:
         if (path / index).is_file():
             try:
                 weight_map = json.loads((path / index).read_text(encoding="utf-8"))["weight_map"]
-                return {key: path / file for key, file in weight_map.items()}
-            except (ValueError, KeyError, TypeError, AttributeError) as err:
+                files = {key: _shard(path, index, file) for key, file in weight_map.items()}
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
                 raise ValueError(f"{path / index} is not a shard index ({type(err).__name__}: {err})") from None
+            return files
     for single in (_SAFETENSORS, _TORCH):
         if (path / single).is_file():
             return path / single
     raise FileNotFoundError(f"{path} is a folder without a checkpoint: expected {_SAFETENSORS_INDEX}, "
                             f"{_SAFETENSORS}, {_TORCH_INDEX} or {_TORCH} in it")
+
+
+def _shard(folder: Path, index: str, name) -> Path:
+    """A shard file an index names: a relative path inside the folder (the hub's layout)."""
+    if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise ValueError(f"a shard must be a file name inside the folder, got {name!r}")
+    return folder / name
 
 
 def _open_file(file: Path, stack: contextlib.ExitStack) -> Mapping:
@@ -545,8 +514,10 @@ def _open_file(file: Path, stack: contextlib.ExitStack) -> Mapping:
 def _state_dict_of(data: Mapping) -> Mapping:
     """The state dict in what torch.load gave: the mapping itself, or a training checkpoint's under
     "model" (nanoGPT's train.py: beside the optimizer, model_args, iter_num). torch.compile's
-    `_orig_mod.` prefix, which a compiled module's state dict puts on every key, is taken off."""
-    if not any(isinstance(v, torch.Tensor) for v in data.values()) and isinstance(data.get("model"), Mapping):
+    `_orig_mod.` prefix, which a compiled module's state dict puts on every key, is taken off. A
+    state dict's values are tensors, so a mapping under "model" marks a training checkpoint, whatever
+    else it holds (nanoGPT saves `best_val_loss` as a 0-d tensor)."""
+    if isinstance(data.get("model"), Mapping):
         data = data["model"]
     prefix = "_orig_mod."
     if data and all(isinstance(k, str) and k.startswith(prefix) for k in data):
@@ -564,6 +535,10 @@ class _SafetensorsFile(Mapping):
 
     def __init__(self, handle):
         self._handle, self._keys = handle, list(handle.keys())
+        self._known = frozenset(self._keys)
+
+    def __contains__(self, key) -> bool:  # Mapping's would read the tensor
+        return key in self._known
 
     def __getitem__(self, key: str) -> torch.Tensor:
         return self._handle.get_tensor(key)
@@ -571,6 +546,8 @@ class _SafetensorsFile(Mapping):
     def meta(self, key: str) -> torch.Tensor:
         """The tensor's shape and dtype, from the file's header: no data is read."""
         piece = self._handle.get_slice(key)
+        if piece.get_dtype() not in _SAFETENSORS_DTYPES:
+            raise ValueError(f"`{key}` is a {piece.get_dtype()} tensor, which snfc does not load")
         return torch.empty(piece.get_shape(), dtype=_SAFETENSORS_DTYPES[piece.get_dtype()], device="meta")
 
     def __iter__(self) -> Iterator[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import ir
+from .config_mapping import encode_sections, show
 from .dims import Dim, show_dim
 from .ir import ScalarT, TensorT
 from .ops import all_ops
@@ -124,7 +125,28 @@ class Printer:
                 self.out.extend(self.tensor(t) for t in items)
         self.out.append("body:")
         self.stmts(m.body, 1)
+        self.sections()
         return "\n".join(self.out) + "\n"
+
+    def sections(self) -> None:
+        """The `checkpoint FMT:` and `config FMT:` sections as loading and saving read them: the
+        encoded data, printed by the mapping language's one printer (config_mapping.show)."""
+        for fmt, entry in encode_sections(self.m).items():
+            self.out.append(f"checkpoint {fmt}:")
+            for name, source in entry["params"].items():
+                index = "[l, e]" if source[0] == "experts" else "[l]" if name in self.m.stacked else ""
+                self.out.append(f"  {name}{index} <- {show(source, '')}")
+            self.out.extend(f'  _ <- "{key}"' for key in entry["ignore"])
+            config = entry.get("config")
+            if config is None:
+                continue
+            self.out.append(f"config {fmt}:")
+            self.out.extend(f"  {field} <- {show(source, fmt)}" for field, source in config["reads"].items())
+            self.out.extend(f"  assert {show(test, fmt)}" + (f", {message!r}" if message else "")
+                            for test, message in config["asserts"])
+            self.out.extend(f"  {fmt}.{key} <- {show(value, fmt)}" for key, value in config["writes"].items())
+            if config["ignore"]:
+                self.out.append(f"  _ <- " + " or ".join(f"{fmt}.{key}" for key in config["ignore"]))
 
 
 def dump(model: ir.Model) -> str:

@@ -10,22 +10,20 @@ evaluates that data, never as code. Every key config.json holds must be read, re
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
-import operator
+import os
 from pathlib import Path
 
 import torch
 
 from . import interop
-from .checkpoints import key_of
+from .checkpoints import source_keys, unmap_tensor
+from .config_mapping import ConfigEval, config_keys, invert, put, section_keys, show, unknown_keys, written_key
 
 CONFIG_FILE = "config.json"
 
-_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
-        "%": operator.mod, "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
-        ">": operator.gt, ">=": operator.ge}
-_ABSENT = object()
 
 
 class PretrainedError(ValueError):
@@ -41,7 +39,7 @@ def _claims() -> list[tuple[str, tuple, Path]]:
     """(model_type, the architectures the section writes back, spec) for each bundled spec whose
     `config hf:` section requires a model_type (`assert hf.model_type == "..."`), from the checked
     specs shipped with snfc."""
-    from .checkpoints import encode_config_section
+    from .config_mapping import encode_config_section
     from .compiler import analyze
     from .resources import resource_dir
     from .source import Source
@@ -73,7 +71,7 @@ def _spec_for(model_type, folder: Path, architectures=None) -> Path:
     T5ForConditionalGeneration, `t5_encoder.snf` for T5EncoderModel), the one whose section writes
     config.json's first architecture back."""
     specs = bundled_specs()
-    if model_type not in specs:
+    if not isinstance(model_type, str) or model_type not in specs:
         raise PretrainedError(f"{folder / CONFIG_FILE}: no bundled spec for model_type {model_type!r}; snfc bundles "
                               + ", ".join(f"{t!r} ({p.name})" for t, p in sorted(specs.items()))
                               + ". Pass spec= a spec with `checkpoint hf:` and `config hf:` sections")
@@ -81,109 +79,7 @@ def _spec_for(model_type, folder: Path, architectures=None) -> Path:
     return next((path for t, written, path in _claims() if t == model_type and first in written), specs[model_type])
 
 
-# ----------------------------------------------------------------------------- evaluating `config hf:`
-
-class _Eval:
-    """Evaluates a `config FMT:` expression (snf.checkpoints.encode_config) against config.json
-    (`hf`) and the Config names known so far (`names`: a dict, or the Config itself); notes each
-    key it reads."""
-
-    def __init__(self, hf: dict, names, where: str):
-        self.hf, self.names, self.where, self.used = hf, names, where, set()
-
-    def key(self, key: str, absent_ok: bool):
-        self.used.add(key)
-        node = self.hf
-        parts = key.split(".")
-        for i, part in enumerate(parts):
-            if isinstance(node, dict) and part in node and node[part] is None and i < len(parts) - 1:
-                self.used.add(".".join(parts[:i + 1]))  # a null object (`"rope_scaling": null`): read, as absent
-            node = node.get(part) if isinstance(node, dict) else None
-            if node is None:
-                if absent_ok:
-                    return _ABSENT
-                raise PretrainedError(f"{self.where}: config.json has no `{key}` (and the spec gives no default "
-                                      "for it)")
-        return node
-
-    def name(self, name: str):
-        return self.names[name] if isinstance(self.names, dict) else getattr(self.names, name)
-
-    def __call__(self, e, absent_ok: bool = False):
-        kind = e[0]
-        if kind == "key":
-            return self.key(e[1], absent_ok)
-        if kind == "name":
-            return self.name(e[1])
-        if kind == "const":
-            return e[1]
-        if kind == "list":
-            return [self(x) for x in e[1]]
-        if kind == "or":
-            first = self(e[1], absent_ok=True)
-            return self(e[2], absent_ok) if first is _ABSENT else first
-        if kind == "any":
-            return bool(self(e[1])) or bool(self(e[2]))
-        if kind == "all":
-            return bool(self(e[1])) and bool(self(e[2]))
-        if kind == "not":
-            return not self(e[1])
-        if kind == "neg":
-            return -self(e[1])
-        if kind in ("op", "cmp"):
-            left, right = self(e[2]), self(e[3])
-            try:
-                return _OPS[e[1]](left, right)
-            except (TypeError, ZeroDivisionError) as err:
-                raise PretrainedError(f"{self.where}: cannot compute `{show(e)}` with {_settings(self, e)}: {err}") \
-                    from None
-        if kind == "if":
-            return self(e[2]) if self(e[1]) else self(e[3])
-        if kind == "match":
-            value = self(e[1])
-            for case, result in e[2]:
-                if value == case:
-                    return result
-            raise PretrainedError(f"{self.where}: {_settings(self, e[1])}: the spec supports "
-                                  + ", ".join(repr(c) for c, _ in e[2]))
-        raise ValueError(f"unknown config expression {kind!r}")
-
-
-def _keys(e) -> list[str]:
-    from .checkpoints import config_keys
-    return config_keys(e)
-
-
-def _settings(ev: _Eval, e) -> str:
-    """`key = value` for each key `e` reads, as config.json gives it."""
-    shown = []
-    for key in dict.fromkeys(_keys(e)):
-        value = ev.key(key, absent_ok=True)
-        shown.append(f"{key} = " + ("(absent)" if value is _ABSENT else json.dumps(value)))
-    return ", ".join(shown) or "these settings"
-
-
-def show(e) -> str:
-    """An encoded config expression as the spec writes it (for messages)."""
-    kind = e[0]
-    if kind == "key":
-        return f"hf.{e[1]}"
-    if kind == "name":
-        return e[1]
-    if kind == "const":
-        return json.dumps(e[1]) if isinstance(e[1], str) else repr(e[1])
-    if kind == "list":
-        return "[" + ", ".join(show(x) for x in e[1]) + "]"
-    if kind in ("or", "any", "all"):
-        return f"({show(e[1])} {'and' if kind == 'all' else 'or'} {show(e[2])})"
-    if kind in ("not", "neg"):
-        return ("not " if kind == "not" else "-") + show(e[1])
-    if kind in ("op", "cmp"):
-        return f"{show(e[2])} {e[1]} {show(e[3])}"
-    if kind == "if":
-        return f"({show(e[2])} if {show(e[1])} else {show(e[3])})"
-    return "match(" + show(e[1]) + ", " + ", ".join(f"{c}={r!r}" for c, r in e[2]) + ")"
-
+# ----------------------------------------------------------------------------- reading `config hf:`
 
 def _section(module, where: str) -> dict:
     section = getattr(module, "CHECKPOINTS", {}).get("hf", {})
@@ -196,41 +92,28 @@ def _section(module, where: str) -> dict:
 def config_from_hf(module, hf: dict, where: str = "config.json"):
     """The spec's Config for a transformers config.json (a dict), through its `config hf:` section;
     PretrainedError names each setting the spec cannot honour."""
-    mapping = _section(module, where)["config"]
+    section = _section(module, where)["config"]
     where = f"{where} (for {_spec_name(module)})"
     fields: dict = {}
-    ev = _Eval(hf, fields, where)
-    for field, source in mapping["reads"].items():
-        fields[field] = ev(source)
+    ev = ConfigEval(hf, fields, where, PretrainedError)
+    for field, source in section["reads"].items():
+        fields[field] = ev.value(source)
     try:
         config = module.Config(**fields)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError) as err:
         raise PretrainedError(f"{where}: config.json gives a Config the spec refuses ("
                               + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + f"): {err}") from None
     ev.names = config
     problems = []
-    for test, message in mapping["asserts"]:
-        if not ev(test):
+    for test, message in section["asserts"]:
+        if not ev.value(test):
             why = f" ({message})" if message else ""
-            problems.append(f"{_settings(ev, test)}: the spec requires `{show(test)}`{why}")
-    problems += [f"{key} = {json.dumps(value)}: the spec does not map it" for key, value in
-                 _unknown(hf, ev.used | set(mapping["ignore"]))]
+            problems.append(f"{ev.settings(test)}: the spec requires `{show(test)}`{why}")
+    problems += [f"{key} = {json.dumps(value)}: the spec does not map it"
+                 for key, value in unknown_keys(hf, section_keys(section))]
     if problems:
         raise PretrainedError(f"{where}: settings the spec cannot honour:\n  " + "\n  ".join(problems))
     return config
-
-
-def _unknown(hf: dict, known: set, prefix: str = "") -> list:
-    """(key, value) for each setting of config.json that no key in `known` covers: a key is covered
-    by itself or an enclosing object; an object some of whose keys are known is looked into."""
-    out = []
-    for key, value in hf.items():
-        path = prefix + key
-        if path in known:
-            continue
-        inner = isinstance(value, dict) and any(k.startswith(path + ".") for k in known)
-        out += _unknown(value, known, path + ".") if inner else [(path, value)]
-    return out
 
 
 def _spec_name(module) -> str:
@@ -254,86 +137,129 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
     config_file = folder / CONFIG_FILE
     if not config_file.is_file():
         raise FileNotFoundError(f"{folder} is not a save_pretrained folder: it has no {CONFIG_FILE}")
+    dtype, device = _dtype(dtype), _device(device)
     try:
         hf = json.loads(config_file.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise PretrainedError(f"{config_file} is not JSON ({err})") from None
+    except (ValueError, RecursionError) as err:
+        raise PretrainedError(f"{config_file} is not JSON ({type(err).__name__}: {err})") from None
+    except OSError as err:
+        raise PretrainedError(f"cannot read {config_file}: {err.strerror or err}") from None
     if not isinstance(hf, dict):
         raise PretrainedError(f"{config_file} holds a {type(hf).__name__}, not a JSON object")
     module = load(spec if spec is not None else _spec_for(hf.get("model_type"), folder, hf.get("architectures")))
     config = config_from_hf(module, hf, str(config_file))
-    with torch.device("meta"):
-        model = module.Model(config)
-    model.to(dtype or torch.float32)
-    model.to_empty(device=device if device is not None else "cpu")
+    try:
+        _check_layers(module, config, folder, str(config_file))
+        with torch.device("meta"):  # built without memory, and checked against the checkpoint before any
+            model = module.Model(config)
+        interop.check_checkpoint(model, folder, "hf")
+    except (ValueError, FileNotFoundError) as err:
+        if isinstance(err, (PretrainedError, interop.CheckpointError)):
+            raise
+        raise PretrainedError(f"{folder}: {err}") from None
+    model.to(dtype)
+    model.to_empty(device=device)
     if getattr(module, "RECOMPUTED_BUFFERS", ()):
         model.reset_parameters()  # the buffers the config decides; the checkpoint gives the rest
     interop.load_checkpoint(model, folder, "hf")
+    model._hf_config = hf  # save_pretrained writes back what it read, and keeps what the spec lists as harmless
     return model.eval()
+
+
+def _dtype(dtype) -> torch.dtype:
+    """from_pretrained's `dtype=`: a floating-point torch.dtype or its name ("bfloat16"); float32 by default."""
+    if dtype is None:
+        return torch.float32
+    named = getattr(torch, dtype.removeprefix("torch."), None) if isinstance(dtype, str) else dtype
+    if not isinstance(named, torch.dtype) or not named.is_floating_point:
+        raise PretrainedError(f"from_pretrained: dtype= must be a floating-point torch.dtype (torch.float32, "
+                              f"torch.bfloat16, ...) or its name, got {dtype!r}")
+    return named
+
+
+def _device(device) -> torch.device:
+    """from_pretrained's `device=`: one this torch has (the CPU by default)."""
+    try:
+        where = torch.device(device if device is not None else "cpu")
+    except (RuntimeError, TypeError, ValueError):
+        raise PretrainedError(f"from_pretrained: device= must name a device (\"cpu\", \"cuda\", \"cuda:1\"), "
+                              f"got {device!r}") from None
+    count = {"cpu": 1, "meta": 1, "cuda": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+             "mps": int(torch.backends.mps.is_available())}.get(where.type)
+    if count is None or (where.index or 0) >= count:
+        raise PretrainedError(f"from_pretrained: device={device!r} is not here (this torch sees "
+                              f"{count or 0} {where.type} device(s))")
+    return where
+
+
+def _check_layers(module, config, folder: Path, where: str) -> None:
+    """Each layer loop's last layer is in the checkpoint (some weight of it, by any of its keys),
+    before any layer is built: a config asking for 20,000 layers against weights of 2 is refused at
+    once, not after building them. (A weight the config turns off is not told apart here: one
+    present weight of the loop's last layer suffices.)"""
+    params = module.CHECKPOINTS["hf"]["params"]
+    loops: dict = {}  # the loop's module list -> (layer count, the keys of its last layer's weights)
+    for name, (key, _, layers) in module.spec_parameters(config).items():
+        numbers = interop.layer_numbers(layers) if layers is not None and name in params else ()
+        if numbers:
+            count, keys = loops.setdefault(key.split(".{l}.")[0], (len(numbers), []))
+            keys += source_keys(params[name], numbers[-1], config)
+    with interop._open_checkpoint(folder) as tensors:
+        for loop, (count, keys) in loops.items():
+            if keys and not any(key in tensors for key in keys):
+                raise PretrainedError(f"{where}: the config gives `{loop}` {count} layers, but the checkpoint has "
+                                      f"no `{keys[0]}` (nor any other weight of layer {count - 1}): config.json "
+                                      "does not describe these weights")
 
 
 # ----------------------------------------------------------------------------- save_pretrained
 
 def config_to_hf(model: torch.nn.Module) -> dict:
-    """The transformers config.json for the model's Config: the inverse of the `config hf:`
-    section. Each field read from a key (`f <- hf.k`, with `or` defaults, or through `match`) is
-    written to that key; each `assert hf.k == value` writes the value (but null, which reads as
-    an absent key); `hf.k <- value` entries are written as they say, after the fields (a None
-    value leaves the key out). Reading the result back must give the same Config (checked)."""
+    """The transformers config.json for the model's Config: the inverse of the `config hf:` section,
+    over the config.json the model was loaded from (`model._hf_config`, which from_pretrained keeps),
+    so that the keys the spec lists as harmless (`_ <-`: token ids, generation settings) keep their
+    values. Each field read from a key (`f <- hf.k`, with `or` defaults, or through `match`) is
+    written to that key; a field computed from other fields only is not written (reading back
+    computes it again); each `assert hf.k == value` writes the value (but null, which reads as
+    absent); `hf.k <- value` entries are written as they say, last (a None value leaves the key
+    out). A read or an assert that the kept config.json already satisfies is left as it is, so a
+    loaded model writes back the file it came from, key for key. Reading the result back must give
+    the same Config (checked)."""
     module = interop._module_of(model)
     where = f"save_pretrained({_spec_name(module)})"
-    mapping = _section(module, where)["config"]
+    section = _section(module, where)["config"]
     config = model.config
-    ev = _Eval({}, config, where)
-    out: dict = {}
-    for field, source in mapping["reads"].items():
-        if not _invert(source, getattr(config, field), out):
-            raise PretrainedError(f"{where}: `{field} <- {show(source)}` cannot be written back: read it from a key "
-                                  "(`hf.key`, with `or` defaults, or through match(...))")
-    for test, _ in mapping["asserts"]:
-        if test[:2] == ("cmp", "==") and not _keys(test[3]) and ev(test[3]) is not None:  # null: as if absent
-            _invert(test[2], ev(test[3]), out)
-    for key, value in mapping["writes"].items():
-        _put(out, key, ev(value))  # None leaves the key out (a null reads as absent)
-    out.setdefault("dtype", str(next(iter(model.parameters())).dtype).removeprefix("torch."))
+    ev = ConfigEval({}, config, where, PretrainedError)
+    kept = getattr(model, "_hf_config", None)
+    out: dict = json.loads(json.dumps(kept)) if isinstance(kept, dict) else {}
+    kept_ev = ConfigEval(out, config, where, PretrainedError)
+    for field, source in section["reads"].items():
+        value = getattr(config, field)
+        if _gives(kept_ev, source, value):
+            continue  # what was read still reads as this value: keep it as it was written
+        if not invert(source, value, out) and written_key(source) is not None:
+            raise PretrainedError(f"{where}: no value of `{show(source)}` gives {field} = {value!r}")
+    for test, _ in section["asserts"]:
+        if (test[:2] == ("cmp", "==") and not config_keys(test[3]) and ev.value(test[3]) is not None
+                and not _gives(kept_ev, test, True)):
+            invert(test[2], ev.value(test[3]), out)  # null: as if absent
+    for key, value in section["writes"].items():
+        put(out, key, ev.value(value))  # None leaves the key out (a null reads as absent)
+    if "dtype" in section_keys(section):  # what transformers loads it in, where the spec reads the key
+        out["dtype"] = str(next(iter(model.parameters())).dtype).removeprefix("torch.")
     back = config_from_hf(module, out, where)
     if back != config:
         raise PretrainedError(f"{where}: the config.json written back reads as {back}, not {config}")
     return out
 
 
-def _invert(source, value, out: dict) -> bool:
-    """Write `value` where `source` reads it from (its first key); False where it cannot."""
-    kind = source[0]
-    if kind == "key":
-        _put(out, source[1], value)
-        return True
-    if kind == "or":
-        return _invert(source[1], value, out)
-    if kind == "match":
-        case = next((c for c, result in source[2] if result == value and type(result) is type(value)), _ABSENT)
-        return case is not _ABSENT and _invert(source[1], case, out)
-    return False
-
-
-def _put(out: dict, key: str, value) -> None:
-    """out[key] = value, `key` going into nested objects; a None value removes the key instead
-    (and the objects it leaves empty)."""
-    *outer, last = key.split(".")
-    if value is None:
-        path = [out]
-        for part in outer:
-            if not isinstance(path[-1].get(part), dict):
-                return
-            path.append(path[-1][part])
-        path[-1].pop(last, None)
-        for parent, part in zip(reversed(path[:-1]), reversed(outer)):
-            if not parent[part]:
-                del parent[part]
-        return
-    for part in outer:
-        out = out.setdefault(part, {})
-    out[last] = value
+def _gives(ev: ConfigEval, source, value) -> bool:
+    """Whether `source` already reads as `value` (of the same type) from the config being written."""
+    try:
+        got = ev(source)
+    except PretrainedError:
+        return False
+    return type(got) is type(value) and got == value
 
 
 def hf_state_dict(model: torch.nn.Module) -> dict:
@@ -351,41 +277,64 @@ def hf_state_dict(model: torch.nn.Module) -> dict:
             continue  # the config decides it: no checkpoint holds it
         source = params[name]
         if layers_of[name] is None:
-            _unmap(source, tensor, None, out, parts, config)
+            unmap_tensor(source, tensor, None, out, parts, config)
         for i, layer in enumerate(interop.layer_numbers(layers_of[name]) if layers_of[name] is not None else ()):
-            _unmap(source, tensor[i], layer, out, parts, config)  # the i-th layer that has it
+            unmap_tensor(source, tensor[i], layer, out, parts, config)  # the i-th layer that has it
     for (inner, layer, n, axis), pieces in parts.items():
         if len(pieces) != n:
             raise PretrainedError(f"save_pretrained: only parts {sorted(pieces)} of {n} of `{show(inner)}` are mapped")
-        _unmap(inner, torch.cat([pieces[i] for i in range(n)], dim=axis), layer, out, parts, config)
+        unmap_tensor(inner, torch.cat([pieces[i] for i in range(n)], dim=axis), layer, out, parts, config)
     return out
-
-
-def _unmap(source, tensor, layer, out: dict, parts: dict, config=None) -> None:
-    kind = source[0]
-    if kind == "key":
-        out[key_of(source, layer, config)] = tensor
-    elif kind == "T":
-        _unmap(source[1], tensor.transpose(-1, -2), layer, out, parts, config)
-    elif kind == "or":
-        _unmap(source[1], tensor, layer, out, parts, config)
-    elif kind == "experts":  # one key per expert
-        for e in range(tensor.shape[0]):
-            _unmap(interop._for_expert(source[1], e), tensor[e], layer, out, parts, config)
-    elif kind == "split":
-        _, inner, n, axis, index = source
-        parts.setdefault((inner, layer, n, axis), {})[index] = tensor
-    else:
-        raise ValueError(f"unknown checkpoint expression {kind!r}")
 
 
 def save_pretrained(model: torch.nn.Module, folder) -> Path:
     """Write the model as transformers' `save_pretrained` does: config.json (`config_to_hf`) and
     model.safetensors in the `checkpoint hf:` names (`hf_state_dict`), which transformers'
-    `from_pretrained` (and `snf.from_pretrained`) load."""
+    `from_pretrained` (and `snf.from_pretrained`) load.
+
+    Into an existing folder without losing it: both files are written beside their final names
+    first, and renamed over them weights first, config.json last, so that a save that fails or is
+    interrupted while writing leaves the folder as it was. A shard index left by an earlier save
+    (which loaders prefer to model.safetensors) is removed with the shards it lists."""
     config = config_to_hf(model)
+    weights = hf_state_dict(model)
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    interop.write_safetensors(hf_state_dict(model), folder / "model.safetensors", {"format": "pt"})
+    if folder.exists() and not folder.is_dir():
+        raise PretrainedError(f"save_pretrained: {folder} is a file; it must name a folder")
+    staged = {folder / f".{name}.partial": folder / name for name in ("model.safetensors", CONFIG_FILE)}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        weights_tmp, config_tmp = staged
+        interop.write_safetensors(weights, weights_tmp, {"format": "pt"})
+        config_tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        stale = _stale_shards(folder)
+        os.replace(weights_tmp, staged[weights_tmp])
+        for path in stale:
+            path.unlink(missing_ok=True)
+        os.replace(config_tmp, staged[config_tmp])
+    except BaseException as err:
+        for path in staged:
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise PretrainedError(f"save_pretrained: cannot write {getattr(err, 'filename', None) or folder}: "
+                                  f"{err.strerror or err}; the folder is as it was") from None
+        raise
     return folder
+
+
+def _stale_shards(folder: Path) -> list[Path]:
+    """The shard indexes in `folder` and the shard files they list (in the folder), which would
+    shadow or outlive a new model.safetensors."""
+    stale = []
+    for index in (interop._SAFETENSORS_INDEX, interop._TORCH_INDEX):
+        if not (folder / index).is_file():
+            continue
+        try:
+            files = set(json.loads((folder / index).read_text(encoding="utf-8"))["weight_map"].values())
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            files = set()
+        stale += [folder / name for name in sorted(f for f in files if isinstance(f, str))
+                  if Path(name).name == name and name not in ("model.safetensors", CONFIG_FILE)]
+        stale.append(folder / index)
+    return stale

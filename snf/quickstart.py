@@ -1,8 +1,9 @@
-"""The quickstart: every spec in specs/, trained briefly on a task that fits it, then measured.
+"""The quickstart: the specs in specs/ on the default path, a few of them (SHOWN) trained briefly on a
+task that fits each, then measured; `--all` trains every one.
 
 Run from the repository root after `snfc compile specs/*.snf` (scripts/demo.sh does both):
 
-    python -m snf.quickstart [--steps N]
+    python -m snf.quickstart [--steps N] [--all]
 
 The tasks read this repository's own text (README, docs, specs); nothing is downloaded.
 
@@ -13,8 +14,9 @@ The tasks read this repository's own text (README, docs, specs); nothing is down
   rather than character logits is read out through a linear layer the demo adds.
 - TinyTransformer has no positions, so it gets a task that needs none: every position predicts
   the largest token of its sequence.
-- A spec with no entry in DEMO still gets a line: it is built at its defaults on the meta device
-  (no memory used) and run forward there once, which gives its parameter count and output shapes.
+- A spec not trained (not in SHOWN without `--all`, or with no entry in DEMO) still gets a line: it is
+  built at its defaults on the meta device (no memory used) and run forward there once, which gives
+  its parameter count and output shapes.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import dataclasses
 import importlib
 import inspect
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -34,10 +35,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-EAGER = ("eager (SNF_COMPILE=0): for models this small, torch.compile costs tens of seconds per model and\n"
-         "  saves little per step. Generated modules compile by default; `SNF_COMPILE=1 bash scripts/demo.sh`\n"
-         "  runs this demo compiled.")
-COMPILED = "compiled (SNF_COMPILE=1): each model's first steps wait for torch.compile."
+MODES = {
+    "auto": "the default path: a unit compiles where the time it saves beats what compiling costs; at these sizes\n"
+            "  on a CPU nothing does, so nothing waits for torch.compile (`SNF_COMPILE=1` compiles anyway).",
+    "always": "compiled (SNF_COMPILE=1): each model's first steps and decode steps wait for torch.compile.",
+    "never": "eager (SNF_COMPILE=0): nothing compiles.",
+}
+# the specs trained by default, one of each kind: a causal language model, an encoder, a mixture of
+# experts; `--all` trains every spec
+SHOWN = ("nanogpt", "bert", "mixtral")
 
 ROOT = Path.cwd()
 ALPHABET = "\n" + "".join(map(chr, range(32, 127)))  # the characters the text tasks keep
@@ -381,8 +387,9 @@ def _on_meta(model) -> str:
     return ", ".join(f"{k} {list(v.shape)}" for k, v in out._asdict().items() if v is not None)
 
 
-def run_spec(spec: Path, steps: int | None = None) -> str:
-    """Prints one spec's section; returns its line of the summary."""
+def run_spec(spec: Path, steps: int | None = None, train: bool = True) -> str:
+    """Prints one spec's section; returns its line of the summary. Without `train`, the section is its
+    import, its size at its defaults and one forward on the meta device."""
     from .cli import module_name  # the module `snfc compile` wrote for it (`my-model.snf` -> my_model)
     name = module_name(spec)
     print(f"\n== {name} ({spec.as_posix()}): importing generated/{name}.py and building it at its defaults "
@@ -392,11 +399,13 @@ def run_spec(spec: Path, steps: int | None = None) -> str:
     defaults = _count(at_defaults.parameters()) if at_defaults is not None else "?"
     demo = DEMO.get(name)
     print(f"  {defaults} parameters at its defaults" if at_defaults is not None else "  its Config has no defaults")
-    if demo is None:
+    if demo is None or not train:
         what = (f"run forward once at its defaults on the meta device (no memory used), on token ids [2, 8]: "
                 f"{_on_meta(at_defaults)}" if at_defaults is not None else "nothing to build")
-        print(f"  no demo config in snf/quickstart.py's DEMO: {what}")
-        return f"not trained: no demo config ({defaults} parameters at its defaults)"
+        why = "no demo config in snf/quickstart.py's DEMO" if demo is None else "not trained in this run (--all)"
+        print(f"  {why}: {what}")
+        return (f"not trained: {'no demo config' if demo is None else 'see --all'} ({defaults} parameters at its "
+                "defaults)")
     if steps is not None:
         demo = dataclasses.replace(demo, steps=steps)
     torch.manual_seed(0)
@@ -411,8 +420,9 @@ def run_spec(spec: Path, steps: int | None = None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snf.quickstart", description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, help="training steps per spec (default: each spec's own)")
+    parser.add_argument("--all", action="store_true", help=f"train every spec (default: {', '.join(SHOWN)}; the "
+                                                           "others are imported and run once on the meta device)")
     args = parser.parse_args(argv)
-    os.environ.setdefault("SNF_COMPILE", "0")  # eager unless the caller asks: see EAGER
     start = time.perf_counter()
     # Models this small gain little from a second thread, and lose much on a busy machine.
     torch.set_num_threads(1)
@@ -420,13 +430,16 @@ def main(argv: list[str] | None = None) -> int:
     if not specs:
         print(f"no specs in {ROOT / 'specs'}: run from the repository root", file=sys.stderr)
         return 1
-    print(f"snfc quickstart: the {len(specs)} specs in specs/, compiled to generated/, each trained briefly "
-          f"(torch {torch.__version__}, 1 thread)")
-    print("mode: " + (EAGER if os.environ["SNF_COMPILE"] == "0" else COMPILED))
+    trained = [s.stem for s in specs] if args.all else [s.stem for s in specs if s.stem in SHOWN]
+    print(f"snfc quickstart: the {len(specs)} specs in specs/, compiled to generated/; {len(trained)} trained "
+          f"briefly ({', '.join(trained)}{'' if args.all else '; --all trains every one'}; torch "
+          f"{torch.__version__}, 1 thread)")
+    from .runtime.compiling import _compile_mode
+    print("mode: " + MODES[_compile_mode()])
     summary, failed = [], 0
     for spec in specs:
         try:
-            line = run_spec(spec.relative_to(ROOT), args.steps)
+            line = run_spec(spec.relative_to(ROOT), args.steps, spec.stem in trained)
         except Exception as err:  # one spec's failure must not hide the others
             failed += 1
             line = f"FAILED: {type(err).__name__}: {err}"

@@ -74,7 +74,9 @@ def test_bench_check_runs(capsys):
     assert bench_check.main(["--runs", "1", "--warmup", "0"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^snfc check specs/: \d+ specs, \d+ lines; budget ", out, re.M), out
-    assert re.search(r"^\| this \(.+\) \| [\d.]+ \| [\d.]+ \| [\d.]+ \| (yes|no) \|$", out, re.M), out
+    rows = re.findall(r"^\| this \(.+\) \| (.+) \| [\d.]+ \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| (?:yes|no) \|$", out, re.M)
+    assert rows[0][0] == "specs/" and rows[1:] == [("qwen3_moe at 1000 x 1024", "0.300"),
+                                                   ("qwen3_moe at 2 x 4", "0.300")], out
 
 
 def test_bench_moe_runs(capsys):
@@ -83,3 +85,28 @@ def test_bench_moe_runs(capsys):
     rows = re.findall(r"^\| (prefill|decode)[^|]*\| (sparse|dense|hf) +\| ([\d.]+) +\|", capsys.readouterr().out, re.M)
     assert [(case, who) for case, who, _ in rows] == [(c, w) for c in ("prefill", "decode") for w in ("sparse", "dense", "hf")]
     assert all(float(ms) > 0 for *_, ms in rows)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not __import__("torch").cuda.is_available(), reason="the GPU rows: needs a CUDA device"))])
+def test_bench_first_runs(capsys, device):
+    """Each contender in a process of its own; the default path with an empty cache compiles nothing
+    at this size, so the row is as quick as eager's."""
+    from benchmarks import bench_first
+    assert bench_first.main(["--configs", "nanogpt-2x64", "--contenders", "default-cold", "hf",
+                             "--tokens", "3", "--steps", "2", "--device", device]) == 0
+    rows = re.findall(r"^\| nanogpt-2x64 \| ([\w-]+) \| (.+) \|$", capsys.readouterr().out, re.M)
+    assert [who for who, _ in rows] == ["default-cold", "hf"]
+    for who, cells in rows:
+        first, some, all_, vs_eager, step1, steps, steps_vs, compiled = cells.split(" | ")
+        assert 0 < float(first) <= float(some) <= float(all_) and 0 < float(step1) <= float(steps)
+        assert compiled == ("-" if who == "hf" else "0 + 0")  # nothing pays at this size
+
+
+@pytest.mark.slow
+def test_bench_tiering_runs(capsys):
+    from benchmarks import bench_tiering
+    assert bench_tiering.main(["--model", "2x64", "--steps", "8"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^\| compile behind \(bucket 128\) \| [\d.]+ s \(\d+ eager tokens meanwhile\) \|$", out, re.M), out
+    assert len(re.findall(r"^\| (32|128|512|2048) \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", out, re.M)) == 4, out

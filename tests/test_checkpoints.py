@@ -216,7 +216,7 @@ def gpt2_file(tmp_path):
     (lambda sd: sd.pop("transformer.h.1.ln_2.bias"), "missing", ["transformer.h.1.ln_2.bias"]),
     (lambda sd: sd.update({"transformer.h.0.extra": torch.zeros(3)}), "unexpected", ["transformer.h.0.extra"]),
     (lambda sd: sd.update({"transformer.wpe.weight": torch.zeros(8, 48)}), "mismatched",
-     [("position_embedding", (16, 48), (8, 48))]),
+     [("transformer.wpe.weight (for position_embedding)", (16, 48), (8, 48))]),
 ], ids=["missing", "extra", "shape"])
 def test_a_file_that_does_not_fit_is_refused_before_loading(gpt2_file, edit, attribute, expected):
     path = gpt2_file(edit)

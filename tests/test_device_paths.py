@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from conftest import REPO, fresh_module
-from snf.runtime import helpers
+from snf.runtime import compiling, helpers
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 SMALL = dict(vocab_size=61, block_size=32, n_layer=2, n_head=2, n_embd=32)
@@ -50,7 +50,7 @@ def test_the_decode_step_compiles_as_a_cuda_graph_on_cuda_only(monkeypatch):
     assert cuda["mode"] == "reduce-overhead" and cuda["options"] is None and cuda["dynamic"] is False
 
 
-def test_cache_buffers_are_kept_and_static_on_cuda_and_fresh_on_the_cpu():
+def test_cache_buffers_are_kept_on_cuda_and_fresh_on_the_cpu():
     mod = _module(tag="_buffers")
     owner = torch.nn.Linear(1, 1)
     cpu = torch.randn(2, 1, 3, 2, 4)  # [n_layer, B, T, H, head_dim], 3 slots filled
@@ -62,8 +62,22 @@ def test_cache_buffers_are_kept_and_static_on_cuda_and_fresh_on_the_cpu():
             return helpers._decode_buffers(owner, "past_keys", 2, (batch, 8, 2, 4), torch.bfloat16, torch.device("cuda"))
         first, second, other = buffers(1), buffers(1), buffers(2)
     assert first[0] is second[0] and first[0].dtype == torch.bfloat16 and first[0].is_cuda
-    assert all(getattr(b, "_dynamo_static_input_type", None) for b in first)  # torch._dynamo.mark_static_address
     assert other[0] is not first[0] and other[0].shape == (2, 8, 2, 4)  # another batch: new buffers
+
+
+def test_a_compiled_decode_step_marks_the_batch_dynamic_above_one_and_cuda_buffers_static():
+    """compiling._ready_for_decode, before a compiled step (an eager one marks nothing, so the eager
+    path never imports torch._dynamo): one graph for every batch above 1; on CUDA, where the step is
+    a CUDA graph, the cache buffers at fixed addresses, as transformers' StaticCache marks them."""
+    cpu = [torch.zeros(2, 8, 2, 4) for _ in range(2)]
+    one = [torch.zeros(1, 8, 2, 4)]
+    compiling._ready_for_decode((None, torch.zeros(2, 1, dtype=torch.long)), {"past_keys": cpu, "past_values": one})
+    assert all(0 in b._dynamo_dynamic_indices for b in cpu) and not hasattr(one[0], "_dynamo_dynamic_indices")
+    assert not hasattr(cpu[0], "_dynamo_static_input_type")
+    with FakeTensorMode():
+        cuda = [torch.zeros(1, 8, 2, 4, device="cuda") for _ in range(2)]
+        compiling._ready_for_decode((None, torch.zeros(1, 1, dtype=torch.long, device="cuda")), {"past_keys": cuda})
+    assert all(getattr(b, "_dynamo_static_input_type", None) for b in cuda)  # torch._dynamo.mark_static_address
 
 
 @pytest.mark.parametrize("name", ["nanogpt", "gpt_decoder"])

@@ -1,7 +1,7 @@
 """Every tool works on every spec `snfc check` approves (issue 18): `snfc stats` (text and JSON),
 `snfc graph`, `snfc ir` (and `--lowered`) and `snfc compile` exit 0, the module runs, the NumPy
-interpreter (`snf.interpret`) runs the same inputs to the same shapes, and `torch.export.export`
-exports the module.
+interpreter (`snf.interpret`) runs the same inputs to the same shapes (the fast tier), and
+`torch.export.export` exports the module (slow: test_every_model_exports).
 
 The specs: every one in specs/ (at a small config), hand-written ones with constructs the others
 lack (branches on the layer variable, a computed int sizing a parameter, a size that grows with
@@ -95,51 +95,75 @@ def _stats(path, config: dict, fields: set) -> None:
     raise AssertionError(f"stats kept asking for dims: {sets}")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", CASES)
-def test_every_tool_runs(name, tmp_path):
+def _model(name: str, tmp_path):
+    """The case compiled by `snfc compile` and imported: (its checked model, an instance at the small
+    config, the case's module name, a runner to make inputs with)."""
     text, small, hints = _case(name)
     path = write_spec(tmp_path, text, f"{name}.snf")
     result = analyze(Source.read(path))
     assert result.ok, [d.message for d in result.diagnostics if d.severity == "error"]
     m = result.model
     config = {c.name: small[c.name] for c in m.config if c.name in small}
-    for args in (["check", "-v"], ["ir"], ["ir", "--lowered"], ["graph"]):
-        rc, _, err = snfc(*args, str(path))
-        assert rc == 0, (args, err)
-    _stats(path, config, {c.name for c in m.config})
     out = tmp_path / f"every_{name}.py"
     rc, _, err = snfc("compile", str(path), "-o", str(out), "-q")
     assert rc == 0, err
     module = fresh_module(out, f"every_{name}")
+    torch.manual_seed(0)
+    model = module.Model(**config).eval()
+    run = runner.Runner(text, hints, np.random.default_rng(0))
+    run.m, run.values = m, {c.name: getattr(model.config, c.name) for c in m.config}
+    return m, model, path, config, run
+
+
+def _inputs(m, run):
+    """(every optional input given?, the inputs) for the optional inputs all left out and all given,
+    where the spec accepts the sizes drawn."""
+    for present_all in (False, True):
+        present = {i.name: present_all for i in m.inputs if i.optional}
+        env = run.env_for(present, run.sample_dims())
+        if runner.broken_checks(m, env, given={n for n, p in present.items() if p}) or \
+                run.negative_sizes(env, present):
+            continue
+        inputs, _ = run.make_inputs(env, present)
+        yield present_all, inputs
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_every_tool_runs(name, tmp_path):
+    m, model, path, config, run = _model(name, tmp_path)
     try:
-        torch.manual_seed(0)
-        model = module.Model(**config).eval()
-        values = {c.name: getattr(model.config, c.name) for c in m.config}
-        run = runner.Runner(text, hints, np.random.default_rng(0))
-        run.m, run.values = m, values
-        for present_all in (False, True):
-            present = {i.name: present_all for i in m.inputs if i.optional}
-            env = run.env_for(present, run.sample_dims())
-            if runner.broken_checks(m, env, given={n for n, p in present.items() if p}) or \
-                    run.negative_sizes(env, present):
-                continue
-            inputs, _ = run.make_inputs(env, present)
+        for args in (["check", "-v"], ["ir"], ["ir", "--lowered"], ["graph"]):
+            rc, _, err = snfc(*args, str(path))
+            assert rc == 0, (args, err)
+        _stats(path, config, {c.name for c in m.config})
+        for _, inputs in _inputs(m, run):
             kwargs = {k: v for k, v in inputs.items() if v is not None}
             with torch.no_grad():
                 got = model(**kwargs)
             params = {k: v.detach().double().numpy() for k, v in spec_state(model).items()}
             wide = {k: None if v is None else v.double().numpy() if v.is_floating_point() else v.numpy()
                     for k, v in inputs.items()}
-            want = interpret(m, params, wide, values)
+            want = interpret(m, params, wide, run.values)
             got = {m.outputs[0].name: got} if len(m.outputs) == 1 else got._asdict()
             for o in m.outputs:
                 g, w = got[o.name], want[o.name]
                 assert (g is None) == (w is None), o.name
                 if g is not None:
                     assert tuple(g.shape) == np.shape(w), o.name
+    finally:
+        sys.modules.pop(f"every_{name}", None)
+
+
+@pytest.mark.slow  # about 1 s an export on a 2-core CPU
+@pytest.mark.parametrize("name", CASES)
+def test_every_model_exports(name, tmp_path):
+    """torch.export.export takes every case's module, with every optional input given (or with none,
+    where it has none); tests/test_export.py compares exported programs with eager."""
+    m, model, _, _, run = _model(name, tmp_path)
+    try:
+        for present_all, inputs in _inputs(m, run):
             if present_all or not any(i.optional for i in m.inputs):
-                exported = torch.export.export(model, (), kwargs)
+                exported = torch.export.export(model, (), {k: v for k, v in inputs.items() if v is not None})
                 assert exported.graph_module is not None
     finally:
         sys.modules.pop(f"every_{name}", None)

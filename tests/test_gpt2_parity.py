@@ -88,8 +88,8 @@ def test_wrong_shape_is_listed_and_nothing_is_copied(pair):
     with pytest.raises(CheckpointError) as info:
         load_state_dict(model, sd, "hf")
     msg = str(info.value)
-    assert "layers.1.mlp_fc.bias: expected shape [192], got [7]" in msg
-    assert info.value.mismatched == [("layers.1.mlp_fc.bias", (192,), (7,))]
+    assert "transformer.h.1.mlp.c_fc.bias (for layers.1.mlp_fc.bias): expected shape [192], got [7]" in msg
+    assert info.value.mismatched == [("transformer.h.1.mlp.c_fc.bias (for layers.1.mlp_fc.bias)", (192,), (7,))]
     assert _unchanged(model, before)
 
 
@@ -125,7 +125,7 @@ def test_all_problems_are_reported_together(pair):
         load_state_dict(model, sd, "hf")
     e = info.value
     assert "transformer.ln_f.bias" in e.missing and e.unexpected == ["surplus"]
-    assert [m[0] for m in e.mismatched] == ["position_embedding"]
+    assert [m[0] for m in e.mismatched] == ["transformer.wpe.weight (for position_embedding)"]
 
 
 def test_a_fused_part_of_the_wrong_shape_names_its_rows(pair):

@@ -145,7 +145,9 @@ def test_training_side_by_side_with_nanogpt_gives_the_same_losses(capsys):
 
 def test_a_nanogpt_train_py_checkpoint_loads(tmp_path):
     """train.py's ckpt.pt (the state dict under "model", with torch.compile's `_orig_mod.` prefixes,
-    beside model_args, the optimizer and the rest) loads through the spec's `checkpoint nanogpt:`."""
+    beside model_args, the optimizer and the rest) loads through the spec's `checkpoint nanogpt:`.
+    train.py saves best_val_loss as a 0-d tensor (the loss it estimated), so a tensor sits beside
+    the state dict: it is still found under "model"."""
     from snf.interop import load_checkpoint
     torch.manual_seed(1)
     ref = NanoGPT(**CONFIG).eval()
@@ -153,7 +155,7 @@ def test_a_nanogpt_train_py_checkpoint_loads(tmp_path):
         for p in ref.parameters():
             p.add_(0.1 * torch.randn_like(p))
     state = {f"_orig_mod.{k}": v for k, v in ref.state_dict().items()}
-    torch.save({"model": state, "model_args": dict(CONFIG), "iter_num": 5, "best_val_loss": 1.5,
+    torch.save({"model": state, "model_args": dict(CONFIG), "iter_num": 5, "best_val_loss": torch.tensor(1.5),
                 "optimizer": torch.optim.AdamW(ref.parameters()).state_dict(), "config": {"dataset": "x"}},
                tmp_path / "ckpt.pt")
     model = load_checkpoint(ng.Model(**CONFIG), tmp_path / "ckpt.pt", "nanogpt").eval()

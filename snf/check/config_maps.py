@@ -5,7 +5,8 @@ evaluates them."""
 from __future__ import annotations
 
 from .. import ir
-from ..checkpoints import ABOVE, MappingError, config_scope, encode_config
+from ..checkpoints import MappingError
+from ..config_mapping import ABOVE, config_keys, config_scope, encode_config, written_key
 from ..diagnostics import Related
 from ..source import Span
 
@@ -32,8 +33,11 @@ class ConfigMaps:
                              "with", entries[0].span, hint=f"add `checkpoint {fmt}:` mapping each parameter")
             read: dict[str, Span] = {}
             written: dict[str, Span] = {}
+            before = len(self.r.items)
             for e in entries:
                 self.config_entry(e, fields, names, read, written)
+            if not any(d.severity == "error" for d in self.r.items[before:]):
+                self.one_way_fields(fmt, entries, names)
             for f in fields.values():
                 if f.name not in read and f.default is ir.MISSING:
                     self.r.error("bad-config-map", f"`config {fmt}` does not map `{f.name}`, which has no default",
@@ -78,6 +82,36 @@ class ConfigMaps:
             read[e.target] = e.target_span
         elif e.kind == "write":
             written[e.target] = e.target_span
+
+    def one_way_fields(self, fmt: str, entries: list, names: tuple) -> None:
+        """save_pretrained writes each field back to the key it is read from. A field computed from
+        keys (`head_dim <- hf.hidden_size // hf.num_attention_heads`) is read one way only: it can be
+        written back where each key it reads is written by something else (a field read from that
+        key, an `assert hf.k == constant`, or `hf.k <- value`), and reading back computes it again.
+        A field computed from Config fields alone needs nothing written."""
+        written: set = set()
+        one_way, above = [], []
+        for e in entries:
+            if e.kind == "read" and e.target != "_":
+                source = encode_config(e.source, fmt, tuple(above), scope=ABOVE)
+                above.append(e.target)
+                if written_key(source) is not None:
+                    written.add(written_key(source))
+                elif config_keys(source):
+                    one_way.append((e, source))
+            elif e.kind == "write":
+                written.add(e.target.partition(".")[2])
+            elif e.kind == "assert":
+                test = encode_config(e.source, fmt, names)
+                if test[:3] == ("cmp", "==", test[2]) and test[2][0] == "key" and not config_keys(test[3]):
+                    written.add(test[2][1])
+        for e, source in one_way:
+            lost = [k for k in config_keys(source) if not any(k == w or k.startswith(w + ".") for w in written)]
+            if lost:
+                self.r.error("bad-config-map", f"`{e.target}` is computed from `{fmt}.{lost[0]}`, which nothing writes "
+                             "back, so save_pretrained could not write a config.json that reads as this Config",
+                             e.span, hint=f"read `{e.target}` straight from a key (`{e.target} <- {fmt}.key`, with `or` "
+                             f"defaults or match(...)), or write the key back: `{fmt}.{lost[0]} <- value`")
 
     def check_sources(self) -> None:
         """Each `checkpoint FMT:` section gives every parameter a source (a buffer the config decides

@@ -383,6 +383,8 @@ def _problem_text(key: str, problem: tuple, values: dict, per_expert: bool) -> s
         return f"the key `{key}` divides by zero at {where(problem[1])} (for the defaults)"
     if kind == "missing":  # a param without a default
         return f"the key `{key}` reads `{problem[1]}`, which has no default, so check cannot list its keys"
+    if kind == "unproved":  # key_proof says why: a field it cannot reason about, and too many keys to list
+        return f"check cannot prove the key `{key}` sound for the defaults: {problem[1]}"
     if kind == "negative":
         return f"the key `{key}` gives a negative number at {where(problem[1])} (for the defaults): {name(problem[1])}"
     return (f"the key `{key}` gives `{name(problem[2])}` at {where(problem[1])} and at {where(problem[2])} (for the "

@@ -215,20 +215,22 @@ class Facts:
         others = [(d, span, None) for (lo, hi, _), span in self.runtime_checks.items() for d in (lo, hi)]
         others += [(d, c.span, None) for c in self.constraints for d in (c.cond.num, c.cond.den)]
         seen: set = set()
-        for d, span, loop in [(d, span, loop) for (d, _), (span, loop, _) in dims.items()] + others:
-            for den in _divisors(d):
-                if den.value is not None or (den, loop is None) in seen:
-                    continue
-                seen.add((den, loop is None))
-                self.loops = [loop] if loop is not None else []
-                try:
-                    ok = self.need(Dim.const(1), "<=", den, span, f"the divisor {self.show_dim(den)} must be at least 1")
-                finally:
-                    self.loops = []
-                if not ok:
-                    self.r.error("bad-constraint", f"`{self.show_dim(den)}` divides a dim here, so it must be at "
-                                 f"least 1, but with the default config it is {self.at_defaults(den)}", span,
-                                 hint="change the defaults in `param:`, or the expression")
+        divisors = [(den, span, loop) for d, span, loop in [(d, span, loop) for (d, _), (span, loop, _) in dims.items()]
+                    + others for den in _divisors(d)]
+        divisors += [(c.cond.den, c.span, None) for c in self.constraints]  # `n % 0` is no answer either
+        for den, span, loop in divisors:
+            if den.value is not None or (den, loop is None) in seen:
+                continue
+            seen.add((den, loop is None))
+            self.loops = [loop] if loop is not None else []
+            try:
+                ok = self.need(Dim.const(1), "<=", den, span, f"the divisor {self.show_dim(den)} must be at least 1")
+            finally:
+                self.loops = []
+            if not ok:
+                self.r.error("bad-constraint", f"`{self.show_dim(den)}` divides a dim here, so it must be at "
+                             f"least 1, but with the default config it is {self.at_defaults(den)}", span,
+                             hint="change the defaults in `param:`, or the expression")
 
 
 def _divisors(d: Dim) -> list[Dim]:

@@ -10,7 +10,7 @@ from pathlib import PurePosixPath
 import jinja2
 
 from .. import ir, runtime
-from ..checkpoints import encode_config_section, encode_mapping, mapping_keys
+from ..config_mapping import encode_sections
 from ..dims import show_shape
 from ..names import FORWARD_RESERVED, Namespace
 from ..passes import Plans
@@ -340,19 +340,9 @@ class Generator:
     def checkpoint_rows(self) -> list[str]:
         """`CHECKPOINTS`: format -> 'params' (spec parameter -> its source), 'ignore' (keys the model
         does not need: tied copies) and, where the spec has a `config FMT:` section, 'config'."""
-        by_fmt: dict[str, dict] = {}
-        for e in self.model.mappings:
-            entry = by_fmt.setdefault(e.fmt, {"params": {}, "ignore": ()})
-            if e.name == "_":  # keys the checkpoint has but the model does not need (tied copies)
-                entry["ignore"] += tuple(mapping_keys(e.source))
-            else:
-                entry["params"][e.name] = encode_mapping(e.source, expert=e.expert_var is not None)
-        for fmt, entry in by_fmt.items():
-            if any(c.fmt == fmt for c in self.model.config_maps):
-                # 'reads' (Config field -> source, in order), 'asserts', 'writes', 'ignore'
-                entry["config"] = encode_config_section(self.model, fmt)
         # a format, and its 'params' and 'config', one entry a line
-        return [row for fmt, entry in by_fmt.items() for row in _data_rows(f"{fmt!r}: ", entry, open_levels=2)]
+        return [row for fmt, entry in encode_sections(self.model).items()
+                for row in _data_rows(f"{fmt!r}: ", entry, open_levels=2)]
 
 
 def _data_rows(head: str, value, indent: str = "", open_levels: int = 0) -> list[str]:

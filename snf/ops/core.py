@@ -14,7 +14,7 @@ import math
 from ..dims import Dim
 from ..ir import ScalarT, TensorT
 from .lazy_numpy import np
-from .registry import POSITIVE, PROBABILITY, OpDef, OpError, Param, Uses, registrar
+from .registry import NON_NEGATIVE, POSITIVE, PROBABILITY, OpDef, OpError, Param, Uses, registrar
 from .shapes import (FLOATS, INTS, axis_index, broadcast, product, rank_at_least, require_float, same_dtype,
                      slices_shape, stored)
 
@@ -144,7 +144,7 @@ def _np_layer_norm(x, weight=None, bias=None, eps=1e-5):
 register(OpDef(
     "layer_norm",
     (Param("x", "tensor"), Param("weight", "tensor?", None, role="norm_weight"),
-     Param("bias", "tensor?", None, role="bias"), Param("eps", "float", 1e-5)),
+     Param("bias", "tensor?", None, role="bias"), Param("eps", "float", 1e-5, within=NON_NEGATIVE)),
     lambda ctx, args: _norm_rule(ctx, args, True), numpy=_np_layer_norm,
     torch=lambda call: f"F.layer_norm({call.code('x')}, ({call.dim(call.ty('x').shape[-1])},), {call.code('weight')}, "
                     f"{call.code('bias')}, {call.code('eps')})",
@@ -158,7 +158,8 @@ def _np_rms_norm(x, weight=None, eps=1e-6):
 
 register(OpDef(
     "rms_norm",
-    (Param("x", "tensor"), Param("weight", "tensor?", None, role="norm_weight"), Param("eps", "float", 1e-6)),
+    (Param("x", "tensor"), Param("weight", "tensor?", None, role="norm_weight"),
+     Param("eps", "float", 1e-6, within=NON_NEGATIVE)),
     lambda ctx, args: _norm_rule(ctx, args, False), numpy=_np_rms_norm,
     torch=lambda call: f"F.rms_norm({call.code('x')}, ({call.dim(call.ty('x').shape[-1])},), {call.code('weight')}, "
                        f"{call.code('eps')})",

@@ -15,6 +15,7 @@ from typing import Any, Callable
 REQUIRED = object()
 PROBABILITY = (0.0, 1.0, False)  # Param.within of a dropout rate
 POSITIVE = (0.0, None, True)
+NON_NEGATIVE = (0.0, None, False)  # a norm's eps: 0 is allowed, a negative one can take a root of < 0
 
 # Argument kinds a signature may use:
 #   tensor      a tensor                      tensor?   a tensor or None (optional bias, mask)

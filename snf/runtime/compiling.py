@@ -12,8 +12,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
+import math
 import os
+import sys
+import tempfile
 import threading
+import time
 import warnings
 from typing import NamedTuple, Optional
 
@@ -37,11 +42,37 @@ def _check_fields(config) -> None:
                             f"{field.type}, got {value!r}")
 
 
-_EAGER = threading.local()  # `on` inside _eagerly()
+_EAGER = threading.local()  # `on` inside _eagerly(); `asked`: generate(compile=...) while it runs
+
+
+def _compile_mode() -> str:
+    """"never" (SNF_COMPILE=0, `compile=False`, or inside _eagerly), "always" (SNF_COMPILE=1, `compile=True`)
+    or "auto" (SNF_COMPILE unset: each unit compiles once it pays, _Payoff)."""
+    if getattr(_EAGER, "on", False):
+        return "never"
+    asked = getattr(_EAGER, "asked", None)
+    if asked is not None:
+        return "always" if asked else "never"
+    value = os.environ.get("SNF_COMPILE", "").strip().lower()
+    return "never" if value in ("0", "false", "off", "no") else "always" if value in ("1", "true", "on", "yes") \
+        else "auto"
 
 
 def _compile_enabled() -> bool:
-    return os.environ.get("SNF_COMPILE", "1") != "0" and not getattr(_EAGER, "on", False)
+    return _compile_mode() != "never"
+
+
+@contextlib.contextmanager
+def _compile_asked(asked: Optional[bool]):
+    """generate(compile=...): True compiles its decode step whatever it costs, False never compiles,
+    None leaves it to SNF_COMPILE."""
+    before = getattr(_EAGER, "asked", None)
+    if asked is not None:
+        _EAGER.asked = bool(asked)
+    try:
+        yield
+    finally:
+        _EAGER.asked = before
 
 
 @contextlib.contextmanager
@@ -154,45 +185,314 @@ def _has_empty(args: tuple, kwargs: dict) -> bool:
     return any(type(a) in _PLAIN and a.numel() == 0 for a in (*args, *kwargs.values()))
 
 
+# ------------------------------------------------------------------ when compiling pays
+# With SNF_COMPILE unset, a unit compiles for a shape once the time compiling saves beats what it
+# costs: (the eager calls of that shape so far + the calls known to be coming, such as the rest of a
+# decode loop in this cache bucket) x the seconds a compiled call saves, against the compile's
+# expected seconds. So a call never waits for a compile its own work cannot repay, and work that
+# recurs (chat turns, a training run) compiles once its eager calls would have paid for it.
+# What compiling saves is per-op overhead (Python, dispatch, kernel launches, unfused passes over
+# memory), which grows with the tensors a graph reads, not with its arithmetic; what it costs grows
+# with the graph too. The figures were measured by `benchmarks/bench_compile.py --decode` and
+# bench_compile.py's unit rows (benchmarks/README.md gives the tables); once a shape has compiled on
+# this machine, its _Record's figures replace them.
+
+
+class _Figures(NamedTuple):
+    cold_s: float  # a compile on an empty cache takes cold_s + per_tensor_s * tensors
+    per_tensor_s: float
+    saved_s: tuple  # what a compiled call (a training call: its whole step) saves per tensor, at batch 1 and more
+    floor: float  # and it takes at least this share of the eager call's time
+
+
+# by (device, unit, "train"/"eval"); a unit absent here never pays on that device (the CPU's forward
+# and training step measured no faster compiled, CUDA's per-block graphs slower)
+_FIGURES = {("cpu", "decode", "eval"): _Figures(10.0, 0.08, (20e-6, 4e-6), 0.3),
+            ("cuda", "decode", "eval"): _Figures(5.0, 0.05, (10e-6, 10e-6), 0.3),  # not measured yet
+            ("cuda", "model", "train"): _Figures(6.0, 0.1, (50e-6, 50e-6), 0.5),
+            ("cuda", "model", "eval"): _Figures(3.0, 0.05, (5e-6, 5e-6), 0.7)}
+_WARM = 0.25  # a compile whose artifacts torch's caches hold already, over a cold one
+_STEP = {"train": 3.0, "eval": 1.0}  # a training call's whole step (its backward about twice its forward)
+_ANNOUNCE_S = 2.0  # a compile that takes longer says what it waits for, once
+
+
+class _Seen:
+    """What one compiled function has seen of one shape (_signature) in this process, and what is
+    known of that shape before any call: its figures (None: compiling it never pays), the tensors its
+    graph reads, its batch, and this machine's _Record of it."""
+
+    __slots__ = ("eager_calls", "best_s", "compiled", "record", "figures", "tensors", "batch", "device", "mode")
+
+    def __init__(self, record: "_Record", figures: Optional[_Figures], tensors: int, batch: int, device: str,
+                 mode: str):
+        self.eager_calls, self.best_s, self.record = 0, math.inf, record
+        self.figures, self.tensors, self.batch, self.device, self.mode = figures, tensors, batch, device, mode
+        self.compiled = 0  # its calls compiled so far, counted to 2: the first compiles, the second only runs
+
+
+class _Record:
+    """What compiling one shape of one model cost on this machine, kept beside torch's inductor cache
+    (so it goes with it: an emptied cache is a cold one again): the compile's seconds, each time it
+    ran, and the fastest eager and compiled calls. A JSON file per shape; never required to exist."""
+
+    def __init__(self, key: str):
+        import hashlib
+        folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(),
+                                                                           f"torchinductor_{_user()}")
+        self.path = os.path.join(folder, "snf", hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                self.data = json.load(f)
+        except (OSError, ValueError):
+            self.data = {}
+
+    def saving(self) -> Optional[float]:
+        eager, compiled = self.data.get("eager_s"), self.data.get("compiled_s")
+        return max(0.0, eager - compiled) if eager and compiled else None
+
+    def cost(self) -> Optional[float]:
+        """The next compile's expected seconds: the last one's once it ran warm, else the cold one's share."""
+        times = self.data.get("compile_s") or []
+        return None if not times else times[-1] if len(times) > 1 else times[0] * _WARM
+
+    def note(self, **values) -> None:
+        for name, value in values.items():
+            if name == "compile_s":
+                self.data["compile_s"] = (self.data.get("compile_s") or [])[-4:] + [value]
+            else:
+                self.data[name] = min(value, self.data.get(name) or math.inf)
+        try:  # best effort: a read-only or full disk only loses the record
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            temp = f"{self.path}.{os.getpid()}.tmp"
+            with open(temp, "w", encoding="utf-8") as f:
+                json.dump(self.data, f)
+            os.replace(temp, self.path)
+        except OSError:
+            pass
+
+
+def _user() -> str:
+    """The user name in torch's default inductor cache folder (torch._inductor.runtime.cache_dir_utils)."""
+    import getpass
+    import re
+    try:
+        name = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        name = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
+    return re.sub(r'[\\/:*?"<>|]', "_", name)
+
+
+def _signature(args: tuple, kwargs: dict, dims: str) -> tuple:
+    """What tells one compiled graph from another, as far as the call shows it: each tensor's dtype and
+    shape, where symbolic sizes (`dims` "all"; "batch": only the batch axis) count only as 0, 1 or more,
+    and the other arguments' values. The module (args[0]) adds its mode and its decode step's slots."""
+    def of(v):
+        if isinstance(v, torch.Tensor):
+            shape = tuple(v.shape)
+            if dims == "all":
+                shape = tuple(min(n, 2) for n in shape)
+            elif dims == "batch" and shape:
+                shape = (min(shape[0], 2),) + shape[1:]
+            return (v.dtype, shape)
+        if isinstance(v, (list, tuple)):
+            return tuple(of(x) for x in v)
+        if isinstance(v, nn.Module):  # its mode, and in a decode step the cache slots read (a graph each)
+            state = getattr(v, "_decode_state", None)
+            return v.training, state.length if isinstance(state, _DecodeState) else None
+        return min(v, 2) if dims == "all" and type(v) is int else v if isinstance(v, (int, float, str, bool)) \
+            else type(v).__name__
+    return tuple(of(a) for a in args) + tuple((k, of(v)) for k, v in kwargs.items())
+
+
+def _size(module) -> int:
+    """The parameter and buffer tensors a unit's graph reads: what its compile time grows with."""
+    return sum(1 for _ in module.parameters()) + sum(1 for _ in module.buffers()) if isinstance(module, nn.Module) \
+        else 1
+
+
+def _named(fn, args: tuple, kwargs: dict, unit: str, dims: str) -> str:
+    """The unit and shape a compile is for, as its wait message names them."""
+    owner = args[0] if args and isinstance(args[0], nn.Module) else None
+    spec = getattr(sys.modules.get(fn.__module__), "SPEC", {}).get("path", fn.__module__)
+    first = next((a for a in (*args[1:], *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+    if unit == "decode":
+        state = getattr(owner, "_decode_state", None)
+        slots = f", {state.length} cache slots read" if isinstance(state, _DecodeState) else ""
+        return f"the decode step of {spec}'s generate (batch {first.size(0) if first is not None else '?'}{slots})"
+    mode = "training" if owner is not None and owner.training else "evaluation"
+    what = "each layer block" if unit == "block" else "the whole forward"
+    shape = f" at {list(first.shape)}" if first is not None and dims != "all" else ""
+    return f"{what} of {spec} ({mode}{shape})"
+
+
+def _say(message: str) -> None:
+    """Through the `snf` logger, at warning level: printed to stderr where logging is not set up
+    (Python's last-resort handler), and silenced like any logger's where it is."""
+    import logging
+    logging.getLogger("snf").warning(message)
+
+
+class _DecodeLoop:
+    """generate's decode loop while it runs in this thread (`with`, in _decoding): the steps left, and
+    the compile settings, entered by the first compiled step and kept on for the rest of the loop
+    (entering them per step would cost 5% of a compiled step at batch 1 on a CPU)."""
+
+    def __init__(self, count: int):
+        self.left, self.ahead, self.settings, self.before = count, 0, None, None
+        self.seen: dict = {}  # cache slots read -> the step's _Seen: within a loop only they change
+
+    @staticmethod
+    def current() -> Optional["_DecodeLoop"]:
+        return getattr(_EAGER, "loop", None)
+
+    def __enter__(self) -> "_DecodeLoop":
+        self.before, _EAGER.loop = _DecodeLoop.current(), self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _EAGER.loop = self.before
+        self.close()
+
+    def compile_settings(self) -> None:
+        if self.settings is None and not _CompileSettings.active:
+            self.settings = _CompileSettings()
+            self.settings.__enter__()
+
+    def close(self) -> None:
+        if self.settings is not None:
+            self.settings.__exit__(None, None, None)
+            self.settings = None
+
+
+def _ready_for_decode(args: tuple, kwargs: dict) -> None:
+    """Before a compiled decode step: above a batch of one, the batch axis of the token and the cache
+    buffers is symbolic (one graph for every batch above 1; a batch of 1 compiles apart, its one-row
+    matmuls taking another path). On CUDA, where the step is a CUDA graph reading its inputs at fixed
+    addresses, the buffers are static (as transformers' StaticCache marks them), and a step begins."""
+    import torch._dynamo
+    cuda = False
+    for value in (*args[1:], *kwargs.values()):
+        for t in value if isinstance(value, (list, tuple)) else (value,):
+            if not isinstance(t, torch.Tensor) or t.dim() == 0:
+                continue
+            cuda = cuda or t.is_cuda
+            if t.size(0) > 1 and 0 not in getattr(t, "_dynamo_dynamic_indices", ()):
+                torch._dynamo.mark_dynamic(t, 0)
+            if t.is_cuda and t.dim() > 2 and not hasattr(t, "_dynamo_static_input_type"):
+                torch._dynamo.mark_static_address(t)
+    if cuda:
+        torch.compiler.cudagraph_mark_step_begin()
+
+
 def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict] = None,
-              cuda_mode: Optional[str] = None):
-    """Run `fn` through torch.compile(fullgraph=True); eagerly when SNF_COMPILE=0. Sizes are symbolic
-    from the first compile (`dynamic=True`: one graph serves every batch and length, but for the
-    sizes 0 and 1, which torch compiles apart). `cpu_options` are inductor options used on the CPU
-    only; `cuda_mode` is torch.compile's mode on CUDA ("reduce-overhead": CUDA graphs).
+              cuda_mode: Optional[str] = None, unit: str = "block"):
+    """Run `fn` through torch.compile(fullgraph=True) where compiling is on (_compile_mode): always with
+    SNF_COMPILE=1, never with SNF_COMPILE=0, and by default once it pays for the shape at hand (_pays).
+    Sizes are symbolic from the first compile (`dynamic=True`: one graph serves every batch and length,
+    but for the sizes 0 and 1, which torch compiles apart). `cpu_options` are inductor options used on
+    the CPU only; `cuda_mode` is torch.compile's mode on CUDA ("reduce-overhead": CUDA graphs). `unit`
+    is "block", "model" (a whole forward) or "decode" (generate's decode step).
 
     A call handed an empty tensor runs eagerly (_has_empty). Compiling never breaks a call: when it
     fails (an unsupported construct, a missing compiler, an error inside torch's compiler) the call
     runs eagerly, as does every later one, with one warning; past _GRAPH_BUDGET graphs, calls with
     new shapes run eagerly, with one warning."""
     state: dict = {}  # device -> the compiled fn; "broken" once compiling has failed; "full" past the budget
+    seen: dict = {}  # _signature -> _Seen
+    dims = "all" if dynamic else "batch" if unit == "decode" else "none"
 
     def warn_once(key: str, message: str) -> None:
         if key not in state:
             state[key] = True
             warnings.warn(message, RuntimeWarning, stacklevel=3)
 
+    def shape(args, kwargs) -> _Seen:
+        first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        key = (first.device.type if first is not None else "cpu", _signature(args, kwargs, dims))
+        got = seen.get(key)
+        if got is None:
+            owner = args[0] if args and isinstance(args[0], nn.Module) else None
+            mode = "train" if owner is not None and owner.training else "eval"
+            spec = getattr(sys.modules.get(fn.__module__), "SPEC", {}).get("sha256", fn.__module__)
+            record = _Record(repr((spec, fn.__qualname__, unit, mode, repr(getattr(owner, "config", None)), key,
+                                   torch.__version__)))
+            batch = first.size(0) if first is not None and first.dim() else 1
+            got = seen[key] = _Seen(record, _FIGURES.get((key[0], unit, mode)), _size(owner), batch, key[0], mode)
+        return got
+
+    def pays(entry: _Seen) -> bool:
+        """Whether compiling this shape now saves more than it costs (see the figures above)."""
+        figures = entry.figures
+        if figures is None or entry.best_s == math.inf:  # never pays, or no eager call measured yet
+            return False
+        step = _STEP[entry.mode]  # a call's forward is timed; its saving counts the whole step
+        measured = entry.record.saving()
+        saving = measured * step if measured is not None else \
+            min(entry.best_s * step * (1 - figures.floor), figures.saved_s[entry.batch > 1] * entry.tensors)
+        cost = entry.record.cost()
+        if cost is None:
+            cost = figures.cold_s + figures.per_tensor_s * entry.tensors
+        loop = _DecodeLoop.current() if unit == "decode" else None
+        ahead = loop.ahead if loop is not None else 0
+        return (entry.eager_calls + ahead) * saving > cost
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if torch.compiler.is_compiling() or "broken" in state or not _compile_enabled():
+        if torch.compiler.is_compiling() or "broken" in state:
+            return fn(*args, **kwargs)
+        how = _compile_mode()
+        if how == "never":
             return fn(*args, **kwargs)
         if _has_empty(args, kwargs):
             with _eagerly():
                 return fn(*args, **kwargs)
-        device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
+        loop = _DecodeLoop.current() if unit == "decode" else None
+        slots = getattr(getattr(args[0], "_decode_state", None), "length", None) if loop is not None else None
+        entry = loop.seen.get(slots) if slots is not None else None
+        if entry is None:
+            entry = shape(args, kwargs)
+            if slots is not None:
+                loop.seen[slots] = entry
+        if not entry.compiled and how == "auto" and not pays(entry):
+            before, _EAGER.on = getattr(_EAGER, "on", False), True  # _eagerly(), without its generator's cost
+            start = time.perf_counter()
+            try:
+                out = fn(*args, **kwargs)
+            finally:
+                _EAGER.on = before
+            entry.eager_calls += 1
+            entry.best_s = min(entry.best_s, time.perf_counter() - start)
+            return out
+        device = entry.device
         compiled = state.get(device)
         if compiled is None:
             options = cpu_options if device == "cpu" else None
-            mode = cuda_mode if device == "cuda" else None
-            compiled = state[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options, mode=mode)
+            compile_mode = cuda_mode if device == "cuda" else None
+            compiled = state[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options,
+                                                     mode=compile_mode)
         from torch._dynamo.exc import FailOnRecompileLimitHit
         if dynamic:
             args, kwargs = _unaliased(args, kwargs)
+        if unit == "decode":
+            _ready_for_decode(args, kwargs)
+            if loop is not None:
+                loop.compile_settings()
+        timer = None
+        if not entry.compiled:
+            expected = entry.record.cost()
+            note = f"; about {expected:.0f} s, as it took here before" if expected and expected >= 1 else ""
+            timer = threading.Timer(_ANNOUNCE_S, _say, (
+                f"snf: torch.compile is compiling {_named(fn, args, kwargs, unit, dims)}, the first call at these "
+                f"sizes{note}; later calls reuse it (SNF_COMPILE=0 never compiles)",))
+            timer.daemon = True
+            timer.start()
+        start = time.perf_counter()
         try:
             if _CompileSettings.active:
-                return compiled(*args, **kwargs)
-            with _CompileSettings():
-                return compiled(*args, **kwargs)
+                out = compiled(*args, **kwargs)
+            else:
+                with _CompileSettings():
+                    out = compiled(*args, **kwargs)
         except Exception as err:
             if not _is_compile_error(err):
                 raise
@@ -207,8 +507,21 @@ def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict]
                 warnings.warn(f"torch.compile is unavailable here ({type(err).__name__}: {reason}); running eager",
                               RuntimeWarning, stacklevel=2)
             return out
+        finally:
+            if timer is not None:
+                timer.cancel()
+        spent = time.perf_counter() - start
+        if not entry.compiled:  # what it cost, and what an eager call took, for this machine's next estimate
+            entry.compiled = 1
+            eager = {"eager_s": entry.best_s} if entry.best_s < math.inf else {}
+            entry.record.note(compile_s=round(spent, 3), **eager)
+        elif entry.compiled == 1:  # the first call that only ran
+            entry.compiled = 2
+            entry.record.note(compiled_s=spent)
+        return out
 
     wrapper.compiled = state
+    wrapper.seen = seen
     return wrapper
 
 
@@ -219,7 +532,7 @@ def _by_compile_unit(forward, decodes: bool = False):
     own ("block"), or nothing compiled ("none"); as it is while compiling is off, has failed for the
     whole forward, or torch.compile traces it already. With `decodes`, a decode step of generate
     (self._decode_state set, see _decode) runs as Model._decode_step, whatever compile_units say."""
-    whole = _hot_path(forward, dynamic=False)
+    whole = _hot_path(forward, dynamic=False, unit="model")
 
     @functools.wraps(forward)
     def run(self, *args, **kwargs):

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
-from .compiling import _CompileSettings, _DecodeState
+from .compiling import _compile_asked, _DecodeLoop, _DecodeState
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -121,14 +121,9 @@ def _cache_buffers(cache: torch.Tensor, axis: int, size: int, owner: Optional[nn
                    name: str = "") -> list:
     """A stacked cache [n_layer, ...] as one buffer per layer with `size` slots along (the layer's)
     `axis`, the first ones holding the cache, in its dtype: the per-layer form `_check_cache`
-    prefers. Above a batch of one, the batch axis is marked dynamic, so that the compiled decode
-    step serves every batch size with one graph (one of 1 is compiled apart: its one-row matmuls
-    take another path)."""
+    prefers."""
     shape = cache.shape[1:axis + 1] + (size,) + cache.shape[axis + 2:]
     buffers = _decode_buffers(owner if cache.is_cuda else None, name, cache.size(0), shape, cache.dtype, cache.device)
-    if cache.size(1) > 1:
-        for buffer in buffers:
-            torch._dynamo.mark_dynamic(buffer, 0)
     for buffer, filled in zip(buffers, cache):
         buffer.narrow(axis, 0, filled.size(axis)).copy_(filled)
     return buffers
@@ -137,18 +132,15 @@ def _cache_buffers(cache: torch.Tensor, axis: int, size: int, owner: Optional[nn
 def _decode_buffers(owner: Optional[nn.Module], name: str, count: int, shape: tuple, dtype: torch.dtype,
                     device: torch.device) -> list:
     """`count` zero buffers of `shape`; those of an `owner` (on CUDA) are kept for its next generate
-    of the same shapes. There the decode step runs as a CUDA graph, which reads its inputs at fixed
-    addresses, so they are marked static (torch._dynamo.mark_static_address), as transformers'
-    StaticCache does. Slots past the filled ones may hold an earlier call's values; attention
-    never reads them."""
+    of the same shapes: there a compiled decode step is a CUDA graph, which reads its inputs at fixed
+    addresses (compiling._ready_for_decode). Slots past the filled ones may hold an earlier call's
+    values; attention never reads them."""
     kept = owner.__dict__.setdefault("_kept_buffers", {}) if owner is not None else {}  # the model's own
     key = (count, tuple(shape), dtype, device)
     if name in kept and kept[name][0] == key:
         return kept[name][1]
     buffers = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(count)]
     if owner is not None:
-        for buffer in buffers:
-            torch._dynamo.mark_static_address(buffer)
         kept[name] = (key, buffers)
     return buffers
 
@@ -404,19 +396,30 @@ def _bucket(filled: int, size: int) -> int:
     return min(size, max(128, 1 << (filled - 1).bit_length()))
 
 
-def _decoding(count: int):
-    """range(count), with the compile settings (_CompileSettings) on for the whole decode loop, so
-    that each step skips setting them (it would cost 5% of a step at batch 1 on a CPU)."""
-    with _CompileSettings():
-        yield from range(count)
+def _decoding(count: int, asked: Optional[bool] = None):
+    """range(count) for generate's decode loop: each step's decode (_decode) reads how many steps
+    are left from here, to know whether compiling pays; `asked` is generate's `compile=`."""
+    with _DecodeLoop(count) as loop, _compile_asked(asked):
+        for step in range(count):
+            loop.left = count - step - 1  # decode steps after this token: the last token needs none
+            yield step
+
+
+_MOST_TOKENS = 2**31  # what one generate call may return, B * (T + max_new_tokens): 16 GiB of int64
 
 
 def _check_sampling(tokens, max_new_tokens, temperature, top_k, top_p) -> None:
     """generate's arguments, before any work: a bad one is a clear error, not a strange sample."""
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.size(1) == 0:
         raise ValueError(f"generate needs a prompt of at least one token, [B, T] with T >= 1, got {_described(tokens)}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise ValueError(f"generate needs a prompt of token ids (an integer tensor, int64), got {_described(tokens)}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    if tokens.size(0) * (tokens.size(1) + max_new_tokens) > _MOST_TOKENS:
+        raise ValueError(f"max_new_tokens={max_new_tokens} makes an output of {tokens.size(0)} x "
+                         f"{tokens.size(1) + max_new_tokens} tokens, over the {_MOST_TOKENS:,} one call returns; "
+                         "generate in pieces, feeding the output back")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
         raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
@@ -465,13 +468,13 @@ def _cache_cat(past: torch.Tensor, new: torch.Tensor, decode: Optional[_DecodeSt
 def _decode(model: nn.Module, token: torch.Tensor, position: int, size: int, **caches):
     """One decode step of generate: model(token, **caches) over caches in preallocated buffers of
     `size` slots, `position` of them filled, attending over the first _bucket(...) slots. It runs
-    as Model._decode_step (see _by_compile_unit), compiled once per bucket."""
-    at = torch.tensor(position, device=token.device)
-    if at.is_cuda:  # the step is a CUDA graph; the last step's outputs are read already
-        torch.compiler.cudagraph_mark_step_begin()
-    if token.size(0) > 1:  # one compiled step for every batch above 1, as the buffers
-        torch._dynamo.mark_dynamic(token, 0)
-    model._decode_state = _DecodeState(at, _bucket(position + 1, size))
+    as Model._decode_step (see _by_compile_unit), compiled per bucket where that pays: it tells the
+    step how many steps of the loop (_decoding) read the same slots."""
+    length = _bucket(position + 1, size)
+    loop = _DecodeLoop.current()
+    if loop is not None:
+        loop.ahead = min(loop.left, length - position)
+    model._decode_state = _DecodeState(torch.tensor(position, device=token.device), length)
     try:
         return model(token, **caches)
     finally:

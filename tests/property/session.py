@@ -74,9 +74,13 @@ class Session(runner.Runner):
     """runner.Runner's sampling of configs, sizes and inputs, driving one model through a session."""
 
     def __init__(self, text, hints, rng, *, calls: int = 8, whole_training: bool = False, casts: bool = True,
-                 config: dict | None = None, device: str = "cpu"):
+                 config: dict | None = None, device: str = "cpu", after=None, all_casts: bool = True):
         super().__init__(text, hints, rng, compiled=True)
         self.n_calls, self.whole_training, self.casts, self.config = calls, whole_training, casts, config
+        # the cast's and autocast's forwards compiled per block and autocast's generate compiled; else
+        # they run on the model's own units (the cast's generate compiles, autocast runs eagerly)
+        self.all_casts = all_casts
+        self.after = after  # after(model): more calls on the session's compiled model, before it goes
         self.device = torch.device(device)
         self.session = SessionOutcome(False)
 
@@ -94,6 +98,8 @@ class Session(runner.Runner):
         try:
             if self.setup():
                 self.steps()
+                if self.after is not None:
+                    self.after(self.model)
             self.session.graphs = graph_counts(self.mod)
         finally:
             runner.unload(self.mod)
@@ -419,6 +425,8 @@ class Session(runner.Runner):
         dtypes the rule gives (the model's floating dtype becomes the cast's), and agree loosely."""
         self.cast_dtype = torch.bfloat16
         cast = copy.deepcopy(self.model).to(torch.bfloat16).eval()
+        if not self.all_casts and hasattr(cast, "compile_units"):
+            del cast.compile_units  # the class's table: generate's decode steps compile, the forward runs eagerly
         model_dtype = self.m.float_dtype
         # a model holding no floating tensor (its parameters all off, by their flags) has nothing a
         # cast changes: its dtype stays the spec's (docs/language.md 3.2)
@@ -430,7 +438,7 @@ class Session(runner.Runner):
             self.generate_runs(cast, "bfloat16 model, generate")
         if model_dtype != "float32":
             return  # autocast is for float32 models: torch's CPU autocast refuses a float16 tensor in `cat`
-        with torch.autocast(self.device.type, dtype=torch.bfloat16):
+        with torch.autocast(self.device.type, dtype=torch.bfloat16), (_nothing() if self.all_casts else self.eager()):
             self.eval_call(what="autocast forward", rtol=float("inf"))
             if hasattr(self.model, "generate"):
                 self.generate_runs(self.model, "autocast generate")

@@ -1,0 +1,346 @@
+"""Config mappings (`config FMT:` sections) as plain data: encoded and checked by `check`, evaluated
+against a foreign config by `pretrained` (ConfigEval), inverted to write one back (invert, put) and
+printed (show). One meaning for every reader: nothing in a mapping is ever evaluated as code."""
+
+from __future__ import annotations
+
+import operator
+
+from . import ir
+from .checkpoints import MappingError, encode_mapping, mapping_keys
+
+ABOVE = "a Config field mapped above (a field is read from the names mapped before it)"
+CONFIG_ARITH = ("+", "-", "*", "/", "//", "%")
+CONFIG_COMPARE = ("==", "!=", "<", "<=", ">", ">=")
+
+
+def can_be_absent(enc) -> bool:
+    """Whether an encoded config expression may have no value: a key of the foreign config (absent,
+    or null), or an "or else" whose last alternative may. Everything else has a value or fails."""
+    return enc[0] == "key" or enc[0] == "or" and can_be_absent(enc[2])
+
+
+def config_key(e: ir.Expr, fmt: str) -> str | None:
+    """"a.b" for `FMT.a.b` (a key of the foreign config; dots go into nested objects), else None."""
+    parts = []
+    while isinstance(e, ir.Attribute):
+        parts.append(e.attr)
+        e = e.value
+    return ".".join(reversed(parts)) if parts and isinstance(e, ir.Name) and e.id == fmt else None
+
+
+def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "a Config name"):
+    """A `config FMT:` expression as nested tuples (never evaluated as code): ("key", "a.b") is
+    `FMT.a.b`, a key of the foreign config, ("name", n) a Config name (one of `names`), ("const",
+    v), ("list", items), ("or", a, b) (`a`, or else `b` where `a` has no value: after a key, `or`
+    gives a default), ("any" / "all", a, b) (Python's `or` / `and`, on values), ("not", a), ("neg",
+    a), ("op", op, a, b), ("cmp", op, a, b), ("if", test, body, orelse) and ("match", source,
+    ((value, result), ...)). With `keys=False` no key may be read
+    (what the way back writes comes from the Config alone). `scope` says what `names` are."""
+    def enc(x):
+        return encode_config(x, fmt, names, keys, scope)
+
+    key = config_key(e, fmt)
+    if key is not None:
+        if not keys:
+            raise MappingError(f"`{fmt}.{key}` reads the foreign config, which a value written back cannot", e.span)
+        return ("key", key)
+    if isinstance(e, ir.Name):
+        if e.id == fmt:
+            raise MappingError(f"`{fmt}` is the foreign config: write `{fmt}.key`", e.span)
+        if e.id not in names:
+            raise MappingError(f"`{e.id}` is not {scope}", e.span)
+        return ("name", e.id)
+    if isinstance(e, (ir.Num, ir.Str, ir.Const)):
+        return ("const", e.value)
+    if isinstance(e, ir.ListExpr):
+        return ("list", tuple(enc(x) for x in e.items))
+    if isinstance(e, ir.BoolOp):
+        if e.op == "and":
+            return ("all", enc(e.left), enc(e.right))
+        left = enc(e.left)
+        return ("or" if can_be_absent(left) else "any", left, enc(e.right))
+    if isinstance(e, ir.Unary):
+        return ("not", enc(e.operand)) if e.op == "not" else ("neg", enc(e.operand)) if e.op == "-" else enc(e.operand)
+    if isinstance(e, ir.BinOp) and e.op in CONFIG_ARITH:
+        return ("op", e.op, enc(e.left), enc(e.right))
+    if isinstance(e, ir.Compare) and e.op in CONFIG_COMPARE:
+        return ("cmp", e.op, enc(e.left), enc(e.right))
+    if isinstance(e, ir.Cond) and e.orelse is not None:
+        return ("if", enc(e.test), enc(e.body), enc(e.orelse))
+    if isinstance(e, ir.Call) and e.func == "match":
+        if len(e.args) != 1 or not e.kwargs:
+            raise MappingError("write match(source, value=result, ...): one source, then what each value gives", e.span)
+        cases = []
+        for k in e.kwargs:
+            result = enc(k.value)
+            if result[0] != "const":
+                raise MappingError(f"`{k.name}=` must give a constant", k.value.span)
+            cases.append((k.name, result[1]))
+        return ("match", enc(e.args[0]), tuple(cases))
+    raise MappingError("unsupported config expression", getattr(e, "span", None))
+
+
+def config_keys(enc) -> list[str]:
+    """The foreign keys an encoded config expression reads."""
+    return _leaves(enc, "key")
+
+
+def config_names(enc) -> list[str]:
+    """The Config names an encoded config expression reads."""
+    return _leaves(enc, "name")
+
+
+def _leaves(enc, kind: str) -> list[str]:
+    if enc[0] == kind:
+        return [enc[1]]
+    out: list = []
+    for part in enc[1:]:
+        if isinstance(part, tuple) and part and isinstance(part[0], str):
+            out += _leaves(part, kind)
+        elif isinstance(part, tuple):
+            out += [k for item in part if isinstance(item, tuple) and item and isinstance(item[0], str)
+                    for k in _leaves(item, kind)]
+    return out
+
+
+def config_scope(fields, derived) -> tuple[str, ...]:
+    """The names an assert or a value written back may read: the Config's fields and what it
+    computes (not an alias such as `D = n_embd`, which the generated Config does not hold)."""
+    return tuple(c.name for c in fields) + tuple(d.name for d in derived if d.alias_of is None)
+
+
+def encode_config_section(model: ir.Model, fmt: str) -> dict:
+    """The checked model's `config FMT:` section as data for snf.pretrained: 'reads' (field ->
+    source, in the order they are read), 'asserts' ((test, message) pairs), 'writes' (key ->
+    value, for the way back), 'ignore' (keys)."""
+    names = config_scope(model.config, model.derived)
+    reads, asserts, writes, ignore = {}, [], {}, []
+    for e in (e for e in model.config_maps if e.fmt == fmt):
+        if e.kind == "read" and e.target == "_":
+            ignore += config_keys(encode_config(e.source, e.fmt, ()))
+        elif e.kind == "read":
+            reads[e.target] = encode_config(e.source, e.fmt, tuple(reads), scope=ABOVE)
+        elif e.kind == "write":
+            writes[e.target.partition(".")[2]] = encode_config(e.source, e.fmt, names, keys=False)
+        else:
+            asserts.append((encode_config(e.source, e.fmt, names), e.message or ""))
+    return {"reads": reads, "asserts": tuple(asserts), "writes": writes, "ignore": tuple(ignore)}
+
+
+def encode_sections(model: ir.Model) -> dict:
+    """The checked model's `checkpoint FMT:` and `config FMT:` sections as data (the generated
+    module's CHECKPOINTS): format -> 'params' (spec parameter -> its encoded source), 'ignore'
+    (keys the model does not need: tied copies) and, where the spec has a `config FMT:` section,
+    'config' (encode_config_section)."""
+    by_fmt: dict[str, dict] = {}
+    for e in model.mappings:
+        entry = by_fmt.setdefault(e.fmt, {"params": {}, "ignore": ()})
+        if e.name == "_":
+            entry["ignore"] += tuple(mapping_keys(e.source))
+        else:
+            entry["params"][e.name] = encode_mapping(e.source, expert=e.expert_var is not None)
+    for fmt, entry in by_fmt.items():
+        if any(c.fmt == fmt for c in model.config_maps):
+            entry["config"] = encode_config_section(model, fmt)
+    return by_fmt
+
+
+def section_keys(section: dict) -> set:
+    """Every foreign key a section mentions (read, asserted, ignored), wherever it stands: a key is
+    read when the section could reach it, whichever branch one config takes."""
+    exprs = [*section["reads"].values(), *(test for test, _ in section["asserts"])]
+    return {k for e in exprs for k in config_keys(e)} | set(section["ignore"])
+
+
+# ----------------------------------------------------------------------------- evaluating, inverting, showing
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()  # what a key gives that the foreign config lacks (or holds null)
+
+
+class ConfigEval:
+    """Evaluates encoded config expressions against a foreign config (`hf`: a dict, nested for dotted
+    keys) and the Config names known so far (`names`: a dict, or the Config itself). Three-valued:
+    a key gives its value or ABSENT, which only an "or else" (`hf.key or default`) turns into a
+    value; anything else that meets it fails, raising `error` with the key named (`where` says
+    which file and spec)."""
+
+    def __init__(self, hf: dict, names, where: str, error=ValueError):
+        self.hf, self.names, self.where, self.error = hf, names, where, error
+
+    def key(self, key: str):
+        node = self.hf
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+            if node is None:
+                return ABSENT
+        return node
+
+    def value(self, e):
+        """The value of `e`, which must have one."""
+        out = self(e)
+        if out is ABSENT:
+            missing = [k for k in config_keys(e) if self.key(k) is ABSENT]
+            raise self.error(f"{self.where}: config.json has no `{missing[0] if missing else show(e)}` (and the spec "
+                             "gives no default for it)")
+        return out
+
+    def __call__(self, e):
+        kind = e[0]
+        if kind == "key":
+            return self.key(e[1])
+        if kind == "name":
+            return self.names[e[1]] if isinstance(self.names, dict) else getattr(self.names, e[1])
+        if kind == "const":
+            return e[1]
+        if kind == "list":
+            return [self.value(x) for x in e[1]]
+        if kind == "or":
+            first = self(e[1])
+            return self(e[2]) if first is ABSENT else first
+        if kind in ("any", "all"):
+            first = self.value(e[1])
+            return first if bool(first) == (kind == "any") else self.value(e[2])
+        if kind == "not":
+            return not self.value(e[1])
+        if kind == "neg":
+            return self.arith(e, lambda: -self.value(e[1]))
+        if kind in ("op", "cmp"):
+            left, right = self.value(e[2]), self.value(e[3])
+            return self.arith(e, lambda: _OPS[e[1]](left, right))
+        if kind == "if":
+            return self(e[2]) if self.value(e[1]) else self(e[3])
+        if kind == "match":
+            value = self.value(e[1])
+            for case, result in e[2]:
+                if value == case:
+                    return result
+            raise self.error(f"{self.where}: {self.settings(e[1])}: the spec supports "
+                             + ", ".join(repr(c) for c, _ in e[2]))
+        raise ValueError(f"unknown config expression {kind!r}")
+
+    def arith(self, e, compute):
+        try:
+            return compute()
+        except (TypeError, ZeroDivisionError, OverflowError, ValueError) as err:
+            raise self.error(f"{self.where}: cannot compute `{show(e)}` with {self.settings(e)}: {err}") from None
+
+    def settings(self, e) -> str:
+        """`key = value` for each key `e` reads, as the foreign config gives it."""
+        import json
+        shown = []
+        for key in dict.fromkeys(config_keys(e)):
+            value = self.key(key)
+            shown.append(f"{key} = " + ("(absent)" if value is ABSENT else json.dumps(value, default=repr)))
+        for name in dict.fromkeys(config_names(e)):  # the Config fields it reads, as config.json gave them
+            shown.append(f"{name} = {self(('name', name))!r} (in the Config)")
+        return ", ".join(shown) or "these settings"
+
+
+_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
+        "%": operator.mod, "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+        ">": operator.gt, ">=": operator.ge}
+
+
+def show(e, fmt: str = "hf") -> str:
+    """An encoded expression as the spec writes it (for messages and `snfc ir`): a config expression
+    of format `fmt`, or with fmt="" a checkpoint source, whose keys are strings. Parenthesized
+    where nested, not outermost."""
+    text = _show(e, fmt)
+    return text[1:-1] if e[0] in ("or", "any", "all", "if") else text
+
+
+def _show(e, fmt: str) -> str:
+    kind = e[0]
+    if kind == "key":
+        return f"{fmt}.{e[1]}" if fmt else f'"{e[1]}"'
+    if kind == "name":
+        return e[1]
+    if kind == "const":
+        return f'"{e[1]}"' if isinstance(e[1], str) else repr(e[1])
+    if kind == "list":
+        return "[" + ", ".join(_show(x, fmt) for x in e[1]) + "]"
+    if kind in ("or", "any", "all"):  # a chain of one operator is written without inner parentheses
+        sides = [_show(x, fmt)[1:-1] if x[0] == kind else _show(x, fmt) for x in e[1:3]]
+        return f"({sides[0]} {'and' if kind == 'all' else 'or'} {sides[1]})"
+    if kind in ("not", "neg"):
+        return ("not " if kind == "not" else "-") + _show(e[1], fmt)
+    if kind in ("op", "cmp"):
+        return f"{_show(e[2], fmt)} {e[1]} {_show(e[3], fmt)}"
+    if kind == "if":
+        return f"({_show(e[2], fmt)} if {_show(e[1], fmt)} else {_show(e[3], fmt)})"
+    if kind == "match":
+        return f"match({show(e[1], fmt)}, " + ", ".join(f"{c}={r!r}" for c, r in e[2]) + ")"
+    if kind == "T":
+        return f"{_show(e[1], '')}.T"
+    if kind == "split":
+        return f"split({show(e[1], '')}, {e[2]}, axis={e[3]}, index={e[4]})"
+    if kind == "experts":
+        return _show(e[1], "")
+    raise ValueError(f"unknown mapping expression {kind!r}")
+
+
+def written_key(source) -> str | None:
+    """The key a field read from `source` is written back to: its first key, straight or through
+    `or` defaults and `match`; None where the source is not such a read (a one-way field)."""
+    if source[0] == "key":
+        return source[1]
+    return written_key(source[1]) if source[0] in ("or", "match") else None
+
+
+def invert(source, value, out: dict) -> bool:
+    """Write `value` where a field read from `source` came from (written_key); False where it cannot:
+    a `match` with no case giving `value`, or a one-way source."""
+    kind = source[0]
+    if kind == "key":
+        put(out, source[1], value)
+        return True
+    if kind == "or":
+        return invert(source[1], value, out)
+    if kind == "match":
+        case = next((c for c, result in source[2] if result == value and type(result) is type(value)), ABSENT)
+        return case is not ABSENT and invert(source[1], case, out)
+    return False
+
+
+def put(out: dict, key: str, value) -> None:
+    """out[key] = value, `key` going into nested objects; a None value removes the key instead (and
+    the objects it leaves empty)."""
+    *outer, last = key.split(".")
+    if value is None:
+        path = [out]
+        for part in outer:
+            if not isinstance(path[-1].get(part), dict):
+                return
+            path.append(path[-1][part])
+        path[-1].pop(last, None)
+        for parent, part in zip(reversed(path[:-1]), reversed(outer)):
+            if not parent[part]:
+                del parent[part]
+        return
+    for part in outer:
+        if not isinstance(out.get(part), dict):
+            out[part] = {}
+        out = out[part]
+    out[last] = value
+
+
+def unknown_keys(hf: dict, known: set, prefix: str = "") -> list:
+    """(key, value) for each setting of `hf` that no key in `known` covers: a key is covered by itself
+    or an enclosing object; an object (or a null where one belongs) some of whose keys are known is
+    looked into."""
+    out = []
+    for key, value in hf.items():
+        path = prefix + key
+        if path in known:
+            continue
+        inner = any(k.startswith(path + ".") for k in known)
+        if inner and value is None:
+            continue  # `"rope_scaling": null`: read, as absent
+        out += unknown_keys(value, known, path + ".") if inner and isinstance(value, dict) else [(path, value)]
+    return out

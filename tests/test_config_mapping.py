@@ -1,0 +1,116 @@
+"""The `config hf:` language's meaning, one test per bug it had (issue 36), on a toy spec:
+
+- `and`, `or`, `not` between values mean what they say; `hf.key or default` is "the key, or else
+  the default where the key is absent (or null)";
+- a field computed from other fields (`both <- a and b`) is read, and not written back;
+- which keys count as read is what the mapping mentions, not what one evaluation reached;
+- a field computed from keys that nothing writes back is refused by `check`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import snf
+from conftest import snfc, write_spec
+from snf.interop import write_safetensors
+from snf.pretrained import PretrainedError
+
+SPEC = """\
+param:
+  D : int = 4
+  a : bool = False
+  b : bool = False
+  either : bool = False
+  both : bool = False
+  scale : float = 1.0
+input:
+  x : Tensor([B, D], float32)
+parameter:
+  weight : Tensor([D, D], float32)
+output:
+  y : Tensor([B, D], float32)
+let y = linear(x, weight=weight) * scale
+checkpoint hf:
+  weight <- "w"
+config hf:
+  assert hf.model_type == "toy"
+  D <- hf.hidden_size
+  a <- hf.flag_a or False
+  b <- hf.flag_b or False
+  either <- a or b
+  both <- a and not b or b and a
+  scale <- hf.new_scale or hf.old_scale or 1.0
+  assert a or b, "one flag at least"
+  assert hf.mode == "x" if a else hf.other_mode == "y", "the mode of the flag"
+  _ <- hf.bos_token_id or hf.eos_token_id
+"""
+
+
+def _folder(tmp_path, **config):
+    folder = tmp_path / "toy"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "toy", "hidden_size": 4, **config}))
+    write_safetensors({"w": torch.eye(4)}, folder / "model.safetensors", {"format": "pt"})
+    return folder
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    return write_spec(tmp_path_factory.mktemp("spec"), SPEC, "toy.snf")
+
+
+def test_the_toy_spec_checks(spec):
+    code, out, err = snfc("check", str(spec))
+    assert code == 0, err
+
+
+def test_or_and_not_are_logical_between_values(tmp_path, spec):
+    # bug 1: with a = false, b = true, `assert a or b` failed and `either <- a or b` gave False
+    model = snf.from_pretrained(_folder(tmp_path, flag_a=False, flag_b=True, other_mode="y"), spec=spec)
+    assert (model.config.a, model.config.b, model.config.either, model.config.both) == (False, True, True, False)
+    model = snf.from_pretrained(_folder(tmp_path, flag_a=True, flag_b=True, mode="x"), spec=spec)
+    assert (model.config.either, model.config.both) == (True, True)
+    with pytest.raises(PretrainedError, match=r"the spec requires `a or b` \(one flag at least\)"):
+        snf.from_pretrained(_folder(tmp_path, flag_a=False, other_mode="y"), spec=spec)
+
+
+def test_or_after_a_key_is_or_else_where_absent(tmp_path, spec):
+    # hf.new_scale or hf.old_scale or 1.0: the first key present, null counting as absent; a false
+    # or zero value is a value
+    for config, scale in (({}, 1.0), ({"old_scale": 2.0}, 2.0), ({"new_scale": 3.0, "old_scale": 2.0}, 3.0),
+                          ({"new_scale": None, "old_scale": 2.0}, 2.0), ({"new_scale": 0.0, "old_scale": 2.0}, 0.0)):
+        model = snf.from_pretrained(_folder(tmp_path, flag_b=True, other_mode="y", **config), spec=spec)
+        assert model.config.scale == scale, config
+
+
+def test_a_field_computed_from_fields_saves(tmp_path, spec):
+    # bug 2: `both <- a and not b or b and a` passed check and from_pretrained, then save_pretrained
+    # said it "cannot be written back"
+    folder = _folder(tmp_path, flag_a=True, flag_b=True, mode="x", bos_token_id=5, eos_token_id=6)
+    model = snf.from_pretrained(folder, spec=spec)
+    snf.save_pretrained(model, tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "config.json").read_text()) == json.loads((folder / "config.json").read_text())
+    back = snf.from_pretrained(tmp_path / "out", spec=spec)
+    assert back.config == model.config
+
+
+def test_every_key_the_mapping_mentions_is_read(tmp_path, spec):
+    # bug 4: a key reached only after an earlier `or` key was found (old_scale, eos_token_id), or in
+    # an `if` branch not taken (mode), was "not mapped by the spec"
+    folder = _folder(tmp_path, flag_a=False, flag_b=True, other_mode="y", mode="z", new_scale=2.0, old_scale=1.0,
+                     bos_token_id=1, eos_token_id=2)
+    assert snf.from_pretrained(folder, spec=spec).config.scale == 2.0
+    with pytest.raises(PretrainedError, match=r"surprise = 1: the spec does not map it"):
+        snf.from_pretrained(_folder(tmp_path, flag_b=True, other_mode="y", surprise=1), spec=spec)
+
+
+def test_check_refuses_a_field_nothing_writes_back(tmp_path):
+    # a field computed from keys (not read straight from one) is one-way: save_pretrained could not
+    # write its key back, so check says so before any model is loaded
+    text = SPEC.replace("  b <- hf.flag_b or False\n", "  b <- hf.flag_b and hf.flag_c\n")
+    code, out, err = snfc("check", str(write_spec(tmp_path, text, "one_way.snf")))
+    assert code == 1 and "[bad-config-map]" in out and "flag_b" in out, out

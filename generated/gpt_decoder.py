@@ -20,11 +20,11 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(2, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(3, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _DecodeState, _by_compile_unit, _check_fields, _checkpoint_options, _hot_path
 from snf.runtime.helpers import (_attention, _cache_buffers, _cache_cat, _check_cache, _check_decode, _check_dims,
                                  _check_index, _check_input, _check_number, _check_sampling, _check_together, _decode,
-                                 _decoding, _rope, _sample)
+                                 _decoding, _end_generate, _rope, _sample, _start_generate)
 from snf.runtime.loss import _cross_entropy, _linear_cross_entropy, _next_tokens
 
 
@@ -277,8 +277,7 @@ class Model(nn.Module):
         SNF_COMPILE decides, and where it is unset a step compiles once that pays (docs/language.md, 10).
         """
         _check_sampling(idx, max_new_tokens, temperature, top_k, top_p)
-        was_training = self.training
-        self.eval()
+        was_training = _start_generate(self)  # in eval mode; another thread's generate on this model first
         try:
             size = self.config.block_size  # the most tokens the model sees
             out = self(idx[:, -size:], use_cache=True)
@@ -300,7 +299,7 @@ class Model(nn.Module):
                 position += 1
             return torch.cat(tokens, dim=1)
         finally:
-            self.train(was_training)
+            _end_generate(self, was_training)
 
 
 def spec_parameters(config: Config) -> dict:

@@ -375,7 +375,7 @@ def _split_statement(text: str, start: str) -> tuple[str, str, str]:
 # the imports are written.
 _STDLIB = (("contextlib", "import contextlib"), ("dataclasses", "import dataclasses"),
            ("functools", "import functools"), ("math", "import math"), ("os", "import os"),
-           ("threading", "import threading"), ("warnings", "import warnings"),
+           ("threading", "import threading"), ("warnings", "import warnings"), ("weakref", "import weakref"),
            ("dataclass", "from dataclasses import dataclass"), ("NamedTuple", "from typing import {}"),
            ("Optional", "from typing import {}"))
 

@@ -21,7 +21,7 @@ from ..version import __version__
 
 # The runtime's interface version, which generated modules check as they are imported: raise it when
 # a helper's name, signature or meaning changes in a way modules generated before cannot use.
-ABI = 2  # 2: the losses moved to snf.runtime.loss
+ABI = 3  # 2: the losses moved to snf.runtime.loss; 3: generate(compile=) (_decoding) and one generate at a time per model (_start_generate)
 
 PARTS = ("compiling", "helpers", "experts", "loss")  # the files, each copied to its own place in a generated module
 

@@ -10,6 +10,8 @@ cannot use raises snf.runtime.ABI.
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from typing import Optional
 
 import torch
@@ -403,6 +405,29 @@ def _decoding(count: int, asked: Optional[bool] = None):
         for step in range(count):
             loop.left = count - step - 1  # decode steps after this token: the last token needs none
             yield step
+
+
+_GENERATING: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its generate lock
+_GENERATING_GUARD = threading.Lock()
+
+
+def _start_generate(model: nn.Module) -> bool:
+    """generate's start: one call at a time per model, since the decode state a step reads and the
+    eval mode are the model's own (two threads' steps would read each other's), then eval mode.
+    Returns the mode _end_generate restores."""
+    with _GENERATING_GUARD:
+        lock = _GENERATING.get(model)
+        if lock is None:
+            lock = _GENERATING[model] = threading.RLock()
+    lock.acquire()
+    was_training = model.training
+    model.eval()
+    return was_training
+
+
+def _end_generate(model: nn.Module, was_training: bool) -> None:
+    model.train(was_training)
+    _GENERATING[model].release()
 
 
 _MOST_TOKENS = 2**31  # what one generate call may return, B * (T + max_new_tokens): 16 GiB of int64

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import json
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -163,6 +164,7 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
         model.reset_parameters()  # the buffers the config decides; the checkpoint gives the rest
     interop.load_checkpoint(model, folder, "hf")
     model._hf_config = hf  # save_pretrained writes back what it read, and keeps what the spec lists as harmless
+    model._hf_folder = str(folder.resolve())  # and copies the tokenizer and generation config beside it
     return model.eval()
 
 
@@ -320,7 +322,38 @@ def save_pretrained(model: torch.nn.Module, folder) -> Path:
             raise PretrainedError(f"save_pretrained: cannot write {getattr(err, 'filename', None) or folder}: "
                                   f"{err.strerror or err}; the folder is as it was") from None
         raise
+    _copy_companions(getattr(model, "_hf_folder", None), folder)
     return folder
+
+
+# what a save_pretrained folder holds beside the weights and config.json that describes the model too:
+# its tokenizer (files named tokenizer*, and the older formats' vocabularies) and generation settings
+COMPANIONS = ("generation_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt",
+              "merges.txt", "spiece.model", "sentencepiece.bpe.model")
+COMPANION_PATTERNS = ("tokenizer*", "chat_template*")
+
+
+def _copy_companions(source, folder: Path) -> None:
+    """The tokenizer and generation-config files of the folder the model was loaded from, copied
+    into `folder` (the hub cache's symlinks followed), so that the saved folder works as the
+    original did: transformers' pipelines and `generate` read them. Nothing to do for a model not
+    loaded from a folder, or saved back into its own."""
+    if source is None or not Path(source).is_dir():
+        return
+    source = Path(source)
+    with contextlib.suppress(OSError):
+        if source.samefile(folder):
+            return
+    names = {p.name for pattern in COMPANION_PATTERNS for p in source.glob(pattern)}
+    names |= {name for name in COMPANIONS if (source / name).exists()}
+    for name in sorted(names):
+        if not (source / name).is_file():
+            continue
+        try:
+            shutil.copyfile(source / name, folder / name)
+        except OSError as err:
+            raise PretrainedError(f"save_pretrained: wrote the weights and config.json to {folder}, but cannot copy "
+                                  f"{source / name} beside them: {err.strerror or err}") from None
 
 
 def _stale_shards(folder: Path) -> list[Path]:

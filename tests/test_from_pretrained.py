@@ -502,3 +502,26 @@ def test_config_json_round_trips_key_for_key(tmp_path, family):
     assert json.loads((tmp_path / "snf_out" / "config.json").read_text()) == original
     auto_class(family).from_pretrained(tmp_path / "snf_out").save_pretrained(tmp_path / "hf_out")
     assert json.loads((tmp_path / "hf_out" / "config.json").read_text()) == original
+
+
+def test_save_pretrained_keeps_the_tokenizer_and_generation_config(tmp_path):
+    """The folder a model came from holds its tokenizer and generation settings beside the weights:
+    save_pretrained copies them, so the saved folder works as the original did (transformers reads
+    generation_config.json's eos id; a pipeline reads the tokenizer)."""
+    _, folder = saved(tmp_path, "llama", bos_token_id=5, eos_token_id=6, pad_token_id=7)
+    files = {"tokenizer.json": '{"version": "1.0", "model": {"type": "BPE"}}', "tokenizer_config.json": '{"x": 1}',
+             "special_tokens_map.json": '{"eos_token": "</s>"}', "chat_template.jinja": "{{ messages }}"}
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    (folder / "README.md").write_text("not the model's")
+    model = snf.from_pretrained(folder)
+    snf.save_pretrained(model, tmp_path / "out")
+    for name in [*files, "generation_config.json"]:
+        assert (tmp_path / "out" / name).read_bytes() == (folder / name).read_bytes(), name
+    assert not (tmp_path / "out" / "README.md").exists()
+    assert transformers.GenerationConfig.from_pretrained(tmp_path / "out").eos_token_id == 6
+    snf.save_pretrained(model, folder)  # into its own folder: the files stay as they are
+    assert all((folder / name).read_text() == text for name, text in files.items())
+    fresh = type(model)(model.config)  # a model built, not loaded: nothing to copy
+    snf.save_pretrained(fresh, tmp_path / "fresh")
+    assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["config.json", "model.safetensors"]

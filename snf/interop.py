@@ -75,15 +75,6 @@ def _pieces(model: torch.nn.Module) -> list[tuple[str, int | None, str, tuple | 
     return out
 
 
-def _tensor(sd: Mapping, key: str, invalid: list):
-    """sd[key] when it is a tensor; otherwise None, and the key is listed as invalid."""
-    value = sd[key]
-    if isinstance(value, torch.Tensor):
-        return value
-    invalid.append((key, "None" if value is None else type(value).__name__))
-    return None
-
-
 def _formats(model: torch.nn.Module) -> dict:
     return getattr(_module_of(model), "CHECKPOINTS", {})
 
@@ -198,7 +189,7 @@ def _key_patterns(keys) -> re.Pattern:
 
 
 def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spec",
-                    strict: bool = True) -> torch.nn.Module:
+                    strict: bool = True, before_copy=None) -> torch.nn.Module:
     """Load a checkpoint into a generated model through the spec's declared mapping.
 
     `fmt="spec"` takes the spec's own names, per-layer parameters stacked on axis 0 (what
@@ -207,26 +198,19 @@ def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spe
     other `fmt` is a `checkpoint FMT:` section of the spec. Shapes are checked for every key
     before any tensor is copied. With `strict=False`, what the checkpoint does not give keeps its
     value (its initial one, on a fresh model) and unused keys are allowed: a `CheckpointWarning`
-    names both.
+    names both. `before_copy()`, when given, runs once everything is checked and before the first
+    copy: from_pretrained checks a model built on the meta device, then allocates it there.
     """
+    found = _plan(model, model.state_dict(), state_dict, fmt, strict)
+    if before_copy is not None:
+        before_copy()
     own = model.state_dict()
-    found = _plan(model, own, state_dict, fmt, strict)
     # one tensor at a time, straight into the model's own: the pieces that read one checkpoint
     # tensor (q, k and v of one c_attn) one after another, so a file's tensor is read once
     with torch.no_grad():
         for key, rows, get, _ in sorted(found, key=lambda piece: piece[3]):
             _piece(own, key, rows).copy_(get(state_dict).detach())
     return model
-
-
-def check_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec", strict: bool = True) -> None:
-    """What load_checkpoint checks (keys, shapes, dtypes), on a model that may live on the meta
-    device: from_pretrained refuses a checkpoint before it allocates the model."""
-    with _open_checkpoint(Path(path)) as tensors:
-        try:
-            _plan(model, model.state_dict(), tensors, fmt, strict)
-        except CheckpointError as err:
-            raise err.at(path) from None
 
 
 def _plan(model: torch.nn.Module, own: dict, state_dict: Mapping, fmt: str, strict: bool) -> list:
@@ -267,8 +251,9 @@ def _checked(fmt: str, state_dict: Mapping, shapes: dict, strict: bool = True,
     other, unless not `strict`."""
     missing = sorted(k for k in shapes if k not in state_dict and k not in optional)
     unexpected = sorted(k for k in state_dict if k not in shapes)
-    invalid: list = []
-    values = {k: _tensor(state_dict, k, invalid) for k in shapes if k in state_dict}
+    r = Reading(state_dict)
+    values = {k: r.tensor(k) for k in shapes if k in state_dict}
+    invalid = r.invalid
     mismatched = [(k, shapes[k], tuple(v.shape)) for k, v in values.items()
                   if v is not None and tuple(v.shape) != shapes[k]]
     if mismatched or invalid or strict and (missing or unexpected):
@@ -325,7 +310,7 @@ _TORCH_INDEX, _TORCH = "pytorch_model.bin.index.json", "pytorch_model.bin"
 
 
 def load_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec",
-                    strict: bool = True) -> torch.nn.Module:
+                    strict: bool = True, before_copy=None) -> torch.nn.Module:
     """Load a checkpoint file or folder into a generated model through the spec's mapping `fmt`.
 
     `path` is a `.safetensors` file, a `torch.save` state dict (read with `weights_only=True`; a
@@ -335,11 +320,11 @@ def load_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec",
     `model.safetensors.index.json`; `pytorch_model.bin` and its index too). Tensors are read from
     disk only when the mapping needs them, and every key and shape is checked (CheckpointError)
     before anything is copied into the model. `fmt="spec"` reads what `save_checkpoint` writes.
-    `strict` is `load_state_dict`'s.
+    `strict` and `before_copy` are `load_state_dict`'s.
     """
     with _open_checkpoint(Path(path)) as tensors:
         try:
-            return load_state_dict(model, tensors, fmt, strict)
+            return load_state_dict(model, tensors, fmt, strict, before_copy)
         except CheckpointError as err:
             raise err.at(path) from None
 

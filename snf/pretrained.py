@@ -149,20 +149,21 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
         raise PretrainedError(f"{config_file} holds a {type(hf).__name__}, not a JSON object")
     module = load(spec if spec is not None else _spec_for(hf.get("model_type"), folder, hf.get("architectures")))
     config = config_from_hf(module, hf, str(config_file))
+    def allocate() -> None:  # once every key, shape and dtype is checked on the meta device
+        model.to(dtype)
+        model.to_empty(device=device)
+        if getattr(module, "RECOMPUTED_BUFFERS", ()):
+            model.reset_parameters()  # the buffers the config decides; the checkpoint gives the rest
+
     try:
         _check_layers(module, config, folder, str(config_file))
-        with torch.device("meta"):  # built without memory, and checked against the checkpoint before any
+        with torch.device("meta"):  # built without memory
             model = module.Model(config)
-        interop.check_checkpoint(model, folder, "hf")
+        interop.load_checkpoint(model, folder, "hf", before_copy=allocate)
     except (ValueError, FileNotFoundError) as err:
         if isinstance(err, (PretrainedError, interop.CheckpointError)):
             raise
         raise PretrainedError(f"{folder}: {err}") from None
-    model.to(dtype)
-    model.to_empty(device=device)
-    if getattr(module, "RECOMPUTED_BUFFERS", ()):
-        model.reset_parameters()  # the buffers the config decides; the checkpoint gives the rest
-    interop.load_checkpoint(model, folder, "hf")
     model._hf_config = hf  # save_pretrained writes back what it read, and keeps what the spec lists as harmless
     model._hf_folder = str(folder.resolve())  # and copies the tokenizer and generation config beside it
     return model.eval()

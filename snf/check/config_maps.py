@@ -103,7 +103,7 @@ class ConfigMaps:
                 written.add(e.target.partition(".")[2])
             elif e.kind == "assert":
                 test = encode_config(e.source, fmt, names)
-                if test[:3] == ("cmp", "==", test[2]) and test[2][0] == "key" and not config_keys(test[3]):
+                if test[:2] == ("cmp", "==") and test[2][0] == "key" and not config_keys(test[3]):
                     written.add(test[2][1])
         for e, source in one_way:
             lost = [k for k in config_keys(source) if not any(k == w or k.startswith(w + ".") for w in written)]

@@ -400,6 +400,14 @@ def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict]
     state: dict = {}  # device -> the compiled fn; "broken" once compiling has failed; "full" past the budget
     seen: dict = {}  # _signature -> _Seen
     dims = "all" if dynamic else "batch" if unit == "decode" else "none"
+    paying = {(device, mode) for device, of, mode in _FIGURES if of == unit}  # where compiling this unit may pay
+
+    def eagerly(args, kwargs):
+        before, _EAGER.on = getattr(_EAGER, "on", False), True  # _eagerly(), without its generator's cost
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _EAGER.on = before
 
     def warn_once(key: str, message: str) -> None:
         if key not in state:
@@ -446,6 +454,8 @@ def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict]
         if _has_empty(args, kwargs):
             with _eagerly():
                 return fn(*args, **kwargs)
+        if how == "auto" and not paying:
+            return eagerly(args, kwargs)  # this unit never pays on any device: no shape to keep, no timing
         loop = _DecodeLoop.current() if unit == "decode" else None
         slots = getattr(getattr(args[0], "_decode_state", None), "length", None) if loop is not None else None
         entry = loop.seen.get(slots) if slots is not None else None
@@ -454,12 +464,8 @@ def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict]
             if slots is not None:
                 loop.seen[slots] = entry
         if not entry.compiled and how == "auto" and not pays(entry):
-            before, _EAGER.on = getattr(_EAGER, "on", False), True  # _eagerly(), without its generator's cost
             start = time.perf_counter()
-            try:
-                out = fn(*args, **kwargs)
-            finally:
-                _EAGER.on = before
+            out = eagerly(args, kwargs)
             entry.eager_calls += 1
             entry.best_s = min(entry.best_s, time.perf_counter() - start)
             return out

@@ -117,25 +117,36 @@ class Block(nn.Module):
         self.o = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # o_weight  qwen2_moe.snf:49
         self.mlp_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # mlp_norm_weight  qwen2_moe.snf:50
         # [mlp_hidden, D]  qwen2_moe.snf:52
-        self.gate_weight = nn.Parameter(torch.empty(cfg.mlp_hidden, cfg.n_embd)) if (l + 1) % cfg.sparse_step != 0 else None
+        self.gate_weight = nn.Parameter(torch.empty(cfg.mlp_hidden,
+                                                    cfg.n_embd)) if (l + 1) % cfg.sparse_step != 0 else None
         # [mlp_hidden, D]  qwen2_moe.snf:53
-        self.up_weight = nn.Parameter(torch.empty(cfg.mlp_hidden, cfg.n_embd)) if (l + 1) % cfg.sparse_step != 0 else None
+        self.up_weight = nn.Parameter(torch.empty(cfg.mlp_hidden,
+                                                  cfg.n_embd)) if (l + 1) % cfg.sparse_step != 0 else None
         # [D, mlp_hidden]  qwen2_moe.snf:54
-        self.down_weight = nn.Parameter(torch.empty(cfg.n_embd, cfg.mlp_hidden)) if (l + 1) % cfg.sparse_step != 0 else None
+        self.down_weight = nn.Parameter(torch.empty(cfg.n_embd,
+                                                    cfg.mlp_hidden)) if (l + 1) % cfg.sparse_step != 0 else None
         # [n_expert, D]  qwen2_moe.snf:56
-        self.router_weight = nn.Parameter(torch.empty(cfg.n_expert, cfg.n_embd)) if (l + 1) % cfg.sparse_step == 0 else None
+        self.router_weight = nn.Parameter(torch.empty(cfg.n_expert,
+                                                      cfg.n_embd)) if (l + 1) % cfg.sparse_step == 0 else None
         # [n_expert, expert_hidden, D]  qwen2_moe.snf:57
-        self.expert_gate = nn.Parameter(torch.empty(cfg.n_expert, cfg.expert_hidden, cfg.n_embd)) if (l + 1) % cfg.sparse_step == 0 else None
+        self.expert_gate = nn.Parameter(torch.empty(cfg.n_expert, cfg.expert_hidden,
+                                                    cfg.n_embd)) if (l + 1) % cfg.sparse_step == 0 else None
         # [n_expert, expert_hidden, D]  qwen2_moe.snf:58
-        self.expert_up = nn.Parameter(torch.empty(cfg.n_expert, cfg.expert_hidden, cfg.n_embd)) if (l + 1) % cfg.sparse_step == 0 else None
+        self.expert_up = nn.Parameter(torch.empty(cfg.n_expert, cfg.expert_hidden,
+                                                  cfg.n_embd)) if (l + 1) % cfg.sparse_step == 0 else None
         # [n_expert, D, expert_hidden]  qwen2_moe.snf:59
-        self.expert_down = nn.Parameter(torch.empty(cfg.n_expert, cfg.n_embd, cfg.expert_hidden)) if (l + 1) % cfg.sparse_step == 0 else None
+        self.expert_down = nn.Parameter(torch.empty(cfg.n_expert, cfg.n_embd,
+                                                    cfg.expert_hidden)) if (l + 1) % cfg.sparse_step == 0 else None
         # [shared_hidden, D]  qwen2_moe.snf:60
-        self.shared_gate_weight = nn.Parameter(torch.empty(cfg.shared_hidden, cfg.n_embd)) if (l + 1) % cfg.sparse_step == 0 else None
+        self.shared_gate_weight = nn.Parameter(torch.empty(cfg.shared_hidden,
+                                                           cfg.n_embd)) if (l + 1) % cfg.sparse_step == 0 else None
         # [shared_hidden, D]  qwen2_moe.snf:61
-        self.shared_up_weight = nn.Parameter(torch.empty(cfg.shared_hidden, cfg.n_embd)) if (l + 1) % cfg.sparse_step == 0 else None
+        self.shared_up_weight = nn.Parameter(torch.empty(cfg.shared_hidden,
+                                                         cfg.n_embd)) if (l + 1) % cfg.sparse_step == 0 else None
         # [D, shared_hidden]  qwen2_moe.snf:62
-        self.shared_down_weight = nn.Parameter(torch.empty(cfg.n_embd, cfg.shared_hidden)) if (l + 1) % cfg.sparse_step == 0 else None
+        self.shared_down_weight = nn.Parameter(torch.empty(cfg.n_embd,
+                                                           cfg.shared_hidden)) if (
+                                                                   l + 1) % cfg.sparse_step == 0 else None
         # [1, D]  qwen2_moe.snf:63
         self.shared_expert_gate = nn.Parameter(torch.empty(1, cfg.n_embd)) if (l + 1) % cfg.sparse_step == 0 else None
 

@@ -83,8 +83,10 @@ def plan_notes(result: Result) -> list[Diagnostic]:
     r = Reporter(result.source)
     spans = {t.name: t.span for t in result.model.inputs}
     for c in plans.caches.caches:
-        r.note("cache-plan", f"`{c.input}` is a KV cache: it grows along axis {c.axis} (`{c.dim}`) and comes back "
-                             f"as the output `{c.output}`", spans[c.input])
+        r.note("cache-plan", f"`{c.input}` is a recurrent state: it comes back, the same size, as the output "
+                             f"`{c.output}`" if c.state else
+               f"`{c.input}` is a KV cache: it grows along axis {c.axis} (`{c.dim}`) and comes back as the output "
+               f"`{c.output}`", spans[c.input])
     tokens = token_input(result.model)
     if plans.decode is not None:  # an encoder-decoder's tokens are the decoder's
         tokens = next(i for i in result.model.inputs if i.name == plans.decode.tokens)
@@ -113,6 +115,7 @@ def plan_notes(result: Result) -> list[Diagnostic]:
             r.note("cache-plan", f"generate decodes with preallocated caches of {size} slots, written in place",
                    first)
         else:
-            r.note("cache-plan", f"generate concatenates its caches (no preallocated buffers): "
-                                 f"{plans.caches.reason}", first)
+            how = ("feeds back the caches each step returns" if any(c.state for c in plans.caches.caches)
+                   else "concatenates its caches")
+            r.note("cache-plan", f"generate {how} (no preallocated buffers): {plans.caches.reason}", first)
     return r.sorted()

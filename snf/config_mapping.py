@@ -34,8 +34,8 @@ def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "
     `FMT.a.b`, a key of the foreign config, ("name", n) a Config name (one of `names`), ("const",
     v), ("list", items), ("or", a, b) (`a`, or else `b` where `a` has no value: after a key, `or`
     gives a default), ("any" / "all", a, b) (Python's `or` / `and`, on values), ("not", a), ("neg",
-    a), ("op", op, a, b), ("cmp", op, a, b), ("if", test, body, orelse) and ("match", source,
-    ((value, result), ...)). With `keys=False` no key may be read
+    a), ("op", op, a, b), ("cmp", op, a, b), ("if", test, body, orelse), ("item", list, i) (a list's
+    i-th value: `(hf.time_step_limit or [0.0, 1e308])[1]`) and ("match", source, ((value, result), ...)). With `keys=False` no key may be read
     (what the way back writes comes from the Config alone). `scope` says what `names` are."""
     def enc(x):
         return encode_config(x, fmt, names, keys, scope)
@@ -68,6 +68,9 @@ def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "
         return ("cmp", e.op, enc(e.left), enc(e.right))
     if isinstance(e, ir.Cond) and e.orelse is not None:
         return ("if", enc(e.test), enc(e.body), enc(e.orelse))
+    if isinstance(e, ir.Subscript) and len(e.index) == 1 and isinstance(e.index[0], ir.Num) \
+            and isinstance(e.index[0].value, int):
+        return ("item", enc(e.value), e.index[0].value)
     if isinstance(e, ir.Call) and e.func == "match":
         if len(e.args) != 1 or not e.kwargs:
             raise MappingError("write match(source, value=result, ...): one source, then what each value gives", e.span)
@@ -215,6 +218,12 @@ class ConfigEval:
             return self.arith(e, lambda: _OPS[e[1]](left, right))
         if kind == "if":
             return self(e[2]) if self.value(e[1]) else self(e[3])
+        if kind == "item":
+            items = self.value(e[1])
+            if not isinstance(items, list) or not -len(items) <= e[2] < len(items):
+                raise self.error(f"{self.where}: `{show(e)}` needs a list of more than {e[2]} values; "
+                                 f"{self.settings(e[1])}")
+            return items[e[2]]
         if kind == "match":
             value = self.value(e[1])
             for case, result in e[2]:
@@ -274,6 +283,9 @@ def _show(e, fmt: str) -> str:
         return f"{_show(e[2], fmt)} {e[1]} {_show(e[3], fmt)}"
     if kind == "if":
         return f"({_show(e[2], fmt)} if {_show(e[1], fmt)} else {_show(e[3], fmt)})"
+    if kind == "item":
+        inner = _show(e[1], fmt)
+        return f"{inner if e[1][0] in ('key', 'list', 'or') else '(' + inner + ')'}[{e[2]}]"
     if kind == "match":
         return f"match({show(e[1], fmt)}, " + ", ".join(f"{c}={r!r}" for c, r in e[2]) + ")"
     if kind == "T":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -140,7 +141,7 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
         raise FileNotFoundError(f"{folder} is not a save_pretrained folder: it has no {CONFIG_FILE}")
     dtype, device = _dtype(dtype), _device(device)
     try:
-        hf = json.loads(config_file.read_text(encoding="utf-8"))
+        hf = json.loads(config_file.read_text(encoding="utf-8"), object_hook=_special_float)
     except (ValueError, RecursionError) as err:
         raise PretrainedError(f"{config_file} is not JSON ({type(err).__name__}: {err})") from None
     except OSError as err:
@@ -167,6 +168,27 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
     model._hf_config = hf  # save_pretrained writes back what it read, and keeps what the spec lists as harmless
     model._hf_folder = str(folder.resolve())  # and copies the tokenizer and generation config beside it
     return model.eval()
+
+
+
+# transformers writes the floats JSON has no number for as {"__float__": "Infinity"} (Mamba2's
+# time_step_limit is [0.0, inf]): read as the float, and written back the same way
+_FLOAT_TAGS = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
+
+
+def _special_float(obj: dict):
+    tag = obj.get("__float__") if len(obj) == 1 else None
+    return _FLOAT_TAGS[tag] if isinstance(tag, str) and tag in _FLOAT_TAGS else obj
+
+
+def _tagged_floats(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return {"__float__": "NaN" if math.isnan(obj) else "Infinity" if obj > 0 else "-Infinity"}
+    if isinstance(obj, dict):
+        return {k: _tagged_floats(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_tagged_floats(v) for v in obj]
+    return obj
 
 
 def _dtype(dtype) -> torch.dtype:
@@ -309,7 +331,7 @@ def save_pretrained(model: torch.nn.Module, folder) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         weights_tmp, config_tmp = staged
         interop.write_safetensors(weights, weights_tmp, {"format": "pt"})
-        config_tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        config_tmp.write_text(json.dumps(_tagged_floats(config), indent=2, sort_keys=True) + "\n", encoding="utf-8")
         stale = _stale_shards(folder)
         os.replace(weights_tmp, staged[weights_tmp])
         for path in stale:

@@ -338,6 +338,14 @@ DEMO = {
     "gptj": Demo(dict(TEXT, n_layer=2, n_head=4, n_embd=64, mlp_hidden=256, rotary_dim=8), steps=400),
     "gpt_neox": Demo(dict(TEXT, n_layer=2, n_head=4, n_embd=64, mlp_hidden=256), steps=400),
     "nanogpt_model": Demo(dict(V=VOCAB, P=CONTEXT, L=2, H=4, D=64), steps=400),
+    # recurrent layers (no length bound: no block_size), and the hybrids
+    "mamba2": Demo(dict(vocab_size=VOCAB, n_layer=2, n_embd=64, n_head=8, head_dim=16, state_size=16, n_groups=1),
+                   steps=400),
+    "falcon_h1": Demo(dict(vocab_size=VOCAB, n_layer=2, n_head=4, n_kv_head=2, n_embd=64, head_dim=16, mlp_hidden=172,
+                           mamba_d_ssm=128, mamba_n_heads=8, mamba_d_state=16, mamba_n_groups=1), steps=400),
+    "qwen3_next": Demo(dict(TEXT, n_layer=2, full_attention_interval=2, n_embd=64, n_head=4, n_kv_head=2, head_dim=16,
+                            lin_n_key_head=2, lin_n_value_head=4, lin_key_dim=16, lin_value_dim=16, mlp_hidden=172,
+                            expert_hidden=96, shared_hidden=96, n_expert=4, n_expert_tok=2), steps=400),
     # bidirectional models: twin characters (more steps: they learn where the twin is slowly, and
     # a step costs less)
     "bert": Demo(dict(vocab_size=VOCAB, max_positions=CONTEXT, n_layer=2, n_head=4, n_embd=64, intermediate=128,

@@ -12,7 +12,7 @@ The definitions, and what the numbers do not count, are in docs/stats.md. In sho
   quantity `torch.utils.flop_counter.FlopCounterMode` counts; the registry gives each op's
   (`OpDef.flops`);
 * the backward computes the gradient of every operand that depends on a parameter;
-* KV-cache bytes are those of the caches `snf.passes.caches` finds, per cached token;
+* KV-cache bytes are those of the caches `snf.passes.caches` finds, per cached token (states: per sequence);
 * activation bytes are the bytes of every tensor an op of the forward returns, views excepted.
 """
 
@@ -28,6 +28,7 @@ from .interpret import ConfigError, Interpreter
 from .ir import ScalarT, TensorT
 from .language import GRADIENT_CHECKPOINTING
 from .ops import all_ops
+from .ops.shapes import product
 from .passes.caches import plan_caches
 from .passes.liveness import plan_outputs
 from .stats_experts import expert_quantities, note_experts
@@ -131,8 +132,6 @@ def _holds(a: int, op: str, b: int) -> bool:
 def _fields(a: Dim, b: Dim, ints: dict) -> str:
     return ", ".join(f"{n}={ints[n]}" for n in sorted(a.symbols() | b.symbols()) if n in ints)
 
-
-# ------------------------------------------------------------------------------- the walk
 
 class _Walk:
     """One pass over the plain forward: FLOPs and activation bytes as polynomials, with a layer
@@ -379,9 +378,12 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
         per_token("flops_training", f"FLOPs per {per}, forward + backward", walk.forward + backward, "FLOPs"),
         per_token("activation_bytes", f"activation bytes per {per}", walk.activations, "bytes"),
     ]
-    cache = _cache_bytes(model, tokens_dims)
+    cache, state = _cache_bytes(model, tokens_dims)
     quantities.insert(3, Quantity("kv_cache_bytes", "KV-cache bytes per token", _simplify(cache, model),
                                   Fraction(cache.evaluate(env)), "bytes", "" if cache.terms else "the spec has no KV cache"))
+    if state.terms:  # recurrent states: the same size at every position
+        quantities.insert(4, Quantity("state_bytes", "recurrent state bytes per sequence", _simplify(state, model),
+                                      Fraction(state.evaluate(env)), "bytes", "constant: it does not grow"))
     if cfg.get(GRADIENT_CHECKPOINTING) is True and walk.layer_forward.terms:
         # the recognised switch (docs/language.md 10.1): the backward runs each layer again, up
         # to the last tensor it needs; model FLOPs above leave it out, as MFU does
@@ -395,20 +397,17 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
 _ABSENT = "its inputs are absent"
 
 
-def _cache_bytes(model: ir.Model, tokens_dims: list[str]) -> Dim:
-    """Bytes the caches (the lead's cache plan says which inputs they are) hold per token: each
-    cache input's size without its growing axis, and without the batch axis."""
+def _cache_bytes(model: ir.Model, tokens_dims: list[str]) -> tuple[Dim, Dim]:
+    """Bytes the caches (the cache plan says which inputs) hold per token, and the states per sequence:
+    each input's size without its growing axis and the batch axis."""
     batch = tokens_dims[0] if len(tokens_dims) > 1 else None
     inputs = {i.name: i for i in model.inputs}
-    total = Dim()
+    totals = {False: Dim(), True: Dim()}  # per token (KV caches), per sequence (states)
     for c in plan_caches(model).caches:
         ty = inputs[c.input].ty
-        per = Dim.const(DTYPE_BYTES[ty.dtype])
-        for axis, d in enumerate(ty.shape):
-            if axis != c.axis and d.as_symbol() != batch:
-                per = per * d
-        total += per
-    return total
+        totals[c.state] += Dim.const(DTYPE_BYTES[ty.dtype]) * product(
+            d for axis, d in enumerate(ty.shape) if axis != c.axis and d.as_symbol() != batch)
+    return totals[False], totals[True]
 
 
 def _absent_dims(model: ir.Model) -> list[str]:

@@ -87,6 +87,15 @@ def test_bench_moe_runs(capsys):
     assert all(float(ms) > 0 for *_, ms in rows)
 
 
+def test_bench_recurrent_runs(capsys):
+    from benchmarks import bench_recurrent
+    assert bench_recurrent.main(["--quick", "--reps", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = re.findall(r"^\| (prefill|decode)[^|]*\| ([\d.]+) +\| ([\d.]+) +\|", out, re.M)
+    assert [case for case, *_ in rows] == ["prefill", "decode", "decode"] and all(float(v) > 0 for r in rows for v in r[1:])
+    assert "peak memory" in out and "decode after" in out
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not __import__("torch").cuda.is_available(), reason="the GPU rows: needs a CUDA device"))])
 def test_bench_first_runs(capsys, device):

@@ -42,6 +42,12 @@ SMALL = {
                    mlp_hidden=48, query_pre_attn_scalar=12, sliding_window=3, attn_softcap=2.0, final_softcap=5.0),
     "gptj": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_embd=32, mlp_hidden=48, rotary_dim=4),
     "gpt_neox": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_embd=32, mlp_hidden=48, rotary_pct=0.5),
+    "mamba2": dict(vocab_size=64, n_layer=2, n_embd=32, n_head=8, head_dim=8, state_size=16, n_groups=2, conv_kernel=4),
+    "falcon_h1": dict(vocab_size=64, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, head_dim=8, mlp_hidden=48,
+                      mamba_d_ssm=64, mamba_n_heads=8, mamba_d_state=16, mamba_n_groups=2, mamba_d_conv=4),
+    "qwen3_next": dict(vocab_size=64, block_size=32, n_layer=2, full_attention_interval=2, n_embd=32, n_head=4, n_kv_head=2, head_dim=16,
+                       lin_n_key_head=2, lin_n_value_head=4, lin_key_dim=8, lin_value_dim=12, mlp_hidden=48,
+                       expert_hidden=24, shared_hidden=40, n_expert=4, n_expert_tok=2, sparse_step=2),
 }
 
 

@@ -53,6 +53,27 @@ FAMILIES = {
                                        bos_token_id=None, eos_token_id=None), "gpt_neox.snf"),
     "bert": ("BertConfig", dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                 intermediate_size=48, max_position_embeddings=64, type_vocab_size=3), "bert.snf"),
+    # no attention: Mamba2 layers, heads of 8 channels in 2 groups of B and C
+    "mamba2": ("Mamba2Config", dict(vocab_size=97, hidden_size=32, num_heads=8, head_dim=8, state_size=16, n_groups=2,
+                                    num_hidden_layers=2, conv_kernel=4, bos_token_id=None, eos_token_id=None,
+                                    pad_token_id=None), "mamba2.snf"),
+    # every layer attention and a Mamba2 mixer side by side, each multiplier away from 1
+    "falcon_h1": ("FalconH1Config", dict(_DECODER, head_dim=16, mamba_d_ssm=48, mamba_n_heads=6, mamba_d_state=8,
+                                         mamba_n_groups=2, mamba_d_conv=4, mamba_rms_norm=True,
+                                         mamba_norm_before_gate=False, embedding_multiplier=1.5,
+                                         lm_head_multiplier=0.7, attention_in_multiplier=0.9,
+                                         attention_out_multiplier=1.2, key_multiplier=0.6, ssm_in_multiplier=1.3,
+                                         ssm_out_multiplier=0.8, ssm_multipliers=[0.5, 1.5, 0.75, 1.25, 0.9],
+                                         mlp_multipliers=[0.7, 1.4], rope_theta=5000.0, pad_token_id=None),
+                  "falcon_h1.snf"),
+    # gated DeltaNet on layer 0, gated attention on layer 1 (full_attention_interval 2, which config.json keeps
+    # only beside layer_types); a dense MLP, then a sparse one (decoder_sparse_step 2)
+    "qwen3_next": ("Qwen3NextConfig", dict(_DECODER, hidden_size=64, num_hidden_layers=2, full_attention_interval=2,
+                                           layer_types=["linear_attention", "full_attention"], head_dim=16,
+                                           linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                                           linear_value_head_dim=16, moe_intermediate_size=24,
+                                           shared_expert_intermediate_size=40, num_experts=4, num_experts_per_tok=2,
+                                           decoder_sparse_step=2, pad_token_id=None), "qwen3_next.snf"),
     # three encoder layers, two decoder ones (transformers 5's generate sizes its cache by num_layers)
     "t5": ("T5Config", dict(vocab_size=97, d_model=24, d_kv=10, num_heads=3, d_ff=40, num_layers=3, num_decoder_layers=2,
                             relative_attention_num_buckets=8, relative_attention_max_distance=12,
@@ -60,7 +81,7 @@ FAMILIES = {
            "t5.snf"),
 }
 CAUSAL = ["gpt2", "llama", "mistral", "mixtral", "olmoe", "qwen3_moe", "qwen2_moe", "qwen2", "gemma2", "gptj",
-          "gpt_neox"]  # the encoder (BERT) has no logits and no generate
+          "gpt_neox", "mamba2", "falcon_h1", "qwen3_next"]  # the encoder (BERT) has no logits and no generate
 SEQ2SEQ = ["t5"]  # encoder-decoders: tests/test_t5.py
 NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.weight", "LayerNorm.weight",
          "layer_norm.weight")

@@ -20,6 +20,17 @@ from snf.interpret import interpret
 from snf.ops import all_ops
 from snf.source import Source
 
+# The recurrent ops' inputs: H heads of M channels, B and C in G groups of a state of N; the delta rule's
+# KH key heads of M and H value heads of N
+SSD_INPUTS = ("x : Tensor([B, T, H, M], float32)\n  dt : Tensor([B, T, H], float32)\n  al : Tensor([H], float32)\n"
+              "  bm : Tensor([B, T, G, N], float32)\n  cm : Tensor([B, T, G, N], float32)\n  d : Tensor([H], float32)\n"
+              "  db : Tensor([H], float32)\n  s : Tensor([B, H, M, N], float32)")
+SSD_PARAMS = "param:\n  H : int = 4\n  G : int = 2\n"
+DELTA_INPUTS = ("q : Tensor([B, T, KH, M], float32)\n  k : Tensor([B, T, KH, M], float32)\n"
+                "  v : Tensor([B, T, H, N], float32)\n  g : Tensor([B, T, H], float32)\n  bt : Tensor([B, T, H], float32)\n"
+                "  s : Tensor([B, H, M, N], float32)")
+DELTA_PARAMS = "param:\n  H : int = 4\n  KH : int = 2\n"
+
 # op -> (inputs section, body expression producing `out`, out type). Dims B, T, N, M are run-time.
 CASES = {
     "add": ("a : Tensor([B, T, N], float32)\n  b : Tensor([T, N], float32)", "a + b"),
@@ -81,6 +92,23 @@ CASES = {
                     "moe_experts(a, top_k_indices(a @ r, K), top_k(softmax(a @ r), K), up=u, down=d, gate=g) + "
                     "moe_experts(a, top_k_indices(a @ r, 1), top_k(sigmoid(a @ r), 1), up=u, down=d, act=\"gelu\")",
                     "param:\n  E : int = 4\n  K : int = 2\n"),
+    "cumsum": ("a : Tensor([B, T, N], float32)", "cumsum(a, axis=1) + cumsum(a, dim=-1)"),
+    "causal_conv1d": ("a : Tensor([B, T, N], float32)\n  w : Tensor([N, 1, 3], float32)\n  b : Tensor([N], float32)\n"
+                      "  s : Tensor([B, 2, N], float32)",
+                      "causal_conv1d(a, weight=w, bias=b, state=s) + causal_conv1d(a, w)"),
+    "causal_conv1d_state": ("a : Tensor([B, T, N], float32)\n  w : Tensor([N, 1, 3], float32)\n"
+                            "  s : Tensor([B, 2, N], float32)",
+                            "causal_conv1d_state(a, weight=w, state=s) + causal_conv1d_state(a, w)"),
+    "ssd_scan": (SSD_INPUTS, "ssd_scan(x, dt, -exp(al), bm, cm, D=d, dt_bias=db, state=s) + "
+                             "ssd_scan(x, dt, -exp(al), bm, cm, dt_softplus=False, dt_min=0.1, dt_max=0.5)", SSD_PARAMS),
+    "ssd_state": (SSD_INPUTS, "ssd_state(x, dt, -exp(al), bm, cm, D=d, dt_bias=db, state=s) + "
+                              "ssd_state(x, dt, -exp(al), bm, cm)", SSD_PARAMS),
+    "gated_delta_rule": (DELTA_INPUTS, "gated_delta_rule(q, k, v, -exp(g), sigmoid(bt), state=s) + "
+                                       "gated_delta_rule(q, k, v, -exp(g), sigmoid(bt), scale=0.5, l2norm=False)",
+                         DELTA_PARAMS),
+    "gated_delta_state": (DELTA_INPUTS, "gated_delta_state(q, k, v, -exp(g), sigmoid(bt), state=s) + "
+                                        "gated_delta_state(q, k, v, -exp(g), sigmoid(bt), scale=0.5, l2norm=False)",
+                          DELTA_PARAMS),
     # config-level logic and scalar arithmetic, exercised through a guarded assignment
     "eq": ("a : Tensor([B, N], float32)", "a * 2.0 if 3 == 3 else a"),
     "ne": ("a : Tensor([B, N], float32)", "a * 2.0 if 3 != 3 else a"),

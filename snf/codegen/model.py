@@ -151,7 +151,7 @@ class Generator:
         own = template.render(**ctx)  # what the file says itself, before imports and the runtime
         if self.standalone:  # the runtime's definitions the rest calls, and what they call
             used = runtime.needed(own)
-            ctx.update(runtime_compile=runtime.copy("compiling", used), runtime=runtime.copy("helpers", used, "experts", "loss"))
+            ctx.update(runtime_compile=runtime.copy("compiling", used), runtime=runtime.copy("helpers", used, "experts", "recurrent", "loss"))
         else:
             ctx.update(runtime_imports=runtime.imports(runtime.called(own), LIMIT))
         ctx.update(std_imports=_std_imports("\n".join((own, ctx["runtime_compile"], ctx["runtime"]))))
@@ -189,7 +189,7 @@ class Generator:
                 lines += self.input_lines(em, i, bound)
             elif i is cached[0]:  # the cache inputs, checked together
                 lines += self.preallocated_lines(em, cached, bound)
-        for group in self.model.input_groups:
+        for group in self.model.input_groups + ((self.plans.caches.together,) if self.plans.caches.together else ()):
             lines.append(f"_check_together({group!r}, ({', '.join(group)}))")
         for c in self.model.forward_checks:
             lhs, rhs = self.show((c.lhs,))[1:-1], self.show((c.rhs,))[1:-1]

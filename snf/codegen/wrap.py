@@ -92,8 +92,11 @@ def _wrap_statement(line: str, tokens: list, limit: int) -> list[str]:
 
 def _widest_bracket(tokens: list):
     """(opener column, closer column, its top-level commas' columns, its top-level binary operators'
-    columns) of the widest of the outermost brackets that close on the line."""
-    stack, best, best_rank = [], None, (0, 0)
+    columns) of the widest of the outermost brackets that close on the line; where that one has
+    nothing to break at (`nn.Parameter(torch.empty(a, b))`'s outer bracket), of its widest bracket
+    inside, and so on."""
+    stack: list[int] = []
+    closed: dict[int, tuple] = {}  # opener -> (closer, parent opener or None)
     commas: dict[int, list[int]] = {}
     operators: dict[int, list[int]] = {}
     previous = None
@@ -105,14 +108,21 @@ def _widest_bracket(tokens: list):
             commas[tok.start[1]], operators[tok.start[1]] = [], []
         elif tok.type == tokenize.OP and tok.string in _CLOSE and stack:
             start = stack.pop()
-            # the outermost bracket closed on this line: on a line inside a bracket the statement
-            # continues (a table's row), those one level in
-            rank = (len(stack), start - tok.start[1])
-            if best is None or rank < best_rank:
-                best, best_rank = (start, tok.start[1], commas[start], operators[start]), rank
+            closed[start] = (tok.start[1], stack[-1] if stack else None)
         elif tok.string == "," and stack:
             commas[stack[-1]].append(tok.start[1])
         elif stack and binary and tok.string in _BINARY:
             operators[stack[-1]].append(tok.start[1])
         previous = tok
-    return best
+    # on a line inside a bracket the statement continues (a table's row): its outermost are those
+    # one level in, whose parent never closes here
+    parent = None if any(p is None for _, p in closed.values()) else next(
+        (p for _, p in closed.values() if p not in closed), None)
+    while True:
+        children = [o for o, (_, p) in closed.items() if p == parent]
+        if not children:
+            return None
+        best = max(children, key=lambda o: (closed[o][0] - o, -o))
+        if commas[best] or operators[best]:
+            return best, closed[best][0], commas[best], operators[best]
+        parent = best

@@ -14,6 +14,12 @@ attention's `k`/`v` (which masks the empty slots) or the write into its output, 
 length is used only as a RoPE offset, the start of a slice of fixed length, or in the cache
 outputs' own shapes. Otherwise `generate` concatenates, as `forward` does: slower, never wrong.
 `reason` says why a spec gets no fixed-shape path (shown by `snfc check -v`).
+
+A recurrent state is a cache that does not grow: an optional input `past` and an output `new` of
+the same type, with no run-time size but the batch, where what is written into `new` (a layer's slice, `new[l] = s`, or `new` itself)
+is computed from `past` (`ssd_state(..., state=past[l] if past exists else None)`). The caller
+feeds `new` back as `past`; a step's state has the shape of the last one, so it costs the same at
+every position.
 """
 
 from __future__ import annotations
@@ -29,10 +35,15 @@ from .blocks import BlockPlan, plan_blocks
 class Cache:
     input: str  # the optional input fed back (`past_keys`)
     output: str  # the output that holds the grown cache (`new_keys`)
-    axis: int  # the growing axis of the input (and output): 2 in [n_layer, B, T_past, H, head_dim]
-    dim: str  # the input's run-time dim along that axis (`T_past`)
+    axis: int | None  # the growing axis of the input (and output): 2 in [n_layer, B, T_past, H, head_dim]
+    dim: str | None  # the input's run-time dim along that axis (`T_past`); both None for a recurrent state
     loop: ir.Loop | None  # the layer loop whose layers each own a slice of the cache, if any
     init: ir.Bind | None  # `let new = full(...)`, the output's allocation (per-layer caches)
+
+    @property
+    def state(self) -> bool:
+        """A recurrent state: fed back whole, the same size at every step."""
+        return self.axis is None
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,13 @@ class CachePlan:
     preallocated: Preallocated | None
     reason: str = ""  # why there is no fixed-shape path, when there are caches
 
+    @property
+    def together(self) -> tuple:
+        """The cache inputs, given together or not at all where they are not one input group already:
+        a state and a KV cache of the same tokens (a hybrid's), fed back as one."""
+        return tuple(c.input for c in self.caches) if any(c.state for c in self.caches) and len(self.caches) > 1 \
+            else ()
+
     def by_input(self, name: str) -> Cache | None:
         return next((c for c in self.caches if c.input == name), None)
 
@@ -60,6 +78,10 @@ class CachePlan:
 def plan_caches(model: ir.Model, blocks: BlockPlan | None = None) -> CachePlan:
     """`blocks`: the model's block plan (made here when not given)."""
     caches, concats, indirect = _find_caches(model)
+    states = _find_states(model, {c.input for c in caches})
+    if states:
+        return CachePlan(tuple(caches + states), None, f"`{states[0].input}` is a recurrent state, fed back whole "
+                                                     f"each step")
     if not caches:
         return CachePlan((), None)
     if indirect:
@@ -125,6 +147,47 @@ def _find_caches(model: ir.Model) -> tuple[list[Cache], dict, set]:
                 indirect.add(name)
             found.append(Cache(past.name, out, full_axis, dim, loop if per_layer else None, init))
     return found, concats, indirect
+
+
+def _find_states(model: ir.Model, taken: set) -> list[Cache]:
+    # a state is the same size at every step: no run-time size in it but the batch (the first input's first axis)
+    batch = {model.inputs[0].ty.shape[0].as_symbol()} if model.inputs and model.inputs[0].ty.rank else set()
+    runtime = set(model.run_time_dims) - batch
+    optional = {n: i for n, i in _optional_inputs(model).items() if n not in taken
+                and not any(d.symbols() & runtime for d in i.ty.shape)}
+    outputs = {o.name: o for o in model.outputs}
+    same = {n: o for n, o in outputs.items()
+            for i in optional.values() if i.ty.shape == o.ty.shape and i.ty.dtype == o.ty.dtype}
+    if not same:
+        return []
+    found: list[Cache] = []
+    reads: dict[str, set] = {}  # local -> the inputs its value is computed from
+    for stmt, loop, _ in ir.sites(model.body):
+        if not isinstance(stmt, (ir.Bind, ir.SetItem)):
+            continue
+        used = set()
+        for e in ir.subexprs(ir.own_exprs(stmt)):
+            if isinstance(e, ir.Ref):
+                used |= reads.get(e.name, set()) if e.kind == "local" else {e.name}
+        layer_write = isinstance(stmt, ir.SetItem) and loop is not None and len(stmt.index) == 1 \
+            and isinstance(stmt.index[0], ir.Ref) and stmt.index[0].kind == "loopvar"
+        whole = isinstance(stmt, ir.Bind) and loop is None
+        if stmt.name not in same or not (layer_write or whole):
+            fresh = isinstance(stmt, ir.Bind) and stmt.let
+            reads[stmt.name] = used if fresh else reads.get(stmt.name, set()) | used
+            continue
+        per_layer = layer_write
+        out = outputs[stmt.name]
+        past = next((n for n in sorted(used & set(optional)) if optional[n].ty.shape == out.ty.shape
+                     and optional[n].ty.dtype == out.ty.dtype), None)
+        if past is None or any(c.input == past or c.output == out.name for c in found):
+            continue
+        init = next((t for t in model.body if isinstance(t, ir.Bind) and t.let and t.name == out.name
+                     and isinstance(t.value, ir.Op) and t.value.op == "full"), None) if per_layer else None
+        if per_layer and init is None:
+            continue
+        found.append(Cache(past, out.name, None, None, loop if per_layer else None, init))
+    return found
 
 
 def _output_of(model: ir.Model, loop: ir.Loop | None, name: str, outputs: set) -> tuple[str | None, ir.Bind | None]:

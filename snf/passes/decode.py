@@ -2,8 +2,9 @@
 
 A spec gets `generate` when it is a causal language model: its first input is token ids
 `[B, T]` int64, an output is logits `[B, T, V]` over the rows of every table the ids index (a
-sampled id is a valid one), every attention is causal (so the logits at a position never see
-later tokens), and every other input is optional (generate cannot make one up). Which output is
+sampled id is a valid one), every attention is causal and every other op that mixes positions a
+recurrent one (so the logits at a position never see later tokens), and every other input is
+optional (generate cannot make one up). Which output is
 the logits is `choose_logits`'s rule: the only `[B, T, V]` float output; else the one named
 `logits`; else the one that is not a softmax (probabilities or their log); else none, and no
 `generate`. Its caches (from the cache plan) are fed back step by step when they come in complete
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..dims import Dim, equal
+from ..ops.recurrent import CAUSAL
 from .caches import Cache, CachePlan
 from .encoder import EncoderPlan, cross_attention_ok, plan_encoder
 
@@ -127,10 +129,14 @@ def _vocabulary(model: ir.Model, tokens: ir.Tensor, logits: ir.Tensor) -> str | 
 
 
 def _causal(model: ir.Model) -> str | None:
-    attention = [e for e in ir.walk_exprs(model.body) if isinstance(e, ir.Op) and e.op == "flash_attention"]
-    if not attention:
-        return "no attention, so nothing says the logits at a position see only the tokens before it"
-    if not all(e.arg("causal").value is True for e in attention):
+    """Every op that mixes positions sees only earlier ones: an attention that is causal, or a recurrent op
+    (a scan, a causal convolution), which is causal by what it computes."""
+    mixing = [e for e in ir.walk_exprs(model.body) if isinstance(e, ir.Op) and (e.op == "flash_attention"
+                                                                                  or e.op in CAUSAL)]
+    if not mixing:
+        return ("no attention and no recurrent op, so nothing says the logits at a position see only the tokens "
+                "before it")
+    if not all(e.op in CAUSAL or e.arg("causal").value is True for e in mixing):
         return ("an attention is not causal (an encoder's), so the logits at a position would see later tokens "
                 "(an encoder-decoder's logits are over a second token input, the decoder's)")
     return None
@@ -174,7 +180,7 @@ def plan_decode(model: ir.Model, caches: CachePlan) -> DecodePlan | None:
     if encoder is not None:  # an encoder-decoder's decode concatenates its self-attention cache
         return DecodePlan(tokens.name, logits.name, tuple(fed), False, None, encoder)
     preallocated = bool(fed) and caches.preallocated is not None
-    context = _context(model, tokens, {c.dim for c in caches.caches})
+    context = _context(model, tokens, {c.dim for c in caches.caches if not c.state})
     if preallocated and context is None:  # the buffers hold that many tokens
         context = caches.preallocated.size
     return DecodePlan(tokens.name, logits.name, tuple(fed), preallocated, context)

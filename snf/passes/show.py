@@ -50,7 +50,7 @@ def show_blocks(plans: Plans) -> list[str]:
 
 def show_caches(plans: Plans) -> list[str]:
     plan = plans.caches
-    out = [f"{c.input} -> {c.output}: grows along axis {c.axis} ({c.dim})"
+    out = [f"{c.input} -> {c.output}: " + ("a recurrent state" if c.state else f"grows along axis {c.axis} ({c.dim})")
            + (f", a slice per layer of the loop at line {c.loop.span.line}" if c.loop else "") for c in plan.caches]
     if plan.preallocated:
         p = plan.preallocated

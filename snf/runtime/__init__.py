@@ -23,7 +23,7 @@ from ..version import __version__
 # a helper's name, signature or meaning changes in a way modules generated before cannot use.
 ABI = 3  # 2: the losses moved to snf.runtime.loss; 3: generate(compile=) (_decoding) and one generate at a time per model (_start_generate)
 
-PARTS = ("compiling", "helpers", "experts", "loss")  # the files, each copied to its own place in a generated module
+PARTS = ("compiling", "helpers", "experts", "recurrent", "loss")  # the files, each copied to its own place in a generated module
 
 
 @dataclass(frozen=True)

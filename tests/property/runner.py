@@ -342,7 +342,7 @@ class Runner:
         for i in self.m.inputs:
             if i.optional:
                 present[i.name] = bool(self.rng.random() < 0.6)
-        for group in self.m.input_groups:
+        for group in self.m.input_groups + ((self.plans().caches.together,) if self.plans().caches.together else ()):
             first = present[group[0]]
             for n in group:
                 present[n] = first
@@ -494,14 +494,16 @@ class Runner:
         """The spec's KV caches (the cache plan, from data flow): (input fed back, output)."""
         return [(c.input, c.output) for c in self.plans().caches.caches]
 
-    def time_dims(self) -> tuple[str, str] | None:
-        """(T, T_past): the dim the first input grows along, and the cache's own dim."""
+    def time_dims(self) -> tuple[str, str | None] | None:
+        """(T, T_past): the dim the first input grows along, and the caches' own dim (None when they
+        are all recurrent states, which do not grow)."""
         caches = self.plans().caches.caches
         first = self.m.inputs[0]
-        if first.ty.rank < 2 or not caches or len({c.dim for c in caches}) != 1:
+        grown = {c.dim for c in caches if not c.state}
+        if first.ty.rank < 2 or not caches or len(grown) > 1:
             return None
         t = first.ty.shape[1].as_symbol()
-        return (t, caches[0].dim) if t is not None else None
+        return (t, next(iter(grown), None)) if t is not None else None
 
     def cached_forward(self) -> None:
         dims = self.time_dims()
@@ -521,7 +523,9 @@ class Runner:
             present[p] = False
         for n, length in enumerate(chunks):
             env = dict(env0)
-            env[t_name], env[past_name] = length, done
+            env[t_name] = length
+            if past_name is not None:
+                env[past_name] = done
             if n:
                 for p in together:
                     present[p] = True

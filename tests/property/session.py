@@ -276,7 +276,8 @@ class Session(runner.Runner):
         together = {p for p, _ in pairs} | {n for g in self.m.input_groups if set(g) & {p for p, _ in pairs} for n in g}
         for p in together:
             present[p] = False
-        env1 = dict(env, **{t_name: prefix, past_name: 0})
+        grows = {past_name: 0} if past_name is not None else {}
+        env1 = dict(env, **{t_name: prefix}, **grows)
         made = self.valid_inputs(env1, present)
         if made is None:
             self.session.skipped += 1
@@ -286,7 +287,7 @@ class Session(runner.Runner):
             return
         for p in together:
             present[p] = True
-        env2 = dict(env, **{t_name: rest, past_name: prefix})
+        env2 = dict(env, **{t_name: rest}, **({past_name: prefix} if past_name is not None else {}))
         fixed = {p: (want[q], want[q]) for p, q in pairs}
         declared = {i.name: i.ty.shape for i in self.m.inputs}
         if any(list(t.shape) != [evaluate(d, env2) for d in declared[p]] for p, (t, _) in fixed.items()):

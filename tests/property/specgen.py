@@ -405,7 +405,7 @@ class Gen:
             (self.s_int_math, 1), (self.s_cond_value, 2), (self.s_guarded, 2), (self.s_if_block, 1),
             (self.s_shape_of, 1), (self.s_gather, 1), (self.s_update, 2), (self.s_softmax, 1),
             (self.s_compare, 2), (self.s_elementwise, 2), (self.s_cast, 1), (self.s_arange, 1), (self.s_expand, 1),
-            (self.s_repeat, 1), (self.s_reduce, 2), (self.s_routing, 1),
+            (self.s_repeat, 1), (self.s_reduce, 2), (self.s_routing, 1), (self.s_recurrent, 1),
         ]
         for _ in range(4):
             fn = self.ch.pick([f for f, w in kinds for _ in range(w)])
@@ -851,6 +851,68 @@ class Gen:
             kw["gate"] = self.weight((e, f, d), dt).text
         self.features.add("op:moe_experts")
         self.let(call("moe_experts", v.text, idx, top, ty=v.ty, **kw))
+
+    def s_recurrent(self):
+        """A recurrent op over a [X, Y, C] value (axis 1 is time): cumsum; the causal convolution of its
+        channels; or projections of it into Mamba2's scan (2 heads of 2, B and C in 1 or 2 groups of 3)
+        or the gated delta rule (1 or 2 key heads, 2 value heads), each with its `_state` twin or not."""
+        ch = self.ch
+        v = self.pick_float(lambda t: t.rank == 3 and self.static(t.shape[-1]))
+        if v is None:
+            return False
+        (a, b, c), dt = v.ty.shape, v.ty.dtype
+        kind = ch.pick(["cumsum", "conv", "ssd", "delta"])
+        if kind == "cumsum":
+            self.features.add("op:cumsum")
+            self.let(call("cumsum", v.text, str(ch.int(-3, 2)), ty=v.ty))
+            return
+        if kind == "conv":
+            k = ch.pick([1, 2, 3])
+            w = self.weight((c, Poly.of(1), Poly.of(k)), dt)
+            kw = {"weight": w.text}
+            if ch.coin(0.5):
+                kw["bias"] = self.weight((c,), dt, stem="bias").text
+            self.features.add("op:causal_conv1d")
+            self.let(call("causal_conv1d", v.text, ty=v.ty, **kw))
+            if ch.coin(0.5):
+                self.features.add("op:causal_conv1d_state")
+                self.let(call("causal_conv1d_state", v.text, ty=T((a, Poly.of(k - 1), c), dt), **kw))
+            return
+
+        def heads(n: int, width: int, stem: str) -> str:
+            w = self.weight((Poly.of(n * width), c), dt)
+            return self.let(call("reshape", call("linear", v.text, ty=T((a, b, Poly.of(n * width)), dt),
+                                                 weight=w.text).text, self.shape_text((a, b, Poly.of(n), Poly.of(width))),
+                                 ty=T((a, b, Poly.of(n), Poly.of(width)), dt)), stem=stem)
+
+        def per_head(fn: str, stem: str) -> str:
+            w = self.weight((Poly.of(2), c), dt)
+            inner = call("linear", v.text, ty=T((a, b, Poly.of(2)), dt), weight=w.text).text
+            return self.let(call(fn, inner, ty=T((a, b, Poly.of(2)), dt)) if fn else
+                            E(inner, ATOM, T((a, b, Poly.of(2)), dt)), stem=stem)
+        self.features |= {"op:linear", "op:reshape"}
+        if kind == "ssd":
+            groups = ch.pick([1, 2])
+            x, step = heads(2, 2, "x"), per_head(None, "dt")
+            bm, cm = heads(groups, 3, "bm"), heads(groups, 3, "cm")
+            a_log = self.weight((Poly.of(2),), dt)
+            args = [x, step, f"-exp({a_log.text})", bm, cm]
+            self.features |= {"op:exp", "op:neg", "op:ssd_scan"}
+            kw = {"D": self.weight((Poly.of(2),), dt).text} if ch.coin(0.5) else {}
+            self.let(call("ssd_scan", *args, ty=T((a, b, Poly.of(2), Poly.of(2)), dt), **kw))
+            if ch.coin(0.5):
+                self.features.add("op:ssd_state")
+                self.let(call("ssd_state", *args, ty=T((a, Poly.of(2), Poly.of(2), Poly.of(3)), dt), **kw))
+            return
+        key_heads = ch.pick([1, 2])
+        q, k, val = heads(key_heads, 3, "q"), heads(key_heads, 3, "k"), heads(2, 2, "v")
+        gate, beta = per_head("sigmoid", "g"), per_head("sigmoid", "beta")
+        args = [q, k, val, f"-{gate}", beta]
+        self.features |= {"op:sigmoid", "op:neg", "op:gated_delta_rule"}
+        self.let(call("gated_delta_rule", *args, ty=T((a, b, Poly.of(2), Poly.of(2)), dt)))
+        if ch.coin(0.5):
+            self.features.add("op:gated_delta_state")
+            self.let(call("gated_delta_state", *args, ty=T((a, Poly.of(2), Poly.of(3), Poly.of(2)), dt)))
 
     def s_softmax(self):
         v = self.pick_float(lambda t: t.rank >= 1)

@@ -280,7 +280,8 @@ def _show(e, fmt: str) -> str:
     if kind in ("not", "neg"):
         return ("not " if kind == "not" else "-") + _show(e[1], fmt)
     if kind in ("op", "cmp"):
-        return f"{_show(e[2], fmt)} {e[1]} {_show(e[3], fmt)}"
+        left, right = (_operand(x, _precedence(e), fmt, side) for side, x in ((0, e[2]), (1, e[3])))
+        return f"{left} {e[1]} {right}"
     if kind == "if":
         return f"({_show(e[2], fmt)} if {_show(e[1], fmt)} else {_show(e[3], fmt)})"
     if kind == "item":
@@ -295,6 +296,19 @@ def _show(e, fmt: str) -> str:
     if kind == "experts":
         return _show(e[1], "")
     raise ValueError(f"unknown mapping expression {kind!r}")
+
+
+def _precedence(e) -> int:
+    return 0 if e[0] == "cmp" else 2 if e[1] in ("*", "/", "//", "%") else 1
+
+
+def _operand(x, parent: int, fmt: str, side: int) -> str:
+    """An operand of an operator of precedence `parent`, parenthesized where Python would read it
+    otherwise: `(k - 1) * n`, `a - (b - c)`."""
+    text = _show(x, fmt)
+    if x[0] in ("op", "cmp") and _precedence(x) < parent + side:
+        return f"({text})"
+    return text
 
 
 def written_key(source) -> str | None:

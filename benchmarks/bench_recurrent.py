@@ -52,14 +52,12 @@ def _models(shape: dict, folder: Path):
 
 def _ours_decode(model, prompt: torch.Tensor):
     out = model(prompt, use_cache=True)
-    token = prompt[:, -1:]
-    return lambda: model(token, past_conv=out.new_conv, past_ssm=out.new_ssm, use_cache=True)
+    return lambda: model(prompt[:, -1:], past_conv=out.new_conv, past_ssm=out.new_ssm, use_cache=True)
 
 
 def _theirs_decode(hf, prompt: torch.Tensor):
     out = hf(prompt, use_cache=True)
-    cache, token = out.cache_params if hasattr(out, "cache_params") else out.past_key_values, prompt[:, -1:]
-    return lambda: hf(token, cache_params=cache, use_cache=True)
+    return lambda: hf(prompt[:, -1:], cache_params=out.cache_params, use_cache=True)
 
 
 def main(argv: list | None = None) -> int:

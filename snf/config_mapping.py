@@ -35,8 +35,9 @@ def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "
     v), ("list", items), ("or", a, b) (`a`, or else `b` where `a` has no value: after a key, `or`
     gives a default), ("any" / "all", a, b) (Python's `or` / `and`, on values), ("not", a), ("neg",
     a), ("op", op, a, b), ("cmp", op, a, b), ("if", test, body, orelse), ("item", list, i) (a list's
-    i-th value: `(hf.time_step_limit or [0.0, 1e308])[1]`) and ("match", source, ((value, result), ...)). With `keys=False` no key may be read
-    (what the way back writes comes from the Config alone). `scope` says what `names` are."""
+    i-th value: `(hf.time_step_limit or [0.0, 1e308])[1]`) and ("match", source, ((value, result),
+    ...)). With `keys=False` no key may be read (what the way back writes comes from the Config
+    alone). `scope` says what `names` are."""
     def enc(x):
         return encode_config(x, fmt, names, keys, scope)
 

@@ -13,7 +13,7 @@ from ..ir import ScalarT, TensorT
 from .core import np_softcap, np_softmax
 from .lazy_numpy import np
 from .registry import POSITIVE, PROBABILITY, OpDef, OpError, Param, registrar
-from .shapes import broadcast, require_float, same_dtype
+from .shapes import broadcast, divides, require_float, same_dtype
 
 OPS: dict[str, OpDef] = {}
 register = registrar(OPS)
@@ -79,7 +79,7 @@ def _kv_heads(ctx, q: TensorT, k: TensorT, v: TensorT) -> None:
         return
     if not (ctx.static(h) and ctx.static(kvh)):  # a run-time length where heads belong: a layout mistake
         raise _layout_error(ctx, q, k, "k", 2, "heads")
-    if not ctx.eq(h, kvh * ctx.dim_op(lambda p, r: p // r, h, kvh)):
+    if not divides(ctx, kvh, h):
         raise OpError(f"`k` has {ctx.show_dim(kvh)} heads and `q` {ctx.show_dim(h)}: in grouped-query attention "
                       f"each key/value head serves the same number of query heads, so {ctx.show_dim(kvh)} must "
                       f"divide {ctx.show_dim(h)}", "k", blame=("q", "k"),

@@ -18,7 +18,7 @@ from .recurrent_np import (np_causal_conv1d, np_causal_conv1d_state, np_gated_de
                            np_ssd_scan, np_ssd_state)
 from .lazy_numpy import np
 from .registry import NON_NEGATIVE, OpDef, OpError, Param, registrar
-from .shapes import axis_index, product, require_float, same_dtype
+from .shapes import axis_index, divides, product, require_float, same_dtype
 
 OPS: dict[str, OpDef] = {}
 register = registrar(OPS)
@@ -49,7 +49,7 @@ def _groups(ctx, heads: Dim, groups: Dim, arg: str, against: str, what: str) -> 
     if not (ctx.static(heads) and ctx.static(groups)):
         raise OpError(f"`{arg}` has {ctx.show_dim(groups)} {what} and `{against}` {ctx.show_dim(heads)} heads: "
                       f"both must be config values", arg, blame=(against, arg))
-    if not ctx.eq(heads, groups * ctx.dim_op(lambda p, r: p // r, heads, groups)):
+    if not divides(ctx, groups, heads):
         raise OpError(f"`{arg}` has {ctx.show_dim(groups)} {what} and `{against}` {ctx.show_dim(heads)} heads: "
                       f"each serves the same number of heads, so {ctx.show_dim(groups)} must divide "
                       f"{ctx.show_dim(heads)}", arg, blame=(against, arg))

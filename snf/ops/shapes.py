@@ -132,3 +132,9 @@ def _bound(ctx, b: Dim | None, d: Dim, default: Dim, axis: int, name: str, which
                       name, code="index-range", hint=f"slice bounds of an axis of size {size} are 0 .. {size}, or "
                                                      f"-{size} .. -1 from the end")
     return at
+
+
+def divides(ctx, part: Dim, whole: Dim) -> bool:
+    """`part` divides `whole` (grouped heads: each of `part` serves whole / part): proved, or a
+    constraint on config values that `Config` checks; False when it is false for the defaults."""
+    return ctx.eq(whole, part * ctx.dim_op(lambda p, r: p // r, whole, part))

@@ -16,10 +16,10 @@ outputs' own shapes. Otherwise `generate` concatenates, as `forward` does: slowe
 `reason` says why a spec gets no fixed-shape path (shown by `snfc check -v`).
 
 A recurrent state is a cache that does not grow: an optional input `past` and an output `new` of
-the same type, with no run-time size but the batch, where what is written into `new` (a layer's slice, `new[l] = s`, or `new` itself)
-is computed from `past` (`ssd_state(..., state=past[l] if past exists else None)`). The caller
-feeds `new` back as `past`; a step's state has the shape of the last one, so it costs the same at
-every position.
+the same type, with no run-time size but the batch, where what is written into `new` (a layer's
+slice, `new[l] = s`, or `new` itself) is computed from `past` (`ssd_state(..., state=past[l] if
+past exists else None)`). The caller feeds `new` back as `past`; a step's state has the shape of
+the last one, so it costs the same at every position.
 """
 
 from __future__ import annotations
@@ -156,8 +156,7 @@ def _find_states(model: ir.Model, taken: set) -> list[Cache]:
     optional = {n: i for n, i in _optional_inputs(model).items() if n not in taken
                 and not any(d.symbols() & runtime for d in i.ty.shape)}
     outputs = {o.name: o for o in model.outputs}
-    same = {n: o for n, o in outputs.items()
-            for i in optional.values() if i.ty.shape == o.ty.shape and i.ty.dtype == o.ty.dtype}
+    same = {n for n, o in outputs.items() if any(_same_type(i, o) for i in optional.values())}
     if not same:
         return []
     found: list[Cache] = []
@@ -176,18 +175,20 @@ def _find_states(model: ir.Model, taken: set) -> list[Cache]:
             fresh = isinstance(stmt, ir.Bind) and stmt.let
             reads[stmt.name] = used if fresh else reads.get(stmt.name, set()) | used
             continue
-        per_layer = layer_write
         out = outputs[stmt.name]
-        past = next((n for n in sorted(used & set(optional)) if optional[n].ty.shape == out.ty.shape
-                     and optional[n].ty.dtype == out.ty.dtype), None)
+        past = next((n for n in sorted(used & set(optional)) if _same_type(optional[n], out)), None)
         if past is None or any(c.input == past or c.output == out.name for c in found):
             continue
         init = next((t for t in model.body if isinstance(t, ir.Bind) and t.let and t.name == out.name
-                     and isinstance(t.value, ir.Op) and t.value.op == "full"), None) if per_layer else None
-        if per_layer and init is None:
+                     and isinstance(t.value, ir.Op) and t.value.op == "full"), None) if layer_write else None
+        if layer_write and init is None:
             continue
-        found.append(Cache(past, out.name, None, None, loop if per_layer else None, init))
+        found.append(Cache(past, out.name, None, None, loop if layer_write else None, init))
     return found
+
+
+def _same_type(a: ir.Tensor, b: ir.Tensor) -> bool:
+    return a.ty.shape == b.ty.shape and a.ty.dtype == b.ty.dtype
 
 
 def _output_of(model: ir.Model, loop: ir.Loop | None, name: str, outputs: set) -> tuple[str | None, ir.Bind | None]:

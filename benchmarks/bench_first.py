@@ -108,29 +108,21 @@ def child(kind: str, case_name: str, contender: str, tokens: int, steps: int, de
     if kind == "generate":
         model.eval()
         prompt = torch.randint(0, vocab, (1, 16), generator=gen).to(device)
-        if module is not None:
-            sample = module._sample
+        class Streamer:  # transformers' protocol, which snfc's generate takes too: a time per token
+            first = True
 
-            def timed_sample(*args, **kwargs):
-                token = sample(*args, **kwargs)
+            def put(self, value):
+                if self.first:  # the prompt
+                    self.first = False
+                    return
                 sync()
                 marks.append(time.time())
-                return token
-            module._sample = timed_sample  # generate reads it from the module's globals at each step
-            model.generate(prompt, tokens, temperature=0)
+
+            def end(self):
+                pass
+        if module is not None:
+            model.generate(prompt, tokens, temperature=0, streamer=Streamer())
         else:
-            class Streamer:
-                first = True
-
-                def put(self, value):
-                    if self.first:  # the prompt
-                        self.first = False
-                        return
-                    sync()
-                    marks.append(time.time())
-
-                def end(self):
-                    pass
             model.generate(prompt, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, streamer=Streamer(),
                            pad_token_id=0, eos_token_id=None)
     else:

@@ -44,9 +44,10 @@ def main(argv=None) -> int:
     ap.add_argument("--alone", action="store_true", help=argparse.SUPPRESS)  # the child: compile, print its seconds
     args = ap.parse_args(argv)
     import generated.nanogpt as ng
+    from snf.runtime import generate as runtime  # generate's loop reads runtime._sample at each token
     if args.alone:
         return compile_alone(args, ng)
-    saved = os.environ.get("TORCHINDUCTOR_CACHE_DIR"), ng._sample
+    saved = os.environ.get("TORCHINDUCTOR_CACHE_DIR"), runtime._sample
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="snf-tiering-")  # an empty cache
     try:
         return measure(args, ng)
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
             os.environ.pop("TORCHINDUCTOR_CACHE_DIR")
         else:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved[0]
-        ng._sample = saved[1]
+        runtime._sample = saved[1]
 
 
 def compile_alone(args, ng) -> int:
@@ -80,15 +81,16 @@ def measure(args, ng) -> int:
     model = ng.Model(**MODELS[args.model]).eval()
     twin = copy.deepcopy(model)  # the background thread's, so the two decode loops share no state
     prompt = torch.randint(0, model.config.vocab_size, (1, 16))
+    from snf.runtime import generate as runtime
     stamps: list = []
-    sample = ng._sample
+    sample = runtime._sample
 
     def timed(*a, **k):
         out = sample(*a, **k)
         if threading.current_thread() is threading.main_thread():
             stamps.append(time.perf_counter())
         return out
-    ng._sample = timed
+    runtime._sample = timed
 
     def eager_steps(n: int) -> list:
         stamps.clear()

@@ -18,10 +18,11 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(3, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import (_attention, _check_index, _check_input, _check_number, _check_sampling,
-                                 _check_together, _decoding, _end_generate, _rope, _sample, _start_generate)
+from snf.runtime.helpers import (_attention, _check_index, _check_input, _check_number, _check_together, _rope,
+                                 _set_layer)
+from snf.runtime.generate import _Generation, _generate
 from snf.runtime.recurrent import _causal_conv1d, _causal_conv1d_state, _ssd_scan, _ssd_state
 
 
@@ -231,7 +232,7 @@ class Block(nn.Module):
         dt = zxbcdt[:, :, (cfg.mamba_d_ssm + cfg.conv_dim):cfg.proj_dim]  # [B, T, SH]  falcon_h1.snf:131
         conv_state = past_conv if past_conv is not None else None  # [B, mamba_d_conv - 1, conv_dim]  falcon_h1.snf:133
         if use_cache:
-            new_conv[l] = _causal_conv1d_state(xbc, self.conv_weight, None, conv_state)  # falcon_h1.snf:134
+            _set_layer(new_conv, l, _causal_conv1d_state(xbc, self.conv_weight, None, conv_state))  # falcon_h1.snf:134
         # [B, T, conv_dim]  falcon_h1.snf:135
         xbc_conv = F.silu(_causal_conv1d(xbc, self.conv_weight, self.conv_bias, conv_state))
         # [B, T, SH, mamba_d_head]  falcon_h1.snf:136
@@ -248,7 +249,8 @@ class Block(nn.Module):
         ssm_state = past_ssm if past_ssm is not None else None  # [B, SH, mamba_d_head, N]  falcon_h1.snf:140
         if use_cache:
             # falcon_h1.snf:141
-            new_ssm[l] = _ssd_state(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, 0.0, None, ssm_state)
+            _set_layer(new_ssm, l,
+                       _ssd_state(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, 0.0, None, ssm_state))
         # [B, T, d_ssm]  falcon_h1.snf:142
         y = _ssd_scan(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, 0.0, None,
                       ssm_state).reshape(B, T, cfg.mamba_d_ssm)
@@ -402,33 +404,32 @@ class Model(nn.Module):
         return Output(logits, new_keys, new_values, new_conv, new_ssm)
 
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: Optional[int] = None, top_p: Optional[float] = None,
-                 generator: Optional[torch.Generator] = None, *, compile: Optional[bool] = None) -> torch.Tensor:
-        """Append `max_new_tokens` tokens to `idx` [B, T] and return all of them.
+    def generate(self, idx: Optional[torch.Tensor] = None, max_new_tokens: Optional[int] = None,
+                 temperature: float = 1.0, top_k: Optional[int] = None, top_p: Optional[float] = None,
+                 generator: Optional[torch.Generator] = None, *, compile: Optional[bool] = None,
+                 attention_mask: Optional[torch.Tensor] = None, eos_token_id=None, pad_token_id=None,
+                 **transformers_args) -> torch.Tensor:
+        """Append up to `max_new_tokens` tokens to `idx` [B, T] and return all of them.
 
         `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
         with `generator`. The prompt is run once; each later step feeds only the newest
         token and the KV cache (past_keys, past_values, past_conv, past_ssm).
 
+        A row ends at an end token (`eos_token_id`, else `self.generation_config`'s) and is padded with
+        `pad_token_id` after it; decoding stops when every row has ended. A left-padded batch with its
+        `attention_mask` gives each row what its prompt alone gives. transformers' `input_ids`,
+        `max_length` and `do_sample` are accepted too.
+
         `compile=True` compiles the decode steps whatever it costs, `False` never does; by default
         SNF_COMPILE decides, and where it is unset a step compiles once that pays (docs/language.md, 10).
         """
-        _check_sampling(idx, max_new_tokens, temperature, top_k, top_p)
-        was_training = _start_generate(self)  # in eval mode; another thread's generate on this model first
-        try:
-            out = self(idx, use_cache=True)
-            tokens = [idx]
-            for step in _decoding(max_new_tokens, compile):
-                token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
-                tokens.append(token)
-                if step + 1 == max_new_tokens:
-                    continue  # the last token needs no step (and the loop ends by itself: see _decoding)
-                out = self(token, past_keys=out.new_keys, past_values=out.new_values, past_conv=out.new_conv,
-                           past_ssm=out.new_ssm, use_cache=True)
-            return torch.cat(tokens, dim=1)
-        finally:
-            _end_generate(self, was_training)
+        # what generate reads of this model (snf/runtime/generate.py): the tokens, the logits, the caches fed back
+        plan = _Generation(tokens='idx', logits='logits',
+                           caches=(('past_keys', 'new_keys'), ('past_values', 'new_values'), ('past_conv', 'new_conv'),
+                                   ('past_ssm', 'new_ssm')),
+                           buffer_axis=None)
+        return _generate(self, plan, idx, max_new_tokens, temperature, top_k, top_p,
+                         generator, compile, attention_mask, eos_token_id, pad_token_id, transformers_args)
 
 
 def spec_parameters(config: Config) -> dict:

@@ -18,11 +18,11 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(3, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _DecodeState, _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import (_attention, _cache_buffers, _cache_cat, _check_cache, _check_decode, _check_dims,
-                                 _check_index, _check_input, _check_number, _check_sampling, _check_together, _decode,
-                                 _decoding, _end_generate, _rope, _sample, _scaled_rope, _start_generate)
+from snf.runtime.helpers import (_attention, _cache_cat, _check_cache, _check_decode, _check_dims, _check_index,
+                                 _check_input, _check_number, _check_together, _rope, _scaled_rope)
+from snf.runtime.generate import _Generation, _generate
 
 
 @dataclass(frozen=True)
@@ -69,44 +69,17 @@ class Config:
                              f'got n_embd={self.n_embd}, n_head={self.n_head}')
         _check_number(lambda: self.norm_eps, 0.0, None, False, '`eps` of `rms_norm`', 'llama3.snf:112',
                       f'norm_eps={self.norm_eps}')
-        if self.n_layer >= 1 and self.rope_scaling == 0:
+        if self.n_layer >= 1 and (self.rope_scaling == 0 or self.rope_scaling == 1 or self.rope_scaling == 2
+                                  or self.rope_scaling == 3 or self.rope_scaling == 4):
             _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'llama3.snf:77',
                           f'rope_base={self.rope_base}')
-        if self.n_layer >= 1 and self.rope_scaling == 1:
-            _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'llama3.snf:80',
-                          f'rope_base={self.rope_base}')
-        if self.n_layer >= 1 and self.rope_scaling == 2:
-            _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'llama3.snf:83',
-                          f'rope_base={self.rope_base}')
-        if self.n_layer >= 1 and self.rope_scaling == 3:
-            _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'llama3.snf:88',
-                          f'rope_base={self.rope_base}')
-        if self.n_layer >= 1 and self.rope_scaling == 4:
-            _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'llama3.snf:95',
-                          f'rope_base={self.rope_base}')
-        if self.n_layer >= 1 and self.rope_scaling == 1:
+        if self.n_layer >= 1 and (self.rope_scaling == 1 or self.rope_scaling == 2 or self.rope_scaling == 3
+                                  or self.rope_scaling == 4):
             _check_number(lambda: self.rope_factor, 0.0, None, True, '`factor` of `rope`', 'llama3.snf:80',
                           f'rope_factor={self.rope_factor}')
-        if self.n_layer >= 1 and self.rope_scaling == 2:
-            _check_number(lambda: self.rope_factor, 0.0, None, True, '`factor` of `rope`', 'llama3.snf:83',
-                          f'rope_factor={self.rope_factor}')
-        if self.n_layer >= 1 and self.rope_scaling == 3:
-            _check_number(lambda: self.rope_factor, 0.0, None, True, '`factor` of `rope`', 'llama3.snf:88',
-                          f'rope_factor={self.rope_factor}')
-        if self.n_layer >= 1 and self.rope_scaling == 4:
-            _check_number(lambda: self.rope_factor, 0.0, None, True, '`factor` of `rope`', 'llama3.snf:95',
-                          f'rope_factor={self.rope_factor}')
-        if self.n_layer >= 1 and self.rope_scaling == 2:
+        if self.n_layer >= 1 and (self.rope_scaling == 2 or self.rope_scaling == 3 or self.rope_scaling == 4):
             _check_number(lambda: self.rope_original_max_position, 1.0, None, False,
                           '`original_max_position` of `rope`', 'llama3.snf:84',
-                          f'rope_original_max_position={self.rope_original_max_position}')
-        if self.n_layer >= 1 and self.rope_scaling == 3:
-            _check_number(lambda: self.rope_original_max_position, 1.0, None, False,
-                          '`original_max_position` of `rope`', 'llama3.snf:90',
-                          f'rope_original_max_position={self.rope_original_max_position}')
-        if self.n_layer >= 1 and self.rope_scaling == 4:
-            _check_number(lambda: self.rope_original_max_position, 1.0, None, False,
-                          '`original_max_position` of `rope`', 'llama3.snf:96',
                           f'rope_original_max_position={self.rope_original_max_position}')
         if self.n_layer >= 1 and self.rope_scaling == 3:
             _check_number(lambda: self.rope_low_freq_factor, 0.0, None, True, '`low_freq_factor` of `rope`',
@@ -309,14 +282,21 @@ class Model(nn.Module):
         return Output(logits, new_keys, new_values)
 
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: Optional[int] = None, top_p: Optional[float] = None,
-                 generator: Optional[torch.Generator] = None, *, compile: Optional[bool] = None) -> torch.Tensor:
-        """Append `max_new_tokens` tokens to `idx` [B, T] and return all of them.
+    def generate(self, idx: Optional[torch.Tensor] = None, max_new_tokens: Optional[int] = None,
+                 temperature: float = 1.0, top_k: Optional[int] = None, top_p: Optional[float] = None,
+                 generator: Optional[torch.Generator] = None, *, compile: Optional[bool] = None,
+                 attention_mask: Optional[torch.Tensor] = None, eos_token_id=None, pad_token_id=None,
+                 **transformers_args) -> torch.Tensor:
+        """Append up to `max_new_tokens` tokens to `idx` [B, T] and return all of them.
 
         `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
         with `generator`. The prompt is run once; each later step feeds only the newest
         token and the KV cache (past_keys, past_values).
+
+        A row ends at an end token (`eos_token_id`, else `self.generation_config`'s) and is padded with
+        `pad_token_id` after it; decoding stops when every row has ended. A left-padded batch with its
+        `attention_mask` gives each row what its prompt alone gives. transformers' `input_ids`,
+        `max_length` and `do_sample` are accepted too.
 
         The model sees at most block_size tokens: past them, as nanoGPT does, each step
         runs the last block_size tokens again (the same tokens as running that cropped
@@ -325,30 +305,12 @@ class Model(nn.Module):
         `compile=True` compiles the decode steps whatever it costs, `False` never does; by default
         SNF_COMPILE decides, and where it is unset a step compiles once that pays (docs/language.md, 10).
         """
-        _check_sampling(idx, max_new_tokens, temperature, top_k, top_p)
-        was_training = _start_generate(self)  # in eval mode; another thread's generate on this model first
-        try:
-            size = self.config.block_size  # the most tokens the model sees
-            out = self(idx[:, -size:], use_cache=True)
-            position = min(idx.size(1), size)  # the tokens the cache holds
-            tokens = [idx]
-            # the caches move into buffers of block_size slots, written in place at `position`;
-            # each step attends over the first `_bucket(...)` of them: one graph per bucket where it compiles
-            past_keys = _cache_buffers(out.new_keys, 1, size, self, 'past_keys')
-            past_values = _cache_buffers(out.new_values, 1, size, self, 'past_values')
-            for step in _decoding(max_new_tokens, compile):
-                token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
-                tokens.append(token)
-                if step + 1 == max_new_tokens:
-                    continue  # the last token needs no step (and the loop ends by itself: see _decoding)
-                if position == size:  # the context is full: run its last tokens again
-                    out = self(torch.cat(tokens, dim=1)[:, -size:], use_cache=False)
-                    continue
-                out = _decode(self, token, position, size, past_keys=past_keys, past_values=past_values)
-                position += 1
-            return torch.cat(tokens, dim=1)
-        finally:
-            _end_generate(self, was_training)
+        # what generate reads of this model (snf/runtime/generate.py): the tokens, the logits, the caches fed back
+        plan = _Generation(tokens='idx', logits='logits',
+                           caches=(('past_keys', 'new_keys'), ('past_values', 'new_values')), buffer_axis=1)
+        return _generate(self, plan, idx, max_new_tokens, temperature, top_k, top_p,
+                         generator, compile, attention_mask, eos_token_id, pad_token_id, transformers_args,
+                         context=self.config.block_size)
 
 
 def spec_parameters(config: Config) -> dict:

@@ -18,11 +18,11 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(3, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _DecodeState, _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import (_attention, _cache_buffers, _cache_cat, _check_cache, _check_decode, _check_dims,
-                                 _check_index, _check_input, _check_number, _check_sampling, _check_together, _decode,
-                                 _decoding, _end_generate, _rope, _sample, _start_generate)
+from snf.runtime.helpers import (_attention, _cache_cat, _check_cache, _check_decode, _check_dims, _check_index,
+                                 _check_input, _check_number, _check_together, _rope)
+from snf.runtime.generate import _Generation, _generate
 from snf.runtime.experts import _moe_experts
 
 
@@ -259,14 +259,21 @@ class Model(nn.Module):
         return Output(logits, new_keys, new_values, aux_loss)
 
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: Optional[int] = None, top_p: Optional[float] = None,
-                 generator: Optional[torch.Generator] = None, *, compile: Optional[bool] = None) -> torch.Tensor:
-        """Append `max_new_tokens` tokens to `idx` [B, T] and return all of them.
+    def generate(self, idx: Optional[torch.Tensor] = None, max_new_tokens: Optional[int] = None,
+                 temperature: float = 1.0, top_k: Optional[int] = None, top_p: Optional[float] = None,
+                 generator: Optional[torch.Generator] = None, *, compile: Optional[bool] = None,
+                 attention_mask: Optional[torch.Tensor] = None, eos_token_id=None, pad_token_id=None,
+                 **transformers_args) -> torch.Tensor:
+        """Append up to `max_new_tokens` tokens to `idx` [B, T] and return all of them.
 
         `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
         with `generator`. The prompt is run once; each later step feeds only the newest
         token and the KV cache (past_keys, past_values).
+
+        A row ends at an end token (`eos_token_id`, else `self.generation_config`'s) and is padded with
+        `pad_token_id` after it; decoding stops when every row has ended. A left-padded batch with its
+        `attention_mask` gives each row what its prompt alone gives. transformers' `input_ids`,
+        `max_length` and `do_sample` are accepted too.
 
         The model sees at most block_size tokens: past them, as nanoGPT does, each step
         runs the last block_size tokens again (the same tokens as running that cropped
@@ -275,30 +282,12 @@ class Model(nn.Module):
         `compile=True` compiles the decode steps whatever it costs, `False` never does; by default
         SNF_COMPILE decides, and where it is unset a step compiles once that pays (docs/language.md, 10).
         """
-        _check_sampling(idx, max_new_tokens, temperature, top_k, top_p)
-        was_training = _start_generate(self)  # in eval mode; another thread's generate on this model first
-        try:
-            size = self.config.block_size  # the most tokens the model sees
-            out = self(idx[:, -size:], use_cache=True)
-            position = min(idx.size(1), size)  # the tokens the cache holds
-            tokens = [idx]
-            # the caches move into buffers of block_size slots, written in place at `position`;
-            # each step attends over the first `_bucket(...)` of them: one graph per bucket where it compiles
-            past_keys = _cache_buffers(out.new_keys, 1, size, self, 'past_keys')
-            past_values = _cache_buffers(out.new_values, 1, size, self, 'past_values')
-            for step in _decoding(max_new_tokens, compile):
-                token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
-                tokens.append(token)
-                if step + 1 == max_new_tokens:
-                    continue  # the last token needs no step (and the loop ends by itself: see _decoding)
-                if position == size:  # the context is full: run its last tokens again
-                    out = self(torch.cat(tokens, dim=1)[:, -size:], use_cache=False)
-                    continue
-                out = _decode(self, token, position, size, past_keys=past_keys, past_values=past_values)
-                position += 1
-            return torch.cat(tokens, dim=1)
-        finally:
-            _end_generate(self, was_training)
+        # what generate reads of this model (snf/runtime/generate.py): the tokens, the logits, the caches fed back
+        plan = _Generation(tokens='idx', logits='logits',
+                           caches=(('past_keys', 'new_keys'), ('past_values', 'new_values')), buffer_axis=1)
+        return _generate(self, plan, idx, max_new_tokens, temperature, top_k, top_p,
+                         generator, compile, attention_mask, eos_token_id, pad_token_id, transformers_args,
+                         context=self.config.block_size)
 
 
 def spec_parameters(config: Config) -> dict:

@@ -18,10 +18,11 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(3, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import (_attention, _check_dims, _check_index, _check_input, _check_number, _check_sampling,
-                                 _check_together, _decoding, _end_generate, _rope, _sample, _start_generate)
+from snf.runtime.helpers import (_attention, _check_dims, _check_index, _check_input, _check_number, _check_together,
+                                 _rope, _set_layer)
+from snf.runtime.generate import _Generation, _generate
 from snf.runtime.experts import _moe_experts
 from snf.runtime.recurrent import _causal_conv1d, _causal_conv1d_state, _gated_delta_rule, _gated_delta_state
 
@@ -327,8 +328,8 @@ class Block(nn.Module):
             # [B, T + T_past, KVH, head_dim]  qwen3_next.snf:141
             v_all = torch.cat([past_values, v_new], dim=1) if past_keys is not None else v_new
             if use_cache:
-                new_keys[l] = k_all  # qwen3_next.snf:142
-                new_values[l] = v_all  # qwen3_next.snf:143
+                _set_layer(new_keys, l, k_all)  # qwen3_next.snf:142
+                _set_layer(new_values, l, v_all)  # qwen3_next.snf:143
             # [B, T, q_dim]  qwen3_next.snf:144
             attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None,
                               causal=True).transpose(1, 2).reshape(B, T, cfg.q_dim)
@@ -354,7 +355,8 @@ class Block(nn.Module):
             # [B, conv_kernel - 1, conv_dim]  qwen3_next.snf:157
             conv_state = past_conv if past_conv is not None else None
             if use_cache:
-                new_conv[l] = _causal_conv1d_state(mixed, self.conv_weight, None, conv_state)  # qwen3_next.snf:158
+                # qwen3_next.snf:158
+                _set_layer(new_conv, l, _causal_conv1d_state(mixed, self.conv_weight, None, conv_state))
             # [B, T, conv_dim]  qwen3_next.snf:159
             c = F.silu(_causal_conv1d(mixed, self.conv_weight, None, conv_state))
             # [B, T, Hk, Kd]  qwen3_next.snf:160
@@ -369,7 +371,8 @@ class Block(nn.Module):
             beta = torch.sigmoid(b)  # [B, T, Hv]  qwen3_next.snf:166
             delta_state = past_delta if past_delta is not None else None  # [B, Hv, Kd, Vd]  qwen3_next.snf:167
             if use_cache:
-                new_delta[l] = _gated_delta_state(cq, ck, cv, g, beta, delta_state, None, True)  # qwen3_next.snf:168
+                # qwen3_next.snf:168
+                _set_layer(new_delta, l, _gated_delta_state(cq, ck, cv, g, beta, delta_state, None, True))
             o = _gated_delta_rule(cq, ck, cv, g, beta, delta_state, None, True)  # [B, T, Hv, Vd]  qwen3_next.snf:169
             # [B, T, Hv, Vd]  qwen3_next.snf:171
             gated = F.rms_norm(o, (cfg.lin_value_dim,), self.gated_norm_weight, cfg.norm_eps) * F.silu(z)
@@ -510,14 +513,21 @@ class Model(nn.Module):
         return Output(logits, new_keys, new_values, new_conv, new_delta, aux_loss)
 
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: Optional[int] = None, top_p: Optional[float] = None,
-                 generator: Optional[torch.Generator] = None, *, compile: Optional[bool] = None) -> torch.Tensor:
-        """Append `max_new_tokens` tokens to `idx` [B, T] and return all of them.
+    def generate(self, idx: Optional[torch.Tensor] = None, max_new_tokens: Optional[int] = None,
+                 temperature: float = 1.0, top_k: Optional[int] = None, top_p: Optional[float] = None,
+                 generator: Optional[torch.Generator] = None, *, compile: Optional[bool] = None,
+                 attention_mask: Optional[torch.Tensor] = None, eos_token_id=None, pad_token_id=None,
+                 **transformers_args) -> torch.Tensor:
+        """Append up to `max_new_tokens` tokens to `idx` [B, T] and return all of them.
 
         `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
         with `generator`. The prompt is run once; each later step feeds only the newest
         token and the KV cache (past_keys, past_values, past_conv, past_delta).
+
+        A row ends at an end token (`eos_token_id`, else `self.generation_config`'s) and is padded with
+        `pad_token_id` after it; decoding stops when every row has ended. A left-padded batch with its
+        `attention_mask` gives each row what its prompt alone gives. transformers' `input_ids`,
+        `max_length` and `do_sample` are accepted too.
 
         The model sees at most block_size tokens: past them, as nanoGPT does, each step
         runs the last block_size tokens again (the same tokens as running that cropped
@@ -526,27 +536,14 @@ class Model(nn.Module):
         `compile=True` compiles the decode steps whatever it costs, `False` never does; by default
         SNF_COMPILE decides, and where it is unset a step compiles once that pays (docs/language.md, 10).
         """
-        _check_sampling(idx, max_new_tokens, temperature, top_k, top_p)
-        was_training = _start_generate(self)  # in eval mode; another thread's generate on this model first
-        try:
-            size = self.config.block_size  # the most tokens the model sees
-            out = self(idx[:, -size:], use_cache=True)
-            position = min(idx.size(1), size)  # the tokens the cache holds
-            tokens = [idx]
-            for step in _decoding(max_new_tokens, compile):
-                token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
-                tokens.append(token)
-                if step + 1 == max_new_tokens:
-                    continue  # the last token needs no step (and the loop ends by itself: see _decoding)
-                if position == size:  # the context is full: run its last tokens again
-                    out = self(torch.cat(tokens, dim=1)[:, -size:], use_cache=False)
-                    continue
-                out = self(token, past_keys=out.new_keys, past_values=out.new_values, past_conv=out.new_conv,
-                           past_delta=out.new_delta, use_cache=True)
-                position += 1
-            return torch.cat(tokens, dim=1)
-        finally:
-            _end_generate(self, was_training)
+        # what generate reads of this model (snf/runtime/generate.py): the tokens, the logits, the caches fed back
+        plan = _Generation(tokens='idx', logits='logits',
+                           caches=(('past_keys', 'new_keys'), ('past_values', 'new_values'), ('past_conv', 'new_conv'),
+                                   ('past_delta', 'new_delta')),
+                           buffer_axis=None)
+        return _generate(self, plan, idx, max_new_tokens, temperature, top_k, top_p,
+                         generator, compile, attention_mask, eos_token_id, pad_token_id, transformers_args,
+                         context=self.config.block_size)
 
 
 def spec_parameters(config: Config) -> dict:

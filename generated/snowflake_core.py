@@ -19,7 +19,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(3, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _check_fields, _hot_path
 from snf.runtime.helpers import _attention, _check_dims, _check_index, _check_input, _check_number, _sinusoidal
 

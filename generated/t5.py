@@ -19,10 +19,10 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(3, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import (_attention, _check_index, _check_input, _check_number, _check_sampling,
-                                 _check_together, _decoding, _end_generate, _sample, _start_generate)
+from snf.runtime.helpers import _attention, _check_index, _check_input, _check_number, _check_together, _set_layer
+from snf.runtime.generate import _check_sampling, _decoding, _end_generate, _sample, _start_generate
 from snf.runtime.loss import _cross_entropy
 
 
@@ -192,8 +192,10 @@ class Block2(nn.Module):
         cfg = self.config
         B = cross_keys.size(1)
         S = cross_keys.size(2)
-        cross_keys[l] = self.cross_k(encoder_last_hidden_state).reshape(B, S, cfg.n_head, cfg.d_kv)  # t5.snf:131
-        cross_values[l] = self.cross_v(encoder_last_hidden_state).reshape(B, S, cfg.n_head, cfg.d_kv)  # t5.snf:132
+        # t5.snf:131
+        _set_layer(cross_keys, l, self.cross_k(encoder_last_hidden_state).reshape(B, S, cfg.n_head, cfg.d_kv))
+        # t5.snf:132
+        _set_layer(cross_values, l, self.cross_v(encoder_last_hidden_state).reshape(B, S, cfg.n_head, cfg.d_kv))
         return cross_keys, cross_values
 
 

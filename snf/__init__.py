@@ -1,14 +1,14 @@
 """snfc: compile SNF transformer specs to readable PyTorch modules.
 
-Importing `snf` does not import torch; `snf.load`, `snf.from_pretrained`, `snf.save_pretrained` and
-`snf.interop` do.
+Importing `snf` does not import torch; `snf.load`, `snf.from_pretrained`, `snf.save_pretrained`,
+`snf.generate_text` and `snf.interop` do.
 """
 
 from __future__ import annotations
 
 from .version import __version__
 
-__all__ = ["__version__", "load", "from_pretrained", "save_pretrained"]
+__all__ = ["__version__", "load", "from_pretrained", "save_pretrained", "generate_text"]
 
 
 def load(path):
@@ -28,6 +28,13 @@ def save_pretrained(model, folder):
     """Write a model as a transformers `save_pretrained` folder (snf.pretrained.save_pretrained)."""
     from .pretrained import save_pretrained as _save_pretrained
     return _save_pretrained(model, folder)
+
+
+def generate_text(model, prompt, **options):
+    """A prompt's continuation as text, through the model's folder's tokenizer (snf.text.generate_text):
+    `model` a loaded model or a `save_pretrained` folder."""
+    from .text import generate_text as _generate_text
+    return _generate_text(model, prompt, **options)
 
 
 def __getattr__(name):

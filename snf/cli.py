@@ -347,6 +347,34 @@ def cmd_explain(args) -> int:
     return EXIT_OK
 
 
+def cmd_generate(args) -> int:
+    """A prompt's continuation from a `save_pretrained` folder, streamed to stdout as it is made."""
+    from .interop import CheckpointError
+    from .pretrained import PretrainedError, from_pretrained
+    from .text import TokenizerMissing, generate_text, load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(args.folder)
+        model = from_pretrained(args.folder, dtype=args.dtype)
+    except (TokenizerMissing, PretrainedError, CheckpointError, FileNotFoundError) as err:
+        print(f"snfc generate: error: {printable(str(err))}", file=sys.stderr)
+        return EXIT_SPEC
+    sys.stdout.write(args.prompt)
+    sys.stdout.flush()
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    try:
+        generate_text(model, args.prompt, tokenizer=tokenizer, max_new_tokens=args.max_new_tokens,
+                      temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed, stream=write)
+    except ValueError as err:  # an argument generate refuses (a negative temperature, an empty prompt)
+        print(f"\nsnfc generate: error: {printable(str(err))}", file=sys.stderr)
+        return EXIT_SPEC
+    sys.stdout.write("\n")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="snfc", description="Compile SNF transformer specs to PyTorch modules.")
     p.add_argument("--version", action="version", version=f"snfc {__version__}")
@@ -379,6 +407,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", help="FILE.dot / .gv (DOT text), .svg or .png; DOT on stdout without -o")
     c.add_argument("-q", "--quiet", action="store_true")
     c.set_defaults(fn=cmd_graph)
+    c = sub.add_parser("generate", help="continue a prompt with a save_pretrained folder's model and tokenizer")
+    c.add_argument("folder")
+    c.add_argument("--prompt", required=True)
+    c.add_argument("--max-new-tokens", type=int, default=64)
+    c.add_argument("--temperature", type=float, default=0.0, help="0 (the default) is greedy")
+    c.add_argument("--top-k", type=int)
+    c.add_argument("--top-p", type=float)
+    c.add_argument("--seed", type=int, help="makes sampling reproducible")
+    c.add_argument("--dtype", help="float32, bfloat16, ...: by default the checkpoint's own")
+    c.set_defaults(fn=cmd_generate)
     c = sub.add_parser("explain", help="explain an error code")
     c.add_argument("code")
     c.set_defaults(fn=cmd_explain)

@@ -35,8 +35,8 @@ def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "
     v), ("list", items), ("or", a, b) (`a`, or else `b` where `a` has no value: after a key, `or`
     gives a default), ("any" / "all", a, b) (Python's `or` / `and`, on values), ("not", a), ("neg",
     a), ("op", op, a, b), ("cmp", op, a, b), ("if", test, body, orelse), ("item", list, i) (a list's
-    i-th value: `(hf.time_step_limit or [0.0, 1e308])[1]`) and ("match", source, ((value, result),
-    ...)). With `keys=False` no key may be read (what the way back writes comes from the Config
+    i-th value: `(hf.time_step_limit or [0.0, 1e308])[1]`), ("count", list, value) (how many items
+    equal it), ("int", value) (Python's int) and ("match", source, ((value, result), ...)). With `keys=False` no key may be read (what the way back writes comes from the Config
     alone). `scope` says what `names` are."""
     def enc(x):
         return encode_config(x, fmt, names, keys, scope)
@@ -72,6 +72,14 @@ def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "
     if isinstance(e, ir.Subscript) and len(e.index) == 1 and isinstance(e.index[0], ir.Num) \
             and isinstance(e.index[0].value, int):
         return ("item", enc(e.value), e.index[0].value)
+    if isinstance(e, ir.Call) and e.func == "int":
+        if len(e.args) != 1 or e.kwargs:
+            raise MappingError("write int(value): a number toward zero, as Python's int", e.span)
+        return ("int", enc(e.args[0]))
+    if isinstance(e, ir.Call) and e.func == "count":
+        if len(e.args) != 2 or e.kwargs:
+            raise MappingError("write count(list, value): how many of the list's items equal the value", e.span)
+        return ("count", enc(e.args[0]), enc(e.args[1]))
     if isinstance(e, ir.Call) and e.func == "match":
         if len(e.args) != 1 or not e.kwargs:
             raise MappingError("write match(source, value=result, ...): one source, then what each value gives", e.span)
@@ -221,10 +229,17 @@ class ConfigEval:
             return self(e[2]) if self.value(e[1]) else self(e[3])
         if kind == "item":
             items = self.value(e[1])
-            if not isinstance(items, list) or not -len(items) <= e[2] < len(items):
+            if not isinstance(items, (list, tuple)) or not -len(items) <= e[2] < len(items):
                 raise self.error(f"{self.where}: `{show(e)}` needs a list of more than {e[2]} values; "
                                  f"{self.settings(e[1])}")
             return items[e[2]]
+        if kind == "int":
+            return self.arith(e, lambda: int(self.value(e[1])))
+        if kind == "count":
+            items = self.value(e[1])
+            if not isinstance(items, (list, tuple)):
+                raise self.error(f"{self.where}: `{show(e)}` counts the items of a list; {self.settings(e[1])}")
+            return items.count(self.value(e[2]))
         if kind == "match":
             value = self.value(e[1])
             for case, result in e[2]:
@@ -288,6 +303,10 @@ def _show(e, fmt: str) -> str:
     if kind == "item":
         inner = _show(e[1], fmt)
         return f"{inner if e[1][0] in ('key', 'list', 'or') else '(' + inner + ')'}[{e[2]}]"
+    if kind == "count":
+        return f"count({_show(e[1], fmt)}, {_show(e[2], fmt)})"
+    if kind == "int":
+        return f"int({show(e[1], fmt)})"
     if kind == "match":
         return f"match({show(e[1], fmt)}, " + ", ".join(f"{c}={r!r}" for c, r in e[2]) + ")"
     if kind == "T":
@@ -354,7 +373,7 @@ def put(out: dict, key: str, value) -> None:
         if not isinstance(out.get(part), dict):
             out[part] = {}
         out = out[part]
-    out[last] = value
+    out[last] = list(value) if isinstance(value, tuple) else value  # a list field's tuple, as JSON has it
 
 
 def unknown_keys(hf: dict, known: set, prefix: str = "") -> list:

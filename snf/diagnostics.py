@@ -7,7 +7,7 @@ Every user error is a `Diagnostic` with a code from `CODES`; passes collect them
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from .source import NO_SPAN, Source, Span
 
@@ -27,7 +27,8 @@ CODES: dict[str, str] = {
     "rank-mismatch": "A tensor has a different number of axes than the operation requires.",
     "dtype-mismatch": "A tensor has a dtype the operation does not accept here.",
     "bad-axis": "An axis index is out of range for the tensor's rank.",
-    "bad-type": "A declaration's type is not `int`, `float`, `bool` or `Tensor([dims], dtype)`.",
+    "bad-type": "A declaration's type is not `int`, `float`, `bool`, `str`, `list[...]` of one, or "
+                "`Tensor([dims], dtype)`.",
     "bad-default": "A default value does not fit the declared type.",
     "bad-constraint": "A dimension expression cannot hold (negative, zero or non-integral).",
     "redefinition": "A name is declared twice in the same scope.",
@@ -212,7 +213,3 @@ def render_github(diags: list[Diagnostic]) -> str:
                    f"endLine={d.span.end_line},endColumn={d.span.end_col},title={_gh_escape(d.code, True)}::"
                    f"{_gh_escape(msg)}")
     return "\n".join(out)
-
-
-def as_dict(d: Diagnostic) -> dict:
-    return asdict(d)

@@ -11,19 +11,21 @@ state dict, checks every shape first, and only then copies. `load_checkpoint` an
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
 import json
 import os
 import re
 import sys
+import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
 
+from .checkpoint_files import (_SAFETENSORS, _SAFETENSORS_INDEX, _TORCH, _TORCH_INDEX, _MetaView,  # noqa: F401
+                               _open_checkpoint, _SafetensorsFile)
 from .checkpoints import Reading, key_of, read_tensor
 
 
@@ -89,12 +91,13 @@ def convert_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str, st
     absent, is left out of the result instead of being an error, and keys nothing uses are allowed;
     a shape that does not fit is an error either way."""
     found, _, _ = _convert(model, state_dict, fmt, strict)
-    return _assemble(model.state_dict(), [(key, rows, get(state_dict)) for key, rows, get, _ in found])
+    return _assemble(model.state_dict(), [(key, rows, get(state_dict)) for key, rows, get, _, _ in found])
 
 
 def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool) -> tuple[list, list, list]:
     """How to get each piece of the model the checkpoint gives: (state-dict key, rows or None,
-    get(state_dict) -> tensor, the first checkpoint key it reads); the pieces left as they are; and
+    get(state_dict) -> tensor, the first checkpoint key it reads, whether it is that key's tensor
+    unchanged); the pieces left as they are; and
     the keys nothing used. Every shape is checked here (CheckpointError): on a `_MetaView` of the
     checkpoint, without reading a tensor's data."""
     formats = _formats(model)
@@ -112,7 +115,7 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
         at = {(name, layer): i for name, (_, _, layers) in table.items() if layers is not None
               for i, layer in enumerate(layer_numbers(layers))}
         found = [(key, rows, (lambda sd, name=name: sd[name]) if layer is None else
-                  (lambda sd, name=name, i=at[name, layer]: sd[name][i]), name)
+                  (lambda sd, name=name, i=at[name, layer]: sd[name][i]), name, layer is None)
                  for name, layer, key, rows in pieces if name in values]
         left = [_shown(key, rows) for name, layer, key, rows in pieces if name not in values]
         return found, left, unexpected
@@ -136,7 +139,8 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
             r.mismatched.append((f"{first} (for {shown})" if first else shown, want, tuple(tensor.shape)))
             continue
         found.append((key, rows, lambda sd, src=mapping[name], want=want, layer=layer, shown=shown:
-                      read_tensor(src, want, layer, Reading(sd, model.config), shown), first))
+                      read_tensor(src, want, layer, Reading(sd, model.config), shown), first,
+                      mapping[name][0] == "key"))
     missing, mismatched, invalid = r.missing, r.mismatched, r.invalid
     ignored = _key_patterns(formats[fmt]["ignore"])
     unexpected = sorted(k for k in state_dict if k not in r.used and not ignored.fullmatch(k))
@@ -188,8 +192,33 @@ def _key_patterns(keys) -> re.Pattern:
     return re.compile("|".join(alternatives) if alternatives else r"(?!)")
 
 
+_PROGRESS_AFTER_S = 2.0  # a load that has taken this long shows its progress
+
+
+class _Progress:
+    """What a long load has read so far, on stderr once it has taken `_PROGRESS_AFTER_S`: one line
+    updated in place on a terminal, else a line every tenth."""
+
+    def __init__(self, label: str, total: int):
+        self.label, self.total, self.done, self.shown = label, max(total, 1), 0, -1
+        self.start = time.perf_counter()
+
+    def add(self, nbytes: int) -> None:
+        self.done += nbytes
+        seconds = time.perf_counter() - self.start
+        if seconds < _PROGRESS_AFTER_S:
+            return
+        tenth = 10 * self.done // self.total
+        tty = sys.stderr.isatty()
+        if tty or tenth > self.shown:
+            self.shown = tenth
+            lead, end = ("\r", "\n" if self.done >= self.total else "") if tty else ("", "\n")
+            print(f"{lead}{self.label}: {100 * self.done // self.total}% of {self.total / 2**30:.2f} GiB, "
+                  f"{seconds:.0f} s", end=end, file=sys.stderr, flush=True)
+
+
 def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spec",
-                    strict: bool = True, before_copy=None) -> torch.nn.Module:
+                    strict: bool = True, before_copy=None, progress: str | None = None) -> torch.nn.Module:
     """Load a checkpoint into a generated model through the spec's declared mapping.
 
     `fmt="spec"` takes the spec's own names, per-layer parameters stacked on axis 0 (what
@@ -199,17 +228,25 @@ def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spe
     before any tensor is copied. With `strict=False`, what the checkpoint does not give keeps its
     value (its initial one, on a fresh model) and unused keys are allowed: a `CheckpointWarning`
     names both. `before_copy()`, when given, runs once everything is checked and before the first
-    copy: from_pretrained checks a model built on the meta device, then allocates it there.
+    copy: from_pretrained checks a model built on the meta device, then allocates it there. With
+    `progress` (a label), a load that takes a while says how far it is on stderr.
     """
     found = _plan(model, model.state_dict(), state_dict, fmt, strict)
     if before_copy is not None:
         before_copy()
     own = model.state_dict()
     # one tensor at a time, straight into the model's own: the pieces that read one checkpoint
-    # tensor (q, k and v of one c_attn) one after another, so a file's tensor is read once
+    # tensor (q, k and v of one c_attn) one after another, so a file's tensor is read once; a
+    # tensor taken as it is read from a safetensors file straight into the parameter (no copy held)
+    read_into = getattr(state_dict, "read_into", None)
+    shown = _Progress(progress, sum(_piece(own, k, r).nbytes for k, r, *_ in found)) if progress else None
     with torch.no_grad():
-        for key, rows, get, _ in sorted(found, key=lambda piece: piece[3]):
-            _piece(own, key, rows).copy_(get(state_dict).detach())
+        for key, rows, get, first, plain in sorted(found, key=lambda piece: piece[3]):
+            piece = _piece(own, key, rows)
+            if not (plain and read_into is not None and read_into(first, piece)):
+                piece.copy_(get(state_dict).detach())
+            if shown is not None:
+                shown.add(piece.nbytes)
     return model
 
 
@@ -222,7 +259,7 @@ def _plan(model: torch.nn.Module, own: dict, state_dict: Mapping, fmt: str, stri
         optional = {key for name, _, key, _ in _pieces(model) if name in recomputed}
         checked, unexpected = _checked(fmt, shapes_only, {k: tuple(v.shape) for k, v in own.items()}, strict,
                                        optional)
-        found = [(k, None, lambda sd, k=k: sd[k], k) for k in own if k in checked]
+        found = [(k, None, lambda sd, k=k: sd[k], k, True) for k in own if k in checked]
         left = [k for k in own if k not in checked]
     else:
         found, left, unexpected = _convert(model, shapes_only, fmt, strict)
@@ -233,7 +270,7 @@ def _plan(model: torch.nn.Module, own: dict, state_dict: Mapping, fmt: str, stri
                       stacklevel=3)
     # a bool or integer tensor is no weight: copying it would turn True into 1.0 without a word
     kinds = [(_shown(key, rows), f"a {str(t.dtype).removeprefix('torch.')} tensor, not floating point")
-             for key, rows, get, _ in found
+             for key, rows, get, _, _ in found
              if _piece(own, key, rows).dtype.is_floating_point and not (t := get(shapes_only)).dtype.is_floating_point]
     if kinds:
         raise CheckpointError(fmt, [], [], [], kinds)
@@ -305,12 +342,10 @@ def _empty_layers(model: torch.nn.Module, own: dict) -> dict:
 
 # ----------------------------------------------------------------------------- files
 
-_SAFETENSORS_INDEX, _SAFETENSORS = "model.safetensors.index.json", "model.safetensors"
-_TORCH_INDEX, _TORCH = "pytorch_model.bin.index.json", "pytorch_model.bin"
 
 
 def load_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec",
-                    strict: bool = True, before_copy=None) -> torch.nn.Module:
+                    strict: bool = True, before_copy=None, progress: str | None = None) -> torch.nn.Module:
     """Load a checkpoint file or folder into a generated model through the spec's mapping `fmt`.
 
     `path` is a `.safetensors` file, a `torch.save` state dict (read with `weights_only=True`; a
@@ -320,11 +355,11 @@ def load_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec",
     `model.safetensors.index.json`; `pytorch_model.bin` and its index too). Tensors are read from
     disk only when the mapping needs them, and every key and shape is checked (CheckpointError)
     before anything is copied into the model. `fmt="spec"` reads what `save_checkpoint` writes.
-    `strict` and `before_copy` are `load_state_dict`'s.
+    `strict`, `before_copy` and `progress` are `load_state_dict`'s.
     """
     with _open_checkpoint(Path(path)) as tensors:
         try:
-            return load_state_dict(model, tensors, fmt, strict, before_copy)
+            return load_state_dict(model, tensors, fmt, strict, before_copy, progress)
         except CheckpointError as err:
             raise err.at(path) from None
 
@@ -367,176 +402,3 @@ def _metadata(model: torch.nn.Module) -> dict:
     if dataclasses.is_dataclass(getattr(model, "config", None)):
         meta["snfc.config"] = json.dumps(dataclasses.asdict(model.config), sort_keys=True)
     return meta
-
-
-class _KeysOf(Mapping):
-    """A mapping whose keys are those of `self._keys` (another mapping)."""
-
-    _keys: Mapping
-
-    def __contains__(self, key) -> bool:
-        return key in self._keys
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._keys)
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-
-class _MetaView(_KeysOf):
-    """A checkpoint's tensors as meta tensors of their shapes and dtypes, its other values as they
-    are: shapes and transforms are checked on it without reading any tensor's data."""
-
-    def __init__(self, sd: Mapping):
-        self._keys = sd
-
-    def __getitem__(self, key: str):
-        if hasattr(self._keys, "meta"):
-            return self._keys.meta(key)
-        value = self._keys[key]
-        return torch.empty(value.shape, dtype=value.dtype, device="meta") if isinstance(value, torch.Tensor) else value
-
-
-class _LazyTensors(_KeysOf):
-    """A checkpoint's tensors by key (`self._keys`: key -> its file); each is read from its file
-    when asked for, and the last one read is kept (the pieces that read one tensor are loaded one
-    after another)."""
-
-    def __init__(self, where: dict, open_file):
-        self._keys, self._open, self._last = where, open_file, (None, None)
-
-    def __getitem__(self, key: str):
-        if self._last[0] != key:
-            self._last = (None, None)  # the previous tensor goes before the next is read
-            self._last = (key, self._file(key)[key])
-        return self._last[1]
-
-    def meta(self, key: str):
-        file = self._file(key)
-        return file.meta(key) if hasattr(file, "meta") else _MetaView(file)[key]
-
-    def _file(self, key: str) -> Mapping:
-        """The open file that holds `key`; ValueError where a shard index lists it in a file that lacks it."""
-        file = self._open(self._keys[key])
-        if key not in file:
-            raise ValueError(f"the shard index lists `{key}` in {self._keys[key]}, which has no such tensor")
-        return file
-
-
-@contextlib.contextmanager
-def _open_checkpoint(path: Path) -> Iterator[Mapping]:
-    """The tensors of a checkpoint file or `save_pretrained` folder, as a lazy mapping."""
-    if not path.exists():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    with contextlib.ExitStack() as stack:
-        opened: dict = {}
-
-        def open_file(file: Path) -> Mapping:
-            if file not in opened:
-                opened[file] = _open_file(file, stack)
-            return opened[file]
-
-        where = _files_of(path)
-        if isinstance(where, Path):  # one file: its own keys
-            where = dict.fromkeys(open_file(where).keys(), where)
-        yield _LazyTensors(where, open_file)
-
-
-def _files_of(path: Path) -> dict | Path:
-    """The file that holds each key (a folder's shard index), or the one file that holds them all."""
-    if not path.is_dir():
-        return path
-    for index in (_SAFETENSORS_INDEX, _TORCH_INDEX):
-        if (path / index).is_file():
-            try:
-                weight_map = json.loads((path / index).read_text(encoding="utf-8"))["weight_map"]
-                files = {key: _shard(path, index, file) for key, file in weight_map.items()}
-            except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
-                raise ValueError(f"{path / index} is not a shard index ({type(err).__name__}: {err})") from None
-            return files
-    for single in (_SAFETENSORS, _TORCH):
-        if (path / single).is_file():
-            return path / single
-    raise FileNotFoundError(f"{path} is a folder without a checkpoint: expected {_SAFETENSORS_INDEX}, "
-                            f"{_SAFETENSORS}, {_TORCH_INDEX} or {_TORCH} in it")
-
-
-def _shard(folder: Path, index: str, name) -> Path:
-    """A shard file an index names: a relative path inside the folder (the hub's layout)."""
-    if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
-        raise ValueError(f"a shard must be a file name inside the folder, got {name!r}")
-    return folder / name
-
-
-def _open_file(file: Path, stack: contextlib.ExitStack) -> Mapping:
-    """One checkpoint file, by its first bytes: safetensors (read lazily), or a torch.save state dict
-    (memory-mapped when it is in the zip format). `stack` closes a safetensors file."""
-    if not file.is_file():
-        raise FileNotFoundError(f"no checkpoint file {file}")
-    with open(file, "rb") as f:
-        head = f.read(9)
-    if len(head) == 9 and head[8:9] == b"{":  # 8-byte header length, then the JSON header
-        from safetensors import safe_open
-        try:
-            handle = safe_open(str(file), framework="pt")
-        except Exception as err:  # safetensors raises its own SafetensorError
-            raise ValueError(f"{file} is not a readable safetensors file ({err})") from None
-        stack.callback(handle.__exit__, None, None, None)
-        return _SafetensorsFile(handle)
-    if head[:2] == b"PK" or head[:1] == b"\x80":  # torch.save's zip format, or its legacy pickle
-        try:
-            data = torch.load(file, map_location="cpu", weights_only=True, mmap=head[:2] == b"PK")
-        except Exception as err:
-            raise ValueError(f"{file} is not a state dict that torch.load(weights_only=True) reads "
-                             f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
-        if not isinstance(data, Mapping):
-            raise ValueError(f"{file} holds a {type(data).__name__}, not a state dict (a mapping of names to tensors)")
-        return _state_dict_of(data)
-    raise ValueError(f"{file} is not a checkpoint: expected a safetensors file or a torch.save state dict")
-
-
-def _state_dict_of(data: Mapping) -> Mapping:
-    """The state dict in what torch.load gave: the mapping itself, or a training checkpoint's under
-    "model" (nanoGPT's train.py: beside the optimizer, model_args, iter_num). torch.compile's
-    `_orig_mod.` prefix, which a compiled module's state dict puts on every key, is taken off. A
-    state dict's values are tensors, so a mapping under "model" marks a training checkpoint, whatever
-    else it holds (nanoGPT saves `best_val_loss` as a 0-d tensor)."""
-    if isinstance(data.get("model"), Mapping):
-        data = data["model"]
-    prefix = "_orig_mod."
-    if data and all(isinstance(k, str) and k.startswith(prefix) for k in data):
-        data = {k[len(prefix):]: v for k, v in data.items()}
-    return data
-
-
-_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-                       "U8": torch.uint8, "BOOL": torch.bool}
-
-
-class _SafetensorsFile(Mapping):
-    """An open safetensors file as a mapping; `[key]` reads one tensor."""
-
-    def __init__(self, handle):
-        self._handle, self._keys = handle, list(handle.keys())
-        self._known = frozenset(self._keys)
-
-    def __contains__(self, key) -> bool:  # Mapping's would read the tensor
-        return key in self._known
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        return self._handle.get_tensor(key)
-
-    def meta(self, key: str) -> torch.Tensor:
-        """The tensor's shape and dtype, from the file's header: no data is read."""
-        piece = self._handle.get_slice(key)
-        if piece.get_dtype() not in _SAFETENSORS_DTYPES:
-            raise ValueError(f"`{key}` is a {piece.get_dtype()} tensor, which snfc does not load")
-        return torch.empty(piece.get_shape(), dtype=_SAFETENSORS_DTYPES[piece.get_dtype()], device="meta")
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._keys)
-
-    def __len__(self) -> int:
-        return len(self._keys)

@@ -38,6 +38,10 @@ class Interpreter:
         """What `Config.__post_init__` checks (`ir.Model.config_conditions`): a ConfigError naming the
         condition, the spec line and the config values, at the first that fails."""
         self.derive()
+        for c in self.m.config:
+            if c.length is not None and len(self.cfg[c.name]) != self.dim(c.length):
+                raise ConfigError(f"`{c.name}` must have {self.dim(c.length)} items "
+                                  f"({PurePath(self.m.path).name}:{c.span.line}); got {len(self.cfg[c.name])}")
         for c in self.m.config_conditions():
             where = f"{PurePath(self.m.path).name}:{c.span.line}"
             if isinstance(c, ir.ValueCheck):
@@ -112,6 +116,8 @@ class Interpreter:
         for t in m.params + m.buffers:
             if t.layer_var is None and t.condition is not None and not self.eval(t.condition, {}):
                 self.params[t.name] = None
+            elif t.layer_var is not None and t.name not in self.params and not self.layers_with(t):
+                self.params[t.name] = None  # on no layer of this config: spec_state leaves it out
         env: dict = {}
         self.block(m.body, env)
         return {o.name: env.get(o.name) for o in m.outputs}

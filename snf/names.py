@@ -100,9 +100,6 @@ class Namespace:
         self.used.add(cand)
         return cand
 
-    def reserve(self, *names: str) -> None:
-        self.reserved.update(names)
-
 
 def safe_identifier(name: str) -> str:
     """An ASCII-stable identifier: NFKC-normal Unicode is kept, anything else is escaped."""

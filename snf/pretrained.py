@@ -129,9 +129,10 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
     or its shards): the bundled spec for config.json's `model_type` (or `spec`, a spec path),
     its Config from config.json through the spec's `config hf:` section, and the weights streamed
     into the parameters through its `checkpoint hf:` section (the model is built on the meta
-    device first: memory peaks at about the weights). In eval mode, in `dtype` (float32 by
-    default, whatever config.json's dtype says: the tests compare with transformers in float32)
-    on `device` (the CPU by default). A setting the spec cannot honour is a PretrainedError that
+    device first, and each tensor read straight into its parameter: memory peaks at about the
+    weights). In eval mode, in `dtype` (by default config.json's `dtype` or `torch_dtype`, the
+    checkpoint's own, else float32) on `device` (the CPU by default); a load that takes a while
+    shows its progress on stderr. A setting the spec cannot honour is a PretrainedError that
     names it; a checkpoint that does not fit is interop.CheckpointError."""
     from .api import load
 
@@ -139,7 +140,7 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
     config_file = folder / CONFIG_FILE
     if not config_file.is_file():
         raise FileNotFoundError(f"{folder} is not a save_pretrained folder: it has no {CONFIG_FILE}")
-    dtype, device = _dtype(dtype), _device(device)
+    device = _device(device)
     try:
         hf = json.loads(config_file.read_text(encoding="utf-8"), object_hook=_special_float)
     except (ValueError, RecursionError) as err:
@@ -148,6 +149,7 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
         raise PretrainedError(f"cannot read {config_file}: {err.strerror or err}") from None
     if not isinstance(hf, dict):
         raise PretrainedError(f"{config_file} holds a {type(hf).__name__}, not a JSON object")
+    dtype = _dtype(dtype if dtype is not None else _saved_dtype(hf))
     module = load(spec if spec is not None else _spec_for(hf.get("model_type"), folder, hf.get("architectures")))
     config = config_from_hf(module, hf, str(config_file))
     def allocate() -> None:  # once every key, shape and dtype is checked on the meta device
@@ -160,14 +162,35 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
         _check_layers(module, config, folder, str(config_file))
         with torch.device("meta"):  # built without memory
             model = module.Model(config)
-        interop.load_checkpoint(model, folder, "hf", before_copy=allocate)
+        interop.load_checkpoint(model, folder, "hf", before_copy=allocate, progress=f"loading {folder.name}")
     except (ValueError, FileNotFoundError) as err:
         if isinstance(err, (PretrainedError, interop.CheckpointError)):
             raise
         raise PretrainedError(f"{folder}: {err}") from None
     model._hf_config = hf  # save_pretrained writes back what it read, and keeps what the spec lists as harmless
     model._hf_folder = str(folder.resolve())  # and copies the tokenizer and generation config beside it
+    model.generation_config = generation_config(folder, hf)
     return model.eval()
+
+
+def generation_config(folder: Path, hf: dict):
+    """The end and padding tokens generate uses by default: generation_config.json's where the folder
+    has one, else config.json's (transformers' order). A value that is no token id is left out."""
+    from .runtime.generate import GenerationConfig
+
+    settings = hf
+    try:
+        settings = {**hf, **json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))}
+    except (OSError, ValueError):
+        pass  # none, or not JSON: config.json's
+    if not isinstance(settings, dict):
+        settings = hf
+
+    def token(v):
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+    eos = settings.get("eos_token_id")
+    ends = tuple(t for t in ((eos,) if not isinstance(eos, list) else eos) if token(t) is not None)
+    return GenerationConfig(ends, token(settings.get("pad_token_id")))
 
 
 
@@ -189,6 +212,16 @@ def _tagged_floats(obj):
     if isinstance(obj, (list, tuple)):
         return [_tagged_floats(v) for v in obj]
     return obj
+
+
+def _saved_dtype(hf: dict) -> torch.dtype | None:
+    """The floating dtype config.json says the checkpoint holds (`dtype`, transformers 4's
+    `torch_dtype`); None where it names none, or names no floating dtype."""
+    for key in ("dtype", "torch_dtype"):
+        named = getattr(torch, str(hf.get(key)).removeprefix("torch."), None) if isinstance(hf.get(key), str) else None
+        if isinstance(named, torch.dtype) and named.is_floating_point:
+            return named
+    return None
 
 
 def _dtype(dtype) -> torch.dtype:

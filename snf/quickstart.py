@@ -346,6 +346,11 @@ DEMO = {
     "qwen3_next": Demo(dict(TEXT, n_layer=2, full_attention_interval=2, n_embd=64, n_head=4, n_kv_head=2, head_dim=16,
                             lin_n_key_head=2, lin_n_value_head=4, lin_key_dim=16, lin_value_dim=16, mlp_hidden=172,
                             expert_hidden=96, shared_hidden=96, n_expert=4, n_expert_tok=2), steps=400),
+    "phi3": Demo(dict(TEXT, n_layer=2, n_head=4, n_kv_head=2, n_embd=64, mlp_hidden=172, short_factor=[1.0] * 8,
+                      long_factor=[1.0] * 8, original_max_position=CONTEXT), steps=400),
+    "nemotron_h": Demo(dict(TEXT, layer_types=["linear_attention", "mlp", "full_attention", "mlp"], n_embd=64,
+                            n_head=4, n_kv_head=2, head_dim=16, mlp_hidden=172, ssm_n_head=8, ssm_head_dim=16,
+                            state_size=16, n_groups=1), steps=400),
     # bidirectional models: twin characters (more steps: they learn where the twin is slowly, and
     # a step costs less)
     "bert": Demo(dict(vocab_size=VOCAB, max_positions=CONTEXT, n_layer=2, n_head=4, n_embd=64, intermediate=128,

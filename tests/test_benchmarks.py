@@ -58,6 +58,18 @@ def test_bench_load_runs():
     assert len(rows) == 3 and all(float(seconds) > 0 for *_, seconds in rows), out.stdout
 
 
+def test_bench_pretrained_runs():
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    out = subprocess.run([sys.executable, "benchmarks/bench_pretrained.py", "--quick"], cwd=REPO, capture_output=True,
+                         text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = re.findall(r"^(snf|AutoModel)\S* +bfloat16 +([\d.]+) GiB +([\d.]+) +([\d.]+) +([\d.]+)$", out.stdout, re.M)
+    assert len(rows) == 2 and all(float(seconds) > 0 for *_, seconds, _ in rows), out.stdout
+
+
 def test_bench_train_example_runs(capsys):
     from benchmarks import bench_train_example
     assert bench_train_example.main(QUICK) == 0

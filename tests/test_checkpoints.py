@@ -140,8 +140,10 @@ def test_only_the_keys_the_mapping_needs_are_read(tmp_path, monkeypatch):
     sd["transformer.h.0.attn.bias"] = torch.ones(1, 1, 16, 16)  # an old mask buffer the spec ignores
     safetensors_torch.save_file({k: v.clone() for k, v in sd.items()}, str(tmp_path / "gpt2.safetensors"))
     read = []
-    real = interop._SafetensorsFile.__getitem__
+    real, into = interop._SafetensorsFile.__getitem__, interop._SafetensorsFile.read_into
     monkeypatch.setattr(interop._SafetensorsFile, "__getitem__", lambda self, key: read.append(key) or real(self, key))
+    monkeypatch.setattr(interop._SafetensorsFile, "read_into",  # a tensor read straight into its parameter
+                        lambda self, key, out: into(self, key, out) and not read.append(key))
     load_checkpoint(nanogpt(), tmp_path / "gpt2.safetensors", "hf")
     assert "transformer.h.0.attn.bias" not in read
     assert sorted(read) == sorted(set(read))  # c_attn is split three ways but read once

@@ -48,6 +48,14 @@ SMALL = {
     "qwen3_next": dict(vocab_size=64, block_size=32, n_layer=2, full_attention_interval=2, n_embd=32, n_head=4, n_kv_head=2, head_dim=16,
                        lin_n_key_head=2, lin_n_value_head=4, lin_key_dim=8, lin_value_dim=12, mlp_hidden=48,
                        expert_hidden=24, shared_hidden=40, n_expert=4, n_expert_tok=2, sparse_step=2),
+    # LongRoPE on, the switch inside the session's lengths (its decode crosses it)
+    "phi3": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48,
+                 rotary_pct=0.5, sliding_window=32, longrope=True, original_max_position=8,
+                 short_factor=[1.0, 1.5], long_factor=[2.0, 5.0]),
+    "nemotron_h": dict(vocab_size=64, block_size=32, layer_types=["linear_attention", "full_attention", "mlp",
+                                                                  "linear_attention"], n_embd=32, n_head=4,
+                       n_kv_head=2, head_dim=8, mlp_hidden=48, ssm_n_head=8, ssm_head_dim=8, state_size=16,
+                       n_groups=2),
 }
 
 

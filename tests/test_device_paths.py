@@ -51,10 +51,9 @@ def test_the_decode_step_compiles_as_a_cuda_graph_on_cuda_only(monkeypatch):
 
 
 def test_cache_buffers_are_kept_on_cuda_and_fresh_on_the_cpu():
-    mod = _module(tag="_buffers")
     owner = torch.nn.Linear(1, 1)
     cpu = torch.randn(2, 1, 3, 2, 4)  # [n_layer, B, T, H, head_dim], 3 slots filled
-    first, second = (mod._cache_buffers(cpu, 1, 8, owner, "past_keys") for _ in range(2))
+    first, second = (helpers._cache_buffers(cpu, 1, 8, owner, "past_keys") for _ in range(2))
     assert first[0] is not second[0] and not hasattr(first[0], "_dynamo_static_input_type")
     assert torch.equal(first[1][:, :3], cpu[1]) and first[1].shape == (1, 8, 2, 4)
     with FakeTensorMode():  # CUDA tensors without a CUDA device (they hold no data)

@@ -32,7 +32,8 @@ import specgen  # noqa: E402
 SMALL = {"vocab_size": 37, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 16, "d_ff": 24,
          "mlp_hidden": 24, "L": 2, "H": 2, "D": 16, "V": 37, "P": 16, "n_kv_head": 1, "sliding_window": 3,
          "max_positions": 16, "intermediate": 24, "d_model": 16, "d_kv": 8, "num_buckets": 8, "max_distance": 16,
-         "head_dim": 8, "rotary_dim": 4, "n_groups": 1, "state_size": 8}
+         "head_dim": 8, "rotary_dim": 4, "n_groups": 1, "state_size": 8,
+         "short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [2.0, 3.0, 4.0, 6.0]}  # phi3's: head_dim 8, 4 pairs
 
 LAYER_SIZES = """\
 param:

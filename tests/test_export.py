@@ -81,6 +81,13 @@ CASES = {
                                           lin_key_dim=8, lin_value_dim=8, mlp_hidden=24, expert_hidden=12,
                                           shared_hidden=20, n_expert=4, n_expert_tok=2),
                        {"idx": (("B", "T"), "tokens")}, seq=16),
+    "phi3": Case("phi3", dict(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=16, mlp_hidden=24,
+                              sliding_window=16, longrope=True, original_max_position=8, short_factor=[1.0, 1.5],
+                              long_factor=[2.0, 3.0]), {"idx": (("B", "T"), "tokens")}, seq=16),
+    "nemotron_h": Case("nemotron_h", dict(vocab_size=29, block_size=16, layer_types=["linear_attention", "full_attention",
+                                                                                  "mlp"], n_embd=16, n_head=4,
+                                          n_kv_head=2, head_dim=4, mlp_hidden=24, ssm_n_head=4, ssm_head_dim=8,
+                                          state_size=8, n_groups=2), {"idx": (("B", "T"), "tokens")}, seq=16),
     "bert+mask": Case("bert", dict(vocab_size=29, max_positions=16, n_layer=2, n_head=2, n_embd=16, intermediate=24),
                       {"input_ids": (("B", "T"), "tokens"), "attention_mask": (("B", "T"), "mask")}, seq=16),
     # the relative position bias is computed from arange(T) for every T

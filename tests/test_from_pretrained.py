@@ -74,6 +74,17 @@ FAMILIES = {
                                            linear_value_head_dim=16, moe_intermediate_size=24,
                                            shared_expert_intermediate_size=40, num_experts=4, num_experts_per_tok=2,
                                            decoder_sparse_step=2, pad_token_id=None), "qwen3_next.snf"),
+    # a layer of each kind, by layers_block_type: Mamba2, attention (grouped, no RoPE), a squared-ReLU MLP
+    "nemotron_h": ("NemotronHConfig", dict(_DECODER, layers_block_type=["linear_attention", "full_attention", "mlp",
+                                                                        "linear_attention"], head_dim=16,
+                                           mamba_num_heads=6, mamba_head_dim=8, ssm_state_size=8, n_groups=2,
+                                           conv_kernel=4, mlp_bias=True, use_bias=True, pad_token_id=None),
+                   "nemotron_h.snf"),
+    # Phi-3: fused projections, three quarters of each head rotating (partial_rotary_factor), plain RoPE; the
+    # LongRoPE variant is a test of its own (test_phi3_longrope_matches_transformers_past_the_switch)
+    "phi3": ("Phi3Config", dict(_DECODER, hidden_size=64, rope_parameters={"rope_type": "default", "rope_theta": 5000.0,
+                                                                          "partial_rotary_factor": 0.75},
+                                pad_token_id=None), "phi3.snf"),
     # three encoder layers, two decoder ones (transformers 5's generate sizes its cache by num_layers)
     "t5": ("T5Config", dict(vocab_size=97, d_model=24, d_kv=10, num_heads=3, d_ff=40, num_layers=3, num_decoder_layers=2,
                             relative_attention_num_buckets=8, relative_attention_max_distance=12,
@@ -81,7 +92,7 @@ FAMILIES = {
            "t5.snf"),
 }
 CAUSAL = ["gpt2", "llama", "mistral", "mixtral", "olmoe", "qwen3_moe", "qwen2_moe", "qwen2", "gemma2", "gptj",
-          "gpt_neox", "mamba2", "falcon_h1", "qwen3_next"]  # the encoder (BERT) has no logits and no generate
+          "gpt_neox", "mamba2", "falcon_h1", "qwen3_next", "nemotron_h", "phi3"]  # the encoder (BERT) has no logits and no generate
 SEQ2SEQ = ["t5"]  # encoder-decoders: tests/test_t5.py
 NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.weight", "LayerNorm.weight",
          "layer_norm.weight")
@@ -243,6 +254,55 @@ def test_sharded_checkpoint_dtype_and_an_explicit_spec(tmp_path, repo):
     with torch.no_grad():
         want, got = hf.double()(idx).logits, model(idx).logits
     assert _close(got, want)  # not closer: transformers keeps RoPE's frequencies in fp32
+
+
+def test_the_checkpoint_dtype_is_the_default(tmp_path):
+    hf = hf_model("llama").to(torch.bfloat16)
+    hf.save_pretrained(tmp_path / "bf16")  # config.json says "dtype": "bfloat16"
+    model = snf.from_pretrained(tmp_path / "bf16")
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert snf.from_pretrained(tmp_path / "bf16", dtype=torch.float32).token_embedding.weight.dtype == torch.float32
+    edit_config(tmp_path / "bf16", dtype=..., torch_dtype="float16")  # transformers 4's key
+    assert snf.from_pretrained(tmp_path / "bf16").token_embedding.weight.dtype == torch.float16
+    edit_config(tmp_path / "bf16", torch_dtype="int8")  # no floating dtype: float32
+    assert snf.from_pretrained(tmp_path / "bf16").token_embedding.weight.dtype == torch.float32
+    assert torch.equal(model.token_embedding.weight, hf.model.embed_tokens.weight)  # read as saved, bit for bit
+
+
+def test_phi3_longrope_matches_transformers_past_the_switch(tmp_path):
+    """LongRoPE's short factors up to original_max_position_embeddings (16 here) tokens, its long ones
+    past them: a forward on each side, and a greedy generate whose decode crosses it (the cached keys
+    keep the factors they were rotated with, in both)."""
+    g = torch.Generator().manual_seed(5)
+    pairs = 6  # a 16-wide head, three quarters rotating: 12 dims, 6 pairs
+    rope = {"rope_type": "longrope", "rope_theta": 5000.0, "partial_rotary_factor": 0.75,
+            "short_factor": (1 + torch.rand(pairs, generator=g)).tolist(),
+            "long_factor": (2 + 4 * torch.rand(pairs, generator=g)).tolist(),
+            "original_max_position_embeddings": 16}
+    hf, folder = saved(tmp_path, "phi3", rope_parameters=rope, original_max_position_embeddings=16)  # (transformers
+    # copies the top-level one into rope_parameters)
+    model = snf.from_pretrained(folder)
+    assert model.config.longrope and model.config.original_max_position == 16
+    for t in (10, 24):
+        idx = tokens(hf.config.vocab_size, t=t)
+        with torch.no_grad():
+            assert _close(model(idx).logits, hf(idx).logits)
+    idx = tokens(hf.config.vocab_size, t=12)
+    want = hf.generate(idx, attention_mask=torch.ones_like(idx), max_new_tokens=10, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(idx, 10, temperature=0), want)
+    snf.save_pretrained(model, tmp_path / "again")
+    back = json.loads((tmp_path / "again" / "config.json").read_text())["rope_parameters"]
+    assert back["rope_type"] == "longrope" and back["short_factor"] == rope["short_factor"]
+
+
+def test_a_long_load_shows_its_progress(tmp_path, monkeypatch, capsys):
+    _, folder = saved(tmp_path, "llama")
+    snf.from_pretrained(folder)
+    assert "loading" not in capsys.readouterr().err  # a quick one says nothing
+    monkeypatch.setattr(snf.interop, "_PROGRESS_AFTER_S", 0.0)
+    snf.from_pretrained(folder)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1].startswith("loading llama: 100% of 0.00 GiB") and len(lines) <= 11
 
 
 def test_gpt2_exact_gelu_is_selected_by_activation_function(tmp_path):
@@ -489,7 +549,8 @@ def test_gpt_neox_reads_a_transformers_4_config(tmp_path):
     hf, folder = saved(tmp_path, "gpt_neox")
     edit_config(folder, rope_parameters=..., rotary_pct=0.5, rotary_emb_base=10000, attention_bias=...,
                 torch_dtype="float16", dtype=...)
-    model = snf.from_pretrained(folder)
+    assert snf.from_pretrained(folder).token_embedding.weight.dtype == torch.float16  # torch_dtype, by default
+    model = snf.from_pretrained(folder, dtype=torch.float32)
     assert (model.config.rotary_pct, model.config.rope_base, model.config.rot) == (0.5, 10000, 4)
     idx = tokens(hf.config.vocab_size)
     with torch.no_grad():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from snf.interop import load_state_dict
-from snf.runtime import helpers
+from snf.runtime import generate, helpers
 
 
 @pytest.fixture(autouse=True)
@@ -173,7 +173,7 @@ def test_sampling_is_reproducible_with_a_generator(name):
 
 
 def test_top_k_and_top_p_restrict_the_candidates():
-    from generated.nanogpt import _sample
+    _sample = generate._sample
     logits = torch.tensor([[4.0, 3.0, 2.0, -1.0, -2.0]])
     g = torch.Generator().manual_seed(0)
     picks = {_sample(logits, 1.0, 2, None, g).item() for _ in range(200)}
@@ -188,7 +188,7 @@ def test_sampling_is_finite_for_any_temperature_above_zero(temperature):
     """Issue 18: temperature=1e-40 passed _check_sampling, then logits / temperature overflowed
     to inf and the probabilities were NaN. The logits less their largest are divided instead: a
     tiny temperature samples the largest logit (or one of tied ones), a huge one uniformly."""
-    from generated.nanogpt import _sample
+    _sample = generate._sample
     logits = torch.tensor([[4.0, 3.0, 2.0, -1.0, float("-inf")], [1e30, -1e30, 1e30, 0.0, 0.0]])
     g = torch.Generator().manual_seed(0)
     picks = [_sample(logits, temperature, None, None, g) for _ in range(50)]
@@ -344,7 +344,7 @@ def test_fixed_shape_decode_compiles_once_per_bucket(monkeypatch):
     before = counters["stats"]["unique_graphs"]
     compiled = long.generate(text, 20, temperature=0)
     assert counters["stats"]["unique_graphs"] == before + 2  # a step per bucket, at a batch of 1
-    assert [helpers._bucket(n, 512) for n in (1, 128, 129, 500)] == [128, 128, 256, 512]
+    assert [generate._bucket(n, 512) for n in (1, 128, 129, 500)] == [128, 128, 256, 512]
     # a new batch size and a second config mixed in one loop: graphs of their own, each correct
     wide = torch.randint(0, 64, (3, 4))
     other = mod.Model(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_embd=32).eval()
@@ -373,7 +373,7 @@ def _compiled_step_equals_eager(mod, model, text, monkeypatch) -> None:
     size = model.config.block_size
     with torch.no_grad():
         out = model(text[:, :9])
-        caches = [mod._cache_buffers(c, 1, size) for c in (out.new_keys, out.new_values)]
+        caches = [helpers._cache_buffers(c, 1, size) for c in (out.new_keys, out.new_values)]
         copies = [[t.clone() for t in c] for c in caches]
         token = text[:, 9:10].contiguous()  # as generate's tokens are: a strided one is another graph
         with _decoding(model, torch.tensor(9)):

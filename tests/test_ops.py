@@ -30,6 +30,7 @@ DELTA_INPUTS = ("q : Tensor([B, T, KH, M], float32)\n  k : Tensor([B, T, KH, M],
                 "  v : Tensor([B, T, H, N], float32)\n  g : Tensor([B, T, H], float32)\n  bt : Tensor([B, T, H], float32)\n"
                 "  s : Tensor([B, H, M, N], float32)")
 DELTA_PARAMS = "param:\n  H : int = 4\n  KH : int = 2\n"
+LISTS = 'param:\n  scales : list[float, 3] = [0.5, 2, 3.0]\n  tags : list[str, 2] = ["x", "y"]\n  n_tags = len(tags)\n\n'
 
 # op -> (inputs section, body expression producing `out`, out type). Dims B, T, N, M are run-time.
 CASES = {
@@ -93,6 +94,8 @@ CASES = {
                     "moe_experts(a, top_k_indices(a @ r, 1), top_k(sigmoid(a @ r), 1), up=u, down=d, act=\"gelu\")",
                     "param:\n  E : int = 4\n  K : int = 2\n"),
     "cumsum": ("a : Tensor([B, T, N], float32)", "cumsum(a, axis=1) + cumsum(a, dim=-1)"),
+    "item": ("a : Tensor([B, N], float32)", "a * scales[0] + (a * scales[2] if tags[1] == \"y\" else a)", LISTS),
+    "len": ("a : Tensor([B, N], float32)", "a * len(scales) + a * n_tags", LISTS),
     "causal_conv1d": ("a : Tensor([B, T, N], float32)\n  w : Tensor([N, 1, 3], float32)\n  b : Tensor([N], float32)\n"
                       "  s : Tensor([B, 2, N], float32)",
                       "causal_conv1d(a, weight=w, bias=b, state=s) + causal_conv1d(a, w)"),

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from conftest import REPO
 from snf import runtime
-from snf.runtime import compiling, helpers, loss
+from snf.runtime import compiling, generate, helpers, loss
 
 
 def test_what_a_call_needs_comes_with_it():
@@ -118,8 +118,8 @@ def test_check_number_refuses_what_cannot_be_computed_or_is_out_of_range():
 
 
 def test_bucket_is_a_power_of_two_from_128_up_to_the_size():
-    assert [helpers._bucket(n, 1024) for n in (1, 128, 129, 600, 1024)] == [128, 128, 256, 1024, 1024]
-    assert helpers._bucket(300, 200) == 200
+    assert [generate._bucket(n, 1024) for n in (1, 128, 129, 600, 1024)] == [128, 128, 256, 1024, 1024]
+    assert generate._bucket(300, 200) == 200
 
 
 def test_cross_entropy_matches_torch_and_ignores_the_ignore_index():

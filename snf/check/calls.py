@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..dims import Dim, DimError, Divides, equal
-from ..ir import BOOL, FLOAT, STR, ErrorT, ListT, NoneT, ScalarT, SliceT, TensorT
+from ..ir import BOOL, FLOAT, STR, ErrorT, ListT, NoneT, ScalarT, SeqT, SliceT, TensorT
 from ..names import close_name
 from ..ops.registry import REQUIRED, OpError
 from ..source import Span
@@ -229,11 +229,15 @@ class Calls:
                 return ty if self.must_exist(arg, span) else _FAIL
             if isinstance(ty, ScalarT) and ty.kind in ("int", "float", "bool"):
                 return ty
+            if isinstance(ty, ScalarT) and ty.kind == "str" and opname in ("eq", "ne"):
+                return ty  # `layer_types[l] == "mamba"`
             return bad("a tensor or a number")
         if kind == "int":
             if isinstance(ty, ScalarT) and ty.kind == "int":
                 return ty.dim
             return bad("an integer")
+        if kind == "list":
+            return ty if isinstance(ty, SeqT) else bad("a list-valued param (`name : list[K]`)")
         if kind == "float":
             if isinstance(ty, ScalarT) and ty.kind in ("int", "float"):
                 return float(arg.value) if isinstance(arg, ir.Lit) else None

@@ -35,6 +35,7 @@ class Checker(Declarations, ConfigMaps, Expressions, Statements, Loops, Calls, F
         self.ops = all_ops()
         self.scopes: list[Scope] = [Scope()]
         self.config: list[ir.ConfigField] = []
+        self.layer_counts: dict = {}  # a per-layer declaration's layer variable -> its count (while checked)
         self.derived: list[ir.Derived] = []
         self.inputs: list[ir.Tensor] = []
         self.params: list[ir.Tensor] = []
@@ -83,7 +84,7 @@ class Checker(Declarations, ConfigMaps, Expressions, Statements, Loops, Calls, F
             config=tuple(self.config), derived=tuple(self.derived), inputs=tuple(self.inputs),
             params=self.with_roles(self.params), buffers=self.with_roles(self.buffers), outputs=tuple(outputs),
             body=body, constraints=tuple(self.constraints),
-            runtime_dims=tuple((d, inp, ax) for d, (inp, ax) in self.runtime.items() if inp),
+            dim_sources=tuple((d, inp, ax) for d, (inp, ax) in self.runtime.items() if inp),
             display=tuple(sorted(((k, v) for k, v in self.display.items()), key=lambda kv: kv[1])),
             mappings=self.spec.mappings, config_maps=self.spec.config_maps, stacked=stacked,
             checks=tuple(ir.Check(lo, hi, span, op, self.check_why.get((lo, hi, op), ""),

@@ -67,6 +67,9 @@ class Declarations:
             opaque = ty.kind == "int" and dim is None
             if opaque:
                 dim = Dim.sym(d.name)
+                if isinstance(value, ir.Op) and value.op == "len":  # `n_layer = len(layer_types)`: its length
+                    listed = self.lookup(value.arg("x").name)
+                    listed.ty = ir.SeqT(listed.ty.kind, dim)
             if dim is not None and dim.value is not None and dim.value <= 0 and not alias:
                 self.r.warning("bad-constraint", f"`{d.name}` = {dim.value} is not a positive size", d.value.span)
             if self.declare(d.name, Binding("dim", ScalarT(ty.kind, dim), d.name_span), d.name_span):
@@ -83,9 +86,13 @@ class Declarations:
                     elif dim not in self.display and atoms:
                         self.display[dim] = d.name
             return
+        if isinstance(d.type, ir.Subscript) and isinstance(d.type.value, ir.Name) and d.type.value.id == "list":
+            self.list_param(d)
+            return
         kind = d.type.id if isinstance(d.type, ir.Name) else None
         if kind not in SCALAR_KINDS:
-            self.r.error("bad-type", f"a param is `int`, `float`, `bool` or `str`, not `{text(d.type)}`", d.type.span,
+            self.r.error("bad-type", f"a param is `int`, `float`, `bool` or `str`, or a `list[...]` of one, not "
+                         f"`{text(d.type)}`", d.type.span,
                          hint="tensors are declared in `input:`, `parameter:`, `buffer:` or `output:`")
             self.declare(d.name, Binding("config", ERR, d.name_span, uses=1), d.name_span)  # no cascade
             return
@@ -95,6 +102,36 @@ class Declarations:
         ty = ScalarT(kind, Dim.sym(d.name) if kind == "int" else None)
         if self.declare(d.name, Binding("config", ty, d.name_span), d.name_span):
             self.config.append(ir.ConfigField(d.name, kind, default, d.span))
+
+    def list_param(self, d: ir.Decl) -> None:
+        """`name : list[K]` or `list[K, N]`: a list of K (a scalar kind) from the config, N long
+        where N is given (Config checks it); its default a list literal of K."""
+        index = d.type.index
+        kind = index[0].id if index and isinstance(index[0], ir.Name) else None
+        if kind not in SCALAR_KINDS or len(index) > 2:
+            self.r.error("bad-type", f"a list param is `list[K]` or `list[K, N]`, K one of `int`, `float`, `bool`, "
+                         f"`str` and N its length, not `{text(d.type)}`", d.type.span)
+            self.declare(d.name, Binding("config", ERR, d.name_span, uses=1), d.name_span)
+            return
+        length = self.dim_expr(index[1], "config") if len(index) == 2 else None
+        default = ir.MISSING
+        if d.value is not None:
+            items = d.value.items if isinstance(d.value, ir.ListExpr) else None
+            if items is None:
+                self.r.error("bad-default", f"the default of a `list[{kind}]` param is a list literal (`[...]`)",
+                             d.value.span)
+            else:
+                values = [self.literal(i, kind) for i in items]
+                default = ir.MISSING if ir.MISSING in values else tuple(values)
+            if length is not None and default is not ir.MISSING:
+                expected = self.at_defaults(length)
+                if expected is not None and expected != len(default):
+                    said = self.show_dim(length)
+                    said += f" = {expected}" if said != str(expected) else ""
+                    self.r.error("bad-default", f"the default of `{d.name}` has {len(default)} items, and its type "
+                                 f"says {said}", d.value.span)
+        if self.declare(d.name, Binding("config", ir.SeqT(kind, length), d.name_span), d.name_span):
+            self.config.append(ir.ConfigField(d.name, f"list[{kind}]", default, d.span, length))
 
     def literal(self, e: ir.Expr, kind: str):
         neg = isinstance(e, ir.Unary) and e.op == "-"
@@ -230,7 +267,9 @@ class Declarations:
                 self.push()
                 self.declare(layer_var, Binding("loopvar", ScalarT("int", Dim.sym(layer_var)), d.layer_var[1],
                                                 uses=1), d.layer_var[1])
+                self.layer_counts[layer_var] = ty.shape[0] if ty.rank else Dim.const(0)
                 cond = self.condition(d.condition)
+                del self.layer_counts[layer_var]
                 self.pop()
             else:
                 cond = self.condition(d.condition)

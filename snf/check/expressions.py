@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .. import ir
 from ..diagnostics import Related
 from ..dims import Dim
-from ..ir import BOOL, FLOAT, INT, STR, ErrorT, ListT, NoneT, ScalarT, ShapeT, SliceT, TensorT
+from ..ir import BOOL, FLOAT, INT, STR, ErrorT, ListT, NoneT, ScalarT, SeqT, ShapeT, SliceT, TensorT
 from ..language import DTYPES
 from ..source import Span
 from .calls import ERR
@@ -214,6 +214,8 @@ class Expressions:
             return self.call_op("size", e, [base.base, axis], {}, [e.value.span, e.index[0].span])
         if isinstance(base.ty, ErrorT):
             return ir.Lit(None, ERR, e.span)
+        if isinstance(base.ty, SeqT):
+            return self.list_item(base, e)
         if not isinstance(base.ty, TensorT):
             self.r.error("arg-kind", f"`{text(e.value)}` is not a tensor and cannot be indexed", e.value.span)
             return ir.Lit(None, ERR, e.span)
@@ -223,6 +225,47 @@ class Expressions:
         index = tuple(self.expr(i) for i in e.index)
         items = ir.TList(index, ListT(tuple(i.ty for i in index)), e.span)
         return self.call_op("index", e, [base, items], {}, [e.value.span, e.span])
+
+    def list_item(self, base: ir.TExpr, e: ir.Subscript) -> ir.TExpr:
+        """`xs[i]` of a list-valued param, `i` a layer's number (a loop's variable, or a per-layer
+        declaration's) or a constant: in range for every config, as Config checks where it cannot be
+        proved (`n_layer <= N` for `list[str, N]`)."""
+        name = text(e.value)
+        if len(e.index) != 1 or isinstance(e.index[0], ir.SliceExpr):
+            self.r.error("syntax", f"`{name}[i]` takes one index", e.span)
+            return ir.Lit(None, ERR, e.span)
+        i = self.expr(e.index[0])
+        if isinstance(i.ty, ErrorT):
+            return ir.Lit(None, ERR, e.span)
+        count = None
+        if isinstance(i, ir.Lit) and isinstance(i.value, int) and not isinstance(i.value, bool) and i.value >= 0:
+            count, reads = Dim.const(i.value + 1), f"item {i.value}"
+        elif isinstance(i, ir.Ref) and i.kind == "loopvar":
+            count = self.layer_count(i.name)
+            reads = f"an item per layer ({self.show_dim(count)} layers)" if count is not None else ""
+        if count is None:
+            self.r.error("arg-kind", f"`{name}` is indexed by a layer's number or a constant >= 0, not "
+                         f"`{text(e.index[0])}`", e.index[0].span,
+                         hint="its items are read when the module is built, one per layer")
+            return ir.Lit(None, ERR, e.span)
+        length = base.ty.length
+        if length is None:
+            self.r.error("index-range", f"the length of `{name}` is not known, so `{text(e)}` may be out of range",
+                         e.span, hint=f"declare it `{name} : list[{base.ty.kind}, N]`, or derive the layer count "
+                                      f"from it: `n_layer = len({name})`")
+            return ir.Lit(None, ERR, e.span)
+        if not self.need(count, "<=", length, e.span, f"`{name}` has {self.show_dim(length)} items, and "
+                                                      f"{reads} is read"):
+            self.r.error("index-range", f"`{text(e)}` reads {reads}, and `{name}` has {self.show_dim(length)}",
+                         e.span)
+            return ir.Lit(None, ERR, e.span)
+        return self.call_op("item", e, [base, i], {}, [e.value.span, e.index[0].span])
+
+    def layer_count(self, var: str) -> Dim | None:
+        """How many values the layer variable `var` takes: its loop's count, or the layer axis of the
+        per-layer declaration whose condition reads it."""
+        loop = next((lp for lp in reversed(self.loops) if lp["var"] == var), None)
+        return loop["count"] if loop is not None else self.layer_counts.get(var)
 
     def e_Call(self, e: ir.Call):
         if e.func == "Tensor":

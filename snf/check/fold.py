@@ -152,6 +152,17 @@ class Folding:
             if e.kind == "dim":
                 return self.folded.get(e.name, (None, False))  # absent: a run-time dim
             return None, False
+        if isinstance(e, ir.Op) and e.op in ("len", "item"):  # of a list param's default
+            listed = e.arg("x")
+            field = next((c for c in self.config if c.name == getattr(listed, "name", None)), None)
+            items = field.default if field is not None and isinstance(field.default, tuple) else None
+            if items is None:
+                return None, True
+            if e.op == "len":
+                return len(items), True
+            i = self.number(e.arg("i"))[0]
+            value = items[i] if isinstance(i, int) and 0 <= i < len(items) else None
+            return (value if isinstance(value, (int, float)) else None), True
         if isinstance(e, ir.Op) and e.op in _MATH and isinstance(e.ty, ScalarT):
             folded = [self.number(a) for _, a in e.args]
             used = any(u for _, u in folded)

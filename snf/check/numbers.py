@@ -58,7 +58,7 @@ class Numbers:
             if any({_key(w) for w in k.when} <= when for k in kept):
                 continue  # made already, under conditions this one implies
             kept[:] = [k for k in kept if not when <= {_key(w) for w in k.when}] + [check]
-        return tuple(c for kept in out.values() for c in kept)
+        return tuple(_merged(kept) for kept in out.values())
 
     def note_number(self, e: ir.TExpr, span: Span, what: str, within: tuple | None = None) -> bool:
         """`e`, a scalar argument or derived value, computed by the module. `within` is (low, high,
@@ -172,3 +172,21 @@ def _key(e, rename: dict | None = None):
     if isinstance(e, ir.Lit):
         return ("lit", type(e.value).__name__, e.value)
     return ("?", id(e))
+
+
+def _merged(checks: list) -> ir.ValueCheck:
+    """One check of a number made under several sets of conditions (`base` of each `rope` in a
+    chain of `if rope_scaling == k`): under the conditions they share, and the `or` of the rest."""
+    first = checks[0]
+    if len(checks) == 1:
+        return first
+    shared = [w for w in first.when if all(_key(w) in {_key(v) for v in c.when} for c in checks[1:])]
+    common = {_key(w) for w in shared}
+
+    def joined(op: str, parts: list) -> ir.TExpr:
+        out = parts[0]
+        for part in parts[1:]:
+            out = ir.Op(op, (("a", out), ("b", part)), BOOL)
+        return out
+    alternatives = [joined("and", [w for w in c.when if _key(w) not in common]) for c in checks]
+    return ir.replace(first, when=tuple(shared) + (joined("or", alternatives),))

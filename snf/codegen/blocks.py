@@ -68,13 +68,19 @@ def block_context(gen, block: Block) -> dict:
     ret_ann = ("tuple[" + ", ".join(_annotation(types.get(n)) for n in outs) + "]") if len(outs) > 1 \
         else (_annotation(types.get(outs[0])) if outs else "None")
     decl_em = Emitter(gen, block, Namespace())
+    decl_em.entries = em.entries  # one attribute per list item read, by the body or a condition
+    decls = params.declaration_lines(decl_em, gen, block.attr)
     # a Block that holds a tensor of some layers only is told its layer number when it is made
-    layer_arg = decl_em.names.name(loop.var) if params.per_layer_conditions(gen, block.attr) else None
+    # (or reads an item of a list param at its layer: read once, here)
+    takes_layer = params.per_layer_conditions(gen, block.attr) or em.entries
+    layer_arg = decl_em.names.name(loop.var) if takes_layer else None
+    entries = [f"self.{attr} = cfg.{name}[{layer_arg}]  # {name}[{loop.var}], this layer's"
+               for name, attr in em.entries.items()]
     return {
         "layer_arg": layer_arg,
         "cls": block.cls, "attr": block.attr, "line": loop.span.line, "var": loop.var,
         "count": decl_em.dim(loop.count),
-        "decls": params.declaration_lines(decl_em, gen, block.attr),
+        "decls": entries + decls,
         "init_lines": params.init_lines(decl_em, gen, block.attr),
         "signature": ", ".join(signature), "ret_ann": ret_ann,
         "prologue": prologue, "body": em.lines,

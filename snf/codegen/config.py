@@ -12,7 +12,8 @@ def field_rows(gen) -> list[dict]:
     rows = []
     for c in gen.model.config:
         default = None if c.default is ir.MISSING else repr(c.default)
-        rows.append({"name": gen.config_name(c.name), "type": c.kind, "default": default,
+        kind = f"tuple[{c.item_kind}, ...]" if c.item_kind else c.kind  # a list field holds a tuple
+        rows.append({"name": c.name, "type": kind, "default": default,
                      "comment": f"{gen.spec_file}:{c.span.line}"})
     return sorted(rows, key=lambda r: r["default"] is not None)  # fields without defaults come first
 
@@ -32,7 +33,7 @@ def derived_rows(gen) -> list[dict]:
                 code = code[1:-1]
         kind = "int" if d.dim is not None else \
             ("float" if isinstance(d.value.ty, ScalarT) and d.value.ty.kind == "float" else "bool")
-        rows.append({"name": gen.config_name(d.name), "type": kind, "code": code, "line": d.span.line})
+        rows.append({"name": d.name, "type": kind, "code": code, "line": d.span.line})
     return rows
 
 
@@ -42,6 +43,15 @@ def condition_rows(gen) -> list[dict]:
     or a `call` of `_check_number` for a number computed from the config."""
     em = Emitter(gen, "config", Namespace(), cfg="self")
     rows = []
+    for c in gen.model.config:  # a list field's declared length, first: the checks after may read its items
+        if c.length is not None:
+            where = f"{gen.spec_file}:{c.span.line}"
+            want, code = gen.show((c.length,))[1:-1], em.dim(c.length, 5)
+            want = want[1:-1] if want.startswith("(") and want.endswith(")") else want
+            count = want if want.isdigit() else f"{want} = {{{code}}}"
+            rows.append({"cond": f"len(self.{c.name}) != {code}",
+                         "error": _raise(f"`{c.name}` must have {count} items ({where}); ",
+                                         f"got {{len(self.{c.name})}}")})
     for c in gen.model.config_conditions():
         where = f"{gen.spec_file}:{c.span.line}"
         if isinstance(c, ir.ValueCheck):

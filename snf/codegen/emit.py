@@ -32,6 +32,8 @@ class Emitter:
         self.flags: dict[str, str] = {}  # a demand's flag (use_cache, return_logits) -> its name here
         self.lines: list[str] = []
         self.runtime_used: set[str] = set()
+        self.entries: dict[str, str] = {}  # a list param a block reads at its own layer -> its attribute
+
 
     @property
     def use_cache(self) -> str | None:
@@ -49,7 +51,7 @@ class Emitter:
     def dim(self, d: Dim, prec: int = 0) -> str:
         derived = self.derived(d)
         if derived is not None:
-            return f"{self.cfg}.{self.g.config_name(derived)}"
+            return f"{self.cfg}.{derived}"
         code = d.render(self.atom)
         simple = re.fullmatch(r"[\w.]+", code) is not None
         return code if simple or prec <= 10 and not code.startswith("-") else f"({code})"
@@ -72,10 +74,10 @@ class Emitter:
         if isinstance(a, FloorDiv):
             derived = self.derived(Dim({((a, 1),): 1}))
             if derived is not None:
-                return f"{self.cfg}.{self.g.config_name(derived)}"
+                return f"{self.cfg}.{derived}"
             return f"({self.dim(a.num, 21)} // {self.dim(a.den, 21)})"
         if a in self.g.config_fields:
-            return f"{self.cfg}.{self.g.config_name(a)}"
+            return f"{self.cfg}.{a}"
         if a in self.g.derived_alias:
             return self.atom(self.g.derived_alias[a])
         self.runtime_used.add(a)
@@ -88,6 +90,21 @@ class Emitter:
             self.dtype_used = True
             return self.dtype_src
         return f"torch.{dtype}"
+
+    def layer_entry(self, op: ir.Op) -> str | None:
+        """`self.<attr>` for `xs[l]` in a layer block, `l` its own layer: the item its `__init__` read
+        (blocks.py writes it), a constant of the block's compiled graph; None elsewhere."""
+        i = op.arg("i")
+        if not (self.in_block and isinstance(i, ir.Ref) and i.kind == "loopvar" and i.name == self.owner.loop.var):
+            return None
+        name = op.arg("x").name
+        if name not in self.entries:
+            taken = {p.path for p in self.plans.layout.places if p.owner == self.owner.attr}
+            attr = f"{name}_{i.name}"
+            while attr in taken or attr in self.entries.values():
+                attr += "_item"
+            self.entries[name] = attr
+        return f"self.{self.entries[name]}"
 
     # ---------------------------------------------------------------- expressions
     def expr(self, e: ir.TExpr) -> tuple[str, int]:
@@ -139,12 +156,12 @@ class Emitter:
 
     def ref(self, e: ir.Ref) -> str:
         if e.kind == "config":
-            return f"{self.cfg}.{self.g.config_name(e.name)}"
+            return f"{self.cfg}.{e.name}"
         if e.kind == "dim":
             if e.name in self.g.runtime:
                 self.runtime_used.add(e.name)
                 return self.names.name(e.name)
-            return self.dim(e.ty.dim) if e.ty.dim is not None else f"{self.cfg}.{self.g.config_name(e.name)}"
+            return self.dim(e.ty.dim) if e.ty.dim is not None else f"{self.cfg}.{e.name}"
         if e.kind == "layer_param" or e.kind in ("param", "buffer") and not self.in_block:
             return f"self.{self.plans.layout.place(e.name).path}"
         return self.names.name(e.name)
@@ -220,9 +237,17 @@ class Emitter:
         """`name[index] = value`: in place where the write plan allows it, else on a copy (the
         tensor may be an input, or have views that must keep the old values)."""
         target = self.names.name(name)
+        if s in self.plans.writes and self.own_layer(index) and isinstance(s.value.ty, TensorT):
+            return f"_set_layer({target}, {self.code(index[0])}, {value})"  # one compiled graph for every layer
         if s in self.plans.writes:
             return f"{target}[{', '.join(self.code(i) for i in index)}] = {value}"
         return f"{target} = _assign({target}, {self.index_objects(index)}, {value})"
+
+    def own_layer(self, index) -> bool:
+        """Whether `index` is a block's own layer number alone (`name[l]`), an argument of its
+        forward: compiled with dynamic sizes, a write there is _set_layer's."""
+        return (self.in_block and len(index) == 1 and isinstance(index[0], ir.Ref) and index[0].kind == "loopvar"
+                and index[0].name == self.owner.loop.var)
 
     def index_objects(self, items) -> str:
         """An index list as a tuple of `slice(...)` objects and ints (for passing to a helper)."""

@@ -21,8 +21,9 @@ from .emit import Emitter
 from .wrap import DATA_LIMIT, LIMIT, wrap
 
 # Model.generate's own arguments, and its locals (templates/module.py.j2)
-GENERATE_ARGS = ("max_new_tokens", "temperature", "top_k", "top_p", "generator")
-GENERATE_LOCALS = ("was_training", "out", "tokens", "position", "size", "step", "token", "done")
+GENERATE_ARGS = ("max_new_tokens", "temperature", "top_k", "top_p", "generator", "compile", "attention_mask",
+                 "eos_token_id", "pad_token_id", "transformers_args")
+GENERATE_LOCALS = ("was_training", "out", "tokens", "position", "size", "step", "token", "done", "plan")
 
 
 @functools.lru_cache(maxsize=None)
@@ -66,10 +67,6 @@ class Generator:
         self.model_dtype = self._model_dtype()
 
     # ---------------------------------------------------------------- small facts
-    def config_name(self, name: str) -> str:
-        """Config fields and derived dims keep the spec's names (the checker refused unusable ones)."""
-        return name
-
     def show(self, shape) -> str:
         return show_shape(shape, self.display)
 
@@ -151,7 +148,8 @@ class Generator:
         own = template.render(**ctx)  # what the file says itself, before imports and the runtime
         if self.standalone:  # the runtime's definitions the rest calls, and what they call
             used = runtime.needed(own)
-            ctx.update(runtime_compile=runtime.copy("compiling", used), runtime=runtime.copy("helpers", used, "experts", "recurrent", "loss"))
+            ctx.update(runtime_compile=runtime.copy("compiling", used),
+                       runtime=runtime.copy("helpers", used, "generate", "experts", "recurrent", "loss"))
         else:
             ctx.update(runtime_imports=runtime.imports(runtime.called(own), LIMIT))
         ctx.update(std_imports=_std_imports("\n".join((own, ctx["runtime_compile"], ctx["runtime"]))))
@@ -308,11 +306,18 @@ class Generator:
         logits = g["out"] if single else f"{g['out']}.{plan.logits}"
         ctx = {"tokens": tokens, "logits": logits, "single": single, "g": g, "cache": caches,
                "cache_inputs": [c.input for c in plan.caches], "static": None, "context": None, "context_name": None}
+        ctx["recompute_past"] = None
+        if plan.recompute_past is not None:
+            ctx["recompute_past"] = em.code(plan.recompute_past).replace("cfg.", "self.config.")
         if plan.context is not None:
             ctx["context"] = em.dim(plan.context).replace("cfg.", "self.config.")
             ctx["context_name"] = self.show((plan.context,))[1:-1]
         if self.plans.decode_steps:  # buffers of `context` slots
             ctx["static"] = {"axis": plan.caches[0].axis - 1}
+        pairs = tuple((c.input, c.output) for c in plan.caches)
+        axis = ctx["static"]["axis"] if ctx["static"] else None
+        ctx["how"] = (f"{g['plan']} = _Generation(tokens={plan.tokens!r}, logits={None if single else plan.logits!r}, "
+                      f"caches={pairs!r}, buffer_axis={axis!r})")
         ctx["encoder"] = None
         if plan.encoder is not None:
             fields = self.config_fields

@@ -45,6 +45,15 @@ class ListT:
 
 
 @dataclass(frozen=True)
+class SeqT:
+    """A list-valued config field (`layer_types : list[str]`): its items' kind and its length, a
+    dim when the spec gives one (`list[str, n_layer]`, or a derived `n = len(layer_types)`)."""
+
+    kind: str  # int | float | bool | str
+    length: Dim | None = None
+
+
+@dataclass(frozen=True)
 class SliceT:
     lo: Dim | None
     hi: Dim | None
@@ -60,7 +69,7 @@ class ErrorT:
     """The type of a value whose checking already failed: uses of it report nothing more."""
 
 
-Type = Union[TensorT, ScalarT, ShapeT, ListT, SliceT, NoneT, ErrorT]
+Type = Union[TensorT, ScalarT, ShapeT, ListT, SeqT, SliceT, NoneT, ErrorT]
 INT, FLOAT, BOOL, STR = ScalarT("int"), ScalarT("float"), ScalarT("bool"), ScalarT("str")
 
 # ============================================================================ typed IR
@@ -205,9 +214,15 @@ TStmt = Union[Bind, SetItem, TIf, Loop, FusedLinear]
 @dataclass(frozen=True)
 class ConfigField:
     name: str
-    kind: str  # int | float | bool | str
-    default: Any  # python value, or MISSING
+    kind: str  # int | float | bool | str, or list[<one of them>]
+    default: Any  # python value (a tuple for a list), or MISSING
     span: Span = NO_SPAN
+    length: Dim | None = None  # a list's declared length (`list[str, n_layer]`): Config checks it
+
+    @property
+    def item_kind(self) -> str | None:
+        """A list field's items' kind; None for a scalar field."""
+        return self.kind[5:-1] if self.kind.startswith("list[") else None
 
 
 MISSING = object()
@@ -330,7 +345,7 @@ class Model:
     outputs: tuple[Tensor, ...]
     body: tuple[TStmt, ...]
     constraints: tuple[Constraint, ...] = ()
-    runtime_dims: tuple[tuple[str, str, int], ...] = ()  # (dim, input, axis) where first bound
+    dim_sources: tuple[tuple[str, str, int], ...] = ()  # (dim, input, axis) where first bound
     display: tuple[tuple[Any, str], ...] = ()  # atom -> spec spelling, for messages and comments
     mappings: tuple[MapEntry, ...] = ()
     config_maps: tuple[ConfigEntry, ...] = ()  # `config FMT:` sections, checked (snf.checkpoints encodes them)
@@ -359,7 +374,7 @@ class Model:
         """The dims a call decides (`B`, `T`, `T_past`): what the inputs and outputs' shapes name
         beyond the Config."""
         derived = {d.name for d in self.derived}
-        return frozenset({d for d, _, _ in self.runtime_dims} | {
+        return frozenset({d for d, _, _ in self.dim_sources} | {
             s for t in self.inputs + self.outputs for d in t.ty.shape for s in d.symbols()
             if s not in self.config_names()} - derived)
 
@@ -395,7 +410,7 @@ class Model:
 
 
 __all__ = [
-    "TensorT", "ScalarT", "ShapeT", "ListT", "SliceT", "NoneT", "ErrorT", "Type", "INT", "FLOAT",
+    "TensorT", "ScalarT", "ShapeT", "ListT", "SeqT", "SliceT", "NoneT", "ErrorT", "Type", "INT", "FLOAT",
     "BOOL", "STR", "Ref", "Lit", "DimVal", "Op", "TCond", "TList", "TSlice", "IsPresent", "TExpr",
     "Bind", "SetItem", "TIf", "Loop", "FusedLinear", "TStmt", "ConfigField", "MISSING", "Derived",
     "Tensor", "Constraint", "Check", "ValueCheck", "Model",

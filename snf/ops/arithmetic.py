@@ -220,6 +220,10 @@ def _logic_rule(opname: str):
             return TensorT(t.shape, "bool")
         if tensors:  # `and`, `or`, `not` of masks
             return _mask_logic(ctx, opname, args)
+        texts = [n for n, t in args.items() if t.kind == "str"]
+        if texts and len(texts) != len(args):
+            raise OpError(f"`{'==' if opname == 'eq' else '!='}` compares a string with a number", texts[0],
+                          code="arg-kind")
         return BOOL
     return rule
 
@@ -250,7 +254,8 @@ def _lower_logic(name: str, sym: str, prec: int):
         if name in _MASK_OP and isinstance(call.ty("a"), TensorT):
             op, p, _ = _MASK_OP[name]
             return f"{call.code('a', prec=p)} {op} {call.code('b', prec=p + 1)}"
-        return f"{call.code('a', prec=prec + 1)} {sym} {call.code('b', prec=prec + 1)}"
+        left = prec if name in ("and", "or") else prec + 1  # `a or b or c`: and, or chain from the left
+        return f"{call.code('a', prec=left)} {sym} {call.code('b', prec=prec + 1)}"
     return lower
 
 

@@ -191,10 +191,13 @@ ROPE_SCALING = {
     "llama3": (("factor", "low_freq_factor", "high_freq_factor", "original_max_position"), ()),
     "yarn": (("factor", "original_max_position"),
              ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate")),
+    # Phi-3's: per-frequency factors, the long ones once the sequence passes original_max_position
+    "longrope": (("short_factor", "long_factor", "original_max_position"), ("factor", "attention_factor")),
 }
 _ROPE_NUMBERS = ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale",
                  "mscale_all_dim", "attention_factor")
-_ROPE_SCALING_ARGS = _ROPE_NUMBERS + ("original_max_position", "truncate")
+_ROPE_FACTORS = ("short_factor", "long_factor")  # list params, one number per rotated pair
+_ROPE_SCALING_ARGS = _ROPE_NUMBERS + ("original_max_position", "truncate") + _ROPE_FACTORS
 
 
 def _rope_rule(ctx, args):
@@ -210,6 +213,18 @@ def _rope_rule(ctx, args):
         _rotary_dim(ctx, rd, hd)
     _rope_scaling(args)
     dim = hd if rd is None else rd
+    for n in _ROPE_FACTORS:  # one factor per rotated pair: Config checks a length it cannot prove
+        seq = args[n]
+        if seq is None:
+            continue
+        if seq.kind not in ("float", "int"):
+            raise OpError(f"`{n}=` of `rope` takes a list of numbers, not of {seq.kind}", n, code="arg-kind")
+        if seq.length is None:
+            raise OpError(f"`{n}=` of `rope` needs a list whose length is known: one number per pair of rotated dims",
+                          n, code="index-range", hint="declare it `list[float, N]`, N the rotated dims / 2")
+        if not ctx.need(2 * seq.length, "==", dim, f"`{n}` has one number per pair of rotated dims"):
+            raise OpError(f"`{n}=` has {ctx.show_dim(seq.length)} numbers, and RoPE rotates "
+                          f"{ctx.show_dim(dim)} dims: it needs one per pair", n, code="shape-mismatch")
     if args["scaling"] == "dynamic" and not ctx.need(Dim.const(4), "<=", dim, "dynamic RoPE needs 4 rotated dims"):
         raise OpError(f"dynamic RoPE raises its base to the power d / (d - 2) of the {ctx.show_dim(dim)} rotated "
                       f"dims, so it needs at least 4", "rotary_dim" if rd is not None else "x", code="bad-constraint")
@@ -252,7 +267,8 @@ def _rope_scaling(args) -> None:
 
 def np_rope_frequencies(dim, base, seq_len, scaling="none", factor=None, original_max_position=None,
                         low_freq_factor=None, high_freq_factor=None, beta_fast=None, beta_slow=None, mscale=None,
-                        mscale_all_dim=None, attention_factor=None, truncate=None):
+                        mscale_all_dim=None, attention_factor=None, truncate=None, short_factor=None,
+                        long_factor=None):
     """(inverse frequencies [dim / 2], the scale of cos and sin) of RoPE over `dim` rotated dims, for
     a sequence of `seq_len` positions, in float64: transformers' ROPE_INIT_FUNCTIONS[scaling]."""
     inv_freq = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
@@ -272,7 +288,18 @@ def np_rope_frequencies(dim, base, seq_len, scaling="none", factor=None, origina
     if scaling == "yarn":
         return _np_yarn(dim, base, inv_freq, factor, original_max_position, beta_fast or 32, beta_slow or 1,
                         mscale, mscale_all_dim, attention_factor, truncate is not False)
+    if scaling == "longrope":
+        ext = np.asarray(long_factor if seq_len > original_max_position else short_factor, dtype=np.float64)
+        return inv_freq / ext, longrope_attention_factor(factor, original_max_position, attention_factor)
     return inv_freq, 1.0
+
+
+def longrope_attention_factor(factor, original, attention_factor):
+    """LongRoPE's scale of cos and sin: the given one, else sqrt(1 + log(factor) / log(original)) (1
+    for a factor <= 1 or none)."""
+    if attention_factor is not None:
+        return attention_factor
+    return 1.0 if factor is None or factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
 
 
 def yarn_mscale(scale, mscale=1):
@@ -336,9 +363,11 @@ register(OpDef(
              Param("mscale", "value", None), Param("mscale_all_dim", "value", None),
              Param("attention_factor", "value", None, within=POSITIVE),
              Param("truncate", "bool", None, static=True),
+             Param("short_factor", "list", None), Param("long_factor", "list", None),
              Param("rotary_dim", "int", None, aliases=("rotary_ndims",)),
              Param("interleaved", "bool", False, static=True)),
     _rope_rule, numpy=_np_rope, torch=_lower_rope,
     doc="rotary position embedding on [B, T, H, head_dim]: positions start at `offset`; the first `rotary_dim` "
         "dims rotate (all by default), in rotate-half pairs (HF Llama, GPT-NeoX) or, `interleaved`, adjacent ones "
-        "(GPT-J); `scaling` is transformers' rope_type (linear, dynamic, llama3, yarn) with its parameters."))
+        "(GPT-J); `scaling` is transformers' rope_type (linear, dynamic, llama3, yarn, longrope) with its "
+        "parameters."))

@@ -22,7 +22,8 @@ NON_NEGATIVE = (0.0, None, False)  # a norm's eps: 0 is allowed, a negative one 
 #   value       a tensor or a number          int / float / bool / str   a scalar (str: from `choices`)
 #   dims        a list of dims [B, T, D]      slices    a list of slices/indices [0:T, :]
 #   tensors     a list of tensors             dtype     float32, int64, ...
-KINDS = {"tensor", "tensor?", "value", "int", "float", "bool", "str", "dims", "slices", "tensors", "dtype"}
+#   list        a list-valued param (`layer_types : list[str]`)
+KINDS = {"tensor", "tensor?", "value", "int", "float", "bool", "str", "dims", "slices", "tensors", "dtype", "list"}
 
 
 @dataclass(frozen=True)

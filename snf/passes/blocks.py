@@ -56,7 +56,10 @@ def plan_blocks(model: ir.Model) -> BlockPlan:
         written = {h.name for h in hoisted}
         carried = tuple(n for n in loop.carried if n not in written)
         reads = tuple((n, kinds.get(n, "local")) for n in loop.reads if n not in loop.carried)
-        uses_var = any(isinstance(e, ir.Ref) and e.kind == "loopvar" for e in ir.walk_exprs(body))
+        # a list param's item at the block's layer is read when the block is made (codegen/blocks.py)
+        items = {id(e.arg("i")) for e in ir.walk_exprs(body) if isinstance(e, ir.Op) and e.op == "item"}
+        uses_var = any(isinstance(e, ir.Ref) and e.kind == "loopvar" and id(e) not in items
+                       for e in ir.walk_exprs(body))
         suffix = "" if index == 0 else str(index + 1)
         blocks.append(Block(loop, f"Block{suffix}", f"layers{suffix}", body, hoisted, carried, reads, uses_var))
     return BlockPlan(tuple(blocks))

@@ -115,7 +115,7 @@ def _bound_name(stmt, op: ir.Op) -> tuple[str | None, bool]:
 def _find_caches(model: ir.Model) -> tuple[list[Cache], dict, set]:
     optional = _optional_inputs(model)
     outputs = {o.name for o in model.outputs}
-    owners = {d: (inp, axis) for d, inp, axis in model.runtime_dims}
+    owners = {d: (inp, axis) for d, inp, axis in model.dim_sources}
     found: list[Cache] = []
     concats: dict[str, tuple[ir.Op, str]] = {}  # input -> (concat op, bound name)
     indirect: set = set()  # names bound to a value computed from a concatenated cache

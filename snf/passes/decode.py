@@ -43,6 +43,9 @@ class DecodePlan:
     preallocated: bool  # the caches live in fixed-size buffers written in place (see the cache plan)
     context: Dim | None = None  # the most tokens a forward may see (None: no bound)
     encoder: EncoderPlan | None = None  # an encoder-decoder's: what runs once per generate
+    # the sequence length past which a LongRoPE switches to its long factors (a config value): the
+    # cached keys were rotated with the short ones, so generate runs the whole sequence once there
+    recompute_past: ir.TExpr | None = None
 
 
 NO_LOGITS = "no output is [B, T, V] floats"
@@ -183,7 +186,13 @@ def plan_decode(model: ir.Model, caches: CachePlan) -> DecodePlan | None:
     context = _context(model, tokens, {c.dim for c in caches.caches if not c.state})
     if preallocated and context is None:  # the buffers hold that many tokens
         context = caches.preallocated.size
-    return DecodePlan(tokens.name, logits.name, tuple(fed), preallocated, context)
+    # each LongRoPE's switch, as a config value or a number (its ropes of q and k read the same one)
+    switches = {(getattr(x, "name", None), getattr(x, "value", None)): x
+                for e in ir.walk_exprs(model.body) if isinstance(e, ir.Op) and e.op == "rope"
+                and getattr(e.arg("scaling"), "value", None) == "longrope"
+                for x in [e.arg("original_max_position")]}
+    return DecodePlan(tokens.name, logits.name, tuple(fed), preallocated, context,
+                      recompute_past=next(iter(switches.values())) if len(switches) == 1 and fed else None)
 
 
 def _context(model: ir.Model, tokens: ir.Tensor, cache_dims: set) -> Dim | None:

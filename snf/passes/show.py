@@ -8,13 +8,6 @@ from ..dims import show_dim
 from . import Plans
 
 
-def show_plans(plans: Plans) -> str:
-    sections = [("blocks", show_blocks(plans)), ("caches", show_caches(plans)), ("layout", show_layout(plans)),
-                ("outputs", show_outputs(plans)), ("decode", show_decode(plans)), ("writes", show_writes(plans)),
-                ("fused loss", show_loss(plans))]
-    return "".join(f"{title}:\n" + "".join(f"  {line}\n" for line in lines or ["(none)"]) for title, lines in sections)
-
-
 def stmt_name(s) -> str:
     """`line 12: let h` / `line 14: new_keys[...] =` / `line 9: for l` / `line 10: if`."""
     if isinstance(s, ir.Bind):

@@ -29,17 +29,29 @@ from torch import nn
 
 def _check_fields(config) -> None:
     """Each Config field holds its declared type: an int for `int` (not a bool), a bool for `bool`,
-    a str for `str`, and a number for `float` (kept as a float)."""
+    a str for `str`, and a number for `float` (kept as a float); a list field (`tuple[str, ...]`) a
+    list or tuple of them, kept as a tuple."""
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
-        if field.type == "float" and isinstance(value, int) and not isinstance(value, bool):
-            object.__setattr__(config, field.name, float(value))  # frozen: only while it is being made
+        kind = field.type[6:-6] if field.type.startswith("tuple[") else None  # tuple[str, ...] -> str
+        if kind is not None:
+            if not isinstance(value, (list, tuple)):
+                raise TypeError(f"Config.{field.name} must be a list of {kind}, got {value!r}")
+            items = tuple(_field_value(field.name, kind, v, f"[{i}]") for i, v in enumerate(value))
+            object.__setattr__(config, field.name, items)  # frozen: only while it is being made
             continue
-        ok = {"int": isinstance(value, int) and not isinstance(value, bool), "bool": isinstance(value, bool),
-              "float": isinstance(value, float), "str": isinstance(value, str)}[field.type]
-        if not ok:
-            raise TypeError(f"Config.{field.name} must be {'a' if field.type[0] in 'bfs' else 'an'} "
-                            f"{field.type}, got {value!r}")
+        object.__setattr__(config, field.name, _field_value(field.name, field.type, value, ""))
+
+
+def _field_value(name: str, kind: str, value, where: str):
+    """`value` as a field (or a list field's item) of this kind holds it; TypeError if it is none."""
+    if kind == "float" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    ok = {"int": isinstance(value, int) and not isinstance(value, bool), "bool": isinstance(value, bool),
+          "float": isinstance(value, float), "str": isinstance(value, str)}[kind]
+    if not ok:
+        raise TypeError(f"Config.{name}{where} must be {'a' if kind[0] in 'bfs' else 'an'} {kind}, got {value!r}")
+    return value
 
 
 _EAGER = threading.local()  # `on` inside _eagerly(); `asked`: generate(compile=...) while it runs

@@ -1,5 +1,5 @@
-"""The run-time helpers generated modules call: input and value checks, attention, caches,
-sampling; emitted after the model (the losses are in loss.py).
+"""The run-time helpers generated modules call: input and value checks, attention, caches, RoPE;
+emitted after the model (the losses are in loss.py, generate in generate.py).
 
 Real Python, imported and tested as it is (tests/test_runtime.py). Generated modules import the
 definitions they call from here (a `--standalone` one holds a copy of them and what they call:
@@ -10,8 +10,6 @@ cannot use raises snf.runtime.ABI.
 from __future__ import annotations
 
 import math
-import threading
-import weakref
 from typing import Optional
 
 import torch
@@ -19,7 +17,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
-from .compiling import _compile_asked, _DecodeLoop, _DecodeState
+from .compiling import _DecodeState
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -321,7 +319,7 @@ def _rope_frequencies(dim: int, base: float, seq_len, device: torch.device, dtyp
                       high_freq_factor: float = 4.0, beta_fast: Optional[float] = None,
                       beta_slow: Optional[float] = None, mscale: Optional[float] = None,
                       mscale_all_dim: Optional[float] = None, attention_factor: Optional[float] = None,
-                      truncate: Optional[bool] = None):
+                      truncate: Optional[bool] = None, short_factor=None, long_factor=None):
     """(inverse frequencies [dim / 2] in `dtype`, the scale of cos and sin) of RoPE over `dim` dims for a
     sequence of `seq_len` positions: transformers' ROPE_INIT_FUNCTIONS[scaling], step for step, so in
     float32 it gives the same numbers. "dynamic" recomputes the base from the sequence length once
@@ -346,6 +344,18 @@ def _rope_frequencies(dim: int, base: float, seq_len, device: torch.device, dtyp
     if scaling == "yarn":
         return _yarn_frequencies(dim, base, device, dtype, factor, original_max_position, beta_fast or 32,
                                  beta_slow or 1, mscale, mscale_all_dim, attention_factor, truncate is not False)
+    if scaling == "longrope":  # Phi-3: the long factors once the sequence passes the trained length
+        wide = torch.float64 if dtype == torch.float64 else torch.float32  # float32 as transformers computes it
+        shape = torch.arange(0, dim, 2, dtype=torch.int64, device=device).to(wide) / dim
+        short, long = (1.0 / (torch.tensor(f, dtype=wide, device=device) * base ** shape)
+                       for f in (short_factor, long_factor))
+        # the length as a tensor (a 0-d one plus it: a symbolic length under torch.compile or export stays so)
+        length = torch.zeros((), dtype=torch.int64, device=device) + seq_len
+        inv = torch.where(length > original_max_position, long, short)
+        if attention_factor is None:
+            attention_factor = 1.0 if factor is None or factor <= 1.0 else \
+                math.sqrt(1 + math.log(factor) / math.log(original_max_position))
+        return inv.to(dtype), attention_factor
     return inv_freq, 1.0
 
 
@@ -380,6 +390,17 @@ def _assign(x: torch.Tensor, index: tuple, value) -> torch.Tensor:
     return out
 
 
+def _set_layer(x: torch.Tensor, layer: int, value: torch.Tensor) -> None:
+    """x[layer] = value, in place, for a block's write at its own layer. As index_copy_ at a tensor
+    index, a block compiled with dynamic sizes compiles one graph for every layer: `x[layer] = value`
+    compiles layer 0 apart (inductor's reinplacing guards on the index being 0)."""
+    if _autocast_refuses(x, value):  # index_copy_ would refuse them: see _autocast_refuses
+        with torch.autocast(x.device.type, enabled=False):
+            return _set_layer(x, layer, value)
+    index = torch.full((1,), layer, dtype=torch.long, device=x.device)
+    x.index_copy_(0, index, value.to(x.dtype).unsqueeze(0))  # `.to`: x[layer] = value casts as it writes
+
+
 def _sinusoidal(shape, base: float) -> torch.Tensor:
     """The fixed sin/cos position table of 'Attention Is All You Need' (even columns sin, odd cos)."""
     n, d = shape[-2], shape[-1]
@@ -389,91 +410,6 @@ def _sinusoidal(shape, base: float) -> torch.Tensor:
     table[:, 0::2] = torch.sin(pos * div)
     table[:, 1::2] = torch.cos(pos * div)[:, : d // 2]
     return table.reshape(shape)
-
-
-def _bucket(filled: int, size: int) -> int:
-    """How many cache slots a decode step reads: the next power of two from 128 up, at most
-    `size`. Attending over the filled prefix, not every slot, keeps a step's cost independent of
-    the cache's size; a power of two keeps the compiled graphs few."""
-    return min(size, max(128, 1 << (filled - 1).bit_length()))
-
-
-def _decoding(count: int, asked: Optional[bool] = None):
-    """range(count) for generate's decode loop: each step's decode (_decode) reads how many steps
-    are left from here, to know whether compiling pays; `asked` is generate's `compile=`."""
-    with _DecodeLoop(count) as loop, _compile_asked(asked):
-        for step in range(count):
-            loop.left = count - step - 1  # decode steps after this token: the last token needs none
-            yield step
-
-
-_GENERATING: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its generate lock
-_GENERATING_GUARD = threading.Lock()
-
-
-def _start_generate(model: nn.Module) -> bool:
-    """generate's start: one call at a time per model, since the decode state a step reads and the
-    eval mode are the model's own (two threads' steps would read each other's), then eval mode.
-    Returns the mode _end_generate restores."""
-    with _GENERATING_GUARD:
-        lock = _GENERATING.get(model)
-        if lock is None:
-            lock = _GENERATING[model] = threading.RLock()
-    lock.acquire()
-    was_training = model.training
-    model.eval()
-    return was_training
-
-
-def _end_generate(model: nn.Module, was_training: bool) -> None:
-    model.train(was_training)
-    _GENERATING[model].release()
-
-
-_MOST_TOKENS = 2**31  # what one generate call may return, B * (T + max_new_tokens): 16 GiB of int64
-
-
-def _check_sampling(tokens, max_new_tokens, temperature, top_k, top_p) -> None:
-    """generate's arguments, before any work: a bad one is a clear error, not a strange sample."""
-    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.size(1) == 0:
-        raise ValueError(f"generate needs a prompt of at least one token, [B, T] with T >= 1, got {_described(tokens)}")
-    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-        raise ValueError(f"generate needs a prompt of token ids (an integer tensor, int64), got {_described(tokens)}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if tokens.size(0) * (tokens.size(1) + max_new_tokens) > _MOST_TOKENS:
-        raise ValueError(f"max_new_tokens={max_new_tokens} makes an output of {tokens.size(0)} x "
-                         f"{tokens.size(1) + max_new_tokens} tokens, over the {_MOST_TOKENS:,} one call returns; "
-                         "generate in pieces, feeding the output back")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
-        raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
-        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
-
-
-def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_p: Optional[float],
-            generator: Optional[torch.Generator]) -> torch.Tensor:
-    """One token per row of logits [B, V], as [B, 1]: greedy at temperature 0, else sampled. The
-    logits less their row's largest are divided by the temperature, taken within float32's
-    normal range: <= 0, with a 0, so the softmax is finite for any temperature > 0 (a tiny one
-    leaves all the mass on the largest logits: greedy, a tie sampled), where dividing the logits
-    themselves overflows to inf and gives NaN."""
-    if temperature == 0:
-        return logits.argmax(dim=-1, keepdim=True)
-    logits = logits.float()
-    finfo = torch.finfo(logits.dtype)
-    logits = (logits - logits.amax(dim=-1, keepdim=True)) / min(max(temperature, finfo.tiny), finfo.max)
-    if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None:
-        sorted_logits, order = torch.sort(logits, descending=True)
-        probs = sorted_logits.softmax(dim=-1)
-        outside = probs.cumsum(dim=-1) - probs > top_p  # keep the smallest prefix whose mass reaches top_p
-        logits = logits.scatter(-1, order, sorted_logits.masked_fill(outside, float("-inf")))
-    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
 
 
 def _cache_cat(past: torch.Tensor, new: torch.Tensor, decode: Optional[_DecodeState] = None) -> torch.Tensor:
@@ -488,22 +424,6 @@ def _cache_cat(past: torch.Tensor, new: torch.Tensor, decode: Optional[_DecodeSt
         return torch.cat([past.to(new.dtype), new], dim=1)
     past.index_copy_(1, decode.position + torch.arange(new.size(1), device=new.device), new.to(past.dtype))
     return past[:, :decode.length]
-
-
-def _decode(model: nn.Module, token: torch.Tensor, position: int, size: int, **caches):
-    """One decode step of generate: model(token, **caches) over caches in preallocated buffers of
-    `size` slots, `position` of them filled, attending over the first _bucket(...) slots. It runs
-    as Model._decode_step (see _by_compile_unit), compiled per bucket where that pays: it tells the
-    step how many steps of the loop (_decoding) read the same slots."""
-    length = _bucket(position + 1, size)
-    loop = _DecodeLoop.current()
-    if loop is not None:
-        loop.ahead = min(loop.left, length - position)
-    model._decode_state = _DecodeState(torch.tensor(position, device=token.device), length)
-    try:
-        return model(token, **caches)
-    finally:
-        model._decode_state = None
 
 
 def _narrow(x: torch.Tensor, dim: int, start, length: int) -> torch.Tensor:

@@ -153,8 +153,16 @@ def broken_checks(m: ir.Model, env: dict, config_only: bool = False, given=None)
     return out
 
 
-def config_ints(values: dict) -> dict:
-    return {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
+def config_ints(values: dict, m=None) -> dict:
+    """The config's ints; with the model `m`, the ints Config computes too (`n_layer =
+    len(layer_types)`), where this config computes them."""
+    env = {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
+    if m is not None and any(d.opaque for d in m.derived):
+        try:
+            env.update(Interpreter(m, values).ints)
+        except (ConfigError, ArithmeticError, ValueError, KeyError):
+            pass  # a config Config refuses: its checks say so
+    return env
 
 
 # ----------------------------------------------------------------------------- the run
@@ -208,7 +216,7 @@ class Runner:
 
     def one_config(self) -> None:
         values = self.sample_config()
-        env = config_ints(values)
+        env = config_ints(values, self.m)
         broken = broken_checks(self.m, env, config_only=True)
         try:  # the interpreter refuses what Config refuses: the checks above, and the numbers it computes
             Interpreter(self.m, values)
@@ -270,9 +278,9 @@ class Runner:
 
     # ------------------------------------------------------------------ inputs
     def sample_dims(self, fixed: dict | None = None) -> dict:
-        env = config_ints(self.values)
+        env = config_ints(self.values, self.m)
         domains = self.hints.domains if self.hints else {}
-        for d, _, _ in self.m.runtime_dims:
+        for d, _, _ in self.m.dim_sources:
             dom = domains.get(d, [1, 2, 3])
             env[d] = int(dom[self.rng.integers(len(dom))])
             if self.rng.random() < 0.05:
@@ -351,9 +359,9 @@ class Runner:
     def env_for(self, present: dict, env: dict) -> dict:
         """Run-time dims owned by absent optional inputs are 0."""
         env = dict(env)
-        for d, inp, _ in self.m.runtime_dims:
+        for d, inp, _ in self.m.dim_sources:
             if not present.get(inp, True):
-                owner_dims = [x for x, i2, _ in self.m.runtime_dims if i2 == inp]
+                owner_dims = [x for x, i2, _ in self.m.dim_sources if i2 == inp]
                 for x in owner_dims:
                     env[x] = 0
         return env
@@ -634,8 +642,8 @@ class Runner:
 
     def env_of(self, inputs: dict) -> dict:
         """Config values and the run-time dims the given inputs bind (absent ones bind 0)."""
-        env = config_ints(self.values)
-        for d, name, axis in self.m.runtime_dims:
+        env = config_ints(self.values, self.m)
+        for d, name, axis in self.m.dim_sources:
             v = inputs.get(name)
             env[d] = int(np.asarray(v).shape[axis]) if v is not None else 0
         for i in self.m.inputs:  # dims first bound elsewhere, by expressions, are checked by broken_checks

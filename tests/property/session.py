@@ -109,7 +109,7 @@ class Session(runner.Runner):
     def setup(self) -> bool:
         for _ in range(20):  # a config the spec accepts
             values = self.sample_config() if self.config is None else self.full_config(self.config)
-            if not broken_checks(self.m, runner.config_ints(values), config_only=True):
+            if not broken_checks(self.m, runner.config_ints(values, self.m), config_only=True):
                 break
         else:
             return False

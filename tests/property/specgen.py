@@ -1111,7 +1111,17 @@ class Gen:
         ch = self.ch
         opts = [n for n in self.visible(lambda n, x: x.kind == "input" and x.optional, allow_optional=True)
                 if n not in self.present]
-        kind = ch.pick(["flag", "exists", "compare", "logic"])
+        kind = ch.pick(["flag", "exists", "compare", "logic", "kind"])
+        if kind == "kind" and self.loop is not None:  # a list param's item at the layer (n_layer <= 3)
+            if "kinds" not in self.scopes[0]:  # its length declared, or computed (a Config check either way)
+                if ch.coin(0.5):
+                    self.config("kinds", "list[str, 3]", ["a", "b", "a"])
+                else:
+                    self.config("kinds", "list[str]", ["a", "b", "a"])
+                    self.derived.append("  n_kinds = len(kinds)")
+                    self.features.add("op:len")
+            self.features |= {"list-param", "op:item"}
+            return f"kinds[{self.loop['var']}] {ch.pick(['==', '!='])} {ch.pick(['a', 'b'])!r}", set(), set()
         if kind == "exists" and opts:
             n = ch.pick(opts)
             return f"{n} exists", {n} | self.group_of(n), set()

@@ -116,6 +116,13 @@ DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
 
 # the specs whose sessions the fast tier (`-m "not slow"`) runs too: the compiled path on a few
 FAST = ("nanogpt", "tiny_transformer")
+# the specs whose sessions skip the training step compiled whole (the CUDA default), which the CPU
+# suite's time cannot hold for every spec: each construct they have is in another spec's whole
+# training, mixtures of experts in mixtral's, the recurrent ops and a hybrid's layer kinds in mamba2's
+# and nemotron_h's, a Llama-style decoder in llama3's and phi3's, a window in gemma2's, an encoder in
+# t5's (scripts/gpu_checks.sh trains every spec on CUDA, where it is the default)
+NO_WHOLE_TRAINING = ("olmoe", "qwen2_moe", "qwen3_moe", "qwen3_next", "falcon_h1", "qwen2", "mistral", "gpt_decoder",
+                     "t5_encoder")
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch internals, while compiling
@@ -123,7 +130,7 @@ FAST = ("nanogpt", "tiny_transformer")
 @pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in SPECS])
 def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypatch, tmp_path):
     """Each spec: varied eval calls with and without caches, a training step on the CPU default and
-    one compiled whole (the CUDA default), eval again, generate at two batch sizes, a bfloat16 cast
+    one compiled whole (the CUDA default; on the CPU not for NO_WHOLE_TRAINING), eval again, generate at two batch sizes, a bfloat16 cast
     and autocast; compiled against eager. The bfloat16 cast runs on the model's own units (its
     generate compiles, its forward runs eagerly) and autocast eagerly: compiling their forwards per
     block and autocast's generate cost a quarter of a session, and the random specs' sessions
@@ -142,8 +149,9 @@ def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypat
         options = dict(config=config, after=after)
     if name == "mixtral":  # the sparse experts op inside the compiled graphs, even at these sizes
         monkeypatch.setattr(experts, "_MOE_DENSE_MACS", -1)
-    out = _session(name, calls=8, whole_training=True, device=device, all_casts=False, **options)
-    assert out.accepted and out.calls >= 8, (name, out)
+    whole = device == "cuda" or name not in NO_WHOLE_TRAINING
+    out = _session(name, calls=6, whole_training=whole, device=device, all_casts=False, **options)
+    assert out.accepted and out.calls >= 6, (name, out)
     assert family is None or seen, (name, "the transformers comparison did not run")
     for unit, count in out.graphs.items():
         assert count <= BOUNDS[unit.split(".")[0].rstrip("0123456789") + ".forward"], (name, out.graphs)

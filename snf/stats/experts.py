@@ -1,13 +1,13 @@
 """`snfc stats` for mixtures of experts (`moe_experts`): which parameters hold experts, the active
 parameters (those one token uses: k of each E), and the forward FLOPs with every expert run on every
-token (the dense form's), beside stats.py's totals, which count the top-k cost."""
+token (the dense form's), beside the package's totals (__init__.py), which count the top-k cost."""
 
 from __future__ import annotations
 
 from fractions import Fraction
 
-from . import ir
-from .dims import Dim
+from .. import ir
+from ..dims import Dim
 
 
 def note_experts(walk, e, types: dict, fwd: Dim) -> None:

@@ -1,7 +1,5 @@
 """`snfc stats`: what a model costs, from the typed IR alone (no model is built, torch is never
-imported).
-
-Parameters, FLOPs per token (forward, and forward + backward), KV-cache bytes per token and
+imported). Parameters, FLOPs per token (forward, and forward + backward), KV-cache bytes per token and
 activation bytes per token, each as a formula in the spec's dims and as a number for a config.
 The definitions, and what the numbers do not count, are in docs/stats.md. In short:
 
@@ -12,8 +10,8 @@ The definitions, and what the numbers do not count, are in docs/stats.md. In sho
   quantity `torch.utils.flop_counter.FlopCounterMode` counts; the registry gives each op's
   (`OpDef.flops`);
 * the backward computes the gradient of every operand that depends on a parameter;
-* KV-cache bytes are those of the caches `snf.passes.caches` finds, per cached token (states: per sequence);
-* activation bytes are the bytes of every tensor an op of the forward returns, views excepted.
+* KV-cache bytes are those of the caches `snf.passes.caches` finds, per cached token (states: per
+  sequence); activation bytes are the bytes of every tensor an op of the forward returns, views excepted.
 """
 
 from __future__ import annotations
@@ -22,16 +20,16 @@ import json
 from dataclasses import dataclass
 from fractions import Fraction
 
-from . import ir
-from .dims import Dim, DimError, FloorDiv
-from .interpret import ConfigError, Interpreter
-from .ir import ScalarT, TensorT
-from .language import GRADIENT_CHECKPOINTING
-from .ops import all_ops
-from .ops.shapes import product
-from .passes.caches import plan_caches
-from .passes.liveness import plan_outputs
-from .stats_experts import expert_quantities, note_experts
+from .. import ir
+from ..dims import Dim, DimError, FloorDiv
+from ..interpret import ConfigError, Interpreter
+from ..ir import ScalarT, TensorT
+from ..language import GRADIENT_CHECKPOINTING
+from ..ops import all_ops
+from ..ops.shapes import product
+from ..passes.caches import plan_caches
+from ..passes.liveness import plan_outputs
+from .experts import expert_quantities, note_experts
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 
@@ -68,7 +66,7 @@ class Stats:
 def parse_overrides(model: ir.Model, pairs: list[str]) -> dict:
     """`name=value` strings -> config values and run-time dims, typed as the spec declares them."""
     kinds = {c.name: c.kind for c in model.config}
-    runtime = {d for d, _, _ in model.runtime_dims}
+    runtime = {d for d, _, _ in model.dim_sources}
     out: dict = {}
     for pair in pairs:
         name, eq, text = pair.partition("=")
@@ -87,6 +85,9 @@ def parse_overrides(model: ir.Model, pairs: list[str]) -> dict:
 
 
 def _typed(kind: str, text: str):
+    if kind.startswith("list["):  # `[1.0, 2.0]` or `1.0,2.0`: each item as the list's kind
+        inner = text.strip().removeprefix("[").removesuffix("]").strip()
+        return tuple(_typed(kind[5:-1], item.strip().strip("'\"")) for item in inner.split(",")) if inner else ()
     if kind == "int":
         return int(text, 10)
     if kind == "float":
@@ -153,7 +154,7 @@ class _Walk:
         self.by_layer: list[str] = []  # the loops counted layer by layer, for the note
         self.forward = self.layer_forward = self.activations = Dim()
         self.backward: list[Dim] = [Dim()]  # per product, by id
-        self.experts, self.dense_extra = {}, Dim()  # mixtures of experts: see stats_experts.py
+        self.experts, self.dense_extra = {}, Dim()  # mixtures of experts: see experts.py
         # evaluates the config's switches and `X exists` (the plain forward: no optional input given)
         self.conds = Interpreter(model, cfg).at_sizes(runtime)
 
@@ -413,12 +414,12 @@ def _cache_bytes(model: ir.Model, tokens_dims: list[str]) -> tuple[Dim, Dim]:
 def _absent_dims(model: ir.Model) -> list[str]:
     """Run-time dims that only optional inputs bring: 0 in the plain forward (`T_past`)."""
     present = {d.as_symbol() for i in model.inputs if not i.optional for d in i.ty.shape}
-    return [d for d, _, _ in model.runtime_dims if d not in present]
+    return [d for d, _, _ in model.dim_sources if d not in present]
 
 
 def _token_dims(model: ir.Model) -> list[str]:
     """What a token is: the run-time axes of the first required input (`idx: [B, T]` -> B, T)."""
-    runtime = {d for d, _, _ in model.runtime_dims}
+    runtime = {d for d, _, _ in model.dim_sources}
     first = next((i for i in model.inputs if not i.optional), None)
     return [] if first is None else [d.as_symbol() for d in first.ty.shape if d.as_symbol() in runtime]
 
@@ -429,7 +430,7 @@ def _runtime_values(model: ir.Model, overrides: dict, ints: dict, absent: list, 
     out = {d: (0, _ABSENT) for d in absent}
     zero = {d: Dim.const(0) for d in absent}
     batch = tokens_dims[0] if len(tokens_dims) > 1 else None
-    for d, _, _ in model.runtime_dims:
+    for d, _, _ in model.dim_sources:
         if d in overrides:
             out[d] = (overrides[d], "--set")
             continue
@@ -455,7 +456,7 @@ def _runtime_values(model: ir.Model, overrides: dict, ints: dict, absent: list, 
         if set(c.fields) <= set(env) and not _holds(c.lhs.evaluate(env), c.op, c.rhs.evaluate(env)):
             raise StatsError(f"the spec requires {c.text(model.display)} (line {c.span.line}); "
                              f"got {_fields(c.lhs, c.rhs, env)}")
-    return {d: out[d] for d, _, _ in model.runtime_dims}
+    return {d: out[d] for d, _, _ in model.dim_sources}
 
 
 def _simplify(d: Dim, model: ir.Model) -> Dim:

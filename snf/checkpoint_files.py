@@ -1,0 +1,254 @@
+"""Reading checkpoint files: a `.safetensors` file (its header parsed here, each tensor read with
+plain reads, no memory map), a `torch.save` state dict, or a `save_pretrained` folder of either
+(one file, or shards listed in an index), as a lazy mapping of key -> tensor (`_open_checkpoint`).
+`snf.interop` maps the tensors onto a model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import torch
+
+_SAFETENSORS_INDEX, _SAFETENSORS = "model.safetensors.index.json", "model.safetensors"
+_TORCH_INDEX, _TORCH = "pytorch_model.bin.index.json", "pytorch_model.bin"
+
+
+class _KeysOf(Mapping):
+    """A mapping whose keys are those of `self._keys` (another mapping)."""
+
+    _keys: Mapping
+
+    def __contains__(self, key) -> bool:
+        return key in self._keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+class _MetaView(_KeysOf):
+    """A checkpoint's tensors as meta tensors of their shapes and dtypes, its other values as they
+    are: shapes and transforms are checked on it without reading any tensor's data."""
+
+    def __init__(self, sd: Mapping):
+        self._keys = sd
+
+    def __getitem__(self, key: str):
+        if hasattr(self._keys, "meta"):
+            return self._keys.meta(key)
+        value = self._keys[key]
+        return torch.empty(value.shape, dtype=value.dtype, device="meta") if isinstance(value, torch.Tensor) else value
+
+
+class _LazyTensors(_KeysOf):
+    """A checkpoint's tensors by key (`self._keys`: key -> its file); each is read from its file
+    when asked for, and the last one read is kept (the pieces that read one tensor are loaded one
+    after another)."""
+
+    def __init__(self, where: dict, open_file):
+        self._keys, self._open, self._last = where, open_file, (None, None)
+
+    def __getitem__(self, key: str):
+        if self._last[0] != key:
+            self._last = (None, None)  # the previous tensor goes before the next is read
+            self._last = (key, self._file(key)[key])
+        return self._last[1]
+
+    def meta(self, key: str):
+        file = self._file(key)
+        return file.meta(key) if hasattr(file, "meta") else _MetaView(file)[key]
+
+    def read_into(self, key: str, out: torch.Tensor) -> bool:
+        """Read `key` straight into `out` where its file can (a safetensors file's tensor of out's
+        shape and dtype); False where it cannot, and `out` is untouched."""
+        file = self._file(key)
+        return hasattr(file, "read_into") and file.read_into(key, out)
+
+    def _file(self, key: str) -> Mapping:
+        """The open file that holds `key`; ValueError where a shard index lists it in a file that lacks it."""
+        file = self._open(self._keys[key])
+        if key not in file:
+            raise ValueError(f"the shard index lists `{key}` in {self._keys[key]}, which has no such tensor")
+        return file
+
+
+@contextlib.contextmanager
+def _open_checkpoint(path: Path) -> Iterator[Mapping]:
+    """The tensors of a checkpoint file or `save_pretrained` folder, as a lazy mapping."""
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    with contextlib.ExitStack() as stack:
+        opened: dict = {}
+
+        def open_file(file: Path) -> Mapping:
+            if file not in opened:
+                opened[file] = _open_file(file, stack)
+            return opened[file]
+
+        where = _files_of(path)
+        if isinstance(where, Path):  # one file: its own keys
+            where = dict.fromkeys(open_file(where).keys(), where)
+        yield _LazyTensors(where, open_file)
+
+
+def _files_of(path: Path) -> dict | Path:
+    """The file that holds each key (a folder's shard index), or the one file that holds them all."""
+    if not path.is_dir():
+        return path
+    for index in (_SAFETENSORS_INDEX, _TORCH_INDEX):
+        if (path / index).is_file():
+            try:
+                weight_map = json.loads((path / index).read_text(encoding="utf-8"))["weight_map"]
+                files = {key: _shard(path, index, file) for key, file in weight_map.items()}
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
+                raise ValueError(f"{path / index} is not a shard index ({type(err).__name__}: {err})") from None
+            return files
+    for single in (_SAFETENSORS, _TORCH):
+        if (path / single).is_file():
+            return path / single
+    raise FileNotFoundError(f"{path} is a folder without a checkpoint: expected {_SAFETENSORS_INDEX}, "
+                            f"{_SAFETENSORS}, {_TORCH_INDEX} or {_TORCH} in it")
+
+
+def _shard(folder: Path, index: str, name) -> Path:
+    """A shard file an index names: a relative path inside the folder (the hub's layout)."""
+    if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise ValueError(f"a shard must be a file name inside the folder, got {name!r}")
+    return folder / name
+
+
+def _open_file(file: Path, stack: contextlib.ExitStack) -> Mapping:
+    """One checkpoint file, by its first bytes: safetensors (read lazily), or a torch.save state dict
+    (memory-mapped when it is in the zip format). `stack` closes a safetensors file."""
+    if not file.is_file():
+        raise FileNotFoundError(f"no checkpoint file {file}")
+    with open(file, "rb") as f:
+        head = f.read(9)
+    if len(head) == 9 and head[8:9] == b"{":  # 8-byte header length, then the JSON header
+        opened = _SafetensorsFile(file)
+        stack.callback(opened.close)
+        return opened
+    if head[:2] == b"PK" or head[:1] == b"\x80":  # torch.save's zip format, or its legacy pickle
+        try:
+            data = torch.load(file, map_location="cpu", weights_only=True, mmap=head[:2] == b"PK")
+        except Exception as err:
+            raise ValueError(f"{file} is not a state dict that torch.load(weights_only=True) reads "
+                             f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{file} holds a {type(data).__name__}, not a state dict (a mapping of names to tensors)")
+        return _state_dict_of(data)
+    raise ValueError(f"{file} is not a checkpoint: expected a safetensors file or a torch.save state dict")
+
+
+def _state_dict_of(data: Mapping) -> Mapping:
+    """The state dict in what torch.load gave: the mapping itself, or a training checkpoint's under
+    "model" (nanoGPT's train.py: beside the optimizer, model_args, iter_num). torch.compile's
+    `_orig_mod.` prefix, which a compiled module's state dict puts on every key, is taken off. A
+    state dict's values are tensors, so a mapping under "model" marks a training checkpoint, whatever
+    else it holds (nanoGPT saves `best_val_loss` as a 0-d tensor)."""
+    if isinstance(data.get("model"), Mapping):
+        data = data["model"]
+    prefix = "_orig_mod."
+    if data and all(isinstance(k, str) and k.startswith(prefix) for k in data):
+        data = {k[len(prefix):]: v for k, v in data.items()}
+    return data
+
+
+_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+                       "U8": torch.uint8, "BOOL": torch.bool}
+
+
+class _SafetensorsFile(Mapping):
+    """An open safetensors file as a mapping: its header read once, `[key]` one tensor read with plain
+    reads, and `read_into` one read straight into a tensor of its shape and dtype. No memory map: the
+    pages read do not stay in the process's memory, so loading peaks at about the weights."""
+
+    def __init__(self, file: Path):
+        self._file = file
+        self._f = open(file, "rb")
+        try:
+            size = os.fstat(self._f.fileno()).st_size
+            length = int.from_bytes(self._f.read(8), "little")
+            if not 2 <= length <= size - 8:
+                raise ValueError(f"a header of {length} bytes in a file of {size}")
+            header = json.loads(self._f.read(length))
+            if not isinstance(header, dict):
+                raise ValueError("the header is no JSON object")
+            header.pop("__metadata__", None)
+            self._start = 8 + length
+            self._entries = {key: _entry(key, value, size - self._start) for key, value in header.items()}
+        except (ValueError, TypeError, KeyError, RecursionError) as err:
+            self._f.close()
+            raise ValueError(f"{file} is not a readable safetensors file ({err})") from None
+        self._keys = list(self._entries)
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __contains__(self, key) -> bool:  # Mapping's would read the tensor
+        return key in self._entries
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        dtype, shape, begin, _ = self._known(key)
+        out = torch.empty(shape, dtype=dtype)
+        self._read(begin, out)
+        return out
+
+    def read_into(self, key: str, out: torch.Tensor) -> bool:
+        """Read `key` straight into `out` where it is a contiguous CPU tensor of its shape and dtype."""
+        dtype, shape, begin, _ = self._known(key)
+        if out.device.type != "cpu" or not out.is_contiguous() or out.dtype != dtype or tuple(out.shape) != shape:
+            return False
+        self._read(begin, out)
+        return True
+
+    def meta(self, key: str) -> torch.Tensor:
+        """The tensor's shape and dtype, from the file's header: no data is read."""
+        dtype, shape, _, _ = self._known(key)
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    def _known(self, key: str) -> tuple:
+        dtype, shape, begin, end = self._entries[key]
+        if dtype not in _SAFETENSORS_DTYPES:
+            raise ValueError(f"`{key}` is a {dtype} tensor, which snfc does not load")
+        return _SAFETENSORS_DTYPES[dtype], shape, begin, end
+
+    def _read(self, begin: int, out: torch.Tensor) -> None:
+        if out.numel() == 0:
+            return
+        view = memoryview(out.detach().reshape(-1).view(torch.uint8).numpy())
+        self._f.seek(self._start + begin)
+        done = 0
+        while done < len(view):
+            got = self._f.readinto(view[done:])
+            if not got:
+                raise ValueError(f"{self._file} ends inside a tensor: the file is cut short")
+            done += got
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+def _entry(key: str, value, room: int) -> tuple:
+    """(dtype name, shape, begin, end) of a header entry, checked against the data's `room` bytes."""
+    dtype, shape, (begin, end) = value["dtype"], tuple(value["shape"]), value["data_offsets"]
+    if not all(isinstance(n, int) and n >= 0 for n in (*shape, begin, end)) or not begin <= end <= room:
+        raise ValueError(f"`{key}` has a bad shape or data offsets")
+    if dtype in _SAFETENSORS_DTYPES:
+        count = 1
+        for n in shape:
+            count *= n
+        if (end - begin) != count * _SAFETENSORS_DTYPES[dtype].itemsize:
+            raise ValueError(f"`{key}`'s {end - begin} bytes are not a {dtype} tensor of shape {list(shape)}")
+    return dtype, shape, begin, end

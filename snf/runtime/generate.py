@@ -1,0 +1,322 @@
+"""A decoder's `generate`, as plain Python: a generated module's `generate` method calls `_generate`
+with what its plan says of the model (`_Generation`: the token input, the logits, the caches fed
+back), so one loop, tested here, serves every spec.
+
+What a transformers user expects of it: each row stops at an end token (the given ones, else the
+model's `generation_config`, which `snf.from_pretrained` reads from the checkpoint folder) and is
+padded after it, decoding stops when every row has ended, a left-padded batch with its
+`attention_mask` gives each row what that prompt alone gives, and the common transformers argument
+names are accepted (`input_ids=`, `max_length=`, `do_sample=`, `streamer=`).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import nn
+
+from .compiling import _compile_asked, _DecodeLoop, _DecodeState
+from .helpers import _cache_buffers, _described
+
+
+@dataclass(frozen=True)
+class _Generation:
+    """What generate needs to know of a model, from its plan: the token input's name, the output it
+    samples from (None: forward returns the logits alone), the caches it feeds back (input, output),
+    and the axis their buffers grow along where generate preallocates them (None: fed back as
+    returned)."""
+
+    tokens: str
+    logits: Optional[str]
+    caches: tuple = ()
+    buffer_axis: Optional[int] = None
+
+
+@dataclass
+class GenerationConfig:
+    """The end and padding tokens generate uses when its call gives none: `snf.from_pretrained` sets
+    a model's `generation_config` from the folder's generation_config.json (else config.json)."""
+
+    eos_token_id: tuple = ()
+    pad_token_id: Optional[int] = None
+
+
+# transformers' generate arguments that mean what one of ours does (others are refused by name)
+_ALIASES = ("input_ids", "max_length", "do_sample", "num_beams", "num_return_sequences", "use_cache",
+            "generation_config", "return_dict_in_generate", "output_scores", "streamer")
+
+
+def _generate(model: nn.Module, how: _Generation, tokens, max_new_tokens, temperature: float, top_k, top_p,
+              generator, compile, attention_mask, eos_token_id, pad_token_id, more: dict,
+              context: Optional[int] = None, recompute_past: Optional[int] = None) -> torch.Tensor:
+    """`model.generate(...)`: `tokens` [B, T] and up to `max_new_tokens` tokens after them, [B, T + n]
+    (n < max_new_tokens only where every row ended). `context`: the most tokens the model sees;
+    `recompute_past`: a length past which the cached keys are stale (LongRoPE's switch), where the
+    whole sequence runs once again."""
+    tokens, max_new_tokens, temperature = _transformers_names(tokens, max_new_tokens, temperature, more)
+    _check_sampling(tokens, max_new_tokens, temperature, top_k, top_p)
+    stop = _stop_tokens(model, eos_token_id)
+    pad = _pad_token(model, pad_token_id, stop)
+    streamer = more.get("streamer")
+    if attention_mask is not None and not bool(torch.as_tensor(attention_mask).bool().all()):
+        if streamer is not None:
+            raise ValueError("a streamer takes one prompt at a time, not a padded batch")
+        return _generate_padded(model, how, tokens, max_new_tokens, temperature, top_k, top_p, generator, compile,
+                                torch.as_tensor(attention_mask, device=tokens.device), stop, pad, context,
+                                recompute_past)
+    if attention_mask is not None and tuple(attention_mask.shape) != tuple(tokens.shape):
+        raise ValueError(f"attention_mask must have the prompt's shape {list(tokens.shape)}, got "
+                         f"{list(attention_mask.shape)}")
+    was_training = _start_generate(model)
+    try:
+        with torch.no_grad():
+            return _decode_loop(model, how, tokens, max_new_tokens, temperature, top_k, top_p, generator, compile,
+                                stop, pad, context, streamer, recompute_past)
+    finally:
+        _end_generate(model, was_training)
+
+
+def _transformers_names(tokens, max_new_tokens, temperature, more: dict):
+    """Our arguments from transformers' names for them: `input_ids` for the prompt, `max_length`
+    (prompt included) for `max_new_tokens`, `do_sample=False` for greedy (temperature 0)."""
+    unknown = sorted(set(more) - set(_ALIASES))
+    if unknown:
+        raise TypeError(f"generate() got unexpected keyword arguments {', '.join(unknown)}; it takes the prompt, "
+                        "max_new_tokens (or max_length), temperature, top_k, top_p, generator, compile, "
+                        "attention_mask, eos_token_id, pad_token_id, and transformers' input_ids and do_sample")
+    if "input_ids" in more:
+        if tokens is not None:
+            raise TypeError("generate() got the prompt twice: positionally and as input_ids")
+        tokens = more["input_ids"]
+    if tokens is None:
+        raise TypeError("generate() needs a prompt: generate(tokens, max_new_tokens) or generate(input_ids=...)")
+    if more.get("max_length") is not None:
+        if max_new_tokens is not None:
+            raise TypeError("generate() takes max_new_tokens or max_length, not both")
+        if isinstance(more["max_length"], bool) or not isinstance(more["max_length"], int):
+            raise ValueError(f"max_length must be an int, got {more['max_length']!r}")
+        length = tokens.size(-1) if isinstance(tokens, torch.Tensor) else 0
+        max_new_tokens = max(more["max_length"] - length, 0)
+    if max_new_tokens is None:
+        raise TypeError("generate() needs max_new_tokens (or transformers' max_length)")
+    if more.get("do_sample") is False:
+        temperature = 0.0
+    for name, default in (("num_beams", 1), ("num_return_sequences", 1)):
+        if more.get(name, default) != default:
+            raise ValueError(f"generate() samples one sequence per row: {name}={more[name]!r} is not supported")
+    for name in ("generation_config", "return_dict_in_generate", "output_scores"):
+        if more.get(name):
+            raise ValueError(f"generate() returns the tokens alone: {name}= is not supported")
+    return tokens, max_new_tokens, temperature
+
+
+def _stop_tokens(model: nn.Module, given) -> tuple:
+    """The end tokens: the given ones (an int or a list), else the model's generation_config's."""
+    if given is None:
+        config = getattr(model, "generation_config", None)
+        given = getattr(config, "eos_token_id", ()) if config is not None else ()
+    ids = (given,) if isinstance(given, int) else tuple(given or ())
+    if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
+        raise ValueError(f"eos_token_id must be a token id or a list of them, got {given!r}")
+    return ids
+
+
+def _pad_token(model: nn.Module, given, stop: tuple) -> int:
+    """What follows a row's end, and fills a left-padded row's new slots: the given pad token, else
+    the generation_config's, else the first end token (as transformers does), else 0."""
+    if given is None:
+        config = getattr(model, "generation_config", None)
+        given = getattr(config, "pad_token_id", None) if config is not None else None
+    if given is None:
+        return stop[0] if stop else 0
+    if isinstance(given, bool) or not isinstance(given, int) or given < 0:
+        raise ValueError(f"pad_token_id must be a token id, got {given!r}")
+    return given
+
+
+def _decode_loop(model, how: _Generation, tokens, max_new_tokens, temperature, top_k, top_p, generator, compile,
+                 stop: tuple, pad: int, context: Optional[int], streamer=None,
+                 recompute_past: Optional[int] = None) -> torch.Tensor:
+    """The prompt once, then one token a step, feeding the caches back. Past `context` tokens (as
+    nanoGPT does) each step runs the last `context` tokens again. A `streamer` (transformers'
+    protocol: `put` the prompt, then each new token [B], then `end`) sees each token as it comes."""
+    if streamer is not None:
+        streamer.put(tokens.cpu())
+    size = context if context is not None else math.inf
+    prompt = tokens[:, -context:] if context is not None else tokens
+    out = model(prompt, use_cache=True) if how.caches else model(prompt)
+    position = prompt.size(1)  # the tokens the cache holds
+    buffers = {}
+    if how.buffer_axis is not None:  # buffers of `context` slots written in place (see _decode)
+        buffers = {past: _cache_buffers(getattr(out, new), how.buffer_axis, context, model, past)
+                   for past, new in how.caches}
+    ends = torch.tensor(stop, device=tokens.device) if stop and tokens.size(0) else None  # (an empty batch runs on)
+    done = torch.zeros(tokens.size(0), 1, dtype=torch.bool, device=tokens.device)
+    made = [tokens]
+    for step in _decoding(max_new_tokens, compile):
+        logits = out if how.logits is None else getattr(out, how.logits)
+        token = _sample(logits[:, -1, :], temperature, top_k, top_p, generator)
+        if ends is not None:
+            token = token.masked_fill(done, pad)  # a row that has ended
+            done = done | torch.isin(token, ends)
+        made.append(token)
+        if streamer is not None:
+            streamer.put(token[:, 0].cpu())
+        if step + 1 == max_new_tokens or ends is not None and bool(done.all()):
+            break  # the last token needs no step
+        if not how.caches:
+            seen = torch.cat(made, dim=1)
+            out = model(seen[:, -context:] if context is not None else seen)
+        elif position == size:  # the context is full: run its last tokens again
+            out = model(torch.cat(made, dim=1)[:, -context:], use_cache=False)
+        elif position == recompute_past:  # the cache's keys are stale from here: the sequence again, once
+            out = model(torch.cat(made, dim=1), use_cache=True)
+            position += 1
+            if buffers:
+                buffers = {past: _cache_buffers(getattr(out, new), how.buffer_axis, context, model, past)
+                           for past, new in how.caches}
+        elif buffers:
+            out = _decode(model, token, position, context, **buffers)
+            position += 1
+        else:
+            out = model(token, **{past: getattr(out, new) for past, new in how.caches}, use_cache=True)
+            position += 1
+    if streamer is not None:
+        streamer.end()
+    return torch.cat(made, dim=1)
+
+
+def _generate_padded(model, how: _Generation, tokens, max_new_tokens, temperature, top_k, top_p, generator,
+                     compile, mask, stop: tuple, pad: int, context: Optional[int],
+                     recompute_past: Optional[int] = None) -> torch.Tensor:
+    """A left-padded batch: the rows of each prompt length run together, unpadded, so each row gets
+    what its prompt alone gets; the result keeps the padding, as transformers' does, and rows that
+    made fewer tokens are padded after them."""
+    if tuple(mask.shape) != tuple(tokens.shape):
+        raise ValueError(f"attention_mask must have the prompt's shape {list(tokens.shape)}, got {list(mask.shape)}")
+    mask = mask.bool()
+    lengths = mask.sum(dim=1)
+    width = tokens.size(1)
+    if not torch.equal(mask, torch.arange(width, device=mask.device) >= (width - lengths)[:, None]):
+        raise ValueError("attention_mask must pad on the left (each row's zeros, then its ones), as a decoder's "
+                         "batch is padded for generate; pass the tokenizer padding_side='left'")
+    if bool((lengths == 0).any()):
+        raise ValueError("a row of attention_mask has no tokens: each prompt needs at least one")
+    pieces = []
+    for length in sorted(set(lengths.tolist())):
+        rows = (lengths == length).nonzero().flatten()
+        made = _generate(model, how, tokens[rows, width - length:], max_new_tokens, temperature, top_k, top_p,
+                         generator, compile, None, list(stop), pad, {}, context, recompute_past)
+        pieces.append((rows, made[:, length:]))
+    new = max(p.size(1) for _, p in pieces)
+    out = torch.full((tokens.size(0), width + new), pad, dtype=tokens.dtype, device=tokens.device)
+    out[:, :width] = tokens
+    for rows, made in pieces:
+        out[rows, width:width + made.size(1)] = made
+    return out
+
+
+def _bucket(filled: int, size: int) -> int:
+    """How many cache slots a decode step reads: the next power of two from 128 up, at most
+    `size`. Attending over the filled prefix, not every slot, keeps a step's cost independent of
+    the cache's size; a power of two keeps the compiled graphs few."""
+    return min(size, max(128, 1 << (filled - 1).bit_length()))
+
+
+def _decoding(count: int, asked: Optional[bool] = None):
+    """range(count) for generate's decode loop: each step's decode (_decode) reads how many steps
+    are left from here, to know whether compiling pays; `asked` is generate's `compile=`."""
+    with _DecodeLoop(count) as loop, _compile_asked(asked):
+        for step in range(count):
+            loop.left = count - step - 1  # decode steps after this token: the last token needs none
+            yield step
+
+
+_GENERATING: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its generate lock
+_GENERATING_GUARD = threading.Lock()
+
+
+def _start_generate(model: nn.Module) -> bool:
+    """generate's start: one call at a time per model, since the decode state a step reads and the
+    eval mode are the model's own (two threads' steps would read each other's), then eval mode.
+    Returns the mode _end_generate restores."""
+    with _GENERATING_GUARD:
+        lock = _GENERATING.get(model)
+        if lock is None:
+            lock = _GENERATING[model] = threading.RLock()
+    lock.acquire()
+    was_training = model.training
+    model.eval()
+    return was_training
+
+
+def _end_generate(model: nn.Module, was_training: bool) -> None:
+    model.train(was_training)
+    _GENERATING[model].release()
+
+
+_MOST_TOKENS = 2**31  # what one generate call may return, B * (T + max_new_tokens): 16 GiB of int64
+
+
+def _check_sampling(tokens, max_new_tokens, temperature, top_k, top_p) -> None:
+    """generate's arguments, before any work: a bad one is a clear error, not a strange sample."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.size(1) == 0:
+        raise ValueError(f"generate needs a prompt of at least one token, [B, T] with T >= 1, got {_described(tokens)}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise ValueError(f"generate needs a prompt of token ids (an integer tensor, int64), got {_described(tokens)}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    if tokens.size(0) * (tokens.size(1) + max_new_tokens) > _MOST_TOKENS:
+        raise ValueError(f"max_new_tokens={max_new_tokens} makes an output of {tokens.size(0)} x "
+                         f"{tokens.size(1) + max_new_tokens} tokens, over the {_MOST_TOKENS:,} one call returns; "
+                         "generate in pieces, feeding the output back")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_p: Optional[float],
+            generator: Optional[torch.Generator]) -> torch.Tensor:
+    """One token per row of logits [B, V], as [B, 1]: greedy at temperature 0, else sampled. The
+    logits less their row's largest are divided by the temperature, taken within float32's
+    normal range: <= 0, with a 0, so the softmax is finite for any temperature > 0 (a tiny one
+    leaves all the mass on the largest logits: greedy, a tie sampled), where dividing the logits
+    themselves overflows to inf and gives NaN."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits.float()
+    finfo = torch.finfo(logits.dtype)
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / min(max(temperature, finfo.tiny), finfo.max)
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        outside = probs.cumsum(dim=-1) - probs > top_p  # keep the smallest prefix whose mass reaches top_p
+        logits = logits.scatter(-1, order, sorted_logits.masked_fill(outside, float("-inf")))
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
+
+
+def _decode(model: nn.Module, token: torch.Tensor, position: int, size: int, **caches):
+    """One decode step of generate: model(token, **caches) over caches in preallocated buffers of
+    `size` slots, `position` of them filled, attending over the first _bucket(...) slots. It runs
+    as Model._decode_step (see _by_compile_unit), compiled per bucket where that pays: it tells the
+    step how many steps of the loop (_decoding) read the same slots."""
+    length = _bucket(position + 1, size)
+    loop = _DecodeLoop.current()
+    if loop is not None:
+        loop.ahead = min(loop.left, length - position)
+    model._decode_state = _DecodeState(torch.tensor(position, device=token.device), length)
+    try:
+        return model(token, **caches)
+    finally:
+        model._decode_state = None

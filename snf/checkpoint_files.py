@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -246,9 +247,7 @@ def _entry(key: str, value, room: int) -> tuple:
     if not all(isinstance(n, int) and n >= 0 for n in (*shape, begin, end)) or not begin <= end <= room:
         raise ValueError(f"`{key}` has a bad shape or data offsets")
     if dtype in _SAFETENSORS_DTYPES:
-        count = 1
-        for n in shape:
-            count *= n
+        count = math.prod(shape)
         if (end - begin) != count * _SAFETENSORS_DTYPES[dtype].itemsize:
             raise ValueError(f"`{key}`'s {end - begin} bytes are not a {dtype} tensor of shape {list(shape)}")
     return dtype, shape, begin, end

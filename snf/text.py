@@ -44,26 +44,28 @@ class _Tokenizer:
 
 class _TextStream:
     """A generate streamer (transformers' protocol) that writes the text of the new tokens as they
-    come: prompt and continuation decoded again each token (so a word's leading space is kept), and
-    what that adds written, held back while it ends in a partial character."""
+    come: each time their `continuation` after the prompt, and what it adds written, held back while
+    it ends in a partial character."""
 
     def __init__(self, tokenizer: _Tokenizer, write: Callable[[str], object]):
         self.tokenizer, self.write = tokenizer, write
-        self.ids: list[int] = []
-        self.shown: str | None = None
+        self.prompt: list[int] | None = None
+        self.new: list[int] = []
+        self.shown = ""
 
     def put(self, value) -> None:
-        self.ids += [int(v) for v in value.reshape(-1)]
-        if self.shown is None:  # the prompt comes first: the caller shows it
-            self.shown = self.tokenizer.decode(self.ids)
+        ids = [int(v) for v in value.reshape(-1)]
+        if self.prompt is None:  # the prompt comes first: the caller shows it
+            self.prompt = ids
             return
+        self.new += ids
         self._flush(final=False)
 
     def end(self) -> None:
         self._flush(final=True)
 
     def _flush(self, final: bool) -> None:
-        text = self.tokenizer.decode(self.ids)
+        text = continuation(self.tokenizer, self.prompt or [], self.new)
         if text.endswith("\ufffd") and not final:
             return
         if text.startswith(self.shown) and len(text) > len(self.shown):

@@ -22,12 +22,12 @@ PAD = 0
 PADDING_DIFFERS = {"nemotron_h"}
 
 
-def _padded_batch(vocab: int):
-    """Three prompts of 7, 4 and 2 tokens, left-padded with PAD, and their attention mask."""
+def _padded_batch(vocab: int, lengths=(7, 4, 2)):
+    """Prompts of these lengths (7, 4 and 2 tokens), left-padded with PAD, and their attention mask."""
     g = torch.Generator().manual_seed(3)
-    rows = [torch.randint(1, vocab, (n,), generator=g) for n in (7, 4, 2)]
-    ids = torch.full((3, 7), PAD, dtype=torch.long)
-    mask = torch.zeros(3, 7, dtype=torch.long)
+    rows = [torch.randint(1, vocab, (n,), generator=g) for n in lengths]
+    ids = torch.full((len(rows), 7), PAD, dtype=torch.long)
+    mask = torch.zeros(len(rows), 7, dtype=torch.long)
     for r, row in enumerate(rows):
         ids[r, 7 - len(row):] = row
         mask[r, 7 - len(row):] = 1

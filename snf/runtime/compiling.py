@@ -40,7 +40,9 @@ def _check_fields(config) -> None:
             items = tuple(_field_value(field.name, kind, v, f"[{i}]") for i, v in enumerate(value))
             object.__setattr__(config, field.name, items)  # frozen: only while it is being made
             continue
-        object.__setattr__(config, field.name, _field_value(field.name, field.type, value, ""))
+        checked = _field_value(field.name, field.type, value, "")
+        if checked is not value:  # an int given for a float
+            object.__setattr__(config, field.name, checked)
 
 
 def _field_value(name: str, kind: str, value, where: str):

@@ -63,20 +63,20 @@ def _generate(model: nn.Module, how: _Generation, tokens, max_new_tokens, temper
     stop = _stop_tokens(model, eos_token_id)
     pad = _pad_token(model, pad_token_id, stop)
     streamer = more.get("streamer")
-    if attention_mask is not None and not bool(torch.as_tensor(attention_mask).bool().all()):
-        if streamer is not None:
-            raise ValueError("a streamer takes one prompt at a time, not a padded batch")
-        return _generate_padded(model, how, tokens, max_new_tokens, temperature, top_k, top_p, generator, compile,
-                                torch.as_tensor(attention_mask, device=tokens.device), stop, pad, context,
-                                recompute_past)
-    if attention_mask is not None and tuple(attention_mask.shape) != tuple(tokens.shape):
-        raise ValueError(f"attention_mask must have the prompt's shape {list(tokens.shape)}, got "
-                         f"{list(attention_mask.shape)}")
+    mask = None if attention_mask is None else torch.as_tensor(attention_mask, device=tokens.device)
+    if mask is not None and tuple(mask.shape) != tuple(tokens.shape):
+        raise ValueError(f"attention_mask must have the prompt's shape {list(tokens.shape)}, got {list(mask.shape)}")
+    padded = mask is not None and not bool(mask.bool().all())
+    if padded and streamer is not None:
+        raise ValueError("a streamer takes one prompt at a time, not a padded batch")
+
+    def run(prompt: torch.Tensor) -> torch.Tensor:
+        return _decode_loop(model, how, prompt, max_new_tokens, temperature, top_k, top_p, generator, compile,
+                            stop, pad, context, streamer, recompute_past)
     was_training = _start_generate(model)
     try:
         with torch.no_grad():
-            return _decode_loop(model, how, tokens, max_new_tokens, temperature, top_k, top_p, generator, compile,
-                                stop, pad, context, streamer, recompute_past)
+            return _generate_padded(tokens, mask, pad, run) if padded else run(tokens)
     finally:
         _end_generate(model, was_training)
 
@@ -151,10 +151,10 @@ def _decode_loop(model, how: _Generation, tokens, max_new_tokens, temperature, t
     prompt = tokens[:, -context:] if context is not None else tokens
     out = model(prompt, use_cache=True) if how.caches else model(prompt)
     position = prompt.size(1)  # the tokens the cache holds
-    buffers = {}
-    if how.buffer_axis is not None:  # buffers of `context` slots written in place (see _decode)
-        buffers = {past: _cache_buffers(getattr(out, new), how.buffer_axis, context, model, past)
-                   for past, new in how.caches}
+    def buffered(out) -> dict:  # the caches in buffers of `context` slots, written in place (see _decode)
+        return {past: _cache_buffers(getattr(out, new), how.buffer_axis, context, model, past)
+                for past, new in how.caches} if how.buffer_axis is not None else {}
+    buffers = buffered(out)
     ends = torch.tensor(stop, device=tokens.device) if stop and tokens.size(0) else None  # (an empty batch runs on)
     done = torch.zeros(tokens.size(0), 1, dtype=torch.bool, device=tokens.device)
     made = [tokens]
@@ -177,9 +177,7 @@ def _decode_loop(model, how: _Generation, tokens, max_new_tokens, temperature, t
         elif position == recompute_past:  # the cache's keys are stale from here: the sequence again, once
             out = model(torch.cat(made, dim=1), use_cache=True)
             position += 1
-            if buffers:
-                buffers = {past: _cache_buffers(getattr(out, new), how.buffer_axis, context, model, past)
-                           for past, new in how.caches}
+            buffers = buffered(out)
         elif buffers:
             out = _decode(model, token, position, context, **buffers)
             position += 1
@@ -191,14 +189,10 @@ def _decode_loop(model, how: _Generation, tokens, max_new_tokens, temperature, t
     return torch.cat(made, dim=1)
 
 
-def _generate_padded(model, how: _Generation, tokens, max_new_tokens, temperature, top_k, top_p, generator,
-                     compile, mask, stop: tuple, pad: int, context: Optional[int],
-                     recompute_past: Optional[int] = None) -> torch.Tensor:
-    """A left-padded batch: the rows of each prompt length run together, unpadded, so each row gets
-    what its prompt alone gets; the result keeps the padding, as transformers' does, and rows that
-    made fewer tokens are padded after them."""
-    if tuple(mask.shape) != tuple(tokens.shape):
-        raise ValueError(f"attention_mask must have the prompt's shape {list(tokens.shape)}, got {list(mask.shape)}")
+def _generate_padded(tokens, mask, pad: int, run) -> torch.Tensor:
+    """A left-padded batch: the rows of each prompt length run together (`run`, the decode loop),
+    unpadded, so each row gets what its prompt alone gets; the result keeps the padding, as
+    transformers' does, and rows that made fewer tokens are padded after them."""
     mask = mask.bool()
     lengths = mask.sum(dim=1)
     width = tokens.size(1)
@@ -210,9 +204,7 @@ def _generate_padded(model, how: _Generation, tokens, max_new_tokens, temperatur
     pieces = []
     for length in sorted(set(lengths.tolist())):
         rows = (lengths == length).nonzero().flatten()
-        made = _generate(model, how, tokens[rows, width - length:], max_new_tokens, temperature, top_k, top_p,
-                         generator, compile, None, list(stop), pad, {}, context, recompute_past)
-        pieces.append((rows, made[:, length:]))
+        pieces.append((rows, run(tokens[rows, width - length:])[:, length:]))
     new = max(p.size(1) for _, p in pieces)
     out = torch.full((tokens.size(0), width + new), pad, dtype=tokens.dtype, device=tokens.device)
     out[:, :width] = tokens

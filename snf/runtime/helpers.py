@@ -347,11 +347,14 @@ def _rope_frequencies(dim: int, base: float, seq_len, device: torch.device, dtyp
     if scaling == "longrope":  # Phi-3: the long factors once the sequence passes the trained length
         wide = torch.float64 if dtype == torch.float64 else torch.float32  # float32 as transformers computes it
         shape = torch.arange(0, dim, 2, dtype=torch.int64, device=device).to(wide) / dim
-        short, long = (1.0 / (torch.tensor(f, dtype=wide, device=device) * base ** shape)
-                       for f in (short_factor, long_factor))
-        # the length as a tensor (a 0-d one plus it: a symbolic length under torch.compile or export stays so)
-        length = torch.zeros((), dtype=torch.int64, device=device) + seq_len
-        inv = torch.where(length > original_max_position, long, short)
+
+        def inverse(factors):
+            return 1.0 / (torch.tensor(factors, dtype=wide, device=device) * base ** shape)
+        if isinstance(seq_len, int) and not torch.compiler.is_compiling():  # eagerly: the one set it uses
+            inv = inverse(long_factor if seq_len > original_max_position else short_factor)
+        else:  # a tensor or symbolic length: both sets and a select, so that the length stays symbolic
+            length = torch.zeros((), dtype=torch.int64, device=device) + seq_len
+            inv = torch.where(length > original_max_position, inverse(long_factor), inverse(short_factor))
         if attention_factor is None:
             attention_factor = 1.0 if factor is None or factor <= 1.0 else \
                 math.sqrt(1 + math.log(factor) / math.log(original_max_position))
@@ -394,6 +397,9 @@ def _set_layer(x: torch.Tensor, layer: int, value: torch.Tensor) -> None:
     """x[layer] = value, in place, for a block's write at its own layer. As index_copy_ at a tensor
     index, a block compiled with dynamic sizes compiles one graph for every layer: `x[layer] = value`
     compiles layer 0 apart (inductor's reinplacing guards on the index being 0)."""
+    if not torch.compiler.is_compiling():  # eagerly, the plain write: no index tensor per layer
+        x[layer] = value
+        return None
     if _autocast_refuses(x, value):  # index_copy_ would refuse them: see _autocast_refuses
         with torch.autocast(x.device.type, enabled=False):
             return _set_layer(x, layer, value)

@@ -82,6 +82,7 @@ def _against_transformers(name: str, family: str, folder):
     import warnings
 
     from test_from_pretrained import CAUSAL, _close, hf_model, tokens
+    from test_generate_stops import PADDING_DIFFERS, _padded_batch
 
     from snf.interop import load_checkpoint
     from snf.pretrained import config_from_hf
@@ -107,6 +108,16 @@ def _against_transformers(name: str, family: str, folder):
                 theirs = hf.generate(prompt.cpu(), max_new_tokens=6, do_sample=False, pad_token_id=0)
                 assert torch.equal(mine, theirs), (family, mine.tolist(), theirs.tolist())
                 seen["generate"] = "equal"
+                if family not in PADDING_DIFFERS:  # a left-padded batch with an end token, on the same graphs
+                    # (two rows of each length: decode steps of a batch above 1, as those compiled above)
+                    ids, mask, _ = _padded_batch(hf.config.vocab_size, lengths=(7, 7, 4, 4))
+                    eos = int(theirs[0, 7])
+                    mine = model.generate(input_ids=ids.to(idx.device), attention_mask=mask.to(idx.device),
+                                          max_new_tokens=6, do_sample=False, eos_token_id=eos, pad_token_id=0).cpu()
+                    theirs = hf.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False,
+                                         eos_token_id=eos, pad_token_id=0)
+                    assert torch.equal(mine, theirs), (family, mine.tolist(), theirs.tolist())
+                    seen["generate"] = "equal, padded with an end token too"
     return config, after, seen
 
 

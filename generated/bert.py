@@ -18,9 +18,10 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import _attention, _check_dims, _check_index, _check_input, _check_number
+_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+from snf.runtime.compiling import _by_compile_unit, _hot_path
+from snf.runtime.helpers import _check_config, _check_dims, _check_index, _check_input
+from snf.runtime.attention import _attention
 
 
 @dataclass(frozen=True)
@@ -39,35 +40,31 @@ class Config:
     attn_dropout: float = 0.1  # bert.snf:15
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        if not 1 <= self.type_vocab_size:
-            raise ValueError(f'index 0 must lie within axis 0, of size type_vocab_size (bert.snf:59); '
-                             f'got type_vocab_size={self.type_vocab_size}')
-        if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (bert.snf:6); '
-                             f'got vocab_size={self.vocab_size}')
-        if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (bert.snf:9); got n_layer={self.n_layer}')
-        if not 0 <= self.n_embd:
-            raise ValueError(f'`n_embd` is a size: it must not be negative (bert.snf:11); got n_embd={self.n_embd}')
-        if not 0 <= self.intermediate:
-            raise ValueError(f'`intermediate` is a size: it must not be negative (bert.snf:12); '
-                             f'got intermediate={self.intermediate}')
-        if not 1 <= self.n_head:
-            raise ValueError(f'the divisor H must be at least 1 (bert.snf:63); got n_head={self.n_head}')
-        _check_number(lambda: self.norm_eps, 0.0, None, False, '`eps` of `layer_norm`', 'bert.snf:60',
-                      f'norm_eps={self.norm_eps}')
-        _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'bert.snf:60',
-                      f'dropout={self.dropout}')
-        if self.n_layer >= 1:
-            _check_number(lambda: self.attn_dropout, 0.0, 1.0, False, '`dropout` of `flash_attention`', 'bert.snf:67',
-                          f'attn_dropout={self.attn_dropout}')
-        if self.n_embd % self.n_head != 0:
-            raise ValueError(f'D must be divisible by H (bert.snf:63); got n_embd={self.n_embd}, n_head={self.n_head}')
+        _check_config(self, _CONFIG_CHECKS)
 
     @property
     def head_dim(self) -> int:  # bert.snf:19
         return self.n_embd // self.n_head
+
+
+# What a Config must satisfy, checked in this order by _check_config: (holds, the error's message, the
+# fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
+# it is, where, the fields it shows), the number None where it is not computed.
+_CONFIG_CHECKS = (
+    (lambda c: 1 <= c.type_vocab_size, 'index 0 must lie within axis 0, of size type_vocab_size (bert.snf:59)',
+     ('type_vocab_size',)),
+    (lambda c: 0 <= c.vocab_size, '`vocab_size` is a size: it must not be negative (bert.snf:6)', ('vocab_size',)),
+    (lambda c: 0 <= c.n_layer, '`n_layer` is a size: it must not be negative (bert.snf:9)', ('n_layer',)),
+    (lambda c: 0 <= c.n_embd, '`n_embd` is a size: it must not be negative (bert.snf:11)', ('n_embd',)),
+    (lambda c: 0 <= c.intermediate, '`intermediate` is a size: it must not be negative (bert.snf:12)',
+     ('intermediate',)),
+    (lambda c: 1 <= c.n_head, 'the divisor H must be at least 1 (bert.snf:63)', ('n_head',)),
+    (lambda c: c.norm_eps, (0.0, None, False), '`eps` of `layer_norm`', 'bert.snf:60', ('norm_eps',)),
+    (lambda c: c.dropout, (0.0, 1.0, False), '`rate` of `dropout`', 'bert.snf:60', ('dropout',)),
+    (lambda c: c.attn_dropout if c.n_layer >= 1 else None, (0.0, 1.0, False), '`dropout` of `flash_attention`',
+     'bert.snf:67', ('attn_dropout',)),
+    (lambda c: c.n_embd % c.n_head == 0, 'D must be divisible by H (bert.snf:63)', ('n_embd', 'n_head')),
+)
 
 
 class Block(nn.Module):
@@ -107,6 +104,7 @@ class Block(nn.Module):
         nn.init.ones_(self.ff_norm.weight)
         nn.init.zeros_(self.ff_norm.bias)
 
+    @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
         B, T, _ = x.shape
@@ -163,11 +161,35 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
+    # What torch.compile may compile, by device and by whether the model is training: "model", forward as
+    # one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+    # nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+    # step whatever the table says (docs/language.md, section 10). Chosen by measurement
+    # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
+    # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
+    # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
+
+    @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, token_type_ids: Optional[torch.Tensor] = None,
                 attention_mask: Optional[torch.Tensor] = None) -> Output:
-        # input_ids: [B, T]
-        # token_type_ids: [B, T], optional
-        # attention_mask: [B, T], optional
+        # input_ids, token_type_ids, attention_mask: [B, T]
+        cfg = self.config
+        B, T = self._inputs(input_ids, token_type_ids, attention_mask)
+        x = self.word_embedding(input_ids) + self.position_embedding[0:T, :]  # [B, T, D]  bert.snf:55
+        if token_type_ids is not None:
+            x = x + F.embedding(token_type_ids, self.token_type_embedding)  # [B, T, D]  bert.snf:57
+        else:
+            x = x + self.token_type_embedding[0, :]  # [B, T, D]  bert.snf:59
+        x = F.dropout(self.emb_norm(x), p=cfg.dropout, training=self.training)  # [B, T, D]  bert.snf:60
+        for layer in self.layers:
+            x = layer(x, attention_mask)  # bert.snf:62
+        last_hidden_state = x  # [B, T, D]  bert.snf:75
+        pooler_output = torch.tanh(self.pooler(x[:, 0, :]))  # [B, D]  bert.snf:76
+        return Output(last_hidden_state, pooler_output)
+
+    def _inputs(self, input_ids, token_type_ids, attention_mask) -> tuple:
+        """Check forward's inputs; return the sizes they give."""
         cfg = self.config
         _check_input('input_ids', input_ids, 2, '[B, T]', 'int64')
         B, T = input_ids.shape
@@ -182,17 +204,7 @@ class Model(nn.Module):
                     'slice end T must lie within axis 0, of size max_positions',
                     {'T': T, 'max_positions': cfg.max_positions})
         _check_dims('1', 1, '<=', 'T', T, 'bert.snf:76', 'index 0 must lie within axis 1, of size T', {'T': T})
-        x = self.word_embedding(input_ids) + self.position_embedding[0:T, :]  # [B, T, D]  bert.snf:55
-        if token_type_ids is not None:
-            x = x + F.embedding(token_type_ids, self.token_type_embedding)  # [B, T, D]  bert.snf:57
-        else:
-            x = x + self.token_type_embedding[0, :]  # [B, T, D]  bert.snf:59
-        x = F.dropout(self.emb_norm(x), p=cfg.dropout, training=self.training)  # [B, T, D]  bert.snf:60
-        for layer in self.layers:
-            x = layer(x, attention_mask)  # bert.snf:62
-        last_hidden_state = x  # [B, T, D]  bert.snf:75
-        pooler_output = torch.tanh(self.pooler(x[:, 0, :]))  # [B, D]  bert.snf:76
-        return Output(last_hidden_state, pooler_output)
+        return B, T
 
 
 def spec_parameters(config: Config) -> dict:
@@ -298,16 +310,3 @@ CHECKPOINTS = {
         },
     },
 }
-
-
-# ---------------------------------------------------------------------------- compile wiring
-# What torch.compile may compile, by device and by whether the model is training: "model", forward as
-# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
-# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
-# step whatever the table says (docs/language.md, section 10). Chosen by measurement
-# (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
-# no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
-# forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
-Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
-Block.forward = _hot_path(Block.forward)
-Model.forward = _by_compile_unit(Model.forward)

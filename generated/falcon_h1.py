@@ -18,10 +18,11 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import (_attention, _check_index, _check_input, _check_number, _check_together, _rope,
-                                 _set_layer)
+_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+from snf.runtime.compiling import _by_compile_unit, _hot_path
+from snf.runtime.helpers import _check_config, _check_index, _check_input, _check_together, _set_layer
+from snf.runtime.attention import _attention
+from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.recurrent import _causal_conv1d, _causal_conv1d_state, _ssd_scan, _ssd_state
 
@@ -68,64 +69,7 @@ class Config:
     mlp_down_multiplier: float = 1.0  # falcon_h1.snf:50
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        if not 0 <= self.mamba_d_conv - 1:
-            raise ValueError(f'axis 2 of `past_conv` must not be negative (falcon_h1.snf:71); '
-                             f'got mamba_d_conv={self.mamba_d_conv}')
-        if not 1 <= self.mamba_d_conv:
-            raise ValueError(f'`weight` needs 1 <= mamba_d_conv (falcon_h1.snf:134); '
-                             f'got mamba_d_conv={self.mamba_d_conv}')
-        if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (falcon_h1.snf:13); '
-                             f'got vocab_size={self.vocab_size}')
-        if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (falcon_h1.snf:14); '
-                             f'got n_layer={self.n_layer}')
-        if not 0 <= self.n_head:
-            raise ValueError(f'`n_head` is a size: it must not be negative (falcon_h1.snf:15); '
-                             f'got n_head={self.n_head}')
-        if not 0 <= self.n_embd:
-            raise ValueError(f'`n_embd` is a size: it must not be negative (falcon_h1.snf:17); '
-                             f'got n_embd={self.n_embd}')
-        if not 0 <= self.head_dim:
-            raise ValueError(f'`head_dim` is a size: it must not be negative (falcon_h1.snf:18); '
-                             f'got head_dim={self.head_dim}')
-        if not 0 <= self.mlp_hidden:
-            raise ValueError(f'`mlp_hidden` is a size: it must not be negative (falcon_h1.snf:19); '
-                             f'got mlp_hidden={self.mlp_hidden}')
-        if not 0 <= self.mamba_d_ssm:
-            raise ValueError(f'`mamba_d_ssm` is a size: it must not be negative (falcon_h1.snf:26); '
-                             f'got mamba_d_ssm={self.mamba_d_ssm}')
-        if not 0 <= self.mamba_d_state:
-            raise ValueError(f'`mamba_d_state` is a size: it must not be negative (falcon_h1.snf:28); '
-                             f'got mamba_d_state={self.mamba_d_state}')
-        if not 1 <= self.mamba_n_heads:
-            raise ValueError(f'the divisor SH must be at least 1 (falcon_h1.snf:72); '
-                             f'got mamba_n_heads={self.mamba_n_heads}')
-        if not 1 <= self.mamba_n_groups:
-            raise ValueError(f'the divisor G must be at least 1 (falcon_h1.snf:149); '
-                             f'got mamba_n_groups={self.mamba_n_groups}')
-        if not 1 <= self.n_kv_head:
-            raise ValueError(f'the divisor KVH must be at least 1 (falcon_h1.snf:168); got n_kv_head={self.n_kv_head}')
-        _check_number(lambda: self.norm_eps, 0.0, None, False, '`eps` of `rms_norm`', 'falcon_h1.snf:179',
-                      f'norm_eps={self.norm_eps}')
-        if self.n_layer >= 1:
-            _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'falcon_h1.snf:162',
-                          f'rope_base={self.rope_base}')
-        if self.mamba_d_ssm % self.mamba_n_heads != 0:
-            raise ValueError(f'd_ssm must be divisible by SH (falcon_h1.snf:136); '
-                             f'got mamba_d_ssm={self.mamba_d_ssm}, mamba_n_heads={self.mamba_n_heads}')
-        if self.mamba_n_heads % self.mamba_n_groups != 0:
-            raise ValueError(f'SH must be divisible by G (falcon_h1.snf:141); '
-                             f'got mamba_n_groups={self.mamba_n_groups}, mamba_n_heads={self.mamba_n_heads}')
-        if self.mamba_d_ssm % self.mamba_n_groups != 0:
-            raise ValueError(f'd_ssm must be divisible by G (falcon_h1.snf:149); '
-                             f'got mamba_d_ssm={self.mamba_d_ssm}, mamba_n_groups={self.mamba_n_groups}')
-        if self.head_dim % 2 != 0:
-            raise ValueError(f'head_dim must be divisible by 2 (falcon_h1.snf:162); got head_dim={self.head_dim}')
-        if self.n_head % self.n_kv_head != 0:
-            raise ValueError(f'H must be divisible by KVH (falcon_h1.snf:168); '
-                             f'got n_head={self.n_head}, n_kv_head={self.n_kv_head}')
+        _check_config(self, _CONFIG_CHECKS)
 
     @property
     def q_dim(self) -> int:  # falcon_h1.snf:55
@@ -146,6 +90,42 @@ class Config:
     @property
     def proj_dim(self) -> int:  # falcon_h1.snf:63
         return 2*self.mamba_d_state*self.mamba_n_groups + 2*self.mamba_d_ssm + self.mamba_n_heads
+
+
+# What a Config must satisfy, checked in this order by _check_config: (holds, the error's message, the
+# fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
+# it is, where, the fields it shows), the number None where it is not computed.
+_CONFIG_CHECKS = (
+    (lambda c: 0 <= c.mamba_d_conv - 1, 'axis 2 of `past_conv` must not be negative (falcon_h1.snf:71)',
+     ('mamba_d_conv',)),
+    (lambda c: 1 <= c.mamba_d_conv, '`weight` needs 1 <= mamba_d_conv (falcon_h1.snf:134)', ('mamba_d_conv',)),
+    (lambda c: 0 <= c.vocab_size, '`vocab_size` is a size: it must not be negative (falcon_h1.snf:13)',
+     ('vocab_size',)),
+    (lambda c: 0 <= c.n_layer, '`n_layer` is a size: it must not be negative (falcon_h1.snf:14)', ('n_layer',)),
+    (lambda c: 0 <= c.n_head, '`n_head` is a size: it must not be negative (falcon_h1.snf:15)', ('n_head',)),
+    (lambda c: 0 <= c.n_embd, '`n_embd` is a size: it must not be negative (falcon_h1.snf:17)', ('n_embd',)),
+    (lambda c: 0 <= c.head_dim, '`head_dim` is a size: it must not be negative (falcon_h1.snf:18)', ('head_dim',)),
+    (lambda c: 0 <= c.mlp_hidden, '`mlp_hidden` is a size: it must not be negative (falcon_h1.snf:19)',
+     ('mlp_hidden',)),
+    (lambda c: 0 <= c.mamba_d_ssm, '`mamba_d_ssm` is a size: it must not be negative (falcon_h1.snf:26)',
+     ('mamba_d_ssm',)),
+    (lambda c: 0 <= c.mamba_d_state, '`mamba_d_state` is a size: it must not be negative (falcon_h1.snf:28)',
+     ('mamba_d_state',)),
+    (lambda c: 1 <= c.mamba_n_heads, 'the divisor SH must be at least 1 (falcon_h1.snf:72)', ('mamba_n_heads',)),
+    (lambda c: 1 <= c.mamba_n_groups, 'the divisor G must be at least 1 (falcon_h1.snf:149)', ('mamba_n_groups',)),
+    (lambda c: 1 <= c.n_kv_head, 'the divisor KVH must be at least 1 (falcon_h1.snf:168)', ('n_kv_head',)),
+    (lambda c: c.norm_eps, (0.0, None, False), '`eps` of `rms_norm`', 'falcon_h1.snf:179', ('norm_eps',)),
+    (lambda c: c.rope_base if c.n_layer >= 1 else None, (0.0, None, True), '`base` of `rope`', 'falcon_h1.snf:162',
+     ('rope_base',)),
+    (lambda c: c.mamba_d_ssm % c.mamba_n_heads == 0, 'd_ssm must be divisible by SH (falcon_h1.snf:136)',
+     ('mamba_d_ssm', 'mamba_n_heads')),
+    (lambda c: c.mamba_n_heads % c.mamba_n_groups == 0, 'SH must be divisible by G (falcon_h1.snf:141)',
+     ('mamba_n_groups', 'mamba_n_heads')),
+    (lambda c: c.mamba_d_ssm % c.mamba_n_groups == 0, 'd_ssm must be divisible by G (falcon_h1.snf:149)',
+     ('mamba_d_ssm', 'mamba_n_groups')),
+    (lambda c: c.head_dim % 2 == 0, 'head_dim must be divisible by 2 (falcon_h1.snf:162)', ('head_dim',)),
+    (lambda c: c.n_head % c.n_kv_head == 0, 'H must be divisible by KVH (falcon_h1.snf:168)', ('n_head', 'n_kv_head')),
+)
 
 
 class Block(nn.Module):
@@ -219,6 +199,7 @@ class Block(nn.Module):
         if self.down.bias is not None:
             nn.init.zeros_(self.down.bias)
 
+    @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, new_conv: torch.Tensor, new_ssm: torch.Tensor, x: torch.Tensor, mup: torch.Tensor,
                 past_conv: Optional[torch.Tensor], past_ssm: Optional[torch.Tensor], past_keys: Optional[torch.Tensor],
                 past_values: Optional[torch.Tensor], T_past: int, l: int,
@@ -326,42 +307,25 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
+    # What torch.compile may compile, by device and by whether the model is training: "model", forward as
+    # one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+    # nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+    # step whatever the table says (docs/language.md, section 10). Chosen by measurement
+    # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
+    # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
+    # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
+
+    @_by_compile_unit  # run as compile_units say
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
                 past_values: Optional[torch.Tensor] = None, past_conv: Optional[torch.Tensor] = None,
                 past_ssm: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None) -> Output:
-        # idx: [B, T]
-        # past_keys: [n_layer, B, T_past, KVH, head_dim], optional
-        # past_values: [n_layer, B, T_past, KVH, head_dim], optional
-        # past_conv: [n_layer, B, mamba_d_conv - 1, conv_dim], optional
-        # past_ssm: [n_layer, B, SH, mamba_d_head, N], optional
-        # use_cache: also return the caches new_keys, new_values, new_conv, new_ssm (by default when not training; else they are None)
+        # idx: [B, T]; past_keys, past_values: [n_layer, B, T_past, KVH, head_dim]
+        # past_conv: [n_layer, B, mamba_d_conv - 1, conv_dim]; past_ssm: [n_layer, B, SH, mamba_d_head, N]
         cfg = self.config
         dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
-        if use_cache is None:
-            use_cache = not self.training
-        _check_input('idx', idx, 2, '[B, T]', 'int64')
-        B, T = idx.shape
-        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
-        if past_keys is not None:
-            _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
-                         {0: cfg.n_layer, 1: B, 3: cfg.n_kv_head, 4: cfg.head_dim})
-            past_keys = past_keys.to(dtype)
-        T_past = past_keys.size(2) if past_keys is not None else 0
-        if past_values is not None:
-            _check_input('past_values', past_values, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
-                         {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_kv_head, 4: cfg.head_dim})
-            past_values = past_values.to(dtype)
-        if past_conv is not None:
-            _check_input('past_conv', past_conv, 4, '[n_layer, B, mamba_d_conv - 1, conv_dim]', 'float32',
-                         {0: cfg.n_layer, 1: B, 2: cfg.mamba_d_conv - 1, 3: cfg.conv_dim})
-            past_conv = past_conv.to(dtype)
-        if past_ssm is not None:
-            _check_input('past_ssm', past_ssm, 5, '[n_layer, B, SH, mamba_d_head, N]', 'float32',
-                         {0: cfg.n_layer, 1: B, 2: cfg.mamba_n_heads, 3: cfg.mamba_d_head, 4: cfg.mamba_d_state})
-            past_ssm = past_ssm.to(dtype)
-        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
-        _check_together(('past_keys', 'past_values', 'past_conv', 'past_ssm'),
-                        (past_keys, past_values, past_conv, past_ssm))
+        B, T, T_past, past_keys, past_values, past_conv, past_ssm, use_cache = self._inputs(
+                idx, past_keys, past_values, past_conv, past_ssm, use_cache, dtype)
         x = self.token_embedding(idx) * cfg.embedding_multiplier  # [B, T, D]  falcon_h1.snf:115
         # [proj_dim]  falcon_h1.snf:117
         mup = torch.cat([torch.full((cfg.mamba_d_ssm,), cfg.ssm_multiplier_z, dtype=dtype, device=idx.device),
@@ -402,6 +366,39 @@ class Model(nn.Module):
         logits = (F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings
                   else F.linear(x_final, self.token_embedding.weight)) * cfg.lm_head_multiplier
         return Output(logits, new_keys, new_values, new_conv, new_ssm)
+
+    def _inputs(self, idx, past_keys, past_values, past_conv, past_ssm, use_cache, dtype) -> tuple:
+        """Check forward's inputs; return the sizes they give, the floats in the model's dtype and the flags' values.
+
+        use_cache: also return the caches new_keys, new_values, new_conv, new_ssm (by default when not training; else they are None)
+        """
+        cfg = self.config
+        if use_cache is None:
+            use_cache = not self.training
+        _check_input('idx', idx, 2, '[B, T]', 'int64')
+        B, T = idx.shape
+        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
+        if past_keys is not None:
+            _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 3: cfg.n_kv_head, 4: cfg.head_dim})
+            past_keys = past_keys.to(dtype)
+        T_past = past_keys.size(2) if past_keys is not None else 0
+        if past_values is not None:
+            _check_input('past_values', past_values, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_kv_head, 4: cfg.head_dim})
+            past_values = past_values.to(dtype)
+        if past_conv is not None:
+            _check_input('past_conv', past_conv, 4, '[n_layer, B, mamba_d_conv - 1, conv_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.mamba_d_conv - 1, 3: cfg.conv_dim})
+            past_conv = past_conv.to(dtype)
+        if past_ssm is not None:
+            _check_input('past_ssm', past_ssm, 5, '[n_layer, B, SH, mamba_d_head, N]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.mamba_n_heads, 3: cfg.mamba_d_head, 4: cfg.mamba_d_state})
+            past_ssm = past_ssm.to(dtype)
+        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
+        _check_together(('past_keys', 'past_values', 'past_conv', 'past_ssm'),
+                        (past_keys, past_values, past_conv, past_ssm))
+        return B, T, T_past, past_keys, past_values, past_conv, past_ssm, use_cache
 
     @torch.no_grad()
     def generate(self, idx: Optional[torch.Tensor] = None, max_new_tokens: Optional[int] = None,
@@ -606,16 +603,3 @@ CHECKPOINTS = {
         },
     },
 }
-
-
-# ---------------------------------------------------------------------------- compile wiring
-# What torch.compile may compile, by device and by whether the model is training: "model", forward as
-# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
-# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
-# step whatever the table says (docs/language.md, section 10). Chosen by measurement
-# (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
-# no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
-# forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
-Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
-Block.forward = _hot_path(Block.forward)
-Model.forward = _by_compile_unit(Model.forward)

@@ -18,10 +18,12 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _DecodeState, _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import (_attention, _cache_cat, _check_cache, _check_decode, _check_dims, _check_index,
-                                 _check_input, _check_number, _check_together, _rope)
+_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+from snf.runtime.compiling import _DecodeState, _by_compile_unit, _hot_path
+from snf.runtime.helpers import (_cache_cat, _check_cache, _check_config, _check_decode, _check_dims, _check_index,
+                                 _check_input, _check_together)
+from snf.runtime.attention import _attention
+from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
 
 
@@ -44,44 +46,7 @@ class Config:
     dropout: float = 0.0  # gpt_neox.snf:23
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (gpt_neox.snf:11); '
-                             f'got vocab_size={self.vocab_size}')
-        if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (gpt_neox.snf:13); '
-                             f'got n_layer={self.n_layer}')
-        if not 0 <= self.n_embd:
-            raise ValueError(f'`n_embd` is a size: it must not be negative (gpt_neox.snf:15); got n_embd={self.n_embd}')
-        if not 0 <= self.mlp_hidden:
-            raise ValueError(f'`mlp_hidden` is a size: it must not be negative (gpt_neox.snf:16); '
-                             f'got mlp_hidden={self.mlp_hidden}')
-        if not 1 <= self.n_head:
-            raise ValueError(f'the divisor H must be at least 1 (gpt_neox.snf:33); got n_head={self.n_head}')
-        _check_number(lambda: int(self.head_dim * self.rotary_pct), None, None, False,
-                      '`rot` = int(head_dim * rotary_pct)', 'gpt_neox.snf:28',
-                      f'n_embd={self.n_embd}, n_head={self.n_head}, rotary_pct={self.rotary_pct}')
-        if (self.dropout > 0 or self.n_layer >= 1):
-            _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'gpt_neox.snf:61',
-                          f'dropout={self.dropout}')
-        _check_number(lambda: self.norm_eps, 0.0, None, False, '`eps` of `layer_norm`', 'gpt_neox.snf:90',
-                      f'norm_eps={self.norm_eps}')
-        if self.n_layer >= 1:
-            _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'gpt_neox.snf:72',
-                          f'rope_base={self.rope_base}')
-        if not 2 <= self.rot:
-            raise ValueError(f'`rotary_dim` must be at least 2 (gpt_neox.snf:72); got rot={self.rot}')
-        if not self.rot <= self.head_dim:
-            raise ValueError(f'`rotary_dim` must be at most head_dim = head_dim (gpt_neox.snf:72); '
-                             f'got n_embd={self.n_embd}, n_head={self.n_head}, rot={self.rot}')
-        if self.n_embd % self.n_head != 0:
-            raise ValueError(f'D must be divisible by H (gpt_neox.snf:67); '
-                             f'got n_embd={self.n_embd}, n_head={self.n_head}')
-        if self.head_dim % 2 != 0:
-            raise ValueError(f'head_dim must be divisible by 2 (gpt_neox.snf:72); '
-                             f'got n_embd={self.n_embd}, n_head={self.n_head}')
-        if self.rot % 2 != 0:
-            raise ValueError(f'rot must be divisible by 2 (gpt_neox.snf:72); got rot={self.rot}')
+        _check_config(self, _CONFIG_CHECKS)
 
     @property
     def head_dim(self) -> int:  # gpt_neox.snf:27
@@ -90,6 +55,31 @@ class Config:
     @property
     def rot(self) -> int:  # gpt_neox.snf:28
         return int(self.head_dim * self.rotary_pct)
+
+
+# What a Config must satisfy, checked in this order by _check_config: (holds, the error's message, the
+# fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
+# it is, where, the fields it shows), the number None where it is not computed.
+_CONFIG_CHECKS = (
+    (lambda c: 0 <= c.vocab_size, '`vocab_size` is a size: it must not be negative (gpt_neox.snf:11)', ('vocab_size',)),
+    (lambda c: 0 <= c.n_layer, '`n_layer` is a size: it must not be negative (gpt_neox.snf:13)', ('n_layer',)),
+    (lambda c: 0 <= c.n_embd, '`n_embd` is a size: it must not be negative (gpt_neox.snf:15)', ('n_embd',)),
+    (lambda c: 0 <= c.mlp_hidden, '`mlp_hidden` is a size: it must not be negative (gpt_neox.snf:16)', ('mlp_hidden',)),
+    (lambda c: 1 <= c.n_head, 'the divisor H must be at least 1 (gpt_neox.snf:33)', ('n_head',)),
+    (lambda c: int(c.head_dim * c.rotary_pct), (None, None, False), '`rot` = int(head_dim * rotary_pct)',
+     'gpt_neox.snf:28', ('n_embd', 'n_head', 'rotary_pct')),
+    (lambda c: c.dropout if (c.dropout > 0 or c.n_layer >= 1) else None, (0.0, 1.0, False), '`rate` of `dropout`',
+     'gpt_neox.snf:61', ('dropout',)),
+    (lambda c: c.norm_eps, (0.0, None, False), '`eps` of `layer_norm`', 'gpt_neox.snf:90', ('norm_eps',)),
+    (lambda c: c.rope_base if c.n_layer >= 1 else None, (0.0, None, True), '`base` of `rope`', 'gpt_neox.snf:72',
+     ('rope_base',)),
+    (lambda c: 2 <= c.rot, '`rotary_dim` must be at least 2 (gpt_neox.snf:72)', ('rot',)),
+    (lambda c: c.rot <= c.head_dim, '`rotary_dim` must be at most head_dim = head_dim (gpt_neox.snf:72)',
+     ('n_embd', 'n_head', 'rot')),
+    (lambda c: c.n_embd % c.n_head == 0, 'D must be divisible by H (gpt_neox.snf:67)', ('n_embd', 'n_head')),
+    (lambda c: c.head_dim % 2 == 0, 'head_dim must be divisible by 2 (gpt_neox.snf:72)', ('n_embd', 'n_head')),
+    (lambda c: c.rot % 2 == 0, 'rot must be divisible by 2 (gpt_neox.snf:72)', ('rot',)),
+)
 
 
 class Block(nn.Module):
@@ -123,6 +113,7 @@ class Block(nn.Module):
         nn.init.normal_(self.fc_out.weight, mean=0.0, std=0.02)
         nn.init.zeros_(self.fc_out.bias)
 
+    @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
@@ -188,15 +179,62 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
+    # What torch.compile may compile, by device and by whether the model is training: "model", forward as
+    # one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+    # nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+    # step whatever the table says (docs/language.md, section 10). Chosen by measurement
+    # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
+    # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
+    # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
+    _decode_state: Optional[_DecodeState] = None  # set while generate runs a decode step (see _decode)
+
+    @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
                 past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None) -> Output:
-        # idx: [B, T]
-        # past_keys: [n_layer, B, T_past, H, head_dim], optional
-        # past_values: [n_layer, B, T_past, H, head_dim], optional
-        # use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
+        # idx: [B, T]; past_keys, past_values: [n_layer, B, T_past, H, head_dim]
         cfg = self.config
         dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
         decode = self._decode_state  # generate's decode step (see _decode); None otherwise
+        B, T, T_past, past_keys, past_values, use_cache = self._inputs(
+                idx, past_keys, past_values, use_cache, dtype, decode)
+        x = self.token_embedding(idx)  # [B, T, D]  gpt_neox.snf:60
+        if cfg.dropout > 0:
+            x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  gpt_neox.snf:61
+        if use_cache:
+            # [n_layer, B, T + T_past, H, head_dim]  gpt_neox.snf:62
+            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim), 0.0, dtype=dtype,
+                                  device=idx.device) if decode is None else past_keys
+            # [n_layer, B, T + T_past, H, head_dim]  gpt_neox.snf:63
+            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim), 0.0, dtype=dtype,
+                                    device=idx.device) if decode is None else past_values
+        else:
+            new_keys = new_values = None
+        for l, layer in enumerate(self.layers):
+            # gpt_neox.snf:64
+            x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None,
+                                                        past_values[l] if past_values is not None else None, T_past,
+                                                        decode)
+            if use_cache and decode is None:
+                new_keys[l] = new_keys_layer  # gpt_neox.snf:76
+                new_values[l] = new_values_layer  # gpt_neox.snf:77
+        x_final = self.ln_f(x)  # [B, T, D]  gpt_neox.snf:90
+        logits = self.lm_head(x_final)  # [B, T, vocab_size]  gpt_neox.snf:91
+        return Output(logits, new_keys, new_values)
+
+    # forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
+    # one-row matmuls become reductions over the weight (decompose_mm_pass) and RoPE's query is stored,
+    # not recomputed per key (the realize threshold); on CUDA a step is a CUDA graph (bench_tricks.py).
+    _decode_step = _hot_path(forward.__wrapped__, dynamic=False, unit="decode", cuda_mode="reduce-overhead",
+                             cpu_options={"realize_opcount_threshold": 4,
+                                          "post_grad_fusion_options": {"decompose_mm_pass": {}}})
+
+    def _inputs(self, idx, past_keys, past_values, use_cache, dtype, decode) -> tuple:
+        """Check forward's inputs; return the sizes they give, the floats in the model's dtype and the flags' values.
+
+        use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
+        """
+        cfg = self.config
         if use_cache is None:
             use_cache = not self.training
         _check_input('idx', idx, 2, '[B, T]', 'int64')
@@ -221,29 +259,7 @@ class Model(nn.Module):
             T_past = decode.position
         _check_together(('past_keys', 'past_values'), (past_keys, past_values))
         _check_dims('T + T_past', T + T_past, '<=', 'block_size', cfg.block_size, 'gpt_neox.snf:59')
-        x = self.token_embedding(idx)  # [B, T, D]  gpt_neox.snf:60
-        if cfg.dropout > 0:
-            x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  gpt_neox.snf:61
-        if use_cache:
-            # [n_layer, B, T + T_past, H, head_dim]  gpt_neox.snf:62
-            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim), 0.0, dtype=dtype,
-                                  device=idx.device) if decode is None else past_keys
-            # [n_layer, B, T + T_past, H, head_dim]  gpt_neox.snf:63
-            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_head, cfg.head_dim), 0.0, dtype=dtype,
-                                    device=idx.device) if decode is None else past_values
-        else:
-            new_keys = new_values = None
-        for l, layer in enumerate(self.layers):
-            # gpt_neox.snf:64
-            x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None,
-                                                        past_values[l] if past_values is not None else None, T_past,
-                                                        decode)
-            if use_cache and decode is None:
-                new_keys[l] = new_keys_layer  # gpt_neox.snf:76
-                new_values[l] = new_values_layer  # gpt_neox.snf:77
-        x_final = self.ln_f(x)  # [B, T, D]  gpt_neox.snf:90
-        logits = self.lm_head(x_final)  # [B, T, vocab_size]  gpt_neox.snf:91
-        return Output(logits, new_keys, new_values)
+        return B, T, T_past, past_keys, past_values, use_cache
 
     @torch.no_grad()
     def generate(self, idx: Optional[torch.Tensor] = None, max_new_tokens: Optional[int] = None,
@@ -369,23 +385,3 @@ CHECKPOINTS = {
         },
     },
 }
-
-
-# ---------------------------------------------------------------------------- compile wiring
-# What torch.compile may compile, by device and by whether the model is training: "model", forward as
-# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
-# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
-# step whatever the table says (docs/language.md, section 10). Chosen by measurement
-# (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
-# no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
-# forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
-Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
-Block.forward = _hot_path(Block.forward)
-# forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
-# one-row matmuls become reductions over the weight (decompose_mm_pass) and RoPE's query is stored,
-# not recomputed per key (the realize threshold); on CUDA a step is a CUDA graph (bench_tricks.py).
-Model._decode_step = _hot_path(Model.forward, dynamic=False, unit="decode", cuda_mode="reduce-overhead",
-                               cpu_options={"realize_opcount_threshold": 4,
-                                            "post_grad_fusion_options": {"decompose_mm_pass": {}}})
-Model._decode_state = None  # set while generate runs a decode step (see _decode)
-Model.forward = _by_compile_unit(Model.forward, decodes=True)

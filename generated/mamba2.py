@@ -18,9 +18,9 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import _check_index, _check_input, _check_number, _check_together, _set_layer
+_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+from snf.runtime.compiling import _by_compile_unit, _hot_path
+from snf.runtime.helpers import _check_config, _check_index, _check_input, _check_together, _set_layer
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.recurrent import _causal_conv1d, _causal_conv1d_state, _ssd_scan, _ssd_state
 
@@ -43,38 +43,7 @@ class Config:
     tie_embeddings: bool = False  # mamba2.snf:22
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        if not 0 <= self.conv_kernel - 1:
-            raise ValueError(f'axis 2 of `past_conv` must not be negative (mamba2.snf:35); '
-                             f'got conv_kernel={self.conv_kernel}')
-        if not 1 <= self.conv_kernel:
-            raise ValueError(f'`weight` needs 1 <= conv_kernel (mamba2.snf:70); got conv_kernel={self.conv_kernel}')
-        if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (mamba2.snf:11); '
-                             f'got vocab_size={self.vocab_size}')
-        if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (mamba2.snf:12); '
-                             f'got n_layer={self.n_layer}')
-        if not 0 <= self.n_embd:
-            raise ValueError(f'`n_embd` is a size: it must not be negative (mamba2.snf:13); got n_embd={self.n_embd}')
-        if not 0 <= self.n_head:
-            raise ValueError(f'`n_head` is a size: it must not be negative (mamba2.snf:14); got n_head={self.n_head}')
-        if not 0 <= self.head_dim:
-            raise ValueError(f'`head_dim` is a size: it must not be negative (mamba2.snf:15); '
-                             f'got head_dim={self.head_dim}')
-        if not 0 <= self.state_size:
-            raise ValueError(f'`state_size` is a size: it must not be negative (mamba2.snf:16); '
-                             f'got state_size={self.state_size}')
-        if not 1 <= self.n_groups:
-            raise ValueError(f'the divisor G must be at least 1 (mamba2.snf:81); got n_groups={self.n_groups}')
-        _check_number(lambda: self.norm_eps, 0.0, None, False, '`eps` of `rms_norm`', 'mamba2.snf:85',
-                      f'norm_eps={self.norm_eps}')
-        if self.n_head % self.n_groups != 0:
-            raise ValueError(f'H must be divisible by G (mamba2.snf:77); '
-                             f'got n_groups={self.n_groups}, n_head={self.n_head}')
-        if self.d_inner % self.n_groups != 0:
-            raise ValueError(f'd_inner must be divisible by G (mamba2.snf:81); '
-                             f'got head_dim={self.head_dim}, n_groups={self.n_groups}, n_head={self.n_head}')
+        _check_config(self, _CONFIG_CHECKS)
 
     @property
     def d_inner(self) -> int:  # mamba2.snf:28
@@ -87,6 +56,26 @@ class Config:
     @property
     def proj_dim(self) -> int:  # mamba2.snf:30
         return 2*self.head_dim*self.n_head + 2*self.n_groups*self.state_size + self.n_head
+
+
+# What a Config must satisfy, checked in this order by _check_config: (holds, the error's message, the
+# fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
+# it is, where, the fields it shows), the number None where it is not computed.
+_CONFIG_CHECKS = (
+    (lambda c: 0 <= c.conv_kernel - 1, 'axis 2 of `past_conv` must not be negative (mamba2.snf:35)', ('conv_kernel',)),
+    (lambda c: 1 <= c.conv_kernel, '`weight` needs 1 <= conv_kernel (mamba2.snf:70)', ('conv_kernel',)),
+    (lambda c: 0 <= c.vocab_size, '`vocab_size` is a size: it must not be negative (mamba2.snf:11)', ('vocab_size',)),
+    (lambda c: 0 <= c.n_layer, '`n_layer` is a size: it must not be negative (mamba2.snf:12)', ('n_layer',)),
+    (lambda c: 0 <= c.n_embd, '`n_embd` is a size: it must not be negative (mamba2.snf:13)', ('n_embd',)),
+    (lambda c: 0 <= c.n_head, '`n_head` is a size: it must not be negative (mamba2.snf:14)', ('n_head',)),
+    (lambda c: 0 <= c.head_dim, '`head_dim` is a size: it must not be negative (mamba2.snf:15)', ('head_dim',)),
+    (lambda c: 0 <= c.state_size, '`state_size` is a size: it must not be negative (mamba2.snf:16)', ('state_size',)),
+    (lambda c: 1 <= c.n_groups, 'the divisor G must be at least 1 (mamba2.snf:81)', ('n_groups',)),
+    (lambda c: c.norm_eps, (0.0, None, False), '`eps` of `rms_norm`', 'mamba2.snf:85', ('norm_eps',)),
+    (lambda c: c.n_head % c.n_groups == 0, 'H must be divisible by G (mamba2.snf:77)', ('n_groups', 'n_head')),
+    (lambda c: c.d_inner % c.n_groups == 0, 'd_inner must be divisible by G (mamba2.snf:81)',
+     ('head_dim', 'n_groups', 'n_head')),
+)
 
 
 class Block(nn.Module):
@@ -127,6 +116,7 @@ class Block(nn.Module):
         if self.out_proj.bias is not None:
             nn.init.zeros_(self.out_proj.bias)
 
+    @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, new_conv: torch.Tensor, new_ssm: torch.Tensor, x: torch.Tensor, past_conv: Optional[torch.Tensor],
                 past_ssm: Optional[torch.Tensor], l: int,
                 use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -203,28 +193,23 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
+    # What torch.compile may compile, by device and by whether the model is training: "model", forward as
+    # one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+    # nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+    # step whatever the table says (docs/language.md, section 10). Chosen by measurement
+    # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
+    # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
+    # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
+
+    @_by_compile_unit  # run as compile_units say
     def forward(self, idx: torch.Tensor, past_conv: Optional[torch.Tensor] = None,
                 past_ssm: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None) -> Output:
-        # idx: [B, T]
-        # past_conv: [n_layer, B, conv_kernel - 1, conv_dim], optional
-        # past_ssm: [n_layer, B, H, head_dim, N], optional
-        # use_cache: also return the caches new_conv, new_ssm (by default when not training; else they are None)
+        # idx: [B, T]; past_conv: [n_layer, B, conv_kernel - 1, conv_dim]
+        # past_ssm: [n_layer, B, H, head_dim, N]
         cfg = self.config
         dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
-        if use_cache is None:
-            use_cache = not self.training
-        _check_input('idx', idx, 2, '[B, T]', 'int64')
-        B, T = idx.shape
-        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
-        if past_conv is not None:
-            _check_input('past_conv', past_conv, 4, '[n_layer, B, conv_kernel - 1, conv_dim]', 'float32',
-                         {0: cfg.n_layer, 1: B, 2: cfg.conv_kernel - 1, 3: cfg.conv_dim})
-            past_conv = past_conv.to(dtype)
-        if past_ssm is not None:
-            _check_input('past_ssm', past_ssm, 5, '[n_layer, B, H, head_dim, N]', 'float32',
-                         {0: cfg.n_layer, 1: B, 2: cfg.n_head, 3: cfg.head_dim, 4: cfg.state_size})
-            past_ssm = past_ssm.to(dtype)
-        _check_together(('past_conv', 'past_ssm'), (past_conv, past_ssm))
+        B, T, past_conv, past_ssm, use_cache = self._inputs(idx, past_conv, past_ssm, use_cache, dtype)
         x = self.token_embedding(idx)  # [B, T, D]  mamba2.snf:59
         if use_cache:
             # [n_layer, B, conv_kernel - 1, conv_dim]  mamba2.snf:60
@@ -245,6 +230,28 @@ class Model(nn.Module):
         logits = F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings else F.linear(
                 x_final, self.token_embedding.weight)
         return Output(logits, new_conv, new_ssm)
+
+    def _inputs(self, idx, past_conv, past_ssm, use_cache, dtype) -> tuple:
+        """Check forward's inputs; return the sizes they give, the floats in the model's dtype and the flags' values.
+
+        use_cache: also return the caches new_conv, new_ssm (by default when not training; else they are None)
+        """
+        cfg = self.config
+        if use_cache is None:
+            use_cache = not self.training
+        _check_input('idx', idx, 2, '[B, T]', 'int64')
+        B, T = idx.shape
+        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
+        if past_conv is not None:
+            _check_input('past_conv', past_conv, 4, '[n_layer, B, conv_kernel - 1, conv_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.conv_kernel - 1, 3: cfg.conv_dim})
+            past_conv = past_conv.to(dtype)
+        if past_ssm is not None:
+            _check_input('past_ssm', past_ssm, 5, '[n_layer, B, H, head_dim, N]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.n_head, 3: cfg.head_dim, 4: cfg.state_size})
+            past_ssm = past_ssm.to(dtype)
+        _check_together(('past_conv', 'past_ssm'), (past_conv, past_ssm))
+        return B, T, past_conv, past_ssm, use_cache
 
     @torch.no_grad()
     def generate(self, idx: Optional[torch.Tensor] = None, max_new_tokens: Optional[int] = None,
@@ -360,16 +367,3 @@ CHECKPOINTS = {
         },
     },
 }
-
-
-# ---------------------------------------------------------------------------- compile wiring
-# What torch.compile may compile, by device and by whether the model is training: "model", forward as
-# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
-# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
-# step whatever the table says (docs/language.md, section 10). Chosen by measurement
-# (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
-# no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
-# forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
-Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
-Block.forward = _hot_path(Block.forward)
-Model.forward = _by_compile_unit(Model.forward)

@@ -18,10 +18,12 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _DecodeState, _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import (_attention, _cache_cat, _check_cache, _check_decode, _check_dims, _check_index,
-                                 _check_input, _check_number, _check_together, _rope)
+_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+from snf.runtime.compiling import _DecodeState, _by_compile_unit, _hot_path
+from snf.runtime.helpers import (_cache_cat, _check_cache, _check_config, _check_decode, _check_dims, _check_index,
+                                 _check_input, _check_together)
+from snf.runtime.attention import _attention
+from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.experts import _moe_experts
 
@@ -44,46 +46,7 @@ class Config:
     n_expert_tok: int = 2  # mixtral.snf:19
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        if not 1 <= self.sliding_window:
-            raise ValueError(f'`window` needs 1 <= sliding_window (mixtral.snf:75); '
-                             f'got sliding_window={self.sliding_window}')
-        if not 1 <= self.n_expert_tok:
-            raise ValueError(f'`k` needs 1 <= n_expert_tok (mixtral.snf:81); got n_expert_tok={self.n_expert_tok}')
-        if not 1 <= self.n_expert:
-            raise ValueError(f'`up` needs 1 <= n_expert (mixtral.snf:84); got n_expert={self.n_expert}')
-        if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (mixtral.snf:8); '
-                             f'got vocab_size={self.vocab_size}')
-        if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (mixtral.snf:10); '
-                             f'got n_layer={self.n_layer}')
-        if not 0 <= self.n_embd:
-            raise ValueError(f'`n_embd` is a size: it must not be negative (mixtral.snf:13); got n_embd={self.n_embd}')
-        if not 0 <= self.mlp_hidden:
-            raise ValueError(f'`mlp_hidden` is a size: it must not be negative (mixtral.snf:14); '
-                             f'got mlp_hidden={self.mlp_hidden}')
-        if not 1 <= self.n_head:
-            raise ValueError(f'the divisor H must be at least 1 (mixtral.snf:30); got n_head={self.n_head}')
-        if not 1 <= self.n_kv_head:
-            raise ValueError(f'the divisor KVH must be at least 1 (mixtral.snf:75); got n_kv_head={self.n_kv_head}')
-        _check_number(lambda: self.norm_eps, 0.0, None, False, '`eps` of `rms_norm`', 'mixtral.snf:88',
-                      f'norm_eps={self.norm_eps}')
-        if self.n_layer >= 1:
-            _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'mixtral.snf:67',
-                          f'rope_base={self.rope_base}')
-        if not self.n_expert_tok <= self.n_expert:
-            raise ValueError(f"top_k's k must not exceed the size of axis 2 (mixtral.snf:81); "
-                             f'got n_expert={self.n_expert}, n_expert_tok={self.n_expert_tok}')
-        if self.n_embd % self.n_head != 0:
-            raise ValueError(f'D must be divisible by H (mixtral.snf:67); '
-                             f'got n_embd={self.n_embd}, n_head={self.n_head}')
-        if self.head_dim % 2 != 0:
-            raise ValueError(f'head_dim must be divisible by 2 (mixtral.snf:67); '
-                             f'got n_embd={self.n_embd}, n_head={self.n_head}')
-        if self.n_head % self.n_kv_head != 0:
-            raise ValueError(f'H must be divisible by KVH (mixtral.snf:75); '
-                             f'got n_head={self.n_head}, n_kv_head={self.n_kv_head}')
+        _check_config(self, _CONFIG_CHECKS)
 
     @property
     def head_dim(self) -> int:  # mixtral.snf:24
@@ -92,6 +55,30 @@ class Config:
     @property
     def kv_dim(self) -> int:  # mixtral.snf:25
         return self.n_kv_head*self.head_dim
+
+
+# What a Config must satisfy, checked in this order by _check_config: (holds, the error's message, the
+# fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
+# it is, where, the fields it shows), the number None where it is not computed.
+_CONFIG_CHECKS = (
+    (lambda c: 1 <= c.sliding_window, '`window` needs 1 <= sliding_window (mixtral.snf:75)', ('sliding_window',)),
+    (lambda c: 1 <= c.n_expert_tok, '`k` needs 1 <= n_expert_tok (mixtral.snf:81)', ('n_expert_tok',)),
+    (lambda c: 1 <= c.n_expert, '`up` needs 1 <= n_expert (mixtral.snf:84)', ('n_expert',)),
+    (lambda c: 0 <= c.vocab_size, '`vocab_size` is a size: it must not be negative (mixtral.snf:8)', ('vocab_size',)),
+    (lambda c: 0 <= c.n_layer, '`n_layer` is a size: it must not be negative (mixtral.snf:10)', ('n_layer',)),
+    (lambda c: 0 <= c.n_embd, '`n_embd` is a size: it must not be negative (mixtral.snf:13)', ('n_embd',)),
+    (lambda c: 0 <= c.mlp_hidden, '`mlp_hidden` is a size: it must not be negative (mixtral.snf:14)', ('mlp_hidden',)),
+    (lambda c: 1 <= c.n_head, 'the divisor H must be at least 1 (mixtral.snf:30)', ('n_head',)),
+    (lambda c: 1 <= c.n_kv_head, 'the divisor KVH must be at least 1 (mixtral.snf:75)', ('n_kv_head',)),
+    (lambda c: c.norm_eps, (0.0, None, False), '`eps` of `rms_norm`', 'mixtral.snf:88', ('norm_eps',)),
+    (lambda c: c.rope_base if c.n_layer >= 1 else None, (0.0, None, True), '`base` of `rope`', 'mixtral.snf:67',
+     ('rope_base',)),
+    (lambda c: c.n_expert_tok <= c.n_expert, "top_k's k must not exceed the size of axis 2 (mixtral.snf:81)",
+     ('n_expert', 'n_expert_tok')),
+    (lambda c: c.n_embd % c.n_head == 0, 'D must be divisible by H (mixtral.snf:67)', ('n_embd', 'n_head')),
+    (lambda c: c.head_dim % 2 == 0, 'head_dim must be divisible by 2 (mixtral.snf:67)', ('n_embd', 'n_head')),
+    (lambda c: c.n_head % c.n_kv_head == 0, 'H must be divisible by KVH (mixtral.snf:75)', ('n_head', 'n_kv_head')),
+)
 
 
 class Block(nn.Module):
@@ -125,6 +112,7 @@ class Block(nn.Module):
         nn.init.normal_(self.up_weight, mean=0.0, std=0.02)
         nn.init.normal_(self.down_weight, mean=0.0, std=0.02)
 
+    @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, picked: torch.Tensor, prob_sum: torch.Tensor, past_keys: Optional[torch.Tensor],
                 past_values: Optional[torch.Tensor], T_past: int,
                 decode: Optional[_DecodeState] = None) -> tuple[
@@ -194,39 +182,25 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
+    # What torch.compile may compile, by device and by whether the model is training: "model", forward as
+    # one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+    # nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+    # step whatever the table says (docs/language.md, section 10). Chosen by measurement
+    # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
+    # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
+    # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
+    _decode_state: Optional[_DecodeState] = None  # set while generate runs a decode step (see _decode)
+
+    @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
                 past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None) -> Output:
-        # idx: [B, T]
-        # past_keys: [n_layer, B, T_past, KVH, head_dim], optional
-        # past_values: [n_layer, B, T_past, KVH, head_dim], optional
-        # use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
+        # idx: [B, T]; past_keys, past_values: [n_layer, B, T_past, KVH, head_dim]
         cfg = self.config
         dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
         decode = self._decode_state  # generate's decode step (see _decode); None otherwise
-        if use_cache is None:
-            use_cache = not self.training
-        _check_input('idx', idx, 2, '[B, T]', 'int64')
-        B, T = idx.shape
-        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
-        if decode is None:
-            if past_keys is not None:
-                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
-                             {0: cfg.n_layer, 1: B, 3: cfg.n_kv_head, 4: cfg.head_dim})
-                past_keys = past_keys.to(dtype)
-            T_past = past_keys.size(2) if past_keys is not None else 0
-            if past_values is not None:
-                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
-                             {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_kv_head, 4: cfg.head_dim})
-                past_values = past_values.to(dtype)
-        else:  # preallocated caches of block_size slots, T_past of them filled
-            _check_decode(decode, cfg.block_size, 'past_keys, past_values', past_keys, past_values)
-            _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, KVH, head_dim]', 'float32',
-                         {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_kv_head, 4: cfg.head_dim})
-            _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, KVH, head_dim]', 'float32',
-                         {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_kv_head, 4: cfg.head_dim})
-            T_past = decode.position
-        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
-        _check_dims('T + T_past', T + T_past, '<=', 'block_size', cfg.block_size, 'mixtral.snf:54')
+        B, T, T_past, past_keys, past_values, use_cache = self._inputs(
+                idx, past_keys, past_values, use_cache, dtype, decode)
         x = self.token_embedding(idx)  # [B, T, D]  mixtral.snf:55
         if use_cache:
             # [n_layer, B, T + T_past, KVH, head_dim]  mixtral.snf:56
@@ -251,6 +225,45 @@ class Model(nn.Module):
         rows = B * T * cfg.n_layer  # mixtral.snf:89
         aux_loss = (picked * prob_sum).sum(dim=0) * cfg.n_expert / (rows * rows)  # []  mixtral.snf:90
         return Output(logits, new_keys, new_values, aux_loss)
+
+    # forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
+    # one-row matmuls become reductions over the weight (decompose_mm_pass) and RoPE's query is stored,
+    # not recomputed per key (the realize threshold); on CUDA a step is a CUDA graph (bench_tricks.py).
+    _decode_step = _hot_path(forward.__wrapped__, dynamic=False, unit="decode", cuda_mode="reduce-overhead",
+                             cpu_options={"realize_opcount_threshold": 4,
+                                          "post_grad_fusion_options": {"decompose_mm_pass": {}}})
+
+    def _inputs(self, idx, past_keys, past_values, use_cache, dtype, decode) -> tuple:
+        """Check forward's inputs; return the sizes they give, the floats in the model's dtype and the flags' values.
+
+        use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
+        """
+        cfg = self.config
+        if use_cache is None:
+            use_cache = not self.training
+        _check_input('idx', idx, 2, '[B, T]', 'int64')
+        B, T = idx.shape
+        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
+        if decode is None:
+            if past_keys is not None:
+                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
+                             {0: cfg.n_layer, 1: B, 3: cfg.n_kv_head, 4: cfg.head_dim})
+                past_keys = past_keys.to(dtype)
+            T_past = past_keys.size(2) if past_keys is not None else 0
+            if past_values is not None:
+                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
+                             {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_kv_head, 4: cfg.head_dim})
+                past_values = past_values.to(dtype)
+        else:  # preallocated caches of block_size slots, T_past of them filled
+            _check_decode(decode, cfg.block_size, 'past_keys, past_values', past_keys, past_values)
+            _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, KVH, head_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_kv_head, 4: cfg.head_dim})
+            _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, KVH, head_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_kv_head, 4: cfg.head_dim})
+            T_past = decode.position
+        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
+        _check_dims('T + T_past', T + T_past, '<=', 'block_size', cfg.block_size, 'mixtral.snf:54')
+        return B, T, T_past, past_keys, past_values, use_cache
 
     @torch.no_grad()
     def generate(self, idx: Optional[torch.Tensor] = None, max_new_tokens: Optional[int] = None,
@@ -371,23 +384,3 @@ CHECKPOINTS = {
         },
     },
 }
-
-
-# ---------------------------------------------------------------------------- compile wiring
-# What torch.compile may compile, by device and by whether the model is training: "model", forward as
-# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
-# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
-# step whatever the table says (docs/language.md, section 10). Chosen by measurement
-# (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
-# no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
-# forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
-Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
-Block.forward = _hot_path(Block.forward)
-# forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
-# one-row matmuls become reductions over the weight (decompose_mm_pass) and RoPE's query is stored,
-# not recomputed per key (the realize threshold); on CUDA a step is a CUDA graph (bench_tricks.py).
-Model._decode_step = _hot_path(Model.forward, dynamic=False, unit="decode", cuda_mode="reduce-overhead",
-                               cpu_options={"realize_opcount_threshold": 4,
-                                            "post_grad_fusion_options": {"decompose_mm_pass": {}}})
-Model._decode_state = None  # set while generate runs a decode step (see _decode)
-Model.forward = _by_compile_unit(Model.forward, decodes=True)

@@ -19,10 +19,11 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _DecodeState, _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import (_attention, _cache_cat, _check_cache, _check_decode, _check_dims, _check_index,
-                                 _check_input, _check_number, _check_together, _narrow)
+_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+from snf.runtime.compiling import _DecodeState, _by_compile_unit, _hot_path
+from snf.runtime.helpers import (_cache_cat, _check_cache, _check_config, _check_decode, _check_dims, _check_index,
+                                 _check_input, _check_together, _narrow)
+from snf.runtime.attention import _attention
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.loss import _cross_entropy, _linear_cross_entropy
 
@@ -41,30 +42,27 @@ class Config:
     gelu_tanh: bool = False  # nanogpt.snf:21
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (nanogpt.snf:14); '
-                             f'got vocab_size={self.vocab_size}')
-        if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (nanogpt.snf:16); '
-                             f'got n_layer={self.n_layer}')
-        if not 0 <= self.n_embd:
-            raise ValueError(f'`n_embd` is a size: it must not be negative (nanogpt.snf:18); got n_embd={self.n_embd}')
-        if not 1 <= self.n_head:
-            raise ValueError(f'the divisor H must be at least 1 (nanogpt.snf:31); got n_head={self.n_head}')
-        if self.n_layer >= 1:
-            _check_number(lambda: 0.02 / math.sqrt(2 * self.n_layer), 0.0, None, False,
-                          '`std` of `normal` = 0.02 / sqrt(2 * n_layer)', 'nanogpt.snf:46', f'n_layer={self.n_layer}')
-        if (self.dropout > 0 or self.n_layer >= 1):
-            _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'nanogpt.snf:72',
-                          f'dropout={self.dropout}')
-        if self.n_embd % self.n_head != 0:
-            raise ValueError(f'D must be divisible by H (nanogpt.snf:82); '
-                             f'got n_embd={self.n_embd}, n_head={self.n_head}')
+        _check_config(self, _CONFIG_CHECKS)
 
     @property
     def head_dim(self) -> int:  # nanogpt.snf:25
         return self.n_embd // self.n_head
+
+
+# What a Config must satisfy, checked in this order by _check_config: (holds, the error's message, the
+# fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
+# it is, where, the fields it shows), the number None where it is not computed.
+_CONFIG_CHECKS = (
+    (lambda c: 0 <= c.vocab_size, '`vocab_size` is a size: it must not be negative (nanogpt.snf:14)', ('vocab_size',)),
+    (lambda c: 0 <= c.n_layer, '`n_layer` is a size: it must not be negative (nanogpt.snf:16)', ('n_layer',)),
+    (lambda c: 0 <= c.n_embd, '`n_embd` is a size: it must not be negative (nanogpt.snf:18)', ('n_embd',)),
+    (lambda c: 1 <= c.n_head, 'the divisor H must be at least 1 (nanogpt.snf:31)', ('n_head',)),
+    (lambda c: 0.02 / math.sqrt(2 * c.n_layer) if c.n_layer >= 1 else None, (0.0, None, False),
+     '`std` of `normal` = 0.02 / sqrt(2 * n_layer)', 'nanogpt.snf:46', ('n_layer',)),
+    (lambda c: c.dropout if (c.dropout > 0 or c.n_layer >= 1) else None, (0.0, 1.0, False), '`rate` of `dropout`',
+     'nanogpt.snf:72', ('dropout',)),
+    (lambda c: c.n_embd % c.n_head == 0, 'D must be divisible by H (nanogpt.snf:82)', ('n_embd', 'n_head')),
+)
 
 
 class Block(nn.Module):
@@ -105,6 +103,7 @@ class Block(nn.Module):
         if self.mlp_proj.bias is not None:
             nn.init.zeros_(self.mlp_proj.bias)
 
+    @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
@@ -172,47 +171,26 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
+    # What torch.compile may compile, by device and by whether the model is training: "model", forward as
+    # one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+    # nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+    # step whatever the table says (docs/language.md, section 10). Chosen by measurement
+    # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
+    # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
+    # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
+    _decode_state: Optional[_DecodeState] = None  # set while generate runs a decode step (see _decode)
+
+    @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step as _decode_step
     def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None,
                 past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *,
                 use_cache: Optional[bool] = None, return_logits: Optional[bool] = None) -> Output:
-        # idx: [B, T]
-        # targets: [B, T], optional
-        # past_keys: [n_layer, B, T_past, H, head_dim], optional
-        # past_values: [n_layer, B, T_past, H, head_dim], optional
-        # use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
-        # return_logits: compute logits (by default, unless training with targets: then
-        # the loss runs fused with its head, in chunks of rows, and logits is None)
+        # idx, targets: [B, T]; past_keys, past_values: [n_layer, B, T_past, H, head_dim]
         cfg = self.config
         dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
         decode = self._decode_state  # generate's decode step (see _decode); None otherwise
-        if use_cache is None:
-            use_cache = not self.training
-        if return_logits is None:
-            return_logits = not (self.training and targets is not None)
-        _check_input('idx', idx, 2, '[B, T]', 'int64')
-        B, T = idx.shape
-        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
-        if targets is not None:
-            _check_input('targets', targets, 2, '[B, T]', 'int64', {0: B, 1: T})
-        if decode is None:
-            if past_keys is not None:
-                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, H, head_dim]', 'float32',
-                             {0: cfg.n_layer, 1: B, 3: cfg.n_head, 4: cfg.head_dim})
-                past_keys = past_keys.to(dtype)
-            T_past = past_keys.size(2) if past_keys is not None else 0
-            if past_values is not None:
-                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', 'float32',
-                             {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
-                past_values = past_values.to(dtype)
-        else:  # preallocated caches of block_size slots, T_past of them filled
-            _check_decode(decode, cfg.block_size, 'past_keys, past_values', past_keys, past_values)
-            _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', 'float32',
-                         {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
-            _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, H, head_dim]', 'float32',
-                         {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
-            T_past = decode.position
-        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
-        _check_dims('T_total', T + T_past, '<=', 'block_size', cfg.block_size, 'nanogpt.snf:66')
+        B, T, T_past, past_keys, past_values, use_cache, return_logits = self._inputs(
+                idx, targets, past_keys, past_values, use_cache, return_logits, dtype, decode)
         tok_emb = self.token_embedding(idx)  # [B, T, D]  nanogpt.snf:69
         pos_emb = _narrow(self.position_embedding, 0, T_past, T)  # [T, D]  nanogpt.snf:70
         x = tok_emb + pos_emb  # [B, T, D]  nanogpt.snf:71
@@ -246,6 +224,51 @@ class Model(nn.Module):
             loss = _linear_cross_entropy(x_final, self.token_embedding.weight, None, targets, -1, dtype,
                                          'input targets', 'vocab_size') if targets is not None else None
         return Output(logits, loss, new_keys, new_values)
+
+    # forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
+    # one-row matmuls become reductions over the weight (decompose_mm_pass) and RoPE's query is stored,
+    # not recomputed per key (the realize threshold); on CUDA a step is a CUDA graph (bench_tricks.py).
+    _decode_step = _hot_path(forward.__wrapped__, dynamic=False, unit="decode", cuda_mode="reduce-overhead",
+                             cpu_options={"realize_opcount_threshold": 4,
+                                          "post_grad_fusion_options": {"decompose_mm_pass": {}}})
+
+    def _inputs(self, idx, targets, past_keys, past_values, use_cache, return_logits, dtype, decode) -> tuple:
+        """Check forward's inputs; return the sizes they give, the floats in the model's dtype and the flags' values.
+
+        use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
+        return_logits: compute logits (by default, unless training with targets: then
+        the loss runs fused with its head, in chunks of rows, and logits is None)
+        """
+        cfg = self.config
+        if use_cache is None:
+            use_cache = not self.training
+        if return_logits is None:
+            return_logits = not (self.training and targets is not None)
+        _check_input('idx', idx, 2, '[B, T]', 'int64')
+        B, T = idx.shape
+        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
+        if targets is not None:
+            _check_input('targets', targets, 2, '[B, T]', 'int64', {0: B, 1: T})
+        if decode is None:
+            if past_keys is not None:
+                _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, H, head_dim]', 'float32',
+                             {0: cfg.n_layer, 1: B, 3: cfg.n_head, 4: cfg.head_dim})
+                past_keys = past_keys.to(dtype)
+            T_past = past_keys.size(2) if past_keys is not None else 0
+            if past_values is not None:
+                _check_input('past_values', past_values, 5, '[n_layer, B, T_past, H, head_dim]', 'float32',
+                             {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.head_dim})
+                past_values = past_values.to(dtype)
+        else:  # preallocated caches of block_size slots, T_past of them filled
+            _check_decode(decode, cfg.block_size, 'past_keys, past_values', past_keys, past_values)
+            _check_cache('past_keys', past_keys, 5, '[n_layer, B, block_size, H, head_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
+            _check_cache('past_values', past_values, 5, '[n_layer, B, block_size, H, head_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.block_size, 3: cfg.n_head, 4: cfg.head_dim})
+            T_past = decode.position
+        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
+        _check_dims('T_total', T + T_past, '<=', 'block_size', cfg.block_size, 'nanogpt.snf:66')
+        return B, T, T_past, past_keys, past_values, use_cache, return_logits
 
     @torch.no_grad()
     def generate(self, idx: Optional[torch.Tensor] = None, max_new_tokens: Optional[int] = None,
@@ -402,23 +425,3 @@ CHECKPOINTS = {
         'ignore': ('lm_head.weight', 'transformer.h.{l}.attn.bias'),
     },
 }
-
-
-# ---------------------------------------------------------------------------- compile wiring
-# What torch.compile may compile, by device and by whether the model is training: "model", forward as
-# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
-# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
-# step whatever the table says (docs/language.md, section 10). Chosen by measurement
-# (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
-# no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
-# forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
-Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
-Block.forward = _hot_path(Block.forward)
-# forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
-# one-row matmuls become reductions over the weight (decompose_mm_pass) and RoPE's query is stored,
-# not recomputed per key (the realize threshold); on CUDA a step is a CUDA graph (bench_tricks.py).
-Model._decode_step = _hot_path(Model.forward, dynamic=False, unit="decode", cuda_mode="reduce-overhead",
-                               cpu_options={"realize_opcount_threshold": 4,
-                                            "post_grad_fusion_options": {"decompose_mm_pass": {}}})
-Model._decode_state = None  # set while generate runs a decode step (see _decode)
-Model.forward = _by_compile_unit(Model.forward, decodes=True)

@@ -19,9 +19,9 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import _check_dims, _check_index, _check_input, _check_number
+_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+from snf.runtime.compiling import _by_compile_unit, _hot_path
+from snf.runtime.helpers import _check_config, _check_dims, _check_index, _check_input
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.loss import _cross_entropy, _linear_cross_entropy, _next_tokens
 
@@ -37,21 +37,21 @@ class Config:
     P: int = 256  # nanogpt_model.snf:16
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        if not 0 <= self.D:
-            raise ValueError(f'`D` is a size: it must not be negative (nanogpt_model.snf:12); got D={self.D}')
-        if not 0 <= self.L:
-            raise ValueError(f'`L` is a size: it must not be negative (nanogpt_model.snf:14); got L={self.L}')
-        if not 0 <= self.V:
-            raise ValueError(f'`V` is a size: it must not be negative (nanogpt_model.snf:15); got V={self.V}')
-        if not 1 <= self.H:
-            raise ValueError(f'the divisor H must be at least 1 (nanogpt_model.snf:37); got H={self.H}')
-        if self.L >= 1:
-            _check_number(lambda: 1 / math.sqrt(self.D // self.H), None, None, False,
-                          '`scale` of `flash_attention` = 1 / sqrt(D // H)', 'nanogpt_model.snf:41',
-                          f'D={self.D}, H={self.H}')
-        if self.D % self.H != 0:
-            raise ValueError(f'D must be divisible by H (nanogpt_model.snf:37); got D={self.D}, H={self.H}')
+        _check_config(self, _CONFIG_CHECKS)
+
+
+# What a Config must satisfy, checked in this order by _check_config: (holds, the error's message, the
+# fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
+# it is, where, the fields it shows), the number None where it is not computed.
+_CONFIG_CHECKS = (
+    (lambda c: 0 <= c.D, '`D` is a size: it must not be negative (nanogpt_model.snf:12)', ('D',)),
+    (lambda c: 0 <= c.L, '`L` is a size: it must not be negative (nanogpt_model.snf:14)', ('L',)),
+    (lambda c: 0 <= c.V, '`V` is a size: it must not be negative (nanogpt_model.snf:15)', ('V',)),
+    (lambda c: 1 <= c.H, 'the divisor H must be at least 1 (nanogpt_model.snf:37)', ('H',)),
+    (lambda c: 1 / math.sqrt(c.D // c.H) if c.L >= 1 else None, (None, None, False),
+     '`scale` of `flash_attention` = 1 / sqrt(D // H)', 'nanogpt_model.snf:41', ('D', 'H')),
+    (lambda c: c.D % c.H == 0, 'D must be divisible by H (nanogpt_model.snf:37)', ('D', 'H')),
+)
 
 
 class Block(nn.Module):
@@ -91,6 +91,7 @@ class Block(nn.Module):
         nn.init.normal_(self.θ_mlp_W_proj.weight, mean=0.0, std=0.02)
         nn.init.zeros_(self.θ_mlp_W_proj.bias)
 
+    @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         cfg = self.config
         B, T, _ = h.shape
@@ -144,19 +145,21 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
+    # What torch.compile may compile, by device and by whether the model is training: "model", forward as
+    # one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+    # nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+    # step whatever the table says (docs/language.md, section 10). Chosen by measurement
+    # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
+    # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
+    # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
+
+    @_by_compile_unit  # run as compile_units say
     def forward(self, tok: torch.Tensor, *, return_logits: Optional[bool] = None) -> Output:
         # tok: [B, T]
-        # return_logits: compute logits (by default, unless training: then
-        # the loss runs fused with its head, in chunks of rows, and logits is None)
         cfg = self.config
         dtype = self.θ_embed.weight.dtype  # the dtype the model holds now (a cast's)
-        if return_logits is None:
-            return_logits = not self.training
-        _check_input('tok', tok, 2, '[B, T]', 'int64')
-        B, T = tok.shape
-        _check_index('tok', tok, cfg.V, 'V')
-        _check_dims('T', T, '<=', 'P', cfg.P, 'nanogpt_model.snf:33', 'slice end T must lie within axis 0, of size P',
-                    {'P': cfg.P, 'T': T})
+        B, T, return_logits = self._inputs(tok, return_logits)
         h = self.θ_embed(tok) + self.θ_pos[0:T, :]  # [B, T, D]  nanogpt_model.snf:33
         for layer in self.layers:
             h = layer(h)  # nanogpt_model.snf:54
@@ -170,6 +173,22 @@ class Model(nn.Module):
             loss = _linear_cross_entropy(self.θ_ln_f(h), self.θ_embed.weight, None, _next_tokens(tok, -100), -100,
                                          dtype, 'input tok', 'V')
         return Output(logits, loss)
+
+    def _inputs(self, tok, return_logits) -> tuple:
+        """Check forward's inputs; return the sizes they give and the flags' values.
+
+        return_logits: compute logits (by default, unless training: then
+        the loss runs fused with its head, in chunks of rows, and logits is None)
+        """
+        cfg = self.config
+        if return_logits is None:
+            return_logits = not self.training
+        _check_input('tok', tok, 2, '[B, T]', 'int64')
+        B, T = tok.shape
+        _check_index('tok', tok, cfg.V, 'V')
+        _check_dims('T', T, '<=', 'P', cfg.P, 'nanogpt_model.snf:33', 'slice end T must lie within axis 0, of size P',
+                    {'P': cfg.P, 'T': T})
+        return B, T, return_logits
 
     @torch.no_grad()
     def generate(self, tok: Optional[torch.Tensor] = None, max_new_tokens: Optional[int] = None,
@@ -244,16 +263,3 @@ LAYER_CLASSES = {'layers': Block}
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).
 CHECKPOINTS = {
 }
-
-
-# ---------------------------------------------------------------------------- compile wiring
-# What torch.compile may compile, by device and by whether the model is training: "model", forward as
-# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
-# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
-# step whatever the table says (docs/language.md, section 10). Chosen by measurement
-# (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
-# no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
-# forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
-Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
-Block.forward = _hot_path(Block.forward)
-Model.forward = _by_compile_unit(Model.forward)

@@ -18,10 +18,10 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import (_attention, _check_dims, _check_index, _check_input, _check_number, _check_together,
-                                 _set_layer)
+_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+from snf.runtime.compiling import _by_compile_unit, _hot_path
+from snf.runtime.helpers import _check_config, _check_dims, _check_index, _check_input, _check_together, _set_layer
+from snf.runtime.attention import _attention
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.recurrent import _causal_conv1d, _causal_conv1d_state, _ssd_scan, _ssd_state
 
@@ -51,61 +51,7 @@ class Config:
     tie_embeddings: bool = False  # nemotron_h.snf:37
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        if not 0 <= self.conv_kernel - 1:
-            raise ValueError(f'axis 2 of `past_conv` must not be negative (nemotron_h.snf:58); '
-                             f'got conv_kernel={self.conv_kernel}')
-        if not 1 <= self.conv_kernel:
-            raise ValueError(f'`weight` needs 1 <= conv_kernel (nemotron_h.snf:112); '
-                             f'got conv_kernel={self.conv_kernel}')
-        if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (nemotron_h.snf:16); '
-                             f'got vocab_size={self.vocab_size}')
-        if not 0 <= self.n_embd:
-            raise ValueError(f'`n_embd` is a size: it must not be negative (nemotron_h.snf:18); '
-                             f'got n_embd={self.n_embd}')
-        if not 0 <= self.n_head:
-            raise ValueError(f'`n_head` is a size: it must not be negative (nemotron_h.snf:21); '
-                             f'got n_head={self.n_head}')
-        if not 0 <= self.head_dim:
-            raise ValueError(f'`head_dim` is a size: it must not be negative (nemotron_h.snf:23); '
-                             f'got head_dim={self.head_dim}')
-        if not 0 <= self.mlp_hidden:
-            raise ValueError(f'`mlp_hidden` is a size: it must not be negative (nemotron_h.snf:25); '
-                             f'got mlp_hidden={self.mlp_hidden}')
-        if not 0 <= self.ssm_n_head:
-            raise ValueError(f'`ssm_n_head` is a size: it must not be negative (nemotron_h.snf:28); '
-                             f'got ssm_n_head={self.ssm_n_head}')
-        if not 0 <= self.ssm_head_dim:
-            raise ValueError(f'`ssm_head_dim` is a size: it must not be negative (nemotron_h.snf:29); '
-                             f'got ssm_head_dim={self.ssm_head_dim}')
-        if not 0 <= self.state_size:
-            raise ValueError(f'`state_size` is a size: it must not be negative (nemotron_h.snf:30); '
-                             f'got state_size={self.state_size}')
-        if not 1 <= self.n_groups:
-            raise ValueError(f'the divisor G must be at least 1 (nemotron_h.snf:124); got n_groups={self.n_groups}')
-        if not 1 <= self.n_kv_head:
-            raise ValueError(f'the divisor KVH must be at least 1 (nemotron_h.snf:136); got n_kv_head={self.n_kv_head}')
-        _check_number(lambda: self.norm_eps, 0.0, None, False, '`eps` of `rms_norm`', 'nemotron_h.snf:143',
-                      f'norm_eps={self.norm_eps}')
-        if self.n_layer >= 1:
-            _check_number(lambda: self.dt_min, 0.0, None, False, '`dt_min` of `ssd_state`', 'nemotron_h.snf:119',
-                          f'dt_min={self.dt_min}')
-        if not 0 <= self.n_layer - 1:
-            raise ValueError(f'index l must lie within axis 0, of size n_layer (nemotron_h.snf:112); '
-                             f'got n_layer={self.n_layer}')
-        if not 1 <= self.n_layer:
-            raise ValueError(f'index l must lie within axis 0, of size n_layer (nemotron_h.snf:112); '
-                             f'got n_layer={self.n_layer}')
-        if self.ssm_n_head % self.n_groups != 0:
-            raise ValueError(f'SH must be divisible by G (nemotron_h.snf:119); '
-                             f'got n_groups={self.n_groups}, ssm_n_head={self.ssm_n_head}')
-        if self.d_inner % self.n_groups != 0:
-            raise ValueError(f'd_inner must be divisible by G (nemotron_h.snf:124); '
-                             f'got n_groups={self.n_groups}, ssm_head_dim={self.ssm_head_dim}, ssm_n_head={self.ssm_n_head}')
-        if self.n_head % self.n_kv_head != 0:
-            raise ValueError(f'H must be divisible by KVH (nemotron_h.snf:136); '
-                             f'got n_head={self.n_head}, n_kv_head={self.n_kv_head}')
+        _check_config(self, _CONFIG_CHECKS)
 
     @property
     def n_layer(self) -> int:  # nemotron_h.snf:39
@@ -130,6 +76,42 @@ class Config:
     @property
     def proj_dim(self) -> int:  # nemotron_h.snf:50
         return 2*self.n_groups*self.state_size + 2*self.ssm_head_dim*self.ssm_n_head + self.ssm_n_head
+
+
+# What a Config must satisfy, checked in this order by _check_config: (holds, the error's message, the
+# fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
+# it is, where, the fields it shows), the number None where it is not computed.
+_CONFIG_CHECKS = (
+    (lambda c: 0 <= c.conv_kernel - 1, 'axis 2 of `past_conv` must not be negative (nemotron_h.snf:58)',
+     ('conv_kernel',)),
+    (lambda c: 1 <= c.conv_kernel, '`weight` needs 1 <= conv_kernel (nemotron_h.snf:112)', ('conv_kernel',)),
+    (lambda c: 0 <= c.vocab_size, '`vocab_size` is a size: it must not be negative (nemotron_h.snf:16)',
+     ('vocab_size',)),
+    (lambda c: 0 <= c.n_embd, '`n_embd` is a size: it must not be negative (nemotron_h.snf:18)', ('n_embd',)),
+    (lambda c: 0 <= c.n_head, '`n_head` is a size: it must not be negative (nemotron_h.snf:21)', ('n_head',)),
+    (lambda c: 0 <= c.head_dim, '`head_dim` is a size: it must not be negative (nemotron_h.snf:23)', ('head_dim',)),
+    (lambda c: 0 <= c.mlp_hidden, '`mlp_hidden` is a size: it must not be negative (nemotron_h.snf:25)',
+     ('mlp_hidden',)),
+    (lambda c: 0 <= c.ssm_n_head, '`ssm_n_head` is a size: it must not be negative (nemotron_h.snf:28)',
+     ('ssm_n_head',)),
+    (lambda c: 0 <= c.ssm_head_dim, '`ssm_head_dim` is a size: it must not be negative (nemotron_h.snf:29)',
+     ('ssm_head_dim',)),
+    (lambda c: 0 <= c.state_size, '`state_size` is a size: it must not be negative (nemotron_h.snf:30)',
+     ('state_size',)),
+    (lambda c: 1 <= c.n_groups, 'the divisor G must be at least 1 (nemotron_h.snf:124)', ('n_groups',)),
+    (lambda c: 1 <= c.n_kv_head, 'the divisor KVH must be at least 1 (nemotron_h.snf:136)', ('n_kv_head',)),
+    (lambda c: c.norm_eps, (0.0, None, False), '`eps` of `rms_norm`', 'nemotron_h.snf:143', ('norm_eps',)),
+    (lambda c: c.dt_min if c.n_layer >= 1 else None, (0.0, None, False), '`dt_min` of `ssd_state`',
+     'nemotron_h.snf:119', ('dt_min',)),
+    (lambda c: 0 <= c.n_layer - 1, 'index l must lie within axis 0, of size n_layer (nemotron_h.snf:112)',
+     ('n_layer',)),
+    (lambda c: 1 <= c.n_layer, 'index l must lie within axis 0, of size n_layer (nemotron_h.snf:112)', ('n_layer',)),
+    (lambda c: c.ssm_n_head % c.n_groups == 0, 'SH must be divisible by G (nemotron_h.snf:119)',
+     ('n_groups', 'ssm_n_head')),
+    (lambda c: c.d_inner % c.n_groups == 0, 'd_inner must be divisible by G (nemotron_h.snf:124)',
+     ('n_groups', 'ssm_head_dim', 'ssm_n_head')),
+    (lambda c: c.n_head % c.n_kv_head == 0, 'H must be divisible by KVH (nemotron_h.snf:136)', ('n_head', 'n_kv_head')),
+)
 
 
 class Block(nn.Module):
@@ -226,6 +208,7 @@ class Block(nn.Module):
         if self.down_bias is not None:
             nn.init.zeros_(self.down_bias)
 
+    @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, new_conv: torch.Tensor, new_ssm: torch.Tensor, x: torch.Tensor, new_keys: torch.Tensor,
                 new_values: torch.Tensor, past_conv: Optional[torch.Tensor], past_ssm: Optional[torch.Tensor],
                 past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor], l: int,
@@ -335,43 +318,25 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
+    # What torch.compile may compile, by device and by whether the model is training: "model", forward as
+    # one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+    # nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+    # step whatever the table says (docs/language.md, section 10). Chosen by measurement
+    # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
+    # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
+    # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
+
+    @_by_compile_unit  # run as compile_units say
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
                 past_values: Optional[torch.Tensor] = None, past_conv: Optional[torch.Tensor] = None,
                 past_ssm: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None) -> Output:
-        # idx: [B, T]
-        # past_keys: [n_layer, B, T_past, KVH, head_dim], optional
-        # past_values: [n_layer, B, T_past, KVH, head_dim], optional
-        # past_conv: [n_layer, B, conv_kernel - 1, conv_dim], optional
-        # past_ssm: [n_layer, B, SH, ssm_head_dim, N], optional
-        # use_cache: also return the caches new_keys, new_values, new_conv, new_ssm (by default when not training; else they are None)
+        # idx: [B, T]; past_keys, past_values: [n_layer, B, T_past, KVH, head_dim]
+        # past_conv: [n_layer, B, conv_kernel - 1, conv_dim]; past_ssm: [n_layer, B, SH, ssm_head_dim, N]
         cfg = self.config
         dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
-        if use_cache is None:
-            use_cache = not self.training
-        _check_input('idx', idx, 2, '[B, T]', 'int64')
-        B, T = idx.shape
-        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
-        if past_keys is not None:
-            _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
-                         {0: cfg.n_layer, 1: B, 3: cfg.n_kv_head, 4: cfg.head_dim})
-            past_keys = past_keys.to(dtype)
-        T_past = past_keys.size(2) if past_keys is not None else 0
-        if past_values is not None:
-            _check_input('past_values', past_values, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
-                         {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_kv_head, 4: cfg.head_dim})
-            past_values = past_values.to(dtype)
-        if past_conv is not None:
-            _check_input('past_conv', past_conv, 4, '[n_layer, B, conv_kernel - 1, conv_dim]', 'float32',
-                         {0: cfg.n_layer, 1: B, 2: cfg.conv_kernel - 1, 3: cfg.conv_dim})
-            past_conv = past_conv.to(dtype)
-        if past_ssm is not None:
-            _check_input('past_ssm', past_ssm, 5, '[n_layer, B, SH, ssm_head_dim, N]', 'float32',
-                         {0: cfg.n_layer, 1: B, 2: cfg.ssm_n_head, 3: cfg.ssm_head_dim, 4: cfg.state_size})
-            past_ssm = past_ssm.to(dtype)
-        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
-        _check_together(('past_keys', 'past_values', 'past_conv', 'past_ssm'),
-                        (past_keys, past_values, past_conv, past_ssm))
-        _check_dims('T + T_past', T + T_past, '<=', 'block_size', cfg.block_size, 'nemotron_h.snf:96')
+        B, T, T_past, past_keys, past_values, past_conv, past_ssm, use_cache = self._inputs(
+                idx, past_keys, past_values, past_conv, past_ssm, use_cache, dtype)
         x = self.token_embedding(idx)  # [B, T, D]  nemotron_h.snf:97
         if use_cache:
             # [n_layer, B, T + T_past, KVH, head_dim]  nemotron_h.snf:98
@@ -401,6 +366,40 @@ class Model(nn.Module):
         logits = F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings else F.linear(
                 x_final, self.token_embedding.weight)
         return Output(logits, new_keys, new_values, new_conv, new_ssm)
+
+    def _inputs(self, idx, past_keys, past_values, past_conv, past_ssm, use_cache, dtype) -> tuple:
+        """Check forward's inputs; return the sizes they give, the floats in the model's dtype and the flags' values.
+
+        use_cache: also return the caches new_keys, new_values, new_conv, new_ssm (by default when not training; else they are None)
+        """
+        cfg = self.config
+        if use_cache is None:
+            use_cache = not self.training
+        _check_input('idx', idx, 2, '[B, T]', 'int64')
+        B, T = idx.shape
+        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
+        if past_keys is not None:
+            _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 3: cfg.n_kv_head, 4: cfg.head_dim})
+            past_keys = past_keys.to(dtype)
+        T_past = past_keys.size(2) if past_keys is not None else 0
+        if past_values is not None:
+            _check_input('past_values', past_values, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_kv_head, 4: cfg.head_dim})
+            past_values = past_values.to(dtype)
+        if past_conv is not None:
+            _check_input('past_conv', past_conv, 4, '[n_layer, B, conv_kernel - 1, conv_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.conv_kernel - 1, 3: cfg.conv_dim})
+            past_conv = past_conv.to(dtype)
+        if past_ssm is not None:
+            _check_input('past_ssm', past_ssm, 5, '[n_layer, B, SH, ssm_head_dim, N]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.ssm_n_head, 3: cfg.ssm_head_dim, 4: cfg.state_size})
+            past_ssm = past_ssm.to(dtype)
+        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
+        _check_together(('past_keys', 'past_values', 'past_conv', 'past_ssm'),
+                        (past_keys, past_values, past_conv, past_ssm))
+        _check_dims('T + T_past', T + T_past, '<=', 'block_size', cfg.block_size, 'nemotron_h.snf:96')
+        return B, T, T_past, past_keys, past_values, past_conv, past_ssm, use_cache
 
     @torch.no_grad()
     def generate(self, idx: Optional[torch.Tensor] = None, max_new_tokens: Optional[int] = None,
@@ -571,16 +570,3 @@ CHECKPOINTS = {
         },
     },
 }
-
-
-# ---------------------------------------------------------------------------- compile wiring
-# What torch.compile may compile, by device and by whether the model is training: "model", forward as
-# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
-# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
-# step whatever the table says (docs/language.md, section 10). Chosen by measurement
-# (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
-# no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
-# forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
-Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
-Block.forward = _hot_path(Block.forward)
-Model.forward = _by_compile_unit(Model.forward)

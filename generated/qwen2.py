@@ -18,10 +18,12 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _DecodeState, _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import (_attention, _cache_cat, _check_cache, _check_decode, _check_dims, _check_index,
-                                 _check_input, _check_number, _check_together, _rope)
+_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+from snf.runtime.compiling import _DecodeState, _by_compile_unit, _hot_path
+from snf.runtime.helpers import (_cache_cat, _check_cache, _check_config, _check_decode, _check_dims, _check_index,
+                                 _check_input, _check_together)
+from snf.runtime.attention import _attention
+from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
 
 
@@ -41,34 +43,7 @@ class Config:
     tie_embeddings: bool = False  # qwen2.snf:17
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (qwen2.snf:8); '
-                             f'got vocab_size={self.vocab_size}')
-        if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (qwen2.snf:10); got n_layer={self.n_layer}')
-        if not 0 <= self.n_embd:
-            raise ValueError(f'`n_embd` is a size: it must not be negative (qwen2.snf:13); got n_embd={self.n_embd}')
-        if not 0 <= self.mlp_hidden:
-            raise ValueError(f'`mlp_hidden` is a size: it must not be negative (qwen2.snf:14); '
-                             f'got mlp_hidden={self.mlp_hidden}')
-        if not 1 <= self.n_head:
-            raise ValueError(f'the divisor H must be at least 1 (qwen2.snf:28); got n_head={self.n_head}')
-        if not 1 <= self.n_kv_head:
-            raise ValueError(f'the divisor KVH must be at least 1 (qwen2.snf:71); got n_kv_head={self.n_kv_head}')
-        _check_number(lambda: self.norm_eps, 0.0, None, False, '`eps` of `rms_norm`', 'qwen2.snf:78',
-                      f'norm_eps={self.norm_eps}')
-        if self.n_layer >= 1:
-            _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'qwen2.snf:63',
-                          f'rope_base={self.rope_base}')
-        if self.n_embd % self.n_head != 0:
-            raise ValueError(f'D must be divisible by H (qwen2.snf:63); got n_embd={self.n_embd}, n_head={self.n_head}')
-        if self.head_dim % 2 != 0:
-            raise ValueError(f'head_dim must be divisible by 2 (qwen2.snf:63); '
-                             f'got n_embd={self.n_embd}, n_head={self.n_head}')
-        if self.n_head % self.n_kv_head != 0:
-            raise ValueError(f'H must be divisible by KVH (qwen2.snf:71); '
-                             f'got n_head={self.n_head}, n_kv_head={self.n_kv_head}')
+        _check_config(self, _CONFIG_CHECKS)
 
     @property
     def head_dim(self) -> int:  # qwen2.snf:22
@@ -77,6 +52,25 @@ class Config:
     @property
     def kv_dim(self) -> int:  # qwen2.snf:23
         return self.n_kv_head*self.head_dim
+
+
+# What a Config must satisfy, checked in this order by _check_config: (holds, the error's message, the
+# fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
+# it is, where, the fields it shows), the number None where it is not computed.
+_CONFIG_CHECKS = (
+    (lambda c: 0 <= c.vocab_size, '`vocab_size` is a size: it must not be negative (qwen2.snf:8)', ('vocab_size',)),
+    (lambda c: 0 <= c.n_layer, '`n_layer` is a size: it must not be negative (qwen2.snf:10)', ('n_layer',)),
+    (lambda c: 0 <= c.n_embd, '`n_embd` is a size: it must not be negative (qwen2.snf:13)', ('n_embd',)),
+    (lambda c: 0 <= c.mlp_hidden, '`mlp_hidden` is a size: it must not be negative (qwen2.snf:14)', ('mlp_hidden',)),
+    (lambda c: 1 <= c.n_head, 'the divisor H must be at least 1 (qwen2.snf:28)', ('n_head',)),
+    (lambda c: 1 <= c.n_kv_head, 'the divisor KVH must be at least 1 (qwen2.snf:71)', ('n_kv_head',)),
+    (lambda c: c.norm_eps, (0.0, None, False), '`eps` of `rms_norm`', 'qwen2.snf:78', ('norm_eps',)),
+    (lambda c: c.rope_base if c.n_layer >= 1 else None, (0.0, None, True), '`base` of `rope`', 'qwen2.snf:63',
+     ('rope_base',)),
+    (lambda c: c.n_embd % c.n_head == 0, 'D must be divisible by H (qwen2.snf:63)', ('n_embd', 'n_head')),
+    (lambda c: c.head_dim % 2 == 0, 'head_dim must be divisible by 2 (qwen2.snf:63)', ('n_embd', 'n_head')),
+    (lambda c: c.n_head % c.n_kv_head == 0, 'H must be divisible by KVH (qwen2.snf:71)', ('n_head', 'n_kv_head')),
+)
 
 
 class Block(nn.Module):
@@ -106,6 +100,7 @@ class Block(nn.Module):
         nn.init.normal_(self.up.weight, mean=0.0, std=0.02)
         nn.init.normal_(self.down.weight, mean=0.0, std=0.02)
 
+    @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
@@ -165,15 +160,62 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
+    # What torch.compile may compile, by device and by whether the model is training: "model", forward as
+    # one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+    # nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+    # step whatever the table says (docs/language.md, section 10). Chosen by measurement
+    # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
+    # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
+    # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
+    _decode_state: Optional[_DecodeState] = None  # set while generate runs a decode step (see _decode)
+
+    @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
                 past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None) -> Output:
-        # idx: [B, T]
-        # past_keys: [n_layer, B, T_past, KVH, head_dim], optional
-        # past_values: [n_layer, B, T_past, KVH, head_dim], optional
-        # use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
+        # idx: [B, T]; past_keys, past_values: [n_layer, B, T_past, KVH, head_dim]
         cfg = self.config
         dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
         decode = self._decode_state  # generate's decode step (see _decode); None otherwise
+        B, T, T_past, past_keys, past_values, use_cache = self._inputs(
+                idx, past_keys, past_values, use_cache, dtype, decode)
+        x = self.token_embedding(idx)  # [B, T, D]  qwen2.snf:54
+        if use_cache:
+            # [n_layer, B, T + T_past, KVH, head_dim]  qwen2.snf:55
+            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim), 0.0, dtype=dtype,
+                                  device=idx.device) if decode is None else past_keys
+            # [n_layer, B, T + T_past, KVH, head_dim]  qwen2.snf:56
+            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim), 0.0, dtype=dtype,
+                                    device=idx.device) if decode is None else past_values
+        else:
+            new_keys = new_values = None
+        for l, layer in enumerate(self.layers):
+            # qwen2.snf:57
+            x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None,
+                                                        past_values[l] if past_values is not None else None, T_past,
+                                                        decode)
+            if use_cache and decode is None:
+                new_keys[l] = new_keys_layer  # qwen2.snf:68
+                new_values[l] = new_values_layer  # qwen2.snf:69
+        x_final = self.norm(x)  # [B, T, D]  qwen2.snf:78
+        # [B, T, vocab_size]  qwen2.snf:79
+        logits = F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings else F.linear(
+                x_final, self.token_embedding.weight)
+        return Output(logits, new_keys, new_values)
+
+    # forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
+    # one-row matmuls become reductions over the weight (decompose_mm_pass) and RoPE's query is stored,
+    # not recomputed per key (the realize threshold); on CUDA a step is a CUDA graph (bench_tricks.py).
+    _decode_step = _hot_path(forward.__wrapped__, dynamic=False, unit="decode", cuda_mode="reduce-overhead",
+                             cpu_options={"realize_opcount_threshold": 4,
+                                          "post_grad_fusion_options": {"decompose_mm_pass": {}}})
+
+    def _inputs(self, idx, past_keys, past_values, use_cache, dtype, decode) -> tuple:
+        """Check forward's inputs; return the sizes they give, the floats in the model's dtype and the flags' values.
+
+        use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
+        """
+        cfg = self.config
         if use_cache is None:
             use_cache = not self.training
         _check_input('idx', idx, 2, '[B, T]', 'int64')
@@ -198,29 +240,7 @@ class Model(nn.Module):
             T_past = decode.position
         _check_together(('past_keys', 'past_values'), (past_keys, past_values))
         _check_dims('T + T_past', T + T_past, '<=', 'block_size', cfg.block_size, 'qwen2.snf:53')
-        x = self.token_embedding(idx)  # [B, T, D]  qwen2.snf:54
-        if use_cache:
-            # [n_layer, B, T + T_past, KVH, head_dim]  qwen2.snf:55
-            new_keys = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim), 0.0, dtype=dtype,
-                                  device=idx.device) if decode is None else past_keys
-            # [n_layer, B, T + T_past, KVH, head_dim]  qwen2.snf:56
-            new_values = torch.full((cfg.n_layer, B, T_past + T, cfg.n_kv_head, cfg.head_dim), 0.0, dtype=dtype,
-                                    device=idx.device) if decode is None else past_values
-        else:
-            new_keys = new_values = None
-        for l, layer in enumerate(self.layers):
-            # qwen2.snf:57
-            x, new_keys_layer, new_values_layer = layer(x, past_keys[l] if past_keys is not None else None,
-                                                        past_values[l] if past_values is not None else None, T_past,
-                                                        decode)
-            if use_cache and decode is None:
-                new_keys[l] = new_keys_layer  # qwen2.snf:68
-                new_values[l] = new_values_layer  # qwen2.snf:69
-        x_final = self.norm(x)  # [B, T, D]  qwen2.snf:78
-        # [B, T, vocab_size]  qwen2.snf:79
-        logits = F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings else F.linear(
-                x_final, self.token_embedding.weight)
-        return Output(logits, new_keys, new_values)
+        return B, T, T_past, past_keys, past_values, use_cache
 
     @torch.no_grad()
     def generate(self, idx: Optional[torch.Tensor] = None, max_new_tokens: Optional[int] = None,
@@ -347,23 +367,3 @@ CHECKPOINTS = {
         },
     },
 }
-
-
-# ---------------------------------------------------------------------------- compile wiring
-# What torch.compile may compile, by device and by whether the model is training: "model", forward as
-# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
-# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
-# step whatever the table says (docs/language.md, section 10). Chosen by measurement
-# (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
-# no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
-# forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
-Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
-Block.forward = _hot_path(Block.forward)
-# forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
-# one-row matmuls become reductions over the weight (decompose_mm_pass) and RoPE's query is stored,
-# not recomputed per key (the realize threshold); on CUDA a step is a CUDA graph (bench_tricks.py).
-Model._decode_step = _hot_path(Model.forward, dynamic=False, unit="decode", cuda_mode="reduce-overhead",
-                               cpu_options={"realize_opcount_threshold": 4,
-                                            "post_grad_fusion_options": {"decompose_mm_pass": {}}})
-Model._decode_state = None  # set while generate runs a decode step (see _decode)
-Model.forward = _by_compile_unit(Model.forward, decodes=True)

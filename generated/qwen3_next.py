@@ -18,10 +18,11 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import (_attention, _check_dims, _check_index, _check_input, _check_number, _check_together,
-                                 _rope, _set_layer)
+_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+from snf.runtime.compiling import _by_compile_unit, _hot_path
+from snf.runtime.helpers import _check_config, _check_dims, _check_index, _check_input, _check_together, _set_layer
+from snf.runtime.attention import _attention
+from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.experts import _moe_experts
 from snf.runtime.recurrent import _causal_conv1d, _causal_conv1d_state, _gated_delta_rule, _gated_delta_state
@@ -56,84 +57,7 @@ class Config:
     norm_eps: float = 1e-06  # qwen3_next.snf:42
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        if not 0 <= self.conv_kernel - 1:
-            raise ValueError(f'axis 2 of `past_conv` must not be negative (qwen3_next.snf:67); '
-                             f'got conv_kernel={self.conv_kernel}')
-        if not 1 <= self.conv_kernel:
-            raise ValueError(f'`weight` needs 1 <= conv_kernel (qwen3_next.snf:158); '
-                             f'got conv_kernel={self.conv_kernel}')
-        if not 1 <= self.n_expert_tok:
-            raise ValueError(f'`k` needs 1 <= n_expert_tok (qwen3_next.snf:178); got n_expert_tok={self.n_expert_tok}')
-        if not 1 <= self.n_expert:
-            raise ValueError(f'`up` needs 1 <= n_expert (qwen3_next.snf:181); got n_expert={self.n_expert}')
-        if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (qwen3_next.snf:17); '
-                             f'got vocab_size={self.vocab_size}')
-        if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (qwen3_next.snf:19); '
-                             f'got n_layer={self.n_layer}')
-        if not 0 <= self.n_embd:
-            raise ValueError(f'`n_embd` is a size: it must not be negative (qwen3_next.snf:20); '
-                             f'got n_embd={self.n_embd}')
-        if not 0 <= self.n_head:
-            raise ValueError(f'`n_head` is a size: it must not be negative (qwen3_next.snf:23); '
-                             f'got n_head={self.n_head}')
-        if not 0 <= self.lin_n_value_head:
-            raise ValueError(f'`lin_n_value_head` is a size: it must not be negative (qwen3_next.snf:30); '
-                             f'got lin_n_value_head={self.lin_n_value_head}')
-        if not 0 <= self.lin_key_dim:
-            raise ValueError(f'`lin_key_dim` is a size: it must not be negative (qwen3_next.snf:31); '
-                             f'got lin_key_dim={self.lin_key_dim}')
-        if not 0 <= self.lin_value_dim:
-            raise ValueError(f'`lin_value_dim` is a size: it must not be negative (qwen3_next.snf:32); '
-                             f'got lin_value_dim={self.lin_value_dim}')
-        if not 0 <= self.mlp_hidden:
-            raise ValueError(f'`mlp_hidden` is a size: it must not be negative (qwen3_next.snf:35); '
-                             f'got mlp_hidden={self.mlp_hidden}')
-        if not 0 <= self.expert_hidden:
-            raise ValueError(f'`expert_hidden` is a size: it must not be negative (qwen3_next.snf:36); '
-                             f'got expert_hidden={self.expert_hidden}')
-        if not 0 <= self.shared_hidden:
-            raise ValueError(f'`shared_hidden` is a size: it must not be negative (qwen3_next.snf:37); '
-                             f'got shared_hidden={self.shared_hidden}')
-        if not 1 <= self.lin_n_key_head:
-            raise ValueError(f'the divisor Hk must be at least 1 (qwen3_next.snf:85); '
-                             f'got lin_n_key_head={self.lin_n_key_head}')
-        if not 1 <= self.full_attention_interval:
-            raise ValueError(f'the divisor full_attention_interval must be at least 1 (qwen3_next.snf:129); '
-                             f'got full_attention_interval={self.full_attention_interval}')
-        if not 1 <= self.sparse_step:
-            raise ValueError(f'the divisor sparse_step must be at least 1 (qwen3_next.snf:175); '
-                             f'got sparse_step={self.sparse_step}')
-        if not 1 <= self.n_kv_head:
-            raise ValueError(f'the divisor KVH must be at least 1 (qwen3_next.snf:144); got n_kv_head={self.n_kv_head}')
-        _check_number(lambda: int(self.head_dim * self.rotary_pct), None, None, False,
-                      '`rot` = int(head_dim * rotary_pct)', 'qwen3_next.snf:49',
-                      f'head_dim={self.head_dim}, rotary_pct={self.rotary_pct}')
-        _check_number(lambda: self.norm_eps, 0.0, None, False, '`eps` of `rms_norm`', 'qwen3_next.snf:193',
-                      f'norm_eps={self.norm_eps}')
-        if self.n_layer >= 1:
-            _check_number(lambda: self.rope_base, 0.0, None, True, '`base` of `rope`', 'qwen3_next.snf:138',
-                          f'rope_base={self.rope_base}')
-        if not 2 <= self.rot:
-            raise ValueError(f'`rotary_dim` must be at least 2 (qwen3_next.snf:138); got rot={self.rot}')
-        if not self.rot <= self.head_dim:
-            raise ValueError(f'`rotary_dim` must be at most head_dim = head_dim (qwen3_next.snf:138); '
-                             f'got head_dim={self.head_dim}, rot={self.rot}')
-        if not self.n_expert_tok <= self.n_expert:
-            raise ValueError(f"top_k's k must not exceed the size of axis 2 (qwen3_next.snf:178); "
-                             f'got n_expert={self.n_expert}, n_expert_tok={self.n_expert_tok}')
-        if self.head_dim % 2 != 0:
-            raise ValueError(f'head_dim must be divisible by 2 (qwen3_next.snf:138); got head_dim={self.head_dim}')
-        if self.rot % 2 != 0:
-            raise ValueError(f'rot must be divisible by 2 (qwen3_next.snf:138); got rot={self.rot}')
-        if self.n_head % self.n_kv_head != 0:
-            raise ValueError(f'H must be divisible by KVH (qwen3_next.snf:144); '
-                             f'got n_head={self.n_head}, n_kv_head={self.n_kv_head}')
-        if self.lin_n_value_head % self.lin_n_key_head != 0:
-            raise ValueError(f'Hv must be divisible by Hk (qwen3_next.snf:149); '
-                             f'got lin_n_key_head={self.lin_n_key_head}, lin_n_value_head={self.lin_n_value_head}')
+        _check_config(self, _CONFIG_CHECKS)
 
     @property
     def q_dim(self) -> int:  # qwen3_next.snf:47
@@ -166,6 +90,55 @@ class Config:
     @property
     def qkvz_group(self) -> int:  # qwen3_next.snf:59
         return 2*self.lin_value_dim*self.R + 2*self.lin_key_dim
+
+
+# What a Config must satisfy, checked in this order by _check_config: (holds, the error's message, the
+# fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
+# it is, where, the fields it shows), the number None where it is not computed.
+_CONFIG_CHECKS = (
+    (lambda c: 0 <= c.conv_kernel - 1, 'axis 2 of `past_conv` must not be negative (qwen3_next.snf:67)',
+     ('conv_kernel',)),
+    (lambda c: 1 <= c.conv_kernel, '`weight` needs 1 <= conv_kernel (qwen3_next.snf:158)', ('conv_kernel',)),
+    (lambda c: 1 <= c.n_expert_tok, '`k` needs 1 <= n_expert_tok (qwen3_next.snf:178)', ('n_expert_tok',)),
+    (lambda c: 1 <= c.n_expert, '`up` needs 1 <= n_expert (qwen3_next.snf:181)', ('n_expert',)),
+    (lambda c: 0 <= c.vocab_size, '`vocab_size` is a size: it must not be negative (qwen3_next.snf:17)',
+     ('vocab_size',)),
+    (lambda c: 0 <= c.n_layer, '`n_layer` is a size: it must not be negative (qwen3_next.snf:19)', ('n_layer',)),
+    (lambda c: 0 <= c.n_embd, '`n_embd` is a size: it must not be negative (qwen3_next.snf:20)', ('n_embd',)),
+    (lambda c: 0 <= c.n_head, '`n_head` is a size: it must not be negative (qwen3_next.snf:23)', ('n_head',)),
+    (lambda c: 0 <= c.lin_n_value_head, '`lin_n_value_head` is a size: it must not be negative (qwen3_next.snf:30)',
+     ('lin_n_value_head',)),
+    (lambda c: 0 <= c.lin_key_dim, '`lin_key_dim` is a size: it must not be negative (qwen3_next.snf:31)',
+     ('lin_key_dim',)),
+    (lambda c: 0 <= c.lin_value_dim, '`lin_value_dim` is a size: it must not be negative (qwen3_next.snf:32)',
+     ('lin_value_dim',)),
+    (lambda c: 0 <= c.mlp_hidden, '`mlp_hidden` is a size: it must not be negative (qwen3_next.snf:35)',
+     ('mlp_hidden',)),
+    (lambda c: 0 <= c.expert_hidden, '`expert_hidden` is a size: it must not be negative (qwen3_next.snf:36)',
+     ('expert_hidden',)),
+    (lambda c: 0 <= c.shared_hidden, '`shared_hidden` is a size: it must not be negative (qwen3_next.snf:37)',
+     ('shared_hidden',)),
+    (lambda c: 1 <= c.lin_n_key_head, 'the divisor Hk must be at least 1 (qwen3_next.snf:85)', ('lin_n_key_head',)),
+    (lambda c: 1 <= c.full_attention_interval,
+     'the divisor full_attention_interval must be at least 1 (qwen3_next.snf:129)', ('full_attention_interval',)),
+    (lambda c: 1 <= c.sparse_step, 'the divisor sparse_step must be at least 1 (qwen3_next.snf:175)', ('sparse_step',)),
+    (lambda c: 1 <= c.n_kv_head, 'the divisor KVH must be at least 1 (qwen3_next.snf:144)', ('n_kv_head',)),
+    (lambda c: int(c.head_dim * c.rotary_pct), (None, None, False), '`rot` = int(head_dim * rotary_pct)',
+     'qwen3_next.snf:49', ('head_dim', 'rotary_pct')),
+    (lambda c: c.norm_eps, (0.0, None, False), '`eps` of `rms_norm`', 'qwen3_next.snf:193', ('norm_eps',)),
+    (lambda c: c.rope_base if c.n_layer >= 1 else None, (0.0, None, True), '`base` of `rope`', 'qwen3_next.snf:138',
+     ('rope_base',)),
+    (lambda c: 2 <= c.rot, '`rotary_dim` must be at least 2 (qwen3_next.snf:138)', ('rot',)),
+    (lambda c: c.rot <= c.head_dim, '`rotary_dim` must be at most head_dim = head_dim (qwen3_next.snf:138)',
+     ('head_dim', 'rot')),
+    (lambda c: c.n_expert_tok <= c.n_expert, "top_k's k must not exceed the size of axis 2 (qwen3_next.snf:178)",
+     ('n_expert', 'n_expert_tok')),
+    (lambda c: c.head_dim % 2 == 0, 'head_dim must be divisible by 2 (qwen3_next.snf:138)', ('head_dim',)),
+    (lambda c: c.rot % 2 == 0, 'rot must be divisible by 2 (qwen3_next.snf:138)', ('rot',)),
+    (lambda c: c.n_head % c.n_kv_head == 0, 'H must be divisible by KVH (qwen3_next.snf:144)', ('n_head', 'n_kv_head')),
+    (lambda c: c.lin_n_value_head % c.lin_n_key_head == 0, 'Hv must be divisible by Hk (qwen3_next.snf:149)',
+     ('lin_n_key_head', 'lin_n_value_head')),
+)
 
 
 class Block(nn.Module):
@@ -300,6 +273,7 @@ class Block(nn.Module):
         if self.shared_expert_gate is not None:
             nn.init.normal_(self.shared_expert_gate, mean=0.0, std=0.02)
 
+    @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, new_keys: torch.Tensor, new_values: torch.Tensor, x: torch.Tensor, new_conv: torch.Tensor,
                 new_delta: torch.Tensor, picked: torch.Tensor, prob_sum: torch.Tensor,
                 past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
@@ -438,43 +412,25 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
+    # What torch.compile may compile, by device and by whether the model is training: "model", forward as
+    # one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+    # nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+    # step whatever the table says (docs/language.md, section 10). Chosen by measurement
+    # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
+    # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
+    # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
+
+    @_by_compile_unit  # run as compile_units say
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
                 past_values: Optional[torch.Tensor] = None, past_conv: Optional[torch.Tensor] = None,
                 past_delta: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None) -> Output:
-        # idx: [B, T]
-        # past_keys: [n_layer, B, T_past, KVH, head_dim], optional
-        # past_values: [n_layer, B, T_past, KVH, head_dim], optional
-        # past_conv: [n_layer, B, conv_kernel - 1, conv_dim], optional
-        # past_delta: [n_layer, B, Hv, Kd, Vd], optional
-        # use_cache: also return the caches new_keys, new_values, new_conv, new_delta (by default when not training; else they are None)
+        # idx: [B, T]; past_keys, past_values: [n_layer, B, T_past, KVH, head_dim]
+        # past_conv: [n_layer, B, conv_kernel - 1, conv_dim]; past_delta: [n_layer, B, Hv, Kd, Vd]
         cfg = self.config
         dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
-        if use_cache is None:
-            use_cache = not self.training
-        _check_input('idx', idx, 2, '[B, T]', 'int64')
-        B, T = idx.shape
-        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
-        if past_keys is not None:
-            _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
-                         {0: cfg.n_layer, 1: B, 3: cfg.n_kv_head, 4: cfg.head_dim})
-            past_keys = past_keys.to(dtype)
-        T_past = past_keys.size(2) if past_keys is not None else 0
-        if past_values is not None:
-            _check_input('past_values', past_values, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
-                         {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_kv_head, 4: cfg.head_dim})
-            past_values = past_values.to(dtype)
-        if past_conv is not None:
-            _check_input('past_conv', past_conv, 4, '[n_layer, B, conv_kernel - 1, conv_dim]', 'float32',
-                         {0: cfg.n_layer, 1: B, 2: cfg.conv_kernel - 1, 3: cfg.conv_dim})
-            past_conv = past_conv.to(dtype)
-        if past_delta is not None:
-            _check_input('past_delta', past_delta, 5, '[n_layer, B, Hv, Kd, Vd]', 'float32',
-                         {0: cfg.n_layer, 1: B, 2: cfg.lin_n_value_head, 3: cfg.lin_key_dim, 4: cfg.lin_value_dim})
-            past_delta = past_delta.to(dtype)
-        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
-        _check_together(('past_keys', 'past_values', 'past_conv', 'past_delta'),
-                        (past_keys, past_values, past_conv, past_delta))
-        _check_dims('T + T_past', T + T_past, '<=', 'block_size', cfg.block_size, 'qwen3_next.snf:117')
+        B, T, T_past, past_keys, past_values, past_conv, past_delta, use_cache = self._inputs(
+                idx, past_keys, past_values, past_conv, past_delta, use_cache, dtype)
         x = self.token_embedding(idx)  # [B, T, D]  qwen3_next.snf:118
         if use_cache:
             # [n_layer, B, T + T_past, KVH, head_dim]  qwen3_next.snf:119
@@ -511,6 +467,40 @@ class Model(nn.Module):
                             rows * rows) if cfg.n_layer // cfg.sparse_step > 0 else torch.full(
                 (), 0.0, dtype=dtype, device=idx.device)
         return Output(logits, new_keys, new_values, new_conv, new_delta, aux_loss)
+
+    def _inputs(self, idx, past_keys, past_values, past_conv, past_delta, use_cache, dtype) -> tuple:
+        """Check forward's inputs; return the sizes they give, the floats in the model's dtype and the flags' values.
+
+        use_cache: also return the caches new_keys, new_values, new_conv, new_delta (by default when not training; else they are None)
+        """
+        cfg = self.config
+        if use_cache is None:
+            use_cache = not self.training
+        _check_input('idx', idx, 2, '[B, T]', 'int64')
+        B, T = idx.shape
+        _check_index('idx', idx, cfg.vocab_size, 'vocab_size')
+        if past_keys is not None:
+            _check_input('past_keys', past_keys, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 3: cfg.n_kv_head, 4: cfg.head_dim})
+            past_keys = past_keys.to(dtype)
+        T_past = past_keys.size(2) if past_keys is not None else 0
+        if past_values is not None:
+            _check_input('past_values', past_values, 5, '[n_layer, B, T_past, KVH, head_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: T_past, 3: cfg.n_kv_head, 4: cfg.head_dim})
+            past_values = past_values.to(dtype)
+        if past_conv is not None:
+            _check_input('past_conv', past_conv, 4, '[n_layer, B, conv_kernel - 1, conv_dim]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.conv_kernel - 1, 3: cfg.conv_dim})
+            past_conv = past_conv.to(dtype)
+        if past_delta is not None:
+            _check_input('past_delta', past_delta, 5, '[n_layer, B, Hv, Kd, Vd]', 'float32',
+                         {0: cfg.n_layer, 1: B, 2: cfg.lin_n_value_head, 3: cfg.lin_key_dim, 4: cfg.lin_value_dim})
+            past_delta = past_delta.to(dtype)
+        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
+        _check_together(('past_keys', 'past_values', 'past_conv', 'past_delta'),
+                        (past_keys, past_values, past_conv, past_delta))
+        _check_dims('T + T_past', T + T_past, '<=', 'block_size', cfg.block_size, 'qwen3_next.snf:117')
+        return B, T, T_past, past_keys, past_values, past_conv, past_delta, use_cache
 
     @torch.no_grad()
     def generate(self, idx: Optional[torch.Tensor] = None, max_new_tokens: Optional[int] = None,
@@ -725,16 +715,3 @@ CHECKPOINTS = {
         },
     },
 }
-
-
-# ---------------------------------------------------------------------------- compile wiring
-# What torch.compile may compile, by device and by whether the model is training: "model", forward as
-# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
-# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
-# step whatever the table says (docs/language.md, section 10). Chosen by measurement
-# (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
-# no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
-# forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
-Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
-Block.forward = _hot_path(Block.forward)
-Model.forward = _by_compile_unit(Model.forward)

@@ -19,9 +19,11 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import _attention, _check_dims, _check_index, _check_input, _check_number, _sinusoidal
+_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+from snf.runtime.compiling import _by_compile_unit, _hot_path
+from snf.runtime.helpers import _check_config, _check_dims, _check_index, _check_input
+from snf.runtime.attention import _attention
+from snf.runtime.rope import _sinusoidal
 
 
 @dataclass(frozen=True)
@@ -37,36 +39,31 @@ class Config:
     dropout: float = 0.1  # snowflake_core.snf:14
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (snowflake_core.snf:8); '
-                             f'got vocab_size={self.vocab_size}')
-        if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (snowflake_core.snf:10); '
-                             f'got n_layer={self.n_layer}')
-        if not 0 <= self.n_embd:
-            raise ValueError(f'`n_embd` is a size: it must not be negative (snowflake_core.snf:12); '
-                             f'got n_embd={self.n_embd}')
-        if not 0 <= self.d_ff:
-            raise ValueError(f'`d_ff` is a size: it must not be negative (snowflake_core.snf:13); got d_ff={self.d_ff}')
-        if not 1 <= self.n_head:
-            raise ValueError(f'the divisor H must be at least 1 (snowflake_core.snf:58); got n_head={self.n_head}')
-        if self.n_layer >= 1:
-            _check_number(lambda: 1.0 / math.sqrt(3 * self.n_embd), 0.0, None, False,
-                          '`std` of `normal` = 1.0 / sqrt(3 * D)', 'snowflake_core.snf:32', f'n_embd={self.n_embd}')
-        if self.n_layer >= 1:
-            _check_number(lambda: 1.0 / math.sqrt(3 * self.d_ff), 0.0, None, False,
-                          '`std` of `normal` = 1.0 / sqrt(3 * d_ff)', 'snowflake_core.snf:40', f'd_ff={self.d_ff}')
-        if self.dropout > 0:
-            _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 'snowflake_core.snf:53',
-                          f'dropout={self.dropout}')
-        if self.n_embd % self.n_head != 0:
-            raise ValueError(f'D must be divisible by H (snowflake_core.snf:58); '
-                             f'got n_embd={self.n_embd}, n_head={self.n_head}')
+        _check_config(self, _CONFIG_CHECKS)
 
     @property
     def head_dim(self) -> int:  # snowflake_core.snf:18
         return self.n_embd // self.n_head
+
+
+# What a Config must satisfy, checked in this order by _check_config: (holds, the error's message, the
+# fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
+# it is, where, the fields it shows), the number None where it is not computed.
+_CONFIG_CHECKS = (
+    (lambda c: 0 <= c.vocab_size, '`vocab_size` is a size: it must not be negative (snowflake_core.snf:8)',
+     ('vocab_size',)),
+    (lambda c: 0 <= c.n_layer, '`n_layer` is a size: it must not be negative (snowflake_core.snf:10)', ('n_layer',)),
+    (lambda c: 0 <= c.n_embd, '`n_embd` is a size: it must not be negative (snowflake_core.snf:12)', ('n_embd',)),
+    (lambda c: 0 <= c.d_ff, '`d_ff` is a size: it must not be negative (snowflake_core.snf:13)', ('d_ff',)),
+    (lambda c: 1 <= c.n_head, 'the divisor H must be at least 1 (snowflake_core.snf:58)', ('n_head',)),
+    (lambda c: 1.0 / math.sqrt(3 * c.n_embd) if c.n_layer >= 1 else None, (0.0, None, False),
+     '`std` of `normal` = 1.0 / sqrt(3 * D)', 'snowflake_core.snf:32', ('n_embd',)),
+    (lambda c: 1.0 / math.sqrt(3 * c.d_ff) if c.n_layer >= 1 else None, (0.0, None, False),
+     '`std` of `normal` = 1.0 / sqrt(3 * d_ff)', 'snowflake_core.snf:40', ('d_ff',)),
+    (lambda c: c.dropout if c.dropout > 0 else None, (0.0, 1.0, False), '`rate` of `dropout`', 'snowflake_core.snf:53',
+     ('dropout',)),
+    (lambda c: c.n_embd % c.n_head == 0, 'D must be divisible by H (snowflake_core.snf:58)', ('n_embd', 'n_head')),
+)
 
 
 class Block(nn.Module):
@@ -98,6 +95,7 @@ class Block(nn.Module):
         nn.init.normal_(self.ff2.weight, mean=0.0, std=1.0 / math.sqrt(3 * cfg.d_ff))
         nn.init.zeros_(self.ff2.bias)
 
+    @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
         B, T, _ = x.shape
@@ -158,17 +156,20 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
+    # What torch.compile may compile, by device and by whether the model is training: "model", forward as
+    # one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+    # nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+    # step whatever the table says (docs/language.md, section 10). Chosen by measurement
+    # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
+    # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
+    # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
+
+    @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        # input_ids: [B, T]
-        # attention_mask: [B, T], optional
+        # input_ids, attention_mask: [B, T]
         cfg = self.config
-        _check_input('input_ids', input_ids, 2, '[B, T]', 'int64')
-        B, T = input_ids.shape
-        _check_index('input_ids', input_ids, cfg.vocab_size, 'vocab_size')
-        if attention_mask is not None:
-            _check_input('attention_mask', attention_mask, 2, '[B, T]', 'int64', {0: B, 1: T})
-        _check_dims('T', T, '<=', 'block_size', cfg.block_size, 'snowflake_core.snf:52',
-                    'slice end T must lie within axis 1, of size block_size', {'T': T, 'block_size': cfg.block_size})
+        B, T = self._inputs(input_ids, attention_mask)
         x = self.token_embedding(input_ids) + self.position_table[:, 0:T, :]  # [B, T, D]  snowflake_core.snf:52
         if cfg.dropout > 0:
             x = F.dropout(x, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:53
@@ -177,6 +178,18 @@ class Model(nn.Module):
         # [B, T, vocab_size]  snowflake_core.snf:74
         logits = F.linear(self.ln_f(x), self.token_embedding.weight, self.out_bias)
         return logits
+
+    def _inputs(self, input_ids, attention_mask) -> tuple:
+        """Check forward's inputs; return the sizes they give."""
+        cfg = self.config
+        _check_input('input_ids', input_ids, 2, '[B, T]', 'int64')
+        B, T = input_ids.shape
+        _check_index('input_ids', input_ids, cfg.vocab_size, 'vocab_size')
+        if attention_mask is not None:
+            _check_input('attention_mask', attention_mask, 2, '[B, T]', 'int64', {0: B, 1: T})
+        _check_dims('T', T, '<=', 'block_size', cfg.block_size, 'snowflake_core.snf:52',
+                    'slice end T must lie within axis 1, of size block_size', {'T': T, 'block_size': cfg.block_size})
+        return B, T
 
 
 def spec_parameters(config: Config) -> dict:
@@ -241,16 +254,3 @@ CHECKPOINTS = {
         'ignore': ('out.weight',),
     },
 }
-
-
-# ---------------------------------------------------------------------------- compile wiring
-# What torch.compile may compile, by device and by whether the model is training: "model", forward as
-# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
-# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
-# step whatever the table says (docs/language.md, section 10). Chosen by measurement
-# (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
-# no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
-# forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
-Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
-Block.forward = _hot_path(Block.forward)
-Model.forward = _by_compile_unit(Model.forward)

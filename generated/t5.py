@@ -19,9 +19,10 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import _attention, _check_index, _check_input, _check_number, _check_together, _set_layer
+_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+from snf.runtime.compiling import _by_compile_unit, _hot_path
+from snf.runtime.helpers import _check_config, _check_index, _check_input, _check_together, _set_layer
+from snf.runtime.attention import _attention
 from snf.runtime.generate import _check_sampling, _decoding, _end_generate, _sample, _start_generate
 from snf.runtime.loss import _cross_entropy
 
@@ -49,37 +50,7 @@ class Config:
     pad_token_id: int = 0  # t5.snf:32
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (t5.snf:16); '
-                             f'got vocab_size={self.vocab_size}')
-        if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (t5.snf:17); got n_layer={self.n_layer}')
-        if not 0 <= self.n_dec_layer:
-            raise ValueError(f'`n_dec_layer` is a size: it must not be negative (t5.snf:18); '
-                             f'got n_dec_layer={self.n_dec_layer}')
-        if not 0 <= self.n_head:
-            raise ValueError(f'`n_head` is a size: it must not be negative (t5.snf:19); got n_head={self.n_head}')
-        if not 0 <= self.d_model:
-            raise ValueError(f'`d_model` is a size: it must not be negative (t5.snf:20); got d_model={self.d_model}')
-        if not 0 <= self.d_kv:
-            raise ValueError(f'`d_kv` is a size: it must not be negative (t5.snf:21); got d_kv={self.d_kv}')
-        if not 0 <= self.d_ff:
-            raise ValueError(f'`d_ff` is a size: it must not be negative (t5.snf:22); got d_ff={self.d_ff}')
-        if not 0 <= self.num_buckets:
-            raise ValueError(f'`num_buckets` is a size: it must not be negative (t5.snf:23); '
-                             f'got num_buckets={self.num_buckets}')
-        _check_number(lambda: self.log_ratio, None, None, False, '`log_ratio`', 't5.snf:104',
-                      f'max_distance={self.max_distance}, num_buckets={self.num_buckets}')
-        _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 't5.snf:109',
-                      f'dropout={self.dropout}')
-        _check_number(lambda: self.norm_eps, 0.0, None, False, '`eps` of `rms_norm`', 't5.snf:124',
-                      f'norm_eps={self.norm_eps}')
-        _check_number(lambda: self.dec_log_ratio, None, None, False, '`dec_log_ratio`', 't5.snf:137',
-                      f'max_distance={self.max_distance}, num_buckets={self.num_buckets}')
-        if self.scale_head:
-            _check_number(lambda: 1.0 / math.sqrt(self.d_model), None, None, False, '`1.0 / sqrt(D)`', 't5.snf:170',
-                          f'd_model={self.d_model}')
+        _check_config(self, _CONFIG_CHECKS)
 
     @property
     def inner(self) -> int:  # t5.snf:36
@@ -104,6 +75,27 @@ class Config:
     @property
     def dec_log_ratio(self) -> float:  # t5.snf:44
         return math.log(self.max_distance / self.half)
+
+
+# What a Config must satisfy, checked in this order by _check_config: (holds, the error's message, the
+# fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
+# it is, where, the fields it shows), the number None where it is not computed.
+_CONFIG_CHECKS = (
+    (lambda c: 0 <= c.vocab_size, '`vocab_size` is a size: it must not be negative (t5.snf:16)', ('vocab_size',)),
+    (lambda c: 0 <= c.n_layer, '`n_layer` is a size: it must not be negative (t5.snf:17)', ('n_layer',)),
+    (lambda c: 0 <= c.n_dec_layer, '`n_dec_layer` is a size: it must not be negative (t5.snf:18)', ('n_dec_layer',)),
+    (lambda c: 0 <= c.n_head, '`n_head` is a size: it must not be negative (t5.snf:19)', ('n_head',)),
+    (lambda c: 0 <= c.d_model, '`d_model` is a size: it must not be negative (t5.snf:20)', ('d_model',)),
+    (lambda c: 0 <= c.d_kv, '`d_kv` is a size: it must not be negative (t5.snf:21)', ('d_kv',)),
+    (lambda c: 0 <= c.d_ff, '`d_ff` is a size: it must not be negative (t5.snf:22)', ('d_ff',)),
+    (lambda c: 0 <= c.num_buckets, '`num_buckets` is a size: it must not be negative (t5.snf:23)', ('num_buckets',)),
+    (lambda c: c.log_ratio, (None, None, False), '`log_ratio`', 't5.snf:104', ('max_distance', 'num_buckets')),
+    (lambda c: c.dropout, (0.0, 1.0, False), '`rate` of `dropout`', 't5.snf:109', ('dropout',)),
+    (lambda c: c.norm_eps, (0.0, None, False), '`eps` of `rms_norm`', 't5.snf:124', ('norm_eps',)),
+    (lambda c: c.dec_log_ratio, (None, None, False), '`dec_log_ratio`', 't5.snf:137', ('max_distance', 'num_buckets')),
+    (lambda c: 1.0 / math.sqrt(c.d_model) if c.scale_head else None, (None, None, False), '`1.0 / sqrt(D)`',
+     't5.snf:170', ('d_model',)),
+)
 
 
 class Block(nn.Module):
@@ -143,6 +135,7 @@ class Block(nn.Module):
             nn.init.normal_(self.wi1_weight, mean=0.0, std=0.02)
         nn.init.normal_(self.wo.weight, mean=0.0, std=0.02)
 
+    @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, position_bias: torch.Tensor,
                 attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
@@ -187,6 +180,7 @@ class Block2(nn.Module):
         nn.init.normal_(self.cross_k.weight, mean=0.0, std=0.02)
         nn.init.normal_(self.cross_v.weight, mean=0.0, std=0.02)
 
+    @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, cross_keys: torch.Tensor, cross_values: torch.Tensor, encoder_last_hidden_state: torch.Tensor,
                 l: int) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.config
@@ -242,6 +236,7 @@ class Block3(nn.Module):
             nn.init.normal_(self.dec_wi1_weight, mean=0.0, std=0.02)
         nn.init.normal_(self.dec_wo.weight, mean=0.0, std=0.02)
 
+    @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, y: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 dec_bias: torch.Tensor, cross_keys: torch.Tensor, cross_values: torch.Tensor,
                 attention_mask: Optional[torch.Tensor], l: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -330,41 +325,26 @@ class Model(nn.Module):
         for layer in self.layers3:
             layer.reset_parameters()
 
+    # What torch.compile may compile, by device and by whether the model is training: "model", forward as
+    # one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+    # nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+    # step whatever the table says (docs/language.md, section 10). Chosen by measurement
+    # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
+    # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
+    # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
+
+    @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor,
                 attention_mask: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
                 past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *,
                 use_cache: Optional[bool] = None) -> Output:
-        # input_ids: [B, S]
-        # decoder_input_ids: [B, T]
-        # attention_mask: [B, S], optional
-        # labels: [B, T], optional
-        # past_keys: [n_dec_layer, B, T_past, H, d_kv], optional
-        # past_values: [n_dec_layer, B, T_past, H, d_kv], optional
-        # use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
+        # input_ids, attention_mask: [B, S]; decoder_input_ids, labels: [B, T]
+        # past_keys, past_values: [n_dec_layer, B, T_past, H, d_kv]
         cfg = self.config
         dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
-        if use_cache is None:
-            use_cache = not self.training
-        _check_input('input_ids', input_ids, 2, '[B, S]', 'int64')
-        B, S = input_ids.shape
-        _check_index('input_ids', input_ids, cfg.vocab_size, 'vocab_size')
-        _check_input('decoder_input_ids', decoder_input_ids, 2, '[B, T]', 'int64', {0: B})
-        _, T = decoder_input_ids.shape
-        _check_index('decoder_input_ids', decoder_input_ids, cfg.vocab_size, 'vocab_size')
-        if attention_mask is not None:
-            _check_input('attention_mask', attention_mask, 2, '[B, S]', 'int64', {0: B, 1: S})
-        if labels is not None:
-            _check_input('labels', labels, 2, '[B, T]', 'int64', {0: B, 1: T})
-        if past_keys is not None:
-            _check_input('past_keys', past_keys, 5, '[n_dec_layer, B, T_past, H, d_kv]', 'float32',
-                         {0: cfg.n_dec_layer, 1: B, 3: cfg.n_head, 4: cfg.d_kv})
-            past_keys = past_keys.to(dtype)
-        T_past = past_keys.size(2) if past_keys is not None else 0
-        if past_values is not None:
-            _check_input('past_values', past_values, 5, '[n_dec_layer, B, T_past, H, d_kv]', 'float32',
-                         {0: cfg.n_dec_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.d_kv})
-            past_values = past_values.to(dtype)
-        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
+        B, S, T, T_past, past_keys, past_values, use_cache = self._inputs(
+                input_ids, decoder_input_ids, attention_mask, labels, past_keys, past_values, use_cache, dtype)
         if self._encoded is None:  # generate computes these once (see generate)
             encoder_last_hidden_state, cross_keys, cross_values = self._encode(
                     input_ids=input_ids, attention_mask=attention_mask)
@@ -409,6 +389,39 @@ class Model(nn.Module):
         # []  t5.snf:173
         loss = _cross_entropy(logits, labels, -100, dtype, 'input labels', 'vocab_size') if labels is not None else None
         return Output(logits, loss, new_keys, new_values, encoder_last_hidden_state)
+
+    def _inputs(self, input_ids, decoder_input_ids, attention_mask, labels, past_keys, past_values, use_cache,
+                dtype) -> tuple:
+        """Check forward's inputs; return the sizes they give, the floats in the model's dtype and the flags' values.
+
+        use_cache: also return the caches new_keys, new_values (by default when not training; else they are None)
+        """
+        cfg = self.config
+        if use_cache is None:
+            use_cache = not self.training
+        _check_input('input_ids', input_ids, 2, '[B, S]', 'int64')
+        B, S = input_ids.shape
+        _check_index('input_ids', input_ids, cfg.vocab_size, 'vocab_size')
+        _check_input('decoder_input_ids', decoder_input_ids, 2, '[B, T]', 'int64', {0: B})
+        _, T = decoder_input_ids.shape
+        _check_index('decoder_input_ids', decoder_input_ids, cfg.vocab_size, 'vocab_size')
+        if attention_mask is not None:
+            _check_input('attention_mask', attention_mask, 2, '[B, S]', 'int64', {0: B, 1: S})
+        if labels is not None:
+            _check_input('labels', labels, 2, '[B, T]', 'int64', {0: B, 1: T})
+        if past_keys is not None:
+            _check_input('past_keys', past_keys, 5, '[n_dec_layer, B, T_past, H, d_kv]', 'float32',
+                         {0: cfg.n_dec_layer, 1: B, 3: cfg.n_head, 4: cfg.d_kv})
+            past_keys = past_keys.to(dtype)
+        T_past = past_keys.size(2) if past_keys is not None else 0
+        if past_values is not None:
+            _check_input('past_values', past_values, 5, '[n_dec_layer, B, T_past, H, d_kv]', 'float32',
+                         {0: cfg.n_dec_layer, 1: B, 2: T_past, 3: cfg.n_head, 4: cfg.d_kv})
+            past_values = past_values.to(dtype)
+        _check_together(('past_keys', 'past_values'), (past_keys, past_values))
+        return B, S, T, T_past, past_keys, past_values, use_cache
+
+    _encoded = None  # the encoder's values while generate decodes (see generate); None otherwise
 
     def _encode(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> tuple:
         """What does not read the decoder's tokens (the encoder, and what only it feeds): forward runs
@@ -610,19 +623,3 @@ CHECKPOINTS = {
         },
     },
 }
-
-
-# ---------------------------------------------------------------------------- compile wiring
-# What torch.compile may compile, by device and by whether the model is training: "model", forward as
-# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
-# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
-# step whatever the table says (docs/language.md, section 10). Chosen by measurement
-# (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
-# no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
-# forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
-Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
-Block.forward = _hot_path(Block.forward)
-Block2.forward = _hot_path(Block2.forward)
-Block3.forward = _hot_path(Block3.forward)
-Model._encoded = None  # the encoder's values while generate decodes (see generate); None otherwise
-Model.forward = _by_compile_unit(Model.forward)

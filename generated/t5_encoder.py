@@ -19,9 +19,10 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import _attention, _check_index, _check_input, _check_number
+_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+from snf.runtime.compiling import _by_compile_unit, _hot_path
+from snf.runtime.helpers import _check_config, _check_index, _check_input
+from snf.runtime.attention import _attention
 
 
 @dataclass(frozen=True)
@@ -40,32 +41,7 @@ class Config:
     dropout: float = 0.1  # t5_encoder.snf:17
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        if not 0 <= self.vocab_size:
-            raise ValueError(f'`vocab_size` is a size: it must not be negative (t5_encoder.snf:8); '
-                             f'got vocab_size={self.vocab_size}')
-        if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (t5_encoder.snf:9); '
-                             f'got n_layer={self.n_layer}')
-        if not 0 <= self.n_head:
-            raise ValueError(f'`n_head` is a size: it must not be negative (t5_encoder.snf:10); '
-                             f'got n_head={self.n_head}')
-        if not 0 <= self.d_model:
-            raise ValueError(f'`d_model` is a size: it must not be negative (t5_encoder.snf:11); '
-                             f'got d_model={self.d_model}')
-        if not 0 <= self.d_kv:
-            raise ValueError(f'`d_kv` is a size: it must not be negative (t5_encoder.snf:12); got d_kv={self.d_kv}')
-        if not 0 <= self.d_ff:
-            raise ValueError(f'`d_ff` is a size: it must not be negative (t5_encoder.snf:13); got d_ff={self.d_ff}')
-        if not 0 <= self.num_buckets:
-            raise ValueError(f'`num_buckets` is a size: it must not be negative (t5_encoder.snf:14); '
-                             f'got num_buckets={self.num_buckets}')
-        _check_number(lambda: self.log_ratio, None, None, False, '`log_ratio`', 't5_encoder.snf:52',
-                      f'max_distance={self.max_distance}, num_buckets={self.num_buckets}')
-        _check_number(lambda: self.dropout, 0.0, 1.0, False, '`rate` of `dropout`', 't5_encoder.snf:57',
-                      f'dropout={self.dropout}')
-        _check_number(lambda: self.norm_eps, 0.0, None, False, '`eps` of `rms_norm`', 't5_encoder.snf:68',
-                      f'norm_eps={self.norm_eps}')
+        _check_config(self, _CONFIG_CHECKS)
 
     @property
     def inner(self) -> int:  # t5_encoder.snf:21
@@ -82,6 +58,25 @@ class Config:
     @property
     def log_ratio(self) -> float:  # t5_encoder.snf:26
         return math.log(self.max_distance / self.max_exact)
+
+
+# What a Config must satisfy, checked in this order by _check_config: (holds, the error's message, the
+# fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
+# it is, where, the fields it shows), the number None where it is not computed.
+_CONFIG_CHECKS = (
+    (lambda c: 0 <= c.vocab_size, '`vocab_size` is a size: it must not be negative (t5_encoder.snf:8)',
+     ('vocab_size',)),
+    (lambda c: 0 <= c.n_layer, '`n_layer` is a size: it must not be negative (t5_encoder.snf:9)', ('n_layer',)),
+    (lambda c: 0 <= c.n_head, '`n_head` is a size: it must not be negative (t5_encoder.snf:10)', ('n_head',)),
+    (lambda c: 0 <= c.d_model, '`d_model` is a size: it must not be negative (t5_encoder.snf:11)', ('d_model',)),
+    (lambda c: 0 <= c.d_kv, '`d_kv` is a size: it must not be negative (t5_encoder.snf:12)', ('d_kv',)),
+    (lambda c: 0 <= c.d_ff, '`d_ff` is a size: it must not be negative (t5_encoder.snf:13)', ('d_ff',)),
+    (lambda c: 0 <= c.num_buckets, '`num_buckets` is a size: it must not be negative (t5_encoder.snf:14)',
+     ('num_buckets',)),
+    (lambda c: c.log_ratio, (None, None, False), '`log_ratio`', 't5_encoder.snf:52', ('max_distance', 'num_buckets')),
+    (lambda c: c.dropout, (0.0, 1.0, False), '`rate` of `dropout`', 't5_encoder.snf:57', ('dropout',)),
+    (lambda c: c.norm_eps, (0.0, None, False), '`eps` of `rms_norm`', 't5_encoder.snf:68', ('norm_eps',)),
+)
 
 
 class Block(nn.Module):
@@ -111,6 +106,7 @@ class Block(nn.Module):
         nn.init.normal_(self.wi.weight, mean=0.0, std=0.02)
         nn.init.normal_(self.wo.weight, mean=0.0, std=0.02)
 
+    @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, position_bias: torch.Tensor,
                 attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
@@ -156,16 +152,21 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
+    # What torch.compile may compile, by device and by whether the model is training: "model", forward as
+    # one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+    # nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+    # step whatever the table says (docs/language.md, section 10). Chosen by measurement
+    # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
+    # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
+    # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
+
+    @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        # input_ids: [B, T]
-        # attention_mask: [B, T], optional
+        # input_ids, attention_mask: [B, T]
         cfg = self.config
         dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
-        _check_input('input_ids', input_ids, 2, '[B, T]', 'int64')
-        B, T = input_ids.shape
-        _check_index('input_ids', input_ids, cfg.vocab_size, 'vocab_size')
-        if attention_mask is not None:
-            _check_input('attention_mask', attention_mask, 2, '[B, T]', 'int64', {0: B, 1: T})
+        B, T = self._inputs(input_ids, attention_mask)
         pos = torch.arange(T, dtype=torch.int64, device=input_ids.device)  # [T]  t5_encoder.snf:49
         rel = pos.reshape(1, T) - pos.reshape(T, 1)  # [T, T]  t5_encoder.snf:50
         dist = torch.abs(rel)  # [T, T]  t5_encoder.snf:51
@@ -185,6 +186,16 @@ class Model(nn.Module):
         # [B, T, D]  t5_encoder.snf:68
         last_hidden_state = F.dropout(self.final_norm(x), p=cfg.dropout, training=self.training)
         return last_hidden_state
+
+    def _inputs(self, input_ids, attention_mask) -> tuple:
+        """Check forward's inputs; return the sizes they give."""
+        cfg = self.config
+        _check_input('input_ids', input_ids, 2, '[B, T]', 'int64')
+        B, T = input_ids.shape
+        _check_index('input_ids', input_ids, cfg.vocab_size, 'vocab_size')
+        if attention_mask is not None:
+            _check_input('attention_mask', attention_mask, 2, '[B, T]', 'int64', {0: B, 1: T})
+        return B, T
 
 
 def spec_parameters(config: Config) -> dict:
@@ -262,16 +273,3 @@ CHECKPOINTS = {
         },
     },
 }
-
-
-# ---------------------------------------------------------------------------- compile wiring
-# What torch.compile may compile, by device and by whether the model is training: "model", forward as
-# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
-# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
-# step whatever the table says (docs/language.md, section 10). Chosen by measurement
-# (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
-# no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
-# forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
-Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
-Block.forward = _hot_path(Block.forward)
-Model.forward = _by_compile_unit(Model.forward)

@@ -18,9 +18,9 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(4, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _by_compile_unit, _check_fields, _hot_path
-from snf.runtime.helpers import _check_dims, _check_index, _check_input
+_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+from snf.runtime.compiling import _by_compile_unit, _hot_path
+from snf.runtime.helpers import _check_config, _check_dims, _check_index, _check_input
 
 
 @dataclass(frozen=True)
@@ -35,28 +35,25 @@ class Config:
     d_ff: int = 5  # tiny_transformer.snf:13
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        if not 1 <= self.vocab_size:
-            raise ValueError(f'argmax over axis 2 needs at least one entry (tiny_transformer.snf:50); '
-                             f'got vocab_size={self.vocab_size}')
-        if not 0 <= self.n_layer:
-            raise ValueError(f'`n_layer` is a size: it must not be negative (tiny_transformer.snf:10); '
-                             f'got n_layer={self.n_layer}')
-        if not 0 <= self.n_embd:
-            raise ValueError(f'`n_embd` is a size: it must not be negative (tiny_transformer.snf:12); '
-                             f'got n_embd={self.n_embd}')
-        if not 0 <= self.d_ff:
-            raise ValueError(f'`d_ff` is a size: it must not be negative (tiny_transformer.snf:13); '
-                             f'got d_ff={self.d_ff}')
-        if not 1 <= self.n_head:
-            raise ValueError(f'the divisor H must be at least 1 (tiny_transformer.snf:42); got n_head={self.n_head}')
-        if self.n_embd % self.n_head != 0:
-            raise ValueError(f'D must be divisible by H (tiny_transformer.snf:42); '
-                             f'got n_embd={self.n_embd}, n_head={self.n_head}')
+        _check_config(self, _CONFIG_CHECKS)
 
     @property
     def head_dim(self) -> int:  # tiny_transformer.snf:17
         return self.n_embd // self.n_head
+
+
+# What a Config must satisfy, checked in this order by _check_config: (holds, the error's message, the
+# fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
+# it is, where, the fields it shows), the number None where it is not computed.
+_CONFIG_CHECKS = (
+    (lambda c: 1 <= c.vocab_size, 'argmax over axis 2 needs at least one entry (tiny_transformer.snf:50)',
+     ('vocab_size',)),
+    (lambda c: 0 <= c.n_layer, '`n_layer` is a size: it must not be negative (tiny_transformer.snf:10)', ('n_layer',)),
+    (lambda c: 0 <= c.n_embd, '`n_embd` is a size: it must not be negative (tiny_transformer.snf:12)', ('n_embd',)),
+    (lambda c: 0 <= c.d_ff, '`d_ff` is a size: it must not be negative (tiny_transformer.snf:13)', ('d_ff',)),
+    (lambda c: 1 <= c.n_head, 'the divisor H must be at least 1 (tiny_transformer.snf:42)', ('n_head',)),
+    (lambda c: c.n_embd % c.n_head == 0, 'D must be divisible by H (tiny_transformer.snf:42)', ('n_embd', 'n_head')),
+)
 
 
 class Block(nn.Module):
@@ -86,6 +83,7 @@ class Block(nn.Module):
         nn.init.normal_(self.W_ff1, mean=0.0, std=0.02)
         nn.init.normal_(self.W_ff2, mean=0.0, std=0.02)
 
+    @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         cfg = self.config
         B, T, _ = h.shape
@@ -130,19 +128,35 @@ class Model(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
+    # What torch.compile may compile, by device and by whether the model is training: "model", forward as
+    # one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
+    # nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
+    # step whatever the table says (docs/language.md, section 10). Chosen by measurement
+    # (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
+    # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
+    # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
+    compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
+
+    @_by_compile_unit  # run as compile_units say
     def forward(self, x: torch.Tensor) -> Output:
         # x: [B, T]
         cfg = self.config
-        _check_input('x', x, 2, '[B, T]', 'int64')
-        B, T = x.shape
-        _check_index('x', x, cfg.vocab_size, 'vocab_size')
-        _check_dims('T', T, '<=', 'block_size', cfg.block_size, 'tiny_transformer.snf:38')
+        B, T = self._inputs(x)
         h = self.E(x)  # [B, T, D]  tiny_transformer.snf:39
         for layer in self.layers:
             h = layer(h)  # tiny_transformer.snf:41
         logits = h @ self.W_out  # [B, T, vocab_size]  tiny_transformer.snf:49
         y = logits.argmax(dim=-1)  # [B, T]  tiny_transformer.snf:50
         return Output(logits, y)
+
+    def _inputs(self, x) -> tuple:
+        """Check forward's inputs; return the sizes they give."""
+        cfg = self.config
+        _check_input('x', x, 2, '[B, T]', 'int64')
+        B, T = x.shape
+        _check_index('x', x, cfg.vocab_size, 'vocab_size')
+        _check_dims('T', T, '<=', 'block_size', cfg.block_size, 'tiny_transformer.snf:38')
+        return B, T
 
 
 def spec_parameters(config: Config) -> dict:
@@ -178,16 +192,3 @@ LAYER_CLASSES = {'layers': Block}
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).
 CHECKPOINTS = {
 }
-
-
-# ---------------------------------------------------------------------------- compile wiring
-# What torch.compile may compile, by device and by whether the model is training: "model", forward as
-# one graph, embedding to loss; "block", each layer block on its own, the rest running eagerly; "none",
-# nothing. A unit compiles once that pays (SNF_COMPILE=1: always; 0: never), as does generate's decode
-# step whatever the table says (docs/language.md, section 10). Chosen by measurement
-# (benchmarks/README.md, bench_compile.py): on a CPU, compiling a forward or a training step measured
-# no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
-# forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
-Model.compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
-Block.forward = _hot_path(Block.forward)
-Model.forward = _by_compile_unit(Model.forward)

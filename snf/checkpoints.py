@@ -56,8 +56,11 @@ def _encode(e: ir.Expr, rank: int | None, fields: tuple):
         return ("or", _encode(e.left, rank, fields), _encode(e.right, rank, fields))
     if isinstance(e, ir.Call) and e.func == "split":
         kw = {k.name: k.value for k in e.kwargs}
-        if len(e.args) != 2 or set(kw) != {"axis", "index"}:
-            raise MappingError('write split("key", n, axis=i, index=j)', e.span)
+        if len(e.args) != 2 or not {"axis", "index"} <= set(kw) <= {"axis", "index", "interleaved"}:
+            raise MappingError('write split("key", n, axis=i, index=j), or with interleaved=True', e.span)
+        interleaved = kw.get("interleaved", ir.Const(False))
+        if not (isinstance(interleaved, ir.Const) and isinstance(interleaved.value, bool)):
+            raise MappingError("interleaved= is True or False", getattr(interleaved, "span", e.span))
         n, axis, index = _int(e.args[1], "n"), _int(kw["axis"], "axis"), _int(kw["index"], "index")
         if n < 1:
             raise MappingError(f"split into {n} parts: n must be at least 1", e.args[1].span)
@@ -65,7 +68,8 @@ def _encode(e: ir.Expr, rank: int | None, fields: tuple):
             raise MappingError(f"index={index} is not one of the {n} parts (0 to {n - 1})", kw["index"].span)
         if rank is not None and not -rank <= axis < rank:
             raise MappingError(f"axis={axis} is out of range for the rank-{rank} tensor this fills", kw["axis"].span)
-        return ("split", _encode(e.args[0], rank, fields), n, axis, index)
+        # interleaved: entries index, index + n, index + 2n, ... (gpt-oss's gate and up columns, alternating)
+        return ("interleave" if interleaved.value else "split", _encode(e.args[0], rank, fields), n, axis, index)
     raise MappingError("unsupported checkpoint source expression", getattr(e, "span", None))
 
 
@@ -281,12 +285,16 @@ def read_tensor(src, want: tuple, layer: int | None, r: Reading, shown: str, tra
             return None
         import torch  # only where tensors are read: `snfc check` never imports torch
         return torch.stack(parts)
-    if kind == "split":
+    if kind in ("split", "interleave"):
         _, _, n, axis, index = src
         whole = list(want)
         whole[axis] *= n
         inner = read_tensor(src[1], tuple(whole), layer, r, shown, True)
-        return None if inner is None else inner.narrow(axis, index * want[axis], want[axis])
+        if inner is None:
+            return None
+        if kind == "interleave":  # every n-th entry along the axis, from `index`
+            return inner.unflatten(axis, (want[axis], n)).select(axis % len(whole) + 1, index)
+        return inner.narrow(axis, index * want[axis], want[axis])
     raise ValueError(f"unknown checkpoint expression {kind!r}")
 
 
@@ -303,8 +311,8 @@ def source_keys(src, layer: int | None, config) -> list[str]:
 def unmap_tensor(source, tensor, layer, out: dict, parts: dict, config=None) -> None:
     """The inverse of read_tensor: `tensor` (one layer's) written where `source` reads it from, into
     `out` (key -> tensor): `.T` transposes back, an `or` writes its first source, one key per expert,
-    and the parts of a `split` are gathered in `parts` ((inner, layer, n, axis) -> {index: tensor})
-    for the caller to concatenate."""
+    and the parts of a `split` are gathered in `parts` ((inner, layer, n, axis, interleaved) ->
+    {index: tensor}) for the caller to join (join_parts)."""
     kind = source[0]
     if kind == "key":
         out[key_of(source, layer, config)] = tensor
@@ -315,8 +323,18 @@ def unmap_tensor(source, tensor, layer, out: dict, parts: dict, config=None) -> 
     elif kind == "experts":
         for e in range(tensor.shape[0]):
             unmap_tensor(for_expert(source[1], e), tensor[e], layer, out, parts, config)
-    elif kind == "split":
+    elif kind in ("split", "interleave"):
         _, inner, n, axis, index = source
-        parts.setdefault((inner, layer, n, axis), {})[index] = tensor
+        parts.setdefault((inner, layer, n, axis, kind == "interleave"), {})[index] = tensor
     else:
         raise ValueError(f"unknown checkpoint expression {kind!r}")
+
+
+def join_parts(pieces: list, axis: int, interleaved: bool):
+    """The n parts of a `split` as the tensor they came from: concatenated along `axis`, or
+    interleaved there (entry i of part j at i * n + j)."""
+    import torch  # only where tensors are written: `snfc check` never imports torch
+    if not interleaved:
+        return torch.cat(pieces, dim=axis)
+    axis = axis % pieces[0].dim()
+    return torch.stack(pieces, dim=axis + 1).flatten(axis, axis + 1)

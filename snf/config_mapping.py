@@ -12,6 +12,7 @@ from .checkpoints import MappingError, encode_mapping, mapping_keys
 ABOVE = "a Config field mapped above (a field is read from the names mapped before it)"
 CONFIG_ARITH = ("+", "-", "*", "/", "//", "%")
 CONFIG_COMPARE = ("==", "!=", "<", "<=", ">", ">=")
+LONGEST_LIST = 1_000_000  # the most items a config section's list repetition or range(...) makes
 
 
 def can_be_absent(enc) -> bool:
@@ -36,8 +37,9 @@ def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "
     gives a default), ("any" / "all", a, b) (Python's `or` / `and`, on values), ("not", a), ("neg",
     a), ("op", op, a, b), ("cmp", op, a, b), ("if", test, body, orelse), ("item", list, i) (a list's
     i-th value: `(hf.time_step_limit or [0.0, 1e308])[1]`), ("count", list, value) (how many items
-    equal it), ("int", value) (Python's int) and ("match", source, ((value, result), ...)). With `keys=False` no key may be read (what the way back writes comes from the Config
-    alone). `scope` says what `names` are."""
+    equal it), ("range", start, stop, step) (the list of Python's range), ("int", value) (Python's int)
+    and ("match", source, ((value, result), ...)). With `keys=False` no key may be read (what the way
+    back writes comes from the Config alone). `scope` says what `names` are."""
     def enc(x):
         return encode_config(x, fmt, names, keys, scope)
 
@@ -80,6 +82,12 @@ def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "
         if len(e.args) != 2 or e.kwargs:
             raise MappingError("write count(list, value): how many of the list's items equal the value", e.span)
         return ("count", enc(e.args[0]), enc(e.args[1]))
+    if isinstance(e, ir.Call) and e.func == "range":
+        if not 2 <= len(e.args) <= 3 or e.kwargs:
+            raise MappingError("write range(start, stop) or range(start, stop, step): the list of the ints from "
+                               "start up to stop (not included), step apart", e.span)
+        args = [enc(a) for a in e.args]
+        return ("range", args[0], args[1], args[2] if len(args) == 3 else ("const", 1))
     if isinstance(e, ir.Call) and e.func == "match":
         if len(e.args) != 1 or not e.kwargs:
             raise MappingError("write match(source, value=result, ...): one source, then what each value gives", e.span)
@@ -206,8 +214,9 @@ class ConfigEval:
         kind = e[0]
         if kind == "key":
             return self.key(e[1])
-        if kind == "name":
-            return self.names[e[1]] if isinstance(self.names, dict) else getattr(self.names, e[1])
+        if kind == "name":  # a list field as the list config.json gives (Config holds a tuple)
+            value = self.names[e[1]] if isinstance(self.names, dict) else getattr(self.names, e[1])
+            return list(value) if isinstance(value, tuple) else value
         if kind == "const":
             return e[1]
         if kind == "list":
@@ -224,6 +233,9 @@ class ConfigEval:
             return self.arith(e, lambda: -self.value(e[1]))
         if kind in ("op", "cmp"):
             left, right = self.value(e[2]), self.value(e[3])
+            if e[1] == "*" and any(isinstance(x, list) for x in (left, right)):  # a list repeated
+                items, times = (left, right) if isinstance(left, list) else (right, left)
+                self.check_length(e, len(items) * times if isinstance(times, int) else 0)
             return self.arith(e, lambda: _OPS[e[1]](left, right))
         if kind == "if":
             return self(e[2]) if self.value(e[1]) else self(e[3])
@@ -240,6 +252,10 @@ class ConfigEval:
             if not isinstance(items, (list, tuple)):
                 raise self.error(f"{self.where}: `{show(e)}` counts the items of a list; {self.settings(e[1])}")
             return items.count(self.value(e[2]))
+        if kind == "range":
+            numbers = self.arith(e, lambda: range(*(self.value(x) for x in e[1:])))
+            self.check_length(e, len(numbers))
+            return list(numbers)
         if kind == "match":
             value = self.value(e[1])
             for case, result in e[2]:
@@ -248,6 +264,13 @@ class ConfigEval:
             raise self.error(f"{self.where}: {self.settings(e[1])}: the spec supports "
                              + ", ".join(repr(c) for c, _ in e[2]))
         raise ValueError(f"unknown config expression {kind!r}")
+
+    def check_length(self, e, length: int) -> None:
+        """A list `e` makes (repeated, or a range) from config.json's sizes is not built past LONGEST_LIST
+        items: a hostile file's billion layers would take the memory first."""
+        if length > LONGEST_LIST:
+            raise self.error(f"{self.where}: `{show(e)}` would make a list of {length} items with "
+                             f"{self.settings(e)}: more than {LONGEST_LIST}")
 
     def arith(self, e, compute):
         try:
@@ -307,12 +330,15 @@ def _show(e, fmt: str) -> str:
         return f"count({_show(e[1], fmt)}, {_show(e[2], fmt)})"
     if kind == "int":
         return f"int({show(e[1], fmt)})"
+    if kind == "range":
+        return f"range({', '.join(show(x, fmt) for x in e[1:])})"
     if kind == "match":
         return f"match({show(e[1], fmt)}, " + ", ".join(f"{c}={r!r}" for c, r in e[2]) + ")"
     if kind == "T":
         return f"{_show(e[1], '')}.T"
-    if kind == "split":
-        return f"split({show(e[1], '')}, {e[2]}, axis={e[3]}, index={e[4]})"
+    if kind in ("split", "interleave"):
+        return (f"split({show(e[1], '')}, {e[2]}, axis={e[3]}, index={e[4]}"
+                + (", interleaved=True)" if kind == "interleave" else ")"))
     if kind == "experts":
         return _show(e[1], "")
     raise ValueError(f"unknown mapping expression {kind!r}")

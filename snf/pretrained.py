@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from . import interop
-from .checkpoints import source_keys, unmap_tensor
+from .checkpoints import join_parts, source_keys, unmap_tensor
 from .config_mapping import ConfigEval, config_keys, invert, put, section_keys, show, unknown_keys, written_key
 
 CONFIG_FILE = "config.json"
@@ -280,8 +280,8 @@ def config_to_hf(model: torch.nn.Module) -> dict:
     written to that key; a field computed from other fields only is not written (reading back
     computes it again); each `assert hf.k == value` writes the value (but null, which reads as
     absent); `hf.k <- value` entries are written as they say, last (a None value leaves the key
-    out). A read or an assert that the kept config.json already satisfies is left as it is, so a
-    loaded model writes back the file it came from, key for key. Reading the result back must give
+    out, or null where the file has it null). A read or an assert that the kept config.json already
+    satisfies is left as it is, so a loaded model writes back the file it came from, key for key. Reading the result back must give
     the same Config (checked)."""
     module = interop._module_of(model)
     where = f"save_pretrained({_spec_name(module)})"
@@ -302,7 +302,9 @@ def config_to_hf(model: torch.nn.Module) -> dict:
                 and not _gives(kept_ev, test, True)):
             invert(test[2], ev.value(test[3]), out)  # null: as if absent
     for key, value in section["writes"].items():
-        put(out, key, ev.value(value))  # None leaves the key out (a null reads as absent)
+        value = ev.value(value)
+        if value is not None or not _null(out, key):  # None leaves the key out; a null the file has stays
+            put(out, key, value)
     if "dtype" in section_keys(section):  # what transformers loads it in, where the spec reads the key
         out["dtype"] = str(next(iter(model.parameters())).dtype).removeprefix("torch.")
     back = config_from_hf(module, out, where)
@@ -311,18 +313,30 @@ def config_to_hf(model: torch.nn.Module) -> dict:
     return out
 
 
+def _null(out: dict, key: str) -> bool:
+    """Whether `key` (into nested objects) is in `out` with a null value, which reads as absent."""
+    *outer, last = key.split(".")
+    for part in outer:
+        out = out.get(part)
+        if not isinstance(out, dict):
+            return False
+    return last in out and out[last] is None
+
+
 def _gives(ev: ConfigEval, source, value) -> bool:
     """Whether `source` already reads as `value` (of the same type) from the config being written."""
     try:
         got = ev(source)
     except PretrainedError:
         return False
+    if isinstance(value, tuple) and isinstance(got, list):  # a list field holds a tuple
+        got = tuple(got)
     return type(got) is type(value) and got == value
 
 
 def hf_state_dict(model: torch.nn.Module) -> dict:
     """The model's weights in the `checkpoint hf:` section's names: the inverse of each source
-    (`.T` transposes back, the parts of a `split` are concatenated, an `a or b` writes `a`)."""
+    (`.T` transposes back, the parts of a `split` are concatenated, or interleaved, an `a or b` writes `a`)."""
     module = interop._module_of(model)
     params = interop._formats(model)["hf"]["params"]
     layers_of = {name: layers for name, (_, _, layers) in module.spec_parameters(model.config).items()}
@@ -338,10 +352,10 @@ def hf_state_dict(model: torch.nn.Module) -> dict:
             unmap_tensor(source, tensor, None, out, parts, config)
         for i, layer in enumerate(interop.layer_numbers(layers_of[name]) if layers_of[name] is not None else ()):
             unmap_tensor(source, tensor[i], layer, out, parts, config)  # the i-th layer that has it
-    for (inner, layer, n, axis), pieces in parts.items():
+    for (inner, layer, n, axis, interleaved), pieces in parts.items():
         if len(pieces) != n:
             raise PretrainedError(f"save_pretrained: only parts {sorted(pieces)} of {n} of `{show(inner)}` are mapped")
-        unmap_tensor(inner, torch.cat([pieces[i] for i in range(n)], dim=axis), layer, out, parts, config)
+        unmap_tensor(inner, join_parts([pieces[i] for i in range(n)], axis, interleaved), layer, out, parts, config)
     return out
 
 

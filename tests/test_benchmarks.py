@@ -45,6 +45,14 @@ def test_bench_gqa_runs(capsys):
     assert len(rows) == 4 * 3 and {c for _, c in rows} == {"enable_gqa", "repeat_interleave", "expand"}
 
 
+def test_bench_sinks_runs(capsys):
+    from benchmarks import bench_sinks
+    assert bench_sinks.main(QUICK) == 0
+    rows = re.findall(r"^\| ([^|]+?) +\| (written out|SDPA, zero key|SDPA \+ lse|SDPA, no sinks) +\|",
+                      capsys.readouterr().out, re.M)
+    assert len(rows) == 5 * 4
+
+
 @pytest.mark.slow
 def test_bench_load_runs():
     import subprocess
@@ -97,6 +105,12 @@ def test_bench_moe_runs(capsys):
     rows = re.findall(r"^\| (prefill|decode)[^|]*\| (sparse|dense|hf) +\| ([\d.]+) +\|", capsys.readouterr().out, re.M)
     assert [(case, who) for case, who, _ in rows] == [(c, w) for c in ("prefill", "decode") for w in ("sparse", "dense", "hf")]
     assert all(float(ms) > 0 for *_, ms in rows)
+
+
+def test_bench_mla_runs(capsys):
+    from benchmarks import bench_mla
+    assert bench_mla.main(["--quick", "--reps", "1"]) == 0
+    assert "decode 1 token after 64" in capsys.readouterr().out
 
 
 def test_bench_recurrent_runs(capsys):

@@ -347,3 +347,20 @@ def test_a_saved_checkpoint_has_an_ordinary_files_mode(tmp_path):
     mask = os.umask(0)
     os.umask(mask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_an_interleaved_split_reads_every_nth_entry_and_writes_them_back():
+    """split(..., interleaved=True) (gpt-oss's gate and up columns, alternating in gate_up_proj):
+    part j is entries j, j + n, ... of the axis, read through `.T` too; unmap_tensor and join_parts
+    interleave the parts back into the stored tensor, bit for bit."""
+    from snf.checkpoints import Reading, join_parts, read_tensor, unmap_tensor
+    stored = torch.arange(2 * 3 * 8, dtype=torch.float32).reshape(2, 3, 8)  # [E, D, 2F], F = 4
+    parts, out = {}, {}
+    for j in range(2):
+        src = ("T", ("interleave", ("key", "gate_up"), 2, 2, j))
+        got = read_tensor(src, (2, 4, 3), None, Reading({"gate_up": stored}), "w")  # [E, F, D]
+        assert torch.equal(got, stored[..., j::2].transpose(-1, -2))
+        unmap_tensor(src, got, None, out, parts)
+    ((inner, layer, n, axis, interleaved), pieces), = parts.items()
+    assert interleaved and (n, axis) == (2, 2)
+    assert torch.equal(join_parts([pieces[0], pieces[1]], axis, interleaved), stored)

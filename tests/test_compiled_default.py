@@ -40,6 +40,11 @@ SMALL = {
     "qwen2": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48),
     "gemma2": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, head_dim=16,
                    mlp_hidden=48, query_pre_attn_scalar=12, sliding_window=3, attn_softcap=2.0, final_softcap=5.0),
+    # a sliding layer, then a full one with linear RoPE scaling; the logits capped
+    "gemma3_text": dict(vocab_size=64, block_size=32, layer_types=["sliding_attention", "full_attention"], n_head=4,
+                        n_kv_head=2, n_embd=32, head_dim=16, mlp_hidden=48, query_pre_attn_scalar=12, sliding_window=3,
+                        rope_local_base=100.0, rope_linear=True, rope_factor=4.0, final_softcapping=True,
+                        final_softcap=5.0),
     "gptj": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_embd=32, mlp_hidden=48, rotary_dim=4),
     "gpt_neox": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_embd=32, mlp_hidden=48, rotary_pct=0.5),
     "mamba2": dict(vocab_size=64, n_layer=2, n_embd=32, n_head=8, head_dim=8, state_size=16, n_groups=2, conv_kernel=4),
@@ -52,6 +57,31 @@ SMALL = {
     "phi3": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48,
                  rotary_pct=0.5, sliding_window=32, longrope=True, original_max_position=8,
                  short_factor=[1.0, 1.5], long_factor=[2.0, 5.0]),
+    # latent attention with YaRN, a dense layer then a sparse one (4 groups of 2 experts, 2 picked)
+    "deepseek_v3": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_embd=32, mlp_hidden=48, q_rank=24,
+                        kv_rank=16, nope_dim=12, rope_dim=8, v_dim=10, rope_factor=4.0, original_max_position=8,
+                        first_dense=1, n_expert=8, n_expert_tok=2, expert_hidden=16, n_group=4, topk_group=2),
+    # biases on the attention, an untied head, a window on layer 1
+    "qwen3": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, head_dim=16, mlp_hidden=48,
+                  attention_bias=True, tie_embeddings=False, use_sliding_window=True, sliding_window=3,
+                  max_window_layers=1),
+    "olmo2": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48,
+                  attention_bias=True, tie_embeddings=True),
+    "cohere": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48,
+                   logit_scale=0.5, use_qk_norm=True, attention_bias=True, tie_embeddings=False),
+    # grouped key/value heads, half of each head rotating, queries and keys layer-normed, a tied head
+    "phi": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48,
+                rotary_pct=0.5, qk_layernorm=True, tie_embeddings=True),
+    # a layer of each kind: RoPE and chunked (3 positions) or NoPE with a temperature; dense or sparse (top 2)
+    "llama4_text": dict(vocab_size=64, block_size=32, n_layer=4, n_head=4, n_kv_head=2, n_embd=32, head_dim=16,
+                        mlp_hidden=48, expert_hidden=24, n_expert=4, n_expert_tok=2, moe_step=2, attention_bias=True,
+                        rope_llama3=True, rope_factor=4.0, rope_original_max_position=8, chunk_size=3, floor_scale=2,
+                        attn_scale=0.5, no_rope_layers=[1, 0, 0, 1],
+                        attn_types=["chunked_attention", "full_attention", "full_attention", "chunked_attention"]),
+    # a full layer, then a sliding one; YaRN; clamps that bind
+    "gpt_oss": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, head_dim=16, mlp_hidden=24,
+                    sliding_window=3, attention_types=["full_attention", "sliding_attention"], n_expert=4,
+                    n_expert_tok=2, swiglu_limit=1.0, rope_factor=4.0, rope_original_max_position=8),
     "nemotron_h": dict(vocab_size=64, block_size=32, layer_types=["linear_attention", "full_attention", "mlp",
                                                                   "linear_attention"], n_embd=32, n_head=4,
                        n_kv_head=2, head_dim=8, mlp_hidden=48, ssm_n_head=8, ssm_head_dim=8, state_size=16,

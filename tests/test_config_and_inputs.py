@@ -194,3 +194,18 @@ def test_every_condition_an_op_or_initialiser_needs_is_a_config_check(tmp_path, 
         Interpreter(analyze(Source.read(path)).model, {field: value})
     model = mod.Model().train()  # the defaults run, in training too
     model(torch.randn(2, 3, 8))
+
+
+def test_a_number_checked_under_a_flag_and_its_negation_is_checked_once_unguarded():
+    """`rope`'s base under `if flag` and `if not flag`: one check, with no `flag or not flag` guard
+    (generated/phi3.py had `if self.n_layer >= 1 and (self.longrope or not self.longrope)`)."""
+    from snf.compiler import generate_source
+    text = ("param:\n  base : float = 100.0\n  flag : bool = True\n"
+            "input:\n  x : Tensor([B, T, 2, 4], float32)\noutput:\n  y : Tensor([B, T, 2, 4], float32)\n"
+            "let y = rope(x, base=base, scaling=\"linear\", factor=2.0) if flag else rope(x, base=base)\n")
+    code = generate_source(analyze(Source.from_text("flag.snf", text)))
+    assert code.count("(lambda c: c.base, ") == 1 and "or not c.flag" not in code
+    with pytest.raises(ValueError, match="base"):
+        ns: dict = {}
+        exec(compile(code, "<flag>", "exec"), ns)
+        ns["Config"](base=-1.0, flag=False)

@@ -114,3 +114,23 @@ def test_check_refuses_a_field_nothing_writes_back(tmp_path):
     text = SPEC.replace("  b <- hf.flag_b or False\n", "  b <- hf.flag_b and hf.flag_c\n")
     code, out, err = snfc("check", str(write_spec(tmp_path, text, "one_way.snf")))
     assert code == 1 and "[bad-config-map]" in out and "flag_b" in out, out
+
+
+RANGE_SPEC = SPEC.replace('  _ <- hf.bos_token_id or hf.eos_token_id\n', '''\
+  assert (hf.sparse or range(1, D, 2)) == range(1, D, 2), "every other layer sparse"
+  assert (hf.pattern or [0] * D) == [0] * D, "no pattern"
+  _ <- hf.bos_token_id or hf.eos_token_id
+''')
+
+
+def test_range_lists_numbers_and_no_list_grows_past_the_limit(tmp_path):
+    # range(start, stop[, step]) is Python's, as a list (Llama 4's moe_layers); a list that config.json's
+    # sizes would make longer than LONGEST_LIST items is refused before it is built, naming the keys
+    spec = write_spec(tmp_path, RANGE_SPEC, "ranged.snf")
+    assert snfc("check", str(spec))[0] == 0
+    base = dict(flag_b=True, other_mode="y")
+    assert snf.from_pretrained(_folder(tmp_path, sparse=[1, 3], **base), spec=spec).config.D == 4
+    with pytest.raises(PretrainedError, match=r"sparse = \[0, 2\].*requires `\(hf.sparse or range\(1, D, 2\)\)"):
+        snf.from_pretrained(_folder(tmp_path, sparse=[0, 2], **base), spec=spec)
+    with pytest.raises(PretrainedError, match=r"`\[0\] \* D` would make a list of 2000000 items with D = 2000000"):
+        snf.from_pretrained(_folder(tmp_path, hidden_size=2_000_000, **base), spec=spec)

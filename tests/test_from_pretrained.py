@@ -28,6 +28,11 @@ from snf.pretrained import PretrainedError, bundled_specs  # noqa: E402
 _DECODER = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=2, max_position_embeddings=64, bos_token_id=None, eos_token_id=None)
 
+GEMMA3_ROPE = {"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 5000.0},
+               "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}}
+LLAMA4_ROPE = {"rope_type": "llama3", "rope_theta": 5000.0, "factor": 4.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8}
+
 FAMILIES = {
     # family: (transformers config class name, its keyword arguments, the bundled spec)
     "gpt2": ("GPT2Config", dict(vocab_size=97, n_positions=32, n_embd=48, n_layer=2, n_head=3,
@@ -46,6 +51,13 @@ FAMILIES = {
     "gemma2": ("Gemma2Config", dict(_DECODER, head_dim=16, query_pre_attn_scalar=12, sliding_window=5,
                                     attn_logit_softcapping=2.0, final_logit_softcapping=5.0, pad_token_id=None),
                "gemma2.snf"),
+    # Gemma 3: a full layer between two sliding ones, each kind its own RoPE base, the full one's scaled
+    # (linear), the logits capped; attn_logit_softcapping set, which transformers' Gemma 3 does not apply
+    "gemma3_text": ("Gemma3TextConfig", dict(_DECODER, num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=12,
+                                             sliding_window=5, rms_norm_eps=1e-5,
+                                             layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                             rope_parameters=GEMMA3_ROPE, attn_logit_softcapping=2.0,
+                                             final_logit_softcapping=5.0, pad_token_id=None), "gemma3_text.snf"),
     "gptj": ("GPTJConfig", dict(vocab_size=97, n_positions=64, n_embd=32, n_layer=2, n_head=4, rotary_dim=4,
                                 bos_token_id=None, eos_token_id=None), "gptj.snf"),
     "gpt_neox": ("GPTNeoXConfig", dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
@@ -85,14 +97,57 @@ FAMILIES = {
     "phi3": ("Phi3Config", dict(_DECODER, hidden_size=64, rope_parameters={"rope_type": "default", "rope_theta": 5000.0,
                                                                           "partial_rotary_factor": 0.75},
                                 pad_token_id=None), "phi3.snf"),
+    # latent attention (a q bottleneck, RoPE on adjacent pairs), one dense layer then two sparse ones: a sigmoid
+    # router with a correction bias, picking in the 2 best of 4 groups, two shared experts
+    "deepseek_v3": ("DeepseekV3Config", dict(_DECODER, num_key_value_heads=4, num_hidden_layers=3, kv_lora_rank=16,
+                                             q_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10,
+                                             moe_intermediate_size=16, n_routed_experts=8, n_group=4, topk_group=2,
+                                             num_experts_per_tok=3, first_k_dense_replace=1, n_shared_experts=2,
+                                             routed_scaling_factor=1.5, rope_parameters={"rope_type": "default",
+                                                                                         "rope_theta": 5000.0},
+                                             pad_token_id=None), "deepseek_v3.snf"),
+    # Qwen3: heads 16 wide (not 32 // 4), biases on the attention, a tied head, a window on layer 1
+    "qwen3": ("Qwen3Config", dict(_DECODER, head_dim=16, attention_bias=True, tie_word_embeddings=True,
+                                  use_sliding_window=True, sliding_window=5, max_window_layers=1, rope_theta=5000.0),
+              "qwen3.snf"),
+    # OLMo 2: norms after the attention and the MLP, q and k normalised whole; biases on the attention, a tied head
+    "olmo2": ("Olmo2Config", dict(_DECODER, attention_bias=True, tie_word_embeddings=True, rope_theta=5000.0,
+                                  rms_norm_eps=1e-6, pad_token_id=None), "olmo2.snf"),
+    # Command-R: parallel attention and MLP, interleaved RoPE, scaled logits; a LayerNorm per head of q and k
+    # (use_qk_norm, Command-R+'s), biases on the attention and an untied head
+    "cohere": ("CohereConfig", dict(_DECODER, logit_scale=0.4, use_qk_norm=True, attention_bias=True,
+                                    tie_word_embeddings=False, rope_theta=5000.0, layer_norm_eps=1e-4), "cohere.snf"),
+    # Phi-2-style: one layer norm for attention and MLP, biases everywhere; here grouped key/value heads,
+    # three quarters of each head rotating, queries and keys layer-normed per head (qk_layernorm)
+    "phi": ("PhiConfig", dict(_DECODER, rope_parameters={"rope_type": "default", "rope_theta": 5000.0,
+                                                         "partial_rotary_factor": 0.75},
+                              qk_layernorm=True, layer_norm_eps=1e-4, resid_pdrop=0.1, embd_pdrop=0.05), "phi.snf"),
+    # Llama 4: layer 0 RoPE and dense, 1 NoPE and sparse, 2 NoPE and dense, 3 RoPE and sparse (moe step 2, top 2),
+    # the RoPE layers chunked (5 positions), Llama 3's RoPE scaling, the NoPE layers' temperature within 13 tokens
+    "llama4_text": ("Llama4TextConfig", dict(_DECODER, num_hidden_layers=4, head_dim=16, intermediate_size=24,
+                                             intermediate_size_mlp=40, num_local_experts=4, num_experts_per_tok=2,
+                                             interleave_moe_layer_step=2, no_rope_layers=[1, 0, 0, 1],
+                                             attention_chunk_size=5, floor_scale=4, attn_scale=0.5, attention_bias=True,
+                                             rms_norm_eps=1e-6, rope_parameters=LLAMA4_ROPE, pad_token_id=None),
+                    "llama4_text.snf"),
+    # gpt-oss: a full layer, then a sliding one (layer_types); YaRN with every parameter away from its default;
+    # clamps low enough to bind; attention sinks, biases and the experts' interleaved gate and up columns
+    "gpt_oss": ("GptOssConfig", dict(_DECODER, head_dim=16, intermediate_size=24, sliding_window=5, num_local_experts=4,
+                                     num_experts_per_tok=2, swiglu_alpha=1.5, swiglu_limit=1.0,
+                                     layer_types=["full_attention", "sliding_attention"],
+                                     rope_parameters={"rope_type": "yarn", "rope_theta": 5000.0, "factor": 8.0,
+                                                      "beta_fast": 16.0, "beta_slow": 2.0, "truncate": True,
+                                                      "original_max_position_embeddings": 8}, pad_token_id=None),
+                "gpt_oss.snf"),
     # three encoder layers, two decoder ones (transformers 5's generate sizes its cache by num_layers)
     "t5": ("T5Config", dict(vocab_size=97, d_model=24, d_kv=10, num_heads=3, d_ff=40, num_layers=3, num_decoder_layers=2,
                             relative_attention_num_buckets=8, relative_attention_max_distance=12,
                             feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0),
            "t5.snf"),
 }
-CAUSAL = ["gpt2", "llama", "mistral", "mixtral", "olmoe", "qwen3_moe", "qwen2_moe", "qwen2", "gemma2", "gptj",
-          "gpt_neox", "mamba2", "falcon_h1", "qwen3_next", "nemotron_h", "phi3"]  # the encoder (BERT) has no logits and no generate
+CAUSAL = ["gpt2", "llama", "mistral", "mixtral", "olmoe", "qwen3_moe", "qwen2_moe", "qwen2", "gemma2", "gemma3_text",
+          "gptj", "gpt_neox", "mamba2", "falcon_h1", "qwen3_next", "nemotron_h", "phi3", "phi", "qwen3", "olmo2",
+          "cohere", "deepseek_v3", "llama4_text", "gpt_oss"]  # the encoder (BERT) has no logits and no generate
 SEQ2SEQ = ["t5"]  # encoder-decoders: tests/test_t5.py
 NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.weight", "LayerNorm.weight",
          "layer_norm.weight")
@@ -451,15 +506,43 @@ def test_llama_older_config_files_rope_scaling_and_rope_theta(tmp_path):
     ("gemma2", dict(hidden_activation="gelu"), "hidden_activation = \"gelu\""),
     ("gemma2", dict(tie_word_embeddings=False), "tie_word_embeddings = false"),
     ("gemma2", dict(use_bidirectional_attention=True), "use_bidirectional_attention = true"),
+    ("gemma3_text", dict(layer_types=["sliding_attention", "chunked_attention", "full_attention"]),
+     "layer_types = ['sliding_attention', 'chunked_attention', 'full_attention']"),
+    ("gemma3_text", dict(num_hidden_layers=2), "num_hidden_layers = 2"),
+    ("gemma3_text", dict(rope_parameters={**GEMMA3_ROPE, "sliding_attention": {"rope_type": "linear", "factor": 2.0,
+                                                                               "rope_theta": 100.0}}),
+     "rope_parameters.sliding_attention.rope_type = \"linear\""),
+    ("gemma3_text", dict(rope_parameters={**GEMMA3_ROPE, "full_attention": {"rope_type": "yarn", "factor": 2.0,
+                                                                            "rope_theta": 5000.0}}),
+     "rope_parameters.full_attention.rope_type = \"yarn\""),
+    ("gemma3_text", dict(hidden_activation="gelu"), "hidden_activation = \"gelu\""),
+    ("gemma3_text", dict(tie_word_embeddings=False), "tie_word_embeddings = false"),
+    ("gemma3_text", dict(use_bidirectional_attention=True), "use_bidirectional_attention = true"),
     ("gptj", dict(activation_function="relu"), "activation_function = \"relu\""),
     ("gptj", dict(tie_word_embeddings=True), "tie_word_embeddings = true"),
     ("gptj", dict(attn_pdrop=0.1), "attn_pdrop = 0.1"),
+    ("phi", dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
+     "rope_parameters.rope_type = \"linear\""),
+    ("phi", dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}), "rope_scaling = {\"rope_type\": \"dynamic\""),
+    ("phi", dict(hidden_act="relu"), "hidden_act = \"relu\""),
+    ("phi", dict(head_dim=16), "head_dim = 16"),
     ("gpt_neox", dict(hidden_act="relu"), "hidden_act = \"relu\""),
     ("gpt_neox", dict(tie_word_embeddings=True), "tie_word_embeddings = true"),
     ("gpt_neox", dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4,
                                        "partial_rotary_factor": 0.5}), "rope_parameters.rope_type = \"linear\""),
+    ("gpt_oss", dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4}), "rope_parameters.rope_type = \"default\""),
+    ("gpt_oss", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 8.0, "mscale": 0.7,
+                                      "original_max_position_embeddings": 8}), "rope_parameters.mscale = 0.7"),
+    ("gpt_oss", dict(quantization_config={"quant_method": "mxfp4"}), "quantization_config = {\"quant_method\": \"mxfp4\"}"),
+    ("gpt_oss", dict(layer_types=["sliding_attention", "chunked_attention"]), "every layer sliding_attention or full"),
+    ("gpt_oss", dict(tie_word_embeddings=True), "tie_word_embeddings = true"),
 ])
 def test_a_setting_the_spec_cannot_honour_is_named(tmp_path, family, changes, named):
+    refused(tmp_path, family, changes, named)
+
+
+def refused(tmp_path, family: str, changes: dict, named: str) -> None:
+    """The family's config.json with `changes` is a PretrainedError naming the setting and the spec."""
     _, folder = saved(tmp_path, family)
     edit_config(folder, **changes)
     with pytest.raises(PretrainedError) as err:
@@ -492,70 +575,7 @@ def test_a_spec_without_a_config_section_and_a_config_the_spec_refuses(tmp_path,
         snf.from_pretrained(folder)
 
 
-# ----------------------------------------------------------------------------- the families' own settings
-
-def test_gemma2_odd_layers_slide_and_the_window_matters(tmp_path):
-    """Three layers (transformers' default layer_types: sliding, full, sliding), a sequence four
-    windows long: the logits agree, and those of the same weights with a wider window do not."""
-    import dataclasses
-    hf, folder = saved(tmp_path, "gemma2", num_hidden_layers=3)
-    model = snf.from_pretrained(folder)
-    assert model.config.sliding_window == 5 and model.config.n_layer == 3
-    idx = tokens(hf.config.vocab_size, t=20)
-    wide = type(model)(dataclasses.replace(model.config, sliding_window=64)).eval()
-    wide.load_state_dict(model.state_dict())
-    with torch.no_grad():
-        want, got = hf(idx).logits, model(idx).logits
-        assert _close(got, want)
-        assert not _close(wide(idx).logits, want)
-        assert got.abs().max() < hf.config.final_logit_softcapping  # the cap is in force
-
-
-def test_gemma2_without_a_soft_cap_is_named(tmp_path):
-    _, folder = saved(tmp_path, "gemma2")
-    edit_config(folder, attn_logit_softcapping=None)
-    with pytest.raises(PretrainedError, match=r"config.json has no `attn_logit_softcapping`"):
-        snf.from_pretrained(folder)
-
-
-def test_gptj_with_n_inner_and_every_dim_rotated(tmp_path):
-    hf, folder = saved(tmp_path, "gptj", n_inner=40, rotary_dim=8)
-    model = snf.from_pretrained(folder)
-    assert (model.config.mlp_hidden, model.config.rotary_dim) == (40, 8)
-    idx = tokens(hf.config.vocab_size)
-    with torch.no_grad():
-        assert _close(model(idx).logits, hf(idx).logits)
-
-
-def test_gptj_without_rotary_dim_is_named(tmp_path):
-    _, folder = saved(tmp_path, "gptj")
-    edit_config(folder, rotary_dim=None)
-    with pytest.raises(PretrainedError, match=r"config.json has no `rotary_dim`"):
-        snf.from_pretrained(folder)
-
-
-@pytest.mark.parametrize("changes", [dict(use_parallel_residual=False), dict(attention_bias=False),
-                                     dict(hidden_act="gelu_fast"), dict(hidden_act="gelu_new")])
-def test_gpt_neox_variants_match_transformers(tmp_path, changes):
-    hf, folder = saved(tmp_path, "gpt_neox", **changes)
-    model = snf.from_pretrained(folder)
-    idx = tokens(hf.config.vocab_size)
-    with torch.no_grad():
-        assert _close(model(idx).logits, hf(idx).logits)
-
-
-def test_gpt_neox_reads_a_transformers_4_config(tmp_path):
-    """Pythia's config.json (transformers 4) names RoPE's settings rotary_pct and rotary_emb_base."""
-    hf, folder = saved(tmp_path, "gpt_neox")
-    edit_config(folder, rope_parameters=..., rotary_pct=0.5, rotary_emb_base=10000, attention_bias=...,
-                torch_dtype="float16", dtype=...)
-    assert snf.from_pretrained(folder).token_embedding.weight.dtype == torch.float16  # torch_dtype, by default
-    model = snf.from_pretrained(folder, dtype=torch.float32)
-    assert (model.config.rotary_pct, model.config.rope_base, model.config.rot) == (0.5, 10000, 4)
-    idx = tokens(hf.config.vocab_size)
-    with torch.no_grad():
-        assert _close(model(idx).logits, hf(idx).logits)
-
+# the families' own settings, away from FAMILIES' configs: tests/test_from_pretrained_families.py
 
 # in a fresh process, as a user runs it, on the default path (SNF_COMPILE unset: at this size nothing
 # compiles); every family with its decode steps compiled: tests/property/test_session.py
@@ -607,3 +627,34 @@ def test_save_pretrained_keeps_the_tokenizer_and_generation_config(tmp_path):
     fresh = type(model)(model.config)  # a model built, not loaded: nothing to copy
     snf.save_pretrained(fresh, tmp_path / "fresh")
     assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["config.json", "model.safetensors"]
+
+
+@pytest.mark.parametrize("changes", [dict(attention_bias=False), dict(num_hidden_layers=3, layer_types=None)],
+                         ids=["no attention biases", "transformers' default layer_types"])
+def test_gpt_oss_variants_match_transformers(tmp_path, changes):
+    """gpt-oss without the attention biases, and with three layers of the default pattern (sliding, full,
+    sliding) over a sequence longer than the window."""
+    hf, folder = saved(tmp_path, "gpt_oss", **changes)
+    model = snf.from_pretrained(folder)
+    assert model.config.attention_types == tuple(hf.config.layer_types)
+    idx = tokens(hf.config.vocab_size, t=20)
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+
+
+def test_gpt_oss_reads_the_released_config_layout(tmp_path):
+    """openai/gpt-oss-20b's config.json (transformers 4.55): rope_scaling beside rope_theta, YaRN's ramp
+    not truncated, and the original config's experts_per_token and initial_context_length; written back
+    as it was read."""
+    rope = {"rope_type": "yarn", "factor": 8.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+            "original_max_position_embeddings": 8}
+    hf, folder = saved(tmp_path, "gpt_oss", rope_parameters={**rope, "rope_theta": 5000.0})
+    edit_config(folder, rope_parameters=..., rope_scaling=rope, rope_theta=5000.0, experts_per_token=2,
+                initial_context_length=8)
+    model = snf.from_pretrained(folder)
+    assert (model.config.rope_truncate, model.config.rope_base, model.config.rope_factor) == (False, 5000.0, 8.0)
+    idx = tokens(hf.config.vocab_size)
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+    snf.save_pretrained(model, tmp_path / "back")
+    assert json.loads((tmp_path / "back" / "config.json").read_text()) == json.loads((folder / "config.json").read_text())

@@ -452,7 +452,7 @@ def test_an_input_sized_by_the_cache_turns_the_fixed_shape_path_off(tmp_path):
            "Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, attention_mask: " \
            "Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None, return_logits: Optional[bool] = " \
            "None) -> Output:" in unwrapped(source)
-    assert "Model._decode_step =" not in source and "_check_decode" not in source  # no fixed-shape path
+    assert "_decode_step =" not in source and "_check_decode" not in source  # no fixed-shape path
     mod = fresh_module(tmp_path / "masked.py", "nanogpt_masked")
     torch.manual_seed(0)
     model = mod.Model(vocab_size=50, block_size=32, n_layer=2, n_head=2, n_embd=16).eval()

@@ -34,23 +34,42 @@ def _route(x, router, k):
     return w / w.sum(-1, keepdim=True), i
 
 
-@pytest.mark.parametrize("gated", [True, False])
-@pytest.mark.parametrize("act", ["silu", "gelu", "gelu_tanh", "relu"])
-def test_sparse_matches_dense_values_and_gradients(gated, act):
+@pytest.mark.parametrize("biased", [False, True])
+@pytest.mark.parametrize("gated,act", [(True, "silu"), (False, "silu"), (True, "gelu"), (False, "gelu"),
+                                       (True, "gelu_tanh"), (False, "gelu_tanh"), (True, "relu"), (False, "relu"),
+                                       (True, "clamped_swiglu")])
+def test_sparse_matches_dense_values_and_gradients(gated, act, biased):
     """Through the custom op (forward and its hand-written backward) against the dense formula
-    under torch.autograd, in float64: equal to rounding."""
+    under torch.autograd, in float64: equal to rounding. With the experts' biases too, and gpt-oss's
+    clamped SwiGLU at a limit low enough that both clamps bind; the values also against the NumPy
+    reference."""
     gate, up, down = _weights()
+    g = torch.Generator().manual_seed(1)
+    biases = [torch.randn(shape, generator=g, dtype=torch.float64) if biased else None
+              for shape in ((8, 24), (8, 24), (8, 16))]
+    if not gated:
+        biases[0] = None
     x = torch.randn(37, 16, dtype=torch.float64)
     w, i = _route(x, torch.randn(8, 16, dtype=torch.float64), 2)
-    leaves = [t.clone().requires_grad_() for t in (x, w, gate, up, down)]
-    sparse = experts._MOE_OP(leaves[0], i, leaves[1], leaves[2] if gated else None, leaves[3], leaves[4], act)
-    dense_leaves = [t.clone().requires_grad_() for t in (x, w, gate, up, down)]
-    dense = experts._moe_dense(dense_leaves[0], i, dense_leaves[1], dense_leaves[2] if gated else None,
-                               dense_leaves[3], dense_leaves[4], act)
+    extra = (1.702, 0.3) if act == "clamped_swiglu" else (1.0, 0.0)
+
+    def leaves():
+        return [t.clone().requires_grad_() if t is not None else None for t in (x, w, gate, up, down, *biases)]
+
+    def run(fn, t):
+        return fn(t[0], i, t[1], t[2] if gated else None, t[3], t[4], act, *t[5:], *extra)
+    sparse_leaves, dense_leaves = leaves(), leaves()
+    sparse, dense = run(experts._MOE_OP, sparse_leaves), run(experts._moe_dense, dense_leaves)
     torch.testing.assert_close(sparse, dense, rtol=1e-12, atol=1e-12)
+    from snf.ops.moe import _np_moe
+    kw = dict(gate_bias=biases[0], up_bias=biases[1], down_bias=biases[2])
+    ref = _np_moe(x.numpy(), i.numpy(), w.numpy(), up.numpy(), down.numpy(), gate.numpy() if gated else None, act,
+                  **{k: v.numpy() if v is not None else None for k, v in kw.items()},
+                  **(dict(alpha=extra[0], limit=extra[1]) if act == "clamped_swiglu" else {}))
+    np.testing.assert_allclose(sparse.detach().numpy(), ref, rtol=1e-12, atol=1e-12)
     grad = torch.randn_like(sparse)
-    wrt = [0, 1, 3, 4] + ([2] if gated else [])
-    got = torch.autograd.grad(sparse, [leaves[n] for n in wrt], grad)
+    wrt = [n for n, t in enumerate(sparse_leaves) if t is not None and (gated or n != 2)]
+    got = torch.autograd.grad(sparse, [sparse_leaves[n] for n in wrt], grad)
     want = torch.autograd.grad(dense, [dense_leaves[n] for n in wrt], grad)
     for n, a, b in zip(wrt, got, want):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=f"gradient {n}")
@@ -294,9 +313,10 @@ def _hf_greedy(hf, prompt, n):
 @pytest.mark.parametrize("family,overrides", [("mixtral", {}), ("olmoe", {}), ("olmoe", {"norm_topk_prob": True}),
                                               ("qwen3_moe", {}), ("qwen3_moe", {"norm_topk_prob": False}),
                                               ("qwen2_moe", {}), ("qwen2_moe", {"norm_topk_prob": True}),
-                                              ("qwen2_moe", {"num_hidden_layers": 4, "decoder_sparse_step": 3})],
+                                              ("qwen2_moe", {"num_hidden_layers": 4, "decoder_sparse_step": 3}),
+                                              ("gpt_oss", {})],
                          ids=["mixtral", "olmoe", "olmoe-renormalised", "qwen3_moe", "qwen3_moe-not-renormalised",
-                              "qwen2_moe", "qwen2_moe-renormalised", "qwen2_moe-step3"])
+                              "qwen2_moe", "qwen2_moe-renormalised", "qwen2_moe-step3", "gpt_oss"])
 def test_sparse_lowering_matches_transformers(tmp_path, monkeypatch, family, overrides):
     """The tiny test configs pick the dense form (_moe_dense_wins); here the sparse one, forced:
     logits, the load-balancing loss and greedy generate against transformers."""

@@ -2,11 +2,14 @@
 
 Each case is a one-line spec body over random inputs; the generated module (eager) and the
 NumPy interpreter (float64) must agree to 1e-5 for several random shapes. Adding an op to the
-registry without a case here fails `test_every_op_has_a_case`.
+registry without a case here fails `test_every_op_has_a_case`, and without a row in docs/language.md
+section 9 `test_every_op_has_a_docs_row`.
 """
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -93,6 +96,11 @@ CASES = {
                     "moe_experts(a, top_k_indices(a @ r, K), top_k(softmax(a @ r), K), up=u, down=d, gate=g) + "
                     "moe_experts(a, top_k_indices(a @ r, 1), top_k(sigmoid(a @ r), 1), up=u, down=d, act=\"gelu\")",
                     "param:\n  E : int = 4\n  K : int = 2\n"),
+    # latent attention: H heads of 4 dims without RoPE and 2 with, a latent of 3 + 2, values of 3
+    "latent_attention": ("q : Tensor([B, T, H, 6], float32)\n  c : Tensor([B, N, 5], float32)\n"
+                         "  w : Tensor([H * 7, 3], float32)",
+                         "latent_attention(q, concat([c, c], axis=1), w, rope_dim=2, v_dim=3, causal=True) + "
+                         "latent_attention(q, c, w, rope_dim=2, v_dim=3, scale=0.5)", "param:\n  H : int = 4\n"),
     "cumsum": ("a : Tensor([B, T, N], float32)", "cumsum(a, axis=1) + cumsum(a, dim=-1)"),
     "item": ("a : Tensor([B, N], float32)", "a * scales[0] + (a * scales[2] if tags[1] == \"y\" else a)", LISTS),
     "len": ("a : Tensor([B, N], float32)", "a * len(scales) + a * n_tags", LISTS),
@@ -165,6 +173,14 @@ MORE_CASES = {
         "q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, T, KVH, M], float32)\n"
         "  v : Tensor([B, T, KVH, M], float32)\n  m : Tensor([B, T], int64)",
         "flash_attention(q, k, v, causal=True, window=W, mask=m)", HEADS),
+    # Llama 4's chunks: with a cache (longer keys, the chunks counted from the first key), a window, a
+    # mask, a bias and the cap too
+    "flash_attention (chunk)": (
+        "q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, N, KVH, M], float32)\n"
+        "  v : Tensor([B, N, KVH, M], float32)\n  b : Tensor([H, 1, N], float32)\n  m : Tensor([B, N], int64)",
+        "flash_attention(q, k, v, causal=True, chunk=W) + flash_attention(q, concat([k, k], axis=1), "
+        "concat([v, v], axis=1), causal=True, chunk=3) + flash_attention(q, k, v, causal=True, chunk=W, "
+        "window=3, mask=m, bias=reshape(b, [1, H, 1, N]), softcap=1.5)", HEADS),
     "flash_attention (softcap)": ("q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, T, KVH, M], float32)\n"
                                   "  v : Tensor([B, T, KVH, M], float32)",
                                   "flash_attention(q * 4.0, k, v, causal=True, softcap=2.0)", HEADS),
@@ -173,6 +189,26 @@ MORE_CASES = {
         "  v : Tensor([B, N, KVH, M], float32)\n  b : Tensor([H, 1, N], float32)\n  m : Tensor([B, N], int64)",
         "flash_attention(q, k, v, causal=True, window=W, mask=m, bias=reshape(b, [1, H, 1, N]), scale=0.7, "
         "softcap=1.5) + flash_attention(q, k, v, softcap=N * 0.5)", HEADS),
+    # gpt-oss's sinks: a logit per query head joins each softmax; with every other argument, and longer keys (a cache)
+    "flash_attention (sinks)": ("q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, T, KVH, M], float32)\n"
+                                "  v : Tensor([B, T, KVH, M], float32)\n  s : Tensor([H], float32)",
+                                "flash_attention(q, k, v, causal=True, sinks=s) + flash_attention(q, k, v, sinks=s * 3.0)"
+                                " + flash_attention(q, k, v, causal=True, window=W, sinks=s - 2.0)", HEADS),
+    "flash_attention (sinks, window, mask, bias, softcap)": (
+        "q : Tensor([B, T, H, M], float32)\n  k : Tensor([B, N, KVH, M], float32)\n"
+        "  v : Tensor([B, N, KVH, M], float32)\n  b : Tensor([H, 1, N], float32)\n  m : Tensor([B, N], int64)\n"
+        "  s : Tensor([H], float32)",
+        "flash_attention(q, k, v, causal=True, window=W, mask=m, bias=reshape(b, [1, H, 1, N]), scale=0.7, sinks=s) + "
+        "flash_attention(q, k, v, causal=True, softcap=1.5, sinks=s) + flash_attention(q, k, v, mask=m, sinks=s)", HEADS),
+    # gpt-oss's experts: biases, and the clamped SwiGLU (a limit low enough to clamp)
+    "moe_experts (biases, clamped_swiglu)": (
+        "a : Tensor([B, T, N], float32)\n  r : Tensor([N, E], float32)\n  u : Tensor([E, M, N], float32)\n"
+        "  d : Tensor([E, N, M], float32)\n  g : Tensor([E, M, N], float32)\n  bg : Tensor([E, M], float32)\n"
+        "  bu : Tensor([E, M], float32)\n  bd : Tensor([E, N], float32)",
+        "moe_experts(a, top_k_indices(a @ r, K), softmax(top_k(a @ r, K)), up=u, down=d, gate=g, gate_bias=bg, "
+        "up_bias=bu, down_bias=bd, act=\"clamped_swiglu\", alpha=1.702, limit=0.5) + "
+        "moe_experts(a, top_k_indices(a @ r, 1), top_k(sigmoid(a @ r), 1), up=u, down=d, up_bias=bu, down_bias=bd, "
+        "act=\"relu\")", "param:\n  E : int = 4\n  K : int = 2\n"),
     "rope (linear, partial, interleaved)": (
         "a : Tensor([B, T, N, 8], float32)",
         "rope(a, offset=3, scaling=\"linear\", factor=2.0, rotary_dim=4) + rope(a, interleaved=True, base=50.0)"
@@ -232,6 +268,18 @@ def test_every_op_has_a_case():
     assert set(CASES) == set(all_ops())
 
 
+def test_every_op_has_a_docs_row():
+    """docs/language.md section 9 names every op in the first cell of a table row: as a call
+    (`silu(x)`: not `min` from `clamp(x, min=None)`) or alone (`add`, `eq ne lt`)."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "language.md").read_text(encoding="utf-8")
+    section = text[text.index("## 9. Operations"):text.index("## 10. ")]
+    cells = [line.split(" | ")[0] for line in section.splitlines() if line.startswith("| ")]
+    codes = [code for cell in cells for code in re.findall(r"`([^`]*)`", cell)]
+    named = {word for code in codes for word in (re.findall(r"^\w+(?=\()", code) if "(" in code
+                                                  else re.findall(r"\w+", code))}
+    assert not set(all_ops()) - named, f"ops with no row in docs/language.md 9: {sorted(set(all_ops()) - named)}"
+
+
 @pytest.mark.parametrize("op", sorted(CASES) + sorted(MORE_CASES))
 def test_op_lowering_matches_numpy(op, monkeypatch):
     monkeypatch.setenv("SNF_COMPILE", "0")
@@ -269,3 +317,39 @@ def test_a_query_that_sees_no_key_gives_zeros(monkeypatch):
         np.testing.assert_allclose(getattr(got, name).numpy(), ref[name], atol=1e-6, err_msg=name)
     assert not np.isnan(ref["y"]).any() and (ref["y"][1] == 0).all() and (ref["y"][0] != 0).all()
     assert (ref["z"][:, :2] == 0).all() and (ref["z"][:, 2:] != 0).all()  # 5 queries, 3 keys
+
+
+@pytest.mark.parametrize("window", [None, 2])
+def test_attention_sinks_gradients(window):
+    """flash_attention(sinks=) in float64: the lowering (_sink_attention) against the NumPy reference,
+    and its gradients (q, k, v and the sinks) against finite differences, with grouped heads, keys
+    longer than the queries (a cache), a window, and a padding mask that hides every key of a query;
+    and a decode step over a preallocated cache against the reference."""
+    from snf.ops.attention import _np_attention
+    from snf.runtime.attention import _sink_attention
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True)
+               for shape in ((2, 4, 3, 5), (2, 2, 6, 5), (2, 2, 6, 5)))  # [B, H, T, hd]: 4 query heads, 2 kv heads
+    sinks = torch.randn(4, generator=g, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 0, 0, 0, 1, 1]])  # row 1: its first query sees no key (window 2)
+
+    def run(q, k, v, sinks):
+        return _sink_attention(q, k, v, mask, causal=True, window=window, sinks=sinks)
+    got = run(q, k, v, sinks)
+    ref = _np_attention(*(t.detach().transpose(1, 2).numpy() for t in (q, k, v)), causal=True,
+                        mask=mask.numpy(), window=window, sinks=sinks.detach().numpy())
+    np.testing.assert_allclose(got.detach().transpose(1, 2).numpy(), ref, rtol=1e-12, atol=1e-12)
+    if window is not None:
+        assert (got[1, :, 0] == 0).all()  # a query that sees no key gives zeros
+    assert torch.autograd.gradcheck(run, (q, k, v, sinks))
+    # a decode step of generate: one query, the keys in a preallocated cache of 8 slots, 5 filled (the
+    # helper folds the query heads onto their key/value head there, rather than repeat the cache)
+    from snf.runtime.compiling import _DecodeState
+    cache = [torch.cat([t.detach()[:, :, :5], torch.randn(2, 2, 3, 5, generator=g, dtype=torch.float64)], dim=2)
+             for t in (k, v)]
+    step = _sink_attention(q.detach()[:, :, -1:], *cache, None, causal=True, window=window, sinks=sinks.detach(),
+                           decode=_DecodeState(torch.tensor(4), 8))
+    ref = _np_attention(*(t.transpose(1, 2).numpy() for t in (q.detach()[:, :, -1:], k.detach()[:, :, :5],
+                                                               v.detach()[:, :, :5])),
+                        causal=True, window=window, sinks=sinks.detach().numpy())
+    np.testing.assert_allclose(step.transpose(1, 2).numpy(), ref, rtol=1e-12, atol=1e-12)

@@ -1,4 +1,5 @@
-"""`rope` and `flash_attention(softcap=)` against transformers' own functions (issue 20).
+"""`rope`, `flash_attention(softcap=)` and `flash_attention(sinks=)` against transformers' own functions
+(issue 20).
 
 Each RoPE variant is computed three ways on the same random [B, T, H, head_dim] tensor: by
 transformers (its rotary-embedding module of the model family, which runs ROPE_INIT_FUNCTIONS and,
@@ -24,6 +25,7 @@ transformers = pytest.importorskip("transformers")
 from transformers import GPTNeoXConfig, LlamaConfig  # noqa: E402
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
 from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward  # noqa: E402
+from transformers.models.gpt_oss import modeling_gpt_oss as gpt_oss  # noqa: E402
 from transformers.models.gpt_neox import modeling_gpt_neox as neox  # noqa: E402
 from transformers.models.gptj import modeling_gptj as gptj  # noqa: E402
 from transformers.models.llama import modeling_llama as llama  # noqa: E402
@@ -181,6 +183,34 @@ def test_softcapped_attention_equals_transformers_gemma2(window):
     ref = interpret(model, {}, {"q": q.double().numpy(), "k": k.double().numpy(), "v": v.double().numpy()})["y"]
     assert np.abs(ref - want.double().numpy()).max() <= 1e-5
     assert "_softcapped_attention(" in source and "def _attention" not in source  # the written-out path only
+
+
+@pytest.mark.parametrize("window", [None, 3], ids=["full", "sliding window"])
+def test_sink_attention_equals_transformers_gpt_oss(window):
+    """gpt-oss's attention: a learned logit per query head joins each softmax, and its share is
+    dropped; grouped heads, and keys longer than the queries (a cache of 4)."""
+    kvh, t, past = 2, 5, 4
+    text = (f"param:\n  W : int = {window or 1}\ninput:\n  q : Tensor([B, T, {H}, {HD}], float32)\n"
+            f"  k : Tensor([B, N, {kvh}, {HD}], float32)\n  v : Tensor([B, N, {kvh}, {HD}], float32)\n"
+            f"  s : Tensor([{H}], float32)\noutput:\n  y : Tensor([B, T, {H}, {HD}], float32)\n"
+            f"let y = flash_attention(q, k, v, causal=True, sinks=s{', window=W' if window else ''})\n")
+    model, Model, source = _build(text)
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, t, H, HD) * 2, torch.randn(2, past + t, kvh, HD), torch.randn(2, past + t, kvh, HD)
+    sinks = torch.randn(H) * 2
+    i, j = torch.arange(t)[:, None] + past, torch.arange(past + t)[None, :]
+    allowed = (j <= i) & (j > i - window) if window else j <= i
+    additive = torch.zeros(t, past + t).masked_fill(~allowed, torch.finfo(torch.float32).min)[None, None]
+    module = _Gemma2Attention(H // kvh)
+    module.sinks = sinks
+    want, _ = gpt_oss.eager_attention_forward(module, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                              additive, scaling=HD ** -0.5)
+    got = Model()(q=q, k=k, v=v, s=sinks).detach()
+    assert _record(f"gpt_oss sinks ({'window' if window else 'full'})", got, want) <= 1e-6
+    feeds = {"q": q, "k": k, "v": v, "s": sinks}
+    ref = interpret(model, {}, {n: x.double().numpy() for n, x in feeds.items()})["y"]
+    assert np.abs(ref - want.double().numpy()).max() <= 1e-5
+    assert "_sink_attention(" in source and "scaled_dot_product_attention" not in source  # written out
 
 
 def _capped_decoder(tmp_path, rope: str):

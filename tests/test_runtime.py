@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from conftest import REPO
 from snf import runtime
-from snf.runtime import compiling, generate, helpers, loss
+from snf.runtime import compiling, generate, helpers, loss, rope
 
 
 def test_what_a_call_needs_comes_with_it():
@@ -219,8 +219,8 @@ def _half_under_autocast(x, past):
     own float16 values are under CPU bfloat16 autocast, whose rule for torch.cat, torch.stack and
     index_copy refuses them (session seed 8303); on CUDA, bfloat16 values under float16 autocast."""
     decode = helpers._DecodeState(position=torch.tensor(2, device=x.device), length=3)
-    return (helpers._cat([x, x], dim=1), helpers._rope(x, 1, 10000.0),
-            helpers._rope(x, 1, 10000.0, rotary_dim=2, interleaved=True),
+    return (helpers._cat([x, x], dim=1), rope._rope(x, 1, 10000.0),
+            rope._rope(x, 1, 10000.0, rotary_dim=2, interleaved=True),
             helpers._cache_cat(past[:, :2], x), helpers._cache_cat(past.clone(), x[:, :1], decode))
 
 

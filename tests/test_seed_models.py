@@ -284,7 +284,9 @@ def test_every_spec_matches_the_numpy_interpreter(spec):
     small = dict(vocab_size=23, block_size=16, n_layer=2, n_head=2, n_embd=8, n_kv_head=1, sliding_window=3,
                  max_positions=16, d_model=8, d_kv=3, intermediate=12, num_buckets=8, max_distance=12,
                  head_dim=4, query_pre_attn_scalar=6, rotary_dim=2, rotary_pct=0.5, n_groups=1, state_size=4,
-                 short_factor=[1.5], long_factor=[3.0], longrope=True, original_max_position=4)
+                 short_factor=[1.5], long_factor=[3.0], longrope=True, original_max_position=4,
+                 no_rope_layers=[1, 0], attn_types=["chunked_attention", "full_attention"], chunk_size=3, floor_scale=2,
+                 attention_types=["sliding_attention", "full_attention"])
     fields = {f for f in mod.Config.__dataclass_fields__}
     cfg = {k: v for k, v in small.items() if k in fields}
     for k in ("d_ff", "mlp_hidden"):

@@ -372,7 +372,7 @@ class Declarations:
                 self.key_fields(e, encoded, target, e.name in stacked, values)
             except MappingError as err:
                 self.r.error("bad-checkpoint", str(err), getattr(err, "span", None) or e.span,
-                             hint='sources are "key" strings, `.T`, `a or b` and split("key", n, axis=i, index=j)')
+                             hint='sources are "key" strings, `.T`, `a or b` and split("key", n, axis=i, index=j[, interleaved=True])')
 
     def key_values(self) -> dict:
         """What a key's fields read for the defaults: the int params and the derived dims."""

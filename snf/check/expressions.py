@@ -135,7 +135,7 @@ class Expressions:
             self.r.error("syntax", "a conditional value needs an `else`", e.span,
                          hint="only a re-assignment may end in a bare `if`: `x = f(x) if cond`")
             return ir.TCond(test, body, body, ERR, e.span)
-        self.push(self.layer_presence(test, negate=True))  # the `else` of a layer condition
+        self.push(self.else_presence(test))  # the `else` of a flag or a layer condition
         with self.guarded(test, negate=True):
             orelse = self.expr(e.orelse)
         self.pop()

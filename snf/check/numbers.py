@@ -188,5 +188,9 @@ def _merged(checks: list) -> ir.ValueCheck:
         for part in parts[1:]:
             out = ir.Op(op, (("a", out), ("b", part)), BOOL)
         return out
-    alternatives = [joined("and", [w for w in c.when if _key(w) not in common]) for c in checks]
+    rest = [[w for w in c.when if _key(w) not in common] for c in checks]
+    alternatives = [joined("and", r) for r in rest if r]
+    keys = {_key(a) for a in alternatives}
+    if len(alternatives) < len(rest) or any(("not", ("a", k)) in keys for k in keys):
+        return ir.replace(first, when=tuple(shared))  # one alternative always holds: `c or not c`
     return ir.replace(first, when=tuple(shared) + (joined("or", alternatives),))

@@ -43,6 +43,14 @@ class Presence:
             return self.presence(test.arg("a")) | self.presence(test.arg("b"))
         return self.layer_presence(test)
 
+    def else_presence(self, test: ir.TExpr) -> frozenset:
+        """What is known to exist where `test` fails (an `else`): parameters declared under the
+        opposite flag (`if not flag` for a test `flag`), or under the layer condition's negation."""
+        flag = _flag(test)
+        if flag is not None:
+            return frozenset(t.name for t in self.params + self.buffers if _flag(t.condition) == (flag[0], not flag[1]))
+        return self.layer_presence(test, negate=True)
+
     def layer_presence(self, test: ir.TExpr, negate: bool = False) -> frozenset:
         """Tensors declared `name[l] : ... if cond else None` whose condition is `test` (with
         `negate`, `not test`: an `else`), written with the loop's variable for `l`: they exist on the

@@ -146,7 +146,7 @@ class Statements:
         with self.guarded(test):
             body = self.block(s.body)
         self.pop()
-        self.push(self.layer_presence(test, negate=True))  # `else:` of a layer condition
+        self.push(self.else_presence(test))  # `else:` of a flag or a layer condition
         with self.guarded(test, negate=True):
             orelse = self.block(s.orelse)
         self.pop()

@@ -37,11 +37,12 @@ def derived_rows(gen) -> list[dict]:
     return rows
 
 
-def condition_rows(gen) -> list[dict]:
-    """What `Config.__post_init__` checks, in the order `ir.Model.config_conditions` gives (each
-    can be evaluated once those before it hold): a row is an `if cond: raise ValueError(message)`,
-    or a `call` of `_check_number` for a number computed from the config."""
-    em = Emitter(gen, "config", Namespace(), cfg="self")
+def condition_rows(gen) -> list[str]:
+    """The rows of `_CONFIG_CHECKS`, which `Config.__post_init__` checks (`_check_config`) in the
+    order `ir.Model.config_conditions` gives (each can be evaluated once those before it hold): a
+    condition `(holds, message, fields)`, or a number computed from the config `(number, bounds,
+    what, where, fields)`, None where its condition does not hold."""
+    em = Emitter(gen, "config", Namespace(), cfg="c")
     rows = []
     for c in gen.model.config:  # a list field's declared length, first: the checks after may read its items
         if c.length is not None:
@@ -49,40 +50,24 @@ def condition_rows(gen) -> list[dict]:
             want, code = gen.show((c.length,))[1:-1], em.dim(c.length, 5)
             want = want[1:-1] if want.startswith("(") and want.endswith(")") else want
             count = want if want.isdigit() else f"{want} = {{{code}}}"
-            rows.append({"cond": f"len(self.{c.name}) != {code}",
-                         "error": _raise(f"`{c.name}` must have {count} items ({where}); ",
-                                         f"got {{len(self.{c.name})}}")})
+            message = f"`{c.name}` must have {count} items ({where}); got {{len(c.{c.name})}}"
+            rows.append(f"(lambda c: len(c.{c.name}) == {code}, lambda c: f{message!r}, ()),")
     for c in gen.model.config_conditions():
         where = f"{gen.spec_file}:{c.span.line}"
         if isinstance(c, ir.ValueCheck):
-            shown = ", ".join(f"{f}={{self.{f}}}" for f in c.fields)
-            bounds = f"{c.low!r}, {c.high!r}, {c.low_open!r}"
-            call = (f"_check_number(lambda: {em.code(c.value)}, {bounds}, {c.what!r}, {where!r}, "
-                    f"f{shown!r})")
+            number = em.code(c.value)
             if c.when:  # computed only under these conditions
-                call = f"if {' and '.join(em.code(w, 3) for w in c.when)}:\n            {call}"
-            rows.append({"call": call})
+                number = f"{em.code(c.value, 1)} if {' and '.join(em.code(w, 3) for w in c.when)} else None"
+            bounds = (c.low, c.high, c.low_open)
+            rows.append(f"(lambda c: {number}, {bounds!r}, {c.what!r}, {where!r}, {tuple(c.fields)!r}),")
             continue
         if isinstance(c, ir.Constraint):
             num, den = em.dim(c.cond.num, 21), em.dim(c.cond.den, 21)
             fields = sorted(c.cond.num.symbols() | c.cond.den.symbols())
-            shown = ", ".join(f"{f}={{self.{f}}}" for f in fields if f in gen.config_fields)
-            rows.append({"cond": f"{num} % {den} != 0", "error": _raise(f"{c.why} ({where}); ", f"got {shown}")})
+            shown = tuple(f for f in fields if f in gen.config_fields)
+            rows.append(f"(lambda c: {num} % {den} == 0, {c.why + ' (' + where + ')'!r}, {shown!r}),")
             continue
-        shown = ", ".join(f"{f}={{self.{f}}}" for f in c.fields)
-        # the checker's own sentence or the comparison (spec names, numbers and backticks: safe in an f-string)
-        rows.append({"cond": f"not {em.dim(c.lhs, 5)} {c.op} {em.dim(c.rhs, 5)}",
-                     "error": _raise(f"{c.message(gen.model.display)} ({where}); ", f"got {shown}")})
+        # the checker's own sentence or the comparison
+        rows.append(f"(lambda c: {em.dim(c.lhs, 5)} {c.op} {em.dim(c.rhs, 5)}, "
+                    f"{c.message(gen.model.display) + ' (' + where + ')'!r}, {tuple(c.fields)!r}),")
     return rows
-
-
-_RAISE = " " * 12 + "raise ValueError("  # as the template indents it, in __post_init__
-
-
-def _raise(what: str, got: str) -> str:
-    """`raise ValueError(f'...')` of the message `what + got`, the two on their own lines when one
-    line would be too long."""
-    one = f"raise ValueError(f{what + got!r})"
-    if len(_RAISE) + len(one) - len("raise ValueError(") <= 120:
-        return one
-    return f"raise ValueError(f{what!r}\n{' ' * len(_RAISE)}f{got!r})"

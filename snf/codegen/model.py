@@ -111,9 +111,14 @@ class Generator:
         body, em.lines = (encode["fetch"] if encode else []) + em.lines, []
         # after the loops that call them: what a block takes is plan data (Plans.signature), not its code's
         block_ctx = [blocks.block_context(self, b) for b in plans.blocks.blocks]
-        prologue = self.forward_prologue(em, inputs)
+        checks = self.inputs_method(em, inputs, self.input_checks(em, inputs))
+        prologue = [f"{em.cfg} = self.config"]
         if em.dtype_used:
-            prologue.insert(1, f"{em.dtype_src} = {self.model_dtype}  # the dtype the model holds now (a cast's)")
+            prologue.append(f"{em.dtype_src} = {self.model_dtype}  # the dtype the model holds now (a cast's)")
+        if em.decode:
+            prologue.append(f"{em.decode} = self._decode_state  # generate's decode step (see _decode); None otherwise")
+        if checks:
+            prologue.append(checks["call"])
         out_fields = Namespace(attribute=True)
         outputs = [(out_fields.keep(o.name), names.name(o.name), o) for o in m.outputs]
         decl_em = Emitter(self, None, Namespace())
@@ -129,7 +134,7 @@ class Generator:
             "blocks": block_ctx, "decls": decls, "init_lines": init_lines,
             "inputs": [(i.name, "Optional[torch.Tensor]" if i.optional else "torch.Tensor", i.optional,
                         self.show(i.ty.shape)) for i in inputs],
-            "prologue": prologue, "body": body,
+            "shapes": self.shape_comment(inputs), "prologue": prologue, "body": body, "checks": checks,
             "outputs": [(f, n, self.show(o.ty.shape), o.optional or o.name in optional_out)
                         for f, n, o in outputs],
             "flags": self.flag_rows(),
@@ -149,7 +154,7 @@ class Generator:
         if self.standalone:  # the runtime's definitions the rest calls, and what they call
             used = runtime.needed(own)
             ctx.update(runtime_compile=runtime.copy("compiling", used),
-                       runtime=runtime.copy("helpers", used, "generate", "experts", "recurrent", "loss"))
+                       runtime=runtime.copy("helpers", used, *runtime.PARTS[2:]))
         else:
             ctx.update(runtime_imports=runtime.imports(runtime.called(own), LIMIT))
         ctx.update(std_imports=_std_imports("\n".join((own, ctx["runtime_compile"], ctx["runtime"]))))
@@ -171,11 +176,51 @@ class Generator:
                                       f"the loss runs fused with its head, in chunks of rows, and {asked} is None)"]))
         return rows
 
-    # ---------------------------------------------------------------- forward's prologue
-    def forward_prologue(self, em: Emitter, inputs) -> list[str]:
-        lines = [f"{em.cfg} = self.config"]
-        if em.decode:
-            lines.append(f"{em.decode} = self._decode_state  # generate's decode step (see _decode); None otherwise")
+    # ---------------------------------------------------------------- forward's inputs
+    def shape_comment(self, inputs) -> list[str]:
+        """forward's comment on its inputs' shapes: `idx, targets: [B, T]; ...`, inputs of one shape
+        together, in lines of at most 100 characters."""
+        shapes: dict[str, list[str]] = {}
+        for i in inputs:
+            shapes.setdefault(self.show(i.ty.shape), []).append(i.name)
+        lines = [""]
+        for shape, names in shapes.items():
+            item = f"{', '.join(names)}: {shape}"
+            if lines[-1] and len(lines[-1]) + len(item) + 2 > 100:
+                lines.append("")
+            lines[-1] += f"; {item}" if lines[-1] else item
+        return [line for line in lines if line]
+
+    def inputs_method(self, em: Emitter, inputs, lines: list[str]) -> dict | None:
+        """`Model._inputs`: forward's input checks (`lines`), out of the way of its computation, and
+        the call of it in forward. It takes the forward locals its code reads and returns those it
+        binds: the run-time dims, then the inputs and flags it rebinds (a cast, a default)."""
+        if not lines:
+            return None
+        tree = ast.parse("if True:\n" + "\n".join("        " + line for line in lines))
+        found = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Name)), key=lambda n: (n.lineno, n.col_offset))
+        reads = {n.id for n in found if isinstance(n.ctx, ast.Load)}
+        stored = list(dict.fromkeys(n.id for n in found if isinstance(n.ctx, ast.Store) and n.id not in (em.cfg, "_")))
+        args = [i.name for i in inputs] + [d.flag for d in self.plans.outputs.demands]
+        params = [n for n in args + [em.dtype_src, em.decode] if n and n in reads]
+        returns = [n for n in stored if n not in args] + [n for n in args if n in stored]
+        call = f"self._inputs({', '.join(params)})"
+        if returns:
+            call = f"{', '.join(returns)} = {call}"
+        shown = ", ".join(returns)
+        what = [w for w, given in (("the sizes they give", any(n not in args for n in returns)),
+                                   ("the floats in the model's dtype", any(i.name in stored for i in inputs)),
+                                   ("the flags' values", any(d.flag in stored for d in self.plans.outputs.demands)))
+                if given]
+        return {"call": call, "params": params, "lines": ([f"{em.cfg} = self.config"] if em.cfg in reads else []) + lines,
+                "returns": shown if len(shown) <= 80 else f"({shown})",
+                "ann": " -> tuple" if len(returns) > 1 else " -> None" if not returns else "",
+                "what": ", ".join(what[:-1]) + " and " + what[-1] if len(what) > 1 else "".join(what)}
+
+    def input_checks(self, em: Emitter, inputs) -> list[str]:
+        """forward's flags' defaults, its inputs' checks (binding the run-time dims they give) and
+        the checks on those dims."""
+        lines = []
         for demand in self.plans.outputs.demands:
             given = "".join(f" and {em.names.name(i)} is not None" for i in demand.off_in_training_with)
             lines += [f"if {demand.flag} is None:",

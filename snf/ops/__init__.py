@@ -1,16 +1,17 @@
 """The op registry: every op snfc knows, by name.
 
-registry.py holds the types (`OpDef`, `Param`, `OpError`) and imports no op; each family
-module (arithmetic.py, core.py, elementwise.py, construct.py, attention.py, moe.py, recurrent.py, lists.py) fills its own table with
-`register(OpDef(...))`; this module merges them. A new family is one module with an `OPS` table, listed in `FAMILIES`.
+registry.py holds the types (`OpDef`, `Param`, `OpError`) and imports no op; each family module
+in `FAMILIES` fills its own table with `register(OpDef(...))`; this module merges them, in that
+order. A new family is one module with an `OPS` table, listed in `FAMILIES` (docs/architecture.md,
+"Recipes").
 """
 
 from __future__ import annotations
 
-from . import arithmetic, attention, construct, core, elementwise, lists, moe, recurrent
+from . import arithmetic, attention, construct, core, elementwise, latent, lists, moe, recurrent
 from .registry import OpDef
 
-FAMILIES = (arithmetic, core, elementwise, construct, attention, moe, recurrent, lists)
+FAMILIES = (arithmetic, core, elementwise, construct, attention, latent, moe, recurrent, lists)
 
 
 def _merge() -> dict[str, OpDef]:

@@ -56,9 +56,44 @@ def _attention_rule(ctx, args):
                           code="bad-constraint")
         if w is not None:
             ctx.bound(Dim.const(1), w, "window")
+    _chunk_rule(ctx, args)
     if bias is not None:
         _attention_bias(ctx, q, k, bias)
+    if args.get("sinks") is not None:
+        _attention_sinks(ctx, q, args["sinks"])
+        if args.get("chunk") is not None:  # no family has both, and no helper writes them together
+            raise OpError("attention sinks with chunked attention are not supported: sinks go with a window or "
+                          "full attention", "chunk", code="arg-kind", blame=("sinks", "chunk"))
     return TensorT(q.shape[:3] + (v.shape[3],), q.dtype)
+
+
+def _chunk_rule(ctx, args) -> None:
+    """`chunk=C` (Llama 4's chunked local attention): an int, at least 1, with `causal=True`."""
+    chunk = args.get("chunk")
+    if chunk is None:
+        return
+    if not (isinstance(chunk, ScalarT) and chunk.kind == "int"):
+        raise OpError("`chunk` is a number of positions: an int", "chunk", code="arg-kind")
+    if not args["causal"]:
+        raise OpError("chunked attention is causal within each chunk, so it needs `causal=True`", "chunk",
+                      code="arg-kind", hint="write `flash_attention(q, k, v, causal=True, chunk=C)`")
+    c = chunk.dim
+    if c is not None and c.value is not None and c.value < 1:
+        raise OpError(f"a chunk must hold at least 1 position, got {c.value}", "chunk", code="bad-constraint")
+    if c is not None:
+        ctx.bound(Dim.const(1), c, "chunk")
+
+
+def _attention_sinks(ctx, q: TensorT, sinks: TensorT) -> None:
+    """gpt-oss's attention sinks: one learned logit per query head, [H]."""
+    if sinks.rank != 1 or not ctx.eq(sinks.shape[0], q.shape[2]):
+        raise OpError(f"`sinks` is {ctx.show(sinks.shape)}, and `q` {ctx.show(q.shape)} has "
+                      f"{ctx.show_dim(q.shape[2])} heads: a sink is one logit per query head, "
+                      f"[{ctx.show_dim(q.shape[2])}]", "sinks", blame=("q", "sinks"),
+                      hint="the sinks are per query head (H), not per key/value head")
+    if sinks.dtype != q.dtype:
+        raise OpError(f"`sinks` is {sinks.dtype} but `q` is {q.dtype}", "sinks", code="dtype-mismatch",
+                      hint="the sinks join the scores: give them the dtype of q", blame=("q", "sinks"))
 
 
 def _layout_error(ctx, q: TensorT, t: TensorT, n: str, axis: int, label: str) -> OpError:
@@ -111,7 +146,8 @@ def _attention_bias(ctx, q: TensorT, k: TensorT, bias: TensorT) -> None:
                            "for one bias per head")
 
 
-def _np_attention(q, k, v, causal=False, scale=None, mask=None, dropout=0.0, window=None, bias=None, softcap=None):
+def _np_attention(q, k, v, causal=False, scale=None, mask=None, dropout=0.0, window=None, bias=None, softcap=None,
+                  sinks=None):
     q, k, v = (np.swapaxes(t, 1, 2) for t in (q, k, v))  # [B, H, T, hd]
     group = q.shape[1] // k.shape[1]  # grouped-query attention: query head h reads key/value head h // group
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
@@ -130,8 +166,27 @@ def _np_attention(q, k, v, causal=False, scale=None, mask=None, dropout=0.0, win
     if mask is not None:
         s = np.where(mask[:, None, None, :] != 0, s, -np.inf)
     seen = (s > -np.inf).any(-1, keepdims=True)  # a query that sees no key gets zeros, as torch's SDPA
-    p = np_softmax(np.where(seen, s, 0.0), -1) * seen
+    p = np_softmax(np.where(seen, s, 0.0), -1) * seen if sinks is None else _np_sink_softmax(s, sinks)
     return np.swapaxes(p @ v, 1, 2)
+
+
+def _np_chunked_attention(q, k, v, chunk=None, **args):
+    """_np_attention with `chunk=C`: query i (at position i + T_k - T_q, as `causal` aligns it) also
+    sees only the keys j of its own chunk, j // C == (i + T_k - T_q) // C, as a -inf bias."""
+    if chunk is not None:
+        i = np.arange(q.shape[1])[:, None] + (k.shape[1] - q.shape[1])
+        outside = np.where(np.arange(k.shape[1])[None, :] // chunk == i // chunk, 0.0, -np.inf)
+        args["bias"] = outside if args.get("bias") is None else args["bias"] + outside
+    return _np_attention(q, k, v, **args)
+
+
+def _np_sink_softmax(s, sinks):
+    """The keys' share of a softmax over each row of scores s [B, H, T, T_keys] and its head's sink
+    logit: the sink's own share is dropped, and a row of no key (all -inf) gives zeros."""
+    sink = np.asarray(sinks, dtype=np.float64)[None, :, None, None]
+    top = np.maximum(s.max(-1, keepdims=True, initial=-np.inf), sink)  # no keys at all: the sink alone
+    e = np.exp(s - top)
+    return e / (e.sum(-1, keepdims=True) + np.exp(sink - top))
 
 
 def _attention_flops(args, out, grads):
@@ -139,10 +194,16 @@ def _attention_flops(args, out, grads):
     SDPA; the backward recomputes the scores and takes four more products (its SDPA formula)."""
     (b, tq, h, hd), tk, hv = args["q"].shape, args["k"].shape[1], args["v"].shape[3]
     pairs = 2 * b * h * tq * tk
+    if isinstance(args.get("sinks"), TensorT):  # written out (_lower_sink_attention): two products, each two in backward
+        return pairs * (hd + hv), pairs * (2 * hd + 2 * hv) if grads & {"q", "k", "v", "sinks"} else pairs * 0
     return pairs * (hd + hv), pairs * (3 * hd + 2 * hv) if grads & {"q", "k", "v"} else pairs * 0
 
 
 def _lower_attention(call):
+    if call.given("sinks"):
+        return _lower_sink_attention(call)
+    if call.given("chunk"):
+        return _lower_chunked_attention(call)
     q, k, v = (f"{call.code(n, prec=50)}.transpose(1, 2)" for n in ("q", "k", "v"))
     causal = call.val("causal")
     extra = ""
@@ -166,20 +227,54 @@ def _lower_attention(call):
     return f"F.scaled_dot_product_attention({q}, {k}, {v}, is_causal={bool(causal)}{extra}).transpose(1, 2)"
 
 
+def _lower_chunked_attention(call):
+    """`chunk=`: the `_chunked_attention` helper, which adds the chunks to what `_attention` (or, with
+    `softcap`, `_softcapped_attention`) masks; the other arguments as those take them."""
+    q, k, v = (f"{call.code(n, prec=50)}.transpose(1, 2)" for n in ("q", "k", "v"))
+    mask = call.code("mask") if call.given("mask") else "None"
+    extra = ""
+    if call.given("dropout"):
+        extra += f", dropout_p=({call.code('dropout', prec=5)} if self.training else 0.0)"
+    if call.given("scale"):
+        extra += f", scale={call.code('scale')}"
+    if not call.eq(call.ty("q").shape[1], call.ty("k").shape[1]) and call.decode:  # a preallocated cache
+        extra += f", decode={call.decode}"
+    extra += "".join(f", {n}={call.code(n)}" for n in ("window", "bias", "softcap") if call.given(n))
+    return f"_chunked_attention({q}, {k}, {v}, {mask}, {call.code('chunk')}{extra}).transpose(1, 2)"
+
+
+def _lower_sink_attention(call):
+    """flash_attention with `sinks=`: SDPA has no place for a sink, so the helper writes the attention
+    out (_sink_attention), every other argument passed on."""
+    q, k, v = (f"{call.code(n, prec=50)}.transpose(1, 2)" for n in ("q", "k", "v"))
+    causal = bool(call.val("causal"))
+    extra = f", dropout_p=({call.code('dropout', prec=5)} if self.training else 0.0)" if call.given("dropout") else ""
+    if causal and not call.eq(call.ty("q").shape[1], call.ty("k").shape[1]) and call.decode:
+        extra += f", decode={call.decode}"  # keys may sit in a preallocated cache
+    extra += "".join(f", {n}={call.code(n)}" for n in ("scale", "window", "bias", "softcap") if call.given(n))
+    mask = call.code("mask") if call.given("mask") else "None"
+    return f"_sink_attention({q}, {k}, {v}, {mask}, causal={causal}{extra}, sinks={call.code('sinks')}).transpose(1, 2)"
+
+
 register(OpDef(
     "flash_attention",
     (Param("q", "tensor", aliases=("Q",)), Param("k", "tensor", aliases=("K",)), Param("v", "tensor", aliases=("V",)),
      Param("causal", "bool", False, aliases=("is_causal",), static=True), Param("scale", "float", None),
      Param("mask", "tensor?", None, aliases=("attention_mask",)),
      Param("dropout", "float", None, aliases=("dropout_p",), within=PROBABILITY),
+     Param("chunk", "value", None, aliases=("attention_chunk_size",)),
      Param("window", "value", None, aliases=("sliding_window",)), Param("bias", "tensor?", None),
-     Param("softcap", "float", None, aliases=("logit_softcapping",), within=POSITIVE)),
-    _attention_rule, numpy=_np_attention, torch=_lower_attention, flops=_attention_flops, keeps_result=True,
+     Param("softcap", "float", None, aliases=("logit_softcapping",), within=POSITIVE),
+     Param("sinks", "tensor?", None)),
+    _attention_rule, numpy=_np_chunked_attention, torch=_lower_attention, flops=_attention_flops, keeps_result=True,
+    keys=("k", "v"),
     doc="softmax(q k^T * scale + bias) v over [B, T, H, head_dim], k and v with H or fewer (grouped-query) "
-        "heads; `causal` is aligned bottom-right, `window=W` keeps keys in (i - W, i]; `mask` is a [B, T_keys] "
+        "heads; `causal` is aligned bottom-right, `window=W` keeps keys in (i - W, i], `chunk=C` those of i's chunk "
+        "of C positions (Llama 4); `mask` is a [B, T_keys] "
         "padding mask (0 = padding); `softcap=c` caps the scaled scores at c * tanh(s / c) before bias and masks "
-        "(Gemma 2); a query that sees no key gives zeros. Lowers to F.scaled_dot_product_attention (to the "
-        "attention written out with `softcap`)."))
+        "(Gemma 2); `sinks` [H] is a logit per query head that joins each softmax as one more column, then "
+        "dropped (gpt-oss); a query that sees no key gives zeros. Lowers to F.scaled_dot_product_attention (to the "
+        "attention written out with `softcap` or `sinks`)."))
 
 
 # RoPE's scaling types (transformers' `rope_type`, modeling_rope_utils.py): the parameters each one

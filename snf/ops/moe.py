@@ -7,9 +7,9 @@ experts it chose, sparse at top-k cost (snf/runtime/experts.py).
 from __future__ import annotations
 
 from ..dims import Dim
-from ..ir import TensorT
+from ..ir import ScalarT, TensorT
 from .lazy_numpy import np
-from .registry import OpDef, OpError, Param, registrar
+from .registry import POSITIVE, OpDef, OpError, Param, registrar
 from .shapes import FLOATS, axis_index, product, rank_at_least, require_float, same_dtype
 
 OPS: dict[str, OpDef] = {}
@@ -140,7 +140,43 @@ def _moe_rule(ctx, args):
         raise OpError(f"`gate` is {ctx.show(gate.shape)} but `up` is {ctx.show(up.shape)}: the two must agree",
                       "gate", blame=("up", "gate"))
     ctx.bound(Dim.const(1), e, "up")
+    _moe_biases(ctx, args, x, e, f, d)
+    _moe_activation(args)
     return x
+
+
+def _moe_biases(ctx, args, x: TensorT, e: Dim, f: Dim, d: Dim) -> None:
+    """Each expert's biases: gate_bias and up_bias [E, F], down_bias [E, D]; a gate's only beside a gate."""
+    for name, want in (("gate_bias", (e, f)), ("up_bias", (e, f)), ("down_bias", (e, d))):
+        t = args[name]
+        if t is None:
+            continue
+        if name == "gate_bias" and args["gate"] is None:
+            raise OpError("`gate_bias` without `gate`: the bias of a gate the experts do not have", name,
+                          code="missing-arg", hint="pass the gate's weights as `gate=`")
+        if t.rank != 2 or not all(ctx.eq(p, q) for p, q in zip(t.shape, want)):
+            weight = "down" if name == "down_bias" else "up"
+            raise OpError(f"`{name}` is {ctx.show(t.shape)} but the experts' `{weight}` {ctx.show(args[weight].shape)} "
+                          f"takes a bias of {ctx.show(want)}, a row per expert", name, blame=(weight, name))
+        same_dtype(x, t, "x", name)
+
+
+def _moe_activation(args) -> None:
+    """`alpha` and `limit` belong to act="clamped_swiglu", which needs them and a gate."""
+    act = args["act"]
+    for name in ("alpha", "limit"):
+        if isinstance(args[name], TensorT) or isinstance(args[name], ScalarT) and args[name].kind == "bool":
+            raise OpError(f"`{name}=` of `moe_experts` takes a number", name, code="arg-kind")
+    if act == "clamped_swiglu":
+        for name in ("gate", "alpha", "limit"):
+            if args[name] is None:
+                raise OpError(f'`act="clamped_swiglu"` needs `{name}`', "act", code="missing-arg",
+                              hint="gpt-oss: gate=..., alpha=swiglu_alpha (1.702), limit=swiglu_limit (7.0)")
+    else:
+        for name in ("alpha", "limit"):
+            if args[name] is not None:
+                raise OpError(f'`{name}=` is a parameter of act="clamped_swiglu", not of "{act}"', name,
+                              code="unknown-arg")
 
 
 _NP_ACTS = {"silu": lambda h: h / (1.0 + np.exp(-h)), "relu": lambda h: np.maximum(h, 0.0)}
@@ -153,20 +189,36 @@ def _np_act(act, h):
     return _np_gelu(h, "tanh" if act == "gelu_tanh" else "none")
 
 
-def _np_moe(x, indices, weights, up, down, gate=None, act="silu"):
-    """Per chosen expert: the expert's matrices gathered per token, applied and weighted."""
+def np_clamped_swiglu(g, u, alpha, limit):
+    """gpt-oss's expert activation: the gate clamped above at `limit`, the up projection to [-limit,
+    limit], then (up + 1) * gate * sigmoid(alpha * gate)."""
+    g = np.minimum(g, limit)
+    return (np.clip(u, -limit, limit) + 1.0) * g / (1.0 + np.exp(-alpha * g))
+
+
+def _np_moe(x, indices, weights, up, down, gate=None, act="silu", gate_bias=None, up_bias=None, down_bias=None,
+            alpha=None, limit=None):
+    """Per chosen expert: the expert's matrices (and biases) gathered per token, applied and weighted."""
     d = x.shape[-1]
     xf = np.asarray(x, dtype=np.float64).reshape(-1, d)
     k = indices.shape[-1]
     idx, w = np.asarray(indices).reshape(-1, k), np.asarray(weights, dtype=np.float64).reshape(-1, k)
     if idx.size and (idx.min() < 0 or idx.max() >= up.shape[0]):
         raise ValueError(f"moe_experts: expert indices must be in [0, {up.shape[0]})")
+
+    def product(weight, bias, e, h):
+        y = np.einsum("nij,nj->ni", weight[e], h)
+        return y if bias is None else y + bias[e]
     out = np.zeros_like(xf)
     for j in range(k):
         e = idx[:, j]
-        h = np.einsum("nfd,nd->nf", up[e], xf)
-        h = _np_act(act, np.einsum("nfd,nd->nf", gate[e], xf)) * h if gate is not None else _np_act(act, h)
-        out += w[:, j:j + 1] * np.einsum("ndf,nf->nd", down[e], h)
+        u = product(up, up_bias, e, xf)
+        g = product(gate, gate_bias, e, xf) if gate is not None else None
+        if act == "clamped_swiglu":
+            h = np_clamped_swiglu(g, u, alpha, limit)
+        else:
+            h = _np_act(act, g) * u if gate is not None else _np_act(act, u)
+        out += w[:, j:j + 1] * product(down, down_bias, e, h)
     return out.reshape(x.shape)
 
 
@@ -176,9 +228,19 @@ def _moe_flops(args, out, grads):
     (snf/runtime/experts.py, `_moe_backward`): every gradient, with gate x and up x recomputed: 8
     such products with a gate, 5 without."""
     idx, up = args["indices"], args["up"]
-    gated = args.get("gate") is not None
+    gated = isinstance(args.get("gate"), TensorT)  # an absent gate is NoneT here
     one = 2 * product(idx.shape) * up.shape[1] * up.shape[2]
     return one * (3 if gated else 2), (one * (8 if gated else 5) if grads else Dim.const(0))
+
+
+_MOE_EXTRAS = ("gate_bias", "up_bias", "down_bias", "alpha", "limit")  # passed by name, where given
+
+
+def _lower_moe(call) -> str:
+    extra = "".join(f", {n}={call.code(n)}" for n in _MOE_EXTRAS if call.given(n))
+    return (f"_moe_experts({call.code('x')}, {call.code('indices')}, {call.code('weights')}, "
+            f"{call.code('gate') if call.given('gate') else 'None'}, {call.code('up')}, "
+            f"{call.code('down')}, {call.val('act')!r}{extra})")
 
 
 register(OpDef(
@@ -186,13 +248,15 @@ register(OpDef(
     (Param("x", "tensor"), Param("indices", "tensor"), Param("weights", "tensor"),
      Param("up", "tensor", role="weight"), Param("down", "tensor", role="weight"),
      Param("gate", "tensor?", None, role="weight"),
-     Param("act", "str", "silu", choices=("silu", "gelu", "gelu_tanh", "relu"), static=True)),
-    _moe_rule, numpy=_np_moe, flops=_moe_flops,
-    torch=lambda call: f"_moe_experts({call.code('x')}, {call.code('indices')}, {call.code('weights')}, "
-                       f"{call.code('gate') if call.given('gate') else 'None'}, {call.code('up')}, "
-                       f"{call.code('down')}, {call.val('act')!r})",
+     Param("act", "str", "silu", choices=("silu", "gelu", "gelu_tanh", "relu", "clamped_swiglu"), static=True),
+     Param("gate_bias", "tensor?", None, role="bias"), Param("up_bias", "tensor?", None, role="bias"),
+     Param("down_bias", "tensor?", None, role="bias"),
+     Param("alpha", "value", None, within=POSITIVE), Param("limit", "value", None, within=POSITIVE)),
+    _moe_rule, numpy=_np_moe, flops=_moe_flops, torch=_lower_moe,
     doc="a mixture of experts: x [..., D] through the experts `indices` [..., k] names (int64 in [0, E)), "
         "weighted by `weights` [..., k] and summed: `sum_j weights[j] * down[e_j] @ (act(gate[e_j] @ x) * "
-        "(up[e_j] @ x))`, or `down[e] @ act(up[e] @ x)` without `gate`; gate and up [E, F, D], down [E, D, F]. "
+        "(up[e_j] @ x))`, or `down[e] @ act(up[e] @ x)` without `gate`; gate and up [E, F, D], down [E, D, F], "
+        "optional biases gate_bias and up_bias [E, F], down_bias [E, D]. act=\"clamped_swiglu\" (gpt-oss) is "
+        "(clamp(u, -limit, limit) + 1) * g * sigmoid(alpha * g) with g = min(gate x, limit). "
         "Sparse: each expert runs on its own tokens only (dense where that is faster, see "
         "docs/porting.md)."))

@@ -2,9 +2,9 @@
 
 An entry gives the op's signature, its shape-and-dtype rule, a NumPy reference (float64,
 used by `snf.interpret`) and a torch lowering (used by code generation). Adding an op is
-one `register(OpDef(...))` in the family module it belongs to (`snf/ops/core.py`,
-`elementwise.py`, `construct.py`, `attention.py`); no other file changes. This module holds the
-types only and imports no op: `snf.ops` merges the families' tables (`all_ops()`).
+one `register(OpDef(...))` in the family module it belongs to, its case in tests/test_ops.py and
+its row in docs/language.md, and nothing else (docs/architecture.md, "Recipes"). This module holds
+the types only and imports no op: `snf.ops` merges the families' tables (`all_ops()`).
 """
 
 from __future__ import annotations
@@ -88,6 +88,9 @@ class OpDef:
     # (op) -> Uses, when the lowering writes out more than its arguments' code; codegen checks
     # that a block's body uses no more than its plan says
     uses: Callable | None = None
+    # the arguments that hold the keys an attention reads (a cache may feed them): an op with
+    # them mixes positions, causally where its `causal` is True
+    keys: tuple[str, ...] = ()
 
     def param(self, name: str) -> Param | None:
         for p in self.params:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..dims import Dim
+from ..ops import all_ops
 from .blocks import BlockPlan, plan_blocks
 
 
@@ -39,6 +40,7 @@ class Cache:
     dim: str | None  # the input's run-time dim along that axis (`T_past`); both None for a recurrent state
     loop: ir.Loop | None  # the layer loop whose layers each own a slice of the cache, if any
     init: ir.Bind | None  # `let new = full(...)`, the output's allocation (per-layer caches)
+    grown: str | None = None  # the name the grown cache is bound to (`k_all`), what attention reads
 
     @property
     def state(self) -> bool:
@@ -145,7 +147,7 @@ def _find_caches(model: ir.Model) -> tuple[list[Cache], dict, set]:
             concats[past.name] = (op, name)
             if not direct:
                 indirect.add(name)
-            found.append(Cache(past.name, out, full_axis, dim, loop if per_layer else None, init))
+            found.append(Cache(past.name, out, full_axis, dim, loop if per_layer else None, init, name))
     return found, concats, indirect
 
 
@@ -306,7 +308,7 @@ def _bad_use(stmt, bound_names: set, dim: str, cache_inputs: set) -> str:
     while stack:
         e, parent, role = stack.pop()
         if isinstance(e, ir.Ref) and e.kind == "local" and e.name in bound_names:
-            attention = isinstance(parent, ir.Op) and parent.op == "flash_attention" and role in ("k", "v")
+            attention = isinstance(parent, ir.Op) and role in all_ops()[parent.op].keys
             if not attention and not (isinstance(parent, ir.TCond) and role != "test"):
                 return f"line {line} uses the grown cache `{e.name}` other than as attention's keys or values"
         if isinstance(e, ir.Ref) and e.kind in ("input", "layer_input") and e.name in cache_inputs:
@@ -330,5 +332,9 @@ def _bad_use(stmt, bound_names: set, dim: str, cache_inputs: set) -> str:
 
 
 def _allowed_dim_use(parent, role, dim: str) -> bool:
-    """The cache length may offset RoPE's positions; everything else is a size."""
-    return isinstance(parent, ir.Op) and parent.op == "rope" and role == "offset"
+    """The cache length may offset RoPE's positions, or be added to a tensor's values (positions,
+    `arange(T) + T_past`: in a decode step it is the filled slots' 0-d tensor); everything else is a
+    size."""
+    if not isinstance(parent, ir.Op):
+        return False
+    return parent.op == "rope" and role == "offset" or parent.op in ("add", "sub") and isinstance(parent.ty, ir.TensorT)

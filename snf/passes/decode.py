@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..dims import Dim, equal
+from ..ops import all_ops
 from ..ops.recurrent import CAUSAL
 from .caches import Cache, CachePlan
 from .encoder import EncoderPlan, cross_attention_ok, plan_encoder
@@ -131,11 +132,15 @@ def _vocabulary(model: ir.Model, tokens: ir.Tensor, logits: ir.Tensor) -> str | 
     return None
 
 
+def is_attention(op: ir.Op) -> bool:
+    """An attention op (flash_attention, latent_attention): one that reads keys (OpDef.keys)."""
+    return op.op in all_ops() and bool(all_ops()[op.op].keys)
+
+
 def _causal(model: ir.Model) -> str | None:
     """Every op that mixes positions sees only earlier ones: an attention that is causal, or a recurrent op
     (a scan, a causal convolution), which is causal by what it computes."""
-    mixing = [e for e in ir.walk_exprs(model.body) if isinstance(e, ir.Op) and (e.op == "flash_attention"
-                                                                                  or e.op in CAUSAL)]
+    mixing = [e for e in ir.walk_exprs(model.body) if isinstance(e, ir.Op) and (is_attention(e) or e.op in CAUSAL)]
     if not mixing:
         return ("no attention and no recurrent op, so nothing says the logits at a position see only the tokens "
                 "before it")
@@ -162,7 +167,7 @@ def _no_encoder_decoder_generate(model: ir.Model, tokens: ir.Tensor) -> str | No
                 "declare it (`decoder_start_token_id : int`)")
     if ("eos_token_id" in fields) != ("pad_token_id" in fields):
         return "generate ends a row at `eos_token_id` and pads it after with `pad_token_id`: declare both, or neither"
-    if not any(isinstance(e, ir.Op) and e.op == "flash_attention" for e in ir.walk_exprs(model.body)):
+    if not any(isinstance(e, ir.Op) and is_attention(e) for e in ir.walk_exprs(model.body)):
         return "no attention, so nothing says the logits at a position see only the tokens before it"
     if not cross_attention_ok(model, encoder, tokens):
         return ("an attention of the decoder is not causal and its keys see the decoder's tokens (not only the "

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
+from ..ops import all_ops
 from ..source import Span
 
 
@@ -122,8 +123,9 @@ def cross_attention_ok(model: ir.Model, plan: EncoderPlan, tokens: ir.Tensor) ->
             if isinstance(s, (ir.Bind, ir.SetItem, ir.FusedLinear)) and _decoder_side([s], local, dims):
                 local |= ir.writes(s)
     for e in _exprs(later):
-        if isinstance(e, ir.Op) and e.op == "flash_attention" and e.arg("causal").value is not True:
-            kv = [e.arg("k"), e.arg("v")]
+        keys = all_ops()[e.op].keys if isinstance(e, ir.Op) else ()
+        if keys and e.arg("causal").value is not True:
+            kv = [e.arg(n) for n in keys]
             if ir.names_read(kv) & local or any(_dims(x) & dims for x in ir.subexprs(kv)):
                 return False
     return True

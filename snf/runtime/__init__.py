@@ -1,7 +1,9 @@
 """The runtime of generated modules, as an importable package, and what copies it into them.
 
-`compiling.py` holds what a generated module's classes need when they are defined (`_hot_path`,
-`_check_fields`), `helpers.py` what the model calls as it runs, `generate.py` a decoder's generate. A generated module imports the names
+`compiling.py` holds what a generated module's classes need when they are defined (the decorators
+`_hot_path`, `_by_compile_unit`; a standalone module has it before its classes); what the model
+calls as it runs is in `helpers.py` (checks, caches), `attention.py`, `rope.py`, `experts.py`,
+`recurrent.py` and `loss.py`; `generate.py` is a decoder's generate. A generated module imports the names
 its code calls (`imports`) after checking that this runtime is the one it was generated for
 (`_require_runtime(ABI)`). A standalone one (`snfc compile --standalone`) has them copied in
 instead, with the ones those call, each with the comment lines right above it, in the order they
@@ -22,10 +24,12 @@ from ..version import __version__
 # The runtime's interface version, which generated modules check as they are imported: raise it when
 # a helper's name, signature or meaning changes in a way modules generated before cannot use.
 # 2: the losses moved to snf.runtime.loss; 3: generate(compile=) (_decoding) and one generate at a time per model
-# (_start_generate); 4: a decoder's generate is snf.runtime.generate._generate (end tokens, padded batches)
-ABI = 4
+# (_start_generate); 4: a decoder's generate is snf.runtime.generate._generate (end tokens, padded batches);
+# 5: Config checks as a table (_check_config), the compile wiring as decorators, attention and RoPE in
+# attention.py and rope.py, _latent_attention
+ABI = 5
 
-PARTS = ("compiling", "helpers", "generate", "experts", "recurrent", "loss")  # the files, each copied to its own place in a generated module
+PARTS = ("compiling", "helpers", "attention", "rope", "generate", "experts", "recurrent", "loss")  # the files, each copied to its own place in a generated module
 
 
 @dataclass(frozen=True)

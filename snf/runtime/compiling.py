@@ -1,5 +1,5 @@
-"""The compile machinery of generated modules (`_hot_path`, `_by_compile_unit`, which the module's last
-lines wire onto Block.forward and Model.forward) and Config's field check (`_check_fields`).
+"""The compile machinery of generated modules (`_hot_path`, `_by_compile_unit`: the decorators of
+Block.forward and Model.forward) and Config's field check (`_check_fields`).
 
 Real Python, imported and tested as it is (tests/test_runtime.py). Generated modules import the
 definitions they call from here (a `--standalone` one holds a copy of them and what they call:
@@ -545,13 +545,16 @@ def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict]
     return wrapper
 
 
-def _by_compile_unit(forward, decodes: bool = False):
-    """Model.forward, run as the model's `compile_units` say for the device of its first tensor
-    argument (else of the model's tensors) and the model's mode: compiled as one graph ("model"; its
-    shapes fixed, as the fused loss's chunks are a loop over rows), each layer block compiled on its
-    own ("block"), or nothing compiled ("none"); as it is while compiling is off, has failed for the
-    whole forward, or torch.compile traces it already. With `decodes`, a decode step of generate
-    (self._decode_state set, see _decode) runs as Model._decode_step, whatever compile_units say."""
+def _by_compile_unit(forward=None, *, decodes: bool = False):
+    """Model.forward's decorator (`@_by_compile_unit`, or `@_by_compile_unit(decodes=True)`): forward
+    run as the model's `compile_units` say for the device of its first tensor argument (else of the
+    model's tensors) and the model's mode: compiled as one graph ("model"; its shapes fixed, as the
+    fused loss's chunks are a loop over rows), each layer block compiled on its own ("block"), or
+    nothing compiled ("none"); as it is while compiling is off, has failed for the whole forward, or
+    torch.compile traces it already. With `decodes`, a decode step of generate (self._decode_state
+    set, see _decode) runs as Model._decode_step, whatever compile_units say."""
+    if forward is None:
+        return functools.partial(_by_compile_unit, decodes=decodes)
     whole = _hot_path(forward, dynamic=False, unit="model")
 
     @functools.wraps(forward)

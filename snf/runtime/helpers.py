@@ -1,5 +1,6 @@
-"""The run-time helpers generated modules call: input and value checks, attention, caches, RoPE;
-emitted after the model (the losses are in loss.py, generate in generate.py).
+"""The run-time helpers generated modules call: input, config and value checks, caches, writes;
+emitted after the model (attention is in attention.py, RoPE in rope.py, the losses in loss.py,
+generate in generate.py).
 
 Real Python, imported and tested as it is (tests/test_runtime.py). Generated modules import the
 definitions they call from here (a `--standalone` one holds a copy of them and what they call:
@@ -13,11 +14,10 @@ import math
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
-from .compiling import _DecodeState
+from .compiling import _check_fields, _DecodeState
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -77,6 +77,8 @@ def _check_number(compute, low: Optional[float], high: Optional[float], low_open
         value = compute()
     except (ArithmeticError, ValueError) as err:  # a division by zero, math's domain errors, an overflow
         raise ValueError(f"{what} cannot be computed ({err}) ({where}); got {got}") from None
+    if value is None:  # not computed: the condition it is computed under does not hold
+        return
     if low is not None and high is not None:
         wanted = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
     else:
@@ -84,6 +86,25 @@ def _check_number(compute, low: Optional[float], high: Optional[float], low_open
     if not math.isfinite(value) or low is not None and (value <= low if low_open else value < low) \
             or high is not None and value > high:
         raise ValueError(f"{what} must be {wanted}, got {value} ({where}); got {got}")
+
+
+def _check_config(config, checks: tuple = ()) -> None:
+    """Config.__post_init__: its fields' types (_check_fields), then its checks, in order. A row
+    (holds, message, fields) raises ValueError(message; got each field's value) where holds(config)
+    is false (a callable message gives the whole text); a row (number, (low, high, low_open), what,
+    where, fields) checks number(config) with _check_number, unless it is None."""
+    _check_fields(config)
+    for row in checks:
+        if len(row) == 5:
+            number, bounds, what, where, fields = row
+            _check_number(lambda: number(config), *bounds, what, where, _shown(config, fields))
+        elif not row[0](config):
+            holds, message, fields = row
+            raise ValueError(message(config) if callable(message) else f"{message}; got {_shown(config, fields)}")
+
+
+def _shown(config, fields: tuple) -> str:
+    return ", ".join(f"{name}={getattr(config, name)}" for name in fields)
 
 
 def _check_together(names: tuple, values: tuple) -> None:
@@ -150,124 +171,6 @@ def _held_dtype(model: nn.Module, default: torch.dtype) -> torch.dtype:
     return next((t.dtype for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()), default)
 
 
-def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
-               decode: Optional[_DecodeState] = None, window: Optional[int] = None,
-               bias: Optional[torch.Tensor] = None):
-    """SDPA over [B, H, T, hd] with a [B, T_keys] padding mask, a bottom-right causal mask, a sliding
-    `window` (query i sees keys in (i - window, i]) and an additive `bias` [B, H, T, T_keys]. k and v
-    may have fewer heads than q (grouped-query attention). A query that sees no key gives zeros.
-
-    In a decode step (`decode`), the keys are a preallocated cache: key j is visible to query i when
-    j <= decode.position + i (later slots are empty)."""
-    tq, tk = q.size(-2), k.size(-2)
-    gqa = True if q.size(1) != k.size(1) else False  # a Python branch: SDPA refuses a symbolic bool
-    if decode is None and mask is None and window is None and bias is None \
-            and (not causal or tq == 1 or tq == tk):
-        # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
-        if causal and tq > 1:  # a Python branch, so compiled code never sees a symbolic bool
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale,
-                                                  enable_gqa=gqa)
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
-    allowed = _visible_keys(q, k, mask, causal, decode, window)
-    if decode is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
-            and torch.compiler.is_compiling():
-        # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
-        # out, it fuses with its neighbours and beats an SDPA call there (benchmarks/README.md); each
-        # key/value head serves its group of query heads without copying the cache
-        b, h, _, hd = q.shape
-        grouped = q.reshape(b, k.size(1), h // k.size(1), hd)
-        scores = (grouped @ k.transpose(-1, -2)) * (hd ** -0.5 if scale is None else scale)
-        wide = torch.promote_types(scores.dtype, torch.float32)
-        probs = scores.masked_fill(~allowed, float("-inf")).to(wide).softmax(-1)
-        if mask is not None:
-            probs = probs.nan_to_num(0.0)  # a query whose every key is padding
-        return (probs.to(v.dtype) @ v).reshape(b, h, 1, v.size(-1))
-    scores_mask = allowed
-    if bias is not None:
-        bias = bias.to(q.dtype)
-        scores_mask = bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
-    if gqa and scores_mask is not None and q.device.type == "cuda":
-        # masked grouped-query SDPA falls back to the math kernel on CUDA: repeat the k/v heads instead
-        k, v = (t.repeat_interleave(q.size(1) // t.size(1), dim=1) for t in (k, v))
-        gqa = False
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=scores_mask, dropout_p=dropout_p, scale=scale,
-                                         enable_gqa=gqa)
-    if mask is not None or causal and tk < tq:
-        # a query that sees no key (all padding, or before the first key) gets zeros on every backend
-        out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
-    return out
-
-
-def _visible_keys(q, k, mask, causal: bool, decode: Optional[_DecodeState] = None,
-                  window: Optional[int] = None) -> Optional[torch.Tensor]:
-    """Which keys each query sees, a bool [B or 1, 1, T, T_keys] (None: every key), for _attention."""
-    tq, tk = q.size(-2), k.size(-2)
-    allowed = None
-    if causal:  # key j is visible to query i (at position first + i) when j <= first + i
-        first = decode.position if decode is not None else tk - tq
-        rows = first + torch.arange(tq, device=q.device)[:, None]
-        cols = torch.arange(tk, device=q.device)[None, :]
-        allowed = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
-    if mask is not None:
-        keep = (mask != 0)[:, None, None, :]
-        allowed = keep if allowed is None else allowed & keep
-    return allowed
-
-
-def _softcapped_attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
-                          decode: Optional[_DecodeState] = None, window: Optional[int] = None,
-                          bias: Optional[torch.Tensor] = None, *, softcap: float) -> torch.Tensor:
-    """_attention with Gemma 2's logit soft-capping, written out as transformers computes it: the
-    scores q k^T * scale are capped (softcap * tanh(scores / softcap)), then the bias is added and
-    the keys a query does not see removed, and the softmax is taken in float32. SDPA has no place
-    for the cap. A query that sees no key gives zeros."""
-    allowed = _visible_keys(q, k, mask, causal, decode, window)
-    if q.size(1) != k.size(1):  # grouped-query attention: each key/value head serves its group of query heads
-        k, v = (t.repeat_interleave(q.size(1) // t.size(1), dim=1) for t in (k, v))
-    scores = (q @ k.transpose(-1, -2)) * (q.size(-1) ** -0.5 if scale is None else scale)
-    scores = softcap * torch.tanh(scores / softcap)
-    if bias is not None:
-        scores = scores + bias.to(scores.dtype)
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    probs = scores.to(torch.promote_types(scores.dtype, torch.float32)).softmax(-1)
-    if allowed is not None:  # a row with no key is all -inf: its softmax is nan
-        probs = probs.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
-    if dropout_p > 0.0:
-        probs = F.dropout(probs, p=dropout_p)
-    return probs.to(v.dtype) @ v
-
-
-def _rope(x: torch.Tensor, offset, base: float, rotary_dim: Optional[int] = None,
-          interleaved: bool = False) -> torch.Tensor:
-    """Rotary embedding on [B, T, H, hd], positions offset..offset+T-1. The first `rotary_dim` dims
-    (all by default) rotate, the rest pass through (GPT-NeoX, Phi, GPT-J); they rotate in the pairs
-    (i, i + rotary_dim / 2) (transformers' rotate_half: Llama, GPT-NeoX) or, `interleaved`, in the
-    adjacent pairs (2i, 2i + 1) (rotate_every_two: GPT-J, CodeGen). Unscaled: a rope_type lowers to
-    the scaled variant below, so a module without scaling holds none of that."""
-    dim = x.size(3) if rotary_dim is None else rotary_dim
-    return _rotate(x, offset, dim, _inv_freq(dim, base, x.device, _wide(x)), 1.0, interleaved)
-
-
-def _scaled_rope(x: torch.Tensor, offset, base: float, rotary_dim: Optional[int] = None, interleaved: bool = False,
-                 **scaling) -> torch.Tensor:
-    """_rope with frequencies scaled as `scaling`, transformers' rope_type with its parameters, says
-    (_rope_frequencies)."""
-    dim = x.size(3) if rotary_dim is None else rotary_dim
-    inv_freq, attention_scaling = _rope_frequencies(dim, base, offset + x.size(1), x.device, dtype=_wide(x), **scaling)
-    return _rotate(x, offset, dim, inv_freq, attention_scaling, interleaved)
-
-
-def _wide(x: torch.Tensor) -> torch.dtype:
-    """RoPE's angles' dtype: float32 as transformers computes them, float64 kept."""
-    return torch.promote_types(x.dtype, torch.float32)
-
-
-def _inv_freq(dim: int, base: float, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """RoPE's unscaled inverse frequencies over `dim` dims, [dim / 2]."""
-    return 1.0 / (base ** (torch.arange(0, dim, 2, device=device, dtype=dtype) / dim))
-
-
 _HALF = (torch.float16, torch.bfloat16)
 
 
@@ -289,103 +192,6 @@ def _cat(tensors, dim: int = 0) -> torch.Tensor:
     return torch.cat(tensors, dim=dim)
 
 
-def _rotate(x: torch.Tensor, offset, dim: int, inv_freq: torch.Tensor, attention_scaling: float,
-            interleaved: bool) -> torch.Tensor:
-    """The first `dim` dims of x [B, T, H, hd] rotated by the angles of positions offset..offset+T-1
-    at `inv_freq`, cos and sin scaled by `attention_scaling`."""
-    if _autocast_refuses(x):  # its torch.cat / torch.stack would refuse x: see _autocast_refuses
-        with torch.autocast(x.device.type, enabled=False):
-            return _rotate(x, offset, dim, inv_freq, attention_scaling, interleaved)
-    t, hd, wide = x.size(1), x.size(3), inv_freq.dtype
-    pos = torch.arange(t, device=x.device, dtype=wide) + offset
-    angles = torch.outer(pos, inv_freq)
-    emb = angles.repeat_interleave(2, dim=-1) if interleaved else torch.cat((angles, angles), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
-    if attention_scaling != 1.0:  # yarn's (a Python number: no work, and no graph, for the others)
-        cos, sin = cos * attention_scaling, sin * attention_scaling
-    cos, sin = cos[None, :, None, :].to(x.dtype), sin[None, :, None, :].to(x.dtype)
-    r = x[..., :dim]
-    if interleaved:
-        rotated = torch.stack((-r[..., 1::2], r[..., ::2]), dim=-1).flatten(-2)
-    else:
-        rotated = torch.cat((-r[..., dim // 2:], r[..., : dim // 2]), dim=-1)
-    out = r * cos + rotated * sin
-    return out if dim == hd else torch.cat((out, x[..., dim:]), dim=-1)
-
-
-def _rope_frequencies(dim: int, base: float, seq_len, device: torch.device, dtype: torch.dtype = torch.float32,
-                      scaling: str = "none",
-                      factor: float = 1.0, original_max_position: int = 1, low_freq_factor: float = 1.0,
-                      high_freq_factor: float = 4.0, beta_fast: Optional[float] = None,
-                      beta_slow: Optional[float] = None, mscale: Optional[float] = None,
-                      mscale_all_dim: Optional[float] = None, attention_factor: Optional[float] = None,
-                      truncate: Optional[bool] = None, short_factor=None, long_factor=None):
-    """(inverse frequencies [dim / 2] in `dtype`, the scale of cos and sin) of RoPE over `dim` dims for a
-    sequence of `seq_len` positions: transformers' ROPE_INIT_FUNCTIONS[scaling], step for step, so in
-    float32 it gives the same numbers. "dynamic" recomputes the base from the sequence length once
-    it passes original_max_position (transformers' dynamic_rope_update; seq_len may be a 0-d tensor,
-    a cache position plus the new tokens)."""
-    if scaling == "dynamic":  # NTK-aware scaling; past the trained length transformers computes it as a tensor
-        if isinstance(seq_len, torch.Tensor) or seq_len > original_max_position:
-            seq_len = torch.as_tensor(seq_len, device=device).clamp(min=original_max_position)
-        else:
-            seq_len = original_max_position
-        base = base * ((factor * seq_len / original_max_position) - (factor - 1)) ** (dim / (dim - 2))
-    inv_freq = _inv_freq(dim, base, device, dtype)
-    if scaling == "linear":
-        return inv_freq / factor, 1.0
-    if scaling == "llama3":
-        low_wavelen, high_wavelen = original_max_position / low_freq_factor, original_max_position / high_freq_factor
-        wavelen = 2 * math.pi / inv_freq
-        scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
-        smooth = (original_max_position / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
-        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-        return torch.where(~(wavelen < high_wavelen) * ~(wavelen > low_wavelen), smoothed, scaled), 1.0
-    if scaling == "yarn":
-        return _yarn_frequencies(dim, base, device, dtype, factor, original_max_position, beta_fast or 32,
-                                 beta_slow or 1, mscale, mscale_all_dim, attention_factor, truncate is not False)
-    if scaling == "longrope":  # Phi-3: the long factors once the sequence passes the trained length
-        wide = torch.float64 if dtype == torch.float64 else torch.float32  # float32 as transformers computes it
-        shape = torch.arange(0, dim, 2, dtype=torch.int64, device=device).to(wide) / dim
-
-        def inverse(factors):
-            return 1.0 / (torch.tensor(factors, dtype=wide, device=device) * base ** shape)
-        if isinstance(seq_len, int) and not torch.compiler.is_compiling():  # eagerly: the one set it uses
-            inv = inverse(long_factor if seq_len > original_max_position else short_factor)
-        else:  # a tensor or symbolic length: both sets and a select, so that the length stays symbolic
-            length = torch.zeros((), dtype=torch.int64, device=device) + seq_len
-            inv = torch.where(length > original_max_position, inverse(long_factor), inverse(short_factor))
-        if attention_factor is None:
-            attention_factor = 1.0 if factor is None or factor <= 1.0 else \
-                math.sqrt(1 + math.log(factor) / math.log(original_max_position))
-        return inv.to(dtype), attention_factor
-    return inv_freq, 1.0
-
-
-def _yarn_mscale(scale: float, mscale: float = 1) -> float:
-    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
-
-
-def _yarn_frequencies(dim: int, base: float, device: torch.device, dtype: torch.dtype, factor: float, original: int,
-                      fast: float, slow: float, mscale, mscale_all_dim, attention_factor, truncate: bool):
-    """YaRN (transformers' _compute_yarn_parameters): each frequency a blend of itself (extrapolation)
-    and itself / factor (interpolation), ramping between the dims that turn `fast` and `slow` times
-    over `original` positions; cos and sin scaled by the attention factor."""
-    if attention_factor is None:
-        attention_factor = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim) \
-            if mscale and mscale_all_dim else _yarn_mscale(factor)
-    low, high = (dim * math.log(original / (turns * 2 * math.pi)) / (2 * math.log(base)) for turns in (fast, slow))
-    if truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001  # no zero-width ramp
-    pos_freqs = base ** (torch.arange(0, dim, 2, device=device, dtype=dtype) / dim)
-    ramp = torch.clamp((torch.arange(dim // 2, dtype=dtype) - low) / (high - low), 0, 1).to(device)
-    kept = 1 - ramp
-    return (1.0 / (factor * pos_freqs)) * (1 - kept) + (1.0 / pos_freqs) * kept, float(attention_factor)
-
-
 def _assign(x: torch.Tensor, index: tuple, value) -> torch.Tensor:
     """A copy of x with x[index] = value."""
     out = x.clone()
@@ -405,17 +211,6 @@ def _set_layer(x: torch.Tensor, layer: int, value: torch.Tensor) -> None:
             return _set_layer(x, layer, value)
     index = torch.full((1,), layer, dtype=torch.long, device=x.device)
     x.index_copy_(0, index, value.to(x.dtype).unsqueeze(0))  # `.to`: x[layer] = value casts as it writes
-
-
-def _sinusoidal(shape, base: float) -> torch.Tensor:
-    """The fixed sin/cos position table of 'Attention Is All You Need' (even columns sin, odd cos)."""
-    n, d = shape[-2], shape[-1]
-    pos = torch.arange(n, dtype=torch.float32).unsqueeze(1)
-    div = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * -(math.log(base) / d))
-    table = torch.zeros(n, d)
-    table[:, 0::2] = torch.sin(pos * div)
-    table[:, 1::2] = torch.cos(pos * div)[:, : d // 2]
-    return table.reshape(shape)
 
 
 def _cache_cat(past: torch.Tensor, new: torch.Tensor, decode: Optional[_DecodeState] = None) -> torch.Tensor:

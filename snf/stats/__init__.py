@@ -29,9 +29,9 @@ from ..ops import all_ops
 from ..ops.shapes import product
 from ..passes.caches import plan_caches
 from ..passes.liveness import plan_outputs
+from .caches import DTYPE_BYTES, cache_bytes
 from .experts import expert_quantities, note_experts
 
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 
 
 class StatsError(ValueError):
@@ -379,9 +379,13 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
         per_token("flops_training", f"FLOPs per {per}, forward + backward", walk.forward + backward, "FLOPs"),
         per_token("activation_bytes", f"activation bytes per {per}", walk.activations, "bytes"),
     ]
-    cache, state = _cache_bytes(model, tokens_dims)
+    cache, state, expanded = cache_bytes(model, tokens_dims)
     quantities.insert(3, Quantity("kv_cache_bytes", "KV-cache bytes per token", _simplify(cache, model),
                                   Fraction(cache.evaluate(env)), "bytes", "" if cache.terms else "the spec has no KV cache"))
+    if expanded.terms:  # latent caches: what the keys and values expanded from them would hold instead
+        quantities.insert(4, Quantity("kv_cache_bytes_expanded", "KV-cache bytes per token, if expanded",
+                                      _simplify(expanded, model), Fraction(expanded.evaluate(env)), "bytes",
+                                      "the keys and values latent_attention expands, were they cached instead"))
     if state.terms:  # recurrent states: the same size at every position
         quantities.insert(4, Quantity("state_bytes", "recurrent state bytes per sequence", _simplify(state, model),
                                       Fraction(state.evaluate(env)), "bytes", "constant: it does not grow"))
@@ -396,19 +400,6 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
 
 
 _ABSENT = "its inputs are absent"
-
-
-def _cache_bytes(model: ir.Model, tokens_dims: list[str]) -> tuple[Dim, Dim]:
-    """Bytes the caches (the cache plan says which inputs) hold per token, and the states per sequence:
-    each input's size without its growing axis and the batch axis."""
-    batch = tokens_dims[0] if len(tokens_dims) > 1 else None
-    inputs = {i.name: i for i in model.inputs}
-    totals = {False: Dim(), True: Dim()}  # per token (KV caches), per sequence (states)
-    for c in plan_caches(model).caches:
-        ty = inputs[c.input].ty
-        totals[c.state] += Dim.const(DTYPE_BYTES[ty.dtype]) * product(
-            d for axis, d in enumerate(ty.shape) if axis != c.axis and d.as_symbol() != batch)
-    return totals[False], totals[True]
 
 
 def _absent_dims(model: ir.Model) -> list[str]:

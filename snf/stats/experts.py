@@ -15,7 +15,7 @@ def note_experts(walk, e, types: dict, fwd: Dim) -> None:
     expert axis E and k, and what running every expert would add to `fwd`, its top-k FLOPs."""
     k, experts = types["indices"].shape[-1], types["up"].shape[0]
     for name, a in e.args:
-        if name in ("up", "down", "gate"):
+        if name in ("up", "down", "gate", "gate_bias", "up_bias", "down_bias"):
             for x in ir.subexprs((a,)):
                 if isinstance(x, ir.Ref) and x.kind in ("param", "layer_param"):
                     walk.experts[x.name] = (experts, k)

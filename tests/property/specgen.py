@@ -25,6 +25,17 @@ import known
 from poly import Poly
 
 FLOATS = ("float32", "float64", "float16", "bfloat16")
+
+
+def activations() -> list[str]:
+    """The registry's activations, in its order (gelu, relu, silu): its elementwise ops of one float
+    tensor `x` whose other params are static with defaults, called here with `x` alone. Read from the
+    registry so that a new activation is drawn with no change here (docs/architecture.md)."""
+    from snf.ops import all_ops
+    from snf.ops.registry import REQUIRED
+    return [name for name, op in all_ops().items()
+            if op.elementwise and (op.params[0].name, op.params[0].kind) == ("x", "tensor")
+            and all(p.static and p.default is not REQUIRED for p in op.params[1:])]
 INTS = ("int64", "int32")
 DTYPES = FLOATS + INTS + ("bool",)
 
@@ -416,8 +427,8 @@ class Gen:
         v = self.pick_float()
         if v is None:
             return False
-        f = self.ch.pick(["gelu", "relu", "silu", "tanh", "neg", "exp", "sqrt", "log", "dropout", "gelu_tanh",
-                          "pow", "swiglu", "sigmoid", "sin", "cos", "softcap"])
+        f = self.ch.pick(activations() + ["tanh", "neg", "exp", "sqrt", "log", "dropout", "gelu_tanh",
+                                          "pow", "swiglu", "sigmoid", "sin", "cos", "softcap"])
         self.features.add(f"op:{f}")
         if f == "gelu_tanh":
             self.features.add("op:gelu")
@@ -849,6 +860,14 @@ class Gen:
         kw = {"up": self.weight((e, f, d), dt).text, "down": self.weight((e, d, f), dt).text}
         if ch.coin(0.5):
             kw["gate"] = self.weight((e, f, d), dt).text
+        if ch.coin(0.3):  # biases per expert (gpt-oss)
+            kw["up_bias"], kw["down_bias"] = self.weight((e, f), dt).text, self.weight((e, d), dt).text
+            if "gate" in kw:
+                kw["gate_bias"] = self.weight((e, f), dt).text
+            self.features.add("moe-bias")
+        if "gate" in kw and ch.coin(0.3):  # gpt-oss's clamped SwiGLU
+            kw.update(act='"clamped_swiglu"', alpha="1.702", limit=ch.pick(["0.5", "7.0"]))
+            self.features.add("moe-clamped-swiglu")
         self.features.add("op:moe_experts")
         self.let(call("moe_experts", v.text, idx, top, ty=v.ty, **kw))
 
@@ -1302,6 +1321,9 @@ class Gen:
             if ch.coin(0.3):
                 kw["window"] = "W"
                 self.features.add("attention-window")
+            if ch.coin(0.2):  # Llama 4's chunked local attention
+                kw["chunk"] = "W"
+                self.features.add("attention-chunk")
         if ch.coin(0.2):  # an additive bias on the scores [B, H, T, T_keys]
             kw["bias"] = f"full([1, 1, 1, {keys_len.render()}], 0.5, {fdt})"
             self.features.add("attention-bias")
@@ -1312,6 +1334,22 @@ class Gen:
         if ch.coin(0.2):  # Gemma 2's logit soft-capping: the attention written out
             kw["softcap"] = ch.pick(["2.0", "50.0"])
             self.features.add("attention-softcap")
+        if not cross and keys_len == self.T and ch.coin(0.15):  # latent attention: each head's key and value
+            # expanded from a per-token latent of 2 values and 1 shared one (rope_dim)
+            self.features.add("op:latent_attention")
+            latent_ty = T((self.B, self.T, Poly.of(3)), fdt)
+            lat = self.bind(self.fresh("lat"), call("linear", v.text, self.weight((Poly.of(3), self.D), fdt).text,
+                                                    ty=latent_ty))
+            w = self.weight((self.H * (self.hd + self.hd - Poly.of(1)), Poly.of(2)), fdt)
+            extra = {n: kw[n] for n in ("causal", "scale") if n in kw}
+            out = self.bind(self.fresh("att"), call("latent_attention", q, lat, w.text, rope_dim="1", v_dim="hd",
+                                                    ty=T(head, fdt), **extra))
+            self.let(call("reshape", out, self.shape_text((self.B, self.T, self.D)),
+                          ty=T((self.B, self.T, self.D), fdt)), fresh=False)
+            return
+        if "chunk" not in kw and ch.coin(0.15):  # gpt-oss's attention sinks, a learned logit per query head: the attention written out
+            kw["sinks"] = self.weight((self.H,), fdt).text
+            self.features.add("attention-sinks")
         mask = self.lookup("mask")
         if mask is not None and not cross and keys_len == self.T and "bias" not in kw and ch.coin(0.7):
             kw["mask"] = "mask"

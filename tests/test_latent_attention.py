@@ -1,0 +1,108 @@
+"""Multi-head latent attention (snf/ops/latent.py) and DeepSeek-V3 (specs/deepseek_v3.snf): both plans
+of the op against its NumPy reference in float64, gradients included; the spec against transformers
+in the settings the family test's config leaves at their defaults (YaRN with its softmax scale, no
+query bottleneck, unnormalised weights, one group); the cache holds the latent; `snfc stats` says
+what it keeps and what expanded keys and values would cost."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from snf.ops.latent import _np_latent_attention
+from snf.runtime.attention import _latent_attention
+
+import snf
+from conftest import REPO
+from test_from_pretrained import _close, _round_trip, saved, tokens
+from test_stats import _model_ir
+
+RANK, ROPE, NOPE, V, HEADS = 6, 4, 5, 3, 2
+
+
+def _case(tq: int, tk: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, tq, HEADS, NOPE + ROPE, generator=g, dtype=torch.float64)
+    latent = torch.randn(2, tk, RANK + ROPE, generator=g, dtype=torch.float64)
+    w = torch.randn(HEADS * (NOPE + V), RANK, generator=g, dtype=torch.float64)
+    return q, latent, w
+
+
+@pytest.mark.parametrize("absorb", [False, True])
+@pytest.mark.parametrize("tq, tk, causal", [(3, 3, True), (1, 6, True), (2, 7, True), (4, 5, False), (5, 3, True)])
+def test_both_plans_match_the_numpy_reference(absorb, tq, tk, causal):
+    q, latent, w = _case(tq, tk)
+    want = _np_latent_attention(q.numpy(), latent.numpy(), w.numpy(), ROPE, V, causal=causal, scale=0.4)
+    got = _latent_attention(q, latent, w, ROPE, V, causal, scale=0.4, absorb=absorb)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("absorb", [False, True])
+def test_both_plans_have_the_reference_gradients(absorb):
+    q, latent, w = (t.requires_grad_() for t in _case(3, 5, seed=1))
+    assert torch.autograd.gradcheck(lambda *a: _latent_attention(*a, ROPE, V, True, absorb=absorb), (q, latent, w))
+    # and the two plans' gradients agree with each other
+    grads = [torch.autograd.grad(_latent_attention(q, latent, w, ROPE, V, True, absorb=a).square().sum(),
+                                 (q, latent, w)) for a in (False, True)]
+    for x, y in zip(*grads):
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
+
+
+VARIANTS = {
+    # YaRN: the rotary frequencies and the softmax scaled by mscale(factor, mscale_all_dim)^2
+    "yarn": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5000.0, "factor": 4.0,
+                                  "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0,
+                                  "mscale": 0.9, "mscale_all_dim": 0.8}),
+    # the routing weights neither renormalised nor grouped
+    "one_group": dict(norm_topk_prob=False, n_group=1, topk_group=1, routed_scaling_factor=1.0),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_deepseek_v3_settings_match_transformers(tmp_path, variant):
+    hf, folder = saved(tmp_path, "deepseek_v3", **VARIANTS[variant])
+    model = snf.from_pretrained(folder)
+    assert model.config.yarn == (variant == "yarn")
+    idx = tokens(hf.config.vocab_size, t=20)  # past original_max_position_embeddings
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+    idx = tokens(hf.config.vocab_size, t=7)
+    want = hf.generate(idx, attention_mask=torch.ones_like(idx), max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(idx, 8, temperature=0), want)
+
+    def agree(mine, theirs):  # transformers builds the same model from what snfc writes
+        assert _close(mine(idx).logits, theirs(idx).logits)
+    _round_trip(tmp_path / "again", "deepseek_v3", agree, **VARIANTS[variant])
+
+
+def test_a_null_query_rank_is_refused(tmp_path):
+    """q_lora=False (DeepSeek-V2-Lite's one query projection) is the spec's; from_pretrained refuses a
+    null q_lora_rank by name, since a saved config could not say it (transformers reads an absent key as 1536)."""
+    from snf.pretrained import PretrainedError
+    _, folder = saved(tmp_path, "deepseek_v3", q_lora_rank=None)
+    with pytest.raises(PretrainedError, match="q_lora_rank"):
+        snf.from_pretrained(folder)
+
+
+def test_the_cache_holds_the_latent_and_a_cached_step_equals_the_whole(tmp_path):
+    hf, folder = saved(tmp_path, "deepseek_v3")
+    model = snf.from_pretrained(folder)
+    cfg = model.config
+    idx = tokens(hf.config.vocab_size, t=9)
+    with torch.no_grad():
+        whole = model(idx).logits
+        first = model(idx[:, :8], use_cache=True)
+        step = model(idx[:, 8:], past_latent=first.new_latent)
+    # kv_rank + rope_dim values per token and layer, not heads x (key + value)
+    assert step.new_latent.shape == (cfg.n_layer, 2, 9, cfg.kv_rank + cfg.rope_dim)
+    assert _close(step.logits[:, 0], whole[:, 8])
+
+
+def test_stats_reports_the_latent_cache_and_what_expanded_would_cost():
+    from snf.stats import stats
+    s = {q.key: q.value for q in stats(_model_ir(REPO / "specs" / "deepseek_v3.snf"), {"B": 1, "T": 1}).quantities}
+    # DeepSeek-V3: 61 layers of 512 + 64 float32 values per token; expanded, 128 heads x (192 + 128)
+    assert s["kv_cache_bytes"] == 61 * (512 + 64) * 4
+    assert s["kv_cache_bytes_expanded"] == 61 * 128 * (192 + 128) * 4
+    assert 71 < s["kv_cache_bytes_expanded"] / s["kv_cache_bytes"] < 72

@@ -37,16 +37,8 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
     if decode is not None and tq == 1 and bias is None and dropout_p == 0.0 and q.device.type == "cpu" \
             and torch.compiler.is_compiling():
         # a compiled decode step on the CPU: one query over a buffer of mostly empty slots. Written
-        # out, it fuses with its neighbours and beats an SDPA call there (benchmarks/README.md); each
-        # key/value head serves its group of query heads without copying the cache
-        b, h, _, hd = q.shape
-        grouped = q.reshape(b, k.size(1), h // k.size(1), hd)
-        scores = (grouped @ k.transpose(-1, -2)) * (hd ** -0.5 if scale is None else scale)
-        wide = torch.promote_types(scores.dtype, torch.float32)
-        probs = scores.masked_fill(~allowed, float("-inf")).to(wide).softmax(-1)
-        if mask is not None:
-            probs = probs.nan_to_num(0.0)  # a query whose every key is padding
-        return (probs.to(v.dtype) @ v).reshape(b, h, 1, v.size(-1))
+        # out, it fuses with its neighbours and beats an SDPA call there (benchmarks/README.md)
+        return _written_attention(q, k, v, mask, causal, scale=scale, decode=decode, window=window)
     scores_mask = allowed
     if bias is not None:
         bias = bias.to(q.dtype)
@@ -82,25 +74,10 @@ def _visible_keys(q, k, mask, causal: bool, decode: Optional[_DecodeState] = Non
 def _softcapped_attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
                           decode: Optional[_DecodeState] = None, window: Optional[int] = None,
                           bias: Optional[torch.Tensor] = None, *, softcap: float) -> torch.Tensor:
-    """_attention with Gemma 2's logit soft-capping, written out as transformers computes it: the
-    scores q k^T * scale are capped (softcap * tanh(scores / softcap)), then the bias is added and
-    the keys a query does not see removed, and the softmax is taken in float32. SDPA has no place
-    for the cap. A query that sees no key gives zeros."""
-    allowed = _visible_keys(q, k, mask, causal, decode, window)
-    if q.size(1) != k.size(1):  # grouped-query attention: each key/value head serves its group of query heads
-        k, v = (t.repeat_interleave(q.size(1) // t.size(1), dim=1) for t in (k, v))
-    scores = (q @ k.transpose(-1, -2)) * (q.size(-1) ** -0.5 if scale is None else scale)
-    scores = softcap * torch.tanh(scores / softcap)
-    if bias is not None:
-        scores = scores + bias.to(scores.dtype)
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    probs = scores.to(torch.promote_types(scores.dtype, torch.float32)).softmax(-1)
-    if allowed is not None:  # a row with no key is all -inf: its softmax is nan
-        probs = probs.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
-    if dropout_p > 0.0:
-        probs = F.dropout(probs, p=dropout_p)
-    return probs.to(v.dtype) @ v
+    """_attention with Gemma 2's logit soft-capping: the scores q k^T * scale are capped (softcap *
+    tanh(scores / softcap)) before the bias and the masks, as transformers computes it. SDPA has no
+    place for the cap."""
+    return _written_attention(q, k, v, mask, causal, dropout_p, scale, decode, window, bias, softcap=softcap)
 
 
 def _chunked_attention(q, k, v, mask, chunk: int, dropout_p: float = 0.0, scale: Optional[float] = None,
@@ -133,18 +110,28 @@ def _sink_attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: 
                     sinks: torch.Tensor) -> torch.Tensor:
     """_attention with gpt-oss's attention sinks: a learned logit per query head (`sinks`, [H]) joins
     each query's softmax as one more column, whose share is then dropped, so the keys' weights sum to
-    less than 1 (a query that sees no key gives zeros). Written out, as transformers computes it (the
-    scores, a `softcap`, the bias, the masks of _attention, a float32 softmax): SDPA has no place for
-    the sink."""
-    allowed = _visible_keys(q, k, mask, causal, decode, window)
+    less than 1. SDPA has no place for the sink."""
+    return _written_attention(q, k, v, mask, causal, dropout_p, scale, decode, window, bias, softcap, sinks)
+
+
+def _written_attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optional[float] = None,
+                       decode: Optional[_DecodeState] = None, window: Optional[int] = None,
+                       bias: Optional[torch.Tensor] = None, softcap: Optional[float] = None,
+                       sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """_attention written out, as transformers' eager attention computes it: the scores, a `softcap`, the
+    bias, the masks of _attention, a float32 softmax (with each head's sink logit as one more column,
+    its share dropped, where `sinks` [H] is given). A query that sees no key gives zeros."""
     b, h, tq, hd = q.shape
     kvh, tk = k.size(1), k.size(2)
-    if decode is None:  # grouped-query attention: each key/value head repeated for its group of query heads
+    every_key = decode is None and mask is None and window is None and (not causal or tq == 1)
+    allowed = None if every_key else _visible_keys(q, k, mask, causal, decode, window)
+    if decode is None and tq != 1:  # grouped-query attention: each key/value head repeated for its group
         k, v = (t.repeat_interleave(h // kvh, dim=1) for t in (k, v))
         kvh = h
-    # a decode step folds each group of query heads onto its key/value head instead, reading the cache
-    # once rather than copying it per query head (10x faster for a token over 4096 keys); elsewhere these
-    # reshapes change nothing (folding there, torch.export cannot keep the length dynamic)
+    # one query, or a decode step: each group of query heads folds onto its key/value head instead,
+    # reading the cache once rather than copying it per query head (10x faster for a token over 4096
+    # keys); elsewhere these reshapes change nothing (folding there, torch.export cannot keep the
+    # length dynamic)
     scores = (q.reshape(b, kvh, h // kvh * tq, hd) @ k.transpose(-1, -2)).reshape(b, h, tq, tk)
     scores = scores * (hd ** -0.5 if scale is None else scale)
     if softcap is not None:
@@ -154,8 +141,13 @@ def _sink_attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: 
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
     wide = torch.promote_types(scores.dtype, torch.float32)
-    sink = sinks.to(wide).reshape(1, h, 1, 1).expand(b, h, tq, 1)
-    probs = torch.cat((scores.to(wide), sink), dim=-1).softmax(-1)[..., :tk]
+    if sinks is None:
+        probs = scores.to(wide).softmax(-1)
+        if allowed is not None:  # a row with no key is all -inf: its softmax is nan
+            probs = probs.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+    else:  # a row with no key: all the share goes to the sink
+        sink = sinks.to(wide).reshape(1, h, 1, 1).expand(b, h, tq, 1)
+        probs = torch.cat((scores.to(wide), sink), dim=-1).softmax(-1)[..., :tk]
     if dropout_p > 0.0:
         probs = F.dropout(probs, p=dropout_p)
     return (probs.to(v.dtype).reshape(b, kvh, h // kvh * tq, tk) @ v).reshape(b, h, tq, v.size(-1))
@@ -182,19 +174,10 @@ def _latent_attention(q, latent, kv_weight, rope_dim: int, v_dim: int, causal: b
     if absorb:
         q_latent = torch.matmul(q[..., :nope].transpose(1, 2), w[:, :nope])  # [B, H, T, rank]; the weight unmoved
         queries = torch.cat([q_latent, q[..., nope:].transpose(1, 2)], dim=-1)  # [B, H, T, rank + rope_dim]
-        # every head against the one latent: two batched products over the cache as it lies (SDPA would
-        # take its math path here and copy the cache once per head)
-        allowed = None if decode is None and (not causal or tq == 1) else \
-            _visible_keys(queries, latent.unsqueeze(1), None, causal, decode)  # one query sees every key
-        s = latent.size(1)
-        scores = torch.bmm(queries.reshape(b, heads * tq, width - nope + rank), latent.transpose(1, 2))
-        scores = scores.view(b, heads, tq, s) * scale
-        if allowed is not None:
-            scores = scores.masked_fill(~allowed, float("-inf"))
-        probs = scores.to(torch.promote_types(scores.dtype, torch.float32)).softmax(-1)
-        if allowed is not None:  # a query that sees no key gives zeros, as _attention's
-            probs = probs.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
-        out = torch.bmm(probs.to(latent.dtype).view(b, heads * tq, s), latent[..., :rank]).view(b, heads, tq, rank)
+        # every head against the latent as one shared key/value head, the cache read as it lies (SDPA
+        # takes its math path here and copies the cache once per head)
+        keys = latent.unsqueeze(1)
+        out = _written_attention(queries, keys, keys[..., :rank], None, causal, scale=scale, decode=decode)
         return torch.matmul(out, w[:, nope:].transpose(1, 2)).transpose(1, 2)
     s = latent.size(1)
     kv = (latent[..., :rank] @ kv_weight.t()).view(b, s, heads, nope + v_dim)

@@ -56,11 +56,13 @@ def run_once(checkout: Path, paths: list[str], python: str) -> tuple[float, floa
 
 def sized_qwen(folder: Path, layers: int, experts: int) -> Path:
     """specs/qwen3_moe.snf with the defaults `n_layer = layers`, `n_expert = experts` and 2 experts per
-    token (which 4 experts allow), in `folder`."""
+    token (which 4 experts allow), and a `dense_layers` of `layers` zeros, in `folder`."""
     text = (ROOT / "specs" / "qwen3_moe.snf").read_text()
     for name, value in (("n_layer", layers), ("n_expert", experts), ("n_expert_tok", 2)):
         text, n = re.subn(rf"(?m)^(  {name} : int = )\d+", rf"\g<1>{value}", text)
         assert n == 1, f"no `{name} : int = ...` in specs/qwen3_moe.snf"
+    text, n = re.subn(r"(?m)^(  dense_layers : list\[int, n_layer\] = )\[[^\]]*\]", rf"\g<1>{[0] * layers}", text)
+    assert n == 1, "no `dense_layers : list[int, n_layer] = [...]` in specs/qwen3_moe.snf"
     path = folder / f"qwen3_moe_{layers}x{experts}.snf"
     path.write_text(text)
     return path

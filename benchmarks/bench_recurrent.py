@@ -9,7 +9,9 @@ snf.from_pretrained, is timed in one process, the two alternated rep by rep (_ti
 * prefill: one forward of a 2,048-token prompt that returns the states (what generate's first
   step does);
 * decode: one token fed with the states left by a prompt of 64, and of 4,096, tokens (the time per
-  generated token; a recurrent state is the same size at every position, so the two should match);
+  generated token; a recurrent state is the same size at every position, so the two should match):
+  snfc as generate runs it (the states in buffers made once, written over in place each step), and
+  as forward called with the states the last call returned ("fed back": new states each call);
 * peak memory: the resident memory's rise during the 2,048-token prefill (weights excluded).
 
     PYTHONPATH=. python3 benchmarks/bench_recurrent.py            # ~3 minutes on 2 cores
@@ -51,6 +53,16 @@ def _models(shape: dict, folder: Path):
 
 
 def _ours_decode(model, prompt: torch.Tensor):
+    """generate's decode step: the states in buffers made once, each step writing over them in place."""
+    from snf.runtime.generate import _decode
+    from snf.runtime.helpers import _cache_buffers
+    out = model(prompt, use_cache=True)
+    buffers = {"past_conv": _cache_buffers(out.new_conv, None, 0), "past_ssm": _cache_buffers(out.new_ssm, None, 0)}
+    return lambda: _decode(model, prompt[:, -1:], prompt.size(1), None, **buffers)
+
+
+def _ours_fed_back(model, prompt: torch.Tensor):
+    """forward called as a user would, fed the states the last call returned (new ones each call)."""
     out = model(prompt, use_cache=True)
     return lambda: model(prompt[:, -1:], past_conv=out.new_conv, past_ssm=out.new_ssm, use_cache=True)
 
@@ -88,17 +100,19 @@ def main(argv: list | None = None) -> int:
         rows.append(_row(f"prefill {prefill} tokens", samples))
         for length in (short, long):
             prompt = idx[:, :length]
-            steps = {"snfc": _ours_decode(ours, prompt), "transformers": _theirs_decode(hf, prompt)}
+            steps = {"snfc": _ours_decode(ours, prompt), "snfc fed back": _ours_fed_back(ours, prompt),
+                     "transformers": _theirs_decode(hf, prompt)}
             samples = _timing.time_alternating(steps, warmup=2, reps=max(args.reps, 20))
             rows.append(_row(f"decode 1 token after {length}", samples))
         peaks = {name: _timing.peak_memory(fn, torch.device("cpu"))
                  for name, fn in (("snfc", lambda: ours(first, use_cache=True)),
                                   ("transformers", lambda: hf(first, use_cache=True)))}
-    print(_timing.format_table(["case", "snfc ms", "transformers ms", "snfc / transformers"], rows))
+    print(_timing.format_table(["case", "snfc ms", "snfc fed back ms", "transformers ms", "snfc / transformers"],
+                               rows))
     mib = {k: (v / 2 ** 20 if v is not None else float("nan")) for k, v in peaks.items()}
     print(f"\npeak memory of the {prefill}-token prefill above the weights: snfc {mib['snfc']:.0f} MiB, "
           f"transformers {mib['transformers']:.0f} MiB ({_timing.ratio(mib['snfc'], mib['transformers']):.2f}x)")
-    decode = {r[0]: r[1] for r in rows if r[0].startswith("decode")}
+    decode = {r[0]: r[1] for r in rows if r[0].startswith("decode")}  # generate's step
     a, b = decode[f"decode 1 token after {short}"], decode[f"decode 1 token after {long}"]
     print(f"snfc decode after {long} / after {short}: {_timing.ratio(b, a):.2f}")
     print("\n".join(_timing.environment_lines("--threads" if args.threads else "")))
@@ -107,7 +121,9 @@ def main(argv: list | None = None) -> int:
 
 def _row(case: str, samples: dict) -> list:
     ours, theirs = (_timing.summarize(samples[k]).median for k in ("snfc", "transformers"))
-    return [case, round(ours, 2), round(theirs, 2), round(_timing.ratio(ours, theirs), 2)]
+    fed = _timing.summarize(samples["snfc fed back"]).median if "snfc fed back" in samples else None
+    return [case, round(ours, 2), round(fed, 2) if fed is not None else "-", round(theirs, 2),
+            round(_timing.ratio(ours, theirs), 2)]
 
 
 if __name__ == "__main__":

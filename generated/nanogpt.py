@@ -19,7 +19,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(6, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _DecodeState, _by_compile_unit, _hot_path
 from snf.runtime.helpers import (_cache_cat, _check_cache, _check_config, _check_decode, _check_dims, _check_index,
                                  _check_input, _check_together, _narrow)
@@ -296,7 +296,7 @@ class Model(nn.Module):
         """
         # what generate reads of this model (snf/runtime/generate.py): the tokens, the logits, the caches fed back
         plan = _Generation(tokens='idx', logits='logits',
-                           caches=(('past_keys', 'new_keys'), ('past_values', 'new_values')), buffer_axis=1)
+                           caches=(('past_keys', 'new_keys'), ('past_values', 'new_values')), buffer_axes=(1, 1))
         return _generate(self, plan, idx, max_new_tokens, temperature, top_k, top_p,
                          generator, compile, attention_mask, eos_token_id, pad_token_id, transformers_args,
                          context=self.config.block_size)

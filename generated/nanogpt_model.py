@@ -19,7 +19,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(6, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.helpers import _check_config, _check_dims, _check_index, _check_input
 from snf.runtime.generate import _Generation, _generate
@@ -215,7 +215,7 @@ class Model(nn.Module):
         SNF_COMPILE decides, and where it is unset a step compiles once that pays (docs/language.md, 10).
         """
         # what generate reads of this model (snf/runtime/generate.py): the tokens, the logits, the caches fed back
-        plan = _Generation(tokens='tok', logits='logits', caches=(), buffer_axis=None)
+        plan = _Generation(tokens='tok', logits='logits', caches=(), buffer_axes=None)
         return _generate(self, plan, tok, max_new_tokens, temperature, top_k, top_p,
                          generator, compile, attention_mask, eos_token_id, pad_token_id, transformers_args,
                          context=self.config.P)

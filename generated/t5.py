@@ -19,11 +19,11 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(5, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(6, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.helpers import _check_config, _check_index, _check_input, _check_together, _set_layer
 from snf.runtime.attention import _attention
-from snf.runtime.generate import _check_sampling, _decoding, _end_generate, _sample, _start_generate
+from snf.runtime.generate import _Generation, _generate_from_encoder
 from snf.runtime.loss import _cross_entropy
 
 
@@ -456,7 +456,6 @@ class Model(nn.Module):
             cross_keys, cross_values = layer(cross_keys, cross_values, encoder_last_hidden_state, l)  # t5.snf:130
         return (encoder_last_hidden_state, cross_keys, cross_values)
 
-    @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: Optional[int] = None, top_p: Optional[float] = None,
                  generator: Optional[torch.Generator] = None, *, attention_mask: Optional[torch.Tensor] = None,
@@ -468,31 +467,17 @@ class Model(nn.Module):
         with `generator`. The encoder's values are computed once and each step feeds only the newest
         token and the self-attention cache (past_keys, past_values). A row ends at
         eos_token_id and is padded with pad_token_id after it; decoding stops when every row has ended.
+
         `compile=True` compiles the decode steps whatever it costs, `False` never does; by default
         SNF_COMPILE decides, and where it is unset a step compiles once that pays (docs/language.md, 10).
         """
-        _check_sampling(input_ids, max_new_tokens, temperature, top_k, top_p)
-        was_training = _start_generate(self)  # in eval mode; another thread's generate on this model first
-        try:
-            token = torch.full((input_ids.size(0), 1), self.config.decoder_start_token_id, dtype=torch.long,
-                               device=input_ids.device)
-            tokens = [token]
-            done = torch.zeros(input_ids.size(0), 1, dtype=torch.bool, device=input_ids.device)
-            self._encoded = self._encode(input_ids, attention_mask=attention_mask)
-            out = self(input_ids, decoder_input_ids=token, attention_mask=attention_mask, use_cache=True)
-            for step in _decoding(max_new_tokens, compile):
-                token = _sample(out.logits[:, -1, :], temperature, top_k, top_p, generator)
-                token = token.masked_fill(done, self.config.pad_token_id)  # a row that has ended
-                done = done | (token == self.config.eos_token_id)
-                tokens.append(token)
-                if step + 1 == max_new_tokens or bool(done.all()):
-                    break  # the last token needs no step
-                out = self(input_ids, decoder_input_ids=token, attention_mask=attention_mask, past_keys=out.new_keys,
-                           past_values=out.new_values, use_cache=True)
-            return torch.cat(tokens, dim=1)
-        finally:
-            self._encoded = None
-            _end_generate(self, was_training)
+        # what generate reads of this model (snf/runtime/generate.py): the encoder's inputs, the decoder's
+        # tokens, the logits, the self-attention cache fed back
+        plan = _Generation(tokens='decoder_input_ids', logits='logits',
+                           caches=(('past_keys', 'new_keys'), ('past_values', 'new_values')),
+                           encoder=('input_ids', 'attention_mask'), stops=True)
+        return _generate_from_encoder(self, plan, (input_ids, attention_mask), max_new_tokens,
+                                      temperature, top_k, top_p, generator, compile)
 
 
 def spec_parameters(config: Config) -> dict:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 
 from . import ir
+from .ops import by_symbol
 
 
 class MappingError(ValueError):
@@ -163,9 +164,7 @@ def eval_field(tree, values) -> int:
         return tree[1]
     if tree[0] == "name":
         return int(values[tree[1]])
-    a, b = eval_field(tree[2], values), eval_field(tree[3], values)
-    op = tree[1]
-    return a + b if op == "+" else a - b if op == "-" else a * b if op == "*" else a // b if op == "//" else a % b
+    return by_symbol(tree[1]).scalar(eval_field(tree[2], values), eval_field(tree[3], values))
 
 
 def format_key(key: str, values) -> str:

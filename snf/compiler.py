@@ -110,10 +110,15 @@ def plan_notes(result: Result) -> list[Diagnostic]:
             r.note("generate-plan", f"no generate: {refusal}", spans[tokens.name])
     if plans.caches.caches:
         first = spans[plans.caches.caches[0].input]
-        if plans.caches.preallocated is not None:
-            size = show_dim(plans.caches.preallocated.size, dict(result.model.display))
-            r.note("cache-plan", f"generate decodes with preallocated caches of {size} slots, written in place",
-                   first)
+        pre = plans.caches.preallocated
+        states = " (its recurrent states updated in place)" if any(c.state for c in plans.caches.caches) else ""
+        if pre is not None and pre.size is None:
+            r.note("cache-plan", "generate keeps the recurrent states in buffers allocated once per call, each "
+                                 "decode step writing a layer's new state over its old one", first)
+        elif pre is not None:
+            size = show_dim(pre.size, dict(result.model.display))
+            r.note("cache-plan", f"generate decodes with preallocated caches of {size} slots, written in "
+                                 f"place{states}", first)
         else:
             how = ("feeds back the caches each step returns" if any(c.state for c in plans.caches.caches)
                    else "concatenates its caches")

@@ -4,10 +4,9 @@ printed (show). One meaning for every reader: nothing in a mapping is ever evalu
 
 from __future__ import annotations
 
-import operator
-
 from . import ir
 from .checkpoints import MappingError, encode_mapping, mapping_keys
+from .ops import by_symbol
 
 ABOVE = "a Config field mapped above (a field is read from the names mapped before it)"
 CONFIG_ARITH = ("+", "-", "*", "/", "//", "%")
@@ -37,7 +36,9 @@ def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "
     gives a default), ("any" / "all", a, b) (Python's `or` / `and`, on values), ("not", a), ("neg",
     a), ("op", op, a, b), ("cmp", op, a, b), ("if", test, body, orelse), ("item", list, i) (a list's
     i-th value: `(hf.time_step_limit or [0.0, 1e308])[1]`), ("count", list, value) (how many items
-    equal it), ("range", start, stop, step) (the list of Python's range), ("int", value) (Python's int)
+    equal it), ("flags", numbers, length) (1 at the listed positions of `length`, 0 elsewhere),
+    ("positions", list, value) (where its items equal the value: flags' inverse for value 1),
+    ("range", start, stop, step) (the list of Python's range), ("int", value) (Python's int)
     and ("match", source, ((value, result), ...)). With `keys=False` no key may be read (what the way
     back writes comes from the Config alone). `scope` says what `names` are."""
     def enc(x):
@@ -78,10 +79,10 @@ def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "
         if len(e.args) != 1 or e.kwargs:
             raise MappingError("write int(value): a number toward zero, as Python's int", e.span)
         return ("int", enc(e.args[0]))
-    if isinstance(e, ir.Call) and e.func == "count":
+    if isinstance(e, ir.Call) and e.func in _LIST_FUNCS:
         if len(e.args) != 2 or e.kwargs:
-            raise MappingError("write count(list, value): how many of the list's items equal the value", e.span)
-        return ("count", enc(e.args[0]), enc(e.args[1]))
+            raise MappingError(f"write {_LIST_FUNCS[e.func]}", e.span)
+        return (e.func, enc(e.args[0]), enc(e.args[1]))
     if isinstance(e, ir.Call) and e.func == "range":
         if not 2 <= len(e.args) <= 3 or e.kwargs:
             raise MappingError("write range(start, stop) or range(start, stop, step): the list of the ints from "
@@ -99,6 +100,15 @@ def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "
             cases.append((k.name, result[1]))
         return ("match", enc(e.args[0]), tuple(cases))
     raise MappingError("unsupported config expression", getattr(e, "span", None))
+
+
+# the two-argument list functions, with how each is written and what it gives
+_LIST_FUNCS = {
+    "count": "count(list, value): how many of the list's items equal the value",
+    # a set of layer numbers as a list of one item per layer, and back (Qwen2-MoE's mlp_only_layers)
+    "flags": "flags(numbers, length): the list of `length` ints, 1 at each position `numbers` lists, 0 elsewhere",
+    "positions": "positions(list, value): the positions of the list's items that equal the value, in increasing order",
+}
 
 
 def config_keys(enc) -> list[str]:
@@ -236,7 +246,7 @@ class ConfigEval:
             if e[1] == "*" and any(isinstance(x, list) for x in (left, right)):  # a list repeated
                 items, times = (left, right) if isinstance(left, list) else (right, left)
                 self.check_length(e, len(items) * times if isinstance(times, int) else 0)
-            return self.arith(e, lambda: _OPS[e[1]](left, right))
+            return self.arith(e, lambda: by_symbol(e[1]).scalar(left, right))
         if kind == "if":
             return self(e[2]) if self.value(e[1]) else self(e[3])
         if kind == "item":
@@ -252,6 +262,22 @@ class ConfigEval:
             if not isinstance(items, (list, tuple)):
                 raise self.error(f"{self.where}: `{show(e)}` counts the items of a list; {self.settings(e[1])}")
             return items.count(self.value(e[2]))
+        if kind == "flags":
+            numbers, length = self.value(e[1]), self.value(e[2])
+            if not _is_int(length) or length < 0:
+                raise self.error(f"{self.where}: `{show(e)}` needs a length that is an int, at least 0; "
+                                 f"{self.settings(e[2])}")
+            self.check_length(e, length)
+            if not isinstance(numbers, list) or not all(_is_int(n) and 0 <= n < length for n in numbers):
+                raise self.error(f"{self.where}: `{show(e)}` needs a list of numbers from 0 to {length - 1}; "
+                                 f"{self.settings(e)}")
+            listed = set(numbers)
+            return [1 if i in listed else 0 for i in range(length)]
+        if kind == "positions":
+            items, value = self.value(e[1]), self.value(e[2])
+            if not isinstance(items, list):
+                raise self.error(f"{self.where}: `{show(e)}` lists the positions in a list; {self.settings(e[1])}")
+            return [i for i, item in enumerate(items) if item == value]
         if kind == "range":
             numbers = self.arith(e, lambda: range(*(self.value(x) for x in e[1:])))
             self.check_length(e, len(numbers))
@@ -290,9 +316,8 @@ class ConfigEval:
         return ", ".join(shown) or "these settings"
 
 
-_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
-        "%": operator.mod, "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
-        ">": operator.gt, ">=": operator.ge}
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def show(e, fmt: str = "hf") -> str:
@@ -317,17 +342,18 @@ def _show(e, fmt: str) -> str:
         sides = [_show(x, fmt)[1:-1] if x[0] == kind else _show(x, fmt) for x in e[1:3]]
         return f"({sides[0]} {'and' if kind == 'all' else 'or'} {sides[1]})"
     if kind in ("not", "neg"):
-        return ("not " if kind == "not" else "-") + _show(e[1], fmt)
+        op = by_symbol("not" if kind == "not" else "-", 1)
+        return ("not " if kind == "not" else "-") + _operand(e[1], op.operand_precs()[0], fmt)
     if kind in ("op", "cmp"):
-        left, right = (_operand(x, _precedence(e), fmt, side) for side, x in ((0, e[2]), (1, e[3])))
+        left, right = (_operand(x, prec, fmt) for x, prec in zip(e[2:], by_symbol(e[1]).operand_precs()))
         return f"{left} {e[1]} {right}"
     if kind == "if":
         return f"({_show(e[2], fmt)} if {_show(e[1], fmt)} else {_show(e[3], fmt)})"
     if kind == "item":
         inner = _show(e[1], fmt)
         return f"{inner if e[1][0] in ('key', 'list', 'or') else '(' + inner + ')'}[{e[2]}]"
-    if kind == "count":
-        return f"count({_show(e[1], fmt)}, {_show(e[2], fmt)})"
+    if kind in _LIST_FUNCS:
+        return f"{kind}({show(e[1], fmt)}, {show(e[2], fmt)})"
     if kind == "int":
         return f"int({show(e[1], fmt)})"
     if kind == "range":
@@ -344,15 +370,11 @@ def _show(e, fmt: str) -> str:
     raise ValueError(f"unknown mapping expression {kind!r}")
 
 
-def _precedence(e) -> int:
-    return 0 if e[0] == "cmp" else 2 if e[1] in ("*", "/", "//", "%") else 1
-
-
-def _operand(x, parent: int, fmt: str, side: int) -> str:
-    """An operand of an operator of precedence `parent`, parenthesized where Python would read it
-    otherwise: `(k - 1) * n`, `a - (b - c)`."""
+def _operand(x, prec: int, fmt: str) -> str:
+    """An operand of an operator, parenthesized where Python would read it otherwise (`prec`, the
+    registry op's `operand_precs`): `(k - 1) * n`, `a - (b - c)`."""
     text = _show(x, fmt)
-    if x[0] in ("op", "cmp") and _precedence(x) < parent + side:
+    if x[0] in ("op", "cmp") and by_symbol(x[1]).prec < prec:
         return f"({text})"
     return text
 

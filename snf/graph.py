@@ -57,10 +57,6 @@ class Graph:
         return _dot(self)
 
 
-_INFIX = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!=", "and": "and", "or": "or",
-          "add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**"}
-
-
 class _Builder:
     def __init__(self, model: ir.Model):
         self.m = model
@@ -70,18 +66,10 @@ class _Builder:
         self.root = Cluster("root", "")
         self.scope = [self.root]
         self.count = self.clusters = 0
-        self.var = "l"  # the enclosing loop's variable
 
     def text(self, e) -> str:
         """An expression as the spec writes it: `dropout > 0`, `ln1_weight[l]`, `past_keys exists`."""
-        if isinstance(e, ir.Ref) and e.kind in ("layer_param", "layer_input"):
-            return f"{e.name}[{self.var}]"
-        if isinstance(e, ir.Op) and e.op in _INFIX and len(e.args) == 2 and not isinstance(e.ty, TensorT):
-            a, b = (self.text(x) for _, x in e.args)
-            return f"{a} {_INFIX[e.op]} {b}"
-        if isinstance(e, ir.Op) and e.op == "not":
-            return f"not {self.text(e.args[0][1])}"
-        return self.p.expr(e)
+        return self.p.spell(e)
 
     # ---------------------------------------------------------------- nodes and edges
     def node(self, kind: str, label: str, line: int = 0, **kw) -> Node:
@@ -187,7 +175,7 @@ class _Builder:
         count = self.p.dim(s.count)
         c = self.cluster(f"for {s.var} in 0..{self.p.dim(s.count - 1)}  (× {count})")
         self.scope.append(c)
-        outer_var, self.var = self.var, s.var
+        outer_var, self.p.var = self.p.var, s.var
         inner = dict(env)
         carried = {}
         for name in s.carried:
@@ -198,7 +186,7 @@ class _Builder:
                 inner[name] = (n, env[name][1])
         self.block(s.body, inner)
         self.scope.pop()
-        self.var = outer_var
+        self.p.var = outer_var
         for name, n in carried.items():
             self.edge(inner[name][0], n, inner[name][1], back=True)
         env.update({k: v for k, v in inner.items() if k in env or k in s.carried})

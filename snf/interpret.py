@@ -14,7 +14,7 @@ import numpy as np
 from . import ir
 from .dims import Dim, DimError
 from .ir import ScalarT
-from .ops import all_ops
+from .ops import all_ops, compare
 
 
 class ConfigError(ValueError):
@@ -66,7 +66,7 @@ class Interpreter:
                 why = c.why
             else:
                 fields = c.fields
-                ok = lambda: _holds(self.dim(c.lhs), c.op, self.dim(c.rhs))  # noqa: E731
+                ok = lambda: compare(self.dim(c.lhs), c.op, self.dim(c.rhs))  # noqa: E731
                 why = c.message(self.m.display)
             try:
                 holds = ok()
@@ -228,10 +228,6 @@ class Interpreter:
                 return self.layer_slice(t, p)
             return None if p is None else p[self.layer]
         return env[e.name]
-
-
-def _holds(a: int, op: str, b: int) -> bool:
-    return {"<=": a <= b, "<": a < b, ">=": a >= b, ">": a > b, "==": a == b}[op]
 
 
 def interpret(model: ir.Model, params: dict, inputs: dict, config: dict | None = None) -> dict:

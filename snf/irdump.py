@@ -1,4 +1,5 @@
-"""`snfc ir`: the typed IR as text, every value with its symbolic shape (golden-tested)."""
+"""`snfc ir`: the typed IR as text, every value with its symbolic shape (golden-tested); and the one
+printer of typed expressions in the spec's notation (`Printer.spell`: messages, graph labels)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from .ops import all_ops
 
 
 class Printer:
-    """The typed IR as text, in the spec's names (`snfc ir`; also `snfc graph`'s labels)."""
+    """The typed IR as text, in the spec's names (`snfc ir`; also `snfc graph`'s labels and the
+    checker's messages, which give `display`, the names as the checker knows them, for a model)."""
 
-    def __init__(self, model: ir.Model):
+    def __init__(self, model: ir.Model | None = None, display: dict | None = None):
         self.m = model
-        self.display = dict(model.display)
+        self.display = dict(model.display) if display is None else display
         self.out: list[str] = []
+        self.var = "l"  # the enclosing loop's variable, that `spell` indexes a per-layer name by
 
     def dim(self, d: Dim) -> str:
         return show_dim(d, self.display)
@@ -53,6 +56,38 @@ class Printer:
                 args.append(f"{name}={self.expr(a)}")
             return f"{e.op}(" + ", ".join(args) + ")"
         return "?"
+
+    def spell(self, e, prec: int = 0, number: bool = False) -> str | None:
+        """`e` as the spec writes it: an operator by its registry op's `symbol` (`dropout > 0`,
+        `0.02 / sqrt(2 * n_layer)`), parenthesised where Python would read it otherwise (`prec`:
+        how tightly the place it goes binds), a function of one number as a call (`sqrt(x)`), a
+        per-layer name indexed (`ln1_weight[l]`); anything else as `snfc ir` writes it. With
+        `number`, None for anything but a number's expression (numbers, names, those operators
+        and calls)."""
+        text, p = self._spelled(e, number)
+        return None if text is None else f"({text})" if p < prec else text
+
+    def _spelled(self, e, number: bool) -> tuple[str | None, int]:
+        op = all_ops().get(e.op) if isinstance(e, ir.Op) and not isinstance(e.ty, TensorT) else None
+        if op is not None and op.symbol is not None:
+            args = [self.spell(a, p, number) for (_, a), p in zip(e.args, op.operand_precs())]
+            if None in args:
+                return None, 0
+            if len(args) == 1:
+                return f"{op.symbol}{' ' if op.symbol.isalpha() else ''}{args[0]}", op.prec
+            return f" {op.symbol} ".join(args), op.prec
+        if op is not None and len(op.params) == 1:
+            arg = self.spell(e.args[0][1], 0, number)
+            return (None if arg is None else f"{e.op}({arg})"), 50
+        if isinstance(e, ir.Ref) and e.kind in ("layer_param", "layer_input"):
+            return f"{e.name}[{self.var}]", 50
+        if isinstance(e, ir.DimVal):
+            text = self.dim(e.dim)
+            return text, _binding(text)
+        if number and not (isinstance(e, ir.Ref) or isinstance(e, ir.Lit) and isinstance(e.value, (int, float))
+                           and not isinstance(e.value, bool)):
+            return None, 0
+        return self.expr(e), 40 if isinstance(e, ir.Lit) and isinstance(e.value, (int, float)) and e.value < 0 else 50
 
     def stmts(self, stmts, indent: int) -> None:
         pad = "  " * indent
@@ -147,6 +182,17 @@ class Printer:
             self.out.extend(f"  {fmt}.{key} <- {show(value, fmt)}" for key, value in config["writes"].items())
             if config["ignore"]:
                 self.out.append(f"  _ <- " + " or ".join(f"{fmt}.{key}" for key in config["ignore"]))
+
+
+def _binding(text: str) -> int:
+    """How tightly a dim's text (Dim.render) binds, as Python's precedence: by its loosest operator
+    outside parentheses (`T_past + T` 10, `4*D`, `-D` 20, `head_dim` 50)."""
+    depth, top = 0, []
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        top.append(ch if depth == 0 else "")
+    top = "".join(top)
+    return 10 if " + " in top or " - " in top else 20 if "*" in top or "/" in top or top.startswith("-") else 50
 
 
 def dump(model: ir.Model) -> str:

@@ -158,6 +158,61 @@ def test_one_module_reports_parse_errors():
     assert handlers == ["snf/frontend/lark_common.py"]
 
 
+def _operator_tables(source: str, name: str, ops: dict) -> list[str]:
+    """The literals in `source` (the file `name`) that hold operator facts the registry's `OpDef`s
+    give (`symbol`, `prec`, `scalar`): a dict pairing op names with their symbols (`{"add": "+"}`,
+    `{"+": "add"}`), a dict keyed by symbols or op names that computes (`{"<=": a <= b}`,
+    `{"div": _div}`), a collection of three or more operators' names (`{"add", "sub", "mul"}`)."""
+    symbols = {op.symbol for op in ops.values() if op.symbol}
+    named = {name for name, op in ops.items() if op.symbol}
+
+    def text(node) -> str | None:
+        return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+    def strings(node) -> set:
+        return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        where = f"{name}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Dict):
+            pairs = [(text(k), v) for k, v in zip(node.keys, node.values) if k is not None]
+            spelled = [k for k, v in pairs if k in named and ops[k].symbol in strings(v)
+                       or k in symbols and text(v) in named and ops[text(v)].symbol == k]
+            computed = [k for k, v in pairs if (k in symbols or k in named) and text(v) is None]
+            if len(spelled) >= 2 or len(computed) >= 2:
+                found.append(f"{where}: {{{', '.join(repr(k) for k, _ in pairs[:4])}, ...}}")
+        elif isinstance(node, (ast.Set, ast.Tuple, ast.List)):
+            names = [text(e) for e in node.elts if text(e) in named]
+            if len(names) >= 3:
+                found.append(f"{where}: {names}")
+    return found
+
+
+def test_operator_facts_live_in_the_registry():
+    """An operator's symbol, precedence and meaning on numbers are its `OpDef`'s (snf/ops/): no other
+    module keeps a table of them. The generated runtime keeps its own comparison (a standalone
+    module imports no snf)."""
+    from snf.ops import all_ops
+    ops = all_ops()
+    tables = []
+    for path in sorted(SNF.rglob("*.py")):
+        rel = path.relative_to(SNF).as_posix()
+        if rel.startswith(("ops/", "runtime/")):
+            continue
+        tables += _operator_tables(path.read_text(encoding="utf-8"), f"snf/{rel}", ops)
+    assert not tables, "read these from the registry (snf.ops.by_symbol, OpDef.symbol/prec/scalar): " + \
+        "; ".join(tables)
+
+
+def test_an_operator_table_is_found():
+    from snf.ops import all_ops
+    source = ('A = {"add": ("+", 10), "mul": ("*", 20)}\nB = {"<=": a <= b, "<": a < b}\n'
+              'C = {"+": "add", "-": "sub"}\nD = ("div", "mod", "pow")\nE = {">=": "<=", ">": "<"}\n'
+              'F = ("add", "sub")\nG = {"div": _div, "mod": lambda a, b: a % b}\nH = {"eq": "ne", "ne": "eq"}\n')
+    assert [t.split(":")[1] for t in _operator_tables(source, "probe.py", all_ops())] == ["1", "2", "3", "4", "7"]
+
+
 def main(argv: list[str]) -> None:
     graph = import_graph()
     if "--dot" in argv:

@@ -117,8 +117,9 @@ def test_bench_recurrent_runs(capsys):
     from benchmarks import bench_recurrent
     assert bench_recurrent.main(["--quick", "--reps", "1"]) == 0
     out = capsys.readouterr().out
-    rows = re.findall(r"^\| (prefill|decode)[^|]*\| ([\d.]+) +\| ([\d.]+) +\|", out, re.M)
-    assert [case for case, *_ in rows] == ["prefill", "decode", "decode"] and all(float(v) > 0 for r in rows for v in r[1:])
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines() if re.match(r"\| (prefill|decode)", line)]
+    assert [r[0].split()[0] for r in rows] == ["prefill", "decode", "decode"]
+    assert all(float(v) > 0 for r in rows for v in r[1:] if v != "-") and all(r[2] != "-" for r in rows[1:])
     assert "peak memory" in out and "decode after" in out
 
 

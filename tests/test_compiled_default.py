@@ -27,11 +27,13 @@ SMALL = {
                     sliding_window=3, n_expert=4, n_expert_tok=2),
     "olmoe": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48,
                   n_expert=4, n_expert_tok=2),
+    # layer 0 dense by mlp_only_layers (dense_layers), layer 1 sparse
     "qwen3_moe": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, head_dim=16,
-                      mlp_hidden=24, n_expert=4, n_expert_tok=2),
+                      mlp_hidden=24, n_expert=4, n_expert_tok=2, dense_hidden=48, dense_layers=[1, 0]),
     # sparse_step 2: a dense layer, then a sparse one
     "qwen2_moe": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48,
-                      expert_hidden=24, shared_hidden=40, n_expert=4, n_expert_tok=2, sparse_step=2),
+                      expert_hidden=24, shared_hidden=40, n_expert=4, n_expert_tok=2, sparse_step=2,
+                      dense_layers=[0, 0]),
     "bert": dict(vocab_size=64, max_positions=32, n_layer=2, n_head=2, n_embd=32, intermediate=48),
     "t5_encoder": dict(vocab_size=64, n_layer=2, n_head=2, d_model=32, d_kv=8, d_ff=48, num_buckets=8,
                        max_distance=16),
@@ -52,7 +54,8 @@ SMALL = {
                       mamba_d_ssm=64, mamba_n_heads=8, mamba_d_state=16, mamba_n_groups=2, mamba_d_conv=4),
     "qwen3_next": dict(vocab_size=64, block_size=32, n_layer=2, full_attention_interval=2, n_embd=32, n_head=4, n_kv_head=2, head_dim=16,
                        lin_n_key_head=2, lin_n_value_head=4, lin_key_dim=8, lin_value_dim=12, mlp_hidden=48,
-                       expert_hidden=24, shared_hidden=40, n_expert=4, n_expert_tok=2, sparse_step=2),
+                       expert_hidden=24, shared_hidden=40, n_expert=4, n_expert_tok=2, sparse_step=2,
+                       dense_layers=[0, 0]),
     # LongRoPE on, the switch inside the session's lengths (its decode crosses it)
     "phi3": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48,
                  rotary_pct=0.5, sliding_window=32, longrope=True, original_max_position=8,
@@ -82,10 +85,12 @@ SMALL = {
     "gpt_oss": dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, head_dim=16, mlp_hidden=24,
                     sliding_window=3, attention_types=["full_attention", "sliding_attention"], n_expert=4,
                     n_expert_tok=2, swiglu_limit=1.0, rope_factor=4.0, rope_original_max_position=8),
-    "nemotron_h": dict(vocab_size=64, block_size=32, layer_types=["linear_attention", "full_attention", "mlp",
+    # a layer of each kind; the experts in a latent, picked in 2 of 4 groups
+    "nemotron_h": dict(vocab_size=64, block_size=32, layer_types=["linear_attention", "full_attention", "moe", "mlp",
                                                                   "linear_attention"], n_embd=32, n_head=4,
                        n_kv_head=2, head_dim=8, mlp_hidden=48, ssm_n_head=8, ssm_head_dim=8, state_size=16,
-                       n_groups=2),
+                       n_groups=2, n_expert=8, n_expert_tok=2, expert_hidden=16, shared_hidden=24, moe_latent=16,
+                       expert_groups=4, topk_group=2, routed_scaling=1.5),
 }
 
 

@@ -4,7 +4,9 @@
   the default where the key is absent (or null)";
 - a field computed from other fields (`both <- a and b`) is read, and not written back;
 - which keys count as read is what the mapping mentions, not what one evaluation reached;
-- a field computed from keys that nothing writes back is refused by `check`.
+- a field computed from keys that nothing writes back is refused by `check`;
+- and the list functions' meaning: range, a list repeated, flags and positions (issue 38's
+  mlp_only_layers), in both directions.
 """
 
 from __future__ import annotations
@@ -134,3 +136,73 @@ def test_range_lists_numbers_and_no_list_grows_past_the_limit(tmp_path):
         snf.from_pretrained(_folder(tmp_path, sparse=[0, 2], **base), spec=spec)
     with pytest.raises(PretrainedError, match=r"`\[0\] \* D` would make a list of 2000000 items with D = 2000000"):
         snf.from_pretrained(_folder(tmp_path, hidden_size=2_000_000, **base), spec=spec)
+
+
+LIST_SPEC = """\
+param:
+  n_layer : int = 3
+  marks : list[int, n_layer] = [0, 0, 0]
+  D : int = 4
+input:
+  x : Tensor([B, D], float32)
+parameter:
+  w : Tensor([n_layer, D, D], float32)
+output:
+  y : Tensor([B, D], float32)
+let y = x
+for l in 0..n_layer-1:
+    if marks[l] == 1:
+        y = linear(y, weight=w[l])
+checkpoint hf:
+  w[l] <- "layers.{l}.w"
+config hf:
+  assert hf.model_type == "toy"
+  n_layer <- hf.num_layers
+  marks <- flags(hf.listed or [], n_layer)
+  hf.listed <- positions(marks, 1)
+"""
+
+
+def _layers_folder(tmp_path, layers: int = 3, **config):
+    folder = tmp_path / "layers"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "toy", "num_layers": layers, **config}))
+    write_safetensors({f"layers.{i}.w": torch.eye(4) for i in range(min(layers, 3))}, folder / "model.safetensors",
+                      {"format": "pt"})
+    return folder
+
+
+def test_flags_and_positions_turn_layer_numbers_into_a_list_per_layer_and_back(tmp_path):
+    # Qwen2-MoE's mlp_only_layers: flags(numbers, length) reads the layer numbers as one item per layer,
+    # positions(list, 1) writes them back, in increasing order, once each
+    spec = write_spec(tmp_path, LIST_SPEC, "listed.snf")
+    assert snfc("check", str(spec))[0] == 0
+    for listed, marks, back in (([0, 2], (1, 0, 1), [0, 2]), ([2, 0, 2], (1, 0, 1), [0, 2]), (None, (0, 0, 0), [])):
+        folder = _layers_folder(tmp_path, **({} if listed is None else {"listed": listed}))
+        model = snf.from_pretrained(folder, spec=spec)
+        assert model.config.marks == marks
+        snf.save_pretrained(model, tmp_path / "out")
+        written = json.loads((tmp_path / "out" / "config.json").read_text())
+        assert written == {**json.loads((folder / "config.json").read_text()), "listed": back}
+        assert snf.from_pretrained(tmp_path / "out", spec=spec).config == model.config
+
+
+@pytest.mark.parametrize("config, says", [
+    (dict(listed=[3]), r"`flags\(hf.listed or \[\], n_layer\)` needs a list of numbers from 0 to 2; listed = \[3\], "
+                       r"n_layer = 3 \(in the Config\)"),
+    (dict(listed=[-1]), r"needs a list of numbers from 0 to 2; listed = \[-1\]"),
+    (dict(listed=[True]), r"needs a list of numbers from 0 to 2; listed = \[true\]"),
+    (dict(listed="0, 2"), r"needs a list of numbers from 0 to 2; listed = \"0, 2\""),
+    (dict(layers=2_000_000), r"`flags\(hf.listed or \[\], n_layer\)` would make a list of 2000000 items"),
+])
+def test_flags_refuses_what_is_no_layer_number_naming_the_key(tmp_path, config, says):
+    spec = write_spec(tmp_path, LIST_SPEC, "listed.snf")
+    with pytest.raises(PretrainedError, match=says):
+        snf.from_pretrained(_layers_folder(tmp_path, **config), spec=spec)
+
+
+def test_positions_of_what_is_no_list_is_named(tmp_path):
+    spec = write_spec(tmp_path, LIST_SPEC.replace("positions(marks, 1)", "positions(n_layer, 1)"), "unlisted.snf")
+    model = snf.from_pretrained(_layers_folder(tmp_path, listed=[1]), spec=spec)
+    with pytest.raises(PretrainedError, match=r"`positions\(n_layer, 1\)` lists the positions in a list; n_layer = 3"):
+        snf.save_pretrained(model, tmp_path / "out")

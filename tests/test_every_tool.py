@@ -37,7 +37,8 @@ SMALL = {"vocab_size": 37, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd"
          # llama4_text's: a RoPE layer in chunks, a NoPE one
          "no_rope_layers": [1, 0], "attn_types": ["chunked_attention", "full_attention"], "chunk_size": 3,
          "floor_scale": 2,
-         "attention_types": ["sliding_attention", "full_attention"]}  # gpt_oss's, one per layer
+         "attention_types": ["sliding_attention", "full_attention"],  # gpt_oss's, one per layer
+         "dense_layers": [1, 0], "dense_hidden": 24}  # the Qwen MoEs': layer 0 dense by mlp_only_layers
 
 LAYER_SIZES = """\
 param:

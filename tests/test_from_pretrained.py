@@ -43,8 +43,11 @@ FAMILIES = {
     "mixtral": ("MixtralConfig", dict(_DECODER, sliding_window=5, num_local_experts=4, num_experts_per_tok=2),
                 "mixtral.snf"),
     "olmoe": ("OlmoeConfig", dict(_DECODER, num_experts=4, num_experts_per_tok=2, pad_token_id=None), "olmoe.snf"),
+    # layer 0 dense (mlp_only_layers: a SwiGLU MLP), layer 1 sparse; with decoder_sparse_step too:
+    # tests/test_from_pretrained_families.py
     "qwen3_moe": ("Qwen3MoeConfig", dict(_DECODER, head_dim=16, moe_intermediate_size=24, num_experts=4,
-                                         num_experts_per_tok=2, norm_topk_prob=True), "qwen3_moe.snf"),
+                                         num_experts_per_tok=2, norm_topk_prob=True, mlp_only_layers=[0]),
+                  "qwen3_moe.snf"),
     # decoder_sparse_step 2: layer 0 dense (a SwiGLU MLP), layer 1 sparse (experts and the shared expert)
     "qwen2_moe": ("Qwen2MoeConfig", dict(_DECODER, moe_intermediate_size=24, shared_expert_intermediate_size=40,
                                          num_experts=4, num_experts_per_tok=2, decoder_sparse_step=2), "qwen2_moe.snf"),
@@ -86,12 +89,17 @@ FAMILIES = {
                                            linear_value_head_dim=16, moe_intermediate_size=24,
                                            shared_expert_intermediate_size=40, num_experts=4, num_experts_per_tok=2,
                                            decoder_sparse_step=2, pad_token_id=None), "qwen3_next.snf"),
-    # a layer of each kind, by layers_block_type: Mamba2, attention (grouped, no RoPE), a squared-ReLU MLP
-    "nemotron_h": ("NemotronHConfig", dict(_DECODER, layers_block_type=["linear_attention", "full_attention", "mlp",
-                                                                        "linear_attention"], head_dim=16,
+    # a layer of each kind, by layers_block_type: Mamba2, attention (grouped, no RoPE), experts, a squared-ReLU
+    # MLP; the router picks 3 of 8 experts in the 2 best of 4 groups, its weights not renormalised, then scaled;
+    # biases on the MLP and the shared expert. The experts in a latent and a correction bias:
+    # tests/test_from_pretrained_families.py
+    "nemotron_h": ("NemotronHConfig", dict(_DECODER, layers_block_type=["linear_attention", "full_attention", "moe",
+                                                                        "mlp", "linear_attention"], head_dim=16,
                                            mamba_num_heads=6, mamba_head_dim=8, ssm_state_size=8, n_groups=2,
-                                           conv_kernel=4, mlp_bias=True, use_bias=True, pad_token_id=None),
-                   "nemotron_h.snf"),
+                                           conv_kernel=4, mlp_bias=True, use_bias=True, n_routed_experts=8, n_group=4,
+                                           topk_group=2, num_experts_per_tok=3, moe_intermediate_size=16,
+                                           moe_shared_expert_intermediate_size=24, routed_scaling_factor=1.5,
+                                           norm_topk_prob=False, pad_token_id=None), "nemotron_h.snf"),
     # Phi-3: fused projections, three quarters of each head rotating (partial_rotary_factor), plain RoPE; the
     # LongRoPE variant is a test of its own (test_phi3_longrope_matches_transformers_past_the_switch)
     "phi3": ("Phi3Config", dict(_DECODER, hidden_size=64, rope_parameters={"rope_type": "default", "rope_theta": 5000.0,
@@ -501,7 +509,7 @@ def test_llama_older_config_files_rope_scaling_and_rope_theta(tmp_path):
     ("bert", dict(is_decoder=True), "is_decoder = true"),
     ("qwen2", dict(use_sliding_window=True), "use_sliding_window = true: the spec requires"),
     ("qwen2", dict(layer_types=["full_attention", "sliding_attention"]), "layer_types = [\"full_attention\", \"sl"),
-    ("qwen2_moe", dict(mlp_only_layers=[0]), "mlp_only_layers = [0]"),
+    ("qwen2_moe", dict(mlp_only_layers=[2]), "mlp_only_layers = [2]"),  # past the last layer (1)
     ("gemma2", dict(layer_types=["full_attention", "sliding_attention"]), "layer_types = [\"full_attention\", \"sl"),
     ("gemma2", dict(hidden_activation="gelu"), "hidden_activation = \"gelu\""),
     ("gemma2", dict(tie_word_embeddings=False), "tie_word_embeddings = false"),

@@ -1,11 +1,13 @@
 """snf.from_pretrained against transformers on settings of one family each, away from the tiny
 configs of tests/test_from_pretrained.py (FAMILIES), which the tests there run for every family
-(Gemma 2 and 3, GPT-J, GPT-NeoX, Phi, Qwen3, OLMo 2 and Command-R; DeepSeek-V3's are in
-tests/test_latent_attention.py), and the settings the specs refuse, each named."""
+(Gemma 2 and 3, GPT-J, GPT-NeoX, Phi, Qwen3, OLMo 2, Command-R, Nemotron-H and the Qwen mixtures of
+experts' dense layers; DeepSeek-V3's are in tests/test_latent_attention.py), and the settings the specs
+refuse, each named."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -14,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 import snf  # noqa: E402
 from snf.pretrained import PretrainedError  # noqa: E402
-from test_from_pretrained import _close, edit_config, refused, saved, tokens  # noqa: E402
+from test_from_pretrained import _close, _round_trip, edit_config, hf_model, refused, saved, tokens  # noqa: E402
 
 
 def test_gemma2_odd_layers_slide_and_the_window_matters(tmp_path):
@@ -192,6 +194,75 @@ def test_cohere_as_command_r_is(tmp_path):
         assert _close(unscaled(idx).logits * 0.0625, hf(idx).logits)
 
 
+def test_nemotron_h_experts_in_a_latent_with_a_correction_bias(tmp_path):
+    """Nemotron 3's experts in a latent (moe_latent_size) between two projections with biases, their weights
+    renormalised (FAMILIES' are not), and a correction bias, a buffer hf_model leaves at zero, which changes
+    the experts picked: logits and greedy generate as transformers', the round trip through it exact."""
+    hf = hf_model("nemotron_h", moe_latent_size=12, norm_topk_prob=True)
+    biases = [b for name, b in hf.named_buffers() if name.endswith("e_score_correction_bias")]
+    with torch.no_grad():
+        for b in biases:
+            b.copy_(torch.randn(b.shape, generator=torch.Generator().manual_seed(3)) * 0.2)
+    hf.save_pretrained(tmp_path / "hf")
+    model = snf.from_pretrained(tmp_path / "hf")
+    assert (model.config.moe_latent, model.config.norm_topk_prob) == (12, True)
+    assert {"latent_up", "latent_in_bias", "router_bias"} <= set(snf.interop.spec_state(model))
+    idx, prompt = tokens(hf.config.vocab_size), tokens(hf.config.vocab_size, t=7)
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+        unbiased = type(model)(model.config).eval()
+        unbiased.load_state_dict({k: v * 0 if k.endswith("router_bias") else v for k, v in model.state_dict().items()})
+        assert not _close(unbiased(idx).logits, hf(idx).logits)  # the bias picks other experts
+    want = hf.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(prompt, 8, temperature=0), want)
+    snf.save_pretrained(model, tmp_path / "snf_out")
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "snf_out").eval()
+    assert again.config.moe_latent_size == 12
+    again.save_pretrained(tmp_path / "hf_out")
+    back = snf.from_pretrained(tmp_path / "hf_out")
+    assert back.config == model.config
+    mine, theirs = model.state_dict(), back.state_dict()
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+# four layers: decoder_sparse_step 2 makes 1 and 3 sparse, mlp_only_layers makes 3 dense again (and 0, dense
+# already): layer 1 alone is sparse
+MLP_ONLY = dict(num_hidden_layers=4, decoder_sparse_step=2, mlp_only_layers=[0, 3])
+
+
+@pytest.mark.parametrize("family, extra", [
+    ("qwen2_moe", {}), ("qwen3_moe", {}),
+    ("qwen3_next", dict(layer_types=["linear_attention", "full_attention"] * 2)),
+])
+def test_mlp_only_layers_with_a_sparse_step_match_transformers(tmp_path, family, extra):
+    """mlp_only_layers and decoder_sparse_step together: each layer holds its kind's weights, as
+    transformers' checkpoint does; logits, the load-balancing loss (over the one sparse layer) and
+    greedy generate as transformers'; config.json written back key for key (mlp_only_layers as it
+    was) and the round trip through transformers exact."""
+    from safetensors import safe_open
+    hf, model = _agrees(tmp_path / "agree", family, **MLP_ONLY, **extra)
+    assert (model.config.dense_layers, model.config.sparse_step) == ((1, 0, 0, 1), 2)
+    idx = tokens(hf.config.vocab_size)
+    with torch.no_grad():
+        want, got = hf(idx, output_router_logits=True), model(idx)
+    torch.testing.assert_close(got.aux_loss, want.aux_loss, rtol=1e-5, atol=1e-6)
+    folder = tmp_path / "agree" / family
+    snf.save_pretrained(model, tmp_path / "snf_out")
+    written = json.loads((tmp_path / "snf_out" / "config.json").read_text())
+    assert written == json.loads((folder / "config.json").read_text()) and written["mlp_only_layers"] == [0, 3]
+    keys = []
+    for where in (folder, tmp_path / "snf_out"):
+        with safe_open(where / "model.safetensors", "pt") as f:
+            keys.append(set(f.keys()))
+    assert keys[0] == keys[1]  # the same weights on each layer: the router on layer 1 only, dense MLPs elsewhere
+    assert [f"model.layers.{i}.mlp.gate.weight" in keys[1] for i in range(4)] == [False, True, False, False]
+    assert [f"model.layers.{i}.mlp.gate_proj.weight" in keys[1] for i in range(4)] == [True, False, True, True]
+
+    def agree(model, hf):
+        assert _close(model(idx).logits, hf(idx).logits)
+    _round_trip(tmp_path / "round_trip", family, agree, **MLP_ONLY, **extra)
+
+
 @pytest.mark.parametrize("family, changes, named", [
     ("qwen3", dict(layer_types=["sliding_attention", "full_attention"]), "layer_types = [\"sliding_attention\", \"fu"),
     ("qwen3", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e5, "factor": 4.0,
@@ -204,6 +275,10 @@ def test_cohere_as_command_r_is(tmp_path):
     ("cohere", dict(hidden_act="gelu"), "hidden_act = \"gelu\""),
     ("cohere", dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 5e5, "factor": 2.0}),
      "rope_parameters.rope_type = \"dynamic\""),
+    ("nemotron_h", dict(mlp_hidden_act="silu"), "mlp_hidden_act = \"silu\""),
+    ("nemotron_h", dict(num_nextn_predict_layers=1), "num_nextn_predict_layers = 1"),
+    ("nemotron_h", dict(layers_block_type=["linear_attention", "attention", "moe", "mlp", "linear_attention"]),
+     "every layer linear_attention, full_attention, mlp or moe"),
 ])
 def test_a_setting_the_spec_cannot_honour_is_named(tmp_path, family, changes, named):
     refused(tmp_path, family, changes, named)

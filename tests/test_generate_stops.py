@@ -156,3 +156,40 @@ def test_snfc_generate_without_a_tokenizer_is_an_error(tmp_path, capsys):
     assert main(["generate", str(folder), "--prompt", "hello"]) == 1
     assert "snfc generate: error:" in capsys.readouterr().err
     assert main(["generate", str(tmp_path / "nowhere"), "--prompt", "hello"]) == 1
+
+
+def test_an_encoder_decoders_loop_encodes_once_feeds_the_cache_and_stops():
+    """snf/runtime/generate.py's _generate_from_encoder on a toy model: the encoder runs once, each
+    step gets the last token and the caches the step before returned, a row that ended is padded, and
+    the loop stops when every row has ended."""
+    from types import SimpleNamespace
+
+    from snf.runtime.generate import _generate_from_encoder, _Generation
+
+    class Toy(torch.nn.Module):  # next token: (last + 1) % 5, per row offset by the encoder's first token
+        config = SimpleNamespace(decoder_start_token_id=1, eos_token_id=4, pad_token_id=0)
+        _encoded = None
+
+        def __init__(self):
+            super().__init__()
+            self.encodes, self.steps = 0, []
+
+        def _encode(self, ids, mask=None):
+            self.encodes += 1
+            return (ids[:, :1],)
+
+        def forward(self, ids, dec=None, mask=None, past=None, use_cache=True):
+            assert self._encoded is not None  # generate's encoder values, not computed again
+            self.steps.append(None if past is None else past.tolist())
+            nxt = (dec[:, -1:] + self._encoded[0]) % 5
+            logits = torch.nn.functional.one_hot(nxt, 5).float()
+            return SimpleNamespace(logits=logits, new=torch.cat([past, dec], 1) if past is not None else dec)
+
+    model = Toy()
+    how = _Generation(tokens="dec", logits="logits", caches=(("past", "new"),), encoder=("ids", "mask"), stops=True)
+    ids = torch.tensor([[1, 9], [2, 9]])
+    out = _generate_from_encoder(model, how, (ids, None), 8, 0.0, None, None, None, False)
+    # row 0: 1 -> 2 -> 3 -> 4 (end); row 1: 1 -> 3 -> 0 -> 2 -> 4 (end): row 0 padded after its end
+    assert out.tolist() == [[1, 2, 3, 4, 0], [1, 3, 0, 2, 4]]
+    assert model.encodes == 1 and model._encoded is None
+    assert model.steps[0] is None and model.steps[1] == [[1], [1]]  # the first step's cache fed to the second

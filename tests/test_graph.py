@@ -190,6 +190,35 @@ def test_if_blocks_are_boxes_and_their_values_merge(tmp_path):
     assert len(guarded) == 1 and "dashed" in guarded[0]["style"]
 
 
+def test_labels_spell_conditions_as_python_reads_them(tmp_path):
+    """A condition is spelled by the one printer (irdump.Printer.spell), from the registry's symbols and
+    precedences: parentheses where Python needs them (and around a power under a minus)."""
+    spec = BRANCHES.replace("  use_gate : bool = True", "  use_gate : bool = True\n  slow : bool = False\n"
+                            "  a : int = 1\n  b : float = 2.0\n  c : float = -1.0")
+    spec = spec.replace("if use_gate:", "if (a + b) * c > -(b ** 2) and not (use_gate or slow) or a - (a - 1) == 0:")
+    labels = {a["label"] for a in parse_dot(to_dot(_model(write_spec(tmp_path, spec)))).clusters.values()}
+    assert "if (a + b) * c > -(b ** 2) and not (use_gate or slow) or a - (a - 1) == 0" in labels, labels
+
+
+def test_a_number_is_spelled_as_python_reads_it():
+    """The checker's messages spell a number by the same printer, None where it holds anything else."""
+    from snf.dims import Dim
+    from snf.irdump import Printer
+
+    def op(name, *args, ty=ir.FLOAT):
+        return ir.Op(name, tuple(zip("ab", args)), ty)
+    n, two = ir.Ref("n", "config", ir.INT), ir.Lit(2, ir.INT)
+    spell = Printer(display={}).spell
+    assert spell(op("pow", op("pow", n, two), op("neg", two)), number=True) == "(n ** 2) ** -2"
+    assert spell(op("div", ir.Lit(0.02, ir.FLOAT), ir.Op("sqrt", (("x", op("mul", two, n)),), ir.FLOAT)),
+                 number=True) == "0.02 / sqrt(2 * n)"
+    dims = ir.DimVal(Dim.sym("T") + Dim.sym("P"), ir.INT)
+    assert spell(op("mul", dims, op("sub", n, op("sub", n, two))), number=True) == "(P + T) * (n - (n - 2))"
+    test = op("and", ir.IsPresent("past", ir.BOOL), op("gt", n, two, ty=ir.BOOL), ty=ir.BOOL)
+    assert spell(test) == "past exists and n > 2"
+    assert spell(ir.TCond(test, n, two, ir.INT), number=True) is None  # not a number's expression
+
+
 def _check_against_ir(model: ir.Model) -> Dot:
     dot = parse_dot(to_dot(model))
     assert dot.name == model.name

@@ -234,9 +234,11 @@ UP = "model.layers.{l}.mlp.experts.{e}.up_proj.weight"
 
 
 def big_qwen(tmp_path, key: str | None = None, layers: int = 1000, old: str = UP):
-    """specs/qwen3_moe.snf at `layers` layers and 1024 experts, its key `old` (up_proj's) replaced by `key`."""
+    """specs/qwen3_moe.snf at `layers` layers (every one sparse: `dense_layers` all zeros) and 1024 experts, its
+    key `old` (up_proj's) replaced by `key`."""
     text = (REPO / "specs" / "qwen3_moe.snf").read_text()
     text = re.sub(r"(?m)^(  n_layer : int = )\d+", rf"\g<1>{layers}", text)
+    text = re.sub(r"(?m)^(  dense_layers : list\[int, n_layer\] = )\[[^\]]*\]", rf"\g<1>{[0] * layers}", text)
     text = re.sub(r"(?m)^(  n_expert : int = )\d+", r"\g<1>1024", text)
     if key is not None:
         assert f'"{old}"' in text

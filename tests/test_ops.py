@@ -8,6 +8,7 @@ section 9 `test_every_op_has_a_docs_row`.
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from snf.diagnostics import Reporter
 from snf.frontend import parse
 from snf.interpret import interpret
 from snf.ops import all_ops
+from snf.ops.registry import ScalarError
 from snf.source import Source
 
 # The recurrent ops' inputs: H heads of M channels, B and C in G groups of a state of N; the delta rule's
@@ -200,15 +202,16 @@ MORE_CASES = {
         "  s : Tensor([H], float32)",
         "flash_attention(q, k, v, causal=True, window=W, mask=m, bias=reshape(b, [1, H, 1, N]), scale=0.7, sinks=s) + "
         "flash_attention(q, k, v, causal=True, softcap=1.5, sinks=s) + flash_attention(q, k, v, mask=m, sinks=s)", HEADS),
-    # gpt-oss's experts: biases, and the clamped SwiGLU (a limit low enough to clamp)
-    "moe_experts (biases, clamped_swiglu)": (
+    # gpt-oss's experts: biases, and the clamped SwiGLU (a limit low enough to clamp); Nemotron-H's squared ReLU
+    "moe_experts (biases, clamped_swiglu, relu2)": (
         "a : Tensor([B, T, N], float32)\n  r : Tensor([N, E], float32)\n  u : Tensor([E, M, N], float32)\n"
         "  d : Tensor([E, N, M], float32)\n  g : Tensor([E, M, N], float32)\n  bg : Tensor([E, M], float32)\n"
         "  bu : Tensor([E, M], float32)\n  bd : Tensor([E, N], float32)",
         "moe_experts(a, top_k_indices(a @ r, K), softmax(top_k(a @ r, K)), up=u, down=d, gate=g, gate_bias=bg, "
         "up_bias=bu, down_bias=bd, act=\"clamped_swiglu\", alpha=1.702, limit=0.5) + "
         "moe_experts(a, top_k_indices(a @ r, 1), top_k(sigmoid(a @ r), 1), up=u, down=d, up_bias=bu, down_bias=bd, "
-        "act=\"relu\")", "param:\n  E : int = 4\n  K : int = 2\n"),
+        "act=\"relu\") + moe_experts(a, top_k_indices(a @ r, K), top_k(sigmoid(a @ r), K), up=u, down=d, act=\"relu2\")",
+        "param:\n  E : int = 4\n  K : int = 2\n"),
     "rope (linear, partial, interleaved)": (
         "a : Tensor([B, T, N, 8], float32)",
         "rope(a, offset=3, scaling=\"linear\", factor=2.0, rotary_dim=4) + rope(a, interleaved=True, base=50.0)"
@@ -353,3 +356,60 @@ def test_attention_sinks_gradients(window):
                                                                v.detach()[:, :, :5])),
                         causal=True, window=window, sinks=sinks.detach().numpy())
     np.testing.assert_allclose(step.transpose(1, 2).numpy(), ref, rtol=1e-12, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- an op on numbers
+
+NUMBERS = (7, -7, 2, 0, 3.5, -0.5, 0.0, 1e300)
+FAILED = object()  # Python has no real number for it: the op's `scalar` must raise ScalarError
+
+
+def _on_numbers(compute, finite: bool):
+    """What Python (or NumPy) computes: FAILED for a division by zero, an overflow, a complex number
+    (and, `finite`, an inf or nan, from finite numbers)."""
+    try:
+        with np.errstate(all="ignore"):
+            out = compute()
+    except (ZeroDivisionError, OverflowError, ValueError, TypeError):
+        return FAILED
+    if isinstance(out, complex) or finite and isinstance(out, (float, np.floating)) and not np.isfinite(out):
+        return FAILED
+    return out
+
+
+def _scalar(op, *args):
+    try:
+        return op.scalar(*args)
+    except ScalarError:
+        return FAILED
+
+
+@pytest.mark.parametrize("name", sorted(n for n, op in all_ops().items() if op.symbol is not None))
+def test_an_operators_scalar_is_pythons(name):
+    """An operator computes on numbers what Python writes with its symbol (`-7 // 2`, `not 0`), or
+    fails where Python does: folding, the mapping language and checkpoint keys compute with `scalar`,
+    the module with Python. (`1e300 * 1e300` is inf to both: folding reports that, fold._check.)"""
+    op = all_ops()[name]
+    arity = len(op.params)
+    for args in itertools.product(NUMBERS, repeat=arity):
+        text = f"{op.symbol} a" if arity == 1 else f"a {op.symbol} b"
+        want = _on_numbers(lambda: eval(text, {}, dict(zip("ab", args))), finite=False)  # noqa: S307
+        if op.scalar is None:  # Python has no such number either (`@` of numbers)
+            assert want is FAILED, f"{name} has no scalar, but Python computes `{text}` of {args}"
+            continue
+        got = _scalar(op, *args)
+        assert got is want or got == want and type(got) is type(want), (text, args, got, want)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, op in all_ops().items() if op.symbol is None and op.scalar))
+def test_a_functions_scalar_is_its_numpy_reference(name):
+    """A function of numbers (`sqrt`, `round`) computes what its NumPy reference does, and fails where
+    that has no finite number."""
+    op = all_ops()[name]
+    for args in itertools.product(NUMBERS, repeat=len(op.params)):
+        want = _on_numbers(lambda: op.numpy(*map(np.float64, args)), finite=True)
+        got = _scalar(op, *args)
+        if want is FAILED:
+            assert got is FAILED, (name, args, got)
+        else:
+            assert got == pytest.approx(float(want), rel=1e-12), (name, args, got, want)

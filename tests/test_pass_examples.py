@@ -209,6 +209,16 @@ def test_fuse_linear():
     assert_golden("passes/fuse_linear.txt", _example("fuse_linear", LAYERS, dump(model), dump(lower(model))))
 
 
+def test_absorb_latent():
+    """The rewrite pass: attention over keys and values expanded from a cached latent becomes
+    latent_attention over the latent (the expansion's statements go), and the cache is the latent."""
+    from test_latent_attention import PAPER as text
+    model = _checked(text, "absorb")
+    lowered = lower(model)
+    assert_golden("passes/absorb.txt", _example("absorb", text, dump(model), dump(lowered) + "# the cache plan\n"
+                                                + "".join(f"{line}\n" for line in show_caches(plan(lowered)))))
+
+
 PLANNERS = {  # pass -> (spec, what its plan says)
     "blocks": (LAYERS, show_blocks),
     "layout": (LAYERS, show_layout),

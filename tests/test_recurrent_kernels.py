@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from snf.ops import recurrent_np as ref
+from snf.runtime import kernels as kern
 from snf.runtime import recurrent as rec
 
 CHUNK = 5  # the chunk size in these tests, so that the lengths below stay small
@@ -292,26 +293,33 @@ def test_causal_conv1d_matches_transformers_conv_fn_and_update():
 
 # ----------------------------------------------------------------------------- the file itself
 
-def test_runtime_file_imports_only_math_typing_and_torch():
-    """recurrent.py is copied, definition by definition, into standalone modules: its imports are
-    those a generated module has, and each definition reads only those, builtins and its siblings."""
-    tree = ast.parse(Path(rec.__file__).read_text(encoding="utf-8"))
+@pytest.mark.parametrize("module", [rec, kern], ids=["recurrent", "kernels"])
+def test_runtime_files_import_only_what_a_generated_module_has(module):
+    """recurrent.py and kernels.py are copied, definition by definition, into standalone modules: their
+    imports are those a generated module has (recurrent.py's from kernels.py too), and each definition
+    reads only those, builtins, its own imports and the two files' definitions."""
+    def tree(m):
+        return ast.parse(Path(m.__file__).read_text(encoding="utf-8"))
+    top = {n.name for m in (rec, kern) for n in tree(m).body if isinstance(n, ast.FunctionDef)}
+    top |= {t.id for m in (rec, kern) for n in tree(m).body if isinstance(n, ast.Assign) for t in n.targets}
+    top |= {n.target.id for m in (rec, kern) for n in tree(m).body if isinstance(n, ast.AnnAssign)}
     imported = set()
-    for node in tree.body:
+    for node in tree(module).body:
         if isinstance(node, ast.Import):
             imported |= {(a.name, a.asname) for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
             imported |= {(f"{node.module}.{a.name}", a.asname) for a in node.names}
-    assert imported <= {("math", None), ("typing.Optional", None), ("torch", None), ("torch.nn.functional", "F")}
-    top = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-    top |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets}
-    allowed = top | {"math", "Optional", "torch", "F"} | set(dir(builtins))
-    for node in tree.body:
+    allowed_imports = {("math", None), ("os", None), ("typing.Optional", None), ("torch", None),
+                       ("torch.nn.functional", "F")} | {(f"kernels.{n}", None) for n in top}
+    assert imported <= allowed_imports, imported - allowed_imports
+    allowed = top | {"math", "os", "Optional", "torch", "F"} | set(dir(builtins))
+    for node in tree(module).body:
         if isinstance(node, ast.FunctionDef):
             local = {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
             local |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
             local |= {n.name for n in ast.walk(node) if isinstance(n, ast.FunctionDef)}
-            local |= {a.asname or a.name for n in ast.walk(node) if isinstance(n, ast.ImportFrom) for a in n.names}
+            local |= {a.asname or a.name.split(".")[0] for n in ast.walk(node)
+                      if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
             read = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
             assert read <= allowed | local, (node.name, read - allowed - local)
 

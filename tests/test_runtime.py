@@ -45,11 +45,12 @@ def _standalone(spec: str) -> str:
     return generate_source(analyze(Source.read(REPO / "specs" / spec)), f"specs/{spec}", standalone=True)
 
 
-def test_a_standalone_module_holds_exactly_the_runtime_it_calls():
+@pytest.mark.parametrize("spec", ["nanogpt.snf", "qwen3_next.snf"])  # (qwen3_next: the recurrent ops and kernels.py)
+def test_a_standalone_module_holds_exactly_the_runtime_it_calls(spec):
     """Each definition in a standalone module's runtime part is the package's text, and each one the
     module's own code calls is there; nothing else is."""
     by_name = {d.name: d for d in runtime.definitions()}
-    text = _standalone("nanogpt.snf")
+    text = _standalone(spec)
     assert "snf" not in {n.module.split(".")[0] for n in ast.parse(text).body if isinstance(n, ast.ImportFrom)
                          and n.module}
     defined = {n for node in ast.parse(text).body for n in runtime._defined(node) if n in by_name}

@@ -286,7 +286,7 @@ def test_every_spec_matches_the_numpy_interpreter(spec):
                  head_dim=4, query_pre_attn_scalar=6, rotary_dim=2, rotary_pct=0.5, n_groups=1, state_size=4,
                  short_factor=[1.5], long_factor=[3.0], longrope=True, original_max_position=4,
                  no_rope_layers=[1, 0], attn_types=["chunked_attention", "full_attention"], chunk_size=3, floor_scale=2,
-                 attention_types=["sliding_attention", "full_attention"])
+                 attention_types=["sliding_attention", "full_attention"], dense_layers=[1, 0], dense_hidden=12)
     fields = {f for f in mod.Config.__dataclass_fields__}
     cfg = {k: v for k, v in small.items() if k in fields}
     for k in ("d_ff", "mlp_hidden"):

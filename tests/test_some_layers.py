@@ -97,17 +97,20 @@ def test_stats_count_the_layers_that_have_it(tmp_path):
         assert got.value == 5 * 8 * 8 + layers * 2 * 16 * 8 + (5 - layers) * 8 * 8
 
 
-@pytest.mark.parametrize("overrides", [{}, {"num_hidden_layers": 4, "decoder_sparse_step": 3}], ids=["step2", "step3"])
+@pytest.mark.parametrize("overrides", [{}, {"num_hidden_layers": 4, "decoder_sparse_step": 3},
+                                       {"num_hidden_layers": 4, "decoder_sparse_step": 2, "mlp_only_layers": [0, 3]}],
+                         ids=["step2", "step3", "step2-mlp-only"])
 def test_qwen2_moe_layers_hold_their_kind_of_weights(tmp_path, overrides):
-    """Qwen2-MoE's dense and sparse layers (decoder_sparse_step): each layer holds its kind's weights
-    only, as transformers' checkpoint does (its values against transformers: tests/test_moe.py)."""
+    """Qwen2-MoE's dense and sparse layers (decoder_sparse_step, and mlp_only_layers made dense): each
+    layer holds its kind's weights only, as transformers' checkpoint does (its values against
+    transformers: tests/test_moe.py, tests/test_from_pretrained_families.py)."""
     pytest.importorskip("transformers")
     from tests.test_from_pretrained import saved
     hf, folder = saved(tmp_path, "qwen2_moe", **overrides)
     model = snf.from_pretrained(folder)
     step, keys, theirs = model.config.sparse_step, model.state_dict(), hf.state_dict()
     for i in range(model.config.n_layer):
-        sparse = (i + 1) % step == 0
+        sparse = (i + 1) % step == 0 and i not in overrides.get("mlp_only_layers", [])
         assert (f"layers.{i}.router_weight" in keys) == sparse == (f"model.layers.{i}.mlp.gate.weight" in theirs)
         assert (f"layers.{i}.gate_weight" in keys) != sparse
         assert (f"model.layers.{i}.mlp.gate_proj.weight" in theirs) != sparse

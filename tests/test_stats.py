@@ -36,9 +36,12 @@ SMALL = {"vocab_size": 37, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd"
          "state_size": 8, "short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [2.0, 3.0, 4.0, 6.0],
          "no_rope_layers": [1, 0], "attn_types": ["chunked_attention", "full_attention"], "chunk_size": 3,
          "floor_scale": 2, "moe_step": 2,
-         "attention_types": ["sliding_attention", "full_attention"]}
-# a spec's own, where SMALL does not fit it: phi's default 0.4 of an 8-wide head is 3 dims, which RoPE cannot pair
-SPEC_SMALL = {"phi": {"rotary_pct": 0.5}}
+         "attention_types": ["sliding_attention", "full_attention"], "dense_layers": [0, 0], "dense_hidden": 24}
+# a spec's own, where SMALL does not fit it: phi's default 0.4 of an 8-wide head is 3 dims, which RoPE cannot pair;
+# nemotron_h's default layers have experts (8 of them, 7688 wide): 4 in 2 groups, in a latent
+SPEC_SMALL = {"phi": {"rotary_pct": 0.5},
+              "nemotron_h": {"n_expert": 4, "expert_groups": 2, "topk_group": 1, "moe_latent": 8, "expert_hidden": 12,
+                             "shared_hidden": 20}}
 
 aten = torch.ops.aten
 # FlopCounterMode counts SDPA's CUDA kernels (flash, memory-efficient, cuDNN) but not the one CPU

@@ -15,9 +15,6 @@ from ..ops.registry import REQUIRED, OpError
 from ..source import Span
 
 ERR = ErrorT()
-# ops written as operators (`x / s`, `a < b`): a number passed to one is named by its own text
-_OPERATORS = {"add", "sub", "mul", "div", "floordiv", "mod", "pow", "neg", "matmul", "eq", "ne", "lt", "le", "gt",
-              "ge", "and", "or", "not"}
 _FAIL = object()  # an argument that did not convert (already reported)
 
 
@@ -152,7 +149,8 @@ class Calls:
             ty = ctx.recovered or ERR
         if not (isinstance(ty, ScalarT) and ty.kind in ("int", "float")):
             for param, arg, arg_span in numbers:  # (arithmetic on numbers is checked where it is used)
-                operand = name in _OPERATORS or len(op.params) == 1
+                # a number passed to an operator (`x / s`, `a < b`) or a function of one is named by its own text
+                operand = op.symbol is not None or len(op.params) == 1
                 what = f"`{self.spell(arg) or param.name}`" if operand else f"`{param.name}` of `{name}`"
                 self.note_number(arg, arg_span, what, param.within)
         node = ir.Op(name, tuple(targs), ty, span)

@@ -11,6 +11,7 @@ from .. import ir
 from ..diagnostics import Related, Reporter
 from ..dims import Dim, equal
 from ..ir import ErrorT, ScalarT, TensorT
+from ..irdump import Printer
 from ..ops import all_ops
 from ..source import Span
 from .calls import Calls
@@ -43,6 +44,7 @@ class Checker(Declarations, ConfigMaps, Expressions, Statements, Loops, Calls, F
         self.outputs: list[ir.Tensor] = []
         self.decl_spans: dict[str, Span] = {}
         self.display: dict = {}  # dim or atom -> the spec's name for it, for messages
+        self.printer = Printer(display=self.display)  # spells expressions in messages, in those names
         self.runtime: dict[str, tuple[str, int]] = {}  # runtime dim -> (input, axis)
         self.owner: dict[str, str] = {}  # runtime dim -> the optional input that introduces it
         self.constraints: list[ir.Constraint] = []

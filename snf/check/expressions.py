@@ -14,12 +14,10 @@ from ..diagnostics import Related
 from ..dims import Dim
 from ..ir import BOOL, FLOAT, INT, STR, ErrorT, ListT, NoneT, ScalarT, SeqT, ShapeT, SliceT, TensorT
 from ..language import DTYPES
+from ..ops import by_symbol
 from ..source import Span
 from .calls import ERR
 from .messages import text
-
-BINOPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "@": "matmul", "**": "pow"}
-CMPOPS = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 
 
 @dataclass(frozen=True)
@@ -88,10 +86,12 @@ class Expressions:
 
 
     def e_BinOp(self, e: ir.BinOp):
-        return self.call_op(BINOPS[e.op], e, [self.expr(e.left), self.expr(e.right)], {}, [e.left.span, e.right.span])
+        return self.call_op(by_symbol(e.op).name, e, [self.expr(e.left), self.expr(e.right)], {},
+                            [e.left.span, e.right.span])
 
     def e_Compare(self, e: ir.Compare):
-        return self.call_op(CMPOPS[e.op], e, [self.expr(e.left), self.expr(e.right)], {}, [e.left.span, e.right.span])
+        return self.call_op(by_symbol(e.op).name, e, [self.expr(e.left), self.expr(e.right)], {},
+                            [e.left.span, e.right.span])
 
     def e_BoolOp(self, e: ir.BoolOp):
         left = self.expr(e.left)
@@ -99,7 +99,7 @@ class Expressions:
         self.push(extra)
         right = self.expr(e.right)
         self.pop()
-        return self.call_op(e.op, e, [left, right], {}, [e.left.span, e.right.span])
+        return self.call_op(by_symbol(e.op).name, e, [left, right], {}, [e.left.span, e.right.span])
 
     def e_Unary(self, e: ir.Unary):
         operand = self.expr(e.operand)
@@ -108,7 +108,7 @@ class Expressions:
         if e.op == "-" and isinstance(operand, ir.Lit) and isinstance(operand.value, (int, float)) \
                 and not isinstance(operand.value, bool):
             return self.e_Num(ir.Num(-operand.value, e.span))
-        return self.call_op("neg" if e.op == "-" else "not", e, [operand], {}, [e.operand.span])
+        return self.call_op(by_symbol(e.op, 1).name, e, [operand], {}, [e.operand.span])
 
     def e_Exists(self, e: ir.Exists):
         b = self.lookup(e.name.id)

@@ -4,7 +4,8 @@ tower are errors here, not exceptions (or hangs) in the generated module.
 
 Every step is bounded before it is computed: an integer result may not pass 2**62 (the limit of
 dims), a float must stay finite, and a power is estimated from its logarithm first, so folding
-`2 ** 2 ** 2 ** 2 ** 2 ** 2` stops at the first step that is too large.
+`2 ** 2 ** 2 ** 2 ** 2 ** 2` stops at the first step that is too large. Each op computes by its
+registry entry's `scalar`, which raises ScalarError for numbers it has no value for.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import math
 from .. import ir
 from ..dims import DimError
 from ..ir import ErrorT, ScalarT
+from ..ops import all_ops
+from ..ops.registry import ScalarError
 
 MAX_INT = 2**62
-_ARITH = {"add", "sub", "mul", "div", "floordiv", "mod", "pow", "neg", "sqrt", "exp", "log", "tanh"}
 
 
 class FoldError(ArithmeticError):
@@ -38,80 +40,12 @@ def _check(v):
     return v
 
 
-def _div(a, b):
-    if b == 0:
-        raise FoldError("divides by zero")
-    return a / b
-
-
-def _floordiv(a, b):
-    if b == 0:
-        raise FoldError("divides by zero")
-    return a // b
-
-
-def _mod(a, b):
-    if b == 0:
-        raise FoldError("divides by zero")
-    return a % b
-
-
-def _pow(a, b):
-    """a ** b, estimated first: its size is |b| * log2|a| bits, checked before it is computed."""
-    if a == 0 and b < 0:
-        raise FoldError("divides by zero (0 to a negative power)")
-    exact = isinstance(a, int) and isinstance(b, int) and b >= 0
-    if a not in (0, 1, -1):
-        try:
-            bits = b * math.log2(abs(a))
-        except OverflowError:
-            bits = math.inf
-        if bits > (62 if exact else 1023):
-            raise FoldError("is too large" if exact else "overflows")
-    if a < 0 and isinstance(b, float) and b != int(b):
-        raise FoldError("is not a real number (a negative base to a fractional power)")
-    try:
-        return a ** b
-    except OverflowError:
-        raise FoldError("overflows") from None
-
-
-def _sqrt(x):
-    if x < 0:
-        raise FoldError("takes the square root of a negative number")
-    return math.sqrt(x)
-
-
-def _log(x):
-    if x <= 0:
-        raise FoldError("takes the logarithm of a number <= 0")
-    return math.log(x)
-
-
-def _exp(x):
-    if x > 709:
-        raise FoldError("overflows")
-    return math.exp(x)
-
-
-_MATH = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "div": _div,
-         "floordiv": _floordiv, "mod": _mod, "pow": _pow, "neg": lambda a: -a, "sqrt": _sqrt, "exp": _exp,
-         "log": _log, "tanh": math.tanh, "int": lambda a: _rounded(int, a), "floor": lambda a: _rounded(math.floor, a),
-         "ceil": lambda a: _rounded(math.ceil, a), "round": lambda a: _rounded(round, a)}
-
-
-def _rounded(fn, x):
-    if not math.isfinite(x):
-        raise FoldError(f"rounds {x}")
-    return fn(x)
-
-
 class Folding:
     """Mixed into `Checker`."""
 
     def fold(self, op: ir.Op) -> ir.Type:
         """`op`'s type, or ERR after reporting arithmetic that fails for the defaults (or always)."""
-        if op.op not in _ARITH or not isinstance(op.ty, ScalarT) or op.ty.kind not in ("int", "float"):
+        if _scalar(op) is None or not isinstance(op.ty, ScalarT) or op.ty.kind not in ("int", "float"):
             return op.ty
         try:
             self.number(op)
@@ -163,15 +97,16 @@ class Folding:
             i = self.number(e.arg("i"))[0]
             value = items[i] if isinstance(i, int) and 0 <= i < len(items) else None
             return (value if isinstance(value, (int, float)) else None), True
-        if isinstance(e, ir.Op) and e.op in _MATH and isinstance(e.ty, ScalarT):
+        scalar = _scalar(e) if isinstance(e, ir.Op) and isinstance(e.ty, ScalarT) else None
+        if scalar is not None and e.ty.kind in ("int", "float"):
             folded = [self.number(a) for _, a in e.args]
             used = any(u for _, u in folded)
             args = [v for v, _ in folded]
             if any(a is None or isinstance(a, bool) for a in args):
                 return None, used
             try:
-                return _check(_MATH[e.op](*args)), used
-            except FoldError as err:
+                return _check(scalar(*args)), used
+            except (ScalarError, FoldError) as err:
                 raise FoldError(str(err), used) from None
         return None, False
 
@@ -192,3 +127,9 @@ class Folding:
             return d.evaluate(self.defaults()), bool(d.symbols())
         except (KeyError, DimError, ZeroDivisionError):
             return None, bool(d.symbols())
+
+
+def _scalar(e: ir.Op):
+    """The op's function on numbers, or None (an initialiser is no registry op)."""
+    op = all_ops().get(e.op)
+    return None if op is None else op.scalar

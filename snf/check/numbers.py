@@ -10,15 +10,9 @@ import contextlib
 from .. import ir
 from ..dims import Dim
 from ..ir import BOOL, ErrorT, ScalarT
+from ..ops import all_ops
 from ..source import Span
 from .fold import FoldError
-
-# arithmetic that can fail for some values (a division by zero, a square root of a negative, an
-# overflow, a rounding of inf): a number computed with one is checked for every config
-_FALLIBLE = {"div", "floordiv", "mod", "pow", "sqrt", "log", "exp", "int", "floor", "ceil", "round"}
-_SPELLED = {"add": ("+", 10), "sub": ("-", 10), "mul": ("*", 20), "div": ("/", 20), "floordiv": ("//", 20),
-            "mod": ("%", 20), "pow": ("**", 30), "neg": ("-", 40)}
-_FUNCTIONS = {"sqrt", "exp", "log", "tanh", "abs", "int", "floor", "ceil", "round"}
 
 
 class Numbers:
@@ -93,35 +87,20 @@ class Numbers:
             self.value_checks.append((ir.replace(check, what=spelled, when=when), self.initialising))
         return True
 
-    def spell(self, e: ir.TExpr, prec: int = 0) -> str | None:
+    def spell(self, e: ir.TExpr) -> str | None:
         """A number's expression in the spec's names (`0.02 / sqrt(2 * n_layer)`), from the IR:
         the notation's lowering leaves no source text of its own. None for anything else."""
-        if isinstance(e, ir.Lit) and isinstance(e.value, (int, float)) and not isinstance(e.value, bool):
-            return repr(e.value)
-        if isinstance(e, ir.Ref):
-            return e.name
-        if isinstance(e, ir.DimVal):
-            return self.show_dim(e.dim)
-        if isinstance(e, ir.Op) and e.op in _SPELLED:
-            sym, p = _SPELLED[e.op]
-            args = [self.spell(a, p + (i > 0)) for i, (_, a) in enumerate(e.args)]
-            if None in args:
-                return None
-            text = f"{sym}{args[0]}" if len(args) == 1 else f" {sym} ".join(args)
-            return f"({text})" if p < prec else text
-        if isinstance(e, ir.Op) and e.op in _FUNCTIONS and len(e.args) == 1:
-            arg = self.spell(e.args[0][1])
-            return None if arg is None else f"{e.op}({arg})"
-        return None
+        return self.printer.spell(e, number=True)
 
     def fallible(self, e: ir.TExpr) -> bool:
-        """Whether computing `e` can fail for some config: arithmetic that can, in `e` or in a
-        derived float it reads."""
+        """Whether computing `e` can fail for some config: arithmetic that can (a division by zero,
+        a square root of a negative, an overflow, a rounding of inf: the op's `scalar` says so), in
+        `e` or in a derived float it reads."""
         derived = {d.name: d for d in self.derived if d.dim is None}
         stack = [e]
         while stack:
             x = stack.pop()
-            if isinstance(x, ir.Op) and x.op in _FALLIBLE:
+            if isinstance(x, ir.Op) and _may_fail(x.op):
                 return True
             if isinstance(x, ir.Ref) and x.name in derived:
                 stack.append(derived[x.name].value)
@@ -156,6 +135,10 @@ class Numbers:
         return out
 
 
+def _may_fail(name: str) -> bool:
+    """Whether the op's `scalar` fails for some numbers (registry.may_fail)."""
+    op = all_ops().get(name)
+    return op is not None and getattr(op.scalar, "may_fail", False)
 
 
 def _key(e, rename: dict | None = None):

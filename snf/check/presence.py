@@ -39,8 +39,8 @@ class Presence:
             return frozenset(i.name for i in self.inputs if i.optional)
         if _flag(test) is not None:  # parameters declared `if flag else None` (or `if not flag`)
             return frozenset(t.name for t in self.params + self.buffers if _flag(t.condition) == _flag(test))
-        if isinstance(test, ir.Op) and test.op == "and":
-            return self.presence(test.arg("a")) | self.presence(test.arg("b"))
+        if isinstance(test, ir.Op) and test.op == "and":  # each side's, and the tensors declared under both
+            return self.presence(test.arg("a")) | self.presence(test.arg("b")) | self.layer_presence(test)
         return self.layer_presence(test)
 
     def else_presence(self, test: ir.TExpr) -> frozenset:

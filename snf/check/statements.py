@@ -9,6 +9,7 @@ from .. import ir
 from ..diagnostics import Related
 from ..dims import equal
 from ..ir import ErrorT, ScalarT, TensorT
+from ..ops import compare
 from ..ops.shapes import slices_shape, stored
 from ..ops.registry import OpError
 from .calls import ShapeCtx, index_items
@@ -132,8 +133,7 @@ class Statements:
             dims.append(side.ty.dim)
         a, b = dims
         if a.value is not None and b.value is not None:
-            if not {"<=": a.value <= b.value, "<": a.value < b.value, ">=": a.value >= b.value,
-                    ">": a.value > b.value, "==": a.value == b.value}[e.op]:
+            if not compare(a.value, e.op, b.value):
                 self.r.error("bad-constraint", f"this assertion is always false ({a.value} {e.op} {b.value})", s.span)
             return None
         self.runtime_checks.setdefault((a, b, e.op), s.span)

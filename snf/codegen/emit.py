@@ -31,6 +31,7 @@ class Emitter:
         self.decode: str | None = None  # generate's decode state, where a preallocated cache may be in use
         self.flags: dict[str, str] = {}  # a demand's flag (use_cache, return_logits) -> its name here
         self.lines: list[str] = []
+        self._guard_end = self._guard_at = -1  # the lines after the last write under `if decode is None:`, and its `if`
         self.runtime_used: set[str] = set()
         self.entries: dict[str, str] = {}  # a list param a block reads at its own layer -> its attribute
 
@@ -217,7 +218,15 @@ class Emitter:
                 value = f"{self.code(s.value, 1)} if {self.decode} is None else {self.names.name(cache.input)}"
             self.emit(f"{self.names.name(s.name)} = {value}{self.comment(s.value.ty, s.span)}", indent)
         elif isinstance(s, ir.SetItem):
-            self.emit(self.write(s.name, s.index, self.code(s.value), s) + self.comment(None, s.span), indent)
+            line = self.write(s.name, s.index, self.code(s.value), s) + self.comment(None, s.span)
+            if self.decode and self.grown_in_place(s.name):  # the decode step's cache_cat wrote it
+                guard = "    " * indent + f"if {self.decode} is None:"
+                if self._guard_end != len(self.lines) or self.lines[self._guard_at] != guard:  # one `if` for a run
+                    self._guard_at = len(self.lines)
+                    self.lines.append(guard)
+                indent += 1
+            self.emit(line, indent)
+            self._guard_end = len(self.lines)
         elif isinstance(s, ir.TIf):
             self.emit(f"if {self.code(s.test)}:", indent)
             self.stmts(s.body, indent + 1)
@@ -237,7 +246,8 @@ class Emitter:
         """`name[index] = value`: in place where the write plan allows it, else on a copy (the
         tensor may be an input, or have views that must keep the old values)."""
         target = self.names.name(name)
-        if s in self.plans.writes and self.own_layer(index) and isinstance(s.value.ty, TensorT):
+        state = self.decode and any(c.state and c.output == name for c in self.plans.caches.caches)
+        if s in self.plans.writes and (self.own_layer(index) or state) and isinstance(s.value.ty, TensorT):
             return f"_set_layer({target}, {self.code(index[0])}, {value})"  # one compiled graph for every layer
         if s in self.plans.writes:
             return f"{target}[{', '.join(self.code(i) for i in index)}] = {value}"
@@ -260,6 +270,12 @@ class Emitter:
             else:
                 parts.append(self.code(i))
         return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+    def grown_in_place(self, name: str) -> bool:
+        """Whether `name` is a KV cache's output that a decode step's buffers hold (a block's write
+        into it is then done already)."""
+        return self.plans.caches.preallocated is not None and self.in_block and \
+            any(c.output == name and not c.state for c in self.plans.caches.caches)
 
     def allocation_of(self, s: ir.Bind):
         """The cache whose output `s` allocates, when the preallocated buffers may replace it."""

@@ -145,6 +145,7 @@ class Generator:
             "uses_checkpoint": bool(plans.blocks.blocks) and "gradient_checkpointing" in self.config_fields,
             "generate": self.generate_context(names, out_fields, em),
             "decode_steps": plans.decode_steps,
+            "decode_slots": plans.decode_steps and plans.caches.preallocated.size is not None,
             "encode": encode,
         }
         template = _env().get_template("module.py.j2")
@@ -232,8 +233,10 @@ class Generator:
                 lines += self.input_lines(em, i, bound)
             elif i is cached[0]:  # the cache inputs, checked together
                 lines += self.preallocated_lines(em, cached, bound)
-        for group in self.model.input_groups + ((self.plans.caches.together,) if self.plans.caches.together else ()):
-            lines.append(f"_check_together({group!r}, ({', '.join(group)}))")
+        together = self.plans.caches.together  # a hybrid's caches, given together: its groups in one check
+        groups = [g for g in self.model.input_groups if not set(g) <= set(together)] + ([together] if together else [])
+        for group in groups:
+            lines.append(f"_check_together({tuple(group)!r}, ({', '.join(group)}))")
         for c in self.model.forward_checks:
             lhs, rhs = self.show((c.lhs,))[1:-1], self.show((c.rhs,))[1:-1]
             why = ""
@@ -284,21 +287,26 @@ class Generator:
         """The cache inputs' checks twice: as growing tensors, and (in a decode step) as
         preallocated buffers of the bound's size, whose filled length is the decode position."""
         pre = self.plans.caches.preallocated
-        dim = em.names.name(pre.dim)
-        size = self.show((pre.size,))[1:-1]
         grown, buffers, outer = [], [], set(bound)
         for i in cached:
             grown += self.input_lines(em, i, outer)
             shape = list(i.ty.shape)
-            shape[self.plans.caches.by_input(i.name).axis] = pre.size
-            buffers += self.input_lines(em, ir.replace(i, optional=False), bound | {pre.dim}, tuple(shape),
+            cache = self.plans.caches.by_input(i.name)
+            if not cache.state:
+                shape[cache.axis] = pre.size
+            buffers += self.input_lines(em, ir.replace(i, optional=False), bound | {pre.dim} - {None}, tuple(shape),
                                         "_check_cache", False)
-        bound.add(pre.dim)
         given = ", ".join(i.name for i in cached)
-        position = [f"_check_decode({em.decode}, {em.dim(pre.size)}, {display_text(given)!r}, {given})"]
 
         def nested(block: list[str]) -> list[str]:  # one level deeper, continuation lines too
             return ["    " + line.replace("\n", "\n    ") for line in block]
+        if pre.dim is None:  # recurrent states alone: no slots, no position
+            return [f"if {em.decode} is None:", *nested(grown), "else:  # the states' buffers, written over in place",
+                    *nested([f"_check_decode({em.decode}, None, {display_text(given)!r}, {given})"] + buffers)]
+        bound.add(pre.dim)
+        dim = em.names.name(pre.dim)
+        size = self.show((pre.size,))[1:-1]
+        position = [f"_check_decode({em.decode}, {em.dim(pre.size)}, {display_text(given)!r}, {given})"]
         return [f"if {em.decode} is None:", *nested(grown), f"else:  # preallocated caches of {size} slots, "
                 f"{dim} of them filled", *nested(position + buffers + [f"{dim} = {em.decode}.position"])]
 
@@ -350,24 +358,26 @@ class Generator:
         g = {n: local.fresh(n) for n in GENERATE_LOCALS}
         logits = g["out"] if single else f"{g['out']}.{plan.logits}"
         ctx = {"tokens": tokens, "logits": logits, "single": single, "g": g, "cache": caches,
-               "cache_inputs": [c.input for c in plan.caches], "static": None, "context": None, "context_name": None}
+               "cache_inputs": [c.input for c in plan.caches], "context": None, "context_name": None}
         ctx["recompute_past"] = None
         if plan.recompute_past is not None:
             ctx["recompute_past"] = em.code(plan.recompute_past).replace("cfg.", "self.config.")
         if plan.context is not None:
             ctx["context"] = em.dim(plan.context).replace("cfg.", "self.config.")
             ctx["context_name"] = self.show((plan.context,))[1:-1]
-        if self.plans.decode_steps:  # buffers of `context` slots
-            ctx["static"] = {"axis": plan.caches[0].axis - 1}
         pairs = tuple((c.input, c.output) for c in plan.caches)
-        axis = ctx["static"]["axis"] if ctx["static"] else None
-        ctx["how"] = (f"{g['plan']} = _Generation(tokens={plan.tokens!r}, logits={None if single else plan.logits!r}, "
-                      f"caches={pairs!r}, buffer_axis={axis!r})")
+        # buffers of `context` slots along a KV cache's axis (of a layer's), a state's whole
+        axes = tuple(None if c.state else c.axis - 1 for c in plan.caches) if self.plans.decode_steps else None
+        how = f"tokens={plan.tokens!r}, logits={None if single else plan.logits!r}, caches={pairs!r}"
         ctx["encoder"] = None
         if plan.encoder is not None:
             fields = self.config_fields
-            ctx["encoder"] = {"first": plan.encoder.inputs[0], "rest": plan.encoder.inputs[1:],
-                              "stop": "eos_token_id" in fields and "pad_token_id" in fields}
+            stops = "eos_token_id" in fields and "pad_token_id" in fields
+            ctx["encoder"] = {"first": plan.encoder.inputs[0], "rest": plan.encoder.inputs[1:], "stop": stops}
+            how += f", encoder={tuple(plan.encoder.inputs)!r}, stops={stops!r}"
+        else:
+            how += f", buffer_axes={axes!r}"
+        ctx["how"] = f"{g['plan']} = _Generation({how})"
         return ctx
 
     # ---------------------------------------------------------------- tables for snf.interop

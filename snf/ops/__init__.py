@@ -3,7 +3,7 @@
 registry.py holds the types (`OpDef`, `Param`, `OpError`) and imports no op; each family module
 in `FAMILIES` fills its own table with `register(OpDef(...))`; this module merges them, in that
 order. A new family is one module with an `OPS` table, listed in `FAMILIES` (docs/architecture.md,
-"Recipes").
+"Recipes"). An operator (`+`, `<=`, `not`) is the op whose `symbol` it is (`by_symbol`).
 """
 
 from __future__ import annotations
@@ -28,3 +28,19 @@ _ALL = _merge()
 
 def all_ops() -> dict[str, OpDef]:
     return _ALL
+
+
+_BY_SYMBOL = {(op.symbol, len(op.params)): op for op in _ALL.values() if op.symbol is not None}
+
+
+def by_symbol(symbol: str, operands: int = 2) -> OpDef:
+    """The op an operator writes (`+`: add): `-` with two operands is `sub`, with one `neg`. A
+    KeyError for a symbol no op has."""
+    return _BY_SYMBOL[symbol, operands]
+
+
+def compare(a, symbol: str, b) -> bool:
+    """`a <symbol> b` on numbers (`<=`, `==`, ...), by the comparison op's `scalar`: the one
+    evaluator of a comparison (an `assert`, a check on dims) for the checker, the interpreter and
+    `snfc stats`. The generated runtime keeps a copy: a standalone module imports no snf."""
+    return by_symbol(symbol).scalar(a, b)

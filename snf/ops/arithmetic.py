@@ -8,21 +8,85 @@ its tensor's dtype, so nothing may change it the way torch's type promotion woul
 
 from __future__ import annotations
 
+import math
+
 from ..dims import Dim
 from ..ir import BOOL, FLOAT, ScalarT, TensorT
 from .lazy_numpy import np
-from .registry import OpDef, OpError, Param, registrar
+from .registry import COMPARISON, UNARY, DivisionByZero, OpDef, OpError, Param, ScalarError, may_fail, registrar
 from .shapes import FLOATS, INTS, broadcast, product, rank_at_least, require_float, same_dtype
 
 OPS: dict[str, OpDef] = {}
 register = registrar(OPS)
 
 
-_SCALAR_FN = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-              "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b}
+# ----------------------------------------------------------------------------- on numbers
+# Each op's `scalar`: its value on Python numbers, as folding computes it (check/fold.py), each
+# failure a ScalarError saying why. Python's own semantics otherwise (`//` floors, `%` takes the
+# divisor's sign), so the mapping language and a checkpoint key's fields compute with them too.
+
+@may_fail
+def _div(a, b):
+    if b == 0:
+        raise DivisionByZero("divides by zero")
+    return a / b
 
 
-_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**"}
+@may_fail
+def _floordiv(a, b):
+    if b == 0:
+        raise DivisionByZero("divides by zero")
+    return a // b
+
+
+@may_fail
+def _mod(a, b):
+    if b == 0:
+        raise DivisionByZero("divides by zero")
+    return a % b
+
+
+@may_fail
+def _pow(a, b):
+    """a ** b, estimated first: its size is |b| * log2|a| bits, checked before it is computed (an
+    integer past 2**62, the limit of dims, is too large; a float past 2**1023 overflows)."""
+    if a == 0 and b < 0:
+        raise DivisionByZero("divides by zero (0 to a negative power)")
+    exact = isinstance(a, int) and isinstance(b, int) and b >= 0
+    if a not in (0, 1, -1):
+        try:
+            bits = b * math.log2(abs(a))
+        except OverflowError:
+            bits = math.inf
+        if bits > (62 if exact else 1023):
+            raise ScalarError("is too large" if exact else "overflows")
+    if a < 0 and isinstance(b, float) and b != int(b):
+        raise ScalarError("is not a real number (a negative base to a fractional power)")
+    try:
+        return a ** b
+    except OverflowError:
+        raise ScalarError("overflows") from None
+
+
+@may_fail
+def _sqrt(x):
+    if x < 0:
+        raise ScalarError("takes the square root of a negative number")
+    return math.sqrt(x)
+
+
+@may_fail
+def _log(x):
+    if x <= 0:
+        raise ScalarError("takes the logarithm of a number <= 0")
+    return math.log(x)
+
+
+@may_fail
+def _exp(x):
+    if x > 709:
+        raise ScalarError("overflows")
+    return math.exp(x)
 
 
 def _power(base: Dim, exponent: Dim) -> Dim | None:
@@ -38,23 +102,23 @@ def _power(base: Dim, exponent: Dim) -> Dim | None:
 
 def _scalar_arith(ctx, opname: str, x: ScalarT, y: ScalarT) -> ScalarT:
     if "bool" in (x.kind, y.kind):
-        raise OpError(f"`{_SYMBOL[opname]}` applies to numbers, not True or False", "a", code="arg-kind")
+        raise OpError(f"`{OPS[opname].symbol}` applies to numbers, not True or False", "a", code="arg-kind")
     kind = "float" if "float" in (x.kind, y.kind) or opname == "div" else "int"
     if kind == "int" and x.dim is not None and y.dim is not None:
-        if opname in _SCALAR_FN:
-            return ScalarT("int", ctx.dim_op(_SCALAR_FN[opname], x.dim, y.dim))
         if opname == "pow":
             if y.dim.value is not None and y.dim.value < 0:
                 return FLOAT  # 2 ** -1 is 0.5
             power = ctx.dim_op(_power, x.dim, y.dim) if y.dim.value is not None else None
             return ScalarT("int", power) if power is not None else ScalarT("int")
+        # + - * // % of dims: the op's own function, on the dims' polynomials
+        return ScalarT("int", ctx.dim_op(OPS[opname].scalar, x.dim, y.dim))
     return ScalarT(kind)
 
 
 def _arith_dtype(opname: str, t: TensorT, other) -> None:
     """The dtype rules of arithmetic on tensors (docs/language.md 5.1): the result has the tensor's
     dtype, so nothing may change it the way torch's type promotion would."""
-    sym = _SYMBOL.get(opname, "-")
+    sym = OPS[opname].symbol
     if t.dtype == "bool":
         raise OpError(f"`{sym}` does not apply to bool tensors", "a", code="dtype-mismatch",
                       hint="arithmetic takes int and float tensors; a bool tensor is a mask (`cast(m, int64)` counts)")
@@ -84,7 +148,7 @@ def _binary_rule(opname: str):
         if isinstance(x, ScalarT) and isinstance(y, ScalarT):
             return _scalar_arith(ctx, opname, x, y)
         if opname in ("floordiv", "mod"):
-            raise OpError(f"`{_SYMBOL[opname]}` applies to integers, not tensors", "a", code="arg-kind")
+            raise OpError(f"`{OPS[opname].symbol}` applies to integers, not tensors", "a", code="arg-kind")
         tx = x if isinstance(x, TensorT) else None
         ty = y if isinstance(y, TensorT) else None
         if tx and ty:
@@ -100,24 +164,25 @@ def _binary_rule(opname: str):
     return rule
 
 
-def _code_binary(sym: str):
+def _code_binary(name: str):
     def lower(call):
-        if sym == "**":  # right-associative, and binds tighter than a unary minus on its left
-            return f"{call.code('a', prec=41)} ** {call.code('b', prec=40)}"
-        return f"{call.code('a', prec=_PREC[sym])} {sym} {call.code('b', prec=_PREC[sym] + 1)}"
+        op = OPS[name]
+        left, right = op.operand_precs()
+        return f"{call.code('a', prec=left)} {op.symbol} {call.code('b', prec=right)}"
     return lower
 
 
-_PREC = {"+": 10, "-": 10, "*": 20, "/": 20, "//": 20, "%": 20, "@": 20, "**": 30}
-
-for _name, _sym, _np in [("add", "+", "add"), ("sub", "-", "subtract"), ("mul", "*", "multiply"),
-                         ("div", "/", "divide"), ("floordiv", "//", "floor_divide"), ("mod", "%", "mod"),
-                         ("pow", "**", "power")]:
+for _name, _sym, _prec, _np, _scalar in [
+        ("add", "+", 10, "add", lambda a, b: a + b), ("sub", "-", 10, "subtract", lambda a, b: a - b),
+        ("mul", "*", 20, "multiply", lambda a, b: a * b), ("div", "/", 20, "divide", _div),
+        ("floordiv", "//", 20, "floor_divide", _floordiv), ("mod", "%", 20, "mod", _mod),
+        ("pow", "**", 30, "power", _pow)]:
     register(OpDef(
         _name, (Param("a", "value"), Param("b", "value")), _binary_rule(_name),
         numpy=(lambda f: lambda a, b: getattr(np, f)(a, b))(_np),
-        torch=_code_binary(_sym), doc=f"`a {_sym} b`, elementwise with broadcasting", elementwise=True,
-        prec=_PREC[_sym], keeps_result=_name == "pow"))  # a tensor exponent's gradient reads the result
+        torch=_code_binary(_name), doc=f"`a {_sym} b`, elementwise with broadcasting", elementwise=True,
+        prec=_prec, symbol=_sym, scalar=_scalar,
+        keeps_result=_name == "pow"))  # a tensor exponent's gradient reads the result
 
 
 def _neg_rule(ctx, args):
@@ -131,7 +196,8 @@ def _neg_rule(ctx, args):
 
 
 register(OpDef("neg", (Param("a", "value"),), _neg_rule, numpy=lambda a: -a,
-               torch=lambda call: f"-{call.code('a', prec=40)}", doc="`-a`", elementwise=True, prec=40))
+               torch=lambda call: f"-{call.code('a', prec=UNARY)}", doc="`-a`", elementwise=True, prec=UNARY,
+               symbol="-", scalar=lambda a: -a))
 
 
 def _matmul_rule(ctx, args):
@@ -156,13 +222,13 @@ def _matmul_flops(args, out, grads):
 
 
 register(OpDef("matmul", (Param("a", "tensor"), Param("b", "tensor")), _matmul_rule,
-               numpy=lambda a, b: a @ b, torch=_code_binary("@"), prec=20, flops=_matmul_flops,
+               numpy=lambda a, b: a @ b, torch=_code_binary("matmul"), prec=20, symbol="@", flops=_matmul_flops,
                doc="`a @ b`: plain matrix product, batched over leading axes (no transpose)."))
 
 
-def _float_unary(name, np_fn, torch_fn, doc, keeps_result: bool = False):
+def _float_unary(name, np_fn, torch_fn, doc, scalar, keeps_result: bool = False):
     """An elementwise op of one float argument (a number, or a floating tensor); `np_fn` names a
-    NumPy function, or is one."""
+    NumPy function, or is one; `scalar` computes it on a number."""
     def rule(ctx, args):
         x = args["x"]
         if isinstance(x, ScalarT):
@@ -173,22 +239,23 @@ def _float_unary(name, np_fn, torch_fn, doc, keeps_result: bool = False):
         return x
     numpy = np_fn if callable(np_fn) else lambda x: getattr(np, np_fn)(x)
     register(OpDef(name, (Param("x", "value"),), rule, numpy=numpy,
-                   torch=lambda call: torch_fn(call), doc=doc, elementwise=True, keeps_result=keeps_result))
+                   torch=lambda call: torch_fn(call), doc=doc, elementwise=True, keeps_result=keeps_result,
+                   scalar=scalar))
 
 
 def scalar_or_tensor(call, tensor_fn: str, scalar_fn: str) -> str:
     return f"{tensor_fn}({call.code('x')})" if isinstance(call.ty("x"), TensorT) else f"{scalar_fn}({call.code('x')})"
 
 
-_float_unary("sqrt", "sqrt", lambda call: scalar_or_tensor(call, "torch.sqrt", "math.sqrt"), "square root",
+_float_unary("sqrt", "sqrt", lambda call: scalar_or_tensor(call, "torch.sqrt", "math.sqrt"), "square root", _sqrt,
              keeps_result=True)
-_float_unary("exp", "exp", lambda call: scalar_or_tensor(call, "torch.exp", "math.exp"), "exponential",
+_float_unary("exp", "exp", lambda call: scalar_or_tensor(call, "torch.exp", "math.exp"), "exponential", _exp,
              keeps_result=True)
-_float_unary("log", "log", lambda call: scalar_or_tensor(call, "torch.log", "math.log"), "natural logarithm")
+_float_unary("log", "log", lambda call: scalar_or_tensor(call, "torch.log", "math.log"), "natural logarithm", _log)
 _float_unary("tanh", "tanh", lambda call: scalar_or_tensor(call, "torch.tanh", "math.tanh"), "hyperbolic tangent",
-             keeps_result=True)
-_float_unary("sin", "sin", lambda call: scalar_or_tensor(call, "torch.sin", "math.sin"), "sine")
-_float_unary("cos", "cos", lambda call: scalar_or_tensor(call, "torch.cos", "math.cos"), "cosine")
+             math.tanh, keeps_result=True)
+_float_unary("sin", "sin", lambda call: scalar_or_tensor(call, "torch.sin", "math.sin"), "sine", math.sin)
+_float_unary("cos", "cos", lambda call: scalar_or_tensor(call, "torch.cos", "math.cos"), "cosine", math.cos)
 
 
 def np_sigmoid(x):
@@ -202,13 +269,14 @@ def _lower_sigmoid(call):
     return f"(0.5 * (1.0 + math.tanh(0.5 * {call.code('x', prec=21)})))"  # a call's precedence
 
 
-_float_unary("sigmoid", np_sigmoid, _lower_sigmoid, "the logistic function 1 / (1 + exp(-x))", keeps_result=True)
+_float_unary("sigmoid", np_sigmoid, _lower_sigmoid, "the logistic function 1 / (1 + exp(-x))",
+             lambda x: 0.5 * (1.0 + math.tanh(0.5 * x)), keeps_result=True)
 
 
 def _logic_rule(opname: str):
     def rule(ctx, args):
         tensors = {n: t for n, t in args.items() if isinstance(t, TensorT)}
-        if tensors and opname in _COMPARE:  # elementwise on tensors: a bool tensor
+        if tensors and OPS[opname].prec == COMPARISON:  # elementwise on tensors: a bool tensor
             if len(tensors) == 2:
                 same_dtype(args["a"], args["b"], "a", "b")
                 return TensorT(broadcast(ctx, args["a"].shape, args["b"].shape, "a", "b"), "bool")
@@ -243,19 +311,17 @@ def _mask_logic(ctx, opname: str, args) -> TensorT:
     return TensorT(broadcast(ctx, args["a"].shape, args["b"].shape, "a", "b"), "bool")
 
 
-_LOGIC_PREC = {"or": 1, "and": 2, "==": 4, "!=": 4, "<": 4, "<=": 4, ">": 4, ">=": 4}
-_COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
 # the elementwise forms of `and` and `or` on bool tensors, with the precedence of Python's `&`, `|`
 _MASK_OP = {"and": ("&", 7, "logical_and"), "or": ("|", 5, "logical_or")}
 
 
-def _lower_logic(name: str, sym: str, prec: int):
+def _lower_logic(name: str):
     def lower(call):
         if name in _MASK_OP and isinstance(call.ty("a"), TensorT):
             op, p, _ = _MASK_OP[name]
             return f"{call.code('a', prec=p)} {op} {call.code('b', prec=p + 1)}"
-        left = prec if name in ("and", "or") else prec + 1  # `a or b or c`: and, or chain from the left
-        return f"{call.code('a', prec=left)} {sym} {call.code('b', prec=prec + 1)}"
+        left, right = OPS[name].operand_precs()
+        return f"{call.code('a', prec=left)} {OPS[name].symbol} {call.code('b', prec=right)}"
     return lower
 
 
@@ -267,19 +333,22 @@ def _np_logic(name: str, fn):
     return run
 
 
-for _name, _sym, _fn in [("eq", "==", lambda a, b: a == b), ("ne", "!=", lambda a, b: a != b),
-                         ("lt", "<", lambda a, b: a < b), ("le", "<=", lambda a, b: a <= b),
-                         ("gt", ">", lambda a, b: a > b), ("ge", ">=", lambda a, b: a >= b),
-                         ("and", "and", lambda a, b: a and b), ("or", "or", lambda a, b: a or b)]:
+for _name, _sym, _prec, _fn in [
+        ("eq", "==", COMPARISON, lambda a, b: a == b), ("ne", "!=", COMPARISON, lambda a, b: a != b),
+        ("lt", "<", COMPARISON, lambda a, b: a < b), ("le", "<=", COMPARISON, lambda a, b: a <= b),
+        ("gt", ">", COMPARISON, lambda a, b: a > b), ("ge", ">=", COMPARISON, lambda a, b: a >= b),
+        ("and", "and", 2, lambda a, b: a and b), ("or", "or", 1, lambda a, b: a or b)]:
     register(OpDef(_name, (Param("a", "value"), Param("b", "value")), _logic_rule(_name),
-                   numpy=_np_logic(_name, _fn), torch=_lower_logic(_name, _sym, _LOGIC_PREC[_sym]),
+                   numpy=_np_logic(_name, _fn), torch=_lower_logic(_name),
                    doc=f"`a {_sym} b`: " + ("on config values, or elementwise on tensors (a bool tensor)"
-                                            if _name in _COMPARE else
+                                            if _prec == COMPARISON else
                                             "of config conditions, or elementwise of bool tensors"),
-                   prec=_LOGIC_PREC[_sym]))
+                   prec=_prec, symbol=_sym, scalar=_fn))
 
 register(OpDef("not", (Param("a", "value"),), _logic_rule("not"),
                numpy=lambda a: np.logical_not(a) if isinstance(a, np.ndarray) else not a,
-               torch=lambda call: (f"~{call.code('a', prec=40)}" if isinstance(call.ty("a"), TensorT)
-                                   else f"not {call.code('a', prec=4)}"),
-               doc="`not a`: of a config condition, or elementwise of a bool tensor", prec=3))
+               torch=lambda call: (f"~{call.code('a', prec=UNARY)}" if isinstance(call.ty("a"), TensorT)
+                                   else f"not {call.code('a', prec=OPS['not'].operand_precs()[0])}"),
+               doc="`not a`: of a config condition, or elementwise of a bool tensor", prec=3, symbol="not",
+               scalar=lambda a: not a))
+

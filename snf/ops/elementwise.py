@@ -5,11 +5,13 @@ of a float tensor, elementwise). The same conventions as core.py.
 
 from __future__ import annotations
 
+import math
+
 from ..dims import Dim
 from ..ir import ScalarT, TensorT
 from .arithmetic import scalar_or_tensor
 from .lazy_numpy import np
-from .registry import OpDef, OpError, Param, Uses, registrar
+from .registry import OpDef, OpError, Param, ScalarError, Uses, may_fail, registrar
 from .shapes import FLOATS, INTS, broadcast, require_float, same_dtype
 
 OPS: dict[str, OpDef] = {}
@@ -87,7 +89,8 @@ def _abs_rule(ctx, args):
 
 
 register(OpDef("abs", (Param("x", "value"),), _abs_rule, numpy=lambda x: np.abs(x),
-               torch=lambda call: scalar_or_tensor(call, "torch.abs", "abs"), doc="absolute value", elementwise=True))
+               torch=lambda call: scalar_or_tensor(call, "torch.abs", "abs"), doc="absolute value", elementwise=True,
+               scalar=abs))
 
 
 def _extremum_rule(fn):
@@ -189,12 +192,22 @@ def _np_rounding(fn: str):
     return lambda x: getattr(np, fn)(x) if isinstance(x, np.ndarray) else int(getattr(np, fn)(x))
 
 
-_ROUNDING = {"int": ("trunc", "int", None, "toward zero, as Python's `int`"),
-             "floor": ("floor", "math.floor", "torch.floor", "down"),
-             "ceil": ("ceil", "math.ceil", "torch.ceil", "up"),
-             "round": ("round", "round", "torch.round", "to the nearest integer, halves to even (as Python)")}
-for _name, (_np_fn, _py, _pt, _how) in _ROUNDING.items():
+def _rounded(fn):
+    """A rounding's `scalar`: inf and nan have no integer."""
+    @may_fail
+    def scalar(x):
+        if not math.isfinite(x):
+            raise ScalarError(f"rounds {x}")
+        return fn(x)
+    return scalar
+
+
+_ROUNDING = {"int": ("trunc", "int", None, "toward zero, as Python's `int`", int),
+             "floor": ("floor", "math.floor", "torch.floor", "down", math.floor),
+             "ceil": ("ceil", "math.ceil", "torch.ceil", "up", math.ceil),
+             "round": ("round", "round", "torch.round", "to the nearest integer, halves to even (as Python)", round)}
+for _name, (_np_fn, _py, _pt, _how, _fn) in _ROUNDING.items():
     register(OpDef(_name, (Param("x", "value"),), _rounding_rule(_name), numpy=_np_rounding(_np_fn),
                    torch=(lambda py, pt: lambda call: scalar_or_tensor(call, pt, py))(_py, _pt),
                    doc=f"a number rounded {_how}: an int (a dim, in `param:`)"
-                       + ("; on a float tensor, elementwise" if _pt else "")))
+                       + ("; on a float tensor, elementwise" if _pt else ""), scalar=_rounded(_fn)))

@@ -179,7 +179,8 @@ def _moe_activation(args) -> None:
                               code="unknown-arg")
 
 
-_NP_ACTS = {"silu": lambda h: h / (1.0 + np.exp(-h)), "relu": lambda h: np.maximum(h, 0.0)}
+_NP_ACTS = {"silu": lambda h: h / (1.0 + np.exp(-h)), "relu": lambda h: np.maximum(h, 0.0),
+            "relu2": lambda h: np.maximum(h, 0.0) ** 2}
 
 
 def _np_act(act, h):
@@ -248,7 +249,7 @@ register(OpDef(
     (Param("x", "tensor"), Param("indices", "tensor"), Param("weights", "tensor"),
      Param("up", "tensor", role="weight"), Param("down", "tensor", role="weight"),
      Param("gate", "tensor?", None, role="weight"),
-     Param("act", "str", "silu", choices=("silu", "gelu", "gelu_tanh", "relu", "clamped_swiglu"), static=True),
+     Param("act", "str", "silu", choices=("silu", "gelu", "gelu_tanh", "relu", "relu2", "clamped_swiglu"), static=True),
      Param("gate_bias", "tensor?", None, role="bias"), Param("up_bias", "tensor?", None, role="bias"),
      Param("down_bias", "tensor?", None, role="bias"),
      Param("alpha", "value", None, within=POSITIVE), Param("limit", "value", None, within=POSITIVE)),
@@ -256,7 +257,8 @@ register(OpDef(
     doc="a mixture of experts: x [..., D] through the experts `indices` [..., k] names (int64 in [0, E)), "
         "weighted by `weights` [..., k] and summed: `sum_j weights[j] * down[e_j] @ (act(gate[e_j] @ x) * "
         "(up[e_j] @ x))`, or `down[e] @ act(up[e] @ x)` without `gate`; gate and up [E, F, D], down [E, D, F], "
-        "optional biases gate_bias and up_bias [E, F], down_bias [E, D]. act=\"clamped_swiglu\" (gpt-oss) is "
+        "optional biases gate_bias and up_bias [E, F], down_bias [E, D]. act=\"relu2\" is relu(h)^2 "
+        "(Nemotron-H's experts); act=\"clamped_swiglu\" (gpt-oss) is "
         "(clamp(u, -limit, limit) + 1) * g * sigmoid(alpha * g) with g = min(gate x, limit). "
         "Sparse: each expert runs on its own tokens only (dense where that is faster, see "
         "docs/porting.md)."))

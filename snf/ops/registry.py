@@ -65,6 +65,29 @@ class OpError(Exception):
         self.message, self.arg, self.hint, self.code, self.blame = message, arg, hint, code, blame
 
 
+class ScalarError(ArithmeticError):
+    """Raised by an op's `scalar` for numbers it has no value for; the message says why, as
+    folding reports it (`1.0 / 0.0` "divides by zero")."""
+
+
+class DivisionByZero(ScalarError, ZeroDivisionError):
+    """A division by zero: still a ZeroDivisionError to the readers that compute as Python does
+    (the mapping language, a checkpoint key's fields)."""
+
+
+def may_fail(scalar: Callable) -> Callable:
+    """Marks a `scalar` that raises ScalarError for some finite numbers (a division by zero, a
+    square root of a negative): a number the module computes with it from config values is
+    checked for every config (check/numbers.py)."""
+    scalar.may_fail = True
+    return scalar
+
+
+# Python's precedence of a comparison (`<`, `==`): operands of one do not chain (`(a < b) < c`)
+COMPARISON = 4
+UNARY = 40  # of a unary minus: `-a ** b` is `-(a ** b)`
+
+
 @dataclass(frozen=True)
 class OpDef:
     name: str
@@ -74,7 +97,13 @@ class OpDef:
     torch: Callable  # (call) -> str, a Python expression; call gives each argument's code
     doc: str = ""
     elementwise: bool = False
-    prec: int = 50  # precedence of the lowered expression (50: a call or attribute access)
+    # precedence of the lowered expression (50: a call or attribute access), as Python's; of the
+    # operator `symbol` too, where the op has one (its spelling in the spec and in Python)
+    prec: int = 50
+    symbol: str | None = None  # the operator that writes it (`+`; `-` with one operand is `neg`), or None
+    # (numbers) -> the op's value on Python numbers, as folding and the mapping language compute it;
+    # it raises ScalarError where there is none (a division by zero); None: the op has no such function
+    scalar: Callable | None = None
     # (argument types by name, result type, names of the arguments that need a gradient) ->
     # (forward, backward) FLOPs of the op's matrix products, for `snfc stats`; None: it has none
     flops: Callable | None = None
@@ -97,6 +126,19 @@ class OpDef:
             if p.name == name or name in p.aliases:
                 return p
         return None
+
+    def operand_precs(self) -> tuple[int, ...]:
+        """How tightly each operand of the operator must bind to be written without parentheses,
+        as Python reads it: `a - b - c` groups from the left, `a ** b ** c` from the right (and
+        `(-a) ** b` needs its parentheses), comparisons do not chain; `-`'s operand is a unary or
+        tighter, `not`'s a comparison or tighter."""
+        if len(self.params) == 1:
+            return (self.prec if self.prec == UNARY else self.prec + 1,)
+        if self.symbol == "**":
+            return UNARY + 1, UNARY
+        if self.prec == COMPARISON:
+            return self.prec + 1, self.prec + 1
+        return self.prec, self.prec + 1
 
 
 def registrar(table: dict[str, OpDef]) -> Callable[[OpDef], OpDef]:

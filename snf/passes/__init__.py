@@ -10,10 +10,10 @@ another one already computed.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from .. import ir
+from .absorb import absorb_latent
 from .blocks import BlockPlan, plan_blocks
 from .caches import CachePlan, plan_caches
 from .decode import DecodePlan, plan_decode
@@ -25,7 +25,7 @@ from .signatures import Signature, local_types, plan_signatures
 from .verify import verify
 from .writes import plan_writes
 
-PASSES = (fuse_linear,)
+PASSES = (absorb_latent, fuse_linear)
 
 
 def run_passes(model: ir.Model) -> ir.Model:
@@ -56,7 +56,11 @@ class Plans:
     def decode_steps(self) -> bool:
         """Whether generate runs decode steps on preallocated cache buffers (forward then reads its
         decode state); caches a buffer could hold but no generate writes are never preallocated."""
-        return self.decode is not None and self.decode.preallocated
+        return _decode_steps(self.decode)
+
+
+def _decode_steps(decode: DecodePlan | None) -> bool:
+    return decode is not None and decode.preallocated
 
 
 def plan(model: ir.Model) -> Plans:
@@ -65,7 +69,6 @@ def plan(model: ir.Model) -> Plans:
     caches = plan_caches(model, blocks)
     loss = plan_fused_loss(model)
     layout, outputs = plan_layout(model, blocks), plan_outputs(model, caches.outputs, loss)
-    plans = Plans(model, blocks, caches, layout, outputs, plan_decode(model, caches), plan_writes(model), loss,
-                  types=local_types(model))
-    return dataclasses.replace(plans, signatures=plan_signatures(model, blocks, caches, layout, outputs,
-                                                                 plans.decode_steps, plans.types))
+    decode, types = plan_decode(model, caches), local_types(model)
+    signatures = plan_signatures(model, blocks, caches, layout, outputs, _decode_steps(decode), types)
+    return Plans(model, blocks, caches, layout, outputs, decode, plan_writes(model), loss, signatures, types)

@@ -19,7 +19,12 @@ A recurrent state is a cache that does not grow: an optional input `past` and an
 the same type, with no run-time size but the batch, where what is written into `new` (a layer's
 slice, `new[l] = s`, or `new` itself) is computed from `past` (`ssd_state(..., state=past[l] if
 past exists else None)`). The caller feeds `new` back as `past`; a step's state has the shape of
-the last one, so it costs the same at every position.
+the last one, so it costs the same at every position. On the fixed-shape path `generate` keeps a
+state in one buffer per layer, allocated once per call, and a decode step writes the layer's new
+state over the old one in place (`new` is the buffer `past`). That is planned where it cannot be
+seen: each layer writes its state once, into the `full` allocation, and reads its past state (or a
+view of it) only up to that write (_states_in_place). A hybrid's states and KV caches go on that
+path together or not at all.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from .. import ir
 from ..dims import Dim
 from ..ops import all_ops
 from .blocks import BlockPlan, plan_blocks
+from .writes import fresh
 
 
 @dataclass(frozen=True)
@@ -50,8 +56,8 @@ class Cache:
 
 @dataclass(frozen=True)
 class Preallocated:
-    size: Dim  # slots per buffer along the growing axis: the bound the spec asserts (block_size)
-    dim: str  # the cache length, a 0-d tensor (the decode position) on this path
+    size: Dim | None  # slots per KV buffer along the growing axis: the bound the spec asserts (block_size)
+    dim: str | None  # the cache length, a 0-d tensor (the decode position) on this path; both None: states only
     concats: frozenset  # the concat ops that write into a buffer in place
     narrows: frozenset  # slice ops that start at the cache length (`pos[T_past:T_past + T]`)
 
@@ -81,16 +87,19 @@ def plan_caches(model: ir.Model, blocks: BlockPlan | None = None) -> CachePlan:
     """`blocks`: the model's block plan (made here when not given)."""
     caches, concats, indirect = _find_caches(model)
     states = _find_states(model, {c.input for c in caches})
-    if states:
-        return CachePlan(tuple(caches + states), None, f"`{states[0].input}` is a recurrent state, fed back whole "
-                                                     f"each step")
-    if not caches:
+    found = tuple(caches + states)
+    if not found:
         return CachePlan((), None)
     if indirect:
-        return CachePlan(tuple(caches), None, f"`{sorted(indirect)[0]}` holds a value computed from a grown cache, "
-                                              f"not the cache itself")
-    pre, reason = _preallocation(model, caches, concats, blocks or plan_blocks(model))
-    return CachePlan(tuple(caches), pre, reason)
+        return CachePlan(found, None, f"`{sorted(indirect)[0]}` holds a value computed from a grown cache, "
+                                      f"not the cache itself")
+    reason = _states_in_place(model, states)
+    if reason:
+        return CachePlan(found, None, reason)
+    if not caches:  # states alone: buffers with no slots to count
+        return CachePlan(found, Preallocated(None, None, frozenset(), frozenset()))
+    pre, reason = _preallocation(model, caches, concats, blocks or plan_blocks(model), states)
+    return CachePlan(found, pre, reason)
 
 
 # ---------------------------------------------------------------------------- finding caches
@@ -170,8 +179,7 @@ def _find_states(model: ir.Model, taken: set) -> list[Cache]:
         for e in ir.subexprs(ir.own_exprs(stmt)):
             if isinstance(e, ir.Ref):
                 used |= reads.get(e.name, set()) if e.kind == "local" else {e.name}
-        layer_write = isinstance(stmt, ir.SetItem) and loop is not None and len(stmt.index) == 1 \
-            and isinstance(stmt.index[0], ir.Ref) and stmt.index[0].kind == "loopvar"
+        layer_write = isinstance(stmt, ir.SetItem) and loop is not None and _own_layer(stmt, loop)
         whole = isinstance(stmt, ir.Bind) and loop is None
         if stmt.name not in same or not (layer_write or whole):
             fresh = isinstance(stmt, ir.Bind) and stmt.let
@@ -214,15 +222,15 @@ def _ops(stmt) -> list:
 
 # ---------------------------------------------------------------------------- the fixed-shape path
 
-def _preallocation(model: ir.Model, caches: list[Cache], concats: dict,
-                   blocks: BlockPlan) -> tuple[Preallocated | None, str]:
-    loops = {id(c.loop) for c in caches}
+def _preallocation(model: ir.Model, caches: list[Cache], concats: dict, blocks: BlockPlan,
+                   states: list[Cache] = ()) -> tuple[Preallocated | None, str]:
+    loops = {id(c.loop) for c in caches + list(states)}
     if any(c.loop is None or c.init is None for c in caches) or len(loops) != 1:
         return None, "the caches are not all written per layer in one layer loop"
     hoisted = blocks.of(caches[0].loop).hoisted
-    for c in caches:  # a buffer is written in place by the layer; only the caller's one write is planned
+    for c in caches:  # a buffer is written in place by the layer; its one write into the output is skipped
         sets = [s for s in ir.walk_stmts(c.loop.body) if isinstance(s, ir.SetItem) and s.name == c.output]
-        if len(sets) != 1 or sets[0] not in hoisted:
+        if len(sets) != 1 or sets[0] not in hoisted and not _own_layer(sets[0], c.loop):
             return None, (f"line {sets[1].span.line} writes the cache output `{c.output}` a second time"
                           if len(sets) > 1 else f"the layer loop reads `{c.output}` besides writing its layer")
     dims = {c.dim for c in caches}
@@ -263,6 +271,55 @@ def _preallocation(model: ir.Model, caches: list[Cache], concats: dict,
     narrows = frozenset(e for e in ir.walk_exprs(loop.body) if _is_narrow(e, dim)) | \
         frozenset(e for e in ir.walk_exprs(model.body) if _is_narrow(e, dim))
     return Preallocated(bound, dim, frozenset(op for op, _ in concats.values()), narrows), ""
+
+
+def _own_layer(s: ir.SetItem, loop: ir.Loop) -> bool:
+    """`new[l] = v`: a write of the loop's own layer."""
+    return len(s.index) == 1 and isinstance(s.index[0], ir.Ref) and s.index[0].kind == "loopvar" \
+        and s.index[0].name == loop.var
+
+
+def _states_in_place(model: ir.Model, states: list[Cache]) -> str:
+    """Why a decode step cannot write each state over its buffer (the new state `new[l]` into the
+    `past[l]` it was computed from), or ''. Each layer writes its state once, `past` is read only a
+    layer at a time, and no statement after the write reads the layer's past state or a view of it
+    (`let s = past[l] if past exists else None`), which would see the new one."""
+    for c in states:
+        if c.loop is None or c.init is None:
+            return f"the state `{c.output}` is not written a layer at a time in a layer loop"
+        order = ir.walk_stmts(c.loop.body)
+        writes = [i for i, s in enumerate(order) if isinstance(s, ir.SetItem) and s.name == c.output]
+        if len(writes) != 1 or not _own_layer(order[writes[0]], c.loop):
+            return f"the layer loop writes the state `{c.output}` other than once, at its own layer"
+        write = order[writes[0]]
+        for s in ir.walk_stmts(model.body):
+            refs = {(e.name, e.kind) for e in ir.subexprs(ir.own_exprs(s)) if isinstance(e, ir.Ref)}
+            if (c.input, "input") in refs or any(n == c.output for n, _ in refs):
+                return f"line {s.span.line} reads the state `{c.input}` or `{c.output}` besides a layer reading its own"
+            if isinstance(s, (ir.Bind, ir.SetItem)) and s.name == c.output and s is not c.init and s is not write:
+                return f"line {s.span.line} writes the state `{c.output}` besides its layer's write"
+        views, last = {c.input}, None
+        for s in order:
+            if {e.name for e in ir.subexprs(ir.own_exprs(s)) if isinstance(e, ir.Ref)} & views:
+                last = s
+                if isinstance(s, ir.Bind) and _shares(s.value) & views:
+                    views.add(s.name)
+        if last is not None and order.index(last) > writes[0]:
+            return (f"line {last.span.line} reads the past state `{c.input}` after line {write.span.line} writes "
+                    f"the new one, which a decode step writes over it: write the state last")
+    return ""
+
+
+def _shares(e) -> set:
+    """The names whose storage the value of `e` may share: a name, or a view of one (fresh() says
+    which ops make a tensor of their own)."""
+    if isinstance(e, ir.Ref):
+        return {e.name}
+    if isinstance(e, ir.TCond):
+        return _shares(e.body) | _shares(e.orelse)
+    if isinstance(e, ir.Op) and not fresh(e):
+        return set().union(*(_shares(a) for _, a in e.args))
+    return set()
 
 
 def _test_uses(s, dim: str) -> bool:

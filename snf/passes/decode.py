@@ -108,19 +108,25 @@ def _softmaxed(model: ir.Model, name: str) -> bool:
 
 def no_generate(model: ir.Model) -> str | None:
     """Why the module gets no `generate` (`snfc check -v` says it), or None when it gets one."""
+    return _refusal(model)[0]
+
+
+def _refusal(model: ir.Model) -> tuple[str | None, EncoderPlan | None]:
+    """Why the module gets no `generate` (or None), and an encoder-decoder's encoder plan (made once)."""
     tokens = token_input(model)
     if tokens is None:
-        return "the first input is not token ids [B, T] int64"
+        return "the first input is not token ids [B, T] int64", None
     decoder = decoder_tokens(model)
     if decoder is not None:
         return _no_encoder_decoder_generate(model, decoder)
     logits, why = choose_logits(model, tokens)
     if logits is None:
-        return why
+        return why, None
     required = [i.name for i in model.inputs[1:] if not i.optional]
     if required:
-        return f"the input `{required[0]}` is required, and generate gives only the tokens (make it optional: `?`)"
-    return _vocabulary(model, tokens, logits) or _causal(model)
+        return f"the input `{required[0]}` is required, and generate gives only the tokens (make it optional: `?`)", \
+            None
+    return _vocabulary(model, tokens, logits) or _causal(model), None
 
 
 def _vocabulary(model: ir.Model, tokens: ir.Tensor, logits: ir.Tensor) -> str | None:
@@ -150,37 +156,38 @@ def _causal(model: ir.Model) -> str | None:
     return None
 
 
-def _no_encoder_decoder_generate(model: ir.Model, tokens: ir.Tensor) -> str | None:
-    """Why an encoder-decoder gets no `generate`, or None."""
+def _no_encoder_decoder_generate(model: ir.Model, tokens: ir.Tensor) -> tuple[str | None, EncoderPlan | None]:
+    """Why an encoder-decoder gets no `generate` (or None), and its encoder plan."""
     logits, why = choose_logits(model, tokens)
     if logits is None:
-        return why
+        return why, None
     wrong = _vocabulary(model, tokens, logits)
     if wrong:
-        return wrong
+        return wrong, None
     encoder = plan_encoder(model, tokens)
     if isinstance(encoder, str):
-        return encoder
+        return encoder, None
     fields = set(model.config_names())
     if "decoder_start_token_id" not in fields:
         return ("an encoder-decoder's generate starts the decoder with the config's `decoder_start_token_id`: "
-                "declare it (`decoder_start_token_id : int`)")
+                "declare it (`decoder_start_token_id : int`)"), None
     if ("eos_token_id" in fields) != ("pad_token_id" in fields):
-        return "generate ends a row at `eos_token_id` and pads it after with `pad_token_id`: declare both, or neither"
+        return ("generate ends a row at `eos_token_id` and pads it after with `pad_token_id`: declare both, or "
+                "neither"), None
     if not any(isinstance(e, ir.Op) and is_attention(e) for e in ir.walk_exprs(model.body)):
-        return "no attention, so nothing says the logits at a position see only the tokens before it"
+        return "no attention, so nothing says the logits at a position see only the tokens before it", None
     if not cross_attention_ok(model, encoder, tokens):
         return ("an attention of the decoder is not causal and its keys see the decoder's tokens (not only the "
-                "encoder's), so the logits at a position would see later tokens")
-    return None
+                "encoder's), so the logits at a position would see later tokens"), None
+    return None, encoder
 
 
 def plan_decode(model: ir.Model, caches: CachePlan) -> DecodePlan | None:
-    if no_generate(model) is not None:
+    why, encoder = _refusal(model)
+    if why is not None:
         return None
     tokens = decoder_tokens(model) or token_input(model)
     logits, _ = choose_logits(model, tokens)
-    encoder = plan_encoder(model, tokens) if tokens is not model.inputs[0] else None
     fed = caches.caches
     names = {c.input for c in fed}
     if any(set(group) & names and not set(group) <= names for group in model.input_groups):

@@ -48,7 +48,8 @@ def show_caches(plans: Plans) -> list[str]:
     if plan.preallocated:
         p = plan.preallocated
         out.append(f"preallocated: {show_dim(p.size)} slots, the length in {p.dim}; {len(p.concats)} concats "
-                   f"write in place, {len(p.narrows)} slices start at the length")
+                   f"write in place, {len(p.narrows)} slices start at the length" if p.size is not None
+                   else "preallocated: the states, one buffer per layer, each written over in place")
     elif plan.reason:
         out.append(f"no preallocated path: {plan.reason}")
     return out

@@ -81,7 +81,7 @@ def _signature(model, block: Block, caches: CachePlan, layout: LayoutPlan, outpu
     present = frozenset(n for n in args if isinstance(types.get(n), TensorT) and not types[n].maybe_none
                         and not outputs.maybe_absent(n))
     use_cache = any(outputs.guarded(s) for s in ir.walk_stmts(block.body))
-    decode = decode_steps and any(c.loop is loop for c in caches.caches)
+    decode = decode_steps and any(c.loop is loop and not c.state for c in caches.caches)  # a KV cache's
     written = _Written(model, layout, block.attr, caches.preallocated if decode else None)
     for s in ir.walk_stmts(block.body):
         written.stmt(s)

@@ -27,7 +27,7 @@ def plan_writes(model: ir.Model) -> frozenset:
     safe = set()
     for name, writes in by_name.items():
         binds = [x.stmt for x in order if isinstance(x.stmt, ir.Bind) and x.stmt.name == name]
-        if len(binds) != 1 or not binds[0].let or not _fresh(binds[0].value):
+        if len(binds) != 1 or not binds[0].let or not fresh(binds[0].value):
             continue
         if any(name in ir.names_read(ir.own_exprs(w)) for w in writes):
             continue  # `y[1:] = y[:-1]` reads the old y: torch would overlap the two
@@ -52,10 +52,10 @@ def _reads(stmt) -> set:
     return ir.names_read(ir.own_exprs(stmt))
 
 
-def _fresh(e) -> bool:
+def fresh(e) -> bool:
     """Whether the value of `e` is a tensor of its own, not an alias or a view of another."""
     if isinstance(e, ir.TCond):
-        return _fresh(e.body) and _fresh(e.orelse)
+        return fresh(e.body) and fresh(e.orelse)
     if isinstance(e, ir.Op):
         op = all_ops().get(e.op)
         return op is not None and not op.view and not op.passthrough and not op.keeps_result

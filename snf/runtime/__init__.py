@@ -3,7 +3,8 @@
 `compiling.py` holds what a generated module's classes need when they are defined (the decorators
 `_hot_path`, `_by_compile_unit`; a standalone module has it before its classes); what the model
 calls as it runs is in `helpers.py` (checks, caches), `attention.py`, `rope.py`, `experts.py`,
-`recurrent.py` and `loss.py`; `generate.py` is a decoder's generate. A generated module imports the names
+`recurrent.py` (with `kernels.py`, the libraries' kernels it runs on CUDA where they are installed)
+and `loss.py`; `generate.py` is a decoder's generate. A generated module imports the names
 its code calls (`imports`) after checking that this runtime is the one it was generated for
 (`_require_runtime(ABI)`). A standalone one (`snfc compile --standalone`) has them copied in
 instead, with the ones those call, each with the comment lines right above it, in the order they
@@ -26,10 +27,11 @@ from ..version import __version__
 # 2: the losses moved to snf.runtime.loss; 3: generate(compile=) (_decoding) and one generate at a time per model
 # (_start_generate); 4: a decoder's generate is snf.runtime.generate._generate (end tokens, padded batches);
 # 5: Config checks as a table (_check_config), the compile wiring as decorators, attention and RoPE in
-# attention.py and rope.py, _latent_attention
-ABI = 5
+# attention.py and rope.py, _latent_attention; 6: _Generation(buffer_axes=): recurrent states in buffers
+# written in place
+ABI = 6
 
-PARTS = ("compiling", "helpers", "attention", "rope", "generate", "experts", "recurrent", "loss")  # the files, each copied to its own place in a generated module
+PARTS = ("compiling", "helpers", "attention", "rope", "generate", "experts", "kernels", "recurrent", "loss")  # the files, each copied to its own place in a generated module
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,13 @@ def _defined(node) -> list[str]:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         return [t.id for t in targets if isinstance(t, ast.Name)]
     return []
+
+
+def recurrent_kernels() -> dict:
+    """Which implementation the last call of each recurrent op ran, by op name: "torch" or a
+    library's kernel with its version (snf/runtime/kernels.py); empty before any ran. Imports torch."""
+    from .kernels import recurrent_kernels as ran
+    return ran()
 
 
 def _require_runtime(abi: int, module: str = "a generated module") -> None:

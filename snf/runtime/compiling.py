@@ -331,7 +331,7 @@ def _named(fn, args: tuple, kwargs: dict, unit: str, dims: str) -> str:
     first = next((a for a in (*args[1:], *kwargs.values()) if isinstance(a, torch.Tensor)), None)
     if unit == "decode":
         state = getattr(owner, "_decode_state", None)
-        slots = f", {state.length} cache slots read" if isinstance(state, _DecodeState) else ""
+        slots = f", {state.length} cache slots read" if isinstance(state, _DecodeState) and state.length else ""
         return f"the decode step of {spec}'s generate (batch {first.size(0) if first is not None else '?'}{slots})"
     mode = "training" if owner is not None and owner.training else "evaluation"
     what = "each layer block" if unit == "block" else "the whole forward"

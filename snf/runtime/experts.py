@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from .helpers import _eager_check
 
 _EXPERT_ACTIVATIONS = {"silu": F.silu, "relu": F.relu, "gelu": F.gelu,
-                       "gelu_tanh": lambda h: F.gelu(h, approximate="tanh")}
+                       "gelu_tanh": lambda h: F.gelu(h, approximate="tanh"),
+                       "relu2": lambda h: F.relu(h).square()}  # squared ReLU (Nemotron-H's experts)
 
 # The dense form runs E/k times the expert products but no sort, no gather, no host sync and no loop
 # over experts. Measured on this CPU, one thread (`benchmarks/bench_moe.py --sweep --threads 1`, 8
@@ -118,6 +119,8 @@ def _activation_grad(act: str, g: torch.Tensor) -> torch.Tensor:
         return s * (1 + g * (1 - s))
     if act == "relu":
         return (g > 0).to(g.dtype)
+    if act == "relu2":
+        return 2 * F.relu(g)
     if act == "gelu":
         return 0.5 * (1 + torch.erf(g * 0.5 ** 0.5)) + g * torch.exp(-0.5 * g * g) * (2 * torch.pi) ** -0.5
     c = (2 / torch.pi) ** 0.5  # gelu_tanh

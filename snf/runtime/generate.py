@@ -1,6 +1,7 @@
-"""A decoder's `generate`, as plain Python: a generated module's `generate` method calls `_generate`
-with what its plan says of the model (`_Generation`: the token input, the logits, the caches fed
-back), so one loop, tested here, serves every spec.
+"""`generate`, as plain Python: a generated module's `generate` method calls `_generate` (a decoder's)
+or `_generate_from_encoder` (an encoder-decoder's) with what its plan says of the model
+(`_Generation`: the token input, the logits, the caches fed back), so one loop, tested here, serves
+every spec.
 
 What a transformers user expects of it: each row stops at an end token (the given ones, else the
 model's `generation_config`, which `snf.from_pretrained` reads from the checkpoint folder) and is
@@ -28,13 +29,15 @@ from .helpers import _cache_buffers, _described
 class _Generation:
     """What generate needs to know of a model, from its plan: the token input's name, the output it
     samples from (None: forward returns the logits alone), the caches it feeds back (input, output),
-    and the axis their buffers grow along where generate preallocates them (None: fed back as
-    returned)."""
+    and where generate keeps them in buffers written in place, per cache the axis a KV cache's
+    buffer grows along (None for a recurrent state, held whole); None: fed back as returned."""
 
     tokens: str
     logits: Optional[str]
     caches: tuple = ()
-    buffer_axis: Optional[int] = None
+    buffer_axes: Optional[tuple] = None
+    encoder: tuple = ()  # an encoder-decoder's: the encoder's inputs, in forward's order (its first: the batch)
+    stops: bool = False  # an encoder-decoder's: its config has eos_token_id and pad_token_id
 
 
 @dataclass
@@ -78,6 +81,42 @@ def _generate(model: nn.Module, how: _Generation, tokens, max_new_tokens, temper
         with torch.no_grad():
             return _generate_padded(tokens, mask, pad, run) if padded else run(tokens)
     finally:
+        _end_generate(model, was_training)
+
+
+def _generate_from_encoder(model: nn.Module, how: _Generation, inputs: tuple, max_new_tokens: int, temperature: float,
+                           top_k, top_p, generator, compile) -> torch.Tensor:
+    """An encoder-decoder's `model.generate(...)`: the encoder's values once (`model._encode`, which
+    forward then reads instead of computing them), then the decoder from the config's
+    decoder_start_token_id, one token a step fed with its self-attention cache. Returns the decoder's
+    tokens [B, 1 + n], as transformers' generate does. With `how.stops` a row ends at eos_token_id
+    and is padded with pad_token_id after it, and decoding stops when every row has ended.
+    `inputs`: the encoder's inputs, in `how.encoder`'s order."""
+    first, given = inputs[0], dict(zip(how.encoder[1:], inputs[1:]))
+    _check_sampling(first, max_new_tokens, temperature, top_k, top_p)
+    cfg = model.config
+    was_training = _start_generate(model)
+    try:
+        with torch.no_grad():
+            token = torch.full((first.size(0), 1), cfg.decoder_start_token_id, dtype=torch.long, device=first.device)
+            made = [token]
+            done = torch.zeros(first.size(0), 1, dtype=torch.bool, device=first.device)
+            model._encoded = model._encode(first, **given)
+            out = model(first, **{how.tokens: token}, **given, use_cache=True)
+            for step in _decoding(max_new_tokens, compile):
+                logits = out if how.logits is None else getattr(out, how.logits)
+                token = _sample(logits[:, -1, :], temperature, top_k, top_p, generator)
+                if how.stops:
+                    token = token.masked_fill(done, cfg.pad_token_id)  # a row that has ended
+                    done = done | (token == cfg.eos_token_id)
+                made.append(token)
+                if step + 1 == max_new_tokens or how.stops and bool(done.all()):
+                    break  # the last token needs no step
+                caches = {past: getattr(out, new) for past, new in how.caches}
+                out = model(first, **{how.tokens: token}, **given, **caches, use_cache=True)
+            return torch.cat(made, dim=1)
+    finally:
+        model._encoded = None
         _end_generate(model, was_training)
 
 
@@ -151,9 +190,9 @@ def _decode_loop(model, how: _Generation, tokens, max_new_tokens, temperature, t
     prompt = tokens[:, -context:] if context is not None else tokens
     out = model(prompt, use_cache=True) if how.caches else model(prompt)
     position = prompt.size(1)  # the tokens the cache holds
-    def buffered(out) -> dict:  # the caches in buffers of `context` slots, written in place (see _decode)
-        return {past: _cache_buffers(getattr(out, new), how.buffer_axis, context, model, past)
-                for past, new in how.caches} if how.buffer_axis is not None else {}
+    def buffered(out) -> dict:  # the caches in buffers (of `context` slots), written in place (see _decode)
+        return {past: _cache_buffers(getattr(out, new), axis, context, model, past)
+                for (past, new), axis in zip(how.caches, how.buffer_axes)} if how.buffer_axes is not None else {}
     buffers = buffered(out)
     ends = torch.tensor(stop, device=tokens.device) if stop and tokens.size(0) else None  # (an empty batch runs on)
     done = torch.zeros(tokens.size(0), 1, dtype=torch.bool, device=tokens.device)
@@ -300,13 +339,14 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_
 
 def _decode(model: nn.Module, token: torch.Tensor, position: int, size: int, **caches):
     """One decode step of generate: model(token, **caches) over caches in preallocated buffers of
-    `size` slots, `position` of them filled, attending over the first _bucket(...) slots. It runs
-    as Model._decode_step (see _by_compile_unit), compiled per bucket where that pays: it tells the
-    step how many steps of the loop (_decoding) read the same slots."""
-    length = _bucket(position + 1, size)
+    `size` slots, `position` of them filled, attending over the first _bucket(...) slots (`size`
+    None: the caches are recurrent states, with no slots). It runs as Model._decode_step (see
+    _by_compile_unit), compiled per bucket where that pays: it tells the step how many steps of the
+    loop (_decoding) read the same slots."""
+    length = _bucket(position + 1, size) if size is not None else None
     loop = _DecodeLoop.current()
     if loop is not None:
-        loop.ahead = min(loop.left, length - position)
+        loop.ahead = loop.left if length is None else min(loop.left, length - position)
     model._decode_state = _DecodeState(torch.tensor(position, device=token.device), length)
     try:
         return model(token, **caches)

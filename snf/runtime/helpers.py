@@ -125,28 +125,31 @@ def _check_cache(name: str, cache, rank: int, shape: str, dtype: str, sizes: dic
                          f"got a list of {[_described(t) for t in cache]}")
 
 
-def _check_decode(decode: _DecodeState, size: int, names: str, *caches) -> None:
+def _check_decode(decode: _DecodeState, size: Optional[int], names: str, *caches) -> None:
     """The decode position (a 0-d integer tensor: the filled slots) comes with the preallocated
-    caches; the slots attention reads are an int in (position, size]."""
+    caches; the slots attention reads are an int in (position, size]. `size` None: the caches are
+    recurrent states alone, with no slots to read."""
     position, length = decode
     if any(c is None for c in caches) or not (isinstance(position, torch.Tensor) and position.dim() == 0
                                               and not position.is_floating_point() and position.dtype != torch.bool):
         raise ValueError(f"the decode position must be a 0-d integer tensor, with the preallocated caches {names}")
+    if size is None:
+        return
     if isinstance(length, bool) or not isinstance(length, int) or not 0 < length <= size:
         raise ValueError(f"the decode length must be an int in [1, {size}], got {length!r}")
     if _eager_check(position) and not 0 <= int(position) < length:
         raise ValueError(f"the decode position {int(position)} is outside the {length} cache slots read")
 
 
-def _cache_buffers(cache: torch.Tensor, axis: int, size: int, owner: Optional[nn.Module] = None,
+def _cache_buffers(cache: torch.Tensor, axis: Optional[int], size: int, owner: Optional[nn.Module] = None,
                    name: str = "") -> list:
     """A stacked cache [n_layer, ...] as one buffer per layer with `size` slots along (the layer's)
     `axis`, the first ones holding the cache, in its dtype: the per-layer form `_check_cache`
-    prefers."""
-    shape = cache.shape[1:axis + 1] + (size,) + cache.shape[axis + 2:]
+    prefers. `axis` None: a recurrent state, copied whole into buffers of its own shape."""
+    shape = cache.shape[1:] if axis is None else cache.shape[1:axis + 1] + (size,) + cache.shape[axis + 2:]
     buffers = _decode_buffers(owner if cache.is_cuda else None, name, cache.size(0), shape, cache.dtype, cache.device)
     for buffer, filled in zip(buffers, cache):
-        buffer.narrow(axis, 0, filled.size(axis)).copy_(filled)
+        (buffer if axis is None else buffer.narrow(axis, 0, filled.size(axis))).copy_(filled)
     return buffers
 
 
@@ -199,10 +202,14 @@ def _assign(x: torch.Tensor, index: tuple, value) -> torch.Tensor:
     return out
 
 
-def _set_layer(x: torch.Tensor, layer: int, value: torch.Tensor) -> None:
+def _set_layer(x, layer: int, value: torch.Tensor) -> None:
     """x[layer] = value, in place, for a block's write at its own layer. As index_copy_ at a tensor
     index, a block compiled with dynamic sizes compiles one graph for every layer: `x[layer] = value`
-    compiles layer 0 apart (inductor's reinplacing guards on the index being 0)."""
+    compiles layer 0 apart (inductor's reinplacing guards on the index being 0). `x` may be a list of
+    per-layer buffers (generate's, in a decode step): the value is copied into the layer's."""
+    if isinstance(x, (list, tuple)):
+        x[layer].copy_(value)
+        return None
     if not torch.compiler.is_compiling():  # eagerly, the plain write: no index tensor per layer
         x[layer] = value
         return None

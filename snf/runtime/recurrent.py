@@ -9,6 +9,7 @@ the recurrence itself, a single update, with none of the chunk machinery. Both a
 so autograd differentiates them and torch.compile(fullgraph=True) traces them; half-precision inputs
 are computed in float32, as the decays (exp of cumulative sums) need. The `_state` twins share the
 computation but skip the outputs (for the scan, most of the work: training never asks for a state).
+On CUDA, a library's kernel runs instead where one is installed and covers the call (kernels.py).
 
 Real Python, imported and tested as it is (tests/test_recurrent_kernels.py, against the token-by-token
 NumPy references of snf/ops/recurrent_np.py and transformers' own implementations); code generation
@@ -23,6 +24,8 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+
+from .kernels import _KERNELS_RAN, _kernel_call, _kernel_causal_conv1d
 
 # The chunk sizes, measured at T=2048 on the 2-core dev CPU (one thread, median of 7; ms fwd / fwd+bwd).
 # Larger chunks: more intra-chunk work (quadratic in the chunk); smaller: more chunks to carry, which
@@ -64,6 +67,11 @@ def _causal_conv1d_input(x, weight, state):
 def _causal_conv1d(x, weight, bias: Optional[torch.Tensor] = None, state: Optional[torch.Tensor] = None):
     """Depthwise causal convolution of x [B, T, C] by weight [C, 1, K] (nn.Conv1d's, groups=C), the
     K-1 tokens before x being `state` [B, K-1, C] (zeros without one): [B, T, C] in x's dtype."""
+    # compiled, torch's convolution (inductor fuses it; the library's would break the graph)
+    y = None if torch.compiler.is_compiling() else _kernel_causal_conv1d(x, weight, bias, state)
+    if y is not None:
+        return y
+    _KERNELS_RAN["causal_conv1d"] = "torch"
     if x.shape[1] == 0:  # (conv1d refuses an input shorter than its kernel)
         return x.new_zeros(x.shape)
     xp = _causal_conv1d_input(x, weight, state)
@@ -75,6 +83,7 @@ def _causal_conv1d(x, weight, bias: Optional[torch.Tensor] = None, state: Option
 def _causal_conv1d_state(x, weight, bias: Optional[torch.Tensor] = None, state: Optional[torch.Tensor] = None):
     """The last K-1 tokens of `state` followed by x: the state [B, K-1, C] after x, in the state's
     dtype (x's without one)."""
+    _KERNELS_RAN["causal_conv1d_state"] = "torch"  # a copy of the last inputs: no kernel to call
     xp = _causal_conv1d_input(x, weight, state)
     return xp[:, xp.shape[1] - (weight.shape[-1] - 1):].to(x.dtype if state is None else state.dtype)
 
@@ -229,6 +238,16 @@ def _gated_delta_final(q, k, v, g, beta, state, scale: Optional[float], l2norm: 
     return final.to(q.dtype if state is None else state.dtype).contiguous()
 
 
+def _recurrent_run(op: str, kernel, args):
+    """torch.ops.snf.`op`'s forward, eager or in a compiled graph: the library's kernel where one covers
+    the call, else `kernel(*args)` (the torch code, whose gradients the op's backward always takes)."""
+    out = _kernel_call(op, args)
+    if out is None:
+        _KERNELS_RAN[op] = "torch"
+        out = kernel(*args)
+    return out
+
+
 def _recurrent_vjp(kernel, grad, args, slots) -> list:
     """The gradients of `kernel(*args)` for `grad`, one per tensor argument (the positions `slots`;
     an empty tensor for one that is None): the chunked form differentiated by torch.func, which works
@@ -267,10 +286,14 @@ def _recurrent_define_ops() -> dict:
     # name: (kernel, schema, the tensor arguments' positions, the result's fake)
     table = {"ssd_scan": (_ssd_y, ssd, (0, 1, 2, 3, 4, 5, 6, 10), lambda x, *rest: x.new_empty(x.shape)),
              "ssd_state": (_ssd_final, ssd, (0, 1, 2, 3, 4, 5, 6, 10), ssd_state_shape),
-             "gated_delta_rule": (_gated_delta_o, delta, (0, 1, 2, 3, 4, 5), lambda q, k, v, *rest: q.new_empty(v.shape)),
+             "gated_delta_rule": (_gated_delta_o, delta, (0, 1, 2, 3, 4, 5),
+                                  lambda q, k, v, *rest: q.new_empty(v.shape)),
              "gated_delta_state": (_gated_delta_final, delta, (0, 1, 2, 3, 4, 5), delta_state_shape)}
     for name, (kernel, schema, slots, fake) in table.items():
-        forward = torch.library.custom_op(f"snf::{name}", kernel, mutates_args=(), schema=f"({schema}) -> Tensor")
+        def run(*args, name=name, kernel=kernel):
+            with torch.no_grad():  # the op's backward is registered below: a library's autograd records nothing
+                return _recurrent_run(name, kernel, args)
+        forward = torch.library.custom_op(f"snf::{name}", run, mutates_args=(), schema=f"({schema}) -> Tensor")
         backward = torch.library.custom_op(
             f"snf::{name}_backward",
             lambda grad, *args, kernel=kernel, slots=slots: _recurrent_vjp(kernel, grad, args, slots),
@@ -313,8 +336,10 @@ def _ssd_scan(x, dt, A, B, C, D: Optional[torch.Tensor] = None, dt_bias: Optiona
     """Mamba2's selective scan over x [Bt, T, H, P]: per token and head, dt' = clip(softplus(dt +
     dt_bias), dt_min, dt_max), state = exp(dt' A) state + dt' x B^T, y = state C + D x. dt [Bt, T, H];
     A, D, dt_bias [H]; B, C [Bt, T, G, N]; state [Bt, H, P, N] before x (zeros when None). y in x's dtype."""
-    run = _RECURRENT_OPS["ssd_scan"] if _RECURRENT_OPAQUE or torch.compiler.is_compiling() else _ssd_y
-    return run(x, dt, A, B, C, D, dt_bias, dt_softplus, dt_min, dt_max, state)
+    args = (x, dt, A, B, C, D, dt_bias, dt_softplus, dt_min, dt_max, state)
+    if _RECURRENT_OPAQUE or torch.compiler.is_compiling():
+        return _RECURRENT_OPS["ssd_scan"](*args)
+    return _recurrent_run("ssd_scan", _ssd_y, args)
 
 
 def _ssd_state(x, dt, A, B, C, D: Optional[torch.Tensor] = None, dt_bias: Optional[torch.Tensor] = None,
@@ -322,8 +347,10 @@ def _ssd_state(x, dt, A, B, C, D: Optional[torch.Tensor] = None, dt_bias: Option
                state: Optional[torch.Tensor] = None):
     """The state [Bt, H, P, N] after `_ssd_scan` with the same arguments, in the state's dtype (x's
     without one)."""
-    run = _RECURRENT_OPS["ssd_state"] if _RECURRENT_OPAQUE or torch.compiler.is_compiling() else _ssd_final
-    return run(x, dt, A, B, C, D, dt_bias, dt_softplus, dt_min, dt_max, state)
+    args = (x, dt, A, B, C, D, dt_bias, dt_softplus, dt_min, dt_max, state)
+    if _RECURRENT_OPAQUE or torch.compiler.is_compiling():
+        return _RECURRENT_OPS["ssd_state"](*args)
+    return _recurrent_run("ssd_state", _ssd_final, args)
 
 
 def _gated_delta_rule(q, k, v, g, beta, state: Optional[torch.Tensor] = None, scale: Optional[float] = None,
@@ -332,13 +359,17 @@ def _gated_delta_rule(q, k, v, g, beta, state: Optional[torch.Tensor] = None, sc
     key head h // (Hv / Hk)): q, k L2-normalised (`l2norm`), q scaled (1/sqrt(K) when `scale` is None);
     per token S = S exp(g), S = S + k ((v - k^T S) beta)^T, o = q^T S. g, beta [Bt, T, Hv]; state
     [Bt, Hv, K, V] before q (zeros when None). o [Bt, T, Hv, V] in q's dtype."""
-    run = _RECURRENT_OPS["gated_delta_rule"] if _RECURRENT_OPAQUE or torch.compiler.is_compiling() else _gated_delta_o
-    return run(q, k, v, g, beta, state, scale, l2norm)
+    args = (q, k, v, g, beta, state, scale, l2norm)
+    if _RECURRENT_OPAQUE or torch.compiler.is_compiling():
+        return _RECURRENT_OPS["gated_delta_rule"](*args)
+    return _recurrent_run("gated_delta_rule", _gated_delta_o, args)
 
 
 def _gated_delta_state(q, k, v, g, beta, state: Optional[torch.Tensor] = None, scale: Optional[float] = None,
                        l2norm: bool = True):
     """The state [Bt, Hv, K, V] after `_gated_delta_rule` with the same arguments, in the state's
     dtype (q's without one)."""
-    run = _RECURRENT_OPS["gated_delta_state"] if _RECURRENT_OPAQUE or torch.compiler.is_compiling() else _gated_delta_final
-    return run(q, k, v, g, beta, state, scale, l2norm)
+    args = (q, k, v, g, beta, state, scale, l2norm)
+    if _RECURRENT_OPAQUE or torch.compiler.is_compiling():
+        return _RECURRENT_OPS["gated_delta_state"](*args)
+    return _recurrent_run("gated_delta_state", _gated_delta_final, args)

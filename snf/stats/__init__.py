@@ -25,7 +25,7 @@ from ..dims import Dim, DimError, FloorDiv
 from ..interpret import ConfigError, Interpreter
 from ..ir import ScalarT, TensorT
 from ..language import GRADIENT_CHECKPOINTING
-from ..ops import all_ops
+from ..ops import all_ops, compare
 from ..ops.shapes import product
 from ..passes.caches import plan_caches
 from ..passes.liveness import plan_outputs
@@ -124,10 +124,6 @@ def config_values(model: ir.Model, overrides: dict) -> tuple[dict, dict]:
         problem = "division by zero" if isinstance(e, ZeroDivisionError) else str(e)
         raise StatsError(f"{problem}; got {', '.join(f'{k}={v}' for k, v in ints.items())}") from None
     return cfg, ints
-
-
-def _holds(a: int, op: str, b: int) -> bool:
-    return {"<=": a <= b, "<": a < b, ">=": a >= b, ">": a > b, "==": a == b}[op]
 
 
 def _fields(a: Dim, b: Dim, ints: dict) -> str:
@@ -444,7 +440,7 @@ def _runtime_values(model: ir.Model, overrides: dict, ints: dict, absent: list, 
         if v < 0:
             raise StatsError(f"--set {d}={v}: a size cannot be negative")
     for c in model.checks:  # as forward would check them
-        if set(c.fields) <= set(env) and not _holds(c.lhs.evaluate(env), c.op, c.rhs.evaluate(env)):
+        if set(c.fields) <= set(env) and not compare(c.lhs.evaluate(env), c.op, c.rhs.evaluate(env)):
             raise StatsError(f"the spec requires {c.text(model.display)} (line {c.span.line}); "
                              f"got {_fields(c.lhs, c.rhs, env)}")
     return {d: out[d] for d, _, _ in model.dim_sources}

@@ -74,13 +74,16 @@ class Session(runner.Runner):
     """runner.Runner's sampling of configs, sizes and inputs, driving one model through a session."""
 
     def __init__(self, text, hints, rng, *, calls: int = 8, whole_training: bool = False, casts: bool = True,
-                 config: dict | None = None, device: str = "cpu", after=None, all_casts: bool = True):
+                 config: dict | None = None, device: str = "cpu", after=None, all_casts: bool = True,
+                 batches: tuple | None = None, cast_generate_compiled: bool = True):
         super().__init__(text, hints, rng, compiled=True)
         self.n_calls, self.whole_training, self.casts, self.config = calls, whole_training, casts, config
         # the cast's and autocast's forwards compiled per block and autocast's generate compiled; else
         # they run on the model's own units (the cast's generate compiles, autocast runs eagerly)
         self.all_casts = all_casts
         self.after = after  # after(model): more calls on the session's compiled model, before it goes
+        self.batches = batches  # generate's batch sizes (two drawn when None): a decode step compiles per size
+        self.cast_generate_compiled = cast_generate_compiled  # False: the bfloat16 cast's generate runs eagerly
         self.device = torch.device(device)
         self.session = SessionOutcome(False)
 
@@ -352,7 +355,9 @@ class Session(runner.Runner):
                       traceback.format_exc(limit=-6))
         return {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
 
-    def two_batches(self) -> list[int]:
+    def two_batches(self) -> list[int]:  # (or the sizes the session was given)
+        if self.batches is not None:
+            return list(self.batches)
         first = int(self.rng.integers(1, 4))
         return [first, first % 3 + 1]
 
@@ -436,7 +441,8 @@ class Session(runner.Runner):
                   for o in self.m.outputs}
         self.eval_call(model=cast, what="bfloat16 model, forward", rtol=float("inf"), dtypes=dtypes)
         if hasattr(cast, "generate"):
-            self.generate_runs(cast, "bfloat16 model, generate")
+            with _nothing() if self.cast_generate_compiled else self.eager():
+                self.generate_runs(cast, "bfloat16 model, generate")
         if model_dtype != "float32":
             return  # autocast is for float32 models: torch's CPU autocast refuses a float16 tensor in `cat`
         with torch.autocast(self.device.type, dtype=torch.bfloat16), (_nothing() if self.all_casts else self.eager()):

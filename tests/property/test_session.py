@@ -73,8 +73,13 @@ def _family(name: str):
 
 # a family's session config where FAMILIES' costs graphs for no construct more: each kind of layer
 # compiles its own block graphs, and Llama 4's four kinds are two constructs (RoPE in chunks and dense,
-# NoPE and sparse); tests/test_from_pretrained.py runs all four eagerly
-SESSION_CONFIG = {"llama4_text": dict(num_hidden_layers=2, no_rope_layers=[1, 0], interleave_moe_layer_step=2)}
+# NoPE and sparse); a second layer of a kind adds nothing but a larger decode step and whole-model
+# graph (DeepSeek-V3's second MoE layer, Gemma 3's second sliding one, Nemotron-H's second Mamba2 one).
+# tests/test_from_pretrained.py runs FAMILIES' configs eagerly
+SESSION_CONFIG = {"llama4_text": dict(num_hidden_layers=2, no_rope_layers=[1, 0], interleave_moe_layer_step=2),
+                  "deepseek_v3": dict(num_hidden_layers=2),
+                  "gemma3_text": dict(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"]),
+                  "nemotron_h": dict(layers_block_type=["linear_attention", "full_attention", "moe", "mlp"])}
 
 
 def _against_transformers(name: str, family: str, folder):
@@ -143,6 +148,14 @@ FAST = ("nanogpt", "tiny_transformer")
 # attention and MLP, and interleaved RoPE, in gptj's; partial rotate-half RoPE, biases and dropout in
 # gpt_neox's; a tied head in nanogpt's; an encoder in t5's (scripts/gpu_checks.sh trains every spec on
 # CUDA, where it is the default)
+# the specs whose sessions run the bfloat16 cast's generate eagerly, not compiled (a decode step compiled
+# whole costs a session a tenth or more): their decode steps hold no construct that the others' compiled
+# bfloat16 decode steps lack. A plain decoder's KV cache, RoPE and GQA in llama3's, nanogpt's and phi3's
+# (with LongRoPE's switch); interleaved RoPE in gptj's, a partial one in gpt_neox's; a sliding window in mistral's and gemma2's (with the soft cap); MoE in mixtral's,
+# gpt_oss's (sinks) and deepseek_v3's (latent attention); q/k norms in llama4_text's and gemma3_text's;
+# recurrent states in mamba2's, nemotron_h's, qwen3_next's and falcon_h1's; an encoder-decoder in t5's
+NO_CAST_COMPILED_GENERATE = ("qwen2", "qwen3", "olmo2", "cohere", "phi", "olmoe", "qwen2_moe", "qwen3_moe",
+                             "gpt_decoder", "snowflake_core", "nanogpt_model")
 NO_WHOLE_TRAINING = ("olmoe", "qwen2_moe", "qwen3_moe", "qwen3_next", "falcon_h1", "qwen2", "mistral", "gpt_decoder",
                      "t5_encoder", "olmo2", "gemma3_text", "phi", "qwen3", "cohere")
 
@@ -152,9 +165,10 @@ NO_WHOLE_TRAINING = ("olmoe", "qwen2_moe", "qwen3_moe", "qwen3_next", "falcon_h1
 @pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in SPECS])
 def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypatch, tmp_path):
     """Each spec: varied eval calls with and without caches, a training step on the CPU default and
-    one compiled whole (the CUDA default; on the CPU not for NO_WHOLE_TRAINING), eval again, generate at two batch sizes, a bfloat16 cast
+    one compiled whole (the CUDA default; on the CPU not for NO_WHOLE_TRAINING), eval again, generate at two batch sizes
+    (a family's at batch 2, which its transformers comparison reuses), a bfloat16 cast
     and autocast; compiled against eager. The bfloat16 cast runs on the model's own units (its
-    generate compiles, its forward runs eagerly) and autocast eagerly: compiling their forwards per
+    generate compiles, but for NO_CAST_COMPILED_GENERATE; its forward runs eagerly) and autocast eagerly: compiling their forwards per
     block and autocast's generate cost a quarter of a session, and the random specs' sessions
     below still do it (all_casts). A spec snf.from_pretrained loads for a transformers family
     runs at that family's test config and then, on the same compiled model, against transformers
@@ -168,11 +182,14 @@ def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypat
     options, seen = {}, {}
     if family is not None:  # a bundled transformers family: its config, and its logits and tokens after
         config, after, seen = _against_transformers(name, family, tmp_path / family)
-        options = dict(config=config, after=after)
+        # generate at batch 2 alone, whose decode graphs the comparison's batches of 2 then reuse (a batch
+        # size's own graphs are the runtime's, which the other specs' sessions and the random ones vary)
+        options = dict(config=config, after=after, batches=(2,))
     if name == "mixtral":  # the sparse experts op inside the compiled graphs, even at these sizes
         monkeypatch.setattr(experts, "_MOE_DENSE_MACS", -1)
     whole = device == "cuda" or name not in NO_WHOLE_TRAINING
-    out = _session(name, calls=4, whole_training=whole, device=device, all_casts=False, **options)
+    out = _session(name, calls=4, whole_training=whole, device=device, all_casts=False,
+                   cast_generate_compiled=device == "cuda" or name not in NO_CAST_COMPILED_GENERATE, **options)
     assert out.accepted and out.calls >= 4, (name, out)
     assert family is None or seen, (name, "the transformers comparison did not run")
     for unit, count in out.graphs.items():

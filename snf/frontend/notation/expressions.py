@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ... import ir
 from ...dims import Dim, equal, show_dim
+from ...ops import by_symbol
 from ...source import Span
 from .syntax import Shifted, Transposed
 from .values import LOOP, POISON, AttnWeights, GroupRef, LoweringError, ParamRef, SVal, TVal
@@ -179,7 +180,7 @@ class Expressions:
             if e.op == "/":
                 dim = a.dim // b.dim
                 return SVal(ir.BinOp("//", a.expr, b.expr, e.span), "int", dim, e.span)
-            dim = {"+": a.dim + b.dim, "-": a.dim - b.dim, "*": a.dim * b.dim}[e.op]
+            dim = by_symbol(e.op).scalar(a.dim, b.dim)  # + - * of the dims' polynomials
             return SVal(ir.BinOp(e.op, a.expr, b.expr, e.span), "int", dim, e.span)
         return SVal(ir.BinOp(e.op, a.expr, b.expr, e.span), "float", None, e.span)
 

@@ -45,14 +45,8 @@ class Config:
     tie_embeddings: bool = False  # phi3.snf:22
     longrope: bool = False  # phi3.snf:24
     original_max_position: int = 4096  # phi3.snf:25
-    # phi3.snf:36
-    short_factor: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
-                                       1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
-                                       1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
-    # phi3.snf:40
-    long_factor: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
-                                      1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
-                                      1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    short_factor: tuple[float, ...] = (1.0,) * 48  # phi3.snf:36
+    long_factor: tuple[float, ...] = (1.0,) * 48  # phi3.snf:40
 
     def __post_init__(self) -> None:
         _check_config(self, _CONFIG_CHECKS)

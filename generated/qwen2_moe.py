@@ -48,8 +48,7 @@ class Config:
     norm_topk_prob: bool = False  # qwen2_moe.snf:24
     sparse_step: int = 1  # qwen2_moe.snf:25
     qkv_bias: bool = True  # qwen2_moe.snf:26
-    # qwen2_moe.snf:28
-    dense_layers: tuple[int, ...] = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    dense_layers: tuple[int, ...] = (0,) * 24  # qwen2_moe.snf:28
 
     def __post_init__(self) -> None:
         _check_config(self, _CONFIG_CHECKS)

@@ -47,9 +47,7 @@ class Config:
     norm_topk_prob: bool = True  # qwen3_moe.snf:22
     dense_hidden: int = 6144  # qwen3_moe.snf:23
     sparse_step: int = 1  # qwen3_moe.snf:24
-    # qwen3_moe.snf:26
-    dense_layers: tuple[int, ...] = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    dense_layers: tuple[int, ...] = (0,) * 48  # qwen3_moe.snf:26
 
     def __post_init__(self) -> None:
         _check_config(self, _CONFIG_CHECKS)

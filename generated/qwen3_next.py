@@ -56,9 +56,7 @@ class Config:
     norm_topk_prob: bool = True  # qwen3_next.snf:40
     sparse_step: int = 1  # qwen3_next.snf:41
     norm_eps: float = 1e-06  # qwen3_next.snf:42
-    # qwen3_next.snf:44
-    dense_layers: tuple[int, ...] = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    dense_layers: tuple[int, ...] = (0,) * 48  # qwen3_next.snf:44
 
     def __post_init__(self) -> None:
         _check_config(self, _CONFIG_CHECKS)

@@ -11,11 +11,18 @@ from .emit import Emitter
 def field_rows(gen) -> list[dict]:
     rows = []
     for c in gen.model.config:
-        default = None if c.default is ir.MISSING else repr(c.default)
+        default = None if c.default is ir.MISSING else _literal(c.default)
         kind = f"tuple[{c.item_kind}, ...]" if c.item_kind else c.kind  # a list field holds a tuple
         rows.append({"name": c.name, "type": kind, "default": default,
                      "comment": f"{gen.spec_file}:{c.span.line}"})
     return sorted(rows, key=lambda r: r["default"] is not None)  # fields without defaults come first
+
+
+def _literal(value) -> str:
+    """A default as Python: a list field's one value repeated as `(v,) * n`, not n items."""
+    if isinstance(value, tuple) and len(value) > 4 and len(set(map(repr, value))) == 1:
+        return f"({value[0]!r},) * {len(value)}"
+    return repr(value)
 
 
 def derived_rows(gen) -> list[dict]:

@@ -194,66 +194,44 @@ def _attention_flops(args, out, grads):
     SDPA; the backward recomputes the scores and takes four more products (its SDPA formula)."""
     (b, tq, h, hd), tk, hv = args["q"].shape, args["k"].shape[1], args["v"].shape[3]
     pairs = 2 * b * h * tq * tk
-    if isinstance(args.get("sinks"), TensorT):  # written out (_lower_sink_attention): two products, each two in backward
+    if isinstance(args.get("sinks"), TensorT):  # written out (_sink_attention): two products, each two in backward
         return pairs * (hd + hv), pairs * (2 * hd + 2 * hv) if grads & {"q", "k", "v", "sinks"} else pairs * 0
     return pairs * (hd + hv), pairs * (3 * hd + 2 * hv) if grads & {"q", "k", "v"} else pairs * 0
 
 
 def _lower_attention(call):
-    if call.given("sinks"):
-        return _lower_sink_attention(call)
-    if call.given("chunk"):
-        return _lower_chunked_attention(call)
-    q, k, v = (f"{call.code(n, prec=50)}.transpose(1, 2)" for n in ("q", "k", "v"))
-    causal = call.val("causal")
-    extra = ""
-    if call.given("dropout"):
-        extra += f", dropout_p=({call.code('dropout', prec=5)} if self.training else 0.0)"
-    if call.given("scale"):
-        extra += f", scale={call.code('scale')}"
+    causal = bool(call.val("causal"))
+    if call.given("sinks"):  # SDPA has no place for a sink: the attention written out
+        return _helper_call(call, "_sink_attention", f"causal={causal}", f", sinks={call.code('sinks')}")
+    if call.given("chunk"):  # the chunks added to what _attention (or _softcapped_attention) masks
+        return _helper_call(call, "_chunked_attention", call.code("chunk"))
     same_len = call.eq(call.ty("q").shape[1], call.ty("k").shape[1])
-    explicit = ("mask", "window", "bias", "softcap")  # what SDPA cannot do alone: the helper builds it
-    if any(call.given(n) for n in explicit) or (causal and not same_len):
-        mask = call.code("mask") if call.given("mask") else "None"
-        if causal and not same_len and call.decode:  # keys may sit in a preallocated cache
-            extra += f", decode={call.decode}"
-        for n in explicit[1:]:
-            if call.given(n):
-                extra += f", {n}={call.code(n)}"
+    if any(call.given(n) for n in ("mask", "window", "bias", "softcap")) or (causal and not same_len):
+        # what SDPA cannot do alone: the helper builds the mask
         helper = "_softcapped_attention" if call.given("softcap") else "_attention"
-        return f"{helper}({q}, {k}, {v}, {mask}, causal={bool(causal)}{extra}).transpose(1, 2)"
+        return _helper_call(call, helper, f"causal={causal}")
+    q, k, v = (f"{call.code(n, prec=50)}.transpose(1, 2)" for n in ("q", "k", "v"))
+    extra = _dropout(call) + (f", scale={call.code('scale')}" if call.given("scale") else "")
     if not call.eq(call.ty("q").shape[2], call.ty("k").shape[2]):  # grouped-query: SDPA shares each k/v head
         extra += ", enable_gqa=True"
-    return f"F.scaled_dot_product_attention({q}, {k}, {v}, is_causal={bool(causal)}{extra}).transpose(1, 2)"
+    return f"F.scaled_dot_product_attention({q}, {k}, {v}, is_causal={causal}{extra}).transpose(1, 2)"
 
 
-def _lower_chunked_attention(call):
-    """`chunk=`: the `_chunked_attention` helper, which adds the chunks to what `_attention` (or, with
-    `softcap`, `_softcapped_attention`) masks; the other arguments as those take them."""
+def _dropout(call) -> str:
+    return f", dropout_p=({call.code('dropout', prec=5)} if self.training else 0.0)" if call.given("dropout") else ""
+
+
+def _helper_call(call, helper: str, how: str, tail: str = "") -> str:
+    """A call of one of snf/runtime/attention.py's helpers: q, k and v as [B, H, T, head_dim], the
+    padding mask, `how` (causal=, or the chunk), then each optional argument given, and `tail`."""
     q, k, v = (f"{call.code(n, prec=50)}.transpose(1, 2)" for n in ("q", "k", "v"))
     mask = call.code("mask") if call.given("mask") else "None"
-    extra = ""
-    if call.given("dropout"):
-        extra += f", dropout_p=({call.code('dropout', prec=5)} if self.training else 0.0)"
-    if call.given("scale"):
-        extra += f", scale={call.code('scale')}"
-    if not call.eq(call.ty("q").shape[1], call.ty("k").shape[1]) and call.decode:  # a preallocated cache
-        extra += f", decode={call.decode}"
-    extra += "".join(f", {n}={call.code(n)}" for n in ("window", "bias", "softcap") if call.given(n))
-    return f"_chunked_attention({q}, {k}, {v}, {mask}, {call.code('chunk')}{extra}).transpose(1, 2)"
-
-
-def _lower_sink_attention(call):
-    """flash_attention with `sinks=`: SDPA has no place for a sink, so the helper writes the attention
-    out (_sink_attention), every other argument passed on."""
-    q, k, v = (f"{call.code(n, prec=50)}.transpose(1, 2)" for n in ("q", "k", "v"))
-    causal = bool(call.val("causal"))
-    extra = f", dropout_p=({call.code('dropout', prec=5)} if self.training else 0.0)" if call.given("dropout") else ""
+    extra = _dropout(call) + (f", scale={call.code('scale')}" if call.given("scale") else "")
+    causal = call.val("causal") or call.given("chunk")
     if causal and not call.eq(call.ty("q").shape[1], call.ty("k").shape[1]) and call.decode:
         extra += f", decode={call.decode}"  # keys may sit in a preallocated cache
-    extra += "".join(f", {n}={call.code(n)}" for n in ("scale", "window", "bias", "softcap") if call.given(n))
-    mask = call.code("mask") if call.given("mask") else "None"
-    return f"_sink_attention({q}, {k}, {v}, {mask}, causal={causal}{extra}, sinks={call.code('sinks')}).transpose(1, 2)"
+    extra += "".join(f", {n}={call.code(n)}" for n in ("window", "bias", "softcap") if call.given(n))
+    return f"{helper}({q}, {k}, {v}, {mask}, {how}{extra}{tail}).transpose(1, 2)"
 
 
 register(OpDef(

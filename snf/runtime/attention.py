@@ -25,7 +25,9 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
     In a decode step (`decode`), the keys are a preallocated cache: key j is visible to query i when
     j <= decode.position + i (later slots are empty)."""
     tq, tk = q.size(-2), k.size(-2)
-    gqa = True if q.size(1) != k.size(1) else False  # a Python branch: SDPA refuses a symbolic bool
+    # a Python branch, not the comparison itself: a head count may be symbolic in a compiled block (T5's),
+    # and SDPA refuses a symbolic bool
+    gqa = True if q.size(1) != k.size(1) else False
     if decode is None and mask is None and window is None and bias is None \
             and (not causal or tq == 1 or tq == tk):
         # no mask needed: one query (a decode step) sees every key; equal lengths is plain causal
@@ -56,8 +58,9 @@ def _attention(q, k, v, mask, causal: bool, dropout_p: float = 0.0, scale: Optio
 
 
 def _visible_keys(q, k, mask, causal: bool, decode: Optional[_DecodeState] = None,
-                  window: Optional[int] = None) -> Optional[torch.Tensor]:
-    """Which keys each query sees, a bool [B or 1, 1, T, T_keys] (None: every key), for _attention."""
+                  window: Optional[int] = None, chunk: Optional[int] = None) -> Optional[torch.Tensor]:
+    """Which keys each query sees, a bool [B or 1, 1, T, T_keys] (None: every key), for _attention;
+    with `chunk` (causal), only those of the query's own chunk of positions."""
     tq, tk = q.size(-2), k.size(-2)
     allowed = None
     if causal:  # key j is visible to query i (at position first + i) when j <= first + i
@@ -65,6 +68,8 @@ def _visible_keys(q, k, mask, causal: bool, decode: Optional[_DecodeState] = Non
         rows = first + torch.arange(tq, device=q.device)[:, None]
         cols = torch.arange(tk, device=q.device)[None, :]
         allowed = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
+        if chunk is not None:
+            allowed = allowed & (cols // chunk == rows // chunk)
     if mask is not None:
         keep = (mask != 0)[:, None, None, :]
         allowed = keep if allowed is None else allowed & keep
@@ -89,11 +94,7 @@ def _chunked_attention(q, k, v, mask, chunk: int, dropout_p: float = 0.0, scale:
     `softcap`, _softcapped_attention) as a -inf bias beside `bias`; a query that sees none (all
     padding, or before the first key) attends to every key there, so that nothing is nan, and gives
     zeros."""
-    tq, tk = q.size(-2), k.size(-2)
-    first = decode.position if decode is not None else tk - tq
-    rows = first + torch.arange(tq, device=q.device)[:, None]
-    cols = torch.arange(tk, device=q.device)[None, :]
-    allowed = _visible_keys(q, k, mask, True, decode, window) & (cols // chunk == rows // chunk)
+    allowed = _visible_keys(q, k, mask, True, decode, window, chunk)
     seen = allowed.any(-1, keepdim=True)
     hidden = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill(~(allowed | ~seen), float("-inf"))
     bias = hidden if bias is None else bias.to(q.dtype) + hidden

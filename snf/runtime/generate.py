@@ -107,8 +107,7 @@ def _generate_from_encoder(model: nn.Module, how: _Generation, inputs: tuple, ma
                 logits = out if how.logits is None else getattr(out, how.logits)
                 token = _sample(logits[:, -1, :], temperature, top_k, top_p, generator)
                 if how.stops:
-                    token = token.masked_fill(done, cfg.pad_token_id)  # a row that has ended
-                    done = done | (token == cfg.eos_token_id)
+                    token, done = _ended(token, done, cfg.eos_token_id, cfg.pad_token_id)
                 made.append(token)
                 if step + 1 == max_new_tokens or how.stops and bool(done.all()):
                     break  # the last token needs no step
@@ -201,8 +200,7 @@ def _decode_loop(model, how: _Generation, tokens, max_new_tokens, temperature, t
         logits = out if how.logits is None else getattr(out, how.logits)
         token = _sample(logits[:, -1, :], temperature, top_k, top_p, generator)
         if ends is not None:
-            token = token.masked_fill(done, pad)  # a row that has ended
-            done = done | torch.isin(token, ends)
+            token, done = _ended(token, done, ends, pad)
         made.append(token)
         if streamer is not None:
             streamer.put(token[:, 0].cpu())
@@ -226,6 +224,13 @@ def _decode_loop(model, how: _Generation, tokens, max_new_tokens, temperature, t
     if streamer is not None:
         streamer.end()
     return torch.cat(made, dim=1)
+
+
+def _ended(token: torch.Tensor, done: torch.Tensor, ends, pad: int) -> tuple:
+    """A step's tokens [B, 1] with `pad` in the rows that ended before, and which rows have ended now
+    (`ends`: an end token, or a tensor of them)."""
+    token = token.masked_fill(done, pad)
+    return token, done | torch.isin(token, torch.as_tensor(ends, device=token.device))
 
 
 def _generate_padded(tokens, mask, pad: int, run) -> torch.Tensor:

@@ -27,7 +27,7 @@ from ..ir import ScalarT, TensorT
 from ..language import GRADIENT_CHECKPOINTING
 from ..ops import all_ops, compare
 from ..ops.shapes import product
-from ..passes.caches import plan_caches
+from ..passes.caches import CachePlan, plan_caches
 from ..passes.liveness import plan_outputs
 from .caches import DTYPE_BYTES, cache_bytes
 from .experts import expert_quantities, note_experts
@@ -140,10 +140,10 @@ class _Walk:
 
     PARAM = 0  # the "product" a parameter stands for: it needs a gradient and costs nothing
 
-    def __init__(self, model: ir.Model, cfg: dict, absent: set, runtime: dict):
+    def __init__(self, model: ir.Model, cfg: dict, absent: set, runtime: dict, caches: CachePlan):
         self.m = model
         # what only the caches need is not computed (as a generated module's training forward)
-        self.skip = plan_outputs(model, plan_caches(model).outputs).only_when_asked
+        self.skip = plan_outputs(model, caches.outputs).only_when_asked
         self.ops = all_ops()
         self.zero = {d: Dim.const(0) for d in absent}  # dims of absent inputs (and the layer, per layer)
         self.layer: dict = {}  # the loop variable's value, while layers are walked one kind at a time
@@ -352,7 +352,8 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
     dims = _runtime_values(model, overrides, ints, absent, tokens_dims)
     env = {**ints, **{d: v for d, (v, _) in dims.items()}}
 
-    walk = _Walk(model, cfg, set(absent), {d: v for d, (v, _) in dims.items()})
+    caches = plan_caches(model)  # the spec as written (stats walks it), planned once for the walk and the bytes
+    walk = _Walk(model, cfg, set(absent), {d: v for d, (v, _) in dims.items()}, caches)
     backward = walk.run()
     params = Dim()
     for t in model.params:
@@ -375,7 +376,7 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
         per_token("flops_training", f"FLOPs per {per}, forward + backward", walk.forward + backward, "FLOPs"),
         per_token("activation_bytes", f"activation bytes per {per}", walk.activations, "bytes"),
     ]
-    cache, state, expanded = cache_bytes(model, tokens_dims)
+    cache, state, expanded = cache_bytes(model, tokens_dims, caches)
     quantities.insert(3, Quantity("kv_cache_bytes", "KV-cache bytes per token", _simplify(cache, model),
                                   Fraction(cache.evaluate(env)), "bytes", "" if cache.terms else "the spec has no KV cache"))
     if expanded.terms:  # latent caches: what the keys and values expanded from them would hold instead

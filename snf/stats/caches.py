@@ -8,12 +8,12 @@ from .. import ir
 from ..dims import Dim
 from ..ops.shapes import product
 from ..passes.absorb import latent_forms
-from ..passes.caches import plan_caches
+from ..passes.caches import CachePlan
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 
 
-def cache_bytes(model: ir.Model, tokens_dims: list[str]) -> tuple[Dim, Dim, Dim]:
+def cache_bytes(model: ir.Model, tokens_dims: list[str], caches: CachePlan) -> tuple[Dim, Dim, Dim]:
     """Bytes the caches (the cache plan says which inputs) hold per token, the states per sequence
     (each input's size without its growing axis and the batch axis), and, for a cache that
     `latent_attention` reads (written so, or made so by snf/passes/absorb.py), what the keys and values it expands would hold per token instead."""
@@ -23,7 +23,7 @@ def cache_bytes(model: ir.Model, tokens_dims: list[str]) -> tuple[Dim, Dim, Dim]
     expanded = Dim()
     written = [e for e in ir.walk_exprs(model.body) if isinstance(e, ir.Op) and e.op == "latent_attention"]
     readers = {e.arg("latent").name: e for e in written + latent_forms(model) if isinstance(e.arg("latent"), ir.Ref)}
-    for c in plan_caches(model).caches:
+    for c in caches.caches:
         ty = inputs[c.input].ty
         kept = [d for axis, d in enumerate(ty.shape) if axis != c.axis and d.as_symbol() != batch]
         totals[c.state] += Dim.const(DTYPE_BYTES[ty.dtype]) * product(kept)

@@ -245,7 +245,7 @@ class Session(runner.Runner):
         self.model.eval()
         self.eval_call()
         if hasattr(self.model, "generate"):
-            for batch in self.two_batches():
+            for batch in self.generate_batches():
                 self.generate(self.model, batch, "generate")
         if self.casts and self.m.float_dtype is not None:
             self.cast_calls()
@@ -355,7 +355,7 @@ class Session(runner.Runner):
                       traceback.format_exc(limit=-6))
         return {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
 
-    def two_batches(self) -> list[int]:  # (or the sizes the session was given)
+    def generate_batches(self) -> list[int]:  # the sizes the session was given, else two drawn
         if self.batches is not None:
             return list(self.batches)
         first = int(self.rng.integers(1, 4))

@@ -18,10 +18,11 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(6, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(7, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _DecodeState, _by_compile_unit, _hot_path
-from snf.runtime.helpers import (_cache_cat, _check_cache, _check_config, _check_decode, _check_dims, _check_index,
-                                 _check_input, _check_together)
+from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
+                                _check_together)
+from snf.runtime.writes import _cache_cat
 from snf.runtime.attention import _attention
 from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate

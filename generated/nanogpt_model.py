@@ -19,9 +19,9 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(6, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(7, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
-from snf.runtime.helpers import _check_config, _check_dims, _check_index, _check_input
+from snf.runtime.checks import _check_config, _check_dims, _check_index, _check_input
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.loss import _cross_entropy, _linear_cross_entropy, _next_tokens
 

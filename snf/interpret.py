@@ -14,7 +14,7 @@ import numpy as np
 from . import ir
 from .dims import Dim, DimError
 from .ir import ScalarT
-from .ops import all_ops, compare
+from .ops import all_ops, holds
 
 
 class ConfigError(ValueError):
@@ -61,18 +61,15 @@ class Interpreter:
                                       f"{self._got(fields)}")
                 continue
             if isinstance(c, ir.Constraint):
-                fields = sorted(c.cond.num.symbols() | c.cond.den.symbols())
-                ok = lambda: self.dim(c.cond.num) % self.dim(c.cond.den) == 0  # noqa: E731
-                why = c.why
+                fields, why = sorted(c.cond.num.symbols() | c.cond.den.symbols()), c.why
             else:
-                fields = c.fields
-                ok = lambda: compare(self.dim(c.lhs), c.op, self.dim(c.rhs))  # noqa: E731
-                why = c.message(self.m.display)
+                fields, why = c.fields, c.message(self.m.display)
             try:
-                holds = ok()
+                ok = self.dim(c.cond.num) % self.dim(c.cond.den) == 0 if isinstance(c, ir.Constraint) \
+                    else holds(c, self.ints)
             except (ArithmeticError, DimError, KeyError):
-                holds = False
-            if not holds:
+                ok = False
+            if not ok:
                 raise ConfigError(f"{why} ({where}); got {self._got(fields)}")
 
     def _got(self, fields) -> str:

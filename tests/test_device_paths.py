@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from conftest import REPO, fresh_module
-from snf.runtime import compiling, helpers
+from snf.runtime import compiling, writes
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 SMALL = dict(vocab_size=61, block_size=32, n_layer=2, n_head=2, n_embd=32)
@@ -53,12 +53,12 @@ def test_the_decode_step_compiles_as_a_cuda_graph_on_cuda_only(monkeypatch):
 def test_cache_buffers_are_kept_on_cuda_and_fresh_on_the_cpu():
     owner = torch.nn.Linear(1, 1)
     cpu = torch.randn(2, 1, 3, 2, 4)  # [n_layer, B, T, H, head_dim], 3 slots filled
-    first, second = (helpers._cache_buffers(cpu, 1, 8, owner, "past_keys") for _ in range(2))
+    first, second = (writes._cache_buffers(cpu, 1, 8, owner, "past_keys") for _ in range(2))
     assert first[0] is not second[0] and not hasattr(first[0], "_dynamo_static_input_type")
     assert torch.equal(first[1][:, :3], cpu[1]) and first[1].shape == (1, 8, 2, 4)
     with FakeTensorMode():  # CUDA tensors without a CUDA device (they hold no data)
         def buffers(batch):
-            return helpers._decode_buffers(owner, "past_keys", 2, (batch, 8, 2, 4), torch.bfloat16, torch.device("cuda"))
+            return writes._decode_buffers(owner, "past_keys", 2, (batch, 8, 2, 4), torch.bfloat16, torch.device("cuda"))
         first, second, other = buffers(1), buffers(1), buffers(2)
     assert first[0] is second[0] and first[0].dtype == torch.bfloat16 and first[0].is_cuda
     assert other[0] is not first[0] and other[0].shape == (2, 8, 2, 4)  # another batch: new buffers

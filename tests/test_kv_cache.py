@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from snf.interop import load_state_dict
-from snf.runtime import generate, helpers
+from snf.runtime import generate, writes
 
 
 @pytest.fixture(autouse=True)
@@ -373,7 +373,7 @@ def _compiled_step_equals_eager(mod, model, text, monkeypatch) -> None:
     size = model.config.block_size
     with torch.no_grad():
         out = model(text[:, :9])
-        caches = [helpers._cache_buffers(c, 1, size) for c in (out.new_keys, out.new_values)]
+        caches = [writes._cache_buffers(c, 1, size) for c in (out.new_keys, out.new_values)]
         copies = [[t.clone() for t in c] for c in caches]
         token = text[:, 9:10].contiguous()  # as generate's tokens are: a strided one is another graph
         with _decoding(model, torch.tensor(9)):

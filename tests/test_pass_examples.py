@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import assert_golden
+from snf.codegen import generate
 from snf.compiler import analyze, lower
 from snf.irdump import dump
 from snf.passes import plan
@@ -170,8 +171,12 @@ def test_a_block_with_no_tensor_takes_the_device_from_its_caller(tmp_path):
     import torch
 
     from snf.api import _load
-    sig = plan(lower(_checked(NO_TENSOR, "no_tensor"))).signatures[0]
-    assert sig.device and not (sig.args or sig.dims or sig.shapes or sig.dtype or sig.use_cache or sig.decode)
+    plans = plan(lower(_checked(NO_TENSOR, "no_tensor")))
+    sig = plans.signatures[0]
+    assert not (sig.args or sig.device_from or sig.device_held or sig.dtype_held or sig.use_cache or sig.decode)
+    code = generate(plans, "no_tensor.snf")  # the block's code makes tensors: it takes the device, as an argument
+    assert "def forward(self, device: torch.device) -> torch.Tensor:" in code
+    assert "out_layer = layer(x.device)" in code
     module = _load(Source.from_bytes("no_tensor.snf", NO_TENSOR.encode("utf-8")), "no_tensor.snf")
     y = module.Model()(torch.ones(3, 4))
     assert torch.equal(y, 1 + 2 * torch.arange(4.0).expand(3, 2, 4))

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from conftest import REPO
 from snf import runtime
-from snf.runtime import compiling, generate, helpers, loss, rope
+from snf.runtime import checks, compiling, generate, loss, rope, writes
 
 
 def test_what_a_call_needs_comes_with_it():
@@ -103,19 +103,19 @@ def test_a_module_for_another_runtime_abi_fails_at_import_saying_both():
 
 
 def test_check_dims_says_why_with_the_sizes():
-    helpers._check_dims("T", 3, "<=", "block_size", 4, "m.snf:9")
+    checks._check_dims("T", 3, "<=", "block_size", 4, "m.snf:9")
     with pytest.raises(ValueError, match=r"expected T <= block_size, got T = 5 and block_size = 4 \(m.snf:9\)"):
-        helpers._check_dims("T", 5, "<=", "block_size", 4, "m.snf:9")
+        checks._check_dims("T", 5, "<=", "block_size", 4, "m.snf:9")
     with pytest.raises(ValueError, match=r"the cache is full, got T = 5 \(m.snf:9\)"):
-        helpers._check_dims("T", 5, "<=", "block_size", 4, "m.snf:9", "the cache is full", {"T": 5})
+        checks._check_dims("T", 5, "<=", "block_size", 4, "m.snf:9", "the cache is full", {"T": 5})
 
 
 def test_check_number_refuses_what_cannot_be_computed_or_is_out_of_range():
-    helpers._check_number(lambda: 0.5, 0.0, 1.0, False, "rate", "m.snf:3", "p=0.5")
+    checks._check_number(lambda: 0.5, 0.0, 1.0, False, "rate", "m.snf:3", "p=0.5")
     with pytest.raises(ValueError, match="cannot be computed"):
-        helpers._check_number(lambda: 1.0 / 0, 0.0, None, False, "std", "m.snf:3", "D=3")
+        checks._check_number(lambda: 1.0 / 0, 0.0, None, False, "std", "m.snf:3", "D=3")
     with pytest.raises(ValueError, match=r"rate must be in \[0, 1\], got 1.5"):
-        helpers._check_number(lambda: 1.5, 0.0, 1.0, False, "rate", "m.snf:3", "p=1.5")
+        checks._check_number(lambda: 1.5, 0.0, 1.0, False, "rate", "m.snf:3", "p=1.5")
 
 
 def test_bucket_is_a_power_of_two_from_128_up_to_the_size():
@@ -183,7 +183,7 @@ def test_a_compiled_block_is_handed_no_two_arguments_sharing_memory():
     alone = (x, other, empty, empty, None)
     args, kwargs = compiling._unaliased(alone, {})
     assert all(a is b for a, b in zip(args, alone, strict=True)) and kwargs == {}
-    decode = helpers._DecodeState(position=torch.tensor(0), length=1)
+    decode = compiling._DecodeState(position=torch.tensor(0), length=1)
     assert compiling._unaliased((x, x[0], decode), {})[0][1]._base is x
 
 
@@ -219,10 +219,10 @@ def _half_under_autocast(x, past):
     """concat, rope and a cache update of tensors in a half dtype other than autocast's, as a spec's
     own float16 values are under CPU bfloat16 autocast, whose rule for torch.cat, torch.stack and
     index_copy refuses them (session seed 8303); on CUDA, bfloat16 values under float16 autocast."""
-    decode = helpers._DecodeState(position=torch.tensor(2, device=x.device), length=3)
-    return (helpers._cat([x, x], dim=1), rope._rope(x, 1, 10000.0),
+    decode = compiling._DecodeState(position=torch.tensor(2, device=x.device), length=3)
+    return (writes._cat([x, x], dim=1), rope._rope(x, 1, 10000.0),
             rope._rope(x, 1, 10000.0, rotary_dim=2, interleaved=True),
-            helpers._cache_cat(past[:, :2], x), helpers._cache_cat(past.clone(), x[:, :1], decode))
+            writes._cache_cat(past[:, :2], x), writes._cache_cat(past.clone(), x[:, :1], decode))
 
 
 _CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

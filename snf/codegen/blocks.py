@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .. import ir
 from ..dims import Dim
 from ..ir import TensorT
@@ -9,11 +11,24 @@ from ..names import Namespace
 from ..passes.blocks import Block
 from ..passes.signatures import block_types
 from . import params
-from .emit import Emitter
+from .emit import Emitter, at, reads
 
 
-def block_context(gen, block: Block) -> dict:
-    """The Block class of one layer loop, as its signature plan says (`passes/signatures.py`)."""
+@dataclass(frozen=True)
+class Takes:
+    """What a Block's forward takes besides its plan's arguments, as read off its body's code: the
+    run-time dims it writes out, bound from a tensor argument's shape where one has them and passed
+    as ints otherwise; the model's dtype and a device, where it names the arguments for them."""
+
+    shapes: tuple[tuple[str, tuple[tuple[int, str], ...]], ...]  # (argument, ((axis, run-time dim), ...))
+    dims: tuple[str, ...]  # run-time dims passed as ints
+    dtype: bool
+    device: bool
+
+
+def block_context(gen, block: Block) -> tuple[dict, Takes]:
+    """The Block class of one layer loop, and what its forward takes besides its plan's arguments
+    (`Plans.signature`): its body is lowered first, and the rest is read off that code."""
     m, sig = gen.model, gen.plans.signature(block)
     loop = block.loop
     names = Namespace()
@@ -36,13 +51,10 @@ def block_context(gen, block: Block) -> dict:
         em.decode = names.fresh("decode")
     if sig.use_cache:
         em.flags["use_cache"] = names.fresh("use_cache")
-    em.stmts(block.body, 2)
-    if (em.runtime_used - {loop.var}, bool(dtype_arg and em.dtype_used), em.device_used) != \
-            (sig.run_time, sig.dtype, sig.device):  # the plan and the code disagree: an snfc bug
-        raise AssertionError(f"{block.cls}: the signature plan {sig} does not match its code "
-                             f"(dims {sorted(em.runtime_used)}, dtype {em.dtype_used}, device {em.device_used})")
+    body = em.stmts(block.body, 2)
+    takes = _takes(m, block, sig, names, types, reads(body), dtype_arg, em.device_arg)
     prologue = []
-    for n, axes in sig.shapes:
+    for n, axes in takes.shapes:
         axes = dict(axes)
         rank = types[n].rank
         targets = [names.name(axes[a]) if a in axes else "_" for a in range(rank)]
@@ -53,12 +65,12 @@ def block_context(gen, block: Block) -> dict:
         else:
             prologue += [f"{names.name(axes[a])} = {names.name(n)}.size({a})" for a in sorted(axes)]
     signature = [f"{names.name(n)}: {_annotation(types.get(n))}" for n in sig.args]
-    signature += [f"{names.name(d)}: int" for d in sig.dims]
+    signature += [f"{names.name(d)}: int" for d in takes.dims]
     if block.uses_var:
         signature.append(f"{names.name(loop.var)}: int")
-    if sig.dtype:
+    if takes.dtype:
         signature.append(f"{dtype_arg}: torch.dtype")
-    if sig.device:
+    if takes.device:
         signature.append(f"{em.device_arg}: torch.device")
     if sig.use_cache:
         signature.append(f"{em.use_cache}: bool = True")
@@ -83,16 +95,35 @@ def block_context(gen, block: Block) -> dict:
         "decls": entries + decls,
         "init_lines": params.init_lines(decl_em, gen, block.attr),
         "signature": ", ".join(signature), "ret_ann": ret_ann,
-        "prologue": prologue, "body": em.lines,
+        "prologue": prologue, "body": body,
         "ret": ", ".join(_if_asked(em, gen, n) for n in outs) if outs else None,
-    }
+    }, takes
 
 
-def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
+def _takes(m: ir.Model, block: Block, sig, names: Namespace, types: dict, read: frozenset,
+           dtype_arg: str | None, device_arg: str | None) -> Takes:
+    """What the block's code reads beyond its plan's arguments: each run-time dim it names, from the
+    first argument whose shape always has it, else as an int; the dtype and device arguments."""
+    sources: dict[str, dict[int, str]] = {}
+    dims = []
+    for dim in sorted(m.run_time_dims - {block.loop.var}):
+        if names.map.get(dim) not in read:
+            continue
+        src = next(((n, axis) for n in sig.args if n in sig.present
+                    for axis, d in enumerate(types[n].shape) if d.as_symbol() == dim), None)
+        if src:
+            sources.setdefault(src[0], {})[src[1]] = dim
+        else:
+            dims.append(dim)
+    return Takes(tuple((n, tuple(sorted(axes.items()))) for n, axes in sources.items()), tuple(dims),
+                 dtype_arg is not None and dtype_arg in read, device_arg is not None and device_arg in read)
+
+
+def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> list[str]:
     """The caller's loop over a block's layers: each layer gets the carried values, what it reads
     (its slice of per-layer inputs), and gives back the carried values and the hoisted writes."""
     block = gen.plans.blocks.of(loop)
-    sig = gen.plans.signature(block)
+    sig, takes = gen.plans.signature(block), gen.takes[block.attr]
     var = em.names.name(loop.var)
     args = []
     for name, kind in block.reads:
@@ -103,13 +134,13 @@ def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
         if name in loop.layer_inputs:  # this layer's slice of a stacked input
             args[-1] = (f"{args[-1]}[{var}] if {args[-1]} is not None else None"
                         if gen.input_optional(name) else f"{args[-1]}[{var}]")
-    args += [em.dim(Dim.sym(d)) for d in sig.dims]
+    args += [em.dim(Dim.sym(d)) for d in takes.dims]
     carried = [em.names.name(n) for n in block.carried]
     written = [em.names.fresh(f"{h.name}_layer") for h in block.hoisted]
     outs = carried + written
     call_args = ", ".join([_if_asked(em, gen, n) for n in block.carried] + args + ([var] if block.uses_var else [])
-                          + ([em.dtype_code(gen.model.float_dtype)] if sig.dtype else [])
-                          + ([em.device_code()] if sig.device else []))
+                          + ([em.dtype_code(gen.model.float_dtype)] if takes.dtype else [])
+                          + ([em.device_code()] if takes.device else []))
     if sig.use_cache:
         call_args += f", {em.use_cache}"
     if sig.decode:
@@ -117,20 +148,20 @@ def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
     call_args = call_args.lstrip(", ")
     layer = "layer" if "layer" not in em.names.used else em.names.fresh("layer")
     if block.uses_var or loop.layer_inputs or written:
-        em.emit(f"for {var}, {layer} in enumerate(self.{block.attr}):", indent)
+        lines = [at(indent, f"for {var}, {layer} in enumerate(self.{block.attr}):")]
     else:
-        em.emit(f"for {layer} in self.{block.attr}:", indent)
+        lines = [at(indent, f"for {layer} in self.{block.attr}:")]
     assign = f"{', '.join(outs)} = " if outs else ""
     where = f"  # {gen.spec_file}:{loop.span.line}"
     if "gradient_checkpointing" in gen.config_fields:
         # recompute each layer in backward instead of keeping its activations
-        em.emit(f"if {em.cfg}.gradient_checkpointing and self.training and torch.is_grad_enabled():", indent + 1)
-        em.emit(f"{assign}torch.utils.checkpoint.checkpoint({layer}, {call_args}, use_reentrant=False, "
-                "**_checkpoint_options())", indent + 2)
-        em.emit("else:", indent + 1)
-        em.emit(f"{assign}{layer}({call_args}){where}", indent + 2)
+        lines += [at(indent + 1, f"if {em.cfg}.gradient_checkpointing and self.training and torch.is_grad_enabled():"),
+                  at(indent + 2, f"{assign}torch.utils.checkpoint.checkpoint({layer}, {call_args}, use_reentrant=False, "
+                                 "**_checkpoint_options())"),
+                  at(indent + 1, "else:"),
+                  at(indent + 2, f"{assign}{layer}({call_args}){where}")]
     else:
-        em.emit(f"{assign}{layer}({call_args}){where}", indent + 1)
+        lines.append(at(indent + 1, f"{assign}{layer}({call_args}){where}"))
     outputs = {c.output for c in gen.plans.caches.caches}
     last = None
     for h, tmp in zip(block.hoisted, written):  # writes under one condition share one `if`
@@ -140,9 +171,10 @@ def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> None:
         if em.decode and h.name in outputs:  # a preallocated cache was written in place already
             conds.append(f"{em.decode} is None")
         if conds and conds != last:
-            em.emit(f"if {' and '.join(conds)}:", indent + 1)
+            lines.append(at(indent + 1, f"if {' and '.join(conds)}:"))
         last = conds
-        em.emit(f"{em.write(h.name, h.index, tmp, h)}  # {gen.spec_file}:{h.span.line}", indent + (2 if conds else 1))
+        lines.append(at(indent + (2 if conds else 1), f"{em.write(h.name, h.index, tmp, h)}  # {gen.spec_file}:{h.span.line}"))
+    return lines
 
 
 def _if_asked(em: Emitter, gen, name: str) -> str:

@@ -7,6 +7,7 @@ statements only the caches need) and works none out itself.
 
 from __future__ import annotations
 
+import ast
 import re
 
 from .. import ir
@@ -25,16 +26,10 @@ class Emitter:
         self.defining = defining  # the derived dim whose own property this emits: spelled out, not read
         self.device_src: str | None = None  # a tensor this function always has, to take the device from
         self.device_arg: str | None = None  # else an argument the caller passes (a block holding no tensor)
-        self.device_used = False
         self.dtype_src: str | None = None  # code for the dtype the model holds now (see dtype_code)
-        self.dtype_used = False
         self.decode: str | None = None  # generate's decode state, where a preallocated cache may be in use
         self.flags: dict[str, str] = {}  # a demand's flag (use_cache, return_logits) -> its name here
-        self.lines: list[str] = []
-        self._guard_end = self._guard_at = -1  # the lines after the last write under `if decode is None:`, and its `if`
-        self.runtime_used: set[str] = set()
         self.entries: dict[str, str] = {}  # a list param a block reads at its own layer -> its attribute
-
 
     @property
     def use_cache(self) -> str | None:
@@ -63,7 +58,6 @@ class Emitter:
         if self.device_src:
             return f"{self.device_src}.device"
         if self.device_arg:
-            self.device_used = True
             return self.device_arg
         return "torch.get_default_device()"
 
@@ -81,14 +75,12 @@ class Emitter:
             return f"{self.cfg}.{a}"
         if a in self.g.derived_alias:
             return self.atom(self.g.derived_alias[a])
-        self.runtime_used.add(a)
         return self.names.name(a)
 
     def dtype_code(self, dtype: str) -> str:
         """torch's `dtype`; the model's floating dtype as the one its parameters hold now, so that in
         a cast model (`.to(torch.bfloat16)`) the spec's float32 means bfloat16 (docs/language.md 3.2)."""
         if dtype == self.g.model.float_dtype and self.dtype_src is not None:
-            self.dtype_used = True
             return self.dtype_src
         return f"torch.{dtype}"
 
@@ -160,7 +152,6 @@ class Emitter:
             return f"{self.cfg}.{e.name}"
         if e.kind == "dim":
             if e.name in self.g.runtime:
-                self.runtime_used.add(e.name)
                 return self.names.name(e.name)
             return self.dim(e.ty.dim) if e.ty.dim is not None else f"{self.cfg}.{e.name}"
         if e.kind == "layer_param" or e.kind in ("param", "buffer") and not self.in_block:
@@ -173,74 +164,76 @@ class Emitter:
         parts.append(f"{self.g.spec_file}:{span.line}")
         return "  # " + "  ".join(parts)
 
-    def emit(self, line: str, indent: int) -> None:
-        self.lines.append("    " * indent + line)
-
-    def stmts(self, stmts, indent: int) -> None:
-        """Statements in order; a run of those only an optional output needs goes under one `if` on
-        the flag that asks for it, and what runs in their place otherwise under its `else`."""
+    def stmts(self, stmts, indent: int) -> list[str]:
+        """Statements in order, as lines; a run of those only an optional output needs goes under one
+        `if` on the flag that asks for it, and what runs in their place otherwise under its `else`."""
+        lines: list[str] = []
+        plain: list = []
         run: list = []
         for s in list(stmts) + [None]:
             demand = self.demand(s)
-            if demand is not None and (not run or demand is self.demand(run[0])):
+            if demand is not None and run and demand is self.demand(run[0]):
                 run.append(s)
                 continue
             if run:
-                self.guarded(run, indent)
-            run = [s] if demand is not None else []
-            if s is not None and demand is None:
-                self.stmt(s, indent)
+                lines += self.guarded(run, indent)
+                run = []
+            if demand is not None:
+                lines += self.plain(plain, indent)
+                plain, run = [], [s]
+            elif s is not None:
+                plain.append(s)
+        return lines + self.plain(plain, indent)
+
+    def plain(self, stmts, indent: int) -> list[str]:
+        """Statements no flag guards. In a decode step, a run of writes into KV caches that its
+        `_cache_cat` grew already goes under one `if decode is None:`."""
+        lines: list[str] = []
+        skipped = False  # the last line written is such a write, under its `if`
+        for s in stmts:
+            grown = bool(self.decode) and isinstance(s, ir.SetItem) and self.grown_in_place(s.name)
+            if grown and not skipped:
+                lines.append(at(indent, f"if {self.decode} is None:"))
+            lines += self.stmt(s, indent + grown)
+            skipped = grown
+        return lines
 
     def demand(self, s):
         """The demand whose flag this function has and which guards `s`, if any."""
         demand = self.plans.outputs.demand(s) if s is not None else None
         return demand if demand is not None and demand.flag in self.flags else None
 
-    def guarded(self, run: list, indent: int) -> None:
+    def guarded(self, run: list, indent: int) -> list[str]:
         demand = self.demand(run[0])
-        self.emit(f"if {self.flags[demand.flag]}:", indent)
-        for t in run:
-            self.stmt(t, indent + 1)
+        lines = [at(indent, f"if {self.flags[demand.flag]}:"), *self.plain(run, indent + 1)]
         unset = [self.names.name(t.name) for t in run if isinstance(t, ir.Bind) and t.let and t.name in demand.outputs]
         instead = [r for r in map(demand.replacement, run) if r is not None]
         if unset or instead:
-            self.emit("else:", indent)
+            lines.append(at(indent, "else:"))
             if unset:
-                self.emit(" = ".join(unset) + " = None", indent + 1)
-            for t in instead:
-                self.stmt(t, indent + 1)
+                lines.append(at(indent + 1, " = ".join(unset) + " = None"))
+            lines += self.plain(instead, indent + 1)
+        return lines
 
-    def stmt(self, s, indent: int) -> None:
+    def stmt(self, s, indent: int) -> list[str]:
         if isinstance(s, ir.Bind):
             value = self.code(s.value)
             cache = self.allocation_of(s)
             if cache is not None:  # with a preallocated cache the layers write into the caller's buffers
                 value = f"{self.code(s.value, 1)} if {self.decode} is None else {self.names.name(cache.input)}"
-            self.emit(f"{self.names.name(s.name)} = {value}{self.comment(s.value.ty, s.span)}", indent)
-        elif isinstance(s, ir.SetItem):
-            line = self.write(s.name, s.index, self.code(s.value), s) + self.comment(None, s.span)
-            if self.decode and self.grown_in_place(s.name):  # the decode step's cache_cat wrote it
-                guard = "    " * indent + f"if {self.decode} is None:"
-                if self._guard_end != len(self.lines) or self.lines[self._guard_at] != guard:  # one `if` for a run
-                    self._guard_at = len(self.lines)
-                    self.lines.append(guard)
-                indent += 1
-            self.emit(line, indent)
-            self._guard_end = len(self.lines)
-        elif isinstance(s, ir.TIf):
-            self.emit(f"if {self.code(s.test)}:", indent)
-            self.stmts(s.body, indent + 1)
-            if not s.body:
-                self.emit("pass", indent + 1)
+            return [at(indent, f"{self.names.name(s.name)} = {value}{self.comment(s.value.ty, s.span)}")]
+        if isinstance(s, ir.SetItem):
+            return [at(indent, self.write(s.name, s.index, self.code(s.value), s) + self.comment(None, s.span))]
+        if isinstance(s, ir.TIf):
+            lines = [at(indent, f"if {self.code(s.test)}:"), *(self.stmts(s.body, indent + 1) or [at(indent + 1, "pass")])]
             if s.orelse:
-                self.emit("else:", indent)
-                self.stmts(s.orelse, indent + 1)
-        elif isinstance(s, ir.FusedLinear):
-            self.fused(s, indent)
-        elif isinstance(s, ir.Loop):
-            self.g.loop_call(self, s, indent)
-        else:  # pragma: no cover
-            raise TypeError(type(s).__name__)
+                lines += [at(indent, "else:"), *self.stmts(s.orelse, indent + 1)]
+            return lines
+        if isinstance(s, ir.FusedLinear):
+            return [at(indent, self.fused(s))]
+        if isinstance(s, ir.Loop):
+            return self.g.loop_call(self, s, indent)
+        raise TypeError(type(s).__name__)  # pragma: no cover
 
     def write(self, name: str, index, value: str, s: ir.SetItem) -> str:
         """`name[index] = value`: in place where the write plan allows it, else on a copy (the
@@ -283,13 +276,30 @@ class Emitter:
             return None
         return next((c for c in self.plans.caches.caches if c.init is s), None)
 
-    def fused(self, s: ir.FusedLinear, indent: int) -> None:
+    def fused(self, s: ir.FusedLinear) -> str:
         targets = ", ".join(self.names.name(t) for t in s.targets)
         sizes = self.dim(s.sizes[0]) if len(set(s.sizes)) == 1 else "(" + ", ".join(self.dim(d) for d in s.sizes) + ")"
         module = self.plans.layout.place(s.weights[0]).module
         shapes = " ".join(self.g.show(t.shape) for t in s.tys if isinstance(t, TensorT))
-        self.emit(f"{targets} = self.{module}({self.code(s.input)}).split({sizes}, dim=-1)"
-                  f"  # {shapes}  {self.g.spec_file}:{s.span.line}", indent)
+        return (f"{targets} = self.{module}({self.code(s.input)}).split({sizes}, dim=-1)"
+                f"  # {shapes}  {self.g.spec_file}:{s.span.line}")
+
+
+def at(indent: int, line: str) -> str:
+    """`line` at the `indent`th level (four spaces each)."""
+    return "    " * indent + line
+
+
+def names_in(lines: list[str]) -> list[ast.Name]:
+    """The names the statements `lines` (indented as a method's body, or deeper) read and bind, in
+    order: what a piece of code uses is read off the code itself, so nothing predicts it."""
+    tree = ast.parse("if True:\n" + "\n".join(lines))
+    return sorted((n for n in ast.walk(tree) if isinstance(n, ast.Name)), key=lambda n: (n.lineno, n.col_offset))
+
+
+def reads(lines: list[str]) -> frozenset[str]:
+    """The names `lines` read."""
+    return frozenset(n.id for n in names_in(lines) if isinstance(n.ctx, ast.Load))
 
 
 class LowerCtx:

@@ -44,3 +44,10 @@ def compare(a, symbol: str, b) -> bool:
     evaluator of a comparison (an `assert`, a check on dims) for the checker, the interpreter and
     `snfc stats`. The generated runtime keeps a copy: a standalone module imports no snf."""
     return by_symbol(symbol).scalar(a, b)
+
+
+def holds(check, env) -> bool:
+    """Whether `check` (an `ir.Check` on dims) holds for the dims' values in `env`: the one evaluation
+    of a check, for the interpreter and `snfc stats`. A function here, not a method of the check:
+    snf.ir sits below the registry, which gives a comparison its meaning."""
+    return compare(check.lhs.evaluate(env), check.op, check.rhs.evaluate(env))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..dims import Dim
 from ..ir import ScalarT, TensorT
 from .lazy_numpy import np
-from .registry import OpDef, OpError, Param, Uses, registrar
+from .registry import OpDef, OpError, Param, registrar
 from .shapes import FLOATS, axis_index
 
 OPS: dict[str, OpDef] = {}
@@ -44,7 +44,7 @@ def _lower_arange(call):
 
 
 register(OpDef("arange", (Param("start", "value"), Param("end", "value", None), Param("dtype", "dtype", "int64")),
-               _arange_rule, numpy=_np_arange, torch=_lower_arange, uses=lambda op: Uses(device=True),
+               _arange_rule, numpy=_np_arange, torch=_lower_arange,
                doc="`start, start + 1, ..., end - 1` (`arange(n)` is 0..n-1), int64 unless `dtype` says otherwise."))
 
 

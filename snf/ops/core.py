@@ -14,7 +14,7 @@ import math
 from ..dims import Dim
 from ..ir import ScalarT, TensorT
 from .lazy_numpy import np
-from .registry import NON_NEGATIVE, POSITIVE, PROBABILITY, OpDef, OpError, Param, Uses, registrar
+from .registry import NON_NEGATIVE, POSITIVE, PROBABILITY, OpDef, OpError, Param, registrar
 from .shapes import (FLOATS, INTS, axis_index, broadcast, product, rank_at_least, require_float, same_dtype,
                      slices_shape, stored)
 
@@ -148,7 +148,7 @@ register(OpDef(
     lambda ctx, args: _norm_rule(ctx, args, True), numpy=_np_layer_norm,
     torch=lambda call: f"F.layer_norm({call.code('x')}, ({call.dim(call.ty('x').shape[-1])},), {call.code('weight')}, "
                     f"{call.code('bias')}, {call.code('eps')})",
-    uses=lambda op: Uses(dims=(op.arg("x").ty.shape[-1],)), doc="LayerNorm over the last axis."))
+    doc="LayerNorm over the last axis."))
 
 
 def _np_rms_norm(x, weight=None, eps=1e-6):
@@ -163,7 +163,6 @@ register(OpDef(
     lambda ctx, args: _norm_rule(ctx, args, False), numpy=_np_rms_norm,
     torch=lambda call: f"F.rms_norm({call.code('x')}, ({call.dim(call.ty('x').shape[-1])},), {call.code('weight')}, "
                        f"{call.code('eps')})",
-    uses=lambda op: Uses(dims=(op.arg("x").ty.shape[-1],)),
     doc="RMSNorm over the last axis: x / sqrt(mean(x^2) + eps) * weight."))
 
 
@@ -370,7 +369,7 @@ def _lower_full(call):
 
 
 register(OpDef("full", (Param("shape", "dims"), Param("value", "float"), Param("dtype", "dtype", "float32")),
-               _full_rule, numpy=_np_full, torch=_lower_full, uses=lambda op: Uses(device=True),
+               _full_rule, numpy=_np_full, torch=_lower_full,
                doc="a tensor filled with one value."))
 
 
@@ -509,7 +508,6 @@ register(OpDef(
     _ce_rule, numpy=_np_ce,
     torch=lambda call: f"_cross_entropy({call.code('logits')}, {_ce_targets(call)}, {call.code('ignore_index')}, "
                        f"{call.dtype(call.op.ty.dtype)}, {_ce_names(call, call.ty('logits').shape[-1])})",
-    uses=lambda op: Uses(dtypes=(op.ty.dtype,)),
     doc="mean cross-entropy; `shift=True` scores position t against target t+1 (next-token loss); "
         "0 when every target is `ignore_index`."))
 
@@ -532,6 +530,5 @@ register(OpDef(
                        f"{call.code('bias') if call.given('bias') else 'None'}, {_ce_targets(call)}, "
                        f"{call.code('ignore_index')}, {call.dtype(call.op.ty.dtype)}, "
                        f"{_ce_names(call, call.ty('weight').shape[0])})",
-    uses=lambda op: Uses(dtypes=(op.ty.dtype,)),
     doc="`cross_entropy(linear(x, weight, bias), targets, ...)` computed in chunks of rows, so the "
         "[rows, out] logits never exist; what the compiler lowers a head + loss to in training."))

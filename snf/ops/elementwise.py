@@ -11,7 +11,7 @@ from ..dims import Dim
 from ..ir import ScalarT, TensorT
 from .arithmetic import scalar_or_tensor
 from .lazy_numpy import np
-from .registry import OpDef, OpError, Param, ScalarError, Uses, may_fail, registrar
+from .registry import OpDef, OpError, Param, ScalarError, may_fail, registrar
 from .shapes import FLOATS, INTS, broadcast, require_float, same_dtype
 
 OPS: dict[str, OpDef] = {}
@@ -63,13 +63,8 @@ def _lower_where(call):
     return f"torch.where({call.code('cond')}, {call.code('a')}, {call.code('b')})"
 
 
-def _where_uses(op) -> Uses:
-    dtype = _numbers_dtype(op.arg("a").ty, op.arg("b").ty)
-    return Uses(dtypes=(dtype,), device=True) if dtype is not None else Uses()
-
-
 register(OpDef("where", (Param("cond", "tensor"), Param("a", "value"), Param("b", "value")), _where_rule,
-               numpy=lambda cond, a, b: np.where(cond, a, b), torch=_lower_where, uses=_where_uses,
+               numpy=lambda cond, a, b: np.where(cond, a, b), torch=_lower_where,
                doc="`a` where `cond` holds, else `b`, elementwise with broadcasting."))
 
 

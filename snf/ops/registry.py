@@ -45,17 +45,6 @@ class Param:
         assert self.kind in KINDS, self.kind
 
 
-@dataclass(frozen=True)
-class Uses:
-    """What an op's torch lowering writes out besides its arguments' code (their dims and dtypes
-    are read from the arguments themselves): planning reads it to know, before any code is
-    emitted, what a layer block takes (its run-time dims, the model's dtype, a device)."""
-
-    dims: tuple = ()  # dims taken from the arguments' types (layer_norm's normalised size)
-    dtypes: tuple[str, ...] = ()  # dtypes it names that no argument gives (the loss's)
-    device: bool = False  # it makes a tensor on the function's device
-
-
 class OpError(Exception):
     """Raised by a shape rule; the checker turns it into a located diagnostic."""
 
@@ -114,9 +103,6 @@ class OpDef:
     # autograd keeps the result for the backward (exp, softmax, SDPA's output): a write into it in
     # place would make the backward fail, so such a write copies first (passes/writes.py)
     keeps_result: bool = False
-    # (op) -> Uses, when the lowering writes out more than its arguments' code; codegen checks
-    # that a block's body uses no more than its plan says
-    uses: Callable | None = None
     # the arguments that hold the keys an attention reads (a cache may feed them): an op with
     # them mixes positions, causally where its `causal` is True
     keys: tuple[str, ...] = ()

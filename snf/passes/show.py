@@ -34,9 +34,12 @@ def show_blocks(plans: Plans) -> list[str]:
         out += [f"  the caller writes {stmt_name(s)}" for s in b.hoisted]
         out += ["  reads the layer variable"] if b.uses_var else []
         sig = plans.signature(b)
-        out += [f"  binds {', '.join(d for _, d in axes)} from the shape of {name}" for name, axes in sig.shapes]
-        takes = [f"{d} (int)" for d in sig.dims] + ["the model's dtype"] * sig.dtype + ["a device"] * sig.device \
-            + ["use_cache"] * sig.use_cache + ["the decode state"] * sig.decode
+        device = sig.device_from or (f"self.{sig.device_held}" if sig.device_held else None)
+        out.append(f"  its device: {device}'s" if device else "  its device: its caller's, where it makes a tensor")
+        if plans.model.float_dtype is not None:
+            dtype = f"self.{sig.dtype_held}" if sig.dtype_held else sig.dtype_from
+            out.append(f"  the model's dtype: {dtype}'s" if dtype else "  the model's dtype: its caller's, where it names it")
+        takes = ["use_cache"] * sig.use_cache + ["the decode state"] * sig.decode
         out += [f"  also takes {', '.join(takes)}"] if takes else []
     return out
 

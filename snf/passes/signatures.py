@@ -1,13 +1,11 @@
-"""The signature plan: what each layer block's `forward` takes besides the values its loop carries
-and reads, worked out from its body before any code is emitted.
+"""The signature plan: what each layer block's `forward` takes, from its body's IR: the values its
+loop carries and reads, which of them are always tensors (a shape or a device can come from
+them), where it finds the model's dtype and its device, the caller's `use_cache` when it computes
+values only the caches need, and generate's decode state when it writes preallocated caches.
 
-A block binds the run-time dims its code writes out (`B`, `T`) from the shape of a tensor argument
-that always has them, and takes the rest as ints (`T_past`); it takes the model's dtype when it
-makes a tensor of it and holds none, a device when it makes a tensor and has none to take it
-from, the caller's `use_cache` when it computes values only the caches need, and generate's
-decode state when it writes preallocated caches. What code writes out is read off the IR: the
-dims and dtypes of its expressions, and what each op's lowering adds (`OpDef.uses`). So the
-Block class and the loop that calls it can be emitted in any order, from the same facts.
+What the block's code names besides (the run-time dims it writes out, the model's dtype or a
+device when it holds no tensor to take them from) is read off that code by codegen
+(`codegen/blocks.py`, `Takes`): nothing here predicts what the emitter writes.
 """
 
 from __future__ import annotations
@@ -15,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..ir import ScalarT, TensorT
-from ..ops import all_ops
+from ..ir import TensorT
 from .blocks import Block, BlockPlan
 from .caches import CachePlan
 from .layout import LayoutPlan
@@ -31,17 +28,8 @@ class Signature:
     device_held: str | None  # else the path of a tensor the block holds (`ln1.weight`)
     dtype_held: str | None  # the path of a tensor of the model's floating dtype the block holds,
     dtype_from: str | None  # else a parameter argument of it: the dtype the model holds now
-    shapes: tuple[tuple[str, tuple[tuple[int, str], ...]], ...]  # (argument, ((axis, run-time dim), ...)) bound from its shape
-    dims: tuple[str, ...]  # run-time dims no argument's shape gives: passed as ints
-    dtype: bool  # the model's dtype is passed: the block makes a tensor of it and holds none
-    device: bool  # a device is passed: the block makes a tensor and has no tensor to take it from
     use_cache: bool  # the caller's use_cache: the block computes values only the caches need
     decode: bool  # generate's decode state: the block writes preallocated caches
-
-    @property
-    def run_time(self) -> frozenset:
-        """Every run-time dim the block's code writes out."""
-        return frozenset(self.dims) | {d for _, axes in self.shapes for _, d in axes}
 
 
 def local_types(model: ir.Model) -> dict:
@@ -82,78 +70,9 @@ def _signature(model, block: Block, caches: CachePlan, layout: LayoutPlan, outpu
                         and not outputs.maybe_absent(n))
     use_cache = any(outputs.guarded(s) for s in ir.walk_stmts(block.body))
     decode = decode_steps and any(c.loop is loop and not c.state for c in caches.caches)  # a KV cache's
-    written = _Written(model, layout, block.attr, caches.preallocated if decode else None)
-    for s in ir.walk_stmts(block.body):
-        written.stmt(s)
-        demand = outputs.demand(s) if use_cache else None
-        if demand is not None and demand.replacement(s) is not None:  # what runs instead, without the flag
-            written.stmt(demand.replacement(s))
-    sources: dict[str, dict[int, str]] = {}
-    dims = []
-    for dim in sorted(written.dims & set(model.run_time_dims) - {loop.var}):
-        src = next(((n, axis) for n in args if n in present
-                    for axis, d in enumerate(types[n].shape) if d.as_symbol() == dim), None)
-        if src:  # from a tensor argument's shape where one has it
-            sources.setdefault(src[0], {})[src[1]] = dim
-        else:
-            dims.append(dim)
     device_from = next((n for n in args if n in present), None)
     device_held = layout.held(model, block.attr) if device_from is None else None
     dtype_held = layout.held(model, block.attr, floating=True)
     dtype_from = None if dtype_held else next((n for n, kind in block.reads if kind in ("param", "buffer")
                                                and n in present and types[n].dtype == model.float_dtype), None)
-    dtype = model.float_dtype is not None and not (dtype_held or dtype_from) and model.float_dtype in written.dtypes
-    device = not (device_from or device_held) and written.device
-    return Signature(args, present, device_from, device_held, dtype_held, dtype_from,
-                     tuple((n, tuple(sorted(axes.items()))) for n, axes in sources.items()), tuple(dims), dtype, device,
-                     use_cache, decode)
-
-
-class _Written:
-    """What the code of a block's statements writes out, as the emitter writes it: the dims of its
-    expressions, the dtypes it names and whether it makes a tensor on the block's device."""
-
-    def __init__(self, model: ir.Model, layout: LayoutPlan, owner: str, preallocated):
-        self.model, self.layout, self.owner, self.pre = model, layout, owner, preallocated
-        self.dims: set = set()
-        self.dtypes: set = set()
-        self.device = False
-
-    def stmt(self, s) -> None:
-        if isinstance(s, ir.FusedLinear):  # the module call, split at the outputs' sizes
-            self.dims.update(*(d.symbols() for d in s.sizes))
-        for e in ir.own_exprs(s):
-            self.expr(e)
-
-    def expr(self, e) -> None:
-        if isinstance(e, ir.DimVal):
-            self.dims |= e.dim.symbols()
-        elif isinstance(e, ir.Ref) and e.kind == "dim":
-            self.dims |= {e.name} if e.name in self.model.run_time_dims or e.ty.dim is None else e.ty.dim.symbols()
-        elif isinstance(e, ir.Lit) and isinstance(e.ty, ScalarT) and e.ty.kind == "dtype":
-            self.dtypes.add(e.value)
-        elif isinstance(e, ir.Op):
-            self.op(e)
-            return
-        for c in ir.children(e):
-            self.expr(c)
-
-    def op(self, e: ir.Op) -> None:
-        call = self.layout.module_call(e)
-        if call is not None and call[0].owner == self.owner:  # self.module(input)
-            self.expr(e.arg(call[1]))
-            return
-        if self.pre is not None and e in self.pre.narrows:  # _narrow(x, axis, start, length)
-            item = next(i for i in e.arg("index").items if isinstance(i, ir.TSlice) and i.lo is not None)
-            self.expr(e.arg("x"))
-            self.expr(item.lo)
-            self.dims |= (item.hi.ty.dim - item.lo.ty.dim).symbols()
-            return
-        uses = all_ops()[e.op].uses
-        if uses is not None:
-            u = uses(e)
-            self.dims.update(*(d.symbols() for d in u.dims))
-            self.dtypes.update(u.dtypes)
-            self.device |= u.device
-        for c in ir.children(e):
-            self.expr(c)
+    return Signature(args, present, device_from, device_held, dtype_held, dtype_from, use_cache, decode)

@@ -2,7 +2,8 @@
 
 `compiling.py` holds what a generated module's classes need when they are defined (the decorators
 `_hot_path`, `_by_compile_unit`; a standalone module has it before its classes); what the model
-calls as it runs is in `helpers.py` (checks, caches), `attention.py`, `rope.py`, `experts.py`,
+calls as it runs is in `checks.py` (of the config, the inputs, the dims), `writes.py` (in place, into
+caches), `attention.py`, `rope.py`, `experts.py`,
 `recurrent.py` (with `kernels.py`, the libraries' kernels it runs on CUDA where they are installed)
 and `loss.py`; `generate.py` is a decoder's generate. A generated module imports the names
 its code calls (`imports`) after checking that this runtime is the one it was generated for
@@ -28,10 +29,10 @@ from ..version import __version__
 # (_start_generate); 4: a decoder's generate is snf.runtime.generate._generate (end tokens, padded batches);
 # 5: Config checks as a table (_check_config), the compile wiring as decorators, attention and RoPE in
 # attention.py and rope.py, _latent_attention; 6: _Generation(buffer_axes=): recurrent states in buffers
-# written in place
-ABI = 6
+# written in place; 7: helpers.py split into checks.py and writes.py
+ABI = 7
 
-PARTS = ("compiling", "helpers", "attention", "rope", "generate", "experts", "kernels", "recurrent", "loss")  # the files, each copied to its own place in a generated module
+PARTS = ("compiling", "checks", "writes", "attention", "rope", "generate", "experts", "kernels", "recurrent", "loss")  # the files, each copied to its own place in a generated module
 
 
 @dataclass(frozen=True)
@@ -107,10 +108,9 @@ def needed(code: str) -> frozenset:
     return frozenset(seen)
 
 
-def copy(part: str, names: frozenset, *more: str) -> str:
-    """The text of the named definitions of runtime files (`part`, then `more`), in their order, two
-    blank lines apart."""
-    parts = (part, *more)
+def copy(*parts: str, names: frozenset) -> str:
+    """The text of the named definitions of the runtime files `parts`, in their order, two blank lines
+    apart."""
     sources = [d.source for p in parts for d in definitions() if d.part == p and d.name in names]
     return "\n\n".join(dict.fromkeys(sources)).rstrip("\n")  # an assignment of two names once
 

@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from .helpers import _eager_check
+from .checks import _eager_check
 
 _EXPERT_ACTIVATIONS = {"silu": F.silu, "relu": F.relu, "gelu": F.gelu,
                        "gelu_tanh": lambda h: F.gelu(h, approximate="tanh"),

@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from .compiling import _compile_asked, _DecodeLoop, _DecodeState
-from .helpers import _cache_buffers, _described
+from .checks import _described
+from .writes import _cache_buffers
 
 
 @dataclass(frozen=True)

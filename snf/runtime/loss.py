@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from .helpers import _eager_check
+from .checks import _eager_check
 
 
 def _check_targets(targets: torch.Tensor, classes: int, ignore_index: int, name: str, classes_name: str) -> None:

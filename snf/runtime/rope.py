@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from .helpers import _autocast_refuses
+from .writes import _autocast_refuses
 
 
 def _rope(x: torch.Tensor, offset, base: float, rotary_dim: Optional[int] = None,

@@ -11,7 +11,7 @@ from ..names import Namespace
 from ..passes.blocks import Block
 from ..passes.signatures import block_types
 from . import params
-from .emit import Emitter, at, reads
+from .emit import Emitter, at, attributes_read, entry_attribute, reads
 
 
 @dataclass(frozen=True)
@@ -80,14 +80,17 @@ def block_context(gen, block: Block) -> tuple[dict, Takes]:
     ret_ann = ("tuple[" + ", ".join(_annotation(types.get(n)) for n in outs) + "]") if len(outs) > 1 \
         else (_annotation(types.get(outs[0])) if outs else "None")
     decl_em = Emitter(gen, block, Namespace())
-    decl_em.entries = em.entries  # one attribute per list item read, by the body or a condition
     decls = params.declaration_lines(decl_em, gen, block.attr)
-    # a Block that holds a tensor of some layers only is told its layer number when it is made
-    # (or reads an item of a list param at its layer: read once, here)
-    takes_layer = params.per_layer_conditions(gen, block.attr) or em.entries
+    # the items of list params the body or a condition reads at the block's layer: read once, here
+    read = attributes_read(body) | attributes_read(["    " + line for line in decls])
+    entries = {c.name: entry_attribute(gen.plans, block, c.name) for c in m.config if c.item_kind is not None}
+    entries = {name: attr for name, attr in entries.items() if attr in read}
+    # a Block that holds a tensor of some layers only, or reads such an item, is told its layer number
+    # when it is made
+    takes_layer = params.per_layer_conditions(gen, block.attr) or entries
     layer_arg = decl_em.names.name(loop.var) if takes_layer else None
     entries = [f"self.{attr} = cfg.{name}[{layer_arg}]  # {name}[{loop.var}], this layer's"
-               for name, attr in em.entries.items()]
+               for name, attr in entries.items()]
     return {
         "layer_arg": layer_arg,
         "cls": block.cls, "attr": block.attr, "line": loop.span.line, "var": loop.var,

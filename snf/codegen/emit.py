@@ -29,7 +29,6 @@ class Emitter:
         self.dtype_src: str | None = None  # code for the dtype the model holds now (see dtype_code)
         self.decode: str | None = None  # generate's decode state, where a preallocated cache may be in use
         self.flags: dict[str, str] = {}  # a demand's flag (use_cache, return_logits) -> its name here
-        self.entries: dict[str, str] = {}  # a list param a block reads at its own layer -> its attribute
 
     @property
     def use_cache(self) -> str | None:
@@ -86,18 +85,12 @@ class Emitter:
 
     def layer_entry(self, op: ir.Op) -> str | None:
         """`self.<attr>` for `xs[l]` in a layer block, `l` its own layer: the item its `__init__` read
-        (blocks.py writes it), a constant of the block's compiled graph; None elsewhere."""
+        (blocks.py writes it, for each one its code reads), a constant of the block's compiled graph;
+        None elsewhere."""
         i = op.arg("i")
         if not (self.in_block and isinstance(i, ir.Ref) and i.kind == "loopvar" and i.name == self.owner.loop.var):
             return None
-        name = op.arg("x").name
-        if name not in self.entries:
-            taken = {p.path for p in self.plans.layout.places if p.owner == self.owner.attr}
-            attr = f"{name}_{i.name}"
-            while attr in taken or attr in self.entries.values():
-                attr += "_item"
-            self.entries[name] = attr
-        return f"self.{self.entries[name]}"
+        return f"self.{entry_attribute(self.plans, self.owner, op.arg('x').name)}"
 
     # ---------------------------------------------------------------- expressions
     def expr(self, e: ir.TExpr) -> tuple[str, int]:
@@ -290,16 +283,36 @@ def at(indent: int, line: str) -> str:
     return "    " * indent + line
 
 
+def entry_attribute(plans, block, name: str) -> str:
+    """The attribute of a Block that holds its layer's item of the list param `name` (`layer_types_l`):
+    a function of the name alone, so two never meet (`_item` keeps it off the block's tensors)."""
+    taken = {p.path for p in plans.layout.places if p.owner == block.attr}
+    attr = f"{name}_{block.loop.var}"
+    while attr in taken:
+        attr += "_item"
+    return attr
+
+
+def _parsed(lines: list[str]) -> ast.AST:
+    return ast.parse("if True:\n" + "\n".join(lines) if lines else "")
+
+
 def names_in(lines: list[str]) -> list[ast.Name]:
     """The names the statements `lines` (indented as a method's body, or deeper) read and bind, in
     order: what a piece of code uses is read off the code itself, so nothing predicts it."""
-    tree = ast.parse("if True:\n" + "\n".join(lines))
+    tree = _parsed(lines)
     return sorted((n for n in ast.walk(tree) if isinstance(n, ast.Name)), key=lambda n: (n.lineno, n.col_offset))
 
 
 def reads(lines: list[str]) -> frozenset[str]:
     """The names `lines` read."""
     return frozenset(n.id for n in names_in(lines) if isinstance(n.ctx, ast.Load))
+
+
+def attributes_read(lines: list[str]) -> frozenset[str]:
+    """The attributes of `self` that `lines` read."""
+    return frozenset(n.attr for n in ast.walk(_parsed(lines)) if isinstance(n, ast.Attribute) and
+                     isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name) and n.value.id == "self")
 
 
 class LowerCtx:

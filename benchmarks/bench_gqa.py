@@ -5,7 +5,7 @@
     PYTHONPATH=. python3 benchmarks/bench_gqa.py --device cuda
 
 This is the measurement behind `flash_attention`'s GQA lowering (snf/ops/core.py and the
-`_attention` helper in snf/runtime/helpers.py). Three ways to let H query heads share KVH
+`_attention` helper in snf/runtime/attention.py). Three ways to let H query heads share KVH
 key/value heads, on the same q, k, v:
 
 - `enable_gqa`: `F.scaled_dot_product_attention(q, k, v, enable_gqa=True)`;

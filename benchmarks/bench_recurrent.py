@@ -55,7 +55,7 @@ def _models(shape: dict, folder: Path):
 def _ours_decode(model, prompt: torch.Tensor):
     """generate's decode step: the states in buffers made once, each step writing over them in place."""
     from snf.runtime.generate import _decode
-    from snf.runtime.helpers import _cache_buffers
+    from snf.runtime.writes import _cache_buffers
     out = model(prompt, use_cache=True)
     buffers = {"past_conv": _cache_buffers(out.new_conv, None, 0), "past_ssm": _cache_buffers(out.new_ssm, None, 0)}
     return lambda: _decode(model, prompt[:, -1:], prompt.size(1), None, **buffers)

@@ -4,7 +4,7 @@
     PYTHONPATH=. python3 benchmarks/bench_sinks.py --quick       # smoke run, tiny shapes
 
 This is the measurement behind `flash_attention(..., sinks=)`'s lowering (snf/ops/attention.py,
-the `_sink_attention` helper in snf/runtime/helpers.py). A sink is a logit per query head that
+the `_sink_attention` helper in snf/runtime/attention.py). A sink is a logit per query head that
 joins each query's softmax as one more column, whose share is then dropped. SDPA takes no such
 column, so the contenders, on the same q, k, v and sinks (H query heads over KVH key/value heads):
 

@@ -211,42 +211,41 @@ def spec_parameters(config: Config) -> dict:
     """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
     the rows of that tensor which are this parameter, or None for all of it; the number of layers,
     the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer)."""
+    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
+    config leaves the parameter out; its dtype)."""
     cfg = config
     return {
-        'word_embedding': ('word_embedding.weight', None, None),
-        'position_embedding': ('position_embedding', None, None),
-        'token_type_embedding': ('token_type_embedding', None, None),
-        'emb_norm_weight': ('emb_norm.weight', None, None),
-        'emb_norm_bias': ('emb_norm.bias', None, None),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer),
-        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer),
-        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer),
-        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
-        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer),
-        'attn_norm_bias': ('layers.{l}.attn_norm.bias', None, cfg.n_layer),
-        'ff_in_weight': ('layers.{l}.ff_in.weight', None, cfg.n_layer),
-        'ff_in_bias': ('layers.{l}.ff_in.bias', None, cfg.n_layer),
-        'ff_out_weight': ('layers.{l}.ff_out.weight', None, cfg.n_layer),
-        'ff_out_bias': ('layers.{l}.ff_out.bias', None, cfg.n_layer),
-        'ff_norm_weight': ('layers.{l}.ff_norm.weight', None, cfg.n_layer),
-        'ff_norm_bias': ('layers.{l}.ff_norm.bias', None, cfg.n_layer),
-        'pooler_weight': ('pooler.weight', None, None),
-        'pooler_bias': ('pooler.bias', None, None),
+        'word_embedding': ('word_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'position_embedding': ('position_embedding', None, None, (cfg.max_positions, cfg.n_embd), torch.float32),
+        'token_type_embedding': ('token_type_embedding', None, None, (cfg.type_vocab_size, cfg.n_embd), torch.float32),
+        'emb_norm_weight': ('emb_norm.weight', None, None, (cfg.n_embd,), torch.float32),
+        'emb_norm_bias': ('emb_norm.bias', None, None, (cfg.n_embd,), torch.float32),
+        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
+        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
+        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
+        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
+        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'attn_norm_bias': ('layers.{l}.attn_norm.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'ff_in_weight': ('layers.{l}.ff_in.weight', None, cfg.n_layer, (cfg.intermediate, cfg.n_embd), torch.float32),
+        'ff_in_bias': ('layers.{l}.ff_in.bias', None, cfg.n_layer, (cfg.intermediate,), torch.float32),
+        'ff_out_weight': ('layers.{l}.ff_out.weight', None, cfg.n_layer, (cfg.n_embd, cfg.intermediate), torch.float32),
+        'ff_out_bias': ('layers.{l}.ff_out.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'ff_norm_weight': ('layers.{l}.ff_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'ff_norm_bias': ('layers.{l}.ff_norm.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'pooler_weight': ('pooler.weight', None, None, (cfg.n_embd, cfg.n_embd), torch.float32),
+        'pooler_bias': ('pooler.bias', None, None, (cfg.n_embd,), torch.float32),
     }
 
 
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
+# The spec this file was generated from (snf.interop writes it into checkpoints).
 SPEC = {'path': 'specs/bert.snf', 'sha256': '19ab4da6ce846461755678ca1e76d80b3c92e28a0dfb2faa39870912e379c41d'}
-LAYER_CLASSES = {'layers': Block}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).

@@ -302,36 +302,42 @@ def spec_parameters(config: Config) -> dict:
     """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
     the rows of that tensor which are this parameter, or None for all of it; the number of layers,
     the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer)."""
+    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
+    config leaves the parameter out; its dtype)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None),
-        'norm_weight_l': ('layers.{l}.norm_weight_l', None, cfg.n_layer),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer),
-        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer),
-        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer),
-        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
-        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer),
-        'q_norm_weight': ('layers.{l}.q_norm_weight', None, cfg.n_layer),
-        'k_norm_weight': ('layers.{l}.k_norm_weight', None, cfg.n_layer),
-        'gate_weight': ('layers.{l}.gate.weight', None, cfg.n_layer),
-        'up_weight': ('layers.{l}.up.weight', None, cfg.n_layer),
-        'down_weight': ('layers.{l}.down.weight', None, cfg.n_layer),
-        'norm_weight': ('norm.weight', None, None),
-        'lm_head_weight': ('lm_head_weight', None, None),
+        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'norm_weight_l': ('layers.{l}.norm_weight_l', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
+        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.attention_bias else None,
+                   torch.float32),
+        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
+        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
+                   torch.float32),
+        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
+        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
+                   torch.float32),
+        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
+        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.attention_bias else None,
+                   torch.float32),
+        'q_norm_weight': ('layers.{l}.q_norm_weight', None, cfg.n_layer,
+                          (cfg.n_head, cfg.head_dim) if cfg.use_qk_norm else None, torch.float32),
+        'k_norm_weight': ('layers.{l}.k_norm_weight', None, cfg.n_layer,
+                          (cfg.n_kv_head, cfg.head_dim) if cfg.use_qk_norm else None, torch.float32),
+        'gate_weight': ('layers.{l}.gate.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
+        'up_weight': ('layers.{l}.up.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
+        'down_weight': ('layers.{l}.down.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mlp_hidden), torch.float32),
+        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
+        'lm_head_weight': ('lm_head_weight', None, None,
+                           (cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None, torch.float32),
     }
 
 
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
+# The spec this file was generated from (snf.interop writes it into checkpoints).
 SPEC = {'path': 'specs/cohere.snf', 'sha256': '8da0d520a47c33ffe6b0e7d459598242e376945b2e5c1dbfbbbe468f82364c78'}
-LAYER_CLASSES = {'layers': Block}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).

@@ -435,47 +435,64 @@ def spec_parameters(config: Config) -> dict:
     """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
     the rows of that tensor which are this parameter, or None for all of it; the number of layers,
     the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer)."""
+    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
+    config leaves the parameter out; its dtype)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer),
-        'q_weight': ('layers.{l}.q_weight', None, cfg.n_layer),
-        'q_a_weight': ('layers.{l}.q_a_weight', None, cfg.n_layer),
-        'q_a_norm_weight': ('layers.{l}.q_a_norm_weight', None, cfg.n_layer),
-        'q_b_weight': ('layers.{l}.q_b_weight', None, cfg.n_layer),
-        'kv_a_weight': ('layers.{l}.kv_a.weight', None, cfg.n_layer),
-        'kv_a_norm_weight': ('layers.{l}.kv_a_norm.weight', None, cfg.n_layer),
-        'kv_b_weight': ('layers.{l}.kv_b_weight', None, cfg.n_layer),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer),
-        'gate_weight': ('layers.{l}.gate_weight', None, tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense)),
-        'up_weight': ('layers.{l}.up_weight', None, tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense)),
-        'down_weight': ('layers.{l}.down_weight', None, tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense)),
+        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'q_weight': ('layers.{l}.q_weight', None, cfg.n_layer,
+                     (cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.rope_dim, cfg.n_embd) if not cfg.q_lora else None,
+                     torch.float32),
+        'q_a_weight': ('layers.{l}.q_a_weight', None, cfg.n_layer, (cfg.q_rank, cfg.n_embd) if cfg.q_lora else None,
+                       torch.float32),
+        'q_a_norm_weight': ('layers.{l}.q_a_norm_weight', None, cfg.n_layer, (cfg.q_rank,) if cfg.q_lora else None,
+                            torch.float32),
+        'q_b_weight': ('layers.{l}.q_b_weight', None, cfg.n_layer,
+                       (cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.rope_dim, cfg.q_rank) if cfg.q_lora else None,
+                       torch.float32),
+        'kv_a_weight': ('layers.{l}.kv_a.weight', None, cfg.n_layer, (cfg.latent_dim, cfg.n_embd), torch.float32),
+        'kv_a_norm_weight': ('layers.{l}.kv_a_norm.weight', None, cfg.n_layer, (cfg.kv_rank,), torch.float32),
+        'kv_b_weight': ('layers.{l}.kv_b_weight', None, cfg.n_layer,
+                        (cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.v_dim, cfg.kv_rank), torch.float32),
+        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_head*cfg.v_dim), torch.float32),
+        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'gate_weight': ('layers.{l}.gate_weight', None, tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense),
+                        (cfg.mlp_hidden, cfg.n_embd), torch.float32),
+        'up_weight': ('layers.{l}.up_weight', None, tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense),
+                      (cfg.mlp_hidden, cfg.n_embd), torch.float32),
+        'down_weight': ('layers.{l}.down_weight', None, tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense),
+                        (cfg.n_embd, cfg.mlp_hidden), torch.float32),
         'router_weight': ('layers.{l}.router_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
-        'router_bias': ('layers.{l}.router_bias', None, tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
-        'expert_gate': ('layers.{l}.expert_gate', None, tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
-        'expert_up': ('layers.{l}.expert_up', None, tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
-        'expert_down': ('layers.{l}.expert_down', None, tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+                          tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense), (cfg.n_expert, cfg.n_embd),
+                          torch.float32),
+        'router_bias': ('layers.{l}.router_bias', None, tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
+                        (cfg.n_expert,), torch.float32),
+        'expert_gate': ('layers.{l}.expert_gate', None, tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
+                        (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
+        'expert_up': ('layers.{l}.expert_up', None, tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
+                      (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
+        'expert_down': ('layers.{l}.expert_down', None, tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
+                        (cfg.n_expert, cfg.n_embd, cfg.expert_hidden), torch.float32),
         'shared_gate_weight': ('layers.{l}.shared_gate_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+                               tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
+                               (cfg.shared_hidden, cfg.n_embd), torch.float32),
         'shared_up_weight': ('layers.{l}.shared_up_weight', None,
-                             tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+                             tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
+                             (cfg.shared_hidden, cfg.n_embd), torch.float32),
         'shared_down_weight': ('layers.{l}.shared_down_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
-        'norm_weight': ('norm.weight', None, None),
-        'lm_head_weight': ('lm_head.weight', None, None),
+                               tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
+                               (cfg.n_embd, cfg.shared_hidden), torch.float32),
+        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
+        'lm_head_weight': ('lm_head.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
     }
 
 
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
+# The spec this file was generated from (snf.interop writes it into checkpoints).
 SPEC = {'path': 'specs/deepseek_v3.snf', 'sha256': 'bedd215d4d953faf8c53f36d8ccb4c6f5b1f6c13d1239d1535e5c9c2afa0e575'}
-LAYER_CLASSES = {'layers': Block}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).

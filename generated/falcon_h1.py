@@ -433,48 +433,60 @@ def spec_parameters(config: Config) -> dict:
     """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
     the rows of that tensor which are this parameter, or None for all of it; the number of layers,
     the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer)."""
+    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
+    config leaves the parameter out; its dtype)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None),
-        'input_norm_weight': ('layers.{l}.input_norm.weight', None, cfg.n_layer),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer),
-        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer),
-        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer),
-        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
-        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer),
-        'in_proj_weight': ('layers.{l}.in_proj.weight', None, cfg.n_layer),
-        'in_proj_bias': ('layers.{l}.in_proj.bias', None, cfg.n_layer),
-        'conv_weight': ('layers.{l}.conv_weight', None, cfg.n_layer),
-        'conv_bias': ('layers.{l}.conv_bias', None, cfg.n_layer),
-        'dt_bias': ('layers.{l}.dt_bias', None, cfg.n_layer),
-        'A_log': ('layers.{l}.A_log', None, cfg.n_layer),
-        'D_skip': ('layers.{l}.D_skip', None, cfg.n_layer),
-        'gate_norm_weight': ('layers.{l}.gate_norm_weight', None, cfg.n_layer),
-        'out_proj_weight': ('layers.{l}.out_proj.weight', None, cfg.n_layer),
-        'out_proj_bias': ('layers.{l}.out_proj.bias', None, cfg.n_layer),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer),
-        'gate_weight': ('layers.{l}.gate.weight', None, cfg.n_layer),
-        'gate_bias': ('layers.{l}.gate.bias', None, cfg.n_layer),
-        'up_weight': ('layers.{l}.up.weight', None, cfg.n_layer),
-        'up_bias': ('layers.{l}.up.bias', None, cfg.n_layer),
-        'down_weight': ('layers.{l}.down.weight', None, cfg.n_layer),
-        'down_bias': ('layers.{l}.down.bias', None, cfg.n_layer),
-        'norm_weight': ('norm.weight', None, None),
-        'lm_head_weight': ('lm_head_weight', None, None),
+        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'input_norm_weight': ('layers.{l}.input_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.q_dim, cfg.n_embd), torch.float32),
+        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer, (cfg.q_dim,) if cfg.attention_bias else None, torch.float32),
+        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
+        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
+                   torch.float32),
+        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
+        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
+                   torch.float32),
+        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.q_dim), torch.float32),
+        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.attention_bias else None,
+                   torch.float32),
+        'in_proj_weight': ('layers.{l}.in_proj.weight', None, cfg.n_layer, (cfg.proj_dim, cfg.n_embd), torch.float32),
+        'in_proj_bias': ('layers.{l}.in_proj.bias', None, cfg.n_layer, (cfg.proj_dim,) if cfg.mamba_proj_bias else None,
+                         torch.float32),
+        'conv_weight': ('layers.{l}.conv_weight', None, cfg.n_layer, (cfg.conv_dim, 1, cfg.mamba_d_conv),
+                        torch.float32),
+        'conv_bias': ('layers.{l}.conv_bias', None, cfg.n_layer, (cfg.conv_dim,) if cfg.mamba_conv_bias else None,
+                      torch.float32),
+        'dt_bias': ('layers.{l}.dt_bias', None, cfg.n_layer, (cfg.mamba_n_heads,), torch.float32),
+        'A_log': ('layers.{l}.A_log', None, cfg.n_layer, (cfg.mamba_n_heads,), torch.float32),
+        'D_skip': ('layers.{l}.D_skip', None, cfg.n_layer, (cfg.mamba_n_heads,), torch.float32),
+        'gate_norm_weight': ('layers.{l}.gate_norm_weight', None, cfg.n_layer,
+                             (cfg.mamba_d_ssm,) if cfg.mamba_rms_norm else None, torch.float32),
+        'out_proj_weight': ('layers.{l}.out_proj.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mamba_d_ssm),
+                            torch.float32),
+        'out_proj_bias': ('layers.{l}.out_proj.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.projectors_bias else None,
+                          torch.float32),
+        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'gate_weight': ('layers.{l}.gate.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
+        'gate_bias': ('layers.{l}.gate.bias', None, cfg.n_layer, (cfg.mlp_hidden,) if cfg.mlp_bias else None,
+                      torch.float32),
+        'up_weight': ('layers.{l}.up.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
+        'up_bias': ('layers.{l}.up.bias', None, cfg.n_layer, (cfg.mlp_hidden,) if cfg.mlp_bias else None,
+                    torch.float32),
+        'down_weight': ('layers.{l}.down.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mlp_hidden), torch.float32),
+        'down_bias': ('layers.{l}.down.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.mlp_bias else None,
+                      torch.float32),
+        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
+        'lm_head_weight': ('lm_head_weight', None, None,
+                           (cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None, torch.float32),
     }
 
 
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
+# The spec this file was generated from (snf.interop writes it into checkpoints).
 SPEC = {'path': 'specs/falcon_h1.snf', 'sha256': '9a6987718c1d5f4db015d55fe41e1124c9edd8d619dbe1929ba73873f348e9fe'}
-LAYER_CLASSES = {'layers': Block}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).

@@ -298,35 +298,35 @@ def spec_parameters(config: Config) -> dict:
     """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
     the rows of that tensor which are this parameter, or None for all of it; the number of layers,
     the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer)."""
+    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
+    config leaves the parameter out; its dtype)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None),
-        'ln1_weight': ('layers.{l}.ln1.weight', None, cfg.n_layer),
-        'ln1_bias': ('layers.{l}.ln1.bias', None, cfg.n_layer),
-        'qkv_weight': ('layers.{l}.qkv.weight', None, cfg.n_layer),
-        'qkv_bias': ('layers.{l}.qkv.bias', None, cfg.n_layer),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
-        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer),
-        'ln2_weight': ('layers.{l}.ln2.weight', None, cfg.n_layer),
-        'ln2_bias': ('layers.{l}.ln2.bias', None, cfg.n_layer),
-        'fc_in_weight': ('layers.{l}.fc_in.weight', None, cfg.n_layer),
-        'fc_in_bias': ('layers.{l}.fc_in.bias', None, cfg.n_layer),
-        'fc_out_weight': ('layers.{l}.fc_out.weight', None, cfg.n_layer),
-        'fc_out_bias': ('layers.{l}.fc_out.bias', None, cfg.n_layer),
-        'ln_f_weight': ('ln_f.weight', None, None),
-        'ln_f_bias': ('ln_f.bias', None, None),
-        'lm_head_weight': ('lm_head.weight', None, None),
+        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'ln1_weight': ('layers.{l}.ln1.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'ln1_bias': ('layers.{l}.ln1.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'qkv_weight': ('layers.{l}.qkv.weight', None, cfg.n_layer, (3*cfg.n_embd, cfg.n_embd), torch.float32),
+        'qkv_bias': ('layers.{l}.qkv.bias', None, cfg.n_layer, (3*cfg.n_embd,) if cfg.attn_bias else None,
+                     torch.float32),
+        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
+        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.attn_bias else None, torch.float32),
+        'ln2_weight': ('layers.{l}.ln2.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'ln2_bias': ('layers.{l}.ln2.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'fc_in_weight': ('layers.{l}.fc_in.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
+        'fc_in_bias': ('layers.{l}.fc_in.bias', None, cfg.n_layer, (cfg.mlp_hidden,), torch.float32),
+        'fc_out_weight': ('layers.{l}.fc_out.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mlp_hidden), torch.float32),
+        'fc_out_bias': ('layers.{l}.fc_out.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'ln_f_weight': ('ln_f.weight', None, None, (cfg.n_embd,), torch.float32),
+        'ln_f_bias': ('ln_f.bias', None, None, (cfg.n_embd,), torch.float32),
+        'lm_head_weight': ('lm_head.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
     }
 
 
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
+# The spec this file was generated from (snf.interop writes it into checkpoints).
 SPEC = {'path': 'specs/gpt_neox.snf', 'sha256': '727c32218beab98329fc21bbd8f9149da0c243a7cee0cc13014de96b600aacf4'}
-LAYER_CLASSES = {'layers': Block}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).

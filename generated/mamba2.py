@@ -301,33 +301,36 @@ def spec_parameters(config: Config) -> dict:
     """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
     the rows of that tensor which are this parameter, or None for all of it; the number of layers,
     the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer)."""
+    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
+    config leaves the parameter out; its dtype)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None),
-        'mixer_norm_weight': ('layers.{l}.mixer_norm.weight', None, cfg.n_layer),
-        'in_proj_weight': ('layers.{l}.in_proj.weight', None, cfg.n_layer),
-        'in_proj_bias': ('layers.{l}.in_proj.bias', None, cfg.n_layer),
-        'conv_weight': ('layers.{l}.conv_weight', None, cfg.n_layer),
-        'conv_bias': ('layers.{l}.conv_bias', None, cfg.n_layer),
-        'dt_bias': ('layers.{l}.dt_bias', None, cfg.n_layer),
-        'A_log': ('layers.{l}.A_log', None, cfg.n_layer),
-        'D_skip': ('layers.{l}.D_skip', None, cfg.n_layer),
-        'gate_norm_weight': ('layers.{l}.gate_norm_weight', None, cfg.n_layer),
-        'out_proj_weight': ('layers.{l}.out_proj.weight', None, cfg.n_layer),
-        'out_proj_bias': ('layers.{l}.out_proj.bias', None, cfg.n_layer),
-        'norm_weight': ('norm.weight', None, None),
-        'lm_head_weight': ('lm_head_weight', None, None),
+        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'mixer_norm_weight': ('layers.{l}.mixer_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'in_proj_weight': ('layers.{l}.in_proj.weight', None, cfg.n_layer, (cfg.proj_dim, cfg.n_embd), torch.float32),
+        'in_proj_bias': ('layers.{l}.in_proj.bias', None, cfg.n_layer, (cfg.proj_dim,) if cfg.use_bias else None,
+                         torch.float32),
+        'conv_weight': ('layers.{l}.conv_weight', None, cfg.n_layer, (cfg.conv_dim, 1, cfg.conv_kernel), torch.float32),
+        'conv_bias': ('layers.{l}.conv_bias', None, cfg.n_layer, (cfg.conv_dim,) if cfg.use_conv_bias else None,
+                      torch.float32),
+        'dt_bias': ('layers.{l}.dt_bias', None, cfg.n_layer, (cfg.n_head,), torch.float32),
+        'A_log': ('layers.{l}.A_log', None, cfg.n_layer, (cfg.n_head,), torch.float32),
+        'D_skip': ('layers.{l}.D_skip', None, cfg.n_layer, (cfg.n_head,), torch.float32),
+        'gate_norm_weight': ('layers.{l}.gate_norm_weight', None, cfg.n_layer, (cfg.d_inner,), torch.float32),
+        'out_proj_weight': ('layers.{l}.out_proj.weight', None, cfg.n_layer, (cfg.n_embd, cfg.d_inner), torch.float32),
+        'out_proj_bias': ('layers.{l}.out_proj.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.use_bias else None,
+                          torch.float32),
+        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
+        'lm_head_weight': ('lm_head_weight', None, None,
+                           (cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None, torch.float32),
     }
 
 
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
+# The spec this file was generated from (snf.interop writes it into checkpoints).
 SPEC = {'path': 'specs/mamba2.snf', 'sha256': '3390594582244c1c58e6d90cab21cefda1bc75681e158a154e228cb6953a73ee'}
-LAYER_CLASSES = {'layers': Block}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).

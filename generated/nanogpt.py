@@ -307,39 +307,47 @@ def spec_parameters(config: Config) -> dict:
     """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
     the rows of that tensor which are this parameter, or None for all of it; the number of layers,
     the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer)."""
+    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
+    config leaves the parameter out; its dtype)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None),
-        'position_embedding': ('position_embedding', None, None),
-        'ln1_weight': ('layers.{l}.ln1.weight', None, cfg.n_layer),
-        'ln1_bias': ('layers.{l}.ln1.bias', None, cfg.n_layer),
-        'attn_q_weight': ('layers.{l}.attn_qkv.weight', (0, cfg.n_embd), cfg.n_layer),
-        'attn_q_bias': ('layers.{l}.attn_qkv.bias', (0, cfg.n_embd), cfg.n_layer),
-        'attn_k_weight': ('layers.{l}.attn_qkv.weight', (cfg.n_embd, 2*cfg.n_embd), cfg.n_layer),
-        'attn_k_bias': ('layers.{l}.attn_qkv.bias', (cfg.n_embd, 2*cfg.n_embd), cfg.n_layer),
-        'attn_v_weight': ('layers.{l}.attn_qkv.weight', (2*cfg.n_embd, 3*cfg.n_embd), cfg.n_layer),
-        'attn_v_bias': ('layers.{l}.attn_qkv.bias', (2*cfg.n_embd, 3*cfg.n_embd), cfg.n_layer),
-        'attn_proj_weight': ('layers.{l}.attn_proj.weight', None, cfg.n_layer),
-        'attn_proj_bias': ('layers.{l}.attn_proj.bias', None, cfg.n_layer),
-        'ln2_weight': ('layers.{l}.ln2.weight', None, cfg.n_layer),
-        'ln2_bias': ('layers.{l}.ln2.bias', None, cfg.n_layer),
-        'mlp_fc_weight': ('layers.{l}.mlp_fc.weight', None, cfg.n_layer),
-        'mlp_fc_bias': ('layers.{l}.mlp_fc.bias', None, cfg.n_layer),
-        'mlp_proj_weight': ('layers.{l}.mlp_proj.weight', None, cfg.n_layer),
-        'mlp_proj_bias': ('layers.{l}.mlp_proj.bias', None, cfg.n_layer),
-        'ln_f_weight': ('ln_f.weight', None, None),
-        'ln_f_bias': ('ln_f.bias', None, None),
+        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'position_embedding': ('position_embedding', None, None, (cfg.block_size, cfg.n_embd), torch.float32),
+        'ln1_weight': ('layers.{l}.ln1.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'ln1_bias': ('layers.{l}.ln1.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.bias else None, torch.float32),
+        'attn_q_weight': ('layers.{l}.attn_qkv.weight', (0, cfg.n_embd), cfg.n_layer, (cfg.n_embd, cfg.n_embd),
+                          torch.float32),
+        'attn_q_bias': ('layers.{l}.attn_qkv.bias', (0, cfg.n_embd), cfg.n_layer, (cfg.n_embd,) if cfg.bias else None,
+                        torch.float32),
+        'attn_k_weight': ('layers.{l}.attn_qkv.weight', (cfg.n_embd, 2*cfg.n_embd), cfg.n_layer,
+                          (cfg.n_embd, cfg.n_embd), torch.float32),
+        'attn_k_bias': ('layers.{l}.attn_qkv.bias', (cfg.n_embd, 2*cfg.n_embd), cfg.n_layer,
+                        (cfg.n_embd,) if cfg.bias else None, torch.float32),
+        'attn_v_weight': ('layers.{l}.attn_qkv.weight', (2*cfg.n_embd, 3*cfg.n_embd), cfg.n_layer,
+                          (cfg.n_embd, cfg.n_embd), torch.float32),
+        'attn_v_bias': ('layers.{l}.attn_qkv.bias', (2*cfg.n_embd, 3*cfg.n_embd), cfg.n_layer,
+                        (cfg.n_embd,) if cfg.bias else None, torch.float32),
+        'attn_proj_weight': ('layers.{l}.attn_proj.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
+        'attn_proj_bias': ('layers.{l}.attn_proj.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.bias else None,
+                           torch.float32),
+        'ln2_weight': ('layers.{l}.ln2.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'ln2_bias': ('layers.{l}.ln2.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.bias else None, torch.float32),
+        'mlp_fc_weight': ('layers.{l}.mlp_fc.weight', None, cfg.n_layer, (4*cfg.n_embd, cfg.n_embd), torch.float32),
+        'mlp_fc_bias': ('layers.{l}.mlp_fc.bias', None, cfg.n_layer, (4*cfg.n_embd,) if cfg.bias else None,
+                        torch.float32),
+        'mlp_proj_weight': ('layers.{l}.mlp_proj.weight', None, cfg.n_layer, (cfg.n_embd, 4*cfg.n_embd), torch.float32),
+        'mlp_proj_bias': ('layers.{l}.mlp_proj.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.bias else None,
+                          torch.float32),
+        'ln_f_weight': ('ln_f.weight', None, None, (cfg.n_embd,), torch.float32),
+        'ln_f_bias': ('ln_f.bias', None, None, (cfg.n_embd,) if cfg.bias else None, torch.float32),
     }
 
 
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
+# The spec this file was generated from (snf.interop writes it into checkpoints).
 SPEC = {'path': 'specs/nanogpt.snf', 'sha256': '2b72693fc5ea1371aa67fd35dbd89a04ebdf19ec511bb9edeafeab83b1504bd3'}
-LAYER_CLASSES = {'layers': Block}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).

@@ -225,39 +225,38 @@ def spec_parameters(config: Config) -> dict:
     """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
     the rows of that tensor which are this parameter, or None for all of it; the number of layers,
     the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer)."""
+    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
+    config leaves the parameter out; its dtype)."""
     cfg = config
     return {
-        'θ_embed': ('θ_embed.weight', None, None),
-        'θ_pos': ('θ_pos', None, None),
-        'θ_ln_attn_weight': ('layers.{l}.θ_ln_attn.weight', None, cfg.L),
-        'θ_ln_attn_bias': ('layers.{l}.θ_ln_attn.bias', None, cfg.L),
-        'θ_attn_Wq': ('layers.{l}.θ_attn_Wq.weight', None, cfg.L),
-        'θ_attn_bq': ('layers.{l}.θ_attn_Wq.bias', None, cfg.L),
-        'θ_attn_Wk': ('layers.{l}.θ_attn_Wk.weight', None, cfg.L),
-        'θ_attn_bk': ('layers.{l}.θ_attn_Wk.bias', None, cfg.L),
-        'θ_attn_Wv': ('layers.{l}.θ_attn_Wv.weight', None, cfg.L),
-        'θ_attn_bv': ('layers.{l}.θ_attn_Wv.bias', None, cfg.L),
-        'θ_attn_Wo': ('layers.{l}.θ_attn_Wo.weight', None, cfg.L),
-        'θ_attn_bo': ('layers.{l}.θ_attn_Wo.bias', None, cfg.L),
-        'θ_ln_mlp_weight': ('layers.{l}.θ_ln_mlp.weight', None, cfg.L),
-        'θ_ln_mlp_bias': ('layers.{l}.θ_ln_mlp.bias', None, cfg.L),
-        'θ_mlp_W_fc': ('layers.{l}.θ_mlp_W_fc.weight', None, cfg.L),
-        'θ_mlp_b_fc': ('layers.{l}.θ_mlp_W_fc.bias', None, cfg.L),
-        'θ_mlp_W_proj': ('layers.{l}.θ_mlp_W_proj.weight', None, cfg.L),
-        'θ_mlp_b_proj': ('layers.{l}.θ_mlp_W_proj.bias', None, cfg.L),
-        'θ_ln_f_weight': ('θ_ln_f.weight', None, None),
-        'θ_ln_f_bias': ('θ_ln_f.bias', None, None),
+        'θ_embed': ('θ_embed.weight', None, None, (cfg.V, cfg.D), torch.float32),
+        'θ_pos': ('θ_pos', None, None, (cfg.P, cfg.D), torch.float32),
+        'θ_ln_attn_weight': ('layers.{l}.θ_ln_attn.weight', None, cfg.L, (cfg.D,), torch.float32),
+        'θ_ln_attn_bias': ('layers.{l}.θ_ln_attn.bias', None, cfg.L, (cfg.D,), torch.float32),
+        'θ_attn_Wq': ('layers.{l}.θ_attn_Wq.weight', None, cfg.L, (cfg.D, cfg.D), torch.float32),
+        'θ_attn_bq': ('layers.{l}.θ_attn_Wq.bias', None, cfg.L, (cfg.D,), torch.float32),
+        'θ_attn_Wk': ('layers.{l}.θ_attn_Wk.weight', None, cfg.L, (cfg.D, cfg.D), torch.float32),
+        'θ_attn_bk': ('layers.{l}.θ_attn_Wk.bias', None, cfg.L, (cfg.D,), torch.float32),
+        'θ_attn_Wv': ('layers.{l}.θ_attn_Wv.weight', None, cfg.L, (cfg.D, cfg.D), torch.float32),
+        'θ_attn_bv': ('layers.{l}.θ_attn_Wv.bias', None, cfg.L, (cfg.D,), torch.float32),
+        'θ_attn_Wo': ('layers.{l}.θ_attn_Wo.weight', None, cfg.L, (cfg.D, cfg.D), torch.float32),
+        'θ_attn_bo': ('layers.{l}.θ_attn_Wo.bias', None, cfg.L, (cfg.D,), torch.float32),
+        'θ_ln_mlp_weight': ('layers.{l}.θ_ln_mlp.weight', None, cfg.L, (cfg.D,), torch.float32),
+        'θ_ln_mlp_bias': ('layers.{l}.θ_ln_mlp.bias', None, cfg.L, (cfg.D,), torch.float32),
+        'θ_mlp_W_fc': ('layers.{l}.θ_mlp_W_fc.weight', None, cfg.L, (4*cfg.D, cfg.D), torch.float32),
+        'θ_mlp_b_fc': ('layers.{l}.θ_mlp_W_fc.bias', None, cfg.L, (4*cfg.D,), torch.float32),
+        'θ_mlp_W_proj': ('layers.{l}.θ_mlp_W_proj.weight', None, cfg.L, (cfg.D, 4*cfg.D), torch.float32),
+        'θ_mlp_b_proj': ('layers.{l}.θ_mlp_W_proj.bias', None, cfg.L, (cfg.D,), torch.float32),
+        'θ_ln_f_weight': ('θ_ln_f.weight', None, None, (cfg.D,), torch.float32),
+        'θ_ln_f_bias': ('θ_ln_f.bias', None, None, (cfg.D,), torch.float32),
     }
 
 
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
+# The spec this file was generated from (snf.interop writes it into checkpoints).
 SPEC = {'path': 'specs/nanogpt_model.snf', 'sha256': 'f40f2c1432d7d5f56be5badde8d3852cbe8ef83edce1d303c3b650d10e226fa3'}
-LAYER_CLASSES = {'layers': Block}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).

@@ -337,42 +337,46 @@ def spec_parameters(config: Config) -> dict:
     """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
     the rows of that tensor which are this parameter, or None for all of it; the number of layers,
     the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer)."""
+    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
+    config leaves the parameter out; its dtype)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None),
-        'ln_weight': ('layers.{l}.ln.weight', None, cfg.n_layer),
-        'ln_bias': ('layers.{l}.ln.bias', None, cfg.n_layer),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer),
-        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer),
-        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer),
-        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer),
-        'q_ln_weight': ('layers.{l}.q_ln_weight', None, cfg.n_layer),
-        'q_ln_bias': ('layers.{l}.q_ln_bias', None, cfg.n_layer),
-        'k_ln_weight': ('layers.{l}.k_ln_weight', None, cfg.n_layer),
-        'k_ln_bias': ('layers.{l}.k_ln_bias', None, cfg.n_layer),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
-        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer),
-        'fc1_weight': ('layers.{l}.fc1.weight', None, cfg.n_layer),
-        'fc1_bias': ('layers.{l}.fc1.bias', None, cfg.n_layer),
-        'fc2_weight': ('layers.{l}.fc2.weight', None, cfg.n_layer),
-        'fc2_bias': ('layers.{l}.fc2.bias', None, cfg.n_layer),
-        'ln_f_weight': ('ln_f.weight', None, None),
-        'ln_f_bias': ('ln_f.bias', None, None),
-        'lm_head_weight': ('lm_head_weight', None, None),
-        'lm_head_bias': ('lm_head_bias', None, None),
+        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'ln_weight': ('layers.{l}.ln.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'ln_bias': ('layers.{l}.ln.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.q_dim, cfg.n_embd), torch.float32),
+        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer, (cfg.q_dim,), torch.float32),
+        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
+        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer, (cfg.kv_dim,), torch.float32),
+        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
+        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer, (cfg.kv_dim,), torch.float32),
+        'q_ln_weight': ('layers.{l}.q_ln_weight', None, cfg.n_layer, (cfg.head_dim,) if cfg.qk_layernorm else None,
+                        torch.float32),
+        'q_ln_bias': ('layers.{l}.q_ln_bias', None, cfg.n_layer, (cfg.head_dim,) if cfg.qk_layernorm else None,
+                      torch.float32),
+        'k_ln_weight': ('layers.{l}.k_ln_weight', None, cfg.n_layer, (cfg.head_dim,) if cfg.qk_layernorm else None,
+                        torch.float32),
+        'k_ln_bias': ('layers.{l}.k_ln_bias', None, cfg.n_layer, (cfg.head_dim,) if cfg.qk_layernorm else None,
+                      torch.float32),
+        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.q_dim), torch.float32),
+        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'fc1_weight': ('layers.{l}.fc1.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
+        'fc1_bias': ('layers.{l}.fc1.bias', None, cfg.n_layer, (cfg.mlp_hidden,), torch.float32),
+        'fc2_weight': ('layers.{l}.fc2.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mlp_hidden), torch.float32),
+        'fc2_bias': ('layers.{l}.fc2.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'ln_f_weight': ('ln_f.weight', None, None, (cfg.n_embd,), torch.float32),
+        'ln_f_bias': ('ln_f.bias', None, None, (cfg.n_embd,), torch.float32),
+        'lm_head_weight': ('lm_head_weight', None, None,
+                           (cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None, torch.float32),
+        'lm_head_bias': ('lm_head_bias', None, None, (cfg.vocab_size,), torch.float32),
     }
 
 
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
+# The spec this file was generated from (snf.interop writes it into checkpoints).
 SPEC = {'path': 'specs/phi.snf', 'sha256': '80b530b6076f8ecc02950d6c01f1ed92d2312114ffba9804c7419066c6251269'}
-LAYER_CLASSES = {'layers': Block}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).

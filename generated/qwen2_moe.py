@@ -384,66 +384,81 @@ def spec_parameters(config: Config) -> dict:
     """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
     the rows of that tensor which are this parameter, or None for all of it; the number of layers,
     the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer)."""
+    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
+    config leaves the parameter out; its dtype)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer),
-        'q_weight': ('layers.{l}.qkv.weight', (0, cfg.n_embd), cfg.n_layer),
-        'q_bias': ('layers.{l}.qkv.bias', (0, cfg.n_embd), cfg.n_layer),
-        'k_weight': ('layers.{l}.qkv.weight', (cfg.n_embd, cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer),
-        'k_bias': ('layers.{l}.qkv.bias', (cfg.n_embd, cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer),
+        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'q_weight': ('layers.{l}.qkv.weight', (0, cfg.n_embd), cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
+        'q_bias': ('layers.{l}.qkv.bias', (0, cfg.n_embd), cfg.n_layer, (cfg.n_embd,) if cfg.qkv_bias else None,
+                   torch.float32),
+        'k_weight': ('layers.{l}.qkv.weight', (cfg.n_embd, cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer,
+                     (cfg.kv_dim, cfg.n_embd), torch.float32),
+        'k_bias': ('layers.{l}.qkv.bias', (cfg.n_embd, cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer,
+                   (cfg.kv_dim,) if cfg.qkv_bias else None, torch.float32),
         'v_weight': ('layers.{l}.qkv.weight',
-                     (cfg.n_kv_head*cfg.head_dim + cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer),
+                     (cfg.n_kv_head*cfg.head_dim + cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer,
+                     (cfg.kv_dim, cfg.n_embd), torch.float32),
         'v_bias': ('layers.{l}.qkv.bias',
-                   (cfg.n_kv_head*cfg.head_dim + cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer),
+                   (cfg.n_kv_head*cfg.head_dim + cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer,
+                   (cfg.kv_dim,) if cfg.qkv_bias else None, torch.float32),
+        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
+        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
         'gate_weight': ('layers.{l}.gate_weight', None,
                         tuple(l for l in range(cfg.n_layer)
-                              if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0))),
+                              if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
+                        (cfg.mlp_hidden, cfg.n_embd), torch.float32),
         'up_weight': ('layers.{l}.up_weight', None,
                       tuple(l for l in range(cfg.n_layer)
-                            if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0))),
+                            if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
+                      (cfg.mlp_hidden, cfg.n_embd), torch.float32),
         'down_weight': ('layers.{l}.down_weight', None,
                         tuple(l for l in range(cfg.n_layer)
-                              if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0))),
+                              if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
+                        (cfg.n_embd, cfg.mlp_hidden), torch.float32),
         'router_weight': ('layers.{l}.router_weight', None,
                           tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                % cfg.sparse_step == 0)),
+                                % cfg.sparse_step == 0),
+                          (cfg.n_expert, cfg.n_embd), torch.float32),
         'expert_gate': ('layers.{l}.expert_gate', None,
                         tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                              % cfg.sparse_step == 0)),
+                              % cfg.sparse_step == 0),
+                        (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
         'expert_up': ('layers.{l}.expert_up', None,
                       tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                            % cfg.sparse_step == 0)),
+                            % cfg.sparse_step == 0),
+                      (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
         'expert_down': ('layers.{l}.expert_down', None,
                         tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                              % cfg.sparse_step == 0)),
+                              % cfg.sparse_step == 0),
+                        (cfg.n_expert, cfg.n_embd, cfg.expert_hidden), torch.float32),
         'shared_gate_weight': ('layers.{l}.shared_gate_weight', None,
                                tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                     % cfg.sparse_step == 0)),
+                                     % cfg.sparse_step == 0),
+                               (cfg.shared_hidden, cfg.n_embd), torch.float32),
         'shared_up_weight': ('layers.{l}.shared_up_weight', None,
                              tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                   % cfg.sparse_step == 0)),
+                                   % cfg.sparse_step == 0),
+                             (cfg.shared_hidden, cfg.n_embd), torch.float32),
         'shared_down_weight': ('layers.{l}.shared_down_weight', None,
                                tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                     % cfg.sparse_step == 0)),
+                                     % cfg.sparse_step == 0),
+                               (cfg.n_embd, cfg.shared_hidden), torch.float32),
         'shared_expert_gate': ('layers.{l}.shared_expert_gate', None,
                                tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                     % cfg.sparse_step == 0)),
-        'norm_weight': ('norm.weight', None, None),
-        'lm_head_weight': ('lm_head.weight', None, None),
+                                     % cfg.sparse_step == 0),
+                               (1, cfg.n_embd), torch.float32),
+        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
+        'lm_head_weight': ('lm_head.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
     }
 
 
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
+# The spec this file was generated from (snf.interop writes it into checkpoints).
 SPEC = {'path': 'specs/qwen2_moe.snf', 'sha256': 'c6e325f20e8c0b4c37925abab37a2f3014de2135f0c88ea8f67b8c4425c318c6'}
-LAYER_CLASSES = {'layers': Block}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).

@@ -578,83 +578,108 @@ def spec_parameters(config: Config) -> dict:
     """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
     the rows of that tensor which are this parameter, or None for all of it; the number of layers,
     the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer)."""
+    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
+    config leaves the parameter out; its dtype)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None),
-        'attn_norm_weight': ('layers.{l}.attn_norm_weight', None, cfg.n_layer),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm_weight', None, cfg.n_layer),
+        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'attn_norm_weight': ('layers.{l}.attn_norm_weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'mlp_norm_weight': ('layers.{l}.mlp_norm_weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
         'q_weight': ('layers.{l}.q_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0)),
+                     tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
+                     (2*cfg.head_dim*cfg.n_head, cfg.n_embd), torch.float32),
         'k_weight': ('layers.{l}.k_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0)),
+                     tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
+                     (cfg.kv_dim, cfg.n_embd), torch.float32),
         'v_weight': ('layers.{l}.v_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0)),
+                     tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
+                     (cfg.kv_dim, cfg.n_embd), torch.float32),
         'o_weight': ('layers.{l}.o_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0)),
+                     tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
+                     (cfg.n_embd, cfg.q_dim), torch.float32),
         'q_norm_weight': ('layers.{l}.q_norm_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0)),
+                          tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
+                          (cfg.head_dim,), torch.float32),
         'k_norm_weight': ('layers.{l}.k_norm_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0)),
+                          tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
+                          (cfg.head_dim,), torch.float32),
         'qkvz_weight': ('layers.{l}.qkvz_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0)),
+                        tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
+                        (2*cfg.lin_n_key_head*cfg.lin_value_dim*cfg.R + 2*cfg.lin_key_dim*cfg.lin_n_key_head,
+                         cfg.n_embd),
+                        torch.float32),
         'ba_weight': ('layers.{l}.ba_weight', None,
-                      tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0)),
+                      tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
+                      (2*cfg.lin_n_value_head, cfg.n_embd), torch.float32),
         'conv_weight': ('layers.{l}.conv_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0)),
+                        tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
+                        (cfg.conv_dim, 1, cfg.conv_kernel), torch.float32),
         'dt_bias': ('layers.{l}.dt_bias', None,
-                    tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0)),
+                    tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
+                    (cfg.lin_n_value_head,), torch.float32),
         'A_log': ('layers.{l}.A_log', None,
-                  tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0)),
+                  tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
+                  (cfg.lin_n_value_head,), torch.float32),
         'gated_norm_weight': ('layers.{l}.gated_norm_weight', None,
-                              tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0)),
+                              tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
+                              (cfg.lin_value_dim,), torch.float32),
         'lin_out_weight': ('layers.{l}.lin_out_weight', None,
-                           tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0)),
+                           tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
+                           (cfg.n_embd, cfg.value_dim), torch.float32),
         'gate_weight': ('layers.{l}.gate_weight', None,
                         tuple(l for l in range(cfg.n_layer)
-                              if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0))),
+                              if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
+                        (cfg.mlp_hidden, cfg.n_embd), torch.float32),
         'up_weight': ('layers.{l}.up_weight', None,
                       tuple(l for l in range(cfg.n_layer)
-                            if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0))),
+                            if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
+                      (cfg.mlp_hidden, cfg.n_embd), torch.float32),
         'down_weight': ('layers.{l}.down_weight', None,
                         tuple(l for l in range(cfg.n_layer)
-                              if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0))),
+                              if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
+                        (cfg.n_embd, cfg.mlp_hidden), torch.float32),
         'router_weight': ('layers.{l}.router_weight', None,
                           tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                % cfg.sparse_step == 0)),
+                                % cfg.sparse_step == 0),
+                          (cfg.n_expert, cfg.n_embd), torch.float32),
         'expert_gate': ('layers.{l}.expert_gate', None,
                         tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                              % cfg.sparse_step == 0)),
+                              % cfg.sparse_step == 0),
+                        (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
         'expert_up': ('layers.{l}.expert_up', None,
                       tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                            % cfg.sparse_step == 0)),
+                            % cfg.sparse_step == 0),
+                      (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
         'expert_down': ('layers.{l}.expert_down', None,
                         tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                              % cfg.sparse_step == 0)),
+                              % cfg.sparse_step == 0),
+                        (cfg.n_expert, cfg.n_embd, cfg.expert_hidden), torch.float32),
         'shared_gate_weight': ('layers.{l}.shared_gate_weight', None,
                                tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                     % cfg.sparse_step == 0)),
+                                     % cfg.sparse_step == 0),
+                               (cfg.shared_hidden, cfg.n_embd), torch.float32),
         'shared_up_weight': ('layers.{l}.shared_up_weight', None,
                              tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                   % cfg.sparse_step == 0)),
+                                   % cfg.sparse_step == 0),
+                             (cfg.shared_hidden, cfg.n_embd), torch.float32),
         'shared_down_weight': ('layers.{l}.shared_down_weight', None,
                                tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                     % cfg.sparse_step == 0)),
+                                     % cfg.sparse_step == 0),
+                               (cfg.n_embd, cfg.shared_hidden), torch.float32),
         'shared_expert_gate': ('layers.{l}.shared_expert_gate', None,
                                tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                     % cfg.sparse_step == 0)),
-        'norm_weight': ('norm_weight', None, None),
-        'lm_head_weight': ('lm_head.weight', None, None),
+                                     % cfg.sparse_step == 0),
+                               (1, cfg.n_embd), torch.float32),
+        'norm_weight': ('norm_weight', None, None, (cfg.n_embd,), torch.float32),
+        'lm_head_weight': ('lm_head.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
     }
 
 
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
+# The spec this file was generated from (snf.interop writes it into checkpoints).
 SPEC = {'path': 'specs/qwen3_next.snf', 'sha256': '5cf10aa49b8c0cc19c2969b8713c2c6aa5ab584b405d0505ee0dfbff9d5454da'}
-LAYER_CLASSES = {'layers': Block}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).

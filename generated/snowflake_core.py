@@ -196,37 +196,36 @@ def spec_parameters(config: Config) -> dict:
     """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
     the rows of that tensor which are this parameter, or None for all of it; the number of layers,
     the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer)."""
+    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
+    config leaves the parameter out; its dtype)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None),
-        'ln1_weight': ('layers.{l}.ln1.weight', None, cfg.n_layer),
-        'ln1_bias': ('layers.{l}.ln1.bias', None, cfg.n_layer),
-        'qkv_weight': ('layers.{l}.qkv.weight', None, cfg.n_layer),
-        'qkv_bias': ('layers.{l}.qkv.bias', None, cfg.n_layer),
-        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer),
-        'wo_bias': ('layers.{l}.wo.bias', None, cfg.n_layer),
-        'ln2_weight': ('layers.{l}.ln2.weight', None, cfg.n_layer),
-        'ln2_bias': ('layers.{l}.ln2.bias', None, cfg.n_layer),
-        'ff1_weight': ('layers.{l}.ff1.weight', None, cfg.n_layer),
-        'ff1_bias': ('layers.{l}.ff1.bias', None, cfg.n_layer),
-        'ff2_weight': ('layers.{l}.ff2.weight', None, cfg.n_layer),
-        'ff2_bias': ('layers.{l}.ff2.bias', None, cfg.n_layer),
-        'ln_f_weight': ('ln_f.weight', None, None),
-        'ln_f_bias': ('ln_f.bias', None, None),
-        'out_bias': ('out_bias', None, None),
-        'position_table': ('position_table', None, None),
+        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'ln1_weight': ('layers.{l}.ln1.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'ln1_bias': ('layers.{l}.ln1.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'qkv_weight': ('layers.{l}.qkv.weight', None, cfg.n_layer, (3*cfg.n_embd, cfg.n_embd), torch.float32),
+        'qkv_bias': ('layers.{l}.qkv.bias', None, cfg.n_layer, (3*cfg.n_embd,), torch.float32),
+        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
+        'wo_bias': ('layers.{l}.wo.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'ln2_weight': ('layers.{l}.ln2.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'ln2_bias': ('layers.{l}.ln2.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'ff1_weight': ('layers.{l}.ff1.weight', None, cfg.n_layer, (cfg.d_ff, cfg.n_embd), torch.float32),
+        'ff1_bias': ('layers.{l}.ff1.bias', None, cfg.n_layer, (cfg.d_ff,), torch.float32),
+        'ff2_weight': ('layers.{l}.ff2.weight', None, cfg.n_layer, (cfg.n_embd, cfg.d_ff), torch.float32),
+        'ff2_bias': ('layers.{l}.ff2.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'ln_f_weight': ('ln_f.weight', None, None, (cfg.n_embd,), torch.float32),
+        'ln_f_bias': ('ln_f.bias', None, None, (cfg.n_embd,), torch.float32),
+        'out_bias': ('out_bias', None, None, (cfg.vocab_size,), torch.float32),
+        'position_table': ('position_table', None, None, (1, cfg.block_size, cfg.n_embd), torch.float32),
     }
 
 
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ('position_table',)
 
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
+# The spec this file was generated from (snf.interop writes it into checkpoints).
 SPEC = {'path': 'specs/snowflake_core.snf',
         'sha256': 'eed02e06335d3fc966d1a8b13ac62213899e18a5a82627c1f8aa580079164b56'}
-LAYER_CLASSES = {'layers': Block}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).

@@ -485,50 +485,61 @@ def spec_parameters(config: Config) -> dict:
     """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
     the rows of that tensor which are this parameter, or None for all of it; the number of layers,
     the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer)."""
+    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
+    config leaves the parameter out; its dtype)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None),
-        'lm_head_weight': ('lm_head_weight', None, None),
-        'rel_bias_table': ('rel_bias_table.weight', None, None),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
-        'ff_norm_weight': ('layers.{l}.ff_norm.weight', None, cfg.n_layer),
-        'wi_weight': ('layers.{l}.wi_weight', None, cfg.n_layer),
-        'wi0_weight': ('layers.{l}.wi0_weight', None, cfg.n_layer),
-        'wi1_weight': ('layers.{l}.wi1_weight', None, cfg.n_layer),
-        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer),
-        'final_norm_weight': ('final_norm.weight', None, None),
-        'dec_rel_bias_table': ('dec_rel_bias_table.weight', None, None),
-        'cross_k_weight': ('layers2.{l}.cross_k.weight', None, cfg.n_dec_layer),
-        'cross_v_weight': ('layers2.{l}.cross_v.weight', None, cfg.n_dec_layer),
-        'dec_attn_norm_weight': ('layers3.{l}.dec_attn_norm.weight', None, cfg.n_dec_layer),
-        'dec_q_weight': ('layers3.{l}.dec_q.weight', None, cfg.n_dec_layer),
-        'dec_k_weight': ('layers3.{l}.dec_k.weight', None, cfg.n_dec_layer),
-        'dec_v_weight': ('layers3.{l}.dec_v.weight', None, cfg.n_dec_layer),
-        'dec_o_weight': ('layers3.{l}.dec_o.weight', None, cfg.n_dec_layer),
-        'cross_norm_weight': ('layers3.{l}.cross_norm.weight', None, cfg.n_dec_layer),
-        'cross_q_weight': ('layers3.{l}.cross_q.weight', None, cfg.n_dec_layer),
-        'cross_o_weight': ('layers3.{l}.cross_o.weight', None, cfg.n_dec_layer),
-        'dec_ff_norm_weight': ('layers3.{l}.dec_ff_norm.weight', None, cfg.n_dec_layer),
-        'dec_wi_weight': ('layers3.{l}.dec_wi_weight', None, cfg.n_dec_layer),
-        'dec_wi0_weight': ('layers3.{l}.dec_wi0_weight', None, cfg.n_dec_layer),
-        'dec_wi1_weight': ('layers3.{l}.dec_wi1_weight', None, cfg.n_dec_layer),
-        'dec_wo_weight': ('layers3.{l}.dec_wo.weight', None, cfg.n_dec_layer),
-        'dec_final_norm_weight': ('dec_final_norm.weight', None, None),
+        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.d_model), torch.float32),
+        'lm_head_weight': ('lm_head_weight', None, None,
+                           (cfg.vocab_size, cfg.d_model) if not cfg.tie_embeddings else None, torch.float32),
+        'rel_bias_table': ('rel_bias_table.weight', None, None, (cfg.num_buckets, cfg.n_head), torch.float32),
+        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.d_model,), torch.float32),
+        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
+        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
+        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
+        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.d_model, cfg.inner), torch.float32),
+        'ff_norm_weight': ('layers.{l}.ff_norm.weight', None, cfg.n_layer, (cfg.d_model,), torch.float32),
+        'wi_weight': ('layers.{l}.wi_weight', None, cfg.n_layer,
+                      (cfg.d_ff, cfg.d_model) if not cfg.gated_gelu else None, torch.float32),
+        'wi0_weight': ('layers.{l}.wi0_weight', None, cfg.n_layer, (cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None,
+                       torch.float32),
+        'wi1_weight': ('layers.{l}.wi1_weight', None, cfg.n_layer, (cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None,
+                       torch.float32),
+        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer, (cfg.d_model, cfg.d_ff), torch.float32),
+        'final_norm_weight': ('final_norm.weight', None, None, (cfg.d_model,), torch.float32),
+        'dec_rel_bias_table': ('dec_rel_bias_table.weight', None, None, (cfg.num_buckets, cfg.n_head), torch.float32),
+        'cross_k_weight': ('layers2.{l}.cross_k.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model),
+                           torch.float32),
+        'cross_v_weight': ('layers2.{l}.cross_v.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model),
+                           torch.float32),
+        'dec_attn_norm_weight': ('layers3.{l}.dec_attn_norm.weight', None, cfg.n_dec_layer, (cfg.d_model,),
+                                 torch.float32),
+        'dec_q_weight': ('layers3.{l}.dec_q.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model), torch.float32),
+        'dec_k_weight': ('layers3.{l}.dec_k.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model), torch.float32),
+        'dec_v_weight': ('layers3.{l}.dec_v.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model), torch.float32),
+        'dec_o_weight': ('layers3.{l}.dec_o.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.inner), torch.float32),
+        'cross_norm_weight': ('layers3.{l}.cross_norm.weight', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
+        'cross_q_weight': ('layers3.{l}.cross_q.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model),
+                           torch.float32),
+        'cross_o_weight': ('layers3.{l}.cross_o.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.inner),
+                           torch.float32),
+        'dec_ff_norm_weight': ('layers3.{l}.dec_ff_norm.weight', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
+        'dec_wi_weight': ('layers3.{l}.dec_wi_weight', None, cfg.n_dec_layer,
+                          (cfg.d_ff, cfg.d_model) if not cfg.gated_gelu else None, torch.float32),
+        'dec_wi0_weight': ('layers3.{l}.dec_wi0_weight', None, cfg.n_dec_layer,
+                           (cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None, torch.float32),
+        'dec_wi1_weight': ('layers3.{l}.dec_wi1_weight', None, cfg.n_dec_layer,
+                           (cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None, torch.float32),
+        'dec_wo_weight': ('layers3.{l}.dec_wo.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.d_ff), torch.float32),
+        'dec_final_norm_weight': ('dec_final_norm.weight', None, None, (cfg.d_model,), torch.float32),
     }
 
 
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
+# The spec this file was generated from (snf.interop writes it into checkpoints).
 SPEC = {'path': 'specs/t5.snf', 'sha256': 'e1bf9ed9543898e9d46365c94d9b7b2d76bc997868c1ad910652d708188a4985'}
-LAYER_CLASSES = {'layers': Block, 'layers2': Block2, 'layers3': Block3}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).

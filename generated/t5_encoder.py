@@ -202,30 +202,29 @@ def spec_parameters(config: Config) -> dict:
     """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
     the rows of that tensor which are this parameter, or None for all of it; the number of layers,
     the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer)."""
+    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
+    config leaves the parameter out; its dtype)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None),
-        'rel_bias_table': ('rel_bias_table.weight', None, None),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer),
-        'ff_norm_weight': ('layers.{l}.ff_norm.weight', None, cfg.n_layer),
-        'wi_weight': ('layers.{l}.wi.weight', None, cfg.n_layer),
-        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer),
-        'final_norm_weight': ('final_norm.weight', None, None),
+        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.d_model), torch.float32),
+        'rel_bias_table': ('rel_bias_table.weight', None, None, (cfg.num_buckets, cfg.n_head), torch.float32),
+        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.d_model,), torch.float32),
+        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
+        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
+        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
+        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.d_model, cfg.inner), torch.float32),
+        'ff_norm_weight': ('layers.{l}.ff_norm.weight', None, cfg.n_layer, (cfg.d_model,), torch.float32),
+        'wi_weight': ('layers.{l}.wi.weight', None, cfg.n_layer, (cfg.d_ff, cfg.d_model), torch.float32),
+        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer, (cfg.d_model, cfg.d_ff), torch.float32),
+        'final_norm_weight': ('final_norm.weight', None, None, (cfg.d_model,), torch.float32),
     }
 
 
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
+# The spec this file was generated from (snf.interop writes it into checkpoints).
 SPEC = {'path': 'specs/t5_encoder.snf', 'sha256': 'a23d22bb366eb4724f77ce9ad3827c5a5eccf2c3c5a2318f972fd36dd519c049'}
-LAYER_CLASSES = {'layers': Block}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).

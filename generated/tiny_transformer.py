@@ -163,30 +163,29 @@ def spec_parameters(config: Config) -> dict:
     """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
     the rows of that tensor which are this parameter, or None for all of it; the number of layers,
     the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer)."""
+    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
+    config leaves the parameter out; its dtype)."""
     cfg = config
     return {
-        'E': ('E.weight', None, None),
-        'W_q': ('layers.{l}.W_q', None, cfg.n_layer),
-        'W_k': ('layers.{l}.W_k', None, cfg.n_layer),
-        'W_v': ('layers.{l}.W_v', None, cfg.n_layer),
-        'W_o': ('layers.{l}.W_o', None, cfg.n_layer),
-        'gamma_1': ('layers.{l}.gamma_1', None, cfg.n_layer),
-        'beta_1': ('layers.{l}.beta_1', None, cfg.n_layer),
-        'W_ff1': ('layers.{l}.W_ff1', None, cfg.n_layer),
-        'W_ff2': ('layers.{l}.W_ff2', None, cfg.n_layer),
-        'W_out': ('W_out', None, None),
+        'E': ('E.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'W_q': ('layers.{l}.W_q', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
+        'W_k': ('layers.{l}.W_k', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
+        'W_v': ('layers.{l}.W_v', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
+        'W_o': ('layers.{l}.W_o', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
+        'gamma_1': ('layers.{l}.gamma_1', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'beta_1': ('layers.{l}.beta_1', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
+        'W_ff1': ('layers.{l}.W_ff1', None, cfg.n_layer, (cfg.n_embd, cfg.d_ff), torch.float32),
+        'W_ff2': ('layers.{l}.W_ff2', None, cfg.n_layer, (cfg.d_ff, cfg.n_embd), torch.float32),
+        'W_out': ('W_out', None, None, (cfg.n_embd, cfg.vocab_size), torch.float32),
     }
 
 
 # Buffers the config decides (by their initialiser): a checkpoint need not give them.
 RECOMPUTED_BUFFERS = ()
 
-# The spec this file was generated from (snf.interop writes it into checkpoints), and the class
-# of each list of layers (a layer of it tells the shapes of a model with no layers).
+# The spec this file was generated from (snf.interop writes it into checkpoints).
 SPEC = {'path': 'specs/tiny_transformer.snf',
         'sha256': '4f2e4c07b0f525d58c98e8d21dbe396e4facff891ebd5ee01a7cd111922d1f42'}
-LAYER_CLASSES = {'layers': Block}
 
 # Checkpoint formats the spec declares, as data for snf.interop: format -> the source of each
 # parameter, and the checkpoint keys to ignore ({l} stands for any layer).

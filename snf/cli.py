@@ -270,12 +270,13 @@ def cmd_ir(args) -> int:
 
 
 def cmd_stats(args) -> int:
+    from .compiler import planned
     from .stats import StatsError, parse_overrides, stats
     model = _one_spec(args.spec)
     if model is None:
         return EXIT_SPEC
     try:
-        result = stats(model, parse_overrides(model, args.set))
+        result = stats(planned(model), parse_overrides(model, args.set))
     except StatsError as e:
         print(f"snfc stats: error: {e}", file=sys.stderr)
         return EXIT_SPEC

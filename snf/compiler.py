@@ -5,12 +5,16 @@ from __future__ import annotations
 import contextlib
 import gc
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from . import ir
 from .check import check
 from .diagnostics import Diagnostic, Reporter
 from .frontend import parse
 from .source import Source, Span
+
+if TYPE_CHECKING:
+    from .passes import Plans
 
 
 @dataclass
@@ -61,25 +65,30 @@ def lower(model: ir.Model) -> ir.Model:
     return run_passes(model)
 
 
+def planned(model: ir.Model) -> Plans:
+    """The lowered model's `Plans` (its `.model`): what the generated module runs, planned once for
+    codegen, `snfc check -v` and `snfc stats` alike."""
+    from .passes import plan
+    return plan(lower(model))
+
+
 def generate_source(result: Result, spec_path: str | None = None, standalone: bool = False) -> str:
     """The module's text. It imports the helpers it calls from `snf.runtime`; with `standalone`, they
     are copied in, and the file needs only torch."""
     from .codegen import generate
-    from .passes import plan
     assert result.model is not None
     with no_cycle_collection():
-        return generate(plan(lower(result.model)), spec_path or result.source.path, standalone)
+        return generate(planned(result.model), spec_path or result.source.path, standalone)
 
 
 def plan_notes(result: Result) -> list[Diagnostic]:
     """Notes on what the planning passes decided for a checked spec (`snfc check -v`): its KV
     caches, and whether `generate` decodes with preallocated buffers."""
     from .dims import show_dim
-    from .passes import plan
     from .passes.decode import NO_LOGITS, choose_logits, no_generate, token_input
     if not result.ok:
         return []
-    plans = plan(lower(result.model))
+    plans = planned(result.model)
     r = Reporter(result.source)
     spans = {t.name: t.span for t in result.model.inputs}
     for c in plans.caches.caches:

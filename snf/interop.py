@@ -2,9 +2,9 @@
 files in the spec's own names.
 
 The generated module carries `spec_parameters(config)` (spec name -> where it lives: a state-dict
-key, the rows of that tensor, the number of layers) and `CHECKPOINTS` (format -> spec name ->
-source expression, as plain tuples). This module evaluates those expressions against a foreign
-state dict, checks every shape first, and only then copies. `load_checkpoint` and
+key, the rows of that tensor, the number of layers, the shape and dtype of its piece) and
+`CHECKPOINTS` (format -> spec name -> source expression, as plain tuples). This module evaluates
+those expressions against a foreign state dict, checks every shape first, and only then copies. `load_checkpoint` and
 `save_checkpoint` do the same from and to files: safetensors (one file, or a transformers
 `save_pretrained` folder, sharded or not) and `torch.save` state dicts.
 """
@@ -12,7 +12,6 @@ state dict, checks every shape first, and only then copies. `load_checkpoint` an
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import os
 import re
@@ -71,7 +70,7 @@ def _pieces(model: torch.nn.Module) -> list[tuple[str, int | None, str, tuple | 
     """Every stored piece of every spec parameter: (spec name, layer or None, state-dict key, rows
     of that tensor or None), as the generated module's `spec_parameters` places them."""
     out = []
-    for name, (key, rows, layers) in _module_of(model).spec_parameters(model.config).items():
+    for name, (key, rows, layers, _, _) in _module_of(model).spec_parameters(model.config).items():
         for layer in (layer_numbers(layers) if layers is not None else [None]):
             out.append((name, layer, key.replace("{l}", str(layer)) if layer is not None else key, rows))
     return out
@@ -112,7 +111,7 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
         values, unexpected = _checked(fmt, state_dict, shapes, strict, optional=recomputed)
         table = _module_of(model).spec_parameters(model.config)
         # the index of a layer's slice: its place among the layers that have the parameter
-        at = {(name, layer): i for name, (_, _, layers) in table.items() if layers is not None
+        at = {(name, layer): i for name, (_, _, layers, _, _) in table.items() if layers is not None
               for i, layer in enumerate(layer_numbers(layers))}
         found = [(key, rows, (lambda sd, name=name: sd[name]) if layer is None else
                   (lambda sd, name=name, i=at[name, layer]: sd[name][i]), name, layer is None)
@@ -153,7 +152,7 @@ def _spec_shapes(model: torch.nn.Module, own: dict) -> dict:
     """The shape of each spec parameter as `spec_state` gives it (per-layer ones stacked on axis
     0), from one stored piece: nothing is stacked."""
     shapes: dict = {}
-    for name, (key, rows, layers) in _module_of(model).spec_parameters(model.config).items():
+    for name, (key, rows, layers, _, _) in _module_of(model).spec_parameters(model.config).items():
         numbers = layer_numbers(layers) if layers is not None else None
         if numbers is not None and not numbers:
             continue
@@ -320,24 +319,11 @@ def spec_state(model: torch.nn.Module) -> dict:
 
 def _empty_layers(model: torch.nn.Module, own: dict) -> dict:
     """Per-layer parameters of layer loops that run no layer: [0, ...] tensors of one layer's shape,
-    from a layer built on the meta device (no memory)."""
-    mod = _module_of(model)
+    as `spec_parameters` gives it (one of some layers, on none, is absent, as one the config leaves out)."""
     device = next(iter(own.values())).device if own else torch.device("cpu")
-    out = {}
-    for name, (key, rows, layers) in mod.spec_parameters(model.config).items():
-        if layers != 0 or not isinstance(layers, int):  # one of some layers, on none: absent, as if off
-            continue
-        owner, path = key.split(".{l}.", 1)
-        cls = mod.LAYER_CLASSES[owner]
-        # a Block told its layer number (it holds tensors of some layers) is made as layer 0: what is
-        # read here are the tensors of every layer
-        told = len(inspect.signature(cls).parameters) > 1
-        with torch.device("meta"):
-            layer = (cls(model.config, 0) if told else cls(model.config)).state_dict()
-        if path in layer:
-            like = layer[path] if rows is None else layer[path][rows[0]:rows[1]]
-            out[name] = torch.empty((0, *like.shape), dtype=like.dtype, device=device)
-    return out
+    return {name: torch.empty((0, *shape), dtype=dtype, device=device)
+            for name, (_, _, layers, shape, dtype) in _module_of(model).spec_parameters(model.config).items()
+            if layers == 0 and shape is not None}
 
 
 # ----------------------------------------------------------------------------- files

@@ -257,7 +257,7 @@ def _check_layers(module, config, folder: Path, where: str) -> None:
     present weight of the loop's last layer suffices.)"""
     params = module.CHECKPOINTS["hf"]["params"]
     loops: dict = {}  # the loop's module list -> (layer count, the keys of its last layer's weights)
-    for name, (key, _, layers) in module.spec_parameters(config).items():
+    for name, (key, _, layers, _, _) in module.spec_parameters(config).items():
         numbers = interop.layer_numbers(layers) if layers is not None and name in params else ()
         if numbers:
             count, keys = loops.setdefault(key.split(".{l}.")[0], (len(numbers), []))
@@ -339,7 +339,7 @@ def hf_state_dict(model: torch.nn.Module) -> dict:
     (`.T` transposes back, the parts of a `split` are concatenated, or interleaved, an `a or b` writes `a`)."""
     module = interop._module_of(model)
     params = interop._formats(model)["hf"]["params"]
-    layers_of = {name: layers for name, (_, _, layers) in module.spec_parameters(model.config).items()}
+    layers_of = {name: layers for name, (_, _, layers, _, _) in module.spec_parameters(model.config).items()}
     parts: dict = {}
     out: dict = {}
     config = model.config  # what keys' `{...}` fields read beside the layer and expert numbers

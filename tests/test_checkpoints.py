@@ -268,6 +268,29 @@ def test_spec_state_with_no_layers(tmp_path):
     assert unchanged(back, model.state_dict())
 
 
+SPECS = sorted((REPO / "specs").glob("*.snf"))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
+def test_spec_parameters_give_each_pieces_shape_and_dtype(spec):
+    """What a model with no layers holds nowhere, `spec_state` reads from `spec_parameters`: each
+    piece's shape and dtype, None where a switch leaves it out. They are the built module's, with
+    the spec's bool switches as they are and all flipped."""
+    from test_stats import _model_ir, _small
+    m, mod = _model_ir(spec), snf.load(spec)
+    flipped = {c.name: not c.default for c in m.config if c.kind == "bool" and c.name != "gradient_checkpointing"}
+    for switches in ({}, flipped):
+        model = mod.Model(mod.Config(**{**_small(m), **switches}))
+        own, table = model.state_dict(), mod.spec_parameters(model.config)
+        for name, _, key, rows in interop._pieces(model):
+            shape, dtype = table[name][3:]
+            if key not in own:
+                assert shape is None, (name, switches)
+                continue
+            piece = interop._piece(own, key, rows)
+            assert (tuple(piece.shape), piece.dtype) == (shape, dtype), (name, switches)
+
+
 def test_non_tensor_values_are_named():
     sd = dict(nanogpt().state_dict())
     sd["ln_f.weight"], sd["layers.0.ln1.bias"] = [1.0, 2.0], None

@@ -17,6 +17,7 @@ import snf
 from conftest import REPO
 from test_from_pretrained import _close, _round_trip, saved, tokens
 from test_stats import _model_ir
+from snf.compiler import planned
 
 RANK, ROPE, NOPE, V, HEADS = 6, 4, 5, 3, 2
 
@@ -101,7 +102,8 @@ def test_the_cache_holds_the_latent_and_a_cached_step_equals_the_whole(tmp_path)
 
 def test_stats_reports_the_latent_cache_and_what_expanded_would_cost():
     from snf.stats import stats
-    s = {q.key: q.value for q in stats(_model_ir(REPO / "specs" / "deepseek_v3.snf"), {"B": 1, "T": 1}).quantities}
+    plans = planned(_model_ir(REPO / "specs" / "deepseek_v3.snf"))
+    s = {q.key: q.value for q in stats(plans, {"B": 1, "T": 1}).quantities}
     # DeepSeek-V3: 61 layers of 512 + 64 float32 values per token; expanded, 128 heads x (192 + 128)
     assert s["kv_cache_bytes"] == 61 * (512 + 64) * 4
     assert s["kv_cache_bytes_expanded"] == 61 * 128 * (192 + 128) * 4

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import snf
-from snf.compiler import analyze
-from snf.interop import load_state_dict, spec_state
+from snf.compiler import analyze, planned
+from snf.interop import CheckpointError, load_checkpoint, load_state_dict, save_checkpoint, spec_state
 from snf.interpret import interpret
 from snf.source import Source
 
@@ -89,11 +89,23 @@ def test_the_layers_that_have_it(tmp_path, cfg):
     assert all(torch.equal(a, b) for a, b in zip(other.state_dict().values(), model.state_dict().values()))
 
 
+def test_no_layers_save_and_load(tmp_path):
+    """With no layers, a tensor of every layer is [0, ...] (its shape from `spec_parameters`), and one
+    of some layers is absent, as no layer has it: a checkpoint of that saves and loads."""
+    _, model, _ = _model(tmp_path, n_layer=0)
+    state = spec_state(model)
+    assert {k: tuple(v.shape) for k, v in state.items()} == {"w": (0, 8, 8)}
+    back = load_checkpoint(type(model)(model.config), save_checkpoint(model, tmp_path / "none.safetensors"))
+    assert {k: tuple(v.shape) for k, v in spec_state(back).items()} == {"w": (0, 8, 8)}
+    with pytest.raises(CheckpointError, match="unexpected keys: up"):  # no layer has it
+        load_state_dict(back, {**state, "up": torch.zeros(0, 16, 8)})
+
+
 def test_stats_count_the_layers_that_have_it(tmp_path):
     from snf.stats import stats
     path, _, m = _model(tmp_path)
     for step, layers in ((2, 2), (1, 5), (7, 0)):  # of 5 layers: 1 and 3; all; none
-        got = {q.key: q for q in stats(m, {"step": step, "T": 4, "B": 1}).quantities}["parameters"]
+        got = {q.key: q for q in stats(planned(m), {"step": step, "T": 4, "B": 1}).quantities}["parameters"]
         assert got.value == 5 * 8 * 8 + layers * 2 * 16 * 8 + (5 - layers) * 8 * 8
 
 

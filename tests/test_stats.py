@@ -18,7 +18,7 @@ import snf
 import snf.stats
 from conftest import REPO, assert_golden, python_subprocess, snfc, write_spec
 from snf import ir
-from snf.compiler import analyze
+from snf.compiler import analyze, planned
 from snf.interpret import Interpreter
 from snf.runtime import experts, recurrent
 from snf.ops import all_ops
@@ -143,11 +143,12 @@ def test_counts_match_the_built_module(spec, monkeypatch):
         torch.zeros_like(args[i]) if args[i] is not None else grad.new_empty(0) for i in slots])
     model = _model_ir(spec)
     cfg = _small(model)
-    s = {q.key: q.value for q in stats(model, {**cfg, **_sizes(model)}).quantities}
+    plans = planned(model)
+    s = {q.key: q.value for q in stats(plans, {**cfg, **_sizes(model)}).quantities}
     seen: dict = {}
     params, forward, training = _measure(spec, cfg, seen)
     assert s["parameters"] == params  # exact
-    plan = plan_caches(model)
+    plan = plans.caches
     caches = [c.output for c in plan.caches if not c.state]  # the cache the module returns, grown by these B*T tokens
     states = [c.output for c in plan.caches if c.state]  # the recurrent states: per sequence
     assert s["kv_cache_bytes"] * B * T == sum(seen[n].nbytes for n in caches)
@@ -169,7 +170,7 @@ def test_switches_and_sequence_length_follow_the_config():
     params, forward, _ = _measure(spec, cfg)  # at T = 6
 
     def predicted(t):
-        s = {q.key: q.value for q in stats(model, {**cfg, "B": B, "T": t}).quantities}
+        s = {q.key: q.value for q in stats(planned(model), {**cfg, "B": B, "T": t}).quantities}
         return s["parameters"], s["flops_forward"] * B * T
 
     assert predicted(T) == (params, forward)  # without the conditional biases
@@ -182,10 +183,10 @@ def test_gradient_checkpointing_recomputes():
     spec = REPO / "specs" / "gpt_decoder.snf"
     model = _model_ir(spec)
     cfg = _small(model, gradient_checkpointing=True)
-    s = {q.key: q.value * B * T for q in stats(model, {**cfg, "B": B, "T": T}).quantities}
+    s = {q.key: q.value * B * T for q in stats(planned(model), {**cfg, "B": B, "T": T}).quantities}
     _, _, training = _measure(spec, cfg)
     assert s["flops_training"] < training <= s["flops_training"] + s["flops_recompute"]
-    assert "flops_recompute" not in {q.key for q in stats(model, {**_small(model), "T": T}).quantities}
+    assert "flops_recompute" not in {q.key for q in stats(planned(model), {**_small(model), "T": T}).quantities}
 
 
 LAYERS_ON_A_RAW_INPUT = textwrap.dedent("""\
@@ -215,13 +216,13 @@ def test_backward_skips_gradients_nothing_needs(tmp_path):
     less in the backward than the others; `h = x @ u` is unused, computed, and has a weight."""
     spec = write_spec(tmp_path, LAYERS_ON_A_RAW_INPUT)
     model = _model_ir(spec)
-    s = {q.key: q for q in stats(model, {"B": B, "T": T}).quantities}
+    s = {q.key: q for q in stats(planned(model), {"B": B, "T": T}).quantities}
     params, forward, training = _measure(spec, {})
     assert (s["parameters"].value, s["flops_forward"].value * B * T) == (params, forward)
     assert s["flops_training"].value * B * T == training
     # per layer 3 products of 2 D^2 (forward, and two gradients), one less in layer 0; the unused
     # `h = x @ u` counts in the forward only, as nothing takes its gradient: 2 D^2 + 2 D^2 + 6 (n - 1) D^2
-    text = snf.stats.formula(stats(model, {"T": T}), s["flops_training"])
+    text = snf.stats.formula(stats(planned(model), {"T": T}), s["flops_training"])
     assert text == "6*n_layer*D^2"
 
 
@@ -274,7 +275,7 @@ def test_branches_on_the_layer_and_computed_ints_count_as_the_module_runs(tmp_pa
     internal errors (KeyError) before."""
     spec = write_spec(tmp_path, text)
     model = _model_ir(spec)
-    s = {q.key: q.value for q in stats(model, {**cfg, "B": B, "T": T}).quantities}
+    s = {q.key: q.value for q in stats(planned(model), {**cfg, "B": B, "T": T}).quantities}
     params, forward, training = _measure(spec, cfg)
     assert s["parameters"] == params
     assert s["flops_forward"] * B * T == forward
@@ -297,9 +298,10 @@ def test_activation_bytes_are_what_the_interpreter_produces(spec, tmp_path):
         spec = write_spec(tmp_path, LAYER_BRANCHES if spec == "branches" else COMPUTED_INT)
     model = _model_ir(spec)
     cfg = _small(model)
-    predicted = {q.key: q.value for q in stats(model, {**cfg, **_sizes(model)}).quantities}["activation_bytes"]
+    predicted = {q.key: q.value for q in stats(planned(model), {**cfg, **_sizes(model)}).quantities}["activation_bytes"]
     views = {name for name, op in all_ops().items() if op.view}
-    cache_only = plan_outputs(model, plan_caches(model).outputs).only_when_asked
+    # the interpreter runs the spec as written, before the passes: its statements, planned for it
+    cache_only = plan_outputs(model, plan_caches(model).outputs).only_for("use_cache")
 
     class Counting(Interpreter):
         produced = 0

@@ -385,7 +385,8 @@ class Generator:
 
     # ---------------------------------------------------------------- tables for snf.interop
     def spec_parameter_rows(self) -> list[str]:
-        """`spec_parameters(cfg)`: spec name -> (state-dict key, rows of it or None, layers or None);
+        """`spec_parameters(cfg)`: spec name -> (state-dict key, rows of it or None, layers or None, the
+        shape of its piece of that tensor (one layer's) or None where the config leaves it out, dtype);
         the layers are their count, or for a tensor of some layers only the tuple of their numbers."""
         em = Emitter(self, "config", Namespace())
         rows = []
@@ -397,7 +398,11 @@ class Generator:
             if block and t.layer_var:  # the layers it exists on, as a tuple of their numbers
                 var = em.names.name(block.loop.var)
                 layers = f"tuple({var} for {var} in range({layers}) if {em.code(params.layer_condition(self, t))})"
-            rows.append(f"{place.name!r}: ({place.key!r}, {rows_code}, {layers}),")
+            dims = [em.dim(d) for d in (t.ty.shape[1:] if block else t.ty.shape)]
+            shape = f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
+            if t.condition is not None and not t.layer_var:  # a config switch, which the layers above do not say
+                shape = f"{shape} if {em.code(t.condition)} else None"
+            rows.append(f"{place.name!r}: ({place.key!r}, {rows_code}, {layers}, {shape}, torch.{t.ty.dtype}),")
         return rows
 
     def checkpoint_rows(self) -> list[str]:

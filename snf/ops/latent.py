@@ -6,7 +6,7 @@ The op takes what the paper's equations name: the queries (their no-RoPE part, t
 already rotated), the latent of each key position (the normed compressed KV `c`, then the shared
 RoPE key, already rotated) and the up-projection of `c` into each head's no-RoPE key and value
 (transformers' `kv_b_proj.weight`). Its meaning is the expanded form: k = [c W_k, k_rope], v = c W_v,
-then softmax(q k^T * scale) v. Its lowering (snf/runtime/helpers.py, `_latent_attention`) also has
+then softmax(q k^T * scale) v. Its lowering (snf/runtime/attention.py, `_latent_attention`) also has
 the absorbed plan, which folds W_k into the queries and W_v after the values, so that attention
 runs over the latent itself as one key/value head shared by every query head: the plan a decode
 step takes, where expanding every cached token for one query costs far more.
@@ -71,14 +71,21 @@ def _np_latent_attention(q, latent, kv_weight, rope_dim, v_dim, causal=False, sc
 
 
 def _latent_flops(args, out, grads):
-    """The expanded plan's: c W over every key position, then attention over the expanded heads (the
-    absorbed plan a decode step takes costs less there)."""
+    """The expanded plan's (the absorbed plan a decode step takes costs less there): c W over every key
+    position, its backward a product per operand needing a gradient, as `linear`'s; then attention over
+    the expanded heads, its backward SDPA's, as `flash_attention`'s (snf/ops/attention.py)."""
     (b, tq, h, hq), (_, tk, _), (rows, rank) = args["q"].shape, args["latent"].shape, args["kv_weight"].shape
     hv = out.shape[3]
     expand = 2 * b * tk * rank * rows
     pairs = 2 * b * h * tq * tk
-    forward = expand + pairs * (hq + hv)
-    return forward, 2 * forward if grads & {"q", "latent", "kv_weight"} else forward * 0
+    attention = pairs * (3 * hq + 2 * hv) if grads & {"q", "latent", "kv_weight"} else pairs * 0
+    return expand + pairs * (hq + hv), expand * len(grads & {"latent", "kv_weight"}) + attention
+
+
+def _latent_makes(args, out):
+    """The expanded plan's c W [B, T_keys, H (nope + v_dim)] and keys [B, T_keys, H, nope + rope_dim]."""
+    (b, _, h, hq), (_, tk, _), (rows, _) = args["q"].shape, args["latent"].shape, args["kv_weight"].shape
+    return b * tk * (rows + h * hq)
 
 
 def _lower_latent(call):
@@ -94,7 +101,8 @@ register(OpDef(
     (Param("q", "tensor"), Param("latent", "tensor"), Param("kv_weight", "tensor"), Param("rope_dim", "int"),
      Param("v_dim", "int"), Param("causal", "bool", False, aliases=("is_causal",), static=True),
      Param("scale", "float", None, within=POSITIVE)),
-    _latent_rule, numpy=_np_latent_attention, torch=_lower_latent, flops=_latent_flops, keeps_result=True,
+    _latent_rule, numpy=_np_latent_attention, torch=_lower_latent, flops=_latent_flops, makes=_latent_makes,
+    keeps_result=True,
     keys=("latent",),
     doc="multi-head latent attention (DeepSeek-V2/V3): q [B, T, H, nope_dim + rope_dim] (the RoPE part last, "
         "rotated) over `latent` [B, T_keys, kv_rank + rope_dim] (the normed compressed KV, then the shared rotated "

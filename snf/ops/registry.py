@@ -96,6 +96,9 @@ class OpDef:
     # (argument types by name, result type, names of the arguments that need a gradient) ->
     # (forward, backward) FLOPs of the op's matrix products, for `snfc stats`; None: it has none
     flops: Callable | None = None
+    # (argument types by name, result type) -> elements of the tensors its lowering makes on the way to
+    # its result and autograd keeps (latent_attention's expanded keys), `snfc stats`' activations; None: none
+    makes: Callable | None = None
     view: bool = False  # the result is a view of an argument: it takes no memory of its own
     # the result may be an argument itself at run time (dropout outside training, a cast to the
     # dtype it has): a write to it must not be done in place

@@ -35,12 +35,6 @@ def absorb_latent(model: ir.Model) -> ir.Model:
     return ir.replace(model, body=_drop_unread(body, {n for _, names in rewritten.values() for n in names}))
 
 
-def latent_forms(model: ir.Model) -> list[ir.Op]:
-    """The latent_attention ops this pass makes of the model's attention (for `snfc stats`, which
-    reads the spec as written)."""
-    return [new for new, _ in _rewritten(model).values()]
-
-
 def _rewritten(model: ir.Model) -> dict:
     """id(flash_attention op) -> (its latent_attention, the names of the expansion's statements)."""
     counts: dict[str, int] = {}

@@ -62,10 +62,9 @@ class OutputPlan:
     def optional_outputs(self) -> frozenset:
         return frozenset().union(*(d.outputs for d in self.demands))
 
-    @property
-    def only_when_asked(self) -> frozenset:
-        """The statements some demand guards."""
-        return frozenset().union(*(d.statements for d in self.demands))
+    def only_for(self, flag: str) -> frozenset:
+        """The statements the demand of `flag` guards (none where there is no such demand)."""
+        return frozenset().union(*(d.statements for d in self.demands if d.flag == flag))
 
 
 def plan_outputs(model: ir.Model, caches: frozenset, loss=None) -> OutputPlan:

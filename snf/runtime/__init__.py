@@ -29,7 +29,8 @@ from ..version import __version__
 # (_start_generate); 4: a decoder's generate is snf.runtime.generate._generate (end tokens, padded batches);
 # 5: Config checks as a table (_check_config), the compile wiring as decorators, attention and RoPE in
 # attention.py and rope.py, _latent_attention; 6: _Generation(buffer_axes=): recurrent states in buffers
-# written in place; 7: helpers.py split into checks.py and writes.py
+# written in place; 7: helpers.py split into checks.py and writes.py, spec_parameters rows end with the
+# piece's shape and dtype (snf.interop reads them)
 ABI = 7
 
 PARTS = ("compiling", "checks", "writes", "attention", "rope", "generate", "experts", "kernels", "recurrent", "loss")  # the files, each copied to its own place in a generated module

@@ -1,5 +1,7 @@
 """`snfc stats`: what a model costs, from the typed IR alone (no model is built, torch is never
-imported). Parameters, FLOPs per token (forward, and forward + backward), KV-cache bytes per token and
+imported): the lowered IR and its plans, as the compiler builds them, so the numbers are those of
+the module it generates (fused linears run as one, attention over a latent as `latent_attention`).
+Parameters, FLOPs per token (forward, and forward + backward), KV-cache bytes per token and
 activation bytes per token, each as a formula in the spec's dims and as a number for a config.
 The definitions, and what the numbers do not count, are in docs/stats.md. In short:
 
@@ -10,7 +12,7 @@ The definitions, and what the numbers do not count, are in docs/stats.md. In sho
   quantity `torch.utils.flop_counter.FlopCounterMode` counts; the registry gives each op's
   (`OpDef.flops`);
 * the backward computes the gradient of every operand that depends on a parameter;
-* KV-cache bytes are those of the caches `snf.passes.caches` finds, per cached token (states: per
+* KV-cache bytes are those of the caches the cache plan finds, per cached token (states: per
   sequence); activation bytes are the bytes of every tensor an op of the forward returns, views excepted.
 """
 
@@ -27,8 +29,7 @@ from ..ir import ScalarT, TensorT
 from ..language import GRADIENT_CHECKPOINTING
 from ..ops import all_ops, compare
 from ..ops.shapes import product
-from ..passes.caches import CachePlan, plan_caches
-from ..passes.liveness import plan_outputs
+from ..passes import Plans
 from .caches import DTYPE_BYTES, cache_bytes
 from .experts import expert_quantities, note_experts
 
@@ -140,10 +141,10 @@ class _Walk:
 
     PARAM = 0  # the "product" a parameter stands for: it needs a gradient and costs nothing
 
-    def __init__(self, model: ir.Model, cfg: dict, absent: set, runtime: dict, caches: CachePlan):
-        self.m = model
+    def __init__(self, plans: Plans, cfg: dict, absent: set, runtime: dict):
+        self.m = model = plans.model
         # what only the caches need is not computed (as a generated module's training forward)
-        self.skip = plan_outputs(model, caches.outputs).only_when_asked
+        self.skip = plans.outputs.only_for("use_cache")
         self.ops = all_ops()
         self.zero = {d: Dim.const(0) for d in absent}  # dims of absent inputs (and the layer, per layer)
         self.layer: dict = {}  # the loop variable's value, while layers are walked one kind at a time
@@ -200,8 +201,8 @@ class _Walk:
                 self.block(s.body if self.test(s.test) else s.orelse, times, env, in_loop)
             elif isinstance(s, ir.Loop):
                 self.loop(s, times, env)
-            else:
-                raise TypeError(f"stats read the checked IR, before the passes; got {type(s).__name__}")
+            else:  # a FusedLinear: the module's one linear of the pieces' total width, split into views
+                env.update(dict.fromkeys(s.targets, self.expr(_fused_call(s), times, env, in_loop)))
 
     def loop(self, s: ir.Loop, times: Dim, env: dict) -> None:
         """Layers one at a time while the set of locals needing a gradient changes (a carried value
@@ -302,8 +303,8 @@ class _Walk:
             return frozenset()
         out = frozenset().union(*flows.values())
         op = self.ops.get(e.op)
+        types = {name: self._shape(a.ty) for name, a in e.args}
         if op is not None and op.flops is not None:
-            types = {name: self._shape(a.ty) for name, a in e.args}
             fwd, bwd = op.flops(types, self._shape(e.ty), {name for name, f in flows.items() if f})
             self.forward += times * fwd
             if e.op == "moe_experts":
@@ -314,6 +315,8 @@ class _Walk:
             out |= {len(self.backward) - 1}
         if op is None or not op.view:
             self.activations += times * self.size(e.ty)
+        if op is not None and op.makes is not None:
+            self.activations += times * DTYPE_BYTES[e.ty.dtype] * op.makes(types, self._shape(e.ty))
         return out if e.ty.dtype.startswith(("float", "bfloat")) else frozenset()
 
     def _shape(self, ty):
@@ -321,6 +324,13 @@ class _Walk:
 
 
 MAX_LAYERS = 100_000  # a loop counted layer by layer (it branches on the layer): at most this many
+
+
+def _fused_call(s: ir.FusedLinear) -> ir.Op:
+    width = sum(s.sizes, Dim())
+    x = s.input.ty
+    weight = ir.Ref(s.fused_weight, "layer_param", TensorT((width, x.shape[-1]), x.dtype))
+    return ir.Op("linear", (("x", s.input), ("weight", weight)), TensorT(x.shape[:-1] + (width,), s.tys[0].dtype))
 
 
 def _needing(env: dict) -> set:
@@ -342,9 +352,11 @@ def _mentions(e, var: str) -> bool:
 
 # ------------------------------------------------------------------------------- stats
 
-def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
-    """The costs of `model`'s plain forward, as formulas and as numbers for the config
-    (`overrides` are config fields and run-time dims, as `parse_overrides` returns them)."""
+def stats(plans: Plans, overrides: dict | None = None) -> Stats:
+    """The costs of the plain forward of `plans.model` (the lowered IR: `snf.compiler.planned`), as
+    formulas and as numbers for the config (`overrides` are config fields and run-time dims, as
+    `parse_overrides` returns them)."""
+    model = plans.model
     overrides = dict(overrides or {})
     cfg, ints = config_values(model, {k: v for k, v in overrides.items() if k in {c.name for c in model.config}})
     absent = _absent_dims(model)
@@ -352,8 +364,7 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
     dims = _runtime_values(model, overrides, ints, absent, tokens_dims)
     env = {**ints, **{d: v for d, (v, _) in dims.items()}}
 
-    caches = plan_caches(model)  # the spec as written (stats walks it), planned once for the walk and the bytes
-    walk = _Walk(model, cfg, set(absent), {d: v for d, (v, _) in dims.items()}, caches)
+    walk = _Walk(plans, cfg, set(absent), {d: v for d, (v, _) in dims.items()})
     backward = walk.run()
     params = Dim()
     for t in model.params:
@@ -376,7 +387,7 @@ def stats(model: ir.Model, overrides: dict | None = None) -> Stats:
         per_token("flops_training", f"FLOPs per {per}, forward + backward", walk.forward + backward, "FLOPs"),
         per_token("activation_bytes", f"activation bytes per {per}", walk.activations, "bytes"),
     ]
-    cache, state, expanded = cache_bytes(model, tokens_dims, caches)
+    cache, state, expanded = cache_bytes(model, tokens_dims, plans.caches)
     quantities.insert(3, Quantity("kv_cache_bytes", "KV-cache bytes per token", _simplify(cache, model),
                                   Fraction(cache.evaluate(env)), "bytes", "" if cache.terms else "the spec has no KV cache"))
     if expanded.terms:  # latent caches: what the keys and values expanded from them would hold instead

@@ -293,7 +293,7 @@ def test_long_mode_findings_stay_fixed(compiled):
     in place, which autograd's backward refuses (it keeps the result); such a write now copies first.
     Seed 8303: a float32 model's float16 values concatenated under CPU bfloat16 autocast, whose rule
     for torch.cat refuses float16; concat, rope and cache updates of a half dtype now step out of
-    autocast where it would refuse them (snf.runtime.helpers._autocast_refuses). Seed 11104:
+    autocast where it would refuse them (snf.runtime.writes._autocast_refuses). Seed 11104:
     `top_k_indices` of equal scores, where torch.topk's order differs from the reference's (the
     lower index first); it now lowers to a stable sort. Seed 28826: see the test below. Seed 51243 was
     the generator's: see test_property.py's test_the_generator_divides_only_by_values_away_from_0."""

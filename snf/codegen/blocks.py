@@ -64,18 +64,11 @@ def block_context(gen, block: Block) -> tuple[dict, Takes]:
             prologue.append(f"{', '.join(targets)}{',' if rank == 1 else ''} = {names.name(n)}.shape")
         else:
             prologue += [f"{names.name(axes[a])} = {names.name(n)}.size({a})" for a in sorted(axes)]
-    signature = [f"{names.name(n)}: {_annotation(types.get(n))}" for n in sig.args]
-    signature += [f"{names.name(d)}: int" for d in takes.dims]
-    if block.uses_var:
-        signature.append(f"{names.name(loop.var)}: int")
-    if takes.dtype:
-        signature.append(f"{dtype_arg}: torch.dtype")
-    if takes.device:
-        signature.append(f"{em.device_arg}: torch.device")
-    if sig.use_cache:
-        signature.append(f"{em.use_cache}: bool = True")
-    if sig.decode:
-        signature.append(f"{em.decode}: Optional[_DecodeState] = None")
+    annotated = {"dtype": f"{dtype_arg}: torch.dtype", "device": f"{em.device_arg}: torch.device",
+                 "use_cache": f"{em.use_cache}: bool = True", "decode": f"{em.decode}: Optional[_DecodeState] = None"}
+    signature = [f"{names.name(n)}: {_annotation(types.get(n))}" if kind == "value" else
+                 f"{names.name(n)}: int" if kind in ("dim", "layer") else annotated[kind]
+                 for kind, n in parameters(block, sig, takes)]
     outs = block.returns
     ret_ann = ("tuple[" + ", ".join(_annotation(types.get(n)) for n in outs) + "]") if len(outs) > 1 \
         else (_annotation(types.get(outs[0])) if outs else "None")
@@ -122,33 +115,44 @@ def _takes(m: ir.Model, block: Block, sig, names: Namespace, types: dict, read: 
                  dtype_arg is not None and dtype_arg in read, device_arg is not None and device_arg in read)
 
 
+def parameters(block: Block, sig, takes: Takes) -> list[tuple[str, str | None]]:
+    """A Block forward's parameters in order, each (kind, the spec name it stands for): the values it
+    carries and reads, the run-time dims passed as ints, its layer number, the model's dtype, a device,
+    `use_cache`, generate's decode state. Its signature and the loop that calls it both read them."""
+    return ([("value", n) for n in sig.args] + [("dim", d) for d in takes.dims]
+            + [("layer", block.loop.var)] * block.uses_var + [("dtype", None)] * takes.dtype
+            + [("device", None)] * takes.device + [("use_cache", None)] * sig.use_cache
+            + [("decode", None)] * sig.decode)
+
+
 def loop_call(gen, em: Emitter, loop: ir.Loop, indent: int) -> list[str]:
     """The caller's loop over a block's layers: each layer gets the carried values, what it reads
     (its slice of per-layer inputs), and gives back the carried values and the hoisted writes."""
     block = gen.plans.blocks.of(loop)
     sig, takes = gen.plans.signature(block), gen.takes[block.attr]
     var = em.names.name(loop.var)
-    args = []
-    for name, kind in block.reads:
-        if kind in ("param", "buffer"):
-            args.append(f"self.{gen.plans.layout.place(name).path}")
-        else:
-            args.append(_if_asked(em, gen, name))
-        if name in loop.layer_inputs:  # this layer's slice of a stacked input
-            args[-1] = (f"{args[-1]}[{var}] if {args[-1]} is not None else None"
-                        if gen.input_optional(name) else f"{args[-1]}[{var}]")
-    args += [em.dim(Dim.sym(d)) for d in takes.dims]
+    reads = dict(block.reads)
+
+    def passed(kind: str, name: str | None) -> str:
+        if kind == "value" and reads.get(name) in ("param", "buffer"):
+            return f"self.{gen.plans.layout.place(name).path}"
+        if kind == "value":
+            code = _if_asked(em, gen, name)
+            if name not in loop.layer_inputs:
+                return code
+            # this layer's slice of a stacked input
+            return f"{code}[{var}] if {code} is not None else None" if gen.input_optional(name) else f"{code}[{var}]"
+        if kind == "dim":
+            return em.dim(Dim.sym(name))
+        if kind == "dtype":
+            return em.dtype_code(gen.model.float_dtype)
+        if kind == "device":
+            return em.device_code()
+        return {"layer": var, "use_cache": em.use_cache, "decode": em.decode}[kind]
+    call_args = ", ".join(passed(kind, n) for kind, n in parameters(block, sig, takes))
     carried = [em.names.name(n) for n in block.carried]
     written = [em.names.fresh(f"{h.name}_layer") for h in block.hoisted]
     outs = carried + written
-    call_args = ", ".join([_if_asked(em, gen, n) for n in block.carried] + args + ([var] if block.uses_var else [])
-                          + ([em.dtype_code(gen.model.float_dtype)] if takes.dtype else [])
-                          + ([em.device_code()] if takes.device else []))
-    if sig.use_cache:
-        call_args += f", {em.use_cache}"
-    if sig.decode:
-        call_args += f", {em.decode}"
-    call_args = call_args.lstrip(", ")
     layer = "layer" if "layer" not in em.names.used else em.names.fresh("layer")
     if block.uses_var or loop.layer_inputs or written:
         lines = [at(indent, f"for {var}, {layer} in enumerate(self.{block.attr}):")]

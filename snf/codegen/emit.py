@@ -2,7 +2,11 @@
 
 The `Emitter` decides what each line says; it reads every fact from the plans (where a
 parameter lives, which op is a module call, which concat writes a preallocated cache, which
-statements only the caches need) and works none out itself.
+statements only the caches need) and works none out itself. Its methods return code (an
+expression's text, a statement's lines) and record nothing: what a piece of code uses (the
+run-time dims it names, the dtype and device it is handed, the items of list params a block
+reads, the runtime's helpers) is read off the code itself (`reads`, `attributes_read` here,
+`snf.runtime.called`), so no table predicts it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ defaults evaluate eagerly, and compile generate's decode step), then runs, in or
 * two training steps (forward, a loss, backward, an SGD update) on the model's own training unit,
   and, with `whole_training`, two more compiled whole (`compile_units` "model": the CUDA
   default), gradients against an eager twin;
-* eval again (the switch back must not break what was compiled);
+* eval again, at the first call's sizes (the switch back must not break what was compiled);
 * `generate` at two batch sizes, greedy, against eager `generate`;
 * the model cast to bfloat16 (`.to(torch.bfloat16)`), and a float32 model under autocast:
   forward (and `generate`) run, with the declared shapes, in the dtypes docs/language.md 3.2

@@ -165,8 +165,9 @@ NO_WHOLE_TRAINING = ("olmoe", "qwen2_moe", "qwen3_moe", "qwen3_next", "falcon_h1
 @pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in SPECS])
 def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypatch, tmp_path):
     """Each spec: varied eval calls with and without caches, a training step on the CPU default and
-    one compiled whole (the CUDA default; on the CPU not for NO_WHOLE_TRAINING), eval again, generate at two batch sizes
-    (a family's at batch 2, which its transformers comparison reuses), a bfloat16 cast
+    one compiled whole (the CUDA default; on the CPU not for NO_WHOLE_TRAINING), eval again (at the
+    first call's sizes), generate at two batch sizes (a family's at batch 2, which its transformers
+    comparison reuses), a bfloat16 cast
     and autocast; compiled against eager. The bfloat16 cast runs on the model's own units (its
     generate compiles, but for NO_CAST_COMPILED_GENERATE; its forward runs eagerly) and autocast eagerly: compiling their forwards per
     block and autocast's generate cost a quarter of a session, and the random specs' sessions

@@ -107,7 +107,7 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
     pieces = [(name, layer, key, rows) for name, layer, key, rows in _pieces(model) if key in own]  # present here
     recomputed = set(getattr(_module_of(model), "RECOMPUTED_BUFFERS", ()))
     if fmt == "spec":
-        shapes = _spec_shapes(model, own)
+        shapes = _spec_shapes(model)
         values, unexpected = _checked(fmt, state_dict, shapes, strict, optional=recomputed)
         table = _module_of(model).spec_parameters(model.config)
         # the index of a layer's slice: its place among the layers that have the parameter
@@ -148,20 +148,15 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
     return found, left, unexpected
 
 
-def _spec_shapes(model: torch.nn.Module, own: dict) -> dict:
-    """The shape of each spec parameter as `spec_state` gives it (per-layer ones stacked on axis
-    0), from one stored piece: nothing is stacked."""
+def _spec_shapes(model: torch.nn.Module) -> dict:
+    """The shape of each spec parameter as `spec_state` gives it (per-layer ones stacked on axis 0),
+    from `spec_parameters`' shapes: nothing is read or stacked."""
     shapes: dict = {}
-    for name, (key, rows, layers, _, _) in _module_of(model).spec_parameters(model.config).items():
+    for name, (_, _, layers, shape, _) in _module_of(model).spec_parameters(model.config).items():
         numbers = layer_numbers(layers) if layers is not None else None
-        if numbers is not None and not numbers:
+        if shape is None or numbers is not None and not numbers and layers != 0:  # off, or on no layer it has
             continue
-        stored = key.replace("{l}", str(numbers[0])) if numbers is not None else key
-        if stored in own:
-            piece = tuple(_piece(own, stored, rows).shape)
-            shapes[name] = piece if layers is None else (len(numbers), *piece)
-    for name, tensor in _empty_layers(model, own).items():
-        shapes[name] = tuple(tensor.shape)
+        shapes[name] = shape if numbers is None else (len(numbers), *shape)
     return shapes
 
 

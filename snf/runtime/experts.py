@@ -9,7 +9,7 @@ with a fake implementation (its result is x's shape) and a backward that is a cu
 is registered for both, so torch.utils.flop_counter counts the expert products the op runs.
 
 Real Python, imported and tested as it is (tests/test_moe.py); code generation copies into each
-generated module the definitions it calls, as for helpers.py. Edit here, then regenerate generated/.
+generated module the definitions it calls, as for checks.py. Edit here, then regenerate generated/.
 """
 
 from __future__ import annotations

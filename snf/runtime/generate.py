@@ -102,13 +102,14 @@ def _generate_from_encoder(model: nn.Module, how: _Generation, inputs: tuple, ma
             token = torch.full((first.size(0), 1), cfg.decoder_start_token_id, dtype=torch.long, device=first.device)
             made = [token]
             done = torch.zeros(first.size(0), 1, dtype=torch.bool, device=first.device)
+            ends = torch.tensor([cfg.eos_token_id], device=first.device) if how.stops else None
             model._encoded = model._encode(first, **given)
             out = model(first, **{how.tokens: token}, **given, use_cache=True)
             for step in _decoding(max_new_tokens, compile):
                 logits = out if how.logits is None else getattr(out, how.logits)
                 token = _sample(logits[:, -1, :], temperature, top_k, top_p, generator)
                 if how.stops:
-                    token, done = _ended(token, done, cfg.eos_token_id, cfg.pad_token_id)
+                    token, done = _ended(token, done, ends, cfg.pad_token_id)
                 made.append(token)
                 if step + 1 == max_new_tokens or how.stops and bool(done.all()):
                     break  # the last token needs no step
@@ -227,11 +228,11 @@ def _decode_loop(model, how: _Generation, tokens, max_new_tokens, temperature, t
     return torch.cat(made, dim=1)
 
 
-def _ended(token: torch.Tensor, done: torch.Tensor, ends, pad: int) -> tuple:
+def _ended(token: torch.Tensor, done: torch.Tensor, ends: torch.Tensor, pad: int) -> tuple:
     """A step's tokens [B, 1] with `pad` in the rows that ended before, and which rows have ended now
-    (`ends`: an end token, or a tensor of them)."""
+    (`ends`: the end tokens, on the tokens' device)."""
     token = token.masked_fill(done, pad)
-    return token, done | torch.isin(token, torch.as_tensor(ends, device=token.device))
+    return token, done | torch.isin(token, ends)
 
 
 def _generate_padded(tokens, mask, pad: int, run) -> torch.Tensor:

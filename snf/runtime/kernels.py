@@ -67,6 +67,8 @@ def _kernel_library(name: str, t: torch.Tensor) -> Optional[dict]:
         try:
             found = {f: getattr(importlib.import_module(m), f) for f, m in functions.items()}
             found["version"] = f"{label} {getattr(importlib.import_module(name), '__version__', '?')}"
+            found["release"] = tuple(int(part) for part in found["version"].split()[-1].split(".")[:2]
+                                     if part.isdigit())
         except Exception:  # missing, or installed but broken (triton, CUDA): the torch code serves
             found = None
         _KERNEL_LIBRARIES[name] = found
@@ -108,25 +110,37 @@ def _kernel_causal_conv1d(x, weight, bias, state) -> Optional[torch.Tensor]:
     return _kernel_ran("causal_conv1d", lib, y.transpose(1, 2))
 
 
+# The state the last output call's library gave with its output unasked (selective_state_update, a
+# decode step's), kept for the state call with the same arguments that follows it: (the arguments,
+# their tensors' versions, the state, the library); empty when none is kept
+_KEPT_STATE: list = []
+
+
 def _kernel_call(op: str, args: tuple):
     """The library's result for torch.ops.snf.`op` (ssd_scan, ssd_state, gated_delta_rule or
     gated_delta_state) on recurrent.py's positional `args`, contiguous, in the torch code's dtype;
     None where no library covers the call."""
-    if op.startswith("ssd"):
-        x, state = args[0], args[10]
-        found = _kernel_ssd(*args, want_state=op == "ssd_state")
+    x, state = (args[0], args[10]) if op.startswith("ssd") else (args[0], args[5])
+    versions = tuple(a._version if isinstance(a, torch.Tensor) else None for a in args)
+    kept, _KEPT_STATE[:] = list(_KEPT_STATE), []
+    if op.endswith("_state") and kept and len(kept[0]) == len(args) and versions == kept[1] and \
+            all(a is b if isinstance(a, torch.Tensor) else a == b for a, b in zip(kept[0], args)):
+        out, lib = kept[2], kept[3]
     else:
-        x, state = args[0], args[5]
-        found = _kernel_gated_delta(*args, want_state=op == "gated_delta_state")
-    if found is None:
-        return None
-    out, lib = found
+        found = (_kernel_ssd if op.startswith("ssd") else _kernel_gated_delta)(*args, want_state=op.endswith("_state"))
+        if found is None:
+            return None
+        y, final, lib = found
+        out = final if op.endswith("_state") else y
+        if final is not None and not op.endswith("_state"):
+            _KEPT_STATE[:] = [args, versions, final, lib]
     dtype = x.dtype if op in ("ssd_scan", "gated_delta_rule") or state is None else state.dtype
     return _kernel_ran(op, lib, out.to(dtype).contiguous())
 
 
 def _kernel_ssd(x, dt, A, B, C, D, dt_bias, dt_softplus, dt_min, dt_max, state, want_state):
-    """mamba_ssm, as (y or the final state, the library) or None. Its layouts are ours: x
+    """mamba_ssm, as (y, the final state (None unless `want_state`, but for the one-token kernel's,
+    which comes anyway), the library) or None. Its layouts are ours: x
     [B, T, H, P], dt [B, T, H], A, D, dt_bias [H], B, C [B, T, G, N], initial_states [B, H, P, N].
     One token without gradient: selective_state_update(state, x, dt, A, B, C, D=, dt_bias=,
     dt_softplus=) on per-channel views ([B, H, P] dt, [H, P, N] A, [H, P] D and dt_bias, all
@@ -149,16 +163,16 @@ def _kernel_ssd(x, dt, A, B, C, D, dt_bias, dt_softplus, dt_min, dt_max, state, 
                                           A[:, None, None].expand(h, p, n), B[:, 0], C[:, 0],
                                           D=None if D is None else D[:, None].expand(h, p),
                                           dt_bias=bias[:, None].expand(h, p), dt_softplus=dt_softplus)
-        return (s if want_state else y[:, None]), lib
+        return y[:, None], s, lib
     limit = (-math.inf if dt_min is None else dt_min, math.inf if dt_max is None else dt_max)
     # 256: Mamba2's chunk size (how the kernel splits the sequence, not what it computes)
     out = lib["mamba_chunk_scan_combined"](x, dt, A, B, C, 256, D=D, dt_bias=dt_bias, initial_states=state,
                                            dt_softplus=dt_softplus, dt_limit=limit, return_final_states=want_state)
-    return (out[1] if want_state else out), lib
+    return (out[0], out[1], lib) if want_state else (out, None, lib)
 
 
 def _kernel_gated_delta(q, k, v, g, beta, state, scale, l2norm, want_state):
-    """flash-linear-attention, as (o or the final state, the library) or None: q, k [B, T, H, K],
+    """flash-linear-attention, as (o, the final state or None unless `want_state`, the library) or None: q, k [B, T, H, K],
     v [B, T, H, V], g, beta [B, T, H] (ours), initial_state [B, H, K, V]; both functions return
     (o, final_state or None), the state in float32. q and k are repeated to the value heads (grouped
     value heads are only in recent versions). One token without gradient:
@@ -172,8 +186,7 @@ def _kernel_gated_delta(q, k, v, g, beta, state, scale, l2norm, want_state):
             or any(t is not None and t.dtype not in _KERNEL_DTYPES for t in (q, g, beta, state))):
         return None
     step = q.shape[1] == 1 and _kernel_no_grad(q, k, v, g, beta, state)
-    version = tuple(int(part) for part in lib["version"].split()[-1].split(".")[:2] if part.isdigit())
-    if not step and q.dtype == torch.float32 and version < (0, 4):
+    if not step and q.dtype == torch.float32 and lib["release"] < (0, 4):
         return None
     if v.shape[2] != k.shape[2]:
         q, k = (u.repeat_interleave(v.shape[2] // k.shape[2], dim=2) for u in (q, k))
@@ -183,4 +196,4 @@ def _kernel_gated_delta(q, k, v, g, beta, state, scale, l2norm, want_state):
         o, final = lib["fused_recurrent_gated_delta_rule"](q, k, v, g=g, beta=beta, **options)
     else:
         o, final = lib["chunk_gated_delta_rule"](q, k, v, g, beta, **options)
-    return (final if want_state else o), lib
+    return o, final, lib

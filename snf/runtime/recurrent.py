@@ -13,7 +13,7 @@ On CUDA, a library's kernel runs instead where one is installed and covers the c
 
 Real Python, imported and tested as it is (tests/test_recurrent_kernels.py, against the token-by-token
 NumPy references of snf/ops/recurrent_np.py and transformers' own implementations); code generation
-copies into each generated module the definitions it calls, as for helpers.py. Edit here, then
+copies into each generated module the definitions it calls, as for checks.py. Edit here, then
 regenerate generated/.
 """
 
@@ -330,16 +330,20 @@ _RECURRENT_OPS = _recurrent_define_ops()
 _RECURRENT_OPAQUE = False
 
 
+def _recurrent(op: str, torch_code, args: tuple):
+    """torch.ops.snf.`op` where a graph is compiled (or _RECURRENT_OPAQUE), else its Python directly."""
+    if _RECURRENT_OPAQUE or torch.compiler.is_compiling():
+        return _RECURRENT_OPS[op](*args)
+    return _recurrent_run(op, torch_code, args)
+
+
 def _ssd_scan(x, dt, A, B, C, D: Optional[torch.Tensor] = None, dt_bias: Optional[torch.Tensor] = None,
               dt_softplus: bool = True, dt_min: Optional[float] = 0.0, dt_max: Optional[float] = None,
               state: Optional[torch.Tensor] = None):
     """Mamba2's selective scan over x [Bt, T, H, P]: per token and head, dt' = clip(softplus(dt +
     dt_bias), dt_min, dt_max), state = exp(dt' A) state + dt' x B^T, y = state C + D x. dt [Bt, T, H];
     A, D, dt_bias [H]; B, C [Bt, T, G, N]; state [Bt, H, P, N] before x (zeros when None). y in x's dtype."""
-    args = (x, dt, A, B, C, D, dt_bias, dt_softplus, dt_min, dt_max, state)
-    if _RECURRENT_OPAQUE or torch.compiler.is_compiling():
-        return _RECURRENT_OPS["ssd_scan"](*args)
-    return _recurrent_run("ssd_scan", _ssd_y, args)
+    return _recurrent("ssd_scan", _ssd_y, (x, dt, A, B, C, D, dt_bias, dt_softplus, dt_min, dt_max, state))
 
 
 def _ssd_state(x, dt, A, B, C, D: Optional[torch.Tensor] = None, dt_bias: Optional[torch.Tensor] = None,
@@ -347,10 +351,7 @@ def _ssd_state(x, dt, A, B, C, D: Optional[torch.Tensor] = None, dt_bias: Option
                state: Optional[torch.Tensor] = None):
     """The state [Bt, H, P, N] after `_ssd_scan` with the same arguments, in the state's dtype (x's
     without one)."""
-    args = (x, dt, A, B, C, D, dt_bias, dt_softplus, dt_min, dt_max, state)
-    if _RECURRENT_OPAQUE or torch.compiler.is_compiling():
-        return _RECURRENT_OPS["ssd_state"](*args)
-    return _recurrent_run("ssd_state", _ssd_final, args)
+    return _recurrent("ssd_state", _ssd_final, (x, dt, A, B, C, D, dt_bias, dt_softplus, dt_min, dt_max, state))
 
 
 def _gated_delta_rule(q, k, v, g, beta, state: Optional[torch.Tensor] = None, scale: Optional[float] = None,
@@ -359,17 +360,11 @@ def _gated_delta_rule(q, k, v, g, beta, state: Optional[torch.Tensor] = None, sc
     key head h // (Hv / Hk)): q, k L2-normalised (`l2norm`), q scaled (1/sqrt(K) when `scale` is None);
     per token S = S exp(g), S = S + k ((v - k^T S) beta)^T, o = q^T S. g, beta [Bt, T, Hv]; state
     [Bt, Hv, K, V] before q (zeros when None). o [Bt, T, Hv, V] in q's dtype."""
-    args = (q, k, v, g, beta, state, scale, l2norm)
-    if _RECURRENT_OPAQUE or torch.compiler.is_compiling():
-        return _RECURRENT_OPS["gated_delta_rule"](*args)
-    return _recurrent_run("gated_delta_rule", _gated_delta_o, args)
+    return _recurrent("gated_delta_rule", _gated_delta_o, (q, k, v, g, beta, state, scale, l2norm))
 
 
 def _gated_delta_state(q, k, v, g, beta, state: Optional[torch.Tensor] = None, scale: Optional[float] = None,
                        l2norm: bool = True):
     """The state [Bt, Hv, K, V] after `_gated_delta_rule` with the same arguments, in the state's
     dtype (q's without one)."""
-    args = (q, k, v, g, beta, state, scale, l2norm)
-    if _RECURRENT_OPAQUE or torch.compiler.is_compiling():
-        return _RECURRENT_OPS["gated_delta_state"](*args)
-    return _recurrent_run("gated_delta_state", _gated_delta_final, args)
+    return _recurrent("gated_delta_state", _gated_delta_final, (q, k, v, g, beta, state, scale, l2norm))

@@ -149,6 +149,11 @@ NEAR_MISSES = {  # each computes other keys or values than latent_attention woul
     "the rope part first": ("let k = concat([kv[:, :, :, 0:nope_dim],\n                expand(",
                             "let k = concat([expand("),
     "a mask": ("causal=True, scale=0.5)", "causal=True, scale=0.5, window=2)"),
+    # the expansion read after a change the latent form would not see
+    "the latent rebound after the expansion": ("let y = flash_attention",
+                                               "new_latent = new_latent * 2.0\nlet y = flash_attention"),
+    "a write into the expansion": ("let k = concat(", "kv[:, :, :, 0:nope_dim] = full([B, T_past + T, H, nope_dim], "
+                                   "0.0, float32)\nlet k = concat("),
 }
 
 
@@ -194,6 +199,26 @@ def test_the_papers_form_becomes_latent_attention_with_a_latent_cache(tmp_path):
         head = model(idx[:, :4])
         step = model(idx[:, 4:], past_latent=head.new_latent)
     torch.testing.assert_close(step.y, whole.y[:, 4:], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("edit", ["the values bound by a let", "the keys an output"])
+def test_the_expansion_bound_or_returned_otherwise_still_becomes_latent_attention(tmp_path, edit):
+    """Values sliced into a `let` go with the rest of the expansion (nothing expands the cache
+    unread); keys a spec also returns stay, with the expansion they read."""
+    if edit == "the values bound by a let":
+        text = PAPER.replace("let y = flash_attention(q, k, kv[:, :, :, nope_dim:nope_dim + v_dim], causal",
+                             "let v = kv[:, :, :, nope_dim:nope_dim + v_dim]\nlet y = flash_attention(q, k, v, causal")
+    else:
+        text = PAPER.replace("  new_latent : Tensor([B, T_past + T, latent_dim], float32)\n",
+                             "  new_latent : Tensor([B, T_past + T, latent_dim], float32)\n"
+                             "  k : Tensor([B, T_past + T, n_head, nope_dim + rope_dim], float32)\n")
+    assert text != PAPER
+    source, mod = _paper(tmp_path, text, "bound")
+    assert "_latent_attention(" in source and (" kv = " in source) == (edit == "the keys an output")
+    model, idx = _paper_case(mod)
+    with torch.no_grad():
+        got = model(idx)
+    np.testing.assert_allclose(got.y.double().numpy(), _interpreted(text, model, idx), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("miss", NEAR_MISSES)

@@ -38,7 +38,8 @@ def block_context(gen, block: Block) -> tuple[dict, Takes]:
         names.name(n)
     if block.uses_var:
         names.name(loop.var)
-    em.device_src = names.name(sig.device_from) if sig.device_from else gen.held_tensor(block.attr)
+    em.device_src = names.name(sig.device_from) if sig.device_from else \
+        f"self.{sig.device_held}" if sig.device_held else None
     if em.device_src is None:
         em.device_arg = names.fresh("device")
     held = f"self.{sig.dtype_held}" if sig.dtype_held else names.name(sig.dtype_from) if sig.dtype_from else None

@@ -13,8 +13,10 @@ reassociation of two matmuls), and the cache of `c` keeps r + p values per token
 The match is proved on the checked types, not on names: the slices' bounds are the symbolic 0, r,
 r + p (the latent's last axis), 0, n and n + v; W is [H (n + v), r]; the rope part is one head's,
 broadcast to all H; q's heads are n + p wide. Only attention with no mask, window, chunk, bias, soft
-cap, sinks or dropout is rewritten (latent_attention has none of them). The expansion's own
-statements (`kv`, `k`) go where nothing else reads them. The NumPy interpreter runs on the IR before
+cap, sinks or dropout is rewritten (latent_attention has none of them), and only where the latent,
+W and the expansion's values are each bound once and never written into (the latent form reads the
+latent when the attention runs, the expansion read it before). The expansion's own statements
+(`kv`, `k`, `v`) go where nothing else reads them and no output returns them. The NumPy interpreter runs on the IR before
 this pass, so it checks the spec as written.
 """
 
@@ -24,78 +26,72 @@ from .. import ir
 from ..dims import Dim
 from ..ir import ScalarT
 
-_WITHOUT = ("mask", "dropout", "chunk", "window", "bias", "softcap", "sinks")
+# what attention's call may say besides what latent_attention takes: each must be left out (None)
+_KEPT = ("q", "k", "v", "causal", "scale")
 
 
 def absorb_latent(model: ir.Model) -> ir.Model:
     rewritten = _rewritten(model)
     if not rewritten:
         return model
-    body = _stmts(model.body, rewritten)
-    return ir.replace(model, body=_drop_unread(body, {n for _, names in rewritten.values() for n in names}))
+    body = _stmts(model.body, lambda s: ir.replace(s, value=ir.rewrite(
+        s.value, lambda e: rewritten[id(e)][0] if id(e) in rewritten else None)) if isinstance(s, (ir.Bind, ir.SetItem))
+        else s)
+    names = {n for _, names in rewritten.values() for n in names}
+    return ir.replace(model, body=_drop_unread(body, names, {o.name for o in model.outputs}))
 
 
 def _rewritten(model: ir.Model) -> dict:
     """id(flash_attention op) -> (its latent_attention, the names of the expansion's statements)."""
-    counts: dict[str, int] = {}
+    written: dict[str, int] = {}
     for s in ir.walk_stmts(model.body):
-        if isinstance(s, ir.Bind):
-            counts[s.name] = counts.get(s.name, 0) + 1
+        for n in ir.writes(s):
+            written[n] = written.get(n, 0) + 1
+    # a value the match may read through: bound once by its `let`, never written into after
     defs = {s.name: s.value for s in ir.walk_stmts(model.body)
-            if isinstance(s, ir.Bind) and s.let and counts[s.name] == 1}
+            if isinstance(s, ir.Bind) and s.let and written[s.name] == 1}
+
+    def unchanged(e) -> bool:  # a latent or weight: an input or parameter never written, or such a value
+        return not isinstance(e, ir.Ref) or written.get(e.name, 0) == (1 if e.name in defs else 0)
     out = {}
     for e in ir.walk_exprs(model.body):
         if isinstance(e, ir.Op) and e.op == "flash_attention":
             found = _match(e, defs)
-            if found is not None:
-                out[id(e)] = found
+            if found is not None and all(map(unchanged, found[2])):
+                out[id(e)] = found[:2]
     return out
 
 
-def _stmts(stmts, rewritten: dict) -> tuple:
-    def swap(e):
-        return rewritten[id(e)][0] if id(e) in rewritten else None
+def _stmts(stmts, fn) -> tuple:
+    """`stmts` with `fn` applied to each statement outside loops and ifs (None drops it), inside them too."""
     out = []
     for s in stmts:
         if isinstance(s, ir.Loop):
-            s = ir.replace(s, body=_stmts(s.body, rewritten))
+            s = ir.replace(s, body=_stmts(s.body, fn))
         elif isinstance(s, ir.TIf):
-            s = ir.replace(s, body=_stmts(s.body, rewritten), orelse=_stmts(s.orelse, rewritten))
-        elif isinstance(s, (ir.Bind, ir.SetItem)):
-            s = ir.replace(s, value=ir.rewrite(s.value, swap))
-        out.append(s)
+            s = ir.replace(s, body=_stmts(s.body, fn), orelse=_stmts(s.orelse, fn))
+        else:
+            s = fn(s)
+        if s is not None:
+            out.append(s)
     return tuple(out)
 
 
-def _drop_unread(body: tuple, names: set) -> tuple:
-    """`body` without the `let` statements of `names` that no other statement reads (a fixpoint: `k`
-    reads `kv`)."""
+def _drop_unread(body: tuple, names: set, outputs: set) -> tuple:
+    """`body` without the `let` statements of `names` that no output returns and no statement kept
+    reads (`k` reads `kv`: both go, or both stay)."""
+    dead = set(names) - outputs
     while True:
-        stmts = ir.walk_stmts(body)
-        read = set().union(*(ir.reads(s) for s in stmts if not (isinstance(s, ir.Bind) and s.name in names)))
-        dead = {n for n in names if n not in read}
-        if not dead:
-            return body
-        body = _without(body, dead)
-        names = names - dead
-
-
-def _without(stmts: tuple, dead: set) -> tuple:
-    out = []
-    for s in stmts:
-        if isinstance(s, ir.Bind) and s.name in dead:
-            continue
-        if isinstance(s, ir.Loop):
-            s = ir.replace(s, body=_without(s.body, dead))
-        elif isinstance(s, ir.TIf):
-            s = ir.replace(s, body=_without(s.body, dead), orelse=_without(s.orelse, dead))
-        out.append(s)
-    return tuple(out)
+        read = set().union(*(ir.reads(s) for s in ir.walk_stmts(body) if not (isinstance(s, ir.Bind) and s.name in dead)))
+        if not dead & read:
+            return _stmts(body, lambda s: None if isinstance(s, ir.Bind) and s.name in dead else s)
+        dead -= read
 
 
 def _match(e: ir.Op, defs: dict):
-    """(latent_attention, expansion names) where `e` is attention over a latent's expansion, else None."""
-    if any(not _none(e.arg(n)) for n in _WITHOUT):
+    """(latent_attention, the expansion's names, the latent and the weight it reads) where `e` is
+    attention over a latent's expansion, else None."""
+    if any(not _none(a) for n, a in e.args if n not in _KEPT):
         return None
     q = e.arg("q")
     kv_name, v_lo, v_hi = _last_slice(_value(e.arg("v"), defs))
@@ -129,8 +125,8 @@ def _match(e: ir.Op, defs: dict):
     new = ir.Op("latent_attention", (("q", q), ("latent", latent), ("kv_weight", weight),
                                      ("rope_dim", _dim(rope)), ("v_dim", _dim(v)), ("causal", e.arg("causal")),
                                      ("scale", e.arg("scale"))), e.ty, e.span)
-    names = {n for n in (kv_name, _ref_name(e.arg("k"))) if n is not None}
-    return new, names
+    names = {n for n in (kv_name, _ref_name(e.arg("k")), _ref_name(e.arg("v"))) if n is not None}
+    return new, names, (latent, weight)
 
 
 def _value(e, defs: dict):

@@ -27,12 +27,11 @@ from ..dims import Dim, DimError, FloorDiv
 from ..interpret import ConfigError, Interpreter
 from ..ir import ScalarT, TensorT
 from ..language import GRADIENT_CHECKPOINTING
-from ..ops import all_ops, compare
+from ..ops import all_ops, holds
 from ..ops.shapes import product
 from ..passes import Plans
 from .caches import DTYPE_BYTES, cache_bytes
 from .experts import expert_quantities, note_experts
-
 
 
 class StatsError(ValueError):
@@ -201,8 +200,10 @@ class _Walk:
                 self.block(s.body if self.test(s.test) else s.orelse, times, env, in_loop)
             elif isinstance(s, ir.Loop):
                 self.loop(s, times, env)
-            else:  # a FusedLinear: the module's one linear of the pieces' total width, split into views
+            elif isinstance(s, ir.FusedLinear):  # the module's one linear of the pieces' total width, split
                 env.update(dict.fromkeys(s.targets, self.expr(_fused_call(s), times, env, in_loop)))
+            else:
+                raise TypeError(f"stats reads no {type(s).__name__}")
 
     def loop(self, s: ir.Loop, times: Dim, env: dict) -> None:
         """Layers one at a time while the set of locals needing a gradient changes (a carried value
@@ -452,7 +453,7 @@ def _runtime_values(model: ir.Model, overrides: dict, ints: dict, absent: list, 
         if v < 0:
             raise StatsError(f"--set {d}={v}: a size cannot be negative")
     for c in model.checks:  # as forward would check them
-        if set(c.fields) <= set(env) and not compare(c.lhs.evaluate(env), c.op, c.rhs.evaluate(env)):
+        if set(c.fields) <= set(env) and not holds(c, env):
             raise StatsError(f"the spec requires {c.text(model.display)} (line {c.span.line}); "
                              f"got {_fields(c.lhs, c.rhs, env)}")
     return {d: out[d] for d, _, _ in model.dim_sources}

@@ -51,9 +51,9 @@ class Config:
 # fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
 # it is, where, the fields it shows), the number None where it is not computed.
 _CONFIG_CHECKS = (
-    (lambda c: 1 <= c.type_vocab_size, 'index 0 must lie within axis 0, of size type_vocab_size (bert.snf:59)',
-     ('type_vocab_size',)),
     (lambda c: 0 <= c.vocab_size, '`vocab_size` is a size: it must not be negative (bert.snf:6)', ('vocab_size',)),
+    (lambda c: 0 <= c.type_vocab_size, '`type_vocab_size` is a size: it must not be negative (bert.snf:8)',
+     ('type_vocab_size',)),
     (lambda c: 0 <= c.n_layer, '`n_layer` is a size: it must not be negative (bert.snf:9)', ('n_layer',)),
     (lambda c: 0 <= c.n_embd, '`n_embd` is a size: it must not be negative (bert.snf:11)', ('n_embd',)),
     (lambda c: 0 <= c.intermediate, '`intermediate` is a size: it must not be negative (bert.snf:12)',
@@ -203,6 +203,10 @@ class Model(nn.Module):
         _check_dims('T', T, '<=', 'max_positions', cfg.max_positions, 'bert.snf:55',
                     'slice end T must lie within axis 0, of size max_positions',
                     {'T': T, 'max_positions': cfg.max_positions})
+        if token_type_ids is None:
+            _check_dims('1', 1, '<=', 'type_vocab_size', cfg.type_vocab_size, 'bert.snf:59',
+                        'index 0 must lie within axis 0, of size type_vocab_size',
+                        {'type_vocab_size': cfg.type_vocab_size})
         _check_dims('1', 1, '<=', 'T', T, 'bert.snf:76', 'index 0 must lie within axis 1, of size T', {'T': T})
         return B, T
 

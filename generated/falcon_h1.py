@@ -122,8 +122,8 @@ _CONFIG_CHECKS = (
      ('mamba_d_ssm', 'mamba_n_heads')),
     (lambda c: c.mamba_n_heads % c.mamba_n_groups == 0, 'SH must be divisible by G (falcon_h1.snf:141)',
      ('mamba_n_groups', 'mamba_n_heads')),
-    (lambda c: c.mamba_d_ssm % c.mamba_n_groups == 0, 'd_ssm must be divisible by G (falcon_h1.snf:149)',
-     ('mamba_d_ssm', 'mamba_n_groups')),
+    (lambda c: c.mamba_d_ssm % c.mamba_n_groups == 0 if c.mamba_rms_norm else True,
+     'd_ssm must be divisible by G (falcon_h1.snf:149)', ('mamba_d_ssm', 'mamba_n_groups')),
     (lambda c: c.head_dim % 2 == 0, 'head_dim must be divisible by 2 (falcon_h1.snf:162)', ('head_dim',)),
     (lambda c: c.n_head % c.n_kv_head == 0, 'H must be divisible by KVH (falcon_h1.snf:168)', ('n_head', 'n_kv_head')),
 )

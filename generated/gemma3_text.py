@@ -86,6 +86,9 @@ class Config:
 # fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
 # it is, where, the fields it shows), the number None where it is not computed.
 _CONFIG_CHECKS = (
+    (lambda c: set(c.layer_types) <= {'sliding_attention', 'full_attention'},
+     "each item of `layer_types` must be 'sliding_attention' or 'full_attention' (gemma3_text.snf:35)",
+     ('layer_types',)),
     (lambda c: 0 <= c.vocab_size, '`vocab_size` is a size: it must not be negative (gemma3_text.snf:17)',
      ('vocab_size',)),
     (lambda c: 0 <= c.n_head, '`n_head` is a size: it must not be negative (gemma3_text.snf:19)', ('n_head',)),

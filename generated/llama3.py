@@ -71,7 +71,8 @@ _CONFIG_CHECKS = (
     (lambda c: 0 <= c.mlp_hidden, '`mlp_hidden` is a size: it must not be negative (llama3.snf:19)', ('mlp_hidden',)),
     (lambda c: 1 <= c.n_head, 'the divisor H must be at least 1 (llama3.snf:38)', ('n_head',)),
     (lambda c: 1 <= c.n_kv_head, 'the divisor KVH must be at least 1 (llama3.snf:105)', ('n_kv_head',)),
-    (lambda c: 4 <= c.head_dim, 'dynamic RoPE needs 4 rotated dims (llama3.snf:83)', ('n_embd', 'n_head')),
+    (lambda c: 4 <= c.head_dim if c.rope_scaling == 2 else True, 'dynamic RoPE needs 4 rotated dims (llama3.snf:83)',
+     ('n_embd', 'n_head')),
     (lambda c: c.norm_eps, (0.0, None, False), '`eps` of `rms_norm`', 'llama3.snf:112', ('norm_eps',)),
     (lambda c: c.rope_base if c.n_layer >= 1 and (c.rope_scaling == 0 or c.rope_scaling == 1 or c.rope_scaling == 2
                                                   or c.rope_scaling == 3 or c.rope_scaling == 4) else None,
@@ -88,7 +89,9 @@ _CONFIG_CHECKS = (
      '`high_freq_factor` of `rope`', 'llama3.snf:89', ('rope_high_freq_factor',)),
     (lambda c: c.rope_scaling <= 4, 'expected rope_scaling <= 4 (llama3.snf:62)', ('rope_scaling',)),
     (lambda c: c.n_embd % c.n_head == 0, 'D must be divisible by H (llama3.snf:71)', ('n_embd', 'n_head')),
-    (lambda c: c.head_dim % 2 == 0, 'head_dim must be divisible by 2 (llama3.snf:77)', ('n_embd', 'n_head')),
+    (lambda c: c.head_dim % 2 == 0 if (c.rope_scaling == 0 or c.rope_scaling == 1 or c.rope_scaling == 2
+                                       or c.rope_scaling == 3 or c.rope_scaling == 4) else True,
+     'head_dim must be divisible by 2 (llama3.snf:77)', ('n_embd', 'n_head')),
     (lambda c: c.n_head % c.n_kv_head == 0, 'H must be divisible by KVH (llama3.snf:105)', ('n_head', 'n_kv_head')),
 )
 

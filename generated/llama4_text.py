@@ -98,6 +98,8 @@ _CONFIG_CHECKS = (
      ()),
     (lambda c: len(c.attn_types) == c.n_layer,
      lambda c: f'`attn_types` must have n_layer = {c.n_layer} items (llama4_text.snf:54); got {len(c.attn_types)}', ()),
+    (lambda c: set(c.attn_types) <= {'chunked_attention', 'full_attention'},
+     "each item of `attn_types` must be 'chunked_attention' or 'full_attention' (llama4_text.snf:54)", ('attn_types',)),
     (lambda c: 1 <= c.nope_interval, 'expected 1 <= nope_interval (llama4_text.snf:109)', ('nope_interval',)),
     (lambda c: 1 <= c.chunk_size, '`chunk` needs 1 <= chunk_size (llama4_text.snf:141)', ('chunk_size',)),
     (lambda c: 1 <= c.n_expert_tok, '`k` needs 1 <= n_expert_tok (llama4_text.snf:151)', ('n_expert_tok',)),

@@ -98,6 +98,9 @@ class Config:
 # fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
 # it is, where, the fields it shows), the number None where it is not computed.
 _CONFIG_CHECKS = (
+    (lambda c: set(c.layer_types) <= {'linear_attention', 'moe', 'full_attention', 'mlp'},
+     "each item of `layer_types` must be 'linear_attention', 'moe', 'full_attention' or 'mlp' (nemotron_h.snf:21)",
+     ('layer_types',)),
     (lambda c: 0 <= c.conv_kernel - 1, 'axis 2 of `past_conv` must not be negative (nemotron_h.snf:71)',
      ('conv_kernel',)),
     (lambda c: 1 <= c.conv_kernel, '`weight` needs 1 <= conv_kernel (nemotron_h.snf:149)', ('conv_kernel',)),

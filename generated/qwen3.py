@@ -64,7 +64,8 @@ class Config:
 # fields it shows), or (a number computed from the config, its bounds (low, high, low excluded), what
 # it is, where, the fields it shows), the number None where it is not computed.
 _CONFIG_CHECKS = (
-    (lambda c: 1 <= c.sliding_window, '`window` needs 1 <= sliding_window (qwen3.snf:84)', ('sliding_window',)),
+    (lambda c: 1 <= c.sliding_window if c.use_sliding_window else True,
+     '`window` needs 1 <= sliding_window (qwen3.snf:84)', ('sliding_window',)),
     (lambda c: 0 <= c.vocab_size, '`vocab_size` is a size: it must not be negative (qwen3.snf:10)', ('vocab_size',)),
     (lambda c: 0 <= c.n_layer, '`n_layer` is a size: it must not be negative (qwen3.snf:12)', ('n_layer',)),
     (lambda c: 0 <= c.n_head, '`n_head` is a size: it must not be negative (qwen3.snf:13)', ('n_head',)),
@@ -76,7 +77,7 @@ _CONFIG_CHECKS = (
     (lambda c: c.rope_base if c.n_layer >= 1 else None, (0.0, None, True), '`base` of `rope`', 'qwen3.snf:76',
      ('rope_base',)),
     (lambda c: c.head_dim % 2 == 0, 'head_dim must be divisible by 2 (qwen3.snf:76)', ('head_dim',)),
-    (lambda c: c.n_head % c.n_kv_head == 0, 'H must be divisible by KVH (qwen3.snf:84)', ('n_head', 'n_kv_head')),
+    (lambda c: c.n_head % c.n_kv_head == 0, 'H must be divisible by KVH (qwen3.snf:85)', ('n_head', 'n_kv_head')),
 )
 
 

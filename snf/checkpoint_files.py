@@ -51,10 +51,12 @@ class _MetaView(_KeysOf):
 class _LazyTensors(_KeysOf):
     """A checkpoint's tensors by key (`self._keys`: key -> its file); each is read from its file
     when asked for, and the last one read is kept (the pieces that read one tensor are loaded one
-    after another)."""
+    after another). `metadata`: a single safetensors file's own (save_checkpoint writes the config
+    there), else None."""
 
-    def __init__(self, where: dict, open_file):
+    def __init__(self, where: dict, open_file, metadata=None):
         self._keys, self._open, self._last = where, open_file, (None, None)
+        self.metadata = metadata
 
     def __getitem__(self, key: str):
         if self._last[0] != key:
@@ -94,26 +96,29 @@ def _open_checkpoint(path: Path) -> Iterator[Mapping]:
             return opened[file]
 
         where = _files_of(path)
-        if isinstance(where, Path):  # one file: its own keys
-            where = dict.fromkeys(open_file(where).keys(), where)
-        yield _LazyTensors(where, open_file)
+        if not isinstance(where, Path):
+            yield _LazyTensors(where, open_file)
+            return
+        single = open_file(where)  # one file: its own keys, and a safetensors file's metadata
+        yield _LazyTensors(dict.fromkeys(single.keys(), where), open_file, getattr(single, "metadata", None))
 
 
 def _files_of(path: Path) -> dict | Path:
-    """The file that holds each key (a folder's shard index), or the one file that holds them all."""
+    """The file that holds each key (a folder's shard index), or the one file that holds them all.
+    In a folder, transformers' order (5.23's modeling_utils): model.safetensors, its shard index,
+    pytorch_model.bin, its shard index; the first there is the checkpoint, the others are ignored."""
     if not path.is_dir():
         return path
-    for index in (_SAFETENSORS_INDEX, _TORCH_INDEX):
-        if (path / index).is_file():
-            try:
-                weight_map = json.loads((path / index).read_text(encoding="utf-8"))["weight_map"]
-                files = {key: _shard(path, index, file) for key, file in weight_map.items()}
-            except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
-                raise ValueError(f"{path / index} is not a shard index ({type(err).__name__}: {err})") from None
-            return files
-    for single in (_SAFETENSORS, _TORCH):
-        if (path / single).is_file():
-            return path / single
+    for name in (_SAFETENSORS, _SAFETENSORS_INDEX, _TORCH, _TORCH_INDEX):
+        if not (path / name).is_file():
+            continue
+        if name in (_SAFETENSORS, _TORCH):
+            return path / name
+        try:
+            weight_map = json.loads((path / name).read_text(encoding="utf-8"))["weight_map"]
+            return {key: _shard(path, name, file) for key, file in weight_map.items()}
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
+            raise ValueError(f"{path / name} is not a shard index ({type(err).__name__}: {err})") from None
     raise FileNotFoundError(f"{path} is a folder without a checkpoint: expected {_SAFETENSORS_INDEX}, "
                             f"{_SAFETENSORS}, {_TORCH_INDEX} or {_TORCH} in it")
 
@@ -183,7 +188,7 @@ class _SafetensorsFile(Mapping):
             header = json.loads(self._f.read(length))
             if not isinstance(header, dict):
                 raise ValueError("the header is no JSON object")
-            header.pop("__metadata__", None)
+            self.metadata = header.pop("__metadata__", None)
             self._start = 8 + length
             self._entries = {key: _entry(key, value, size - self._start) for key, value in header.items()}
         except (ValueError, TypeError, KeyError, RecursionError) as err:

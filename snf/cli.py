@@ -349,15 +349,17 @@ def cmd_explain(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    """A prompt's continuation from a `save_pretrained` folder, streamed to stdout as it is made."""
-    from .interop import CheckpointError
-    from .pretrained import PretrainedError, from_pretrained
-    from .text import TokenizerMissing, generate_text, load_tokenizer
+    """A prompt's continuation from a `save_pretrained` folder, streamed to stdout as it is made.
+    Everything that can be refused is refused before the prompt is shown."""
+    from .pretrained import from_pretrained
+    from .text import TokenizerMissing, check_continues, check_prompt, generate_text, load_tokenizer
 
     try:
+        check_prompt(args.prompt)
         tokenizer = load_tokenizer(args.folder)
         model = from_pretrained(args.folder, dtype=args.dtype)
-    except (TokenizerMissing, PretrainedError, CheckpointError, FileNotFoundError) as err:
+        check_continues(model)
+    except (TokenizerMissing, ValueError, FileNotFoundError) as err:  # PretrainedError, CheckpointError too
         print(f"snfc generate: error: {printable(str(err))}", file=sys.stderr)
         return EXIT_SPEC
     sys.stdout.write(args.prompt)

@@ -198,10 +198,12 @@ class ConfigEval:
     keys) and the Config names known so far (`names`: a dict, or the Config itself). Three-valued:
     a key gives its value or ABSENT, which only an "or else" (`hf.key or default`) turns into a
     value; anything else that meets it fails, raising `error` with the key named (`where` says
-    which file and spec)."""
+    which file and spec). `sources` (Config name -> the keys it was read from) names those keys
+    where a message shows a Config value."""
 
-    def __init__(self, hf: dict, names, where: str, error=ValueError):
+    def __init__(self, hf: dict, names, where: str, error=ValueError, sources=None):
         self.hf, self.names, self.where, self.error = hf, names, where, error
+        self.sources = sources or {}
 
     def key(self, key: str):
         node = self.hf
@@ -312,7 +314,9 @@ class ConfigEval:
             value = self.key(key)
             shown.append(f"{key} = " + ("(absent)" if value is ABSENT else json.dumps(value, default=repr)))
         for name in dict.fromkeys(config_names(e)):  # the Config fields it reads, as config.json gave them
-            shown.append(f"{name} = {self(('name', name))!r} (in the Config)")
+            keys = self.sources.get(name)
+            read = f", read from config.json's {' and '.join(dict.fromkeys(keys))}" if keys else ""
+            shown.append(f"{name} = {self(('name', name))!r} (in the Config){read}")
         return ", ".join(shown) or "these settings"
 
 

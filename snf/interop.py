@@ -12,7 +12,9 @@ those expressions against a foreign state dict, checks every shape first, and on
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import math
 import os
 import re
 import sys
@@ -29,12 +31,13 @@ from .checkpoints import Reading, key_of, read_tensor
 
 
 class CheckpointError(ValueError):
-    """A state dict does not fit the model; lists every missing, unexpected, mis-shaped or non-tensor key."""
+    """A state dict does not fit the model; lists every missing, unexpected, mis-shaped or non-tensor
+    key, and each config setting the checkpoint says it was saved with that the model's differs from."""
 
     def __init__(self, fmt: str, missing: list, unexpected: list, mismatched: list, invalid: list = (),
-                 where: str = ""):
+                 where: str = "", config: list = ()):
         self.fmt, self.missing, self.unexpected, self.mismatched = fmt, missing, unexpected, mismatched
-        self.invalid = list(invalid)
+        self.invalid, self.config = list(invalid), list(config)
         lines = [f"{where + ': ' if where else ''}checkpoint does not fit the model (format {fmt!r}):"]
         if missing:
             lines.append("  missing keys: " + ", ".join(missing))
@@ -44,11 +47,16 @@ class CheckpointError(ValueError):
             lines.append(f"  {key}: expected shape {list(want)}, got {list(got)}")
         for key, got in self.invalid:
             lines.append(f"  {key}: expected a tensor, got {got}" if " tensor" not in got else f"  {key}: {got}")
+        lines += [f"  config: {problem}" for problem in self.config]
+        if self.config:
+            lines.append("  build the model with the checkpoint's config, or load it with strict=False to take its "
+                         "weights into this config")
         super().__init__("\n".join(lines))
 
     def at(self, where) -> "CheckpointError":
         """The same error, naming the file or folder it is about."""
-        return CheckpointError(self.fmt, self.missing, self.unexpected, self.mismatched, self.invalid, str(where))
+        return CheckpointError(self.fmt, self.missing, self.unexpected, self.mismatched, self.invalid, str(where),
+                               self.config)
 
 
 class CheckpointWarning(UserWarning):
@@ -191,7 +199,8 @@ _PROGRESS_AFTER_S = 2.0  # a load that has taken this long shows its progress
 
 class _Progress:
     """What a long load has read so far, on stderr once it has taken `_PROGRESS_AFTER_S`: one line
-    updated in place on a terminal, else a line every tenth."""
+    updated in place on a terminal, else a line every tenth. A stderr that cannot be written stops
+    the showing, never the load."""
 
     def __init__(self, label: str, total: int):
         self.label, self.total, self.done, self.shown = label, max(total, 1), 0, -1
@@ -203,12 +212,16 @@ class _Progress:
         if seconds < _PROGRESS_AFTER_S:
             return
         tenth = 10 * self.done // self.total
-        tty = sys.stderr.isatty()
-        if tty or tenth > self.shown:
-            self.shown = tenth
-            lead, end = ("\r", "\n" if self.done >= self.total else "") if tty else ("", "\n")
-            print(f"{lead}{self.label}: {100 * self.done // self.total}% of {self.total / 2**30:.2f} GiB, "
-                  f"{seconds:.0f} s", end=end, file=sys.stderr, flush=True)
+        try:
+            tty = sys.stderr.isatty()
+            if tty or tenth > self.shown:
+                self.shown = tenth
+                lead, end = ("\r", "\n" if self.done >= self.total else "") if tty else ("", "\n")
+                sys.stderr.write(f"{lead}{self.label}: {100 * self.done // self.total}% of "
+                                 f"{self.total / 2**30:.2f} GiB, {seconds:.0f} s{end}")
+                sys.stderr.flush()
+        except (OSError, ValueError, AttributeError):  # stderr closed, None or a broken pipe: the load goes on,
+            self.start = math.inf  # and shows no more
 
 
 def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spec",
@@ -335,14 +348,44 @@ def load_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec",
     a folder written by transformers' `save_pretrained` (`model.safetensors`, or shards listed in
     `model.safetensors.index.json`; `pytorch_model.bin` and its index too). Tensors are read from
     disk only when the mapping needs them, and every key and shape is checked (CheckpointError)
-    before anything is copied into the model. `fmt="spec"` reads what `save_checkpoint` writes.
+    before anything is copied into the model. `fmt="spec"` reads what `save_checkpoint` writes; a
+    file that says which config it was saved with (its `snfc.config` metadata) is refused where a
+    field of the model's config differs (a CheckpointWarning with `strict=False`).
     `strict`, `before_copy` and `progress` are `load_state_dict`'s.
     """
     with _open_checkpoint(Path(path)) as tensors:
         try:
+            _check_saved_config(model, tensors.metadata, fmt, strict)
             return load_state_dict(model, tensors, fmt, strict, before_copy, progress)
         except CheckpointError as err:
             raise err.at(path) from None
+
+
+def _check_saved_config(model: torch.nn.Module, metadata, fmt: str, strict: bool) -> None:
+    """The config a checkpoint says it was saved with (save_checkpoint's `snfc.config` metadata)
+    against the model's, field by field (those both have): the weights' shapes cannot tell
+    n_head = 2 from 4, so a field that differs is a CheckpointError naming it (with `strict=False`, a
+    CheckpointWarning)."""
+    saved = metadata.get("snfc.config") if isinstance(metadata, dict) else None
+    config = getattr(model, "config", None)
+    if saved is None or not dataclasses.is_dataclass(config):
+        return
+    try:
+        saved = json.loads(saved)
+    except (TypeError, ValueError, RecursionError):
+        saved = None
+    if not isinstance(saved, dict):
+        problems = ["its snfc.config metadata is not a JSON object of config fields"]
+    else:
+        own = json.loads(json.dumps(dataclasses.asdict(config), default=repr))
+        problems = [f"{name} = {json.dumps(saved[name])} in the checkpoint (its snfc.config metadata), "
+                    f"{json.dumps(own[name])} in the model" for name in own
+                    if name in saved and json.dumps(saved[name]) != json.dumps(own[name])]
+    if problems and strict:
+        raise CheckpointError(fmt, [], [], [], config=problems)
+    if problems:
+        warnings.warn("load_checkpoint(strict=False): the checkpoint was saved with another config: "
+                      + "; ".join(problems), CheckpointWarning, stacklevel=3)
 
 
 def save_checkpoint(model: torch.nn.Module, path: str | Path) -> Path:
@@ -355,7 +398,8 @@ def save_checkpoint(model: torch.nn.Module, path: str | Path) -> Path:
 def write_safetensors(tensors: dict, path: Path, metadata: dict) -> Path:
     """One safetensors file of `tensors`: on the CPU, each contiguous and none sharing memory with
     another (safetensors refuses shared memory; a tensor is copied only where it has to be), with
-    an ordinary file's mode."""
+    an ordinary file's mode. A write that fails is an OSError naming the file."""
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
     out, storages = {}, set()
@@ -365,7 +409,12 @@ def write_safetensors(tensors: dict, path: Path, metadata: dict) -> Path:
             tensor = tensor.clone(memory_format=torch.contiguous_format)
         storages.add(tensor.untyped_storage().data_ptr())
         out[name] = tensor
-    save_file(out, str(path), metadata=metadata)
+    try:
+        save_file(out, str(path), metadata=metadata)
+    except SafetensorError as err:  # an I/O failure as safetensors reports it: as Python's own writes do
+        code = re.search(r"os error (\d+)", str(err))
+        number = int(code[1]) if code else errno.EIO
+        raise OSError(number, os.strerror(number) if code else f"safetensors: {err}", str(path)) from None
     mask = os.umask(0)  # safetensors writes 0600; a checkpoint is an ordinary file (umask's mode)
     os.umask(mask)
     os.chmod(path, 0o666 & ~mask)

@@ -42,6 +42,9 @@ class Interpreter:
             if c.length is not None and len(self.cfg[c.name]) != self.dim(c.length):
                 raise ConfigError(f"`{c.name}` must have {self.dim(c.length)} items "
                                   f"({PurePath(self.m.path).name}:{c.span.line}); got {len(self.cfg[c.name])}")
+            if c.choices and not set(self.cfg[c.name]) <= set(c.choices):
+                raise ConfigError(f"{c.choices_message()} ({PurePath(self.m.path).name}:{c.span.line}); got "
+                                  f"{c.name}={self.cfg[c.name]}")
         for c in self.m.config_conditions():
             where = f"{PurePath(self.m.path).name}:{c.span.line}"
             if isinstance(c, ir.ValueCheck):
@@ -60,6 +63,8 @@ class Interpreter:
                     raise ConfigError(f"{c.what} must be {c.range_text()}, got {value} ({where}); got "
                                       f"{self._got(fields)}")
                 continue
+            if not all(self.eval(w, {}) for w in c.when):
+                continue  # its statement never runs for this config
             if isinstance(c, ir.Constraint):
                 fields, why = sorted(c.cond.num.symbols() | c.cond.den.symbols()), c.why
             else:

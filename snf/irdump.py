@@ -113,6 +113,10 @@ class Printer:
                 self.out.append(f"{pad}{', '.join(s.targets)} = fused_linear({self.expr(s.input)}, "
                                 f"{s.fused_weight}, {s.fused_bias}){line}")
 
+    def under(self, when: tuple) -> str:
+        """` if past_keys exists and small`: what a check is made under; nothing when always."""
+        return f" if {' and '.join(self.spell(w, 4) for w in when)}" if when else ""
+
     def tensor(self, t: ir.Tensor) -> str:
         extra = []
         if t.optional and t.condition is None:
@@ -144,11 +148,11 @@ class Printer:
         if m.constraints:
             self.out.append("constraints (checked when a Config is built):")
             for c in m.constraints:
-                self.out.append(f"  {c.cond}  # line {c.span.line}")
+                self.out.append(f"  {c.cond}{self.under(c.when)}  # line {c.span.line}")
         if m.checks:
             self.out.append("run-time checks:")
             for c in m.checks:
-                self.out.append(f"  {c.text(m.display)}  # line {c.span.line}")
+                self.out.append(f"  {c.text(m.display)}{self.under(c.when)}  # line {c.span.line}")
         if m.values:
             self.out.append("numbers (computed and checked when a Config is built):")
             for v in m.values:

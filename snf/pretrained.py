@@ -15,6 +15,7 @@ import functools
 import json
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -25,7 +26,8 @@ from .checkpoints import join_parts, source_keys, unmap_tensor
 from .config_mapping import ConfigEval, config_keys, invert, put, section_keys, show, unknown_keys, written_key
 
 CONFIG_FILE = "config.json"
-
+# the dtypes snfc's models run in (its kernels and torch's CPU ops); a float8 one loads, then no forward runs
+RUNNABLE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 class PretrainedError(ValueError):
@@ -53,10 +55,14 @@ def _claims() -> list[tuple[str, tuple, Path]]:
             section = encode_config_section(result.model, "hf")
             written = section["writes"].get("architectures", ("list", ()))
             architectures = tuple(v[1] for v in written[1] if v[0] == "const") if written[0] == "list" else ()
-            for test, _ in section["asserts"]:
-                if test[:3] == ("cmp", "==", ("key", "model_type")) and test[3][0] == "const":
-                    out.append((test[3][1], architectures, path))
+            out += [(model_type, architectures, path) for model_type in _model_types(section)]
     return out
+
+
+def _model_types(section: dict) -> list:
+    """The model_type a `config hf:` section requires (`assert hf.model_type == "..."`), as a list."""
+    return [test[3][1] for test, _ in section["asserts"]
+            if test[:3] == ("cmp", "==", ("key", "model_type")) and test[3][0] == "const"]
 
 
 def bundled_specs() -> dict[str, Path]:
@@ -95,16 +101,20 @@ def config_from_hf(module, hf: dict, where: str = "config.json"):
     """The spec's Config for a transformers config.json (a dict), through its `config hf:` section;
     PretrainedError names each setting the spec cannot honour."""
     section = _section(module, where)["config"]
+    _check_family(module, section, hf, where)
     where = f"{where} (for {_spec_name(module)})"
     fields: dict = {}
-    ev = ConfigEval(hf, fields, where, PretrainedError)
+    ev = ConfigEval(hf, fields, where, PretrainedError,
+                    sources={field: config_keys(source) for field, source in section["reads"].items()})
     for field, source in section["reads"].items():
         fields[field] = ev.value(source)
     try:
         config = module.Config(**fields)
     except (TypeError, ValueError, ZeroDivisionError, OverflowError) as err:
+        named = [f for f in fields if re.search(rf"\b{re.escape(f)}\b", str(err)) and ev.sources[f]]
         raise PretrainedError(f"{where}: config.json gives a Config the spec refuses ("
-                              + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + f"): {err}") from None
+                              + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + f"): {err}"
+                              + "".join(f"\n  {ev.settings(('name', f))}" for f in named)) from None
     ev.names = config
     problems = []
     for test, message in section["asserts"]:
@@ -122,6 +132,22 @@ def _spec_name(module) -> str:
     return Path(getattr(module, "SPEC", {}).get("path", "?")).name
 
 
+def _check_family(module, section: dict, hf: dict, where: str) -> None:
+    """A folder of another model_type than the spec reads is refused as that, before any setting is
+    read (a gpt2 folder read with llama3.snf lacks llama's keys first), naming the specs that fit."""
+    wanted = _model_types(section)
+    given = hf.get("model_type")
+    if not wanted or given in wanted:
+        return
+    held = (f"a {given} model" if isinstance(given, str) else "no model_type" if given is None
+            else f"model_type {json.dumps(given)}")
+    fits = [path.name for model_type, _, path in _claims() if model_type == given]
+    raise PretrainedError(f"{where}: this folder holds {held}; {_spec_name(module)} reads {wanted[0]} folders "
+                          f"(model_type \"{wanted[0]}\"). "
+                          + (f"For {given}, use {' or '.join(fits)} (or leave spec= out)" if fits
+                             else "snfc bundles no spec for it: give a spec whose `config hf:` section reads it"))
+
+
 # ----------------------------------------------------------------------------- from_pretrained
 
 def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device=None) -> torch.nn.Module:
@@ -136,7 +162,7 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
     names it; a checkpoint that does not fit is interop.CheckpointError."""
     from .api import load
 
-    folder = Path(path)
+    folder = local_folder(path)
     config_file = folder / CONFIG_FILE
     if not config_file.is_file():
         raise FileNotFoundError(f"{folder} is not a save_pretrained folder: it has no {CONFIG_FILE}")
@@ -149,7 +175,7 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
         raise PretrainedError(f"cannot read {config_file}: {err.strerror or err}") from None
     if not isinstance(hf, dict):
         raise PretrainedError(f"{config_file} holds a {type(hf).__name__}, not a JSON object")
-    dtype = _dtype(dtype if dtype is not None else _saved_dtype(hf))
+    dtype = _dtype(dtype) if dtype is not None else _saved_dtype(hf, config_file)
     module = load(spec if spec is not None else _spec_for(hf.get("model_type"), folder, hf.get("architectures")))
     config = config_from_hf(module, hf, str(config_file))
     def allocate() -> None:  # once every key, shape and dtype is checked on the meta device
@@ -175,22 +201,31 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
 
 def generation_config(folder: Path, hf: dict):
     """The end and padding tokens generate uses by default: generation_config.json's where the folder
-    has one, else config.json's (transformers' order). A value that is no token id is left out."""
+    has one, else config.json's (transformers' order). An integral float is its int, as transformers
+    reads it; a negative id (old Llama configs' pad_token_id = -1) is left out; a value that is no
+    token id at all is a PretrainedError naming the file and key."""
     from .runtime.generate import GenerationConfig
 
+    files = dict.fromkeys(hf, CONFIG_FILE)
     settings = hf
     try:
-        settings = {**hf, **json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))}
-    except (OSError, ValueError):
+        given = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
+        if isinstance(given, dict):
+            settings = {**hf, **given}
+            files.update(dict.fromkeys(given, "generation_config.json"))
+    except (OSError, ValueError, RecursionError):
         pass  # none, or not JSON: config.json's
-    if not isinstance(settings, dict):
-        settings = hf
 
-    def token(v):
-        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
-    eos = settings.get("eos_token_id")
-    ends = tuple(t for t in ((eos,) if not isinstance(eos, list) else eos) if token(t) is not None)
-    return GenerationConfig(ends, token(settings.get("pad_token_id")))
+    def tokens(key: str) -> list:
+        value = settings.get(key)
+        items = value if isinstance(value, list) else [] if value is None else [value]
+        if not all(isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()
+                   for v in items):
+            raise PretrainedError(f"{folder / files[key]}: {key} = {json.dumps(value)} is not a token id (an int) "
+                                  "or a list of them")
+        return [int(v) for v in items if v >= 0]
+    pad = tokens("pad_token_id")
+    return GenerationConfig(tuple(tokens("eos_token_id")), pad[0] if pad else None)
 
 
 
@@ -214,25 +249,52 @@ def _tagged_floats(obj):
     return obj
 
 
-def _saved_dtype(hf: dict) -> torch.dtype | None:
+def _saved_dtype(hf: dict, config_file: Path) -> torch.dtype:
     """The floating dtype config.json says the checkpoint holds (`dtype`, transformers 4's
-    `torch_dtype`); None where it names none, or names no floating dtype."""
+    `torch_dtype`); float32 where it names none, or names no floating dtype. One snfc cannot run
+    (float8) is refused by name."""
     for key in ("dtype", "torch_dtype"):
         named = getattr(torch, str(hf.get(key)).removeprefix("torch."), None) if isinstance(hf.get(key), str) else None
         if isinstance(named, torch.dtype) and named.is_floating_point:
+            if named not in RUNNABLE_DTYPES:
+                raise PretrainedError(f"{config_file}: {key} = {json.dumps(hf[key])}: snfc cannot run a model in "
+                                      f"{_dtype_name(named)}; load it in {_runnable()} (dtype=, snfc generate "
+                                      "--dtype)")
             return named
-    return None
+    return torch.float32
 
 
 def _dtype(dtype) -> torch.dtype:
-    """from_pretrained's `dtype=`: a floating-point torch.dtype or its name ("bfloat16"); float32 by default."""
-    if dtype is None:
-        return torch.float32
+    """from_pretrained's `dtype=`: one of RUNNABLE_DTYPES, or its name ("bfloat16")."""
     named = getattr(torch, dtype.removeprefix("torch."), None) if isinstance(dtype, str) else dtype
-    if not isinstance(named, torch.dtype) or not named.is_floating_point:
-        raise PretrainedError(f"from_pretrained: dtype= must be a floating-point torch.dtype (torch.float32, "
-                              f"torch.bfloat16, ...) or its name, got {dtype!r}")
+    if not isinstance(named, torch.dtype) or named not in RUNNABLE_DTYPES:
+        raise PretrainedError(f"from_pretrained: dtype= must be a dtype snfc runs ({_runnable()}), as a torch.dtype "
+                              f"or its name; got {dtype!r}")
     return named
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _runnable() -> str:
+    return ", ".join(map(_dtype_name, RUNNABLE_DTYPES))
+
+
+def local_folder(path) -> Path:
+    """`path` as a folder on this machine (`~` expanded); FileNotFoundError where there is none. snfc
+    reads local folders only: a name that is none is never looked up on the Hub (transformers asks
+    the Hub for a name that is no folder, for a minute where the network is slow, and then speaks of
+    the internet). A name shaped like a Hub repo id is told how to download it."""
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        return folder
+    if folder.exists():
+        raise FileNotFoundError(f"{path} is a file, not a save_pretrained folder")
+    hub = re.fullmatch(r"[\w.-]+/[\w.-]+", str(path)) and not str(path).startswith(".")
+    raise FileNotFoundError(f"{path} does not exist" + (
+        f" here (snfc reads local folders only: for the Hub's {path}, download it first, `hf download {path} "
+        "--local-dir DIR`, and give DIR)" if hub else ""))
 
 
 def _device(device) -> torch.device:
@@ -362,37 +424,41 @@ def hf_state_dict(model: torch.nn.Module) -> dict:
 def save_pretrained(model: torch.nn.Module, folder) -> Path:
     """Write the model as transformers' `save_pretrained` does: config.json (`config_to_hf`) and
     model.safetensors in the `checkpoint hf:` names (`hf_state_dict`), which transformers'
-    `from_pretrained` (and `snf.from_pretrained`) load.
+    `from_pretrained` (and `snf.from_pretrained`) load, with the tokenizer and generation-config
+    files of the folder the model was loaded from (`_companions`).
 
-    Into an existing folder without losing it: both files are written beside their final names
-    first, and renamed over them weights first, config.json last, so that a save that fails or is
-    interrupted while writing leaves the folder as it was. A shard index left by an earlier save
-    (which loaders prefer to model.safetensors) is removed with the shards it lists."""
+    Into an existing folder without losing it: every file is written beside its final name first,
+    and renamed over it once all are written, config.json last, so that a save that fails or is
+    interrupted while writing (a full disk) leaves the folder as it was. A shard index left by an
+    earlier save (which would outlive the new model.safetensors) is removed with the shards it lists."""
     config = config_to_hf(model)
     weights = hf_state_dict(model)
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise PretrainedError(f"save_pretrained: {folder} is a file; it must name a folder")
-    staged = {folder / f".{name}.partial": folder / name for name in ("model.safetensors", CONFIG_FILE)}
+    companions = _companions(getattr(model, "_hf_folder", None), folder)
+    staged = {name: folder / f".{name}.partial" for name in (*companions, "model.safetensors", CONFIG_FILE)}
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        weights_tmp, config_tmp = staged
-        interop.write_safetensors(weights, weights_tmp, {"format": "pt"})
-        config_tmp.write_text(json.dumps(_tagged_floats(config), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        stale = _stale_shards(folder)
-        os.replace(weights_tmp, staged[weights_tmp])
-        for path in stale:
-            path.unlink(missing_ok=True)
-        os.replace(config_tmp, staged[config_tmp])
+        interop.write_safetensors(weights, staged["model.safetensors"], {"format": "pt"})
+        staged[CONFIG_FILE].write_text(json.dumps(_tagged_floats(config), indent=2, sort_keys=True) + "\n",
+                                       encoding="utf-8")
+        for name, source in companions.items():
+            shutil.copyfile(source, staged[name])
+        stale = _stale_shards(folder, staged)
+        for name, path in staged.items():
+            if name == CONFIG_FILE:
+                for old in stale:
+                    old.unlink(missing_ok=True)
+            os.replace(path, folder / name)
     except BaseException as err:
-        for path in staged:
+        for path in staged.values():
             with contextlib.suppress(OSError):
                 path.unlink(missing_ok=True)
         if isinstance(err, OSError):
             raise PretrainedError(f"save_pretrained: cannot write {getattr(err, 'filename', None) or folder}: "
                                   f"{err.strerror or err}; the folder is as it was") from None
         raise
-    _copy_companions(getattr(model, "_hf_folder", None), folder)
     return folder
 
 
@@ -403,32 +469,46 @@ COMPANIONS = ("generation_config.json", "special_tokens_map.json", "added_tokens
 COMPANION_PATTERNS = ("tokenizer*", "chat_template*")
 
 
-def _copy_companions(source, folder: Path) -> None:
-    """The tokenizer and generation-config files of the folder the model was loaded from, copied
-    into `folder` (the hub cache's symlinks followed), so that the saved folder works as the
-    original did: transformers' pipelines and `generate` read them. Nothing to do for a model not
-    loaded from a folder, or saved back into its own."""
+def _companions(source, folder: Path) -> dict[str, Path]:
+    """The tokenizer and generation-config files of the folder the model was loaded from, by name,
+    to copy into `folder`, so that the saved folder works as the original did: transformers'
+    pipelines and `generate` read them. None for a model not loaded from a folder, or saved back into
+    its own. Only the folder's own files: a link to a file outside it (but for the hub cache's links
+    into its repo's blobs) is refused by name, before anything is written, as its bytes are not the
+    folder's to copy (a `tokenizer.model` linked to a private file would land in the save)."""
     if source is None or not Path(source).is_dir():
-        return
+        return {}
     source = Path(source)
     with contextlib.suppress(OSError):
         if source.samefile(folder):
-            return
+            return {}
     names = {p.name for pattern in COMPANION_PATTERNS for p in source.glob(pattern)}
     names |= {name for name in COMPANIONS if (source / name).exists()}
+    out = {}
     for name in sorted(names):
-        if not (source / name).is_file():
+        path = source / name
+        if not path.is_file():
             continue
-        try:
-            shutil.copyfile(source / name, folder / name)
-        except OSError as err:
-            raise PretrainedError(f"save_pretrained: wrote the weights and config.json to {folder}, but cannot copy "
-                                  f"{source / name} beside them: {err.strerror or err}") from None
+        if not _inside(path, source):
+            raise PretrainedError(f"save_pretrained: {path} is a link to {path.resolve()}, outside the folder the "
+                                  "model was loaded from; snfc copies only the folder's own files beside a save. "
+                                  "If that file is the model's, put a copy of it in place of the link; nothing was "
+                                  "written")
+        out[name] = path
+    return out
 
 
-def _stale_shards(folder: Path) -> list[Path]:
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path`, its links followed, is a file of `folder`, or of the blobs of the hub cache's
+    repo whose snapshot `folder` is (models--org--name/snapshots/REV/x links to ../../blobs/HASH)."""
+    real, root = path.resolve(), folder.resolve()
+    roots = [root] + [root.parent.parent / "blobs"] * (root.parent.name == "snapshots")
+    return any(real.is_relative_to(r) for r in roots)
+
+
+def _stale_shards(folder: Path, keep) -> list[Path]:
     """The shard indexes in `folder` and the shard files they list (in the folder), which would
-    shadow or outlive a new model.safetensors."""
+    outlive a new model.safetensors; never one of the files named in `keep` (the save's own)."""
     stale = []
     for index in (interop._SAFETENSORS_INDEX, interop._TORCH_INDEX):
         if not (folder / index).is_file():
@@ -438,6 +518,6 @@ def _stale_shards(folder: Path) -> list[Path]:
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             files = set()
         stale += [folder / name for name in sorted(f for f in files if isinstance(f, str))
-                  if Path(name).name == name and name not in ("model.safetensors", CONFIG_FILE)]
+                  if Path(name).name == name and name not in keep]
         stale.append(folder / index)
     return stale

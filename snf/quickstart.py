@@ -15,7 +15,8 @@ The tasks read this repository's own text (README, docs, specs); nothing is down
 - TinyTransformer has no positions, so it gets a task that needs none: every position predicts
   the largest token of its sequence.
 - A spec not trained (not in SHOWN without `--all`, or with no entry in DEMO) still gets a line: it is
-  built at its defaults on the meta device (no memory used) and run forward there once, which gives
+  built at its defaults on the meta device (no memory used) and run forward there once, on the inputs
+  its spec requires (an encoder-decoder's decoder input too) at lengths its checks allow, which gives
   its parameter count and output shapes.
 """
 
@@ -408,16 +409,52 @@ def _at_defaults(mod):
         return None
 
 
-def _on_meta(model) -> str:
-    """Output shapes of one forward pass on the meta device, from token ids [2, 8]."""
+def _meta_inputs(spec: Path, model) -> dict:
+    """Zeros on the meta device for each input forward requires (the spec's, in forward's order), by
+    name: the batch (the first input's first axis) 2, each other axis a call decides 8 or the most the
+    spec's checks allow at the model's config (`T <= block_size`), each axis of the config its value."""
+    from .compiler import analyze
+    from .dims import Dim
+    from .source import Source
+    result = analyze(Source.read(ROOT / spec))
+    if not result.ok:
+        raise ValueError(f"{spec.as_posix()} has errors: run `snfc check {spec.as_posix()}`")
+    typed = result.model
+    required = [i for i in typed.inputs if not i.optional]
+    given = {d.as_symbol() for i in required for d in i.ty.shape}
+    absent = {d: Dim.const(0) for d in typed.run_time_dims if d not in given}  # brought by optional inputs (T_past)
+    batch = required[0].ty.shape[0].as_symbol() if required and required[0].ty.shape else None
+    config = {}
+    for name in {s for i in required for d in i.ty.shape for s in d.symbols()} | {
+            s for c in typed.checks for s in c.rhs.symbols()}:
+        if name not in typed.run_time_dims and hasattr(model.config, name):
+            config[name] = getattr(model.config, name)
+    sizes = {}
+    for d in sorted(given & typed.run_time_dims):
+        size = 2 if d == batch else 8
+        for c in typed.checks:
+            lhs, rhs = c.lhs.subs(absent), c.rhs.subs(absent)
+            if c.op in ("<=", "<") and lhs == Dim.sym(d) and rhs.symbols() <= set(config):
+                size = min(size, rhs.evaluate(config) - (c.op == "<"))
+        sizes[d] = size
+    env = {**config, **sizes}
+    return {i.name: torch.zeros([d.evaluate(env) for d in i.ty.shape], dtype=getattr(torch, i.ty.dtype),
+                                device="meta") for i in required}
+
+
+def _shapes(tensors: dict) -> str:
+    return ", ".join(f"{k} {list(v.shape)}" for k, v in tensors.items() if v is not None)
+
+
+def _on_meta(model, inputs: dict) -> str:
+    """Output shapes of one forward pass on the meta device, from `inputs` (_meta_inputs). A failure
+    is the spec's (or the runtime's), not the demo's: it raises, and main counts it."""
     try:
         with torch.device("meta"):
-            out = model.eval()(torch.zeros(2, 8, dtype=torch.long))
-    except Exception as err:  # a spec whose inputs are not token ids alone
-        return f"cannot run on token ids alone ({type(err).__name__}: {err})"
-    if isinstance(out, torch.Tensor):
-        return f"output {list(out.shape)}"
-    return ", ".join(f"{k} {list(v.shape)}" for k, v in out._asdict().items() if v is not None)
+            out = model.eval()(*inputs.values())
+    except Exception as err:
+        raise RuntimeError(f"forward on the meta device, on {_shapes(inputs)}: {type(err).__name__}: {err}") from err
+    return f"output {list(out.shape)}" if isinstance(out, torch.Tensor) else _shapes(out._asdict())
 
 
 def run_spec(spec: Path, steps: int | None = None, train: bool = True) -> str:
@@ -433,8 +470,11 @@ def run_spec(spec: Path, steps: int | None = None, train: bool = True) -> str:
     demo = DEMO.get(name)
     print(f"  {defaults} parameters at its defaults" if at_defaults is not None else "  its Config has no defaults")
     if demo is None or not train:
-        what = (f"run forward once at its defaults on the meta device (no memory used), on token ids [2, 8]: "
-                f"{_on_meta(at_defaults)}" if at_defaults is not None else "nothing to build")
+        what = "nothing to build"
+        if at_defaults is not None:
+            inputs = _meta_inputs(spec, at_defaults)
+            what = (f"run forward once at its defaults on the meta device (no memory used), on {_shapes(inputs)}: "
+                    f"{_on_meta(at_defaults, inputs)}")
         why = "no demo config in snf/quickstart.py's DEMO" if demo is None else "not trained in this run (--all)"
         print(f"  {why}: {what}")
         return (f"not trained: {'no demo config' if demo is None else 'see --all'} ({defaults} parameters at its "
@@ -468,7 +508,11 @@ def main(argv: list[str] | None = None) -> int:
           f"briefly ({', '.join(trained)}{'' if args.all else '; --all trains every one'}; torch "
           f"{torch.__version__}, 1 thread)")
     from .runtime.compiling import _compile_mode
-    print("mode: " + MODES[_compile_mode()])
+    try:
+        print("mode: " + MODES[_compile_mode()])
+    except ValueError as err:  # SNF_COMPILE set to a value it does not know
+        print(f"snfc quickstart: error: {err}", file=sys.stderr)
+        return 1
     summary, failed = [], 0
     for spec in specs:
         try:

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from conftest import REPO
-from snf.runtime import compiling
+from snf.runtime import compiling, policy
 from snf.runtime.compiling import _compile_asked, _compile_mode, _DecodeLoop, _DecodeState, _hot_path, _signature
 
 
@@ -116,7 +116,7 @@ def test_by_default_a_unit_compiles_once_its_eager_time_would_have_paid_for_it(f
     """Work that recurs: the eager calls of a shape, times what compiling saves per call, past the
     compile's expected seconds. With a saving of 75% and a cost of 0.05 s, calls of 0.01 s compile
     after 7 of them, and a shape of its own starts counting again."""
-    monkeypatch.setitem(compiling._FIGURES, ("cpu", "decode", "eval"), compiling._Figures(0.05, 0.0, (1.0, 1.0), 0.25))
+    monkeypatch.setitem(policy._FIGURES, ("cpu", "decode", "eval"), policy._Figures(0.05, 0.0, (1.0, 1.0), 0.25))
     forward = _unit(dynamic=False, unit="decode")
     model = Step(cost=0.01).eval()
     eager_calls = 0
@@ -133,7 +133,7 @@ def test_by_default_a_unit_compiles_once_its_eager_time_would_have_paid_for_it(f
 def test_a_decode_loop_compiles_at_its_second_step_when_the_steps_ahead_repay_it(fake_compile, monkeypatch):
     """The steps left in the loop (in the same cache bucket) count before they run; a loop too short
     to repay the compile stays eager to its end. A shape's first step runs eagerly: it is measured."""
-    monkeypatch.setitem(compiling._FIGURES, ("cpu", "decode", "eval"), compiling._Figures(0.05, 0.0, (1.0, 1.0), 0.25))
+    monkeypatch.setitem(policy._FIGURES, ("cpu", "decode", "eval"), policy._Figures(0.05, 0.0, (1.0, 1.0), 0.25))
     forward = _unit(dynamic=False, unit="decode")
     model = Step(cost=0.002).eval()
     with _DecodeLoop(100) as loop:
@@ -165,7 +165,7 @@ def test_a_compile_records_its_cost_beside_torchs_cache_and_the_next_process_exp
     again = _unit(dynamic=False, unit="decode")  # as a new process would build it
     again(model, x)
     (entry,) = again.seen.values()
-    assert entry.record.cost() == pytest.approx(data["compile_s"][0] * compiling._WARM)
+    assert entry.record.cost() == pytest.approx(data["compile_s"][0] * policy._WARM)
 
 
 def test_a_long_compile_says_what_it_waits_for_once(fake_compile, monkeypatch, caplog):
@@ -198,7 +198,7 @@ def test_the_record_lives_in_torchs_own_cache_folder(monkeypatch):
     """snf finds torch's default inductor cache folder without importing inductor (which the eager
     path must not): the same folder torch's own function names."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-    assert os.path.join(tempfile.gettempdir(), f"torchinductor_{compiling._user()}") == default_cache_dir()
+    assert os.path.join(tempfile.gettempdir(), f"torchinductor_{policy._user()}") == default_cache_dir()
 
 
 EAGER_SESSION = """
@@ -237,7 +237,7 @@ def test_a_decode_loop_that_starts_eagerly_switches_to_the_compiled_step_midway(
     from conftest import fresh_module
     monkeypatch.delenv("SNF_COMPILE")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
-    monkeypatch.setitem(compiling._FIGURES, ("cpu", "decode", "eval"), compiling._Figures(0.0, 0.0, (1.0, 1.0), 0.3))
+    monkeypatch.setitem(policy._FIGURES, ("cpu", "decode", "eval"), policy._Figures(0.0, 0.0, (1.0, 1.0), 0.3))
     torch._dynamo.reset()
     ng = fresh_module(REPO / "generated" / "nanogpt.py", "nanogpt_switch")
     torch.manual_seed(0)

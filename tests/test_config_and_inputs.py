@@ -209,3 +209,26 @@ def test_a_number_checked_under_a_flag_and_its_negation_is_checked_once_unguarde
         ns: dict = {}
         exec(compile(code, "<flag>", "exec"), ns)
         ns["Config"](base=-1.0, flag=False)
+
+
+@pytest.mark.parametrize("spec, layer_types, bad", [
+    ("gemma3_text", ["sliding_attention", "full", "sliding_attention"], "full"),
+    ("gemma3_text", ["sliding_attention", "Full_Attention"], "Full_Attention"),
+    ("gemma3_text", ["sliding_attention", ""], ""),
+    ("nemotron_h", ["moe", "attention"], "attention"),
+    ("nemotron_h", ["mamba", "mlp"], "mamba"),
+])
+def test_config_refuses_a_layer_kind_the_spec_does_not_know(spec, layer_types, bad):
+    """`Config(...)` checks a list of strings' items as `config hf:` does: an unknown kind would
+    otherwise run as none of the spec's kinds. The interpreter's Config says the same."""
+    import importlib
+
+    from snf.interpret import ConfigError, Interpreter
+    module = importlib.import_module(f"generated.{spec}")
+    with pytest.raises(ValueError, match=f"each item of `layer_types` must be .*{spec}.snf.*got layer_types=.*'{bad}'"):
+        module.Config(layer_types=layer_types)
+    model = analyze(Source.read(REPO / "specs" / f"{spec}.snf")).model
+    values = {**dataclasses.asdict(module.Config()), "layer_types": tuple(layer_types)}
+    with pytest.raises(ConfigError, match="each item of `layer_types` must be"):
+        Interpreter(model, values)
+    module.Config(layer_types=[k for k in layer_types if k != bad] or list(module.Config().layer_types[:1]))

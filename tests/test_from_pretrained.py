@@ -542,7 +542,8 @@ def test_llama_older_config_files_rope_scaling_and_rope_theta(tmp_path):
     ("gpt_oss", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 8.0, "mscale": 0.7,
                                       "original_max_position_embeddings": 8}), "rope_parameters.mscale = 0.7"),
     ("gpt_oss", dict(quantization_config={"quant_method": "mxfp4"}), "quantization_config = {\"quant_method\": \"mxfp4\"}"),
-    ("gpt_oss", dict(layer_types=["sliding_attention", "chunked_attention"]), "every layer sliding_attention or full"),
+    ("gpt_oss", dict(layer_types=["sliding_attention", "chunked_attention"]),
+     "each item of `attention_types` must be 'sliding_attention' or 'full_attention'"),
     ("gpt_oss", dict(tie_word_embeddings=True), "tie_word_embeddings = true"),
 ])
 def test_a_setting_the_spec_cannot_honour_is_named(tmp_path, family, changes, named):

@@ -278,7 +278,7 @@ def test_mlp_only_layers_with_a_sparse_step_match_transformers(tmp_path, family,
     ("nemotron_h", dict(mlp_hidden_act="silu"), "mlp_hidden_act = \"silu\""),
     ("nemotron_h", dict(num_nextn_predict_layers=1), "num_nextn_predict_layers = 1"),
     ("nemotron_h", dict(layers_block_type=["linear_attention", "attention", "moe", "mlp", "linear_attention"]),
-     "every layer linear_attention, full_attention, mlp or moe"),
+     "each item of `layer_types` must be 'linear_attention', 'moe', 'full_attention' or 'mlp'"),
 ])
 def test_a_setting_the_spec_cannot_honour_is_named(tmp_path, family, changes, named):
     refused(tmp_path, family, changes, named)

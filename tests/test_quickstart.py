@@ -4,9 +4,13 @@ summary line, and its numbers are what the lines say they are."""
 from __future__ import annotations
 
 import math
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO, python_subprocess
 
 import snf.quickstart as quickstart
@@ -19,11 +23,38 @@ def test_every_spec_has_a_demo_config():
     assert not missing, f"add a small config for {sorted(missing)} to DEMO in snf/quickstart.py"
 
 
+# A line that reports a failure: a spec's FAILED line, an exception's name or a traceback, or a
+# "cannot" (the demo's own word for what it could not do).
+ERROR_LINE = re.compile(r"cannot|error|traceback|failed|exception", re.I)
+# Lines that quote text a model wrote (a sample), which may spell any word
+SAMPLE_LINE = re.compile(r"^  (sample \(generate|'let x=y;' sorted \(greedy generate\))")
+
+
+def _error_lines(*outputs: str) -> list[str]:
+    return [line for out in outputs for line in out.splitlines()
+            if ERROR_LINE.search(line) and not SAMPLE_LINE.match(line)]
+
+
 def _quickstart(*args: str) -> tuple[str, str]:
     proc = python_subprocess(f"import sys, snf.quickstart as q; sys.exit(q.main({list(args)!r}))", timeout=600,
                              env={"SNF_COMPILE": ""})  # the default path, as scripts/demo.sh runs it
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert not _error_lines(proc.stdout, proc.stderr), "\n".join(_error_lines(proc.stdout, proc.stderr))
     return proc.stdout, proc.stderr
+
+
+@pytest.mark.slow
+def test_the_demo_prints_no_error_line():
+    """scripts/demo.sh's last step as it runs it (`python -m snf.quickstart`, its default arguments,
+    on the committed generated/ modules): it exits 0, and no line of its output reports a failure
+    (it once exited 0 with 23 specs' "cannot run" lines in it)."""
+    proc = subprocess.run([sys.executable, "-m", "snf.quickstart"], cwd=REPO, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "SNF_COMPILE": ""})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert not _error_lines(proc.stdout, proc.stderr), "\n".join(_error_lines(proc.stdout, proc.stderr))
+    summary = proc.stdout[proc.stdout.index("\nsummary"):]
+    for name in SPECS:
+        assert re.search(rf"^  {name} +\S", summary, re.M), name
 
 
 def _trained_as_said(name: str, out: str, err: str) -> None:
@@ -82,7 +113,39 @@ def test_a_spec_without_defaults_or_token_inputs_still_gets_a_line(tmp_path):
     assert quickstart._at_defaults(mod) is None  # Config(D) has no default
     with torch.device("meta"):
         model = mod.Model(D=4)
-    assert quickstart._on_meta(model).startswith("cannot run on token ids alone (ValueError: input x must be")
+    inputs = quickstart._meta_inputs(spec, model)  # x: float32 [B, D], at the model's D
+    assert [(k, list(v.shape), v.dtype) for k, v in inputs.items()] == [("x", [2, 4], torch.float32)]
+    assert quickstart._on_meta(model, inputs) == "output [2, 4]"
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_every_spec_runs_forward_at_its_defaults_on_the_meta_device(name, monkeypatch):
+    """What the demo prints for a spec it does not train: its forward at its defaults on the meta
+    device, on the inputs its spec requires, at a length its checks allow."""
+    import torch
+    monkeypatch.setattr(quickstart, "ROOT", REPO)
+    model = quickstart._at_defaults(quickstart._module(name))
+    inputs = quickstart._meta_inputs(REPO / "specs" / f"{name}.snf", model)
+    assert all(v.device.type == "meta" for v in inputs.values())
+    shapes = quickstart._on_meta(model, inputs)  # raises where it fails
+    assert shapes and "[2, " in shapes, shapes
+    if name == "tiny_transformer":  # T <= block_size = 5
+        assert quickstart._shapes(inputs) == "x [2, 5]"
+    if name == "t5":  # an encoder-decoder gets its decoder's input
+        assert quickstart._shapes(inputs) == "input_ids [2, 8], decoder_input_ids [2, 8]"
+
+
+def test_a_training_forward_with_its_fused_loss_runs_on_the_meta_device():
+    """The fused head-and-loss (snf.runtime.loss) asks autocast for the meta device's dtype too: a
+    device without autocast has it off (torch.is_autocast_enabled("meta") raises)."""
+    import torch
+    from generated.gpt_decoder import Model
+    with torch.device("meta"):
+        model = Model(**quickstart.DEMO["gpt_decoder"].config).train()
+        idx = torch.zeros(2, 8, dtype=torch.long)
+        out = model(idx, labels=idx)
+        out.loss.backward()
+    assert out.loss.shape == () and out.loss.device.type == "meta"
 
 
 def test_snowflake_first_loss_is_its_head_copying_the_input():
@@ -104,3 +167,11 @@ def test_snowflake_first_loss_is_its_head_copying_the_input():
     margin = (logits[hidden][:, quickstart.MASK] - logits[hidden].gather(1, target[hidden][:, None])[:, 0]).mean().item()
     assert loss > 8 * math.log(quickstart.VOCAB) and abs(loss - margin) < 2.0, (loss, margin)
     assert "by design of the seed" in quickstart.DEMO["snowflake_core"].note
+
+
+def test_an_snf_compile_value_it_does_not_know_is_one_error_line():
+    proc = python_subprocess("import sys, snf.quickstart as q; sys.exit(q.main(['--steps', '1']))", timeout=120,
+                             env={"SNF_COMPILE": "ture"})
+    assert proc.returncode == 1
+    assert "snfc quickstart: error: SNF_COMPILE='ture' is not a setting snf knows" in proc.stderr
+    assert "Traceback" not in proc.stderr

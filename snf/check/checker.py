@@ -15,6 +15,7 @@ from ..irdump import Printer
 from ..ops import all_ops
 from ..source import Span
 from .calls import Calls
+from .conditions import fewest
 from .config_maps import ConfigMaps
 from .declarations import Declarations
 from .expressions import Expressions
@@ -53,10 +54,8 @@ class Checker(Declarations, ConfigMaps, Expressions, Statements, Loops, Calls, F
         self.roles: dict[str, str] = {}
         self.where_dims: dict[str, Dim] = {}
         self.free_out: set[str] = set()
-        self.runtime_checks: dict[tuple, Span] = {}  # (lhs, rhs, op) -> where the condition arose
+        self.pending: list[ir.Check] = []  # the checks on dims, as they arose (check/facts.py)
         self.nonlinear_spans: set = set()  # where a condition not linear in a layer was refused
-        self.check_when: dict[tuple, frozenset] = {}  # (lhs, rhs, op) -> the optional inputs it needs given
-        self.check_why: dict[tuple, str] = {}  # (lhs, rhs, op) -> what the failing check says
         self.free_bound: dict[str, Dim] = {}
         self.n_unknown = 0  # unknown names reported (bounds the cost of "did you mean")
         self._numbers: dict = {}  # id(scalar node) -> (node, (its number, whether it read a default), FoldError)
@@ -83,17 +82,31 @@ class Checker(Declarations, ConfigMaps, Expressions, Statements, Loops, Calls, F
             return None
         return ir.Model(
             name=self.spec.name, path=self.spec.path, sha256=self.spec.sha256,
-            config=tuple(self.config), derived=tuple(self.derived), inputs=tuple(self.inputs),
+            config=self.with_choices(body), derived=tuple(self.derived), inputs=tuple(self.inputs),
             params=self.with_roles(self.params), buffers=self.with_roles(self.buffers), outputs=tuple(outputs),
-            body=body, constraints=tuple(self.constraints),
+            body=body, constraints=tuple(fewest(self.constraints, lambda c: c.cond)),
             dim_sources=tuple((d, inp, ax) for d, (inp, ax) in self.runtime.items() if inp),
             display=tuple(sorted(((k, v) for k, v in self.display.items()), key=lambda kv: kv[1])),
             mappings=self.spec.mappings, config_maps=self.spec.config_maps, stacked=stacked,
-            checks=tuple(ir.Check(lo, hi, span, op, self.check_why.get((lo, hi, op), ""),
-                                  tuple(sorted(self.check_when.get((lo, hi, op), ()))))
-                         for (lo, hi, op), span in self.implied_checks().items()),
+            checks=self.checks(),
             input_groups=self.input_groups(), float_dtype=self.float_dtype,
             values=self.numbers(set(stacked)), index_rows=ir.index_rows(body))
+
+    def with_choices(self, body: tuple) -> tuple[ir.ConfigField, ...]:
+        """The config, each list of strings with its known items: its defaults' and the strings
+        the spec compares its items with (`layer_types[l] == "moe"`)."""
+        compared: dict[str, list] = {}
+        for e in ir.walk_exprs(body):
+            if isinstance(e, ir.Op) and e.op in ("eq", "ne"):
+                a, b = e.arg("a"), e.arg("b")
+                for item, other in ((a, b), (b, a)):
+                    listed = item.arg("x") if isinstance(item, ir.Op) and item.op == "item" else None
+                    if isinstance(listed, ir.Ref) and listed.kind == "config" and isinstance(other, ir.Lit) \
+                            and isinstance(other.value, str):
+                        compared.setdefault(listed.name, []).append(other.value)
+        return tuple(ir.replace(c, choices=tuple(dict.fromkeys(
+            (c.default if isinstance(c.default, tuple) else ()) + tuple(compared.get(c.name, ())))))
+            if c.item_kind == "str" else c for c in self.config)
 
     def check_outputs(self) -> list[ir.Tensor]:
         """Each declared output against the value the body computed for it."""

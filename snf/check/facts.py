@@ -21,6 +21,8 @@ from __future__ import annotations
 from .. import ir
 from ..dims import Dim, DimError, Divides, FloorDiv
 from ..source import Span
+from .conditions import conjuncts, expr_key, fewest
+from .fold import FoldError
 
 _FLIP = {">=": "<=", ">": "<"}
 
@@ -47,17 +49,19 @@ def _linear_in(d: Dim, var: str) -> bool:
 
 
 class Facts:
-    """Mixed into `Checker`. `self.runtime_checks` maps (lhs, rhs, op) to where it arose;
-    `self.check_why` to the sentence the generated error says."""
+    """Mixed into `Checker`. `self.pending` holds the checks as they arose (`ir.Check`), each with
+    where, the sentence its error says and what its statement runs under; `checks()` keeps each
+    once."""
 
-    def need(self, lhs: Dim, op: str, rhs: Dim, span: Span, why: str = "") -> bool:
+    def need(self, lhs: Dim, op: str, rhs: Dim, span: Span, why: str = "", prove: bool = True) -> bool:
         """Make `lhs op rhs` (op one of <= < >= > ==) hold: proved, or checked by the module.
         False when it is false for every value, or for the config's defaults: the caller
-        reports that, where the condition comes from."""
-        if op in _FLIP:
-            lhs, rhs, op = rhs, lhs, _FLIP[op]
-        gap = rhs - lhs if op != "==" or self.loops else None
-        proved = lhs == rhs if op == "==" else nonneg(gap - (1 if op == "<" else 0), self.computed_ints())
+        reports that, where the condition comes from. Without `prove`, an `assert`, it is checked
+        unless it holds for every value of its dims, negative ones included (it may be what keeps
+        a config value that sizes nothing >= 0)."""
+        lo, hi, rel = _flipped(lhs, op, rhs)
+        gap = hi - lo if rel != "==" or self.loops else None
+        proved = lo == hi if rel == "==" else prove and nonneg(gap - (1 if rel == "<" else 0), self.computed_ints())
         bent = next((loop["var"] for loop in self.loops if not _linear_in(gap, loop["var"])), None)
         if bent is not None and not proved:
             if span not in self.nonlinear_spans:
@@ -69,7 +73,7 @@ class Facts:
             return True  # reported here, once per place
         ok = True
         for a, b in self.over_layers(lhs, rhs):
-            ok = self.need_one(a, op, b, span, why) and ok
+            ok = self.need_one(a, op, b, span, why, prove) and ok
         return ok
 
     def over_layers(self, lhs: Dim, rhs: Dim) -> list[tuple[Dim, Dim]]:
@@ -88,52 +92,77 @@ class Facts:
         that is one symbol (n_layer) is >= 1 (read as n_layer + 1 with n_layer >= 0)."""
         return {loop["count"].as_symbol(): loop["count"] + 1 for loop in self.loops if loop["count"].as_symbol()}
 
-    def need_one(self, lhs: Dim, op: str, rhs: Dim, span: Span, why: str) -> bool:
-        if op == "==":
-            if lhs == rhs:  # canonical equality: `2 * (T // 2) == T` is not proved by reading // as exact
+    def need_one(self, lhs: Dim, op: str, rhs: Dim, span: Span, why: str, prove: bool = True) -> bool:
+        """One condition, at one layer: proved, or pending as written (`T >= 2` says so)."""
+        lo, hi, rel = _flipped(lhs, op, rhs)
+        if rel == "==":
+            if lo == hi:  # canonical equality: `2 * (T // 2) == T` is not proved by reading // as exact
                 return True
-            diff = rhs - lhs
+            diff = hi - lo
             if diff.value is not None:
                 return False
         else:
-            diff = rhs - lhs - (1 if op == "<" else 0)
+            diff = hi - lo - (1 if rel == "<" else 0)
             if diff.value is not None:
                 return diff.value >= 0
-            if nonneg(diff, self.computed_ints()) or nonneg(diff.subs(self.in_loop()), self.computed_ints()):
+            if prove and (nonneg(diff, self.computed_ints()) or nonneg(diff.subs(self.in_loop()),
+                                                                        self.computed_ints())):
                 return True
         symbols = lhs.symbols() | rhs.symbols()
-        if not symbols - self.config_names():
+        when = self.conditions()
+        if not symbols - self.config_names() and self.may_run_at_defaults(when):
             value = self.at_defaults(diff)
             if value is not None and not (value == 0 if op == "==" else value >= 0):
                 return False
-        key = (lhs, rhs, op)
-        given = frozenset(self.present) & self.optional_inputs()
-        if key not in self.runtime_checks:
-            self.runtime_checks[key] = span
-            self.check_why[key] = why
-            self.check_when[key] = given
-        else:  # it must hold wherever it arose: checked under the guards all its places share
-            self.check_when[key] = self.check_when.get(key, frozenset()) & given
+        self.pending.append(ir.Check(lhs, rhs, span, op, why, when))
+        return True
+
+    def conditions(self) -> tuple:
+        """What the statement being checked runs under, as a check can test it where it is made:
+        the optional inputs known given (`if past exists`), then each part of the ifs' tests that
+        reads config values, the inputs' sizes and presence only. A test of anything else (a
+        local, the layer variable) is left out, and so is a loop's `n_layer >= 1` (the checks in
+        its body are read at its first and last layer, and stats take them as holding): such a
+        check is made more often than its statement runs, never less."""
+        out = [ir.IsPresent(n) for n in sorted(frozenset(self.present) & self.optional_inputs())]
+        seen = {expr_key(w) for w in out} | {expr_key(self.layers_guard(loop["count"])) for loop in self.loops}
+        for test in self.guards:
+            for c in conjuncts(test) if test is not None else ():
+                if isinstance(c, ir.IsPresent) or isinstance(c.ty, ir.ErrorT) or expr_key(c) in seen \
+                        or self.config_sources(c, on_entry=True) is None:
+                    continue
+                seen.add(expr_key(c))
+                out.append(c)
+        return tuple(out)
+
+    def may_run_at_defaults(self, when: tuple) -> bool:
+        """Whether a statement run under `when` may run with the config's defaults: none of its
+        conditions on config values alone is false for them."""
+        for w in when:
+            if self.config_sources(w) is None:
+                continue  # decided by the call: the inputs given, their sizes
+            try:
+                value, _ = self.number(w)
+            except FoldError:
+                continue
+            if value is not None and not value:
+                return False
         return True
 
     def optional_inputs(self) -> frozenset:
         return frozenset(i.name for i in self.inputs if i.optional)
 
-    def implied_checks(self) -> dict:
-        """The checks, less those another one implies (`T_past <= block_size` beside
-        `T_past + T <= block_size`): one error per failing condition, and fewer lines."""
-        checks = dict(self.runtime_checks)
-        for key in list(checks):
-            lhs, rhs, op = key
-            if op != "<=":
-                continue
-            for other in checks:
-                if other != key and other[2] == "<=" and other[1] == rhs and nonneg(other[0] - lhs) \
-                        and other in checks and self.check_when.get(other, frozenset()) <= \
-                        self.check_when.get(key, frozenset()):
-                    del checks[key]
-                    break
-        return checks
+    def checks(self) -> tuple:
+        """The checks, each once under the fewest conditions (conditions.fewest), less those
+        another one implies where it is made (`T_past <= block_size` beside `T_past + T <=
+        block_size`): one error per failing condition, and fewer lines."""
+        kept = fewest(self.pending, lambda c: (c.lhs, c.rhs, c.op))
+
+        def implied(c: ir.Check) -> bool:
+            when = {expr_key(w) for w in c.when}
+            return c.op == "<=" and any(o is not c and o.op == "<=" and o.rhs == c.rhs and nonneg(o.lhs - c.lhs)
+                                        and {expr_key(w) for w in o.when} <= when for o in kept)
+        return tuple(c for c in kept if not implied(c))
 
     def computed_ints(self) -> frozenset:
         """Config ints that are computed (`h = int(D * r)`), not sizes given: they may be negative."""
@@ -177,18 +206,20 @@ class Facts:
         if cond.den.value is not None and cond.num.value is not None:
             return
         runtime = cond.num.symbols() | cond.den.symbols()
+        why = f"{self.show_dim(cond.num)} must be divisible by {self.show_dim(cond.den)}"
         if runtime - self.config_names():
-            why = f"{self.show_dim(cond.num)} must be divisible by {self.show_dim(cond.den)}"
             self.need(cond.den * (cond.num // cond.den), "==", cond.num, span, why)
             return
-        if any(c.cond == cond for c in self.constraints):
+        # under its config conditions only: Config cannot see the inputs a call gives
+        when = tuple(w for w in self.conditions() if self.config_sources(w) is not None)
+        keys = {expr_key(w) for w in when}
+        if any(c.cond == cond and {expr_key(w) for w in c.when} <= keys for c in self.constraints):
             return
-        why = f"{self.show_dim(cond.num)} must be divisible by {self.show_dim(cond.den)}"
         num, den = self.at_defaults(cond.num), self.at_defaults(cond.den)
-        if num is not None and den is not None and (den == 0 or num % den):
+        if num is not None and den is not None and (den == 0 or num % den) and self.may_run_at_defaults(when):
             self.r.error("bad-constraint", f"{why}, but with the default config it is {num} and {den}", span,
                          hint="change the defaults in `param:`, or the shape")
-        self.constraints.append(ir.Constraint(cond, span, why))
+        self.constraints.append(ir.Constraint(cond, span, why, when))
 
     def assumed(self, body: tuple) -> None:
         """What the proofs above assumed of the config, made checks (docs/language.md 3.1): every
@@ -203,16 +234,14 @@ class Facts:
                 sized.setdefault(s, span)
         for name in [n for n in fields if n in sized]:  # in the order `param:` declares them
             c, span = fields[name], sized[name]
-            key = (Dim.const(0), Dim.sym(name), "<=")
             if isinstance(c.default, int) and c.default < 0:
                 self.r.error("bad-constraint", f"`{name}` sizes a tensor (line {span.line}), so it must not be "
                              f"negative, but its default is {c.default}", c.span,
                              hint="sizes are dims >= 0; change the default, or the shape")
-            elif key not in self.runtime_checks:
-                self.runtime_checks[key] = c.span
-                self.check_why[key] = f"`{name}` is a size: it must not be negative"
-                self.check_when[key] = frozenset()
-        others = [(d, span, None) for (lo, hi, _), span in self.runtime_checks.items() for d in (lo, hi)]
+            else:
+                self.pending.append(ir.Check(Dim.const(0), Dim.sym(name), c.span, "<=",
+                                             f"`{name}` is a size: it must not be negative"))
+        others = [(d, p.span, None) for p in self.pending for d in (p.lhs, p.rhs)]
         others += [(d, c.span, None) for c in self.constraints for d in (c.cond.num, c.cond.den)]
         seen: set = set()
         divisors = [(den, span, loop) for d, span, loop in [(d, span, loop) for (d, _), (span, loop, _) in dims.items()]
@@ -231,6 +260,11 @@ class Facts:
                 self.r.error("bad-constraint", f"`{self.show_dim(den)}` divides a dim here, so it must be at "
                              f"least 1, but with the default config it is {self.at_defaults(den)}", span,
                              hint="change the defaults in `param:`, or the expression")
+
+
+def _flipped(lhs: Dim, op: str, rhs: Dim) -> tuple[Dim, Dim, str]:
+    """`a >= b` as `b <= a`: the condition with op one of <= < ==."""
+    return (rhs, lhs, _FLIP[op]) if op in _FLIP else (lhs, rhs, op)
 
 
 def _divisors(d: Dim) -> list[Dim]:

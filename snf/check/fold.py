@@ -98,12 +98,12 @@ class Folding:
             value = items[i] if isinstance(i, int) and 0 <= i < len(items) else None
             return (value if isinstance(value, (int, float)) else None), True
         scalar = _scalar(e) if isinstance(e, ir.Op) and isinstance(e.ty, ScalarT) else None
-        if scalar is not None and e.ty.kind in ("int", "float"):
+        if scalar is not None and e.ty.kind in ("int", "float", "bool"):
             folded = [self.number(a) for _, a in e.args]
             used = any(u for _, u in folded)
             args = [v for v, _ in folded]
-            if any(a is None or isinstance(a, bool) for a in args):
-                return None, used
+            if any(a is None or isinstance(a, bool) and e.ty.kind != "bool" for a in args):
+                return None, used  # (a condition, `n > 0 and flag`, folds for the checks it guards)
             try:
                 return _check(scalar(*args)), used
             except (ScalarError, FoldError) as err:

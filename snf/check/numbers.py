@@ -12,6 +12,7 @@ from ..dims import Dim
 from ..ir import BOOL, ErrorT, ScalarT
 from ..ops import all_ops
 from ..source import Span
+from .conditions import expr_key, fewest
 from .fold import FoldError
 
 
@@ -41,18 +42,13 @@ class Numbers:
     def numbers(self, stacked) -> tuple:
         """The checks, each initialiser's also under its parameter's layer count when the
         parameter is per layer (each layer's Block initialises its slice, none with no layers)."""
-        out: dict = {}  # one check per number and range, under the fewest conditions
+        checks = []
         for check, owner in self.value_checks:
             if owner in stacked:
                 guard = self.layers_guard(next(t for t in self.params + self.buffers if t.name == owner).ty.shape[0])
                 check = ir.replace(check, when=check.when + ((guard,) if guard is not None else ()))
-            key = (_key(check.value), check.low, check.high, check.low_open)
-            when = {_key(w) for w in check.when}
-            kept = out.setdefault(key, [])
-            if any({_key(w) for w in k.when} <= when for k in kept):
-                continue  # made already, under conditions this one implies
-            kept[:] = [k for k in kept if not when <= {_key(w) for w in k.when}] + [check]
-        return tuple(_merged(kept) for kept in out.values())
+            checks.append(check)
+        return tuple(fewest(checks, lambda c: (expr_key(c.value), c.low, c.high, c.low_open)))
 
     def note_number(self, e: ir.TExpr, span: Span, what: str, within: tuple | None = None) -> bool:
         """`e`, a scalar argument or derived value, computed by the module. `within` is (low, high,
@@ -107,16 +103,21 @@ class Numbers:
             stack.extend(ir.children(x))
         return False
 
-    def config_sources(self, e: ir.TExpr) -> set | None:
+    def config_sources(self, e: ir.TExpr, on_entry: bool = False) -> set | None:
         """The config values `e` is computed from; None when it reads anything else (a run-time
-        dim, a local, the loop variable)."""
+        dim, a local, the loop variable). `on_entry`: also what forward knows on entry, the sizes
+        its inputs give and whether an optional input is given (`X exists`)."""
         out: set = set()
         stack = [e]
         names = derived = None  # looked up on the first name: most numbers are literals
         while stack:
             x = stack.pop()
+            if isinstance(x, ir.IsPresent) and on_entry:
+                continue
             if isinstance(x, (ir.Ref, ir.DimVal)) and names is None:
                 names, derived = self.config_names(), {d.name: d for d in self.derived}
+                if on_entry:
+                    names |= {d for d, (given_by, _) in self.runtime.items() if given_by}
             if isinstance(x, ir.Ref):
                 if x.kind == "config" or x.kind == "dim" and x.name in names:
                     out.add(x.name)
@@ -139,41 +140,3 @@ def _may_fail(name: str) -> bool:
     """Whether the op's `scalar` fails for some numbers (registry.may_fail)."""
     op = all_ops().get(name)
     return op is not None and getattr(op.scalar, "may_fail", False)
-
-
-def _key(e, rename: dict | None = None):
-    """`e` without its spans: one check for a number written twice (`std=0.02 / sqrt(2 * L)`).
-    `rename` maps names to others (a per-layer declaration's `l` to the loop's variable)."""
-    if isinstance(e, ir.Op):
-        return (e.op,) + tuple((n, _key(a, rename)) for n, a in e.args)
-    if isinstance(e, ir.TCond):
-        return ("if", _key(e.test, rename), _key(e.body, rename), _key(e.orelse, rename))
-    if isinstance(e, ir.Ref):
-        return ("ref", (rename or {}).get(e.name, e.name))
-    if isinstance(e, ir.DimVal):
-        return ("dim", e.dim.subs({k: Dim.sym(v) for k, v in rename.items()}) if rename else e.dim)
-    if isinstance(e, ir.Lit):
-        return ("lit", type(e.value).__name__, e.value)
-    return ("?", id(e))
-
-
-def _merged(checks: list) -> ir.ValueCheck:
-    """One check of a number made under several sets of conditions (`base` of each `rope` in a
-    chain of `if rope_scaling == k`): under the conditions they share, and the `or` of the rest."""
-    first = checks[0]
-    if len(checks) == 1:
-        return first
-    shared = [w for w in first.when if all(_key(w) in {_key(v) for v in c.when} for c in checks[1:])]
-    common = {_key(w) for w in shared}
-
-    def joined(op: str, parts: list) -> ir.TExpr:
-        out = parts[0]
-        for part in parts[1:]:
-            out = ir.Op(op, (("a", out), ("b", part)), BOOL)
-        return out
-    rest = [[w for w in c.when if _key(w) not in common] for c in checks]
-    alternatives = [joined("and", r) for r in rest if r]
-    keys = {_key(a) for a in alternatives}
-    if len(alternatives) < len(rest) or any(("not", ("a", k)) in keys for k in keys):
-        return ir.replace(first, when=tuple(shared))  # one alternative always holds: `c or not c`
-    return ir.replace(first, when=tuple(shared) + (joined("or", alternatives),))

@@ -8,7 +8,7 @@ from ..diagnostics import Related
 from ..ir import ErrorT, TensorT
 from ..source import Span
 from .messages import article
-from .numbers import _key
+from .conditions import expr_key
 
 
 class Presence:
@@ -57,9 +57,9 @@ class Presence:
         layers where it holds. `not (a == b)` is `a != b`, and so on for each comparison."""
         if not self.loops:
             return frozenset()
-        var, key = self.loops[-1]["var"], _normal(_key(test), negate)
+        var, key = self.loops[-1]["var"], _normal(expr_key(test), negate)
         return frozenset(t.name for t in self.params + self.buffers
-                         if t.layer_var is not None and _normal(_key(t.condition, {t.layer_var: var})) == key)
+                         if t.layer_var is not None and _normal(expr_key(t.condition, {t.layer_var: var})) == key)
 
     def must_exist(self, t: ir.TExpr, span: Span) -> bool:
         """Report a use of a value that may be absent here; False when it may be."""
@@ -100,7 +100,7 @@ _NEGATED = {"eq": "ne", "ne": "eq", "lt": "ge", "ge": "lt", "gt": "le", "le": "g
 
 
 def _normal(key: tuple, negate: bool = False) -> tuple:
-    """A condition's key (numbers._key) with its `not`s taken into comparisons: `not (a == b)` is
+    """A condition's key (conditions.expr_key) with its `not`s taken into comparisons: `not (a == b)` is
     `a != b`, `not not c` is `c`."""
     while key and key[0] == "not":
         key, negate = key[1][1], not negate

@@ -136,7 +136,16 @@ class Statements:
             if not compare(a.value, e.op, b.value):
                 self.r.error("bad-constraint", f"this assertion is always false ({a.value} {e.op} {b.value})", s.span)
             return None
-        self.runtime_checks.setdefault((a, b, e.op), s.span)
+        # made where the statement runs (under its ifs), and it must hold for the defaults
+        if not self.need(a, e.op, b, s.span, prove=False):
+            shown = f"{self.show_dim(a)} {e.op} {self.show_dim(b)}"
+            if (b - a).value is not None:
+                self.r.error("bad-constraint", f"this assertion is always false ({shown})", s.span)
+            else:
+                values = ", ".join(f"{n} = {v}" for n, v in sorted(self.defaults().items())
+                                   if n in a.symbols() | b.symbols())
+                self.r.error("bad-constraint", f"this assertion is false with the default config ({shown} with "
+                             f"{values})", s.span, hint="change the defaults in `param:`, or the assertion")
         return None
 
     def s_If(self, s: ir.If):

@@ -59,6 +59,11 @@ def condition_rows(gen) -> list[str]:
             count = want if want.isdigit() else f"{want} = {{{code}}}"
             message = f"`{c.name}` must have {count} items ({where}); got {{len(c.{c.name})}}"
             rows.append(f"(lambda c: len(c.{c.name}) == {code}, lambda c: f{message!r}, ()),")
+        if c.choices:  # an item the spec does not know would be taken for none of its kinds
+            where = f"{gen.spec_file}:{c.span.line}"
+            known = "{" + ", ".join(map(repr, c.choices)) + "}"
+            rows.append(f"(lambda c: set(c.{c.name}) <= {known}, {c.choices_message() + ' (' + where + ')'!r}, "
+                        f"({c.name!r},)),")
     for c in gen.model.config_conditions():
         where = f"{gen.spec_file}:{c.span.line}"
         if isinstance(c, ir.ValueCheck):
@@ -72,9 +77,15 @@ def condition_rows(gen) -> list[str]:
             num, den = em.dim(c.cond.num, 21), em.dim(c.cond.den, 21)
             fields = sorted(c.cond.num.symbols() | c.cond.den.symbols())
             shown = tuple(f for f in fields if f in gen.config_fields)
-            rows.append(f"(lambda c: {num} % {den} == 0, {c.why + ' (' + where + ')'!r}, {shown!r}),")
+            rows.append(f"(lambda c: {_under(em, f'{num} % {den} == 0', c.when)}, {c.why + ' (' + where + ')'!r}, "
+                        f"{shown!r}),")
             continue
         # the checker's own sentence or the comparison
-        rows.append(f"(lambda c: {em.dim(c.lhs, 5)} {c.op} {em.dim(c.rhs, 5)}, "
+        rows.append(f"(lambda c: {_under(em, f'{em.dim(c.lhs, 5)} {c.op} {em.dim(c.rhs, 5)}', c.when)}, "
                     f"{c.message(gen.model.display) + ' (' + where + ')'!r}, {tuple(c.fields)!r}),")
     return rows
+
+
+def _under(em: Emitter, condition: str, when: tuple) -> str:
+    """`condition`, required only where its statement runs (`when`, config conditions)."""
+    return f"{condition} if {' and '.join(em.code(w, 3) for w in when)} else True" if when else condition

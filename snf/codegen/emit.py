@@ -113,6 +113,8 @@ class Emitter:
             return self.ref(e), 60
         if isinstance(e, ir.IsPresent):
             return f"{self.names.name(e.name)} is not None", 4
+        if isinstance(e, ir.Op) and e.op == "not" and isinstance(e.arg("a"), ir.IsPresent):
+            return f"{self.names.name(e.arg('a').name)} is None", 4
         if isinstance(e, ir.TCond):
             return f"{self.code(e.body, 1)} if {self.code(e.test, 1)} else {self.code(e.orelse, 0)}", 0
         if isinstance(e, ir.TList):

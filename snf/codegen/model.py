@@ -158,8 +158,8 @@ class Generator:
                  "spec_path_repr": ctx["spec_path_repr"], "sha256": m.sha256, "uses_checkpoint": ctx["uses_checkpoint"]}
         if self.standalone:  # the runtime's definitions the code calls, and what they call
             used = runtime.needed(own)
-            frame.update(runtime_compile=runtime.copy("compiling", names=used),
-                         runtime=runtime.copy(*runtime.PARTS[1:], names=used))
+            frame.update(runtime_compile=runtime.copy("policy", "compiling", names=used),
+                         runtime=runtime.copy(*runtime.PARTS[2:], names=used))
         else:
             frame["runtime_imports"] = runtime.imports(runtime.called(own), LIMIT)
         frame["std_imports"] = _std_imports("\n".join((own, frame["runtime_compile"], frame["runtime"])))
@@ -248,8 +248,8 @@ class Generator:
                 why = f", {display_text(c.why)!r}, {{{sizes}}}"
             call = (f"_check_dims({lhs!r}, {em.dim(c.lhs)}, {c.op!r}, {rhs!r}, {em.dim(c.rhs)}, "
                     f"{self.spec_file + ':' + str(c.span.line)!r}{why})")
-            if c.when:  # it arose where those inputs are given (`if past exists`)
-                lines.append(f"if {' and '.join(f'{n} is not None' for n in c.when)}:\n            {call}")
+            if c.when:  # its statement runs only then (`if past exists`, `if cfg.small`)
+                lines.append(f"if {' and '.join(em.code(w, 3) for w in c.when)}:\n            {call}")
             else:
                 lines.append(call)
         return lines
@@ -442,8 +442,9 @@ def _split_statement(text: str, start: str) -> tuple[str, str, str]:
 # The standard library's names a module may use, each with the import that binds it, in the order
 # the imports are written.
 _STDLIB = (("contextlib", "import contextlib"), ("dataclasses", "import dataclasses"),
-           ("functools", "import functools"), ("math", "import math"), ("os", "import os"),
-           ("threading", "import threading"), ("warnings", "import warnings"), ("weakref", "import weakref"),
+           ("functools", "import functools"), ("json", "import json"), ("math", "import math"), ("os", "import os"),
+           ("sys", "import sys"), ("threading", "import threading"), ("time", "import time"),
+           ("warnings", "import warnings"), ("weakref", "import weakref"),
            ("dataclass", "from dataclasses import dataclass"), ("NamedTuple", "from typing import {}"),
            ("Optional", "from typing import {}"))
 

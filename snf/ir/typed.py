@@ -218,11 +218,19 @@ class ConfigField:
     default: Any  # python value (a tuple for a list), or MISSING
     span: Span = NO_SPAN
     length: Dim | None = None  # a list's declared length (`list[str, n_layer]`): Config checks it
+    # a list of strings' known items (its defaults', and those the spec compares its items with): Config
+    # refuses any other, which the spec would take for none of them
+    choices: tuple[str, ...] | None = None
 
     @property
     def item_kind(self) -> str | None:
         """A list field's items' kind; None for a scalar field."""
         return self.kind[5:-1] if self.kind.startswith("list[") else None
+
+    def choices_message(self) -> str:
+        """What Config says of an item of a list of strings that the spec does not know."""
+        known = ", ".join(map(repr, self.choices[:-1])) + (" or " if len(self.choices) > 1 else "")
+        return f"each item of `{self.name}` must be {known}{self.choices[-1]!r}"
 
 
 MISSING = object()
@@ -263,6 +271,7 @@ class Constraint:
     cond: Divides
     span: Span
     why: str
+    when: tuple[TExpr, ...] = ()  # config conditions its statement runs under (`if flag:`): made only then
 
 
 @dataclass(frozen=True)
@@ -276,7 +285,9 @@ class Check:
     span: Span
     op: str = "<="
     why: str = ""  # what the error says when it fails ("T must be divisible by 2"); else the comparison
-    when: tuple[str, ...] = ()  # optional inputs it arose under (`if past exists`): checked when they are given
+    # what its statement runs under, each a condition the check can test where it is made: the
+    # optional inputs given (`past exists`), the ifs' tests on config values and sizes (`small`)
+    when: tuple[TExpr, ...] = ()
 
     def text(self, display=()) -> str:
         """`T_past + T <= block_size`, in the spec's spellings (`display`, as Model.display): the one
@@ -292,6 +303,32 @@ class Check:
     def fields(self) -> list[str]:
         """The dims it reads, sorted: a failure shows their values."""
         return sorted(self.lhs.symbols() | self.rhs.symbols())
+
+    @property
+    def given(self) -> tuple[str, ...]:
+        """The optional inputs it is made under."""
+        return tuple(w.name for w in self.when if isinstance(w, IsPresent))
+
+    @property
+    def tested(self) -> bool:
+        """Whether it is made under a test of a value (`if small:`), not only under inputs given."""
+        return any(not isinstance(w, IsPresent) for w in self.when)
+
+    def reads(self) -> set[str]:
+        """The names it and its conditions read: dims, config values, the inputs tested."""
+        out = self.lhs.symbols() | self.rhs.symbols()
+        stack = list(self.when)
+        while stack:
+            e = stack.pop()
+            if isinstance(e, DimVal) or isinstance(e, Ref) and getattr(e.ty, "dim", None) is not None:
+                out |= (e.dim if isinstance(e, DimVal) else e.ty.dim).symbols()
+            elif isinstance(e, (Ref, IsPresent)):
+                out.add(e.name)
+            elif isinstance(e, Op):
+                stack.extend(a for _, a in e.args)
+            elif isinstance(e, TCond):
+                stack += [e.test, e.body, e.orelse]
+        return out
 
 
 @dataclass(frozen=True)
@@ -379,8 +416,9 @@ class Model:
             if s not in self.config_names()} - derived)
 
     def runs_in_config(self, check: Check) -> bool:
-        """Whether Config checks it when built (it reads config values only); else forward does."""
-        return set(check.fields) <= self.config_names()
+        """Whether Config checks it when built (it and its conditions read config values only);
+        else forward does."""
+        return check.reads() <= self.config_names() | {d.name for d in self.derived}
 
     @functools.cached_property
     def forward_checks(self) -> tuple[Check, ...]:

@@ -241,7 +241,7 @@ def _preallocation(model: ir.Model, caches: list[Cache], concats: dict, blocks: 
     sized = [i.name for i in model.inputs if i.name not in names and any(dim in d.symbols() for d in i.ty.shape)]
     if sized:
         return None, f"input `{sized[0]}` is sized by the cache length `{dim}`"
-    bound = next((c.rhs for c in model.checks if dim in c.lhs.symbols() and c.op in ("<=", "<")
+    bound = next((c.rhs for c in model.checks if dim in c.lhs.symbols() and c.op in ("<=", "<") and not c.tested
                   and not (c.rhs.symbols() - {f.name for f in model.config})), None)
     if bound is None:
         return None, f"no `assert` bounds `{dim}` by a config value (e.g. `assert {dim} + T <= block_size`)"

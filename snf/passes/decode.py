@@ -213,8 +213,8 @@ def _context(model: ir.Model, tokens: ir.Tensor, cache_dims: set) -> Dim | None:
     length = tokens.ty.shape[1].as_symbol()
     bounds = []
     for c in model.checks:
-        if c.op in ("<=", "<") and length in c.lhs.symbols() and c.lhs.symbols() <= {length} | cache_dims \
-                and model.runs_in_config(ir.Check(c.rhs, c.rhs, c.span)):
+        if c.op in ("<=", "<") and not c.tested and length in c.lhs.symbols() \
+                and c.lhs.symbols() <= {length} | cache_dims and model.runs_in_config(ir.Check(c.rhs, c.rhs, c.span)):
             at_most = c.rhs - Dim.const(1) if c.op == "<" else c.rhs
             if c.lhs.subs({d: Dim.const(0) for d in cache_dims}) == Dim.sym(length):
                 bounds.append(at_most)

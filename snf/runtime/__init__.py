@@ -1,7 +1,8 @@
 """The runtime of generated modules, as an importable package, and what copies it into them.
 
 `compiling.py` holds what a generated module's classes need when they are defined (the decorators
-`_hot_path`, `_by_compile_unit`; a standalone module has it before its classes); what the model
+`_hot_path`, `_by_compile_unit`, with `policy.py`, when a unit compiles; a standalone module has
+them before its classes); what the model
 calls as it runs is in `checks.py` (of the config, the inputs, the dims), `writes.py` (in place, into
 caches), `attention.py`, `rope.py`, `experts.py`,
 `recurrent.py` (with `kernels.py`, the libraries' kernels it runs on CUDA where they are installed)
@@ -33,7 +34,7 @@ from ..version import __version__
 # piece's shape and dtype (snf.interop reads them)
 ABI = 7
 
-PARTS = ("compiling", "checks", "writes", "attention", "rope", "generate", "experts", "kernels", "recurrent", "loss")  # the files, each copied to its own place in a generated module
+PARTS = ("policy", "compiling", "checks", "writes", "attention", "rope", "generate", "experts", "kernels", "recurrent", "loss")  # the files, each copied to its own place in a generated module
 
 
 @dataclass(frozen=True)

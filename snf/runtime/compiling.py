@@ -12,19 +12,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import math
 import os
 import sys
-import tempfile
 import threading
 import time
 import warnings
+import weakref
 from typing import NamedTuple, Optional
 
 import torch
 import torch.utils.checkpoint
 from torch import nn
+
+from .policy import _CACHE_MOVED, _FIGURES, _Record, _Seen, _STEP
 
 
 def _check_fields(config) -> None:
@@ -59,17 +60,26 @@ def _field_value(name: str, kind: str, value, where: str):
 _EAGER = threading.local()  # `on` inside _eagerly(); `asked`: generate(compile=...) while it runs
 
 
+# SNF_COMPILE's values (any case, spaces around ignored); empty is as unset, as a shell's `SNF_COMPILE=` means
+_MODES = {"0": "never", "false": "never", "off": "never", "no": "never", "1": "always", "true": "always",
+          "on": "always", "yes": "always", "auto": "auto", "": "auto"}
+
+
 def _compile_mode() -> str:
     """"never" (SNF_COMPILE=0, `compile=False`, or inside _eagerly), "always" (SNF_COMPILE=1, `compile=True`)
-    or "auto" (SNF_COMPILE unset: each unit compiles once it pays, _Payoff)."""
+    or "auto" (SNF_COMPILE unset, empty or auto: each unit compiles once it pays, _Payoff). Another value
+    is refused, not read as unset: a typo (`ture`) would silently not do what it says."""
     if getattr(_EAGER, "on", False):
         return "never"
     asked = getattr(_EAGER, "asked", None)
     if asked is not None:
         return "always" if asked else "never"
-    value = os.environ.get("SNF_COMPILE", "").strip().lower()
-    return "never" if value in ("0", "false", "off", "no") else "always" if value in ("1", "true", "on", "yes") \
-        else "auto"
+    value = os.environ.get("SNF_COMPILE", "")
+    mode = _MODES.get(value.strip().lower())
+    if mode is None:
+        raise ValueError(f"SNF_COMPILE={value!r} is not a setting snf knows: 1 (or true, on, yes) always compiles, "
+                         "0 (or false, off, no) never does, auto (or unset, or empty) compiles where it pays")
+    return mode
 
 
 def _compile_enabled() -> bool:
@@ -212,88 +222,7 @@ def _has_empty(args: tuple, kwargs: dict) -> bool:
 # this machine, its _Record's figures replace them.
 
 
-class _Figures(NamedTuple):
-    cold_s: float  # a compile on an empty cache takes cold_s + per_tensor_s * tensors
-    per_tensor_s: float
-    saved_s: tuple  # what a compiled call (a training call: its whole step) saves per tensor, at batch 1 and more
-    floor: float  # and it takes at least this share of the eager call's time
-
-
-# by (device, unit, "train"/"eval"); a unit absent here never pays on that device (the CPU's forward
-# and training step measured no faster compiled, CUDA's per-block graphs slower)
-_FIGURES = {("cpu", "decode", "eval"): _Figures(10.0, 0.08, (20e-6, 4e-6), 0.3),
-            ("cuda", "decode", "eval"): _Figures(5.0, 0.05, (10e-6, 10e-6), 0.3),  # not measured yet
-            ("cuda", "model", "train"): _Figures(6.0, 0.1, (50e-6, 50e-6), 0.5),
-            ("cuda", "model", "eval"): _Figures(3.0, 0.05, (5e-6, 5e-6), 0.7)}
-_WARM = 0.25  # a compile whose artifacts torch's caches hold already, over a cold one
-_STEP = {"train": 3.0, "eval": 1.0}  # a training call's whole step (its backward about twice its forward)
 _ANNOUNCE_S = 2.0  # a compile that takes longer says what it waits for, once
-
-
-class _Seen:
-    """What one compiled function has seen of one shape (_signature) in this process, and what is
-    known of that shape before any call: its figures (None: compiling it never pays), the tensors its
-    graph reads, its batch, and this machine's _Record of it."""
-
-    __slots__ = ("eager_calls", "best_s", "compiled", "record", "figures", "tensors", "batch", "device", "mode")
-
-    def __init__(self, record: "_Record", figures: Optional[_Figures], tensors: int, batch: int, device: str,
-                 mode: str):
-        self.eager_calls, self.best_s, self.record = 0, math.inf, record
-        self.figures, self.tensors, self.batch, self.device, self.mode = figures, tensors, batch, device, mode
-        self.compiled = 0  # its calls compiled so far, counted to 2: the first compiles, the second only runs
-
-
-class _Record:
-    """What compiling one shape of one model cost on this machine, kept beside torch's inductor cache
-    (so it goes with it: an emptied cache is a cold one again): the compile's seconds, each time it
-    ran, and the fastest eager and compiled calls. A JSON file per shape; never required to exist."""
-
-    def __init__(self, key: str):
-        import hashlib
-        folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(),
-                                                                           f"torchinductor_{_user()}")
-        self.path = os.path.join(folder, "snf", hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                self.data = json.load(f)
-        except (OSError, ValueError):
-            self.data = {}
-
-    def saving(self) -> Optional[float]:
-        eager, compiled = self.data.get("eager_s"), self.data.get("compiled_s")
-        return max(0.0, eager - compiled) if eager and compiled else None
-
-    def cost(self) -> Optional[float]:
-        """The next compile's expected seconds: the last one's once it ran warm, else the cold one's share."""
-        times = self.data.get("compile_s") or []
-        return None if not times else times[-1] if len(times) > 1 else times[0] * _WARM
-
-    def note(self, **values) -> None:
-        for name, value in values.items():
-            if name == "compile_s":
-                self.data["compile_s"] = (self.data.get("compile_s") or [])[-4:] + [value]
-            else:
-                self.data[name] = min(value, self.data.get(name) or math.inf)
-        try:  # best effort: a read-only or full disk only loses the record
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            temp = f"{self.path}.{os.getpid()}.tmp"
-            with open(temp, "w", encoding="utf-8") as f:
-                json.dump(self.data, f)
-            os.replace(temp, self.path)
-        except OSError:
-            pass
-
-
-def _user() -> str:
-    """The user name in torch's default inductor cache folder (torch._inductor.runtime.cache_dir_utils)."""
-    import getpass
-    import re
-    try:
-        name = getpass.getuser()
-    except (KeyError, ModuleNotFoundError, OSError):
-        name = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
-    return re.sub(r'[\\/:*?"<>|]', "_", name)
 
 
 def _signature(args: tuple, kwargs: dict, dims: str) -> tuple:
@@ -486,6 +415,8 @@ def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict]
         device = entry.device
         compiled = state.get(device)
         if compiled is None:
+            if _CACHE_MOVED:
+                warnings.warn(_CACHE_MOVED.pop(), RuntimeWarning, stacklevel=2)
             options = cpu_options if device == "cpu" else None
             compile_mode = cuda_mode if device == "cuda" else None
             compiled = state[device] = torch.compile(fn, fullgraph=True, dynamic=dynamic, options=options,
@@ -545,6 +476,23 @@ def _hot_path(fn, *, dynamic: Optional[bool] = True, cpu_options: Optional[dict]
     return wrapper
 
 
+_MODEL_LOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its _model_lock
+_MODEL_LOCKS_GUARD = threading.Lock()
+
+
+def _model_lock(model: nn.Module):
+    """The lock a model's generate holds while it runs, and its forward (_by_compile_unit) too: the
+    decode state a step reads (model._decode_state, model._encoded) and the eval mode generate sets
+    are the model's own, so a forward or generate of another thread waits for a generate to end and
+    sees none of it. Reentrant: generate's own forwards pass. (So forwards of one model in several
+    threads run one at a time, until the decode state is an argument of forward, issue 53.)"""
+    lock = _MODEL_LOCKS.get(model)
+    if lock is None:
+        with _MODEL_LOCKS_GUARD:
+            lock = _MODEL_LOCKS.setdefault(model, threading.RLock())
+    return lock
+
+
 def _by_compile_unit(forward=None, *, decodes: bool = False):
     """Model.forward's decorator (`@_by_compile_unit`, or `@_by_compile_unit(decodes=True)`): forward
     run as the model's `compile_units` say for the device of its first tensor argument (else of the
@@ -552,13 +500,20 @@ def _by_compile_unit(forward=None, *, decodes: bool = False):
     fused loss's chunks are a loop over rows), each layer block compiled on its own ("block"), or
     nothing compiled ("none"); as it is while compiling is off, has failed for the whole forward, or
     torch.compile traces it already. With `decodes`, a decode step of generate (self._decode_state
-    set, see _decode) runs as Model._decode_step, whatever compile_units say."""
+    set, see _decode) runs as Model._decode_step, whatever compile_units say. A call holds the
+    model's _model_lock: it never runs amid another thread's generate."""
     if forward is None:
         return functools.partial(_by_compile_unit, decodes=decodes)
     whole = _hot_path(forward, dynamic=False, unit="model")
 
     @functools.wraps(forward)
     def run(self, *args, **kwargs):
+        if torch.compiler.is_compiling():  # traced (torch.compile of the model): no lock in its graph
+            return chosen(self, *args, **kwargs)
+        with _model_lock(self):
+            return chosen(self, *args, **kwargs)
+
+    def chosen(self, *args, **kwargs):
         if decodes and self._decode_state is not None:
             return self._decode_step(*args, **kwargs)
         if torch.compiler.is_compiling() or not _compile_enabled() or "broken" in whole.compiled:

@@ -13,15 +13,13 @@ names are accepted (`input_ids=`, `max_length=`, `do_sample=`, `streamer=`).
 from __future__ import annotations
 
 import math
-import threading
-import weakref
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 from torch import nn
 
-from .compiling import _compile_asked, _DecodeLoop, _DecodeState
+from .compiling import _compile_asked, _DecodeLoop, _DecodeState, _model_lock
 from .checks import _described
 from .writes import _cache_buffers
 
@@ -156,13 +154,16 @@ def _transformers_names(tokens, max_new_tokens, temperature, more: dict):
 
 
 def _stop_tokens(model: nn.Module, given) -> tuple:
-    """The end tokens: the given ones (an int or a list), else the model's generation_config's."""
+    """The end tokens: the given ones (a token id, or a list or 1-d tensor of them), else the model's
+    generation_config's."""
     if given is None:
         config = getattr(model, "generation_config", None)
-        given = getattr(config, "eos_token_id", ()) if config is not None else ()
-    ids = (given,) if isinstance(given, int) else tuple(given or ())
-    if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
-        raise ValueError(f"eos_token_id must be a token id or a list of them, got {given!r}")
+        given = getattr(config, "eos_token_id", None) if config is not None else None
+    items = given.tolist() if hasattr(given, "tolist") else given  # a tensor's or numpy array's ids, as numbers
+    items = () if items is None else items if isinstance(items, (list, tuple)) else (items,)
+    ids = tuple(_token_id(i) for i in items)
+    if None in ids:
+        raise ValueError(f"eos_token_id must be a token id (a whole number >= 0) or a list of them, got {given!r}")
     return ids
 
 
@@ -174,9 +175,19 @@ def _pad_token(model: nn.Module, given, stop: tuple) -> int:
         given = getattr(config, "pad_token_id", None) if config is not None else None
     if given is None:
         return stop[0] if stop else 0
-    if isinstance(given, bool) or not isinstance(given, int) or given < 0:
-        raise ValueError(f"pad_token_id must be a token id, got {given!r}")
-    return given
+    pad = _token_id(given)
+    if pad is None:
+        raise ValueError(f"pad_token_id must be a token id (a whole number >= 0), got {given!r}")
+    return pad
+
+
+def _token_id(value) -> Optional[int]:
+    """A token id as an int, from an int, a numpy integer, a 0-d tensor or a whole float (6.0, which
+    transformers reads as 6); None for anything else (a bool, 6.5, -1, a string, a list)."""
+    number = value.tolist() if hasattr(value, "tolist") else value
+    if isinstance(number, float) and number.is_integer():
+        number = int(number)
+    return None if isinstance(number, bool) or not isinstance(number, int) or number < 0 else number
 
 
 def _decode_loop(model, how: _Generation, tokens, max_new_tokens, temperature, top_k, top_p, generator, compile,
@@ -275,19 +286,11 @@ def _decoding(count: int, asked: Optional[bool] = None):
             yield step
 
 
-_GENERATING: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its generate lock
-_GENERATING_GUARD = threading.Lock()
-
-
 def _start_generate(model: nn.Module) -> bool:
-    """generate's start: one call at a time per model, since the decode state a step reads and the
-    eval mode are the model's own (two threads' steps would read each other's), then eval mode.
-    Returns the mode _end_generate restores."""
-    with _GENERATING_GUARD:
-        lock = _GENERATING.get(model)
-        if lock is None:
-            lock = _GENERATING[model] = threading.RLock()
-    lock.acquire()
+    """generate's start: the model alone (_model_lock: the decode state a step reads and the eval mode
+    are the model's own, so another thread's generate or forward waits), then eval mode. Returns the
+    mode _end_generate restores."""
+    _model_lock(model).acquire()
     was_training = model.training
     model.eval()
     return was_training
@@ -295,7 +298,7 @@ def _start_generate(model: nn.Module) -> bool:
 
 def _end_generate(model: nn.Module, was_training: bool) -> None:
     model.train(was_training)
-    _GENERATING[model].release()
+    _model_lock(model).release()
 
 
 _MOST_TOKENS = 2**31  # what one generate call may return, B * (T + max_new_tokens): 16 GiB of int64

@@ -9,12 +9,14 @@ cannot use raises snf.runtime.ABI.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
 from .checks import _eager_check
+from .writes import _autocast_dtype
 
 
 def _check_targets(targets: torch.Tensor, classes: int, ignore_index: int, name: str, classes_name: str) -> None:
@@ -62,7 +64,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, targets, ignore_index: int, out_dtype: torch.dtype, grads: bool):
         device = x.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+        autocast = _autocast_dtype(device)
+        dtype = autocast if autocast is not None else x.dtype
         wide = torch.promote_types(dtype, torch.float32)  # the softmax's and the sums' dtype
         h, w = x.reshape(-1, x.size(-1)).to(dtype), weight.to(dtype)
         b = bias.to(dtype) if bias is not None else None
@@ -82,7 +85,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if not compiling:  # eager: the same two chunk-sized buffers for every chunk, not fresh ones each time
             logits = h.new_empty(step, w.size(0))
             logp = torch.empty_like(logits, dtype=wide)
-        with torch.autocast(device, enabled=False):  # dtypes are explicit here
+        # dtypes are explicit here; a device without autocast (meta) has none to turn off
+        with torch.autocast(device, enabled=False) if autocast is not None else contextlib.nullcontext():
             for lo in range(0, n, step):
                 rows = slice(lo, min(lo + step, n))
                 size = rows.stop - lo

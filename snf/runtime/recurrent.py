@@ -180,7 +180,7 @@ def _gated_delta(q, k, v, g, beta, state, scale, l2norm: bool, want_o: bool):
     size = min(_GDR_CHUNK, t)
     chunks = (t + size - 1) // size
     pad = chunks * size - t  # padded tokens have k = 0 and beta = 0 (no write) and g = 0 (no decay)
-    k, v = (F.pad(u, (0, 0, 0, pad)).reshape(bt, hv, chunks, size, -1) for u in (k, v))
+    k, v = (F.pad(u, (0, 0, 0, pad)).reshape(bt, hv, chunks, size, u.size(-1)) for u in (k, v))
     g, beta = (F.pad(u, (0, pad)).reshape(bt, hv, chunks, size) for u in (g, beta))
     gcs = torch.cumsum(g, dim=-1)
     decay = torch.exp(_segsum(g))  # [b, h, c, l, s]: from s to l, 0 for s > l

@@ -1,6 +1,6 @@
 """Writes generated modules make: into a copy or in place (`_assign`, `_set_layer`), a KV cache grown
 at the decode position (`_cache_cat`, `_narrow`), generate's per-layer cache buffers, and what keeps
-them working in a cast or autocast model (`_held_dtype`, `_cat`, `_autocast_refuses`).
+them working in a cast or autocast model (`_held_dtype`, `_cat`, `_autocast_refuses`, `_autocast_dtype`).
 
 Real Python, imported and tested as it is (tests/test_runtime.py); copied into a `--standalone`
 module as the checks are (snf/runtime/checks.py).
@@ -52,14 +52,21 @@ def _held_dtype(model: nn.Module, default: torch.dtype) -> torch.dtype:
 _HALF = (torch.float16, torch.bfloat16)
 
 
+def _autocast_dtype(device: str) -> Optional[torch.dtype]:
+    """The dtype autocast computes in on `device` (a device type), None where it is off. A device
+    without autocast (meta) has it off: torch.is_autocast_enabled raises there."""
+    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return None
+
+
 def _autocast_refuses(*tensors: torch.Tensor) -> bool:
     """Whether autocast's promote rule (torch.cat, torch.stack, index_copy: the widest dtype of the
     tensors) would refuse one of `tensors`: a half dtype other than autocast's own, such as a spec's
     float16 value under CPU bfloat16 autocast. Plain type promotion, outside autocast, gives the
     widest dtype for every mix the rule accepts, and for these. Read while tracing: no graph cost."""
-    device = tensors[0].device.type
-    return (torch.is_autocast_enabled(device)
-            and any(t.dtype in _HALF and t.dtype != torch.get_autocast_dtype(device) for t in tensors))
+    dtype = _autocast_dtype(tensors[0].device.type)
+    return dtype is not None and any(t.dtype in _HALF and t.dtype != dtype for t in tensors)
 
 
 def _cat(tensors, dim: int = 0) -> torch.Tensor:

@@ -437,7 +437,7 @@ def _runtime_values(model: ir.Model, overrides: dict, ints: dict, absent: list, 
         if d in out:
             continue
         bounds = []
-        for c in model.checks:
+        for c in (c for c in model.checks if not c.tested):  # (one under a config's test may not be made)
             lhs, rhs = c.lhs.subs(zero), c.rhs.subs(zero)
             if c.op in ("<=", "<") and lhs == Dim.sym(d) and rhs.symbols() <= set(ints):
                 why = f"the most `{c.text(model.display)}` allows, line {c.span.line}"
@@ -453,7 +453,7 @@ def _runtime_values(model: ir.Model, overrides: dict, ints: dict, absent: list, 
         if v < 0:
             raise StatsError(f"--set {d}={v}: a size cannot be negative")
     for c in model.checks:  # as forward would check them
-        if set(c.fields) <= set(env) and not holds(c, env):
+        if set(c.fields) <= set(env) and not c.tested and not holds(c, env):
             raise StatsError(f"the spec requires {c.text(model.display)} (line {c.span.line}); "
                              f"got {_fields(c.lhs, c.rhs, env)}")
     return {d: out[d] for d, _, _ in model.dim_sources}
@@ -462,7 +462,7 @@ def _runtime_values(model: ir.Model, overrides: dict, ints: dict, absent: list, 
 def _simplify(d: Dim, model: ir.Model) -> Dim:
     """`H * (D // H)` -> `D` where the Config guarantees the division is exact."""
     exact, conds = d.exact()
-    guaranteed = {c.cond for c in model.constraints}
+    guaranteed = {c.cond for c in model.constraints if not c.when}
     clean = all(e > 0 for m, _ in exact.terms for _, e in m) and all(
         isinstance(c, int) for _, c in exact.terms)
     return exact if clean and set(conds) <= guaranteed else d

@@ -143,7 +143,7 @@ def broken_checks(m: ir.Model, env: dict, config_only: bool = False, given=None)
     for c in m.checks:
         if config_only and (c.lhs.symbols() | c.rhs.symbols()) - fields:
             continue
-        if given is not None and not set(c.when) <= set(given):
+        if given is not None and not set(c.given) <= set(given):
             continue
         try:
             if not holds(c.op, c.lhs.evaluate(env), c.rhs.evaluate(env)):

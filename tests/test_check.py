@@ -351,3 +351,50 @@ def test_did_you_mean_suggests_only_a_close_name():
     assert [close_name(n, list(all_ops())) for n in ("summ", "sigmiod", "cso")] == ["sum", "sigmoid", "cos"]
     assert [close_name(n, ops) for n in ("softmux", "relue", "lienar", "gelu_")] == ["softmax", "relu", "linear", "gelu"]
     assert close_name("xx", ["x", "y"]) == "x"
+
+
+CONDITIONAL = """\
+param:
+  D : int = 4
+  P : int = 2
+  has_p = P > 0
+
+input:
+  x : Tensor([B, D], float32)
+
+parameter:
+  W : Tensor([D, D], float32)
+  E : Tensor([P, D], float32) if P > 0 else None
+
+output:
+  y : Tensor([B, D], float32)
+
+let y = x @ W
+"""
+
+
+@pytest.mark.parametrize("body, error", [
+    ("if P > 0:\n    y = y + sum(E, axis=0)\n", False),  # the parameter's own condition
+    ("if has_p:\n    y = y + sum(E, axis=0)\n", False),  # a bool derived from it
+    ("if P > 0 and D > 1:\n    y = y + sum(E, axis=0)\n", False),  # it and more
+    ("if not (P > 0):\n    y = y * 2.0\nelse:\n    y = y + sum(E, axis=0)\n", False),  # the else of its negation
+    ("if P <= 0:\n    y = y * 2.0\nelse:\n    y = y + sum(E, axis=0)\n", False),
+    ("y = y + sum(E, axis=0) if has_p else y\n", False),
+    ("if P > 0:\n    y = y * 2.0\nelse:\n    y = y + sum(E, axis=0)\n", True),  # where it is absent
+    ("if D > 0:\n    y = y + sum(E, axis=0)\n", True),  # another condition
+    ("if P > 0 or D > 1:\n    y = y + sum(E, axis=0)\n", True),
+])
+def test_a_conditional_parameter_under_a_guard_that_implies_its_condition(body, error, tmp_path):
+    """`E : ... if P > 0 else None` used under `if P > 0:` (or a bool derived from it, or a
+    conjunction with it) is present there, as under a bare flag; anywhere else it is refused."""
+    path = write_spec(tmp_path, CONDITIONAL + body, "cond.snf")
+    result = analyze(Source.read(path))
+    codes = [d.code for d in result.diagnostics if d.severity == "error"]
+    assert codes == (["optional-unguarded"] if error else []), codes
+    if not error:  # and the module runs with the parameter and without it
+        import snf
+        import torch
+        module = snf.load(path)
+        for p in (0, 2):
+            model = module.Model(module.Config(P=p))
+            assert model(torch.ones(3, 4)).shape == (3, 4)

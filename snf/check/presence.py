@@ -38,18 +38,35 @@ class Presence:
         if isinstance(test.ty, ErrorT):
             return frozenset(i.name for i in self.inputs if i.optional)
         if _flag(test) is not None:  # parameters declared `if flag else None` (or `if not flag`)
-            return frozenset(t.name for t in self.params + self.buffers if _flag(t.condition) == _flag(test))
+            return frozenset(t.name for t in self.params + self.buffers if _flag(t.condition) == _flag(test)) \
+                | self.declared_under(test)
         if isinstance(test, ir.Op) and test.op == "and":  # each side's, and the tensors declared under both
-            return self.presence(test.arg("a")) | self.presence(test.arg("b")) | self.layer_presence(test)
-        return self.layer_presence(test)
+            return self.presence(test.arg("a")) | self.presence(test.arg("b")) | self.layer_presence(test) \
+                | self.declared_under(test)
+        return self.layer_presence(test) | self.declared_under(test)
 
     def else_presence(self, test: ir.TExpr) -> frozenset:
         """What is known to exist where `test` fails (an `else`): parameters declared under the
         opposite flag (`if not flag` for a test `flag`), or under the layer condition's negation."""
         flag = _flag(test)
         if flag is not None:
-            return frozenset(t.name for t in self.params + self.buffers if _flag(t.condition) == (flag[0], not flag[1]))
-        return self.layer_presence(test, negate=True)
+            return frozenset(t.name for t in self.params + self.buffers if _flag(t.condition) == (flag[0], not flag[1])) \
+                | self.declared_under(test, negate=True)
+        return self.layer_presence(test, negate=True) | self.declared_under(test, negate=True)
+
+    def declared_under(self, test: ir.TExpr, negate: bool = False) -> frozenset:
+        """Tensors of every layer declared `name : ... if cond else None` whose condition is `test`
+        (with `negate`, its opposite: an `else`), a derived bool read as what it computes (`has_p =
+        P > 0` and `P > 0` are one condition)."""
+        key = _normal(expr_key(self.unfolded(test)), negate)
+        return frozenset(t.name for t in self.params + self.buffers if t.condition is not None and t.layer_var is None
+                         and _normal(expr_key(self.unfolded(t.condition))) == key)
+
+    def unfolded(self, e: ir.TExpr) -> ir.TExpr:
+        """`e` with each derived value that is no dim (a bool, a float) replaced by its expression."""
+        values = {d.name: d.value for d in self.derived if d.dim is None}
+        return ir.rewrite(e, lambda x: self.unfolded(values[x.name]) if isinstance(x, ir.Ref) and x.name in values
+                          else None)
 
     def layer_presence(self, test: ir.TExpr, negate: bool = False) -> frozenset:
         """Tensors declared `name[l] : ... if cond else None` whose condition is `test` (with

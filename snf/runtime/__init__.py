@@ -12,8 +12,8 @@ its code calls (`imports`) after checking that this runtime is the one it was ge
 (`_require_runtime(ABI)`). A standalone one (`snfc compile --standalone`) has them copied in
 instead, with the ones those call, each with the comment lines right above it, in the order they
 have here (`copy`), but no compile policy: the unit reads policy.py's `_Payoff` through its module's
-globals, not by name, so `needed` never brings it, and a standalone module's units compile where
-SNF_COMPILE=1 (or generate(compile=True)) asks, never by themselves. What a module calls is read from
+globals, not by name, so a standalone module's units compile where SNF_COMPILE=1 (or
+generate(compile=True)) asks, never by themselves. What a module calls is read from
 its text, so no stage keeps a list of the helpers an op needs. Only the standard library is imported
 here: `snf.runtime` never pulls in the compiler.
 """
@@ -40,7 +40,9 @@ from ..version import __version__
 # nothing locks a model
 ABI = 8
 
-PARTS = ("policy", "compiling", "checks", "writes", "attention", "rope", "generate", "experts", "kernels", "recurrent", "loss")  # the files, in the order a standalone module holds them
+# The files a generated module imports from, in the order a standalone module holds them; not policy.py,
+# which only compiling.py reads (through its globals: see above).
+PARTS = ("compiling", "checks", "writes", "attention", "rope", "generate", "experts", "kernels", "recurrent", "loss")
 
 # What a module's classes need as they are defined: a standalone module holds these before them, the rest
 # of the runtime after them.

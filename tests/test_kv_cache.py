@@ -366,10 +366,10 @@ def _compiled_step_equals_eager(mod, model, text, monkeypatch) -> None:
         caches = [writes._cache_buffers(c, 1, size) for c in (out.new_keys, out.new_values)]
         copies = [[t.clone() for t in c] for c in caches]
         token = text[:, 9:10].contiguous()  # as generate's tokens are: a strided one is another graph
-        eager = model._decode_step(token, past_keys=copies[0], past_values=copies[1], decode=_state(model, torch.tensor(9)))
+        step = dict(use_cache=True, decode=_state(model, torch.tensor(9)))  # as generate's step is called
+        eager = model._decode_step(token, past_keys=copies[0], past_values=copies[1], **step)
         monkeypatch.setenv("SNF_COMPILE", "1")
-        compiled = model._decode_step(token, past_keys=caches[0], past_values=caches[1],
-                                      decode=_state(model, torch.tensor(9)))
+        compiled = model._decode_step(token, past_keys=caches[0], past_values=caches[1], **step)
     assert (compiled.logits - eager.logits).abs().max().item() <= 1e-5
     for got, want in zip(caches[0] + caches[1], copies[0] + copies[1]):
         assert (got - want).abs().max().item() <= 1e-5

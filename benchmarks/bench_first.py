@@ -151,13 +151,14 @@ def child(kind: str, case_name: str, contender: str, tokens: int, steps: int, de
 
 def _compiled_shapes(module) -> int:
     """The shapes snf compiled in this process, over the module's compiled units (each `_hot_path`
-    wrapper keeps what it has seen: Block.forward, the decode step, the whole forward)."""
+    wrapper's unit keeps what it has seen: Block.forward, the decode step, the whole forward)."""
     wrappers = []
     for cls in vars(module).values():
         if isinstance(cls, type):
             for value in vars(cls).values():
                 wrappers += [value, getattr(value, "whole", None)]
-    return sum(1 for w in wrappers for seen in getattr(w, "seen", {}).values() if seen.compiled)
+    units = [w.unit for w in wrappers if hasattr(w, "unit")]
+    return sum(1 for u in units if u.payoff is not None for seen in u.payoff.shapes.values() if seen.compiled)
 
 
 # ------------------------------------------------------------------------------ the parent

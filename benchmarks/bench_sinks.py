@@ -34,7 +34,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from benchmarks import _timing  # noqa: E402
-from snf.runtime.compiling import _DecodeState  # noqa: E402
+from snf.runtime.writes import _DecodeState  # noqa: E402
 from snf.runtime.attention import _sink_attention, _visible_keys  # noqa: E402
 
 TOL = 1e-4

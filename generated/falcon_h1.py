@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(7, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_config, _check_index, _check_input, _check_together
 from snf.runtime.writes import _set_layer
@@ -412,10 +412,10 @@ class Model(nn.Module):
         with `generator`. The prompt is run once; each later step feeds only the newest
         token and the KV cache (past_keys, past_values, past_conv, past_ssm).
 
-        A row ends at an end token (`eos_token_id`, else `self.generation_config`'s) and is padded with
-        `pad_token_id` after it; decoding stops when every row has ended. A left-padded batch with its
-        `attention_mask` gives each row what its prompt alone gives. transformers' `input_ids`,
-        `max_length` and `do_sample` are accepted too.
+        A row ends at an end token (`eos_token_id`, else those of the folder the model was loaded from:
+        `self.loaded_from`) and is padded with `pad_token_id` after it; decoding stops when every row has
+        ended. A left-padded batch with its `attention_mask` gives each row what its prompt alone gives.
+        transformers' `input_ids`, `max_length` and `do_sample` are accepted too.
 
         `compile=True` compiles the decode steps whatever it costs, `False` never does; by default
         SNF_COMPILE decides, and where it is unset a step compiles once that pays (docs/language.md, 10).

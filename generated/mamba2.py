@@ -18,10 +18,10 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(7, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _DecodeState, _by_compile_unit, _hot_path
+_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_cache, _check_config, _check_decode, _check_index, _check_input, _check_together
-from snf.runtime.writes import _set_layer
+from snf.runtime.writes import _DecodeState, _set_layer
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.recurrent import _causal_conv1d, _causal_conv1d_state, _ssd_scan, _ssd_state
 
@@ -202,16 +202,16 @@ class Model(nn.Module):
     # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
     # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
     compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
-    _decode_state: Optional[_DecodeState] = None  # set while generate runs a decode step (see _decode)
 
-    @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step as _decode_step
+    @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_conv: Optional[torch.Tensor] = None,
-                past_ssm: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None) -> Output:
+                past_ssm: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None,
+                decode: Optional[_DecodeState] = None) -> Output:
         # idx: [B, T]; past_conv: [n_layer, B, conv_kernel - 1, conv_dim]
         # past_ssm: [n_layer, B, H, head_dim, N]
+        # decode: a decode step of generate (see _decode), over the caches' preallocated buffers; None otherwise
         cfg = self.config
         dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
-        decode = self._decode_state  # generate's decode step (see _decode); None otherwise
         B, T, past_conv, past_ssm, use_cache = self._inputs(idx, past_conv, past_ssm, use_cache, dtype, decode)
         x = self.token_embedding(idx)  # [B, T, D]  mamba2.snf:59
         if use_cache:
@@ -282,10 +282,10 @@ class Model(nn.Module):
         with `generator`. The prompt is run once; each later step feeds only the newest
         token and the KV cache (past_conv, past_ssm).
 
-        A row ends at an end token (`eos_token_id`, else `self.generation_config`'s) and is padded with
-        `pad_token_id` after it; decoding stops when every row has ended. A left-padded batch with its
-        `attention_mask` gives each row what its prompt alone gives. transformers' `input_ids`,
-        `max_length` and `do_sample` are accepted too.
+        A row ends at an end token (`eos_token_id`, else those of the folder the model was loaded from:
+        `self.loaded_from`) and is padded with `pad_token_id` after it; decoding stops when every row has
+        ended. A left-padded batch with its `attention_mask` gives each row what its prompt alone gives.
+        transformers' `input_ids`, `max_length` and `do_sample` are accepted too.
 
         `compile=True` compiles the decode steps whatever it costs, `False` never does; by default
         SNF_COMPILE decides, and where it is unset a step compiles once that pays (docs/language.md, 10).

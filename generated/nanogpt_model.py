@@ -19,7 +19,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(7, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_config, _check_dims, _check_index, _check_input
 from snf.runtime.generate import _Generation, _generate
@@ -202,10 +202,10 @@ class Model(nn.Module):
         with `generator`. generate uses no KV cache here
         (docs/language.md, section 10.2), so each step runs the whole sequence again.
 
-        A row ends at an end token (`eos_token_id`, else `self.generation_config`'s) and is padded with
-        `pad_token_id` after it; decoding stops when every row has ended. A left-padded batch with its
-        `attention_mask` gives each row what its prompt alone gives. transformers' `input_ids`,
-        `max_length` and `do_sample` are accepted too.
+        A row ends at an end token (`eos_token_id`, else those of the folder the model was loaded from:
+        `self.loaded_from`) and is padded with `pad_token_id` after it; decoding stops when every row has
+        ended. A left-padded batch with its `attention_mask` gives each row what its prompt alone gives.
+        transformers' `input_ids`, `max_length` and `do_sample` are accepted too.
 
         The model sees at most P tokens: past them, as nanoGPT does, each step
         runs the last P tokens again (the same tokens as running that cropped

@@ -18,11 +18,11 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(7, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
-from snf.runtime.compiling import _DecodeState, _by_compile_unit, _hot_path
+_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
-from snf.runtime.writes import _cache_cat
+from snf.runtime.writes import _DecodeState, _cache_cat
 from snf.runtime.attention import _attention
 from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
@@ -184,15 +184,15 @@ class Model(nn.Module):
     # no faster than eager; on CUDA (an H200), a training step compiled whole 1.5-1.6x faster, an eval
     # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
     compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
-    _decode_state: Optional[_DecodeState] = None  # set while generate runs a decode step (see _decode)
 
-    @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step as _decode_step
+    @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
-                past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None) -> Output:
+                past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None,
+                decode: Optional[_DecodeState] = None) -> Output:
         # idx: [B, T]; past_keys, past_values: [n_layer, B, T_past, KVH, head_dim]
+        # decode: a decode step of generate (see _decode), over the caches' preallocated buffers; None otherwise
         cfg = self.config
         dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
-        decode = self._decode_state  # generate's decode step (see _decode); None otherwise
         B, T, T_past, past_keys, past_values, use_cache = self._inputs(
                 idx, past_keys, past_values, use_cache, dtype, decode)
         x = self.token_embedding(idx)  # [B, T, D]  olmo2.snf:60
@@ -270,10 +270,10 @@ class Model(nn.Module):
         with `generator`. The prompt is run once; each later step feeds only the newest
         token and the KV cache (past_keys, past_values).
 
-        A row ends at an end token (`eos_token_id`, else `self.generation_config`'s) and is padded with
-        `pad_token_id` after it; decoding stops when every row has ended. A left-padded batch with its
-        `attention_mask` gives each row what its prompt alone gives. transformers' `input_ids`,
-        `max_length` and `do_sample` are accepted too.
+        A row ends at an end token (`eos_token_id`, else those of the folder the model was loaded from:
+        `self.loaded_from`) and is padded with `pad_token_id` after it; decoding stops when every row has
+        ended. A left-padded batch with its `attention_mask` gives each row what its prompt alone gives.
+        transformers' `input_ids`, `max_length` and `do_sample` are accepted too.
 
         The model sees at most block_size tokens: past them, as nanoGPT does, each step
         runs the last block_size tokens again (the same tokens as running that cropped

@@ -19,7 +19,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(7, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_config, _check_index, _check_input, _check_together
 from snf.runtime.writes import _set_layer
@@ -339,18 +339,19 @@ class Model(nn.Module):
     def forward(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor,
                 attention_mask: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
                 past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *,
-                use_cache: Optional[bool] = None) -> Output:
+                use_cache: Optional[bool] = None, encoded: Optional[tuple] = None) -> Output:
         # input_ids, attention_mask: [B, S]; decoder_input_ids, labels: [B, T]
         # past_keys, past_values: [n_dec_layer, B, T_past, H, d_kv]
+        # encoded: the encoder's values, which generate computes once (_encode); None: computed here
         cfg = self.config
         dtype = self.token_embedding.weight.dtype  # the dtype the model holds now (a cast's)
         B, S, T, T_past, past_keys, past_values, use_cache = self._inputs(
                 input_ids, decoder_input_ids, attention_mask, labels, past_keys, past_values, use_cache, dtype)
-        if self._encoded is None:  # generate computes these once (see generate)
+        if encoded is None:  # else generate hands them in, computed once for all its steps
             encoder_last_hidden_state, cross_keys, cross_values = self._encode(
                     input_ids=input_ids, attention_mask=attention_mask)
         else:
-            encoder_last_hidden_state, cross_keys, cross_values = self._encoded
+            encoder_last_hidden_state, cross_keys, cross_values = encoded
         # [T, T_total]  t5.snf:136
         back = (torch.arange(T_past, T_past + T, dtype=torch.int64, device=input_ids.device).reshape(T, 1)
                 - torch.arange(T_past + T, dtype=torch.int64,
@@ -421,8 +422,6 @@ class Model(nn.Module):
             past_values = past_values.to(dtype)
         _check_together(('past_keys', 'past_values'), (past_keys, past_values))
         return B, S, T, T_past, past_keys, past_values, use_cache
-
-    _encoded = None  # the encoder's values while generate decodes (see generate); None otherwise
 
     def _encode(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> tuple:
         """What does not read the decoder's tokens (the encoder, and what only it feeds): forward runs

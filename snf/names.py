@@ -23,11 +23,13 @@ MODULE_NAMES = frozenset({
     "self", "cfg", "layer", "config",
 })
 BUILTINS = frozenset(dir(builtins))
-# Attributes the generated modules set themselves (Model.compile_units: what torch.compile compiles).
-GENERATED_ATTRIBUTES = frozenset({"config", "compile_units"})
-# Names a generated `forward` needs for itself: no input may be called so (it is a forward argument).
+# Attributes the generated modules set themselves (Model.compile_units: what torch.compile compiles), and
+# snf.from_pretrained on the models it loads (`loaded_from`: the folder, its config, its generation config).
+GENERATED_ATTRIBUTES = frozenset({"config", "compile_units", "loaded_from"})
+# Names a generated `forward` needs for itself: no input may be called so (it is a forward argument; `encoded`
+# and `decode` carry the state generate hands each step).
 FORWARD_RESERVED = frozenset({"self", "torch", "F", "nn", "math", "Output", "Config", "Model", "enumerate",
-                              "use_cache", "return_logits"})
+                              "use_cache", "return_logits", "encoded", "decode"})
 _IDENT = re.compile(r"^[^\W\d]\w*$")
 
 

@@ -17,11 +17,13 @@ import math
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from . import interop
+from .runtime.generate import GenerationConfig
 from .checkpoints import join_parts, source_keys, unmap_tensor
 from .config_mapping import ConfigEval, config_keys, invert, put, section_keys, show, unknown_keys, written_key
 
@@ -193,19 +195,27 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
         if isinstance(err, (PretrainedError, interop.CheckpointError)):
             raise
         raise PretrainedError(f"{folder}: {err}") from None
-    model._hf_config = hf  # save_pretrained writes back what it read, and keeps what the spec lists as harmless
-    model._hf_folder = str(folder.resolve())  # and copies the tokenizer and generation config beside it
-    model.generation_config = generation_config(folder, hf)
+    model.loaded_from = LoadedFrom(str(folder.resolve()), hf, generation_config(folder, hf))
     return model.eval()
 
 
-def generation_config(folder: Path, hf: dict):
+@dataclass(frozen=True)
+class LoadedFrom:
+    """Where from_pretrained loaded a model from (its `loaded_from`): the folder, whose tokenizer and
+    generation config save_pretrained copies beside a save; its config.json as read, which
+    save_pretrained writes back, keeping what the spec lists as harmless; and the end and padding
+    tokens generate uses by default."""
+
+    folder: str
+    config: dict
+    generation_config: GenerationConfig
+
+
+def generation_config(folder: Path, hf: dict) -> GenerationConfig:
     """The end and padding tokens generate uses by default: generation_config.json's where the folder
     has one, else config.json's (transformers' order). An integral float is its int, as transformers
     reads it; a negative id (old Llama configs' pad_token_id = -1) is left out; a value that is no
     token id at all is a PretrainedError naming the file and key."""
-    from .runtime.generate import GenerationConfig
-
     files = dict.fromkeys(hf, CONFIG_FILE)
     settings = hf
     try:
@@ -336,7 +346,7 @@ def _check_layers(module, config, folder: Path, where: str) -> None:
 
 def config_to_hf(model: torch.nn.Module) -> dict:
     """The transformers config.json for the model's Config: the inverse of the `config hf:` section,
-    over the config.json the model was loaded from (`model._hf_config`, which from_pretrained keeps),
+    over the config.json the model was loaded from (`model.loaded_from.config`, which from_pretrained keeps),
     so that the keys the spec lists as harmless (`_ <-`: token ids, generation settings) keep their
     values. Each field read from a key (`f <- hf.k`, with `or` defaults, or through `match`) is
     written to that key; a field computed from other fields only is not written (reading back
@@ -350,7 +360,7 @@ def config_to_hf(model: torch.nn.Module) -> dict:
     section = _section(module, where)["config"]
     config = model.config
     ev = ConfigEval({}, config, where, PretrainedError)
-    kept = getattr(model, "_hf_config", None)
+    kept = getattr(getattr(model, "loaded_from", None), "config", None)
     out: dict = json.loads(json.dumps(kept)) if isinstance(kept, dict) else {}
     kept_ev = ConfigEval(out, config, where, PretrainedError)
     for field, source in section["reads"].items():
@@ -436,7 +446,7 @@ def save_pretrained(model: torch.nn.Module, folder) -> Path:
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise PretrainedError(f"save_pretrained: {folder} is a file; it must name a folder")
-    companions = _companions(getattr(model, "_hf_folder", None), folder)
+    companions = _companions(getattr(getattr(model, "loaded_from", None), "folder", None), folder)
     staged = {name: folder / f".{name}.partial" for name in (*companions, "model.safetensors", CONFIG_FILE)}
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -125,7 +125,7 @@ def generate_text(model, prompt: str, *, tokenizer=None, folder=None, max_new_to
     folder (snf.from_pretrained); `tokenizer` one from `load_tokenizer`, by default the folder's.
     Greedy by default (`temperature=0`); `seed` makes sampling reproducible. `stream(text)` is called
     with each piece of the continuation as it is made. Stops at the model's end tokens
-    (its `generation_config`, from the folder)."""
+    (its `loaded_from.generation_config`, from the folder)."""
     import torch
 
     from .pretrained import from_pretrained
@@ -136,7 +136,7 @@ def generate_text(model, prompt: str, *, tokenizer=None, folder=None, max_new_to
         model = from_pretrained(folder)
     check_continues(model)
     if tokenizer is None:
-        source = folder if folder is not None else getattr(model, "_hf_folder", None)
+        source = folder if folder is not None else getattr(getattr(model, "loaded_from", None), "folder", None)
         if source is None:
             raise TokenizerMissing("give a tokenizer, or a model loaded from a folder that has one")
         tokenizer = load_tokenizer(source)

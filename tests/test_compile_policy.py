@@ -22,7 +22,9 @@ from torch import nn
 
 from conftest import REPO
 from snf.runtime import compiling, policy
-from snf.runtime.compiling import _compile_asked, _compile_mode, _DecodeLoop, _DecodeState, _hot_path, _signature
+from snf.runtime.compiling import _compile_asked, _compile_mode, _DecodeLoop, _hot_path
+from snf.runtime.policy import _signature
+from snf.runtime.writes import _DecodeState
 
 
 class Step(nn.Module):
@@ -91,11 +93,11 @@ def test_a_shape_is_told_apart_as_torch_tells_its_graphs_apart():
     assert block[0] == block[1] and len(set(block)) == 3
     steps = []
     for batch, slots in ((2, 128), (3, 128), (1, 128), (2, 256)):
-        model._decode_state = _DecodeState(torch.tensor(0), slots)
-        steps.append(_signature((model, torch.ones(batch, 1)), {"past": [torch.ones(batch, 512, 2)]}, "batch"))
+        state = _DecodeState(torch.tensor(0), slots)
+        steps.append(_signature((model, torch.ones(batch, 1)), {"past": [torch.ones(batch, 512, 2)], "decode": state},
+                                "batch"))
     assert steps[0] == steps[1] and len(set(steps)) == 3
     assert _signature((model, torch.ones(2, 5)), {}, "none") != _signature((model, torch.ones(3, 5)), {}, "none")
-    model._decode_state = None
     assert _signature((model.train(), torch.ones(2)), {}, "none") != _signature((model.eval(), torch.ones(2)), {}, "none")
 
 
@@ -164,12 +166,12 @@ def test_a_compile_records_its_cost_beside_torchs_cache_and_the_next_process_exp
     monkeypatch.delenv("SNF_COMPILE")
     again = _unit(dynamic=False, unit="decode")  # as a new process would build it
     again(model, x)
-    (entry,) = again.seen.values()
+    (entry,) = again.unit.payoff.shapes.values()
     assert entry.record.cost() == pytest.approx(data["compile_s"][0] * policy._WARM)
 
 
 def test_a_long_compile_says_what_it_waits_for_once(fake_compile, monkeypatch, caplog):
-    monkeypatch.setattr(compiling, "_ANNOUNCE_S", 0.05)
+    monkeypatch.setattr(policy, "_ANNOUNCE_S", 0.05)
     monkeypatch.setenv("SNF_COMPILE", "1")
     fake_compile["delay"] = 0.3
     forward = _unit(unit="block")
@@ -188,7 +190,7 @@ def test_a_short_compile_says_nothing(fake_compile, monkeypatch, caplog):
 
 def test_without_logging_set_up_the_wait_is_said_on_stderr():
     """Python's last-resort handler prints a warning of a logger nobody configured to stderr."""
-    code = "from snf.runtime.compiling import _say; _say('snf: waiting')"
+    code = "from snf.runtime.policy import _say; _say('snf: waiting')"
     done = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(REPO)),
                           capture_output=True, text=True, timeout=60)
     assert done.stderr == "snf: waiting\n"
@@ -248,6 +250,6 @@ def test_a_decode_loop_that_starts_eagerly_switches_to_the_compiled_step_midway(
             warnings.simplefilter("error", RuntimeWarning)  # a fallback to eager fails here
             got = model.generate(prompt, 8, temperature=0)
         assert torch.equal(got, model.generate(prompt, 8, temperature=0, compile=False))
-    seen = list(ng.Model._decode_step.seen.values())
+    seen = list(ng.Model._decode_step.unit.payoff.shapes.values())
     assert len(seen) == 2 and all(s.compiled == 2 and s.eager_calls == 1 for s in seen), seen
-    assert not compiling._CompileSettings.active  # the loop left them as it found them
+    assert compiling._CompileSettings.inside == 0  # the loop left them as it found them

@@ -93,12 +93,8 @@ def test_a_decode_position_past_the_slots_is_a_clear_error():
     layers = [torch.zeros(1, 16, 2, 8)] * 2
     for state, message in [(ng._DecodeState(torch.tensor(16), 16), "the decode position 16 is outside the 16 cache slots read"),
                            (ng._DecodeState(torch.tensor(3), 17), r"the decode length must be an int in \[1, 16\], got 17")]:
-        model._decode_state = state  # as generate's decode step sets it (ng._decode)
-        try:
-            with pytest.raises(ValueError, match=message):
-                model(torch.zeros(1, 1, dtype=torch.long), past_keys=layers, past_values=layers)
-        finally:
-            model._decode_state = None
+        with pytest.raises(ValueError, match=message):  # as generate's decode step passes it (ng._decode)
+            model(torch.zeros(1, 1, dtype=torch.long), past_keys=layers, past_values=layers, decode=state)
 
 
 def test_generate_needs_a_prompt():

@@ -68,7 +68,8 @@ def test_the_folder_gives_the_end_tokens(tmp_path):
     eos = int(free[1, 5 + 1])
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [96, eos], "pad_token_id": 1}))
     model = snf.from_pretrained(folder)
-    assert model.generation_config.eos_token_id == (96, eos) and model.generation_config.pad_token_id == 1
+    stops = model.loaded_from.generation_config
+    assert stops.eos_token_id == (96, eos) and stops.pad_token_id == 1
     got = model.generate(idx, 8, temperature=0)
     want = hf.generate(idx, attention_mask=torch.ones_like(idx), max_new_tokens=8, do_sample=False,
                        eos_token_id=[96, eos], pad_token_id=1)  # (without a mask it reads token 1 as padding)
@@ -168,7 +169,6 @@ def test_an_encoder_decoders_loop_encodes_once_feeds_the_cache_and_stops():
 
     class Toy(torch.nn.Module):  # next token: (last + 1) % 5, per row offset by the encoder's first token
         config = SimpleNamespace(decoder_start_token_id=1, eos_token_id=4, pad_token_id=0)
-        _encoded = None
 
         def __init__(self):
             super().__init__()
@@ -178,10 +178,10 @@ def test_an_encoder_decoders_loop_encodes_once_feeds_the_cache_and_stops():
             self.encodes += 1
             return (ids[:, :1],)
 
-        def forward(self, ids, dec=None, mask=None, past=None, use_cache=True):
-            assert self._encoded is not None  # generate's encoder values, not computed again
+        def forward(self, ids, dec=None, mask=None, past=None, use_cache=True, encoded=None):
+            assert encoded is not None  # generate's encoder values, not computed again
             self.steps.append(None if past is None else past.tolist())
-            nxt = (dec[:, -1:] + self._encoded[0]) % 5
+            nxt = (dec[:, -1:] + encoded[0]) % 5
             logits = torch.nn.functional.one_hot(nxt, 5).float()
             return SimpleNamespace(logits=logits, new=torch.cat([past, dec], 1) if past is not None else dec)
 
@@ -191,5 +191,5 @@ def test_an_encoder_decoders_loop_encodes_once_feeds_the_cache_and_stops():
     out = _generate_from_encoder(model, how, (ids, None), 8, 0.0, None, None, None, False)
     # row 0: 1 -> 2 -> 3 -> 4 (end); row 1: 1 -> 3 -> 0 -> 2 -> 4 (end): row 0 padded after its end
     assert out.tolist() == [[1, 2, 3, 4, 0], [1, 3, 0, 2, 4]]
-    assert model.encodes == 1 and model._encoded is None
+    assert model.encodes == 1
     assert model.steps[0] is None and model.steps[1] == [[1], [1]]  # the first step's cache fed to the second

@@ -335,6 +335,8 @@ PUBLIC_REFUSED = [
     ("input:\n  self : Tensor([B], float32)?\n", "would shadow a name the generated `forward` uses"),
     ("input:\n  torch : Tensor([B], float32)?\n", "would shadow a name the generated `forward` uses"),
     ("input:\n  use_cache : Tensor([B], float32)?\n", "would shadow a name the generated `forward` uses"),
+    ("input:\n  decode : Tensor([B], float32)?\n", "would shadow a name the generated `forward` uses"),
+    ("input:\n  encoded : Tensor([B], float32)?\n", "would shadow a name the generated `forward` uses"),
     ("input:\n  _mask : Tensor([B], float32)?\n", "starts with `_`"),
     ("output:\n  _extra : Tensor([B], float32)?\n", "starts with `_`"),
     ("parameter:\n  forward : Tensor([4], float32)\n", "`nn.Module.forward`"),
@@ -342,6 +344,7 @@ PUBLIC_REFUSED = [
     ("parameter:\n  training : Tensor([4], float32)\n", "`nn.Module.training`"),
     ("parameter:\n  config : Tensor([4], float32)\n", "an attribute the generated module sets itself"),
     ("parameter:\n  layers : Tensor([4], float32)\n", "an attribute the generated module sets itself"),
+    ("parameter:\n  loaded_from : Tensor([4], float32)\n", "an attribute the generated module sets itself"),
     ("buffer:\n  _stored : Tensor([4], float32)\n", "starts with `_`"),
 ]
 
@@ -379,7 +382,7 @@ def test_inputs_named_like_generates_locals(monkeypatch):
     `position`, ...) it must not clash with generate's own names."""
     monkeypatch.setenv("SNF_COMPILE", "0")
     text = (ROOT / "specs" / "nanogpt.snf").read_text(encoding="utf-8")
-    for name in ("temperature", "position", "decode", "token"):
+    for name in ("temperature", "position", "step", "token"):
         renamed = re.sub(r"\bidx\b", name, text)
         with imported(renamed) as (_, module, _code):
             torch.manual_seed(0)

@@ -146,7 +146,7 @@ def test_generate_uses_the_cache_and_matches_recompute(name):
     calls, steps = [], []
     original = model.forward
     model.forward = lambda *a, **k: calls.append(a[0].shape[1]) or original(*a, **k)
-    model._decode_step = lambda *a, **k: steps.append((a[0].shape[1], int(model._decode_state.position))) or \
+    model._decode_step = lambda *a, **k: steps.append((a[0].shape[1], int(k["decode"].position))) or \
         type(model)._decode_step(model, *a, **k)
     out = model.generate(prompt, max_new_tokens=6, temperature=0)
     assert calls == [5, 1, 1, 1, 1, 1]  # the prompt once, then one token per step at the next cache slot
@@ -279,20 +279,10 @@ def test_generate_on_cast_models(name, how):
         assert torch.equal(out, seq)
 
 
-def _decoding(model, position, length=None):
-    """As in a decode step of generate (see the module's _decode): forward reads this state."""
-    return _Decoding(model, position, model.config.block_size if length is None else length)
-
-
-class _Decoding:
-    def __init__(self, model, position, length):
-        self.model, self.state = model, sys.modules[type(model).__module__]._DecodeState(position, length)
-
-    def __enter__(self):
-        self.model._decode_state = self.state
-
-    def __exit__(self, *exc):
-        self.model._decode_state = None
+def _state(model, position, length=None):
+    """A decode step's state, as generate's (see the module's _decode) hands it to forward."""
+    return sys.modules[type(model).__module__]._DecodeState(position,
+                                                            model.config.block_size if length is None else length)
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -305,8 +295,8 @@ def test_the_decode_position_needs_its_caches(name):
     for position, caches in [(torch.tensor(3), {}), (torch.tensor(3.0), {"past_keys": layers, "past_values": layers}),
                              (torch.tensor([3]), {"past_keys": layers, "past_values": layers}),
                              (3, {"past_keys": layers, "past_values": layers})]:
-        with pytest.raises(ValueError, match=message), _decoding(model, position):
-            model(token, **caches)
+        with pytest.raises(ValueError, match=message):
+            model(token, **caches, decode=_state(model, position))
 
 
 @pytest.mark.slow
@@ -376,11 +366,10 @@ def _compiled_step_equals_eager(mod, model, text, monkeypatch) -> None:
         caches = [writes._cache_buffers(c, 1, size) for c in (out.new_keys, out.new_values)]
         copies = [[t.clone() for t in c] for c in caches]
         token = text[:, 9:10].contiguous()  # as generate's tokens are: a strided one is another graph
-        with _decoding(model, torch.tensor(9)):
-            eager = model._decode_step(token, past_keys=copies[0], past_values=copies[1])
+        step = dict(use_cache=True, decode=_state(model, torch.tensor(9)))  # as generate's step is called
+        eager = model._decode_step(token, past_keys=copies[0], past_values=copies[1], **step)
         monkeypatch.setenv("SNF_COMPILE", "1")
-        with _decoding(model, torch.tensor(9)):
-            compiled = model._decode_step(token, past_keys=caches[0], past_values=caches[1])
+        compiled = model._decode_step(token, past_keys=caches[0], past_values=caches[1], **step)
     assert (compiled.logits - eager.logits).abs().max().item() <= 1e-5
     for got, want in zip(caches[0] + caches[1], copies[0] + copies[1]):
         assert (got - want).abs().max().item() <= 1e-5
@@ -399,8 +388,8 @@ def test_preallocated_cache_step_equals_concatenated_cache(name, form, steps):
         values = torch.zeros_like(keys)
         keys[:, :, :6], values[:, :, :6] = out.new_keys, out.new_values
         given = (keys, values) if form == "stacked" else (list(keys), list(values))  # views: writes land in keys
-        with _decoding(model, torch.tensor(6)):  # a decode step over the preallocated caches
-            static = model(idx[:, 6:], past_keys=given[0], past_values=given[1])
+        # a decode step over the preallocated caches
+        static = model(idx[:, 6:], past_keys=given[0], past_values=given[1], decode=_state(model, torch.tensor(6)))
         grown = model(idx[:, 6:], past_keys=out.new_keys, past_values=out.new_values)
     assert (static.logits - grown.logits).abs().max().item() <= 1e-5
     assert static.new_keys is given[0]  # written in place
@@ -425,11 +414,10 @@ def test_preallocated_cache_is_checked(name):
     }
     for cache in bad.values():  # each one: a clear error, not an index error deep in a layer
         with pytest.raises(ValueError, match=r"input past_keys must be \[n_layer, B, block_size, H, head_dim\] float32, "
-                                             r"or a list of its \d+ layers"), _decoding(model, at):
-            model(token, past_keys=cache, past_values=[layer] * cfg.n_layer)
-    with pytest.raises(ValueError, match=r"past_values must be \[n_layer, B, block_size, H, head_dim\] float32, got \[2, 2\] float32$"), \
-            _decoding(model, at):
-        model(token, past_keys=[layer] * cfg.n_layer, past_values=torch.zeros(2, 2))
+                                             r"or a list of its \d+ layers"):
+            model(token, past_keys=cache, past_values=[layer] * cfg.n_layer, decode=_state(model, at))
+    with pytest.raises(ValueError, match=r"past_values must be \[n_layer, B, block_size, H, head_dim\] float32, got \[2, 2\] float32$"):
+        model(token, past_keys=[layer] * cfg.n_layer, past_values=torch.zeros(2, 2), decode=_state(model, at))
 
 
 def test_an_input_sized_by_the_cache_turns_the_fixed_shape_path_off(tmp_path):

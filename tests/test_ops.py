@@ -347,7 +347,7 @@ def test_attention_sinks_gradients(window):
     assert torch.autograd.gradcheck(run, (q, k, v, sinks))
     # a decode step of generate: one query, the keys in a preallocated cache of 8 slots, 5 filled (the
     # helper folds the query heads onto their key/value head there, rather than repeat the cache)
-    from snf.runtime.compiling import _DecodeState
+    from snf.runtime.writes import _DecodeState
     cache = [torch.cat([t.detach()[:, :, :5], torch.randn(2, 2, 3, 5, generator=g, dtype=torch.float64)], dim=2)
              for t in (k, v)]
     step = _sink_attention(q.detach()[:, :, -1:], *cache, None, causal=True, window=window, sinks=sinks.detach(),

@@ -568,7 +568,7 @@ def test_end_tokens_a_folder_gives_as_numbers(folder, files, eos, pad):
             path.unlink()
         else:
             path.write_text(json.dumps({**json.loads(path.read_text()), **settings}))
-    config = snf.from_pretrained(folder).generation_config
+    config = snf.from_pretrained(folder).loaded_from.generation_config
     assert (config.eos_token_id, config.pad_token_id) == (eos, pad)
 
 

@@ -57,9 +57,9 @@ def test_generate_writes_the_states_over_their_buffers(name):
     seen = []
     step = type(model)._decode_step
 
-    def recording(self, idx, **caches):
+    def recording(self, idx, use_cache, decode, **caches):
         seen.append({k: [(id(t), t.data_ptr()) for t in v] for k, v in caches.items()})
-        out = step(self, idx, **caches)
+        out = step(self, idx, **caches, use_cache=use_cache, decode=decode)
         for (past, new) in _pairs(model):  # the step returns its states in the buffers it was given
             assert getattr(out, new) is caches[past], (past, new)
         return out
@@ -123,10 +123,10 @@ def test_the_bundled_recurrent_specs_write_their_states_in_place():
 
 
 def test_the_compile_wait_message_of_a_states_only_decode_step_names_no_slots():
-    from snf.runtime.compiling import _DecodeState, _named
+    from snf.runtime.policy import _named
+    from snf.runtime.writes import _DecodeState
     model = _model("mamba2")
     fn = type(model).forward
-    model._decode_state = _DecodeState(torch.tensor(3), None)  # states alone: no slots to read
-    assert _named(fn, (model, torch.zeros(2, 1, dtype=torch.long)), {}, "decode", "batch") == \
+    state = _DecodeState(torch.tensor(3), None)  # states alone: no slots to read
+    assert _named(fn, (model, torch.zeros(2, 1, dtype=torch.long)), {"decode": state}, "decode", "batch") == \
         "the decode step of specs/mamba2.snf's generate (batch 2)"
-    model._decode_state = None

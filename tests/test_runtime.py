@@ -84,6 +84,37 @@ def test_a_standalone_module_runs_where_snf_cannot_be_imported(tmp_path):
     assert done.stdout.split() == ["(1,", "4,", "11)", "[]"]
 
 
+@pytest.mark.parametrize("spec", ["nanogpt.snf", "gpt_decoder.snf", "t5.snf"])
+def test_a_standalone_module_starts_its_model_within_150_lines(spec):
+    """The compile decorators and the unit they make come before the classes they wrap, and the rest
+    of the runtime after the model: a reader meets `class Config` within the first 150 lines."""
+    lines = _standalone(spec).splitlines()
+    assert lines.index("class Config:") < 150
+    assert lines.index("# ---------------------------------------------------------------------------- runtime") > \
+        lines.index("class Model(nn.Module):")
+
+
+def test_a_standalone_module_compiles_only_where_asked(tmp_path, monkeypatch):
+    """A standalone module carries no compile policy: with SNF_COMPILE unset nothing compiles, even a
+    decode step that would pay at once; with SNF_COMPILE=1 it does (torch.compile stood in for)."""
+    from conftest import fresh_module
+    from snf.runtime import policy
+    text = _standalone("nanogpt.snf")
+    assert "class _Payoff" not in text and "_FIGURES" not in text and "class _Record" not in text
+    (tmp_path / "standalone_nanogpt.py").write_text(text, encoding="utf-8")
+    mod = fresh_module(tmp_path / "standalone_nanogpt.py", "standalone_nanogpt")
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: compiled.append(fn) or fn)
+    monkeypatch.setitem(policy._FIGURES, ("cpu", "decode", "eval"), policy._Figures(0.0, 0.0, (1.0, 1.0), 0.3))
+    monkeypatch.delenv("SNF_COMPILE", raising=False)
+    model = mod.Model(n_layer=1, n_head=2, n_embd=8, vocab_size=11, block_size=16).eval()
+    prompt = torch.zeros(1, 2, dtype=torch.long)
+    eager = model.generate(prompt, 6, temperature=0)
+    assert compiled == [] and mod.Model._decode_step.unit.payoff is None
+    monkeypatch.setenv("SNF_COMPILE", "1")
+    assert torch.equal(model.generate(prompt, 6, temperature=0), eager) and compiled
+
+
 def test_a_generated_module_imports_the_runtime_not_the_compiler():
     code = ("import sys, generated.nanogpt; print(sorted(m for m in ('lark', 'jinja2', 'snf.compiler', "
             "'snf.codegen', 'snf.check') if m in sys.modules))")
@@ -183,7 +214,7 @@ def test_a_compiled_block_is_handed_no_two_arguments_sharing_memory():
     alone = (x, other, empty, empty, None)
     args, kwargs = compiling._unaliased(alone, {})
     assert all(a is b for a, b in zip(args, alone, strict=True)) and kwargs == {}
-    decode = compiling._DecodeState(position=torch.tensor(0), length=1)
+    decode = writes._DecodeState(position=torch.tensor(0), length=1)
     assert compiling._unaliased((x, x[0], decode), {})[0][1]._base is x
 
 
@@ -219,7 +250,7 @@ def _half_under_autocast(x, past):
     """concat, rope and a cache update of tensors in a half dtype other than autocast's, as a spec's
     own float16 values are under CPU bfloat16 autocast, whose rule for torch.cat, torch.stack and
     index_copy refuses them (session seed 8303); on CUDA, bfloat16 values under float16 autocast."""
-    decode = compiling._DecodeState(position=torch.tensor(2, device=x.device), length=3)
+    decode = writes._DecodeState(position=torch.tensor(2, device=x.device), length=3)
     return (writes._cat([x, x], dim=1), rope._rope(x, 1, 10000.0),
             rope._rope(x, 1, 10000.0, rotary_dim=2, interleaved=True),
             writes._cache_cat(past[:, :2], x), writes._cache_cat(past.clone(), x[:, :1], decode))

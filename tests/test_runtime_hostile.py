@@ -92,7 +92,7 @@ def test_a_damaged_record_reads_as_none_and_the_next_compile_writes_it_again(fak
     again = _unit(dynamic=False, unit="decode")  # as a new process reads it
     for _ in range(3):  # by default: eager calls, each asking whether compiling pays
         assert torch.equal(again(model, x), x)
-    (entry,) = again.seen.values()
+    (entry,) = again.unit.payoff.shapes.values()
     assert entry.record.saving() is None and entry.record.cost() is None
     monkeypatch.setenv("SNF_COMPILE", "1")
     again(model, x)
@@ -140,7 +140,7 @@ def test_a_folder_or_file_in_the_records_place_only_loses_the_record(fake_compil
     again = _unit(dynamic=False, unit="decode")
     for _ in range(3):
         assert torch.equal(again(model, x), x)
-    (entry,) = again.seen.values()
+    (entry,) = again.unit.payoff.shapes.values()
     assert entry.record.data["compile_s"] and entry.record.data["compiled_s"] >= 0  # kept for this process
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     assert left == (["snf", f"snf/{record.name}"] if blocked == "record" else ["snf"])  # no temporary file
@@ -243,9 +243,10 @@ def test_an_end_or_pad_token_that_is_no_token_id_is_refused_by_name(bad):
             model.generate(idx, 3, pad_token_id=bad)
 
 
-# ----------------------------------------------------------------------------- forward while another thread generates
-# generate keeps its decode state (and eval mode) on the model: a forward of another thread waits for
-# it to end, and gives what it gives alone.
+# ----------------------------------------------------------------------------- threads on one model
+# generate keeps nothing on the model (a decode step's state and an encoder's values are arguments of
+# each step) and leaves its mode as it is: a forward, or a generate, of another thread runs beside it,
+# with no lock, and each gives what it gives alone.
 
 def _t5():
     torch.manual_seed(0)
@@ -289,3 +290,37 @@ def test_a_forward_while_another_thread_generates_gives_what_it_gives_alone(kind
         thread.join()
     assert not failed and len(made) == 4 and all(torch.equal(m, want_tokens) for m in made)
     assert model.training == (kind == "decoder training")
+
+
+@pytest.mark.parametrize("kind", ["decoder", "encoder-decoder"])
+def test_two_threads_generating_on_one_model_each_get_what_they_get_alone(kind):
+    """Both generates are midway at once (each waits at its third step for the other to get there,
+    which a lock around generate would never let happen), on prompts of other lengths and batches."""
+    model = CALLS[kind][0]()
+    prompts = (torch.randint(0, 31, (2, 4)), torch.randint(0, 31, (1, 7)))
+    want = [model.generate(p, 24, temperature=0) for p in prompts]
+    midway, calls, made, failed = threading.Barrier(2, timeout=60), {}, [[], []], []
+
+    def meet(module, args, kwargs):
+        me = threading.get_ident()
+        calls[me] = calls.get(me, 0) + 1
+        if calls[me] == 3:
+            midway.wait()
+
+    def generating(i):
+        try:
+            for _ in range(3):
+                made[i].append(model.generate(prompts[i], 24, temperature=0))
+        except Exception as err:  # noqa: BLE001 (reported below)
+            failed.append(err)
+    handle = model.register_forward_pre_hook(meet, with_kwargs=True)
+    threads = [threading.Thread(target=generating, args=(i,)) for i in range(2)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        handle.remove()
+    assert not failed, failed
+    assert all(len(m) == 3 and all(torch.equal(t, w) for t in m) for m, w in zip(made, want))

@@ -105,8 +105,8 @@ class Generator:
         em.dtype_src = names.fresh("dtype") if self.model_dtype else None  # bound first, when forward uses it
         for demand in plans.outputs.demands:
             em.flags[demand.flag] = demand.flag
-        if plans.decode_steps:  # generate's decode step state (self._decode_state)
-            em.decode = names.fresh("decode")
+        if plans.decode_steps:  # generate's decode state: forward's argument, a name no input may take
+            em.decode = "decode"
         # the blocks first: what each takes is read off its code, and the loops that call them pass it
         block_ctx = []
         for b in plans.blocks.blocks:
@@ -119,8 +119,6 @@ class Generator:
         prologue = [f"{em.cfg} = self.config"]
         if em.dtype_src and (em.dtype_src in reads(body) or checks and em.dtype_src in checks["params"]):
             prologue.append(f"{em.dtype_src} = {self.model_dtype}  # the dtype the model holds now (a cast's)")
-        if em.decode:
-            prologue.append(f"{em.decode} = self._decode_state  # generate's decode step (see _decode); None otherwise")
         if checks:
             prologue.append(checks["call"])
         out_fields = Namespace(attribute=True)
@@ -138,7 +136,9 @@ class Generator:
             "blocks": block_ctx, "decls": decls, "init_lines": init_lines,
             "inputs": [(i.name, "Optional[torch.Tensor]" if i.optional else "torch.Tensor", i.optional,
                         self.show(i.ty.shape)) for i in inputs],
-            "shapes": self.shape_comment(inputs), "prologue": prologue, "body": body, "checks": checks,
+            "keywords": self.keyword_arguments(encode is not None),
+            "shapes": self.shape_comment(inputs) + self.state_comment(encode is not None),
+            "prologue": prologue, "body": body, "checks": checks,
             "outputs": [(f, n, self.show(o.ty.shape), o.optional or o.name in optional_out)
                         for f, n, o in outputs],
             "flags": self.flag_rows(),
@@ -158,8 +158,8 @@ class Generator:
                  "spec_path_repr": ctx["spec_path_repr"], "sha256": m.sha256, "uses_checkpoint": ctx["uses_checkpoint"]}
         if self.standalone:  # the runtime's definitions the code calls, and what they call
             used = runtime.needed(own)
-            frame.update(runtime_compile=runtime.copy("policy", "compiling", names=used),
-                         runtime=runtime.copy(*runtime.PARTS[2:], names=used))
+            frame.update(runtime_compile=runtime.copy(*runtime.PARTS, names=used & runtime.DECORATORS),
+                         runtime=runtime.copy(*runtime.PARTS, names=used - runtime.DECORATORS))
         else:
             frame["runtime_imports"] = runtime.imports(runtime.called(own), LIMIT)
         frame["std_imports"] = _std_imports("\n".join((own, frame["runtime_compile"], frame["runtime"])))
@@ -182,6 +182,19 @@ class Generator:
         return rows
 
     # ---------------------------------------------------------------- forward's inputs
+    def keyword_arguments(self, encodes: bool) -> list[str]:
+        """forward's keyword-only arguments: the flags, then the state generate hands each step (an
+        encoder-decoder's encoded values, a decode step's state), None where a caller gives none."""
+        return ([f"{flag}: Optional[bool] = None" for flag, _ in self.flag_rows()]
+                + ["encoded: Optional[tuple] = None"] * encodes
+                + ["decode: Optional[_DecodeState] = None"] * self.plans.decode_steps)
+
+    def state_comment(self, encodes: bool) -> list[str]:
+        """forward's comment on the state generate hands each step."""
+        lines = ["encoded: the encoder's values, which generate computes once (_encode); None: computed here"]
+        return lines * encodes + ["decode: a decode step of generate (see _decode), over the caches' preallocated "
+                                  "buffers; None otherwise"] * self.plans.decode_steps
+
     def shape_comment(self, inputs) -> list[str]:
         """forward's comment on its inputs' shapes: `idx, targets: [B, T]; ...`, inputs of one shape
         together, in lines of at most 100 characters."""
@@ -317,7 +330,7 @@ class Generator:
     def encode_context(self, em: Emitter) -> dict | None:
         """`Model._encode`: the statements an encoder-decoder's generate runs once (the encoder
         plan), binding the sizes they use from the encoder's inputs; and the lines of forward that
-        take their values from generate (`self._encoded`) or compute them."""
+        take their values from generate (forward's `encoded`) or compute them."""
         plan = self.plans.decode.encoder if self.plans.decode is not None else None
         if plan is None:
             return None
@@ -334,10 +347,10 @@ class Generator:
             bind.insert(0, f"{em.dtype_src} = {self.model_dtype}  # the dtype the model holds now (a cast's)")
         values = ", ".join(em.names.name(v) for v in plan.values) + ("," if len(plan.values) == 1 else "")
         args = ", ".join(f"{n}={n}" for n in plan.inputs)
-        fetch = [f"        if self._encoded is None:  # generate computes these once (see generate)",
+        fetch = ["        if encoded is None:  # else generate hands them in, computed once for all its steps",
                  f"            {values} = self._encode({args})",
                  "        else:",
-                 f"            {values} = self._encoded"]
+                 f"            {values} = encoded"]
         optional = {i.name for i in m.inputs if i.optional}
         signature = ", ".join(f"{n}: Optional[torch.Tensor] = None" if n in optional else f"{n}: torch.Tensor"
                               for n in plan.inputs)

@@ -1,18 +1,21 @@
 """The runtime of generated modules, as an importable package, and what copies it into them.
 
-`compiling.py` holds what a generated module's classes need when they are defined (the decorators
-`_hot_path`, `_by_compile_unit`, with `policy.py`, when a unit compiles; a standalone module has
-them before its classes); what the model
+`compiling.py` holds the compile machinery: the decorators of a generated module's classes
+(`_hot_path`, `_by_compile_unit`) and the unit they make (`_CompiledUnit`), which a standalone module
+has before its classes (`DECORATORS`: they wrap them as they are defined), and what the unit calls;
+`policy.py`, when a unit compiles where SNF_COMPILE leaves it to the unit. What the model
 calls as it runs is in `checks.py` (of the config, the inputs, the dims), `writes.py` (in place, into
-caches), `attention.py`, `rope.py`, `experts.py`,
+caches, at a decode step's position), `attention.py`, `rope.py`, `experts.py`,
 `recurrent.py` (with `kernels.py`, the libraries' kernels it runs on CUDA where they are installed)
 and `loss.py`; `generate.py` is a decoder's generate. A generated module imports the names
 its code calls (`imports`) after checking that this runtime is the one it was generated for
 (`_require_runtime(ABI)`). A standalone one (`snfc compile --standalone`) has them copied in
 instead, with the ones those call, each with the comment lines right above it, in the order they
-have here (`copy`). What a module calls is read from its text, so no stage keeps a list of the
-helpers an op needs. Only the standard library is imported here: `snf.runtime` never pulls in the
-compiler.
+have here (`copy`), but no compile policy: the unit reads policy.py's `_Payoff` through its module's
+globals, not by name, so a standalone module's units compile where SNF_COMPILE=1 (or
+generate(compile=True)) asks, never by themselves. What a module calls is read from
+its text, so no stage keeps a list of the helpers an op needs. Only the standard library is imported
+here: `snf.runtime` never pulls in the compiler.
 """
 
 from __future__ import annotations
@@ -31,10 +34,19 @@ from ..version import __version__
 # 5: Config checks as a table (_check_config), the compile wiring as decorators, attention and RoPE in
 # attention.py and rope.py, _latent_attention; 6: _Generation(buffer_axes=): recurrent states in buffers
 # written in place; 7: helpers.py split into checks.py and writes.py, spec_parameters rows end with the
-# piece's shape and dtype (snf.interop reads them)
-ABI = 7
+# piece's shape and dtype (snf.interop reads them); 8: generate's state passed, not set on the model:
+# forward takes `decode=` (a decode step's _DecodeState, now in writes.py) and `encoded=` (an
+# encoder-decoder's values), the decorators make a _CompiledUnit, _check_fields is in checks.py, and
+# nothing locks a model
+ABI = 8
 
-PARTS = ("policy", "compiling", "checks", "writes", "attention", "rope", "generate", "experts", "kernels", "recurrent", "loss")  # the files, each copied to its own place in a generated module
+# The files a generated module imports from, in the order a standalone module holds them; not policy.py,
+# which only compiling.py reads (through its globals: see above).
+PARTS = ("compiling", "checks", "writes", "attention", "rope", "generate", "experts", "kernels", "recurrent", "loss")
+
+# What a module's classes need as they are defined: a standalone module holds these before them, the rest
+# of the runtime after them.
+DECORATORS = frozenset({"_hot_path", "_by_compile_unit", "_CompiledUnit"})
 
 
 @dataclass(frozen=True)

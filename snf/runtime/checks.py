@@ -1,6 +1,6 @@
-"""The checks generated modules run: a Config's fields and conditions, forward's inputs (rank,
-dtype, sizes, the ids an index reads), the dims' conditions, the numbers computed from config
-values, and a decode step's caches.
+"""The checks generated modules run: a Config's fields (their types) and conditions, forward's
+inputs (rank, dtype, sizes, the ids an index reads), the dims' conditions, the numbers computed
+from config values, and a decode step's caches.
 
 Real Python, imported and tested as it is (tests/test_runtime.py). Generated modules import the
 definitions they call from here (a `--standalone` one holds a copy of them and what they call:
@@ -10,12 +10,13 @@ cannot use raises snf.runtime.ABI.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Optional
 
 import torch
 
-from .compiling import _check_fields, _DecodeState
+from .writes import _DecodeState
 
 
 def _fits(t, rank: int, dtype: str, sizes: dict) -> bool:
@@ -84,6 +85,35 @@ def _check_number(compute, low: Optional[float], high: Optional[float], low_open
     if not math.isfinite(value) or low is not None and (value <= low if low_open else value < low) \
             or high is not None and value > high:
         raise ValueError(f"{what} must be {wanted}, got {value} ({where}); got {got}")
+
+
+def _check_fields(config) -> None:
+    """Each Config field holds its declared type: an int for `int` (not a bool), a bool for `bool`,
+    a str for `str`, and a number for `float` (kept as a float); a list field (`tuple[str, ...]`) a
+    list or tuple of them, kept as a tuple."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        kind = field.type[6:-6] if field.type.startswith("tuple[") else None  # tuple[str, ...] -> str
+        if kind is not None:
+            if not isinstance(value, (list, tuple)):
+                raise TypeError(f"Config.{field.name} must be a list of {kind}, got {value!r}")
+            items = tuple(_field_value(field.name, kind, v, f"[{i}]") for i, v in enumerate(value))
+            object.__setattr__(config, field.name, items)  # frozen: only while it is being made
+            continue
+        checked = _field_value(field.name, field.type, value, "")
+        if checked is not value:  # an int given for a float
+            object.__setattr__(config, field.name, checked)
+
+
+def _field_value(name: str, kind: str, value, where: str):
+    """`value` as a field (or a list field's item) of this kind holds it; TypeError if it is none."""
+    if kind == "float" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    ok = {"int": isinstance(value, int) and not isinstance(value, bool), "bool": isinstance(value, bool),
+          "float": isinstance(value, float), "str": isinstance(value, str)}[kind]
+    if not ok:
+        raise TypeError(f"Config.{name}{where} must be {'a' if kind[0] in 'bfs' else 'an'} {kind}, got {value!r}")
+    return value
 
 
 def _check_config(config, checks: tuple = ()) -> None:

@@ -4,10 +4,13 @@ or `_generate_from_encoder` (an encoder-decoder's) with what its plan says of th
 every spec.
 
 What a transformers user expects of it: each row stops at an end token (the given ones, else the
-model's `generation_config`, which `snf.from_pretrained` reads from the checkpoint folder) and is
-padded after it, decoding stops when every row has ended, a left-padded batch with its
-`attention_mask` gives each row what that prompt alone gives, and the common transformers argument
-names are accepted (`input_ids=`, `max_length=`, `do_sample=`, `streamer=`).
+generation config `snf.from_pretrained` read from the checkpoint folder) and is padded after it,
+decoding stops when every row has ended, a left-padded batch with its `attention_mask` gives each
+row what that prompt alone gives, and the common transformers argument names are accepted
+(`input_ids=`, `max_length=`, `do_sample=`, `streamer=`). As transformers' does, it runs the model
+in the mode it is in (call `model.eval()` first; from_pretrained's models are) and keeps nothing on
+the model: the decode state is an argument of each step, so threads may generate on one model at
+once, each getting what it gets alone.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from typing import Optional
 import torch
 from torch import nn
 
-from .compiling import _compile_asked, _DecodeLoop, _DecodeState, _model_lock
+from .compiling import _compile_asked, _DecodeLoop
 from .checks import _described
-from .writes import _cache_buffers
+from .writes import _cache_buffers, _DecodeState
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,8 @@ class _Generation:
 
 @dataclass
 class GenerationConfig:
-    """The end and padding tokens generate uses when its call gives none: `snf.from_pretrained` sets
-    a model's `generation_config` from the folder's generation_config.json (else config.json)."""
+    """The end and padding tokens generate uses when its call gives none: `snf.from_pretrained` reads
+    them from the folder's generation_config.json (else config.json) into the model's `loaded_from`."""
 
     eos_token_id: tuple = ()
     pad_token_id: Optional[int] = None
@@ -75,18 +78,14 @@ def _generate(model: nn.Module, how: _Generation, tokens, max_new_tokens, temper
     def run(prompt: torch.Tensor) -> torch.Tensor:
         return _decode_loop(model, how, prompt, max_new_tokens, temperature, top_k, top_p, generator, compile,
                             stop, pad, context, streamer, recompute_past)
-    was_training = _start_generate(model)
-    try:
-        with torch.no_grad():
-            return _generate_padded(tokens, mask, pad, run) if padded else run(tokens)
-    finally:
-        _end_generate(model, was_training)
+    with torch.no_grad():
+        return _generate_padded(tokens, mask, pad, run) if padded else run(tokens)
 
 
 def _generate_from_encoder(model: nn.Module, how: _Generation, inputs: tuple, max_new_tokens: int, temperature: float,
                            top_k, top_p, generator, compile) -> torch.Tensor:
-    """An encoder-decoder's `model.generate(...)`: the encoder's values once (`model._encode`, which
-    forward then reads instead of computing them), then the decoder from the config's
+    """An encoder-decoder's `model.generate(...)`: the encoder's values once (`model._encode`, handed
+    to each step's forward as `encoded=`, which then computes none), then the decoder from the config's
     decoder_start_token_id, one token a step fed with its self-attention cache. Returns the decoder's
     tokens [B, 1 + n], as transformers' generate does. With `how.stops` a row ends at eos_token_id
     and is padded with pad_token_id after it, and decoding stops when every row has ended.
@@ -94,29 +93,24 @@ def _generate_from_encoder(model: nn.Module, how: _Generation, inputs: tuple, ma
     first, given = inputs[0], dict(zip(how.encoder[1:], inputs[1:]))
     _check_sampling(first, max_new_tokens, temperature, top_k, top_p)
     cfg = model.config
-    was_training = _start_generate(model)
-    try:
-        with torch.no_grad():
-            token = torch.full((first.size(0), 1), cfg.decoder_start_token_id, dtype=torch.long, device=first.device)
-            made = [token]
-            done = torch.zeros(first.size(0), 1, dtype=torch.bool, device=first.device)
-            ends = torch.tensor([cfg.eos_token_id], device=first.device) if how.stops else None
-            model._encoded = model._encode(first, **given)
-            out = model(first, **{how.tokens: token}, **given, use_cache=True)
-            for step in _decoding(max_new_tokens, compile):
-                logits = out if how.logits is None else getattr(out, how.logits)
-                token = _sample(logits[:, -1, :], temperature, top_k, top_p, generator)
-                if how.stops:
-                    token, done = _ended(token, done, ends, cfg.pad_token_id)
-                made.append(token)
-                if step + 1 == max_new_tokens or how.stops and bool(done.all()):
-                    break  # the last token needs no step
-                caches = {past: getattr(out, new) for past, new in how.caches}
-                out = model(first, **{how.tokens: token}, **given, **caches, use_cache=True)
-            return torch.cat(made, dim=1)
-    finally:
-        model._encoded = None
-        _end_generate(model, was_training)
+    with torch.no_grad():
+        token = torch.full((first.size(0), 1), cfg.decoder_start_token_id, dtype=torch.long, device=first.device)
+        made = [token]
+        done = torch.zeros(first.size(0), 1, dtype=torch.bool, device=first.device)
+        ends = torch.tensor([cfg.eos_token_id], device=first.device) if how.stops else None
+        encoded = model._encode(first, **given)
+        out = model(first, **{how.tokens: token}, **given, use_cache=True, encoded=encoded)
+        for step in _decoding(max_new_tokens, compile):
+            logits = out if how.logits is None else getattr(out, how.logits)
+            token = _sample(logits[:, -1, :], temperature, top_k, top_p, generator)
+            if how.stops:
+                token, done = _ended(token, done, ends, cfg.pad_token_id)
+            made.append(token)
+            if step + 1 == max_new_tokens or how.stops and bool(done.all()):
+                break  # the last token needs no step
+            caches = {past: getattr(out, new) for past, new in how.caches}
+            out = model(first, **{how.tokens: token}, **given, **caches, use_cache=True, encoded=encoded)
+        return torch.cat(made, dim=1)
 
 
 def _transformers_names(tokens, max_new_tokens, temperature, more: dict):
@@ -153,12 +147,17 @@ def _transformers_names(tokens, max_new_tokens, temperature, more: dict):
     return tokens, max_new_tokens, temperature
 
 
+def _generation_config(model: nn.Module) -> Optional[GenerationConfig]:
+    """The end and padding tokens of the folder a model was loaded from (snf.from_pretrained's record
+    of it, `loaded_from`); None for a model that was not."""
+    return getattr(getattr(model, "loaded_from", None), "generation_config", None)
+
+
 def _stop_tokens(model: nn.Module, given) -> tuple:
-    """The end tokens: the given ones (a token id, or a list or 1-d tensor of them), else the model's
-    generation_config's."""
+    """The end tokens: the given ones (a token id, or a list or 1-d tensor of them), else the
+    generation config's of the folder the model was loaded from."""
     if given is None:
-        config = getattr(model, "generation_config", None)
-        given = getattr(config, "eos_token_id", None) if config is not None else None
+        given = getattr(_generation_config(model), "eos_token_id", None)
     items = given.tolist() if hasattr(given, "tolist") else given  # a tensor's or numpy array's ids, as numbers
     items = () if items is None else items if isinstance(items, (list, tuple)) else (items,)
     ids = tuple(_token_id(i) for i in items)
@@ -169,10 +168,9 @@ def _stop_tokens(model: nn.Module, given) -> tuple:
 
 def _pad_token(model: nn.Module, given, stop: tuple) -> int:
     """What follows a row's end, and fills a left-padded row's new slots: the given pad token, else
-    the generation_config's, else the first end token (as transformers does), else 0."""
+    the loaded folder's generation config's, else the first end token (as transformers does), else 0."""
     if given is None:
-        config = getattr(model, "generation_config", None)
-        given = getattr(config, "pad_token_id", None) if config is not None else None
+        given = getattr(_generation_config(model), "pad_token_id", None)
     if given is None:
         return stop[0] if stop else 0
     pad = _token_id(given)
@@ -286,21 +284,6 @@ def _decoding(count: int, asked: Optional[bool] = None):
             yield step
 
 
-def _start_generate(model: nn.Module) -> bool:
-    """generate's start: the model alone (_model_lock: the decode state a step reads and the eval mode
-    are the model's own, so another thread's generate or forward waits), then eval mode. Returns the
-    mode _end_generate restores."""
-    _model_lock(model).acquire()
-    was_training = model.training
-    model.eval()
-    return was_training
-
-
-def _end_generate(model: nn.Module, was_training: bool) -> None:
-    model.train(was_training)
-    _model_lock(model).release()
-
-
 _MOST_TOKENS = 2**31  # what one generate call may return, B * (T + max_new_tokens): 16 GiB of int64
 
 
@@ -350,15 +333,13 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], top_
 def _decode(model: nn.Module, token: torch.Tensor, position: int, size: int, **caches):
     """One decode step of generate: model(token, **caches) over caches in preallocated buffers of
     `size` slots, `position` of them filled, attending over the first _bucket(...) slots (`size`
-    None: the caches are recurrent states, with no slots). It runs as Model._decode_step (see
-    _by_compile_unit), compiled per bucket where that pays: it tells the step how many steps of the
-    loop (_decoding) read the same slots."""
+    None: the caches are recurrent states, with no slots). Given `decode=`, forward runs as
+    Model._decode_step (see _by_compile_unit), compiled per bucket where that pays: this tells the
+    step how many steps of the loop (_decoding) read the same slots. Through model(...), so that the
+    model's forward hooks see each step."""
     length = _bucket(position + 1, size) if size is not None else None
     loop = _DecodeLoop.current()
     if loop is not None:
         loop.ahead = loop.left if length is None else min(loop.left, length - position)
-    model._decode_state = _DecodeState(torch.tensor(position, device=token.device), length)
-    try:
-        return model(token, **caches)
-    finally:
-        model._decode_state = None
+    return model(token, **caches, use_cache=True, decode=_DecodeState(torch.tensor(position, device=token.device),
+                                                                       length))

@@ -1,6 +1,7 @@
 """Writes generated modules make: into a copy or in place (`_assign`, `_set_layer`), a KV cache grown
-at the decode position (`_cache_cat`, `_narrow`), generate's per-layer cache buffers, and what keeps
-them working in a cast or autocast model (`_held_dtype`, `_cat`, `_autocast_refuses`, `_autocast_dtype`).
+at the decode position (`_cache_cat`, `_narrow`, with the decode state `_DecodeState` a decode step
+is handed), generate's per-layer cache buffers, and what keeps them working in a cast or autocast
+model (`_held_dtype`, `_cat`, `_autocast_refuses`, `_autocast_dtype`).
 
 Real Python, imported and tested as it is (tests/test_runtime.py); copied into a `--standalone`
 module as the checks are (snf/runtime/checks.py).
@@ -8,12 +9,20 @@ module as the checks are (snf/runtime/checks.py).
 
 from __future__ import annotations
 
-from typing import Optional
+import threading
+import weakref
+from typing import NamedTuple, Optional
 
 import torch
 from torch import nn
 
-from .compiling import _DecodeState
+
+class _DecodeState(NamedTuple):
+    """A decode step of generate, as Model.forward and its blocks take it (`decode=`, from _decode):
+    the caches are buffers of preallocated slots, `position` (a 0-d tensor) of them filled; the
+    step's keys and values are written there in place, and attention reads the first `length`."""
+    position: torch.Tensor
+    length: Optional[int]
 
 
 def _cache_buffers(cache: torch.Tensor, axis: Optional[int], size: int, owner: Optional[nn.Module] = None,
@@ -28,13 +37,22 @@ def _cache_buffers(cache: torch.Tensor, axis: Optional[int], size: int, owner: O
     return buffers
 
 
+# generate's decode buffers of each model on CUDA, per thread (torch keeps a thread's CUDA graphs apart
+# too): model -> {cache name: (their shapes, the buffers)}; gone with the thread, or with the model
+_KEPT = threading.local()
+
+
 def _decode_buffers(owner: Optional[nn.Module], name: str, count: int, shape: tuple, dtype: torch.dtype,
                     device: torch.device) -> list:
     """`count` zero buffers of `shape`; those of an `owner` (on CUDA) are kept for its next generate
-    of the same shapes: there a compiled decode step is a CUDA graph, which reads its inputs at fixed
-    addresses (compiling._ready_for_decode). Slots past the filled ones may hold an earlier call's
-    values; attention never reads them."""
-    kept = owner.__dict__.setdefault("_kept_buffers", {}) if owner is not None else {}  # the model's own
+    in this thread of the same shapes: there a compiled decode step is a CUDA graph, which reads its
+    inputs at fixed addresses (compiling._ready_for_decode). Slots past the filled ones may hold an
+    earlier call's values; attention never reads them."""
+    kept = {}
+    if owner is not None:
+        if not hasattr(_KEPT, "by_model"):
+            _KEPT.by_model = weakref.WeakKeyDictionary()
+        kept = _KEPT.by_model.setdefault(owner, {})
     key = (count, tuple(shape), dtype, device)
     if name in kept and kept[name][0] == key:
         return kept[name][1]

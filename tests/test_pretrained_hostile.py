@@ -98,7 +98,7 @@ def test_missing_folders_and_files(folder, tmp_path):
     (dict(hidden_size=8192, head_dim=2048), r"expected shape \[8192\], got \[32\]"),
     (dict(num_hidden_layers=20_000), r"gives `layers` 20000 layers, but the checkpoint has no `model.layers.19999"),
     (dict(num_hidden_layers=-1), r"`n_layer` is a size: it must not be negative"),
-    (dict(hidden_size=0), r"Config the spec refuses"),
+    (dict(hidden_size=0), r"head_dim = 8, head_dim = 0 \(in the Config\): the spec requires"),
     (dict(num_attention_heads=0), r"the divisor H must be at least 1"),
     (dict(num_key_value_heads=0), r"the divisor KVH must be at least 1"),
     (dict(num_key_value_heads=3), r"H must be divisible by KVH"),

@@ -8,7 +8,9 @@
 # 2. beside them, sessions of random specs on CUDA for SAMPLE_S seconds in SAMPLES processes;
 # 3. then, alone on the GPU, bench_compile.py on CUDA: the data behind compile_units' CUDA row and
 #    the decode step's figures (--decode), and bench_first.py's rows (first token, first step) there.
-# The machine's own torch runs it; lark comes from vendor/. Each step has its own time limit.
+# The machine's own torch runs it. Its image has no lark: carry its wheel in .whl/ (here:
+# `python3 -m pip download --no-deps lark==1.3.1 -d .whl`), installed below into a temporary folder.
+# Each step has its own time limit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?give an output folder}
@@ -16,6 +18,12 @@ mkdir -p "$out"
 PY=${PY:-python3}
 SAMPLES=${SAMPLES:-4} SAMPLE_S=${SAMPLE_S:-200} SEED0=${SEED0:-40000}
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-2}
+if ! $PY -c "import lark" 2>/dev/null; then
+    site=$(mktemp -d)
+    $PY -m pip install -q --no-index --no-deps --target "$site" .whl/lark-*.whl ||
+        { echo "no lark here: carry its wheel in .whl/ (see the top of this script)"; exit 1; }
+    PYTHONPATH=$PYTHONPATH:$site
+fi
 nvidia-smi -L
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 for ((i = 0; i < SAMPLES; i++)); do

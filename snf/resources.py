@@ -4,9 +4,7 @@ and the user's cache folder."""
 from __future__ import annotations
 
 import hashlib
-import importlib
 import os
-import sys
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent
@@ -19,19 +17,6 @@ def resource_dir(kind: str) -> Path:
         if candidate.is_dir():
             return candidate
     raise FileNotFoundError(f"snfc resource folder {kind!r} is missing from the installation")
-
-
-def import_vendored(name: str) -> None:
-    """Make the dependency `name` importable: the installed one, else a source checkout's copy in
-    vendor/ (put last on sys.path), so a checkout runs `snfc check` with a bare Python."""
-    try:
-        importlib.import_module(name)
-    except ImportError:
-        folder = _PKG.parent / "vendor"
-        if not (folder / name).is_dir():
-            raise
-        sys.path.append(str(folder))
-        importlib.import_module(name)
 
 
 def read_resource(kind: str, name: str) -> str:

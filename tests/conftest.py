@@ -34,6 +34,8 @@ SEEDS_REL = "../shared/seeds"  # as written on the command line, with cwd = REPO
 
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+if str(TESTS / "property") not in sys.path:  # the property tests' runner, session and specgen, for every test
+    sys.path.insert(0, str(TESTS / "property"))
 
 
 def seed_absent(name: str) -> str:
@@ -132,39 +134,30 @@ def repo() -> Path:
     return REPO
 
 
-# Seconds the slowest tests took on the 2-core development machine with a cold inductor cache (most
-# of it torch.compile): the suite runs them first, longest first, so that the two test workers
-# (scripts/test.sh) finish together instead of one waiting on a long test started last. Only the
-# order depends on these figures; a test missing here runs after them, in collection order.
-SLOWEST = {
-    "test_every_spec_survives_a_session[deepseek_v3-cpu]": 121,
-    "test_every_spec_survives_a_session[qwen3_next-cpu]": 108, "test_every_spec_survives_a_session[gpt_oss-cpu]": 82,
-    "test_every_spec_survives_a_session[llama4_text-cpu]": 74, "test_every_spec_survives_a_session[t5-cpu]": 67,
-    "test_every_spec_survives_a_session[gemma2-cpu]": 59, "test_every_spec_survives_a_session[nemotron_h-cpu]": 52,
-    "test_every_spec_survives_a_session[gemma3_text-cpu]": 52,
-    "test_every_spec_survives_a_session[qwen2_moe-cpu]": 46, "test_every_spec_survives_a_session[falcon_h1-cpu]": 45,
-    "test_every_spec_survives_a_session[mixtral-cpu]": 41, "test_every_spec_survives_a_session[mamba2-cpu]": 41,
-    "test_random_specs_survive_sessions": 40, "test_every_spec_survives_a_session[phi3-cpu]": 40,
-    "test_every_spec_survives_a_session[gptj-cpu]": 38, "test_every_spec_survives_a_session[gpt_neox-cpu]": 32,
-    "test_long_mode_findings_stay_fixed": 28, "test_every_spec_survives_a_session[qwen3_moe-cpu]": 26,
-    "test_every_spec_survives_a_session[llama3-cpu]": 25, "test_every_spec_survives_a_session[phi-cpu]": 24,
-    "test_every_spec_survives_a_session[nanogpt-cpu]": 24, "test_every_spec_survives_a_session[qwen3-cpu]": 23,
-    "test_every_spec_survives_a_session[olmoe-cpu]": 23, "test_every_spec_survives_a_session[bert-cpu]": 23,
-    "test_bench_tiering_runs": 22, "test_every_spec_survives_a_session[snowflake_core-cpu]": 21,
-    "test_a_varied_session_keeps_a_bounded_number_of_graphs[cpu]": 21,
-    "test_every_spec_survives_a_session[olmo2-cpu]": 20, "test_every_spec_survives_a_session[cohere-cpu]": 20,
-    "test_the_compiled_path_generates_what_transformers_does": 19,
-    "test_every_spec_survives_a_session[gpt_decoder-cpu]": 19, "test_blocks_run[docs/training.md]": 19,
-    "test_every_spec_survives_a_session[mistral-cpu]": 18, "test_a_sample_compiled": 18,
-    "test_fixed_shape_decode_compiles_once_per_bucket": 17, "test_random_specs_are_sound": 15,
-    "test_qwen2_moe_compiled[step3]": 13, "test_bench_load_runs": 13, "test_bench_generate_runs[gpt2]": 13,
-    "test_a_block_handed_a_view_of_its_other_argument_compiles_on_a_cold_cache": 13, "test_bench_gpt2_runs": 12,
-    "test_bench_generate_runs[llama]": 12, "test_bench_first_runs[cpu]": 12,
-    "test_quickstart_all_trains_every_spec_and_says_what_its_numbers_are": 11,
-    "test_every_spec_survives_a_session[qwen2-cpu]": 11, "test_every_spec_survives_a_session[nanogpt_model-cpu]": 11,
-    "test_train_resume_and_sample": 10, "test_blocks_run[examples/README.md]": 10, "test_bench_pretrained_runs": 10
-}
+# The order tests run in: the slow ones (`@pytest.mark.slow`: they compile, export or train) first, each
+# group longest first by the durations pytest's cache recorded on the last run that had it (the
+# controller's, below; .pytest_cache). The test workers of scripts/test.sh take tests one at a time, so
+# they finish together instead of one waiting on a long test started last: the fast tests, many and
+# short, fill the end. Only the order depends on the record; a test it lacks (a fresh clone, CI) runs
+# after those of its group it has, in collection order. Workers must collect the same order: each
+# reads the record before any test runs, and only the controller (or a run without workers) writes it.
+DURATIONS = "snf/durations"
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: -SLOWEST.get(item.name, 0))  # stable: the rest keep their order
+    seen = config.cache.get(DURATIONS, {}) if getattr(config, "cache", None) else {}
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, -seen.get(item.nodeid, 0)))
+
+
+_TOOK: dict = {}  # test id -> seconds (setup, call and teardown) in this run
+
+
+def pytest_runtest_logreport(report):
+    _TOOK[report.nodeid] = _TOOK.get(report.nodeid, 0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    config = session.config
+    if _TOOK and getattr(config, "cache", None) and not hasattr(config, "workerinput"):
+        took = {test: round(seconds, 2) for test, seconds in _TOOK.items()}
+        config.cache.set(DURATIONS, {**config.cache.get(DURATIONS, {}), **took})

@@ -18,27 +18,15 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO, TESTS, fresh_module, snfc, write_spec
-from test_stats import COMPUTED_INT, LAYER_BRANCHES, SPEC_SMALL
+from conftest import REPO, fresh_module, snfc, write_spec
+from specs_table import ROWS
+from test_stats import COMPUTED_INT, LAYER_BRANCHES
 from snf.compiler import analyze
 from snf.interop import spec_state
 from snf.interpret import interpret
 from snf.source import Source
-
-sys.path.insert(0, str(TESTS / "property"))
-import runner  # noqa: E402
-import specgen  # noqa: E402
-
-SMALL = {"vocab_size": 37, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 16, "d_ff": 24,
-         "mlp_hidden": 24, "L": 2, "H": 2, "D": 16, "V": 37, "P": 16, "n_kv_head": 1, "sliding_window": 3,
-         "max_positions": 16, "intermediate": 24, "d_model": 16, "d_kv": 8, "num_buckets": 8, "max_distance": 16,
-         "head_dim": 8, "rotary_dim": 4, "n_groups": 1, "state_size": 8,
-         "short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [2.0, 3.0, 4.0, 6.0],  # phi3's: head_dim 8, 4 pairs
-         # llama4_text's: a RoPE layer in chunks, a NoPE one
-         "no_rope_layers": [1, 0], "attn_types": ["chunked_attention", "full_attention"], "chunk_size": 3,
-         "floor_scale": 2,
-         "attention_types": ["sliding_attention", "full_attention"],  # gpt_oss's, one per layer
-         "dense_layers": [1, 0], "dense_hidden": 24}  # the Qwen MoEs': layer 0 dense by mlp_only_layers
+import runner
+import specgen
 
 LAYER_SIZES = """\
 param:
@@ -82,7 +70,7 @@ def _case(name: str):
         return RANDOM[name].text, {}, RANDOM[name]
     if name in EXTRA:
         return EXTRA[name], {}, None
-    return (REPO / "specs" / f"{name}.snf").read_text(encoding="utf-8"), {**SMALL, **SPEC_SMALL.get(name, {})}, None
+    return (REPO / "specs" / f"{name}.snf").read_text(encoding="utf-8"), ROWS[name].small, None
 
 
 def _stats(path, config: dict, fields: set) -> None:

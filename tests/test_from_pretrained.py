@@ -23,153 +23,26 @@ transformers = pytest.importorskip("transformers")
 
 import snf  # noqa: E402
 from snf.interop import CheckpointError  # noqa: E402
-from snf.pretrained import PretrainedError, bundled_specs  # noqa: E402
+from snf.pretrained import PretrainedError  # noqa: E402
+from specs_table import GEMMA3_ROPE, ROWS, families, kind  # noqa: E402
 
-_DECODER = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=64, bos_token_id=None, eos_token_id=None)
-
-GEMMA3_ROPE = {"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 5000.0},
-               "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}}
-LLAMA4_ROPE = {"rope_type": "llama3", "rope_theta": 5000.0, "factor": 4.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": 8}
-
-FAMILIES = {
-    # family: (transformers config class name, its keyword arguments, the bundled spec)
-    "gpt2": ("GPT2Config", dict(vocab_size=97, n_positions=32, n_embd=48, n_layer=2, n_head=3,
-                                bos_token_id=None, eos_token_id=None), "nanogpt.snf"),
-    "llama": ("LlamaConfig", dict(_DECODER, rope_theta=5000.0), "llama3.snf"),
-    "mistral": ("MistralConfig", dict(_DECODER, sliding_window=5), "mistral.snf"),
-    "qwen2": ("Qwen2Config", dict(_DECODER, rope_theta=20000.0), "qwen2.snf"),
-    "mixtral": ("MixtralConfig", dict(_DECODER, sliding_window=5, num_local_experts=4, num_experts_per_tok=2),
-                "mixtral.snf"),
-    "olmoe": ("OlmoeConfig", dict(_DECODER, num_experts=4, num_experts_per_tok=2, pad_token_id=None), "olmoe.snf"),
-    # layer 0 dense (mlp_only_layers: a SwiGLU MLP), layer 1 sparse; with decoder_sparse_step too:
-    # tests/test_from_pretrained_families.py
-    "qwen3_moe": ("Qwen3MoeConfig", dict(_DECODER, head_dim=16, moe_intermediate_size=24, num_experts=4,
-                                         num_experts_per_tok=2, norm_topk_prob=True, mlp_only_layers=[0]),
-                  "qwen3_moe.snf"),
-    # decoder_sparse_step 2: layer 0 dense (a SwiGLU MLP), layer 1 sparse (experts and the shared expert)
-    "qwen2_moe": ("Qwen2MoeConfig", dict(_DECODER, moe_intermediate_size=24, shared_expert_intermediate_size=40,
-                                         num_experts=4, num_experts_per_tok=2, decoder_sparse_step=2), "qwen2_moe.snf"),
-    "gemma2": ("Gemma2Config", dict(_DECODER, head_dim=16, query_pre_attn_scalar=12, sliding_window=5,
-                                    attn_logit_softcapping=2.0, final_logit_softcapping=5.0, pad_token_id=None),
-               "gemma2.snf"),
-    # Gemma 3: a full layer between two sliding ones, each kind its own RoPE base, the full one's scaled
-    # (linear), the logits capped; attn_logit_softcapping set, which transformers' Gemma 3 does not apply
-    "gemma3_text": ("Gemma3TextConfig", dict(_DECODER, num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=12,
-                                             sliding_window=5, rms_norm_eps=1e-5,
-                                             layer_types=["sliding_attention", "full_attention", "sliding_attention"],
-                                             rope_parameters=GEMMA3_ROPE, attn_logit_softcapping=2.0,
-                                             final_logit_softcapping=5.0, pad_token_id=None), "gemma3_text.snf"),
-    "gptj": ("GPTJConfig", dict(vocab_size=97, n_positions=64, n_embd=32, n_layer=2, n_head=4, rotary_dim=4,
-                                bos_token_id=None, eos_token_id=None), "gptj.snf"),
-    "gpt_neox": ("GPTNeoXConfig", dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                       num_attention_heads=4, max_position_embeddings=64, rotary_pct=0.5,
-                                       bos_token_id=None, eos_token_id=None), "gpt_neox.snf"),
-    "bert": ("BertConfig", dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                intermediate_size=48, max_position_embeddings=64, type_vocab_size=3), "bert.snf"),
-    # no attention: Mamba2 layers, heads of 8 channels in 2 groups of B and C
-    "mamba2": ("Mamba2Config", dict(vocab_size=97, hidden_size=32, num_heads=8, head_dim=8, state_size=16, n_groups=2,
-                                    num_hidden_layers=2, conv_kernel=4, bos_token_id=None, eos_token_id=None,
-                                    pad_token_id=None), "mamba2.snf"),
-    # every layer attention and a Mamba2 mixer side by side, each multiplier away from 1
-    "falcon_h1": ("FalconH1Config", dict(_DECODER, head_dim=16, mamba_d_ssm=48, mamba_n_heads=6, mamba_d_state=8,
-                                         mamba_n_groups=2, mamba_d_conv=4, mamba_rms_norm=True,
-                                         mamba_norm_before_gate=False, embedding_multiplier=1.5,
-                                         lm_head_multiplier=0.7, attention_in_multiplier=0.9,
-                                         attention_out_multiplier=1.2, key_multiplier=0.6, ssm_in_multiplier=1.3,
-                                         ssm_out_multiplier=0.8, ssm_multipliers=[0.5, 1.5, 0.75, 1.25, 0.9],
-                                         mlp_multipliers=[0.7, 1.4], rope_theta=5000.0, pad_token_id=None),
-                  "falcon_h1.snf"),
-    # gated DeltaNet on layer 0, gated attention on layer 1 (full_attention_interval 2, which config.json keeps
-    # only beside layer_types); a dense MLP, then a sparse one (decoder_sparse_step 2)
-    "qwen3_next": ("Qwen3NextConfig", dict(_DECODER, hidden_size=64, num_hidden_layers=2, full_attention_interval=2,
-                                           layer_types=["linear_attention", "full_attention"], head_dim=16,
-                                           linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
-                                           linear_value_head_dim=16, moe_intermediate_size=24,
-                                           shared_expert_intermediate_size=40, num_experts=4, num_experts_per_tok=2,
-                                           decoder_sparse_step=2, pad_token_id=None), "qwen3_next.snf"),
-    # a layer of each kind, by layers_block_type: Mamba2, attention (grouped, no RoPE), experts, a squared-ReLU
-    # MLP; the router picks 3 of 8 experts in the 2 best of 4 groups, its weights not renormalised, then scaled;
-    # biases on the MLP and the shared expert. The experts in a latent and a correction bias:
-    # tests/test_from_pretrained_families.py
-    "nemotron_h": ("NemotronHConfig", dict(_DECODER, layers_block_type=["linear_attention", "full_attention", "moe",
-                                                                        "mlp", "linear_attention"], head_dim=16,
-                                           mamba_num_heads=6, mamba_head_dim=8, ssm_state_size=8, n_groups=2,
-                                           conv_kernel=4, mlp_bias=True, use_bias=True, n_routed_experts=8, n_group=4,
-                                           topk_group=2, num_experts_per_tok=3, moe_intermediate_size=16,
-                                           moe_shared_expert_intermediate_size=24, routed_scaling_factor=1.5,
-                                           norm_topk_prob=False, pad_token_id=None), "nemotron_h.snf"),
-    # Phi-3: fused projections, three quarters of each head rotating (partial_rotary_factor), plain RoPE; the
-    # LongRoPE variant is a test of its own (test_phi3_longrope_matches_transformers_past_the_switch)
-    "phi3": ("Phi3Config", dict(_DECODER, hidden_size=64, rope_parameters={"rope_type": "default", "rope_theta": 5000.0,
-                                                                          "partial_rotary_factor": 0.75},
-                                pad_token_id=None), "phi3.snf"),
-    # latent attention (a q bottleneck, RoPE on adjacent pairs), one dense layer then two sparse ones: a sigmoid
-    # router with a correction bias, picking in the 2 best of 4 groups, two shared experts
-    "deepseek_v3": ("DeepseekV3Config", dict(_DECODER, num_key_value_heads=4, num_hidden_layers=3, kv_lora_rank=16,
-                                             q_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10,
-                                             moe_intermediate_size=16, n_routed_experts=8, n_group=4, topk_group=2,
-                                             num_experts_per_tok=3, first_k_dense_replace=1, n_shared_experts=2,
-                                             routed_scaling_factor=1.5, rope_parameters={"rope_type": "default",
-                                                                                         "rope_theta": 5000.0},
-                                             pad_token_id=None), "deepseek_v3.snf"),
-    # Qwen3: heads 16 wide (not 32 // 4), biases on the attention, a tied head, a window on layer 1
-    "qwen3": ("Qwen3Config", dict(_DECODER, head_dim=16, attention_bias=True, tie_word_embeddings=True,
-                                  use_sliding_window=True, sliding_window=5, max_window_layers=1, rope_theta=5000.0),
-              "qwen3.snf"),
-    # OLMo 2: norms after the attention and the MLP, q and k normalised whole; biases on the attention, a tied head
-    "olmo2": ("Olmo2Config", dict(_DECODER, attention_bias=True, tie_word_embeddings=True, rope_theta=5000.0,
-                                  rms_norm_eps=1e-6, pad_token_id=None), "olmo2.snf"),
-    # Command-R: parallel attention and MLP, interleaved RoPE, scaled logits; a LayerNorm per head of q and k
-    # (use_qk_norm, Command-R+'s), biases on the attention and an untied head
-    "cohere": ("CohereConfig", dict(_DECODER, logit_scale=0.4, use_qk_norm=True, attention_bias=True,
-                                    tie_word_embeddings=False, rope_theta=5000.0, layer_norm_eps=1e-4), "cohere.snf"),
-    # Phi-2-style: one layer norm for attention and MLP, biases everywhere; here grouped key/value heads,
-    # three quarters of each head rotating, queries and keys layer-normed per head (qk_layernorm)
-    "phi": ("PhiConfig", dict(_DECODER, rope_parameters={"rope_type": "default", "rope_theta": 5000.0,
-                                                         "partial_rotary_factor": 0.75},
-                              qk_layernorm=True, layer_norm_eps=1e-4, resid_pdrop=0.1, embd_pdrop=0.05), "phi.snf"),
-    # Llama 4: layer 0 RoPE and dense, 1 NoPE and sparse, 2 NoPE and dense, 3 RoPE and sparse (moe step 2, top 2),
-    # the RoPE layers chunked (5 positions), Llama 3's RoPE scaling, the NoPE layers' temperature within 13 tokens
-    "llama4_text": ("Llama4TextConfig", dict(_DECODER, num_hidden_layers=4, head_dim=16, intermediate_size=24,
-                                             intermediate_size_mlp=40, num_local_experts=4, num_experts_per_tok=2,
-                                             interleave_moe_layer_step=2, no_rope_layers=[1, 0, 0, 1],
-                                             attention_chunk_size=5, floor_scale=4, attn_scale=0.5, attention_bias=True,
-                                             rms_norm_eps=1e-6, rope_parameters=LLAMA4_ROPE, pad_token_id=None),
-                    "llama4_text.snf"),
-    # gpt-oss: a full layer, then a sliding one (layer_types); YaRN with every parameter away from its default;
-    # clamps low enough to bind; attention sinks, biases and the experts' interleaved gate and up columns
-    "gpt_oss": ("GptOssConfig", dict(_DECODER, head_dim=16, intermediate_size=24, sliding_window=5, num_local_experts=4,
-                                     num_experts_per_tok=2, swiglu_alpha=1.5, swiglu_limit=1.0,
-                                     layer_types=["full_attention", "sliding_attention"],
-                                     rope_parameters={"rope_type": "yarn", "rope_theta": 5000.0, "factor": 8.0,
-                                                      "beta_fast": 16.0, "beta_slow": 2.0, "truncate": True,
-                                                      "original_max_position_embeddings": 8}, pad_token_id=None),
-                "gpt_oss.snf"),
-    # three encoder layers, two decoder ones (transformers 5's generate sizes its cache by num_layers)
-    "t5": ("T5Config", dict(vocab_size=97, d_model=24, d_kv=10, num_heads=3, d_ff=40, num_layers=3, num_decoder_layers=2,
-                            relative_attention_num_buckets=8, relative_attention_max_distance=12,
-                            feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0),
-           "t5.snf"),
-}
-CAUSAL = ["gpt2", "llama", "mistral", "mixtral", "olmoe", "qwen3_moe", "qwen2_moe", "qwen2", "gemma2", "gemma3_text",
-          "gptj", "gpt_neox", "mamba2", "falcon_h1", "qwen3_next", "nemotron_h", "phi3", "phi", "qwen3", "olmo2",
-          "cohere", "deepseek_v3", "llama4_text", "gpt_oss"]  # the encoder (BERT) has no logits and no generate
-SEQ2SEQ = ["t5"]  # encoder-decoders: tests/test_t5.py
+FAMILIES = families()  # model_type -> the spec it loads with (tests/specs_table.py's rows with `hf`)
+CAUSAL = [f for f, name in FAMILIES.items() if kind(name) == "causal"]  # BERT has no logits and no generate
 NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.weight", "LayerNorm.weight",
          "layer_norm.weight")
 
 
+AUTO = {"causal": "AutoModelForCausalLM", "seq2seq": "AutoModelForSeq2SeqLM", "encoder": "AutoModel"}
+
+
 def auto_class(family: str):
-    return (transformers.AutoModelForCausalLM if family in CAUSAL else transformers.AutoModelForSeq2SeqLM
-            if family in SEQ2SEQ else transformers.AutoModel)
+    return getattr(transformers, AUTO[kind(FAMILIES[family])])
 
 
 def hf_model(family: str, seed: int = 0, **overrides):
-    """A transformers model of the family, every parameter random (biases and norm weights too)."""
-    name, kwargs, _ = FAMILIES[family]
-    config = getattr(transformers, name)(**{**kwargs, **overrides})
+    """A transformers model of the family at its row's config (tests/specs_table.py), every parameter
+    random (biases and norm weights too)."""
+    config = transformers.AutoConfig.for_model(family, **{**ROWS[FAMILIES[family]].hf, **overrides})
     torch.manual_seed(seed)
     model = auto_class(family).from_config(config).eval()
     with torch.no_grad():
@@ -203,12 +76,6 @@ def edit_config(folder, **changes):
         else:
             config[key] = value
     path.write_text(json.dumps(config))
-
-
-def test_every_family_has_its_bundled_spec():
-    specs = bundled_specs()
-    for family, (_, _, spec) in FAMILIES.items():
-        assert specs[family].name == spec
 
 
 @pytest.mark.parametrize("family", CAUSAL)
@@ -296,9 +163,8 @@ def test_base_and_pre_training_checkpoints_load_too(tmp_path):
     idx = tokens(model.config.vocab_size)
     with torch.no_grad():
         assert _close(model(idx).logits, base(idx).last_hidden_state @ base.wte.weight.T)
-    name, kwargs, _ = FAMILIES["bert"]
     torch.manual_seed(0)
-    pre = transformers.BertForPreTraining(getattr(transformers, name)(**kwargs)).eval()
+    pre = transformers.BertForPreTraining(transformers.BertConfig(**ROWS["bert"].hf)).eval()
     pre.save_pretrained(tmp_path / "bert_pre")
     model = snf.from_pretrained(tmp_path / "bert_pre")
     ids, types, mask = _bert_inputs(model.config.vocab_size)
@@ -556,7 +422,7 @@ def refused(tmp_path, family: str, changes: dict, named: str) -> None:
     edit_config(folder, **changes)
     with pytest.raises(PretrainedError) as err:
         snf.from_pretrained(folder)
-    assert named in str(err.value) and FAMILIES[family][2] in str(err.value)
+    assert named in str(err.value) and f"{FAMILIES[family]}.snf" in str(err.value)
 
 
 def test_an_unknown_model_type_a_missing_key_and_misfitting_weights(tmp_path):
@@ -584,7 +450,7 @@ def test_a_spec_without_a_config_section_and_a_config_the_spec_refuses(tmp_path,
         snf.from_pretrained(folder)
 
 
-# the families' own settings, away from FAMILIES' configs: tests/test_from_pretrained_families.py
+# the families' own settings, away from their rows' configs: tests/test_from_pretrained_families.py
 
 # in a fresh process, as a user runs it, on the default path (SNF_COMPILE unset: at this size nothing
 # compiles); every family with its decode steps compiled: tests/property/test_session.py

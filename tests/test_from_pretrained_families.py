@@ -1,6 +1,6 @@
 """snf.from_pretrained against transformers on settings of one family each, away from the tiny
-configs of tests/test_from_pretrained.py (FAMILIES), which the tests there run for every family
-(Gemma 2 and 3, GPT-J, GPT-NeoX, Phi, Qwen3, OLMo 2, Command-R, Nemotron-H and the Qwen mixtures of
+configs of their rows in tests/specs_table.py (`hf`), at which tests/test_from_pretrained.py runs every
+family (Gemma 2 and 3, GPT-J, GPT-NeoX, Phi, Qwen3, OLMo 2, Command-R, Nemotron-H and the Qwen mixtures of
 experts' dense layers; DeepSeek-V3's are in tests/test_latent_attention.py), and the settings the specs
 refuse, each named."""
 
@@ -153,7 +153,7 @@ def _agrees(tmp_path, family: str, t: int = 13, **overrides):
 
 
 def test_qwen3_as_its_checkpoints_are(tmp_path):
-    """Qwen3-8B's settings: no biases, an untied head, no window (FAMILIES' config has all three)."""
+    """Qwen3-8B's settings: no biases, an untied head, no window (its row's config has all three)."""
     _, model = _agrees(tmp_path, "qwen3", attention_bias=False, tie_word_embeddings=False, use_sliding_window=False)
     c = model.config
     assert (c.attention_bias, c.tie_embeddings, c.use_sliding_window) == (False, False, False)
@@ -180,7 +180,7 @@ def test_olmo2_as_its_checkpoints_are(tmp_path):
 
 
 def test_cohere_as_command_r_is(tmp_path):
-    """c4ai-command-r-v01's settings: no norms on q and k, no biases, the head tied (FAMILIES' config has none
+    """c4ai-command-r-v01's settings: no norms on q and k, no biases, the head tied (its row's config has none
     of the three), its logit_scale; the scale matters."""
     hf, model = _agrees(tmp_path, "cohere", use_qk_norm=False, attention_bias=False, tie_word_embeddings=True,
                         logit_scale=0.0625)
@@ -196,7 +196,7 @@ def test_cohere_as_command_r_is(tmp_path):
 
 def test_nemotron_h_experts_in_a_latent_with_a_correction_bias(tmp_path):
     """Nemotron 3's experts in a latent (moe_latent_size) between two projections with biases, their weights
-    renormalised (FAMILIES' are not), and a correction bias, a buffer hf_model leaves at zero, which changes
+    renormalised (its row's are not), and a correction bias, a buffer hf_model leaves at zero, which changes
     the experts picked: logits and greedy generate as transformers', the round trip through it exact."""
     hf = hf_model("nemotron_h", moe_latent_size=12, norm_topk_prob=True)
     biases = [b for name, b in hf.named_buffers() if name.endswith("e_score_correction_bias")]

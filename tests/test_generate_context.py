@@ -8,15 +8,12 @@ import pytest
 import torch
 
 from conftest import REPO, fresh_module
+from specs_table import ROWS, plans
 
-CASES = {  # module -> a small config; its steps feed preallocated buffers, with learned or rotary positions,
-    # or (nanogpt_model, whose text notation gives no cache) the whole window each time
-    "nanogpt": dict(vocab_size=37, block_size=8, n_layer=2, n_head=2, n_embd=16),
-    "llama3": dict(vocab_size=37, block_size=8, n_layer=2, n_head=4, n_kv_head=2, n_embd=16, mlp_hidden=24),
-    "mistral": dict(vocab_size=37, block_size=8, n_layer=2, n_head=4, n_kv_head=2, n_embd=16, mlp_hidden=24,
-                    sliding_window=3),
-    "nanogpt_model": dict(V=37, P=8, L=2, H=2, D=16),
-}
+# their steps feed preallocated buffers, with learned or rotary positions, or (nanogpt_model, whose
+# text notation gives no cache) the whole window each time
+NAMES = ("llama3", "mistral", "nanogpt", "nanogpt_model")
+WINDOW = 8  # their context (block_size), short: generate goes past it soon
 
 
 def _greedy_by_hand(model, prompt, steps: int, window: int) -> torch.Tensor:
@@ -29,14 +26,14 @@ def _greedy_by_hand(model, prompt, steps: int, window: int) -> torch.Tensor:
     return seq
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", NAMES)
 def test_generate_goes_past_the_context_as_nanogpt_does(name, monkeypatch):
     monkeypatch.setenv("SNF_COMPILE", "0")  # the default path's decode step is tested compiled in test_session
     mod = fresh_module(REPO / "generated" / f"{name}.py", f"{name}_context")
     torch.manual_seed(0)
-    model = mod.Model(**CASES[name]).eval()
-    window = CASES[name].get("block_size") or CASES[name]["P"]
-    vocab = CASES[name].get("vocab_size") or CASES[name]["V"]
+    context = plans(name).decode.context.as_symbol()  # the config field that bounds a forward's tokens
+    model = mod.Model(**{**ROWS[name].small, context: WINDOW}).eval()
+    window, vocab = WINDOW, ROWS[name].small.get("vocab_size") or ROWS[name].small["V"]
     for prompt_length in (3, window, window + 4):  # shorter than the context, all of it, longer
         prompt = torch.randint(0, vocab, (2, prompt_length))
         steps = 2 * window

@@ -19,7 +19,7 @@ from test_from_pretrained import CAUSAL, saved  # noqa: E402
 PAD = 0
 # transformers 5.23's Nemotron-H gives a left-padded row other tokens than the same prompt alone (its
 # Mamba2 layers' states see the padding), as does its Llama 4 (its NoPE layers' temperature counts positions
-# from the padding, past floor_scale = 4 in FAMILIES' config); there each row is compared with transformers
+# from the padding, past floor_scale = 4 in its row's config); there each row is compared with transformers
 # on that prompt alone
 PADDING_DIFFERS = {"nemotron_h", "llama4_text"}
 

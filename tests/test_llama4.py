@@ -1,5 +1,5 @@
 """Llama 4's text model (specs/llama4_text.snf) against transformers' Llama4ForCausalLM, beyond what
-tests/test_from_pretrained.py checks for every family at FAMILIES' config: the settings that config
+tests/test_from_pretrained.py checks for every family at its row's config (tests/specs_table.py): the settings that config
 leaves at their defaults, each away from it; the hub's config.json format (an empty no_rope_layers, no
 layer_types or moe_layers, rope_scaling beside rope_theta); the experts' fused, transposed weights
 written back as read; the sparse experts against transformers; and the settings the spec refuses.
@@ -18,7 +18,8 @@ transformers = pytest.importorskip("transformers")
 import snf  # noqa: E402
 from snf.pretrained import PretrainedError  # noqa: E402
 from snf.runtime import experts  # noqa: E402
-from test_from_pretrained import FAMILIES, LLAMA4_ROPE, _close, edit_config, saved, tokens  # noqa: E402
+from specs_table import LLAMA4_ROPE  # noqa: E402
+from test_from_pretrained import FAMILIES, _close, edit_config, saved, tokens  # noqa: E402
 
 FAMILY = "llama4_text"
 
@@ -53,7 +54,7 @@ def test_llama4_settings_match_transformers(tmp_path, changes):
 
 
 def test_llama4_each_setting_matters(tmp_path):
-    """At FAMILIES' config, the logits of the same weights with the chunks, the temperature, Llama 3's
+    """At its row's config, the logits of the same weights with the chunks, the temperature, Llama 3's
     RoPE scaling or the q and k norm taken away are not transformers' (so the tests above see each)."""
     hf, folder = saved(tmp_path, FAMILY)
     model = snf.from_pretrained(folder)
@@ -129,4 +130,4 @@ def test_llama4_settings_the_spec_cannot_honour_are_named(tmp_path, changes, nam
     edit_config(folder, **changes)
     with pytest.raises(PretrainedError) as err:
         snf.from_pretrained(folder)
-    assert named in str(err.value) and FAMILIES[FAMILY][2] in str(err.value)
+    assert named in str(err.value) and f"{FAMILIES[FAMILY]}.snf" in str(err.value)

@@ -317,7 +317,7 @@ def test_generate_zero_tokens_and_two_threads(model):
 def family(tmp_path_factory):
     """family -> a folder of test_from_pretrained's tiny model of it with a tokenizer, made once;
     "t5_encoder" is T5's encoder alone (T5EncoderModel, which t5_encoder.snf reads)."""
-    from test_from_pretrained import FAMILIES
+    from specs_table import ROWS
     from test_generate_stops import _with_tokenizer
 
     made = {}
@@ -326,7 +326,7 @@ def family(tmp_path_factory):
         if name not in made:
             root = tmp_path_factory.mktemp("family")
             if name == "t5_encoder":
-                config = transformers.T5Config(**dict(FAMILIES["t5"][1], feed_forward_proj="relu"))
+                config = transformers.T5Config(**dict(ROWS["t5"].hf, feed_forward_proj="relu"))
                 transformers.T5EncoderModel(config).save_pretrained(root / name)
                 made[name] = root / name
             else:

@@ -21,7 +21,7 @@ from test_docs import blocks
 DOC = "docs/architecture.md"
 HERE = "tests/test_recipes.py"
 # the folders a copy needs where git cannot list the checkout's files
-FALLBACK = ("snf", "tests", "docs", "specs", "grammars", "templates", "generated", "vendor", "pyproject.toml")
+FALLBACK = ("snf", "tests", "docs", "specs", "grammars", "templates", "generated", "pyproject.toml")
 
 
 def recipe(test: str) -> str:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import REPO
-from test_compiled_default import SMALL
+from specs_table import ROWS
 
 HYBRIDS = ["mamba2", "nemotron_h", "qwen3_next"]
 
@@ -23,7 +23,7 @@ def _eager(monkeypatch):
 
 def _model(name: str):
     torch.manual_seed(0)
-    model = importlib.import_module(f"generated.{name}").Model(**SMALL[name]).eval()
+    model = importlib.import_module(f"generated.{name}").Model(**ROWS[name].small).eval()
     with torch.no_grad():  # random everything, so nothing hides
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -106,7 +106,7 @@ def test_a_state_read_after_its_write_is_fed_back_instead(tmp_path):
     assert "_decode_step =" not in source and "buffer_axes=None" in source
     mod = fresh_module(tmp_path / "early.py", "mamba2_early")
     torch.manual_seed(0)
-    model = mod.Model(**SMALL["mamba2"]).eval()
+    model = mod.Model(**ROWS["mamba2"].small).eval()
     prompt = torch.randint(0, 64, (2, 5))
     with torch.no_grad():
         assert torch.equal(model.generate(prompt, 5, temperature=0), _fed_back(model, prompt, 5))

@@ -22,7 +22,7 @@ from conftest import REPO, fresh_module
 from snf import runtime
 from snf.runtime import kernels as kern
 from snf.runtime import recurrent as rec
-from test_compiled_default import SMALL
+from specs_table import ROWS
 from test_recurrent_kernels import _conv_args, _delta_args, _ssd_args
 
 F32 = torch.float32
@@ -442,7 +442,7 @@ def test_a_generated_model_prefills_and_decodes_through_the_libraries(calls, mon
     monkeypatch.setenv("SNF_COMPILE", "0")
     mod = fresh_module(REPO / "generated" / f"{spec}.py", f"library_kernels_{spec}")
     torch.manual_seed(0)
-    model = mod.Model(dataclasses.replace(mod.Config(), **SMALL[spec])).eval()
+    model = mod.Model(dataclasses.replace(mod.Config(), **ROWS[spec].small)).eval()
     idx = torch.randint(0, 64, (2, 9))
 
     def run():

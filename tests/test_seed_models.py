@@ -281,21 +281,10 @@ def test_every_spec_matches_the_numpy_interpreter(spec):
     from snf.source import Source
     model_ir = analyze(Source.read(spec)).model
     mod = importlib.import_module(f"generated.{spec.stem}")
-    small = dict(vocab_size=23, block_size=16, n_layer=2, n_head=2, n_embd=8, n_kv_head=1, sliding_window=3,
-                 max_positions=16, d_model=8, d_kv=3, intermediate=12, num_buckets=8, max_distance=12,
-                 head_dim=4, query_pre_attn_scalar=6, rotary_dim=2, rotary_pct=0.5, n_groups=1, state_size=4,
-                 short_factor=[1.5], long_factor=[3.0], longrope=True, original_max_position=4,
-                 no_rope_layers=[1, 0], attn_types=["chunked_attention", "full_attention"], chunk_size=3, floor_scale=2,
-                 attention_types=["sliding_attention", "full_attention"], dense_layers=[1, 0], dense_hidden=12)
+    from specs_table import ROWS
     fields = {f for f in mod.Config.__dataclass_fields__}
-    cfg = {k: v for k, v in small.items() if k in fields}
-    for k in ("d_ff", "mlp_hidden"):
-        if k in fields:
-            cfg[k] = 12
-    if "n_embd" not in fields:  # a notation spec names its dims itself
-        cfg = {}
     torch.manual_seed(0)
-    m = mod.Model(**cfg).double().eval()
+    m = mod.Model(**ROWS[spec.stem].small).double().eval()
     with torch.no_grad():
         for p in m.parameters():
             p.normal_(0.0, 0.3)

@@ -26,23 +26,10 @@ from snf.passes.caches import plan_caches
 from snf.passes.liveness import plan_outputs
 from snf.source import Source
 from snf.stats import DTYPE_BYTES, StatsError, parse_overrides, stats
+from specs_table import ROWS
 
 SPECS = sorted((REPO / "specs").glob("*.snf"))
 B, T = 2, 6
-SMALL = {"vocab_size": 37, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 16, "d_ff": 24,
-         "mlp_hidden": 24, "L": 2, "H": 2, "D": 16, "V": 37, "P": 16, "n_kv_head": 1, "sliding_window": 3,
-         "max_positions": 16, "intermediate": 24, "d_model": 16, "d_kv": 8, "num_buckets": 8, "max_distance": 16,
-         "head_dim": 8, "rotary_dim": 4, "expert_hidden": 12, "shared_hidden": 20, "sparse_step": 2, "n_groups": 1,
-         "state_size": 8, "short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [2.0, 3.0, 4.0, 6.0],
-         "no_rope_layers": [1, 0], "attn_types": ["chunked_attention", "full_attention"], "chunk_size": 3,
-         "floor_scale": 2, "moe_step": 2,
-         "attention_types": ["sliding_attention", "full_attention"], "dense_layers": [0, 0], "dense_hidden": 24}
-# a spec's own, where SMALL does not fit it: phi's default 0.4 of an 8-wide head is 3 dims, which RoPE cannot pair;
-# nemotron_h's default layers have experts (8 of them, 7688 wide): 4 in 2 groups, in a latent
-SPEC_SMALL = {"phi": {"rotary_pct": 0.5},
-              "nemotron_h": {"n_expert": 4, "expert_groups": 2, "topk_group": 1, "moe_latent": 8, "expert_hidden": 12,
-                             "shared_hidden": 20}}
-
 aten = torch.ops.aten
 # FlopCounterMode counts SDPA's CUDA kernels (flash, memory-efficient, cuDNN) but not the one CPU
 # runs; count that one with torch's own SDPA formulas, as a CUDA run would
@@ -66,9 +53,10 @@ def _model_ir(path: Path) -> ir.Model:
 
 
 def _small(model: ir.Model, **extra) -> dict:
+    """A bundled spec's small config (tests/specs_table.py), another spec's defaults; with `extra`."""
     fields = {c.name for c in model.config}
     # gradient_checkpointing: see test_gradient_checkpointing_recomputes
-    small = {**SMALL, **SPEC_SMALL.get(model.name, {}), "gradient_checkpointing": False}
+    small = {**(ROWS[model.name].small if model.name in ROWS else {}), "gradient_checkpointing": False}
     return {**{k: v for k, v in small.items() if k in fields}, **extra}
 
 
@@ -99,7 +87,8 @@ def _counted(fn) -> int:
 
 def _measure(path: Path, cfg: dict, cached: dict | None = None):
     """(parameter count, forward FLOPs, forward + backward FLOPs) of the built module in training
-    mode; the outputs of an eval-mode forward (which returns the caches) by name into `cached`."""
+    mode; into `cached`, the outputs of an eval-mode forward by name, and under "trained" the names
+    of those a training forward returns (the caches and states are the others)."""
     mod = snf.load(path)
     if hasattr(mod, "_MOE_DENSE_MACS"):
         mod._MOE_DENSE_MACS = -1  # the sparse form, whose top-k cost stats counts (not the dense one tiny sizes pick)
@@ -115,6 +104,8 @@ def _measure(path: Path, cfg: dict, cached: dict | None = None):
     def outputs():
         out = model(**feeds, **plain)
         named = out._asdict() if hasattr(out, "_asdict") else {"out": out}
+        if cached is not None:
+            cached["trained"] = {n for n, t in named.items() if t is not None}
         return [t for t in named.values() if isinstance(t, torch.Tensor) and t.requires_grad]
 
     if cached is not None:
@@ -153,11 +144,9 @@ def test_counts_match_the_built_module(spec, monkeypatch):
     states = [c.output for c in plan.caches if c.state]  # the recurrent states: per sequence
     assert s["kv_cache_bytes"] * B * T == sum(seen[n].nbytes for n in caches)
     assert s.get("state_bytes", 0) * B == sum(seen[n].nbytes for n in states)
-    assert bool(caches) == (spec.stem in ("nanogpt", "gpt_decoder", "llama3", "mistral", "qwen2", "gemma2", "gptj",
-                                          "gpt_neox", "mixtral", "olmoe", "qwen3_moe", "qwen2_moe", "t5", "falcon_h1",
-                                          "qwen3_next", "nemotron_h", "phi3", "qwen3", "olmo2", "cohere",
-                                          "deepseek_v3", "gemma3_text", "phi", "llama4_text", "gpt_oss"))
-    assert bool(states) == (spec.stem in ("mamba2", "falcon_h1", "qwen3_next", "nemotron_h"))
+    # the plan's caches and states are what the built module returns in eval mode and not in training
+    trained = seen.pop("trained")
+    assert set(caches + states) == {n for n, t in seen.items() if t is not None} - trained
     tokens = B * T
     assert _close(s["flops_forward"] * tokens, forward), (s["flops_forward"] * tokens, forward)
     assert _close(s["flops_training"] * tokens, training), (s["flops_training"] * tokens, training)

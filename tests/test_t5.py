@@ -172,8 +172,9 @@ def test_the_compiled_path_generates_what_transformers_does(tmp_path, monkeypatc
 def test_an_encoder_folder_loads_t5_encoder_snf(tmp_path):
     """Both T5 specs claim model_type "t5": config.json's architectures choose (T5EncoderModel:
     specs/t5_encoder.snf, T5ForConditionalGeneration: specs/t5.snf)."""
-    from test_from_pretrained import FAMILIES, NORMS
-    kwargs = dict(FAMILIES["t5"][1], feed_forward_proj="relu")
+    from specs_table import ROWS
+    from test_from_pretrained import NORMS
+    kwargs = dict(ROWS["t5"].hf, feed_forward_proj="relu")
     torch.manual_seed(0)
     hf = transformers.T5EncoderModel(transformers.T5Config(**kwargs)).eval()
     with torch.no_grad():

@@ -2,22 +2,17 @@
 run-time checks they leave to the module, with the messages those checks give.
 
 The rejecting side is the error corpus (tests/errors/*.snf); every finding's own spec is in
-tests/property/findings.py, and the property test (tests/property) checks the rules at large.
+tests/property/soundness_findings.py, and the property test (tests/property) checks the rules at large.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent / "property"))
-
-import runner  # noqa: E402  (tests/property/runner.py: runs a spec against the interpreter)
-from snf.compiler import analyze  # noqa: E402
-from snf.source import Source  # noqa: E402
+import runner  # tests/property/runner.py: runs a spec against the interpreter
+from snf.compiler import analyze
+from snf.source import Source
 
 
 def checked(text: str):

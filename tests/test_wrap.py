@@ -5,7 +5,6 @@ wrapping twice changes nothing."""
 from __future__ import annotations
 
 import ast
-import sys
 
 import pytest
 
@@ -14,9 +13,7 @@ from snf.codegen import model as codegen_model
 from snf.codegen.wrap import DATA_LIMIT, LIMIT, wrap
 from snf.compiler import analyze, generate_source
 from snf.source import Source
-
-sys.path.insert(0, str(REPO / "tests" / "property"))
-import specgen  # noqa: E402
+import specgen
 
 
 def test_no_line_of_a_generated_module_is_over_160_characters():

@@ -6,13 +6,9 @@ from __future__ import annotations
 
 from .. import ir
 from ..diagnostics import Reporter
-from ..resources import import_vendored
 from ..source import Source, Span
-
-import_vendored("lark")  # before the front ends import it
-
-from .dsl import MAX_NODE_DEPTH, parse_dsl, too_deep  # noqa: E402
-from .lark_common import nesting_too_deep  # noqa: E402
+from .dsl import MAX_NODE_DEPTH, parse_dsl, too_deep
+from .lark_common import nesting_too_deep
 
 MAX_DEPTH = 48  # bracket nesting; deeper specs are refused, not crashed on
 MAX_BYTES = 2_000_000

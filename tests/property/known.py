@@ -1,10 +1,10 @@
 """Open findings the property test steps around until they are fixed.
 
-Each id names a spec in findings.py whose test is xfail(strict=True) while the id is here.
+Each id names a spec in soundness_findings.py whose test is xfail(strict=True) while the id is here.
 While a finding is open, the generator does not build the construct that triggers it
 (`specgen` reads `OPEN`), and a mutant that trips it anyway is recognised by `classify` and
 counted as that finding instead of failing the run. Fixing one: delete it here; its test in
-test_findings.py then must pass, and the generator builds the construct again.
+test_soundness_findings.py then must pass, and the generator builds the construct again.
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ Hypothesis builds random well-typed specs from the op registry (specgen.py) and 
 mutant of each; runner.py checks every accepted one in forward, cached forward and `generate`.
 CI runs a fixed, derandomized set of at least 300 specs; `SNF_PROPERTY_LONG=1` runs at least
 5,000 and prints a summary line. A failure prints the (shrunk) spec and what broke: keep it
-as a regression test in findings.py.
+as a regression test in soundness_findings.py.
 
 Open findings (known.py) are stepped around, each with a strict xfail test in
-test_findings.py; a mutant that trips one anyway is counted under its name, not failed.
+test_soundness_findings.py; a mutant that trips one anyway is counted under its name, not failed.
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ import os
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -33,15 +32,12 @@ import runner
 import session
 from snf.runtime import experts
 from conftest import REPO
-from test_compiled_default import SMALL
+from specs_table import HINTS, ROWS, SPECS, kind
+from specs_table import family as family_of
 
 LONG = os.environ.get("SNF_SESSION_LONG") == "1"
 # long mode's first seed and count: a long run may be split into several (their summary lines add up)
 SEED0, COUNT = int(os.environ.get("SNF_SESSION_SEED0", "0")), int(os.environ.get("SNF_SESSION_COUNT", "2000"))
-SPECS = sorted(p.stem for p in (REPO / "specs").glob("*.snf"))
-# sizes a session of a spec in specs/ draws from; inputs that are masks keep key 0 visible
-SPEC_HINTS = SimpleNamespace(domains={"B": [1, 2, 3], "T": [1, 2, 3, 4, 5], "T_past": [0, 1, 2, 3]},
-                             masks={"attention_mask"}, int_high={"attention_mask": 2})
 # the graphs each compiled function may keep after a spec's session: per block, one per
 # combination of "cache given or not" and each run-time size being 1 or more, in float32, in
 # bfloat16 and under autocast; the decode step one per batch class (1, or more) and cache bucket
@@ -58,28 +54,16 @@ def compiled(monkeypatch):
 
 def _session(name: str, seed: int = 0, **options) -> session.SessionOutcome:
     text = (REPO / "specs" / f"{name}.snf").read_text(encoding="utf-8")
-    return session.run_session(text, SPEC_HINTS, seed, config=options.pop("config", SMALL[name]), **options)
+    return session.run_session(text, HINTS, seed, config=options.pop("config", ROWS[name].small), **options)
 
 
 def _family(name: str):
-    """The transformers family whose checkpoints snf.from_pretrained loads with this spec, or None
-    (T5 has tests/test_t5.py's compiled test: at its family config its session compiles more than
-    that test does)."""
-    if transformers is None:
+    """The transformers family whose checkpoints snf.from_pretrained loads with this spec, or None (an
+    encoder-decoder's session runs at its small config: tests/test_t5.py's compiled test compares
+    it with transformers, at its family config its session would compile more than that test does)."""
+    if transformers is None or kind(name) == "seq2seq":
         return None
-    from test_from_pretrained import CAUSAL, FAMILIES
-    return next((f for f in CAUSAL + ["bert"] if FAMILIES[f][2] == f"{name}.snf"), None)
-
-
-# a family's session config where FAMILIES' costs graphs for no construct more: each kind of layer
-# compiles its own block graphs, and Llama 4's four kinds are two constructs (RoPE in chunks and dense,
-# NoPE and sparse); a second layer of a kind adds nothing but a larger decode step and whole-model
-# graph (DeepSeek-V3's second MoE layer, Gemma 3's second sliding one, Nemotron-H's second Mamba2 one).
-# tests/test_from_pretrained.py runs FAMILIES' configs eagerly
-SESSION_CONFIG = {"llama4_text": dict(num_hidden_layers=2, no_rope_layers=[1, 0], interleave_moe_layer_step=2),
-                  "deepseek_v3": dict(num_hidden_layers=2),
-                  "gemma3_text": dict(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"]),
-                  "nemotron_h": dict(layers_block_type=["linear_attention", "full_attention", "moe", "mlp"])}
+    return family_of(name)
 
 
 def _against_transformers(name: str, family: str, folder):
@@ -92,12 +76,14 @@ def _against_transformers(name: str, family: str, folder):
     import importlib
     import warnings
 
-    from test_from_pretrained import CAUSAL, _close, hf_model, tokens
+    from test_from_pretrained import _close, hf_model, tokens
     from test_generate_stops import PADDING_DIFFERS, _padded_batch
 
     from snf.interop import load_checkpoint
     from snf.pretrained import config_from_hf
-    hf = hf_model(family, **SESSION_CONFIG.get(family, {}))
+    # each kind of layer compiles its own block graphs, so a session runs one layer of each
+    # (the row's session_hf): a second one would add nothing but a larger decode step
+    hf = hf_model(family, **ROWS[name].session_hf)
     hf.save_pretrained(folder)  # the files from_pretrained reads (transformers 5 fuses experts in memory only)
     config = dataclasses.asdict(config_from_hf(importlib.import_module(f"generated.{name}"), hf.config.to_dict()))
     seen = {}
@@ -106,7 +92,7 @@ def _against_transformers(name: str, family: str, folder):
         load_checkpoint(model, folder, "hf")
         model.eval()
         idx = tokens(hf.config.vocab_size).to(next(model.parameters()).device)
-        causal = family in CAUSAL
+        causal = kind(name) == "causal"
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)  # a fallback to eager fails here
             want = hf(idx.cpu()).logits if causal else hf(idx.cpu()).last_hidden_state
@@ -136,42 +122,18 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
 
 
-# the specs whose sessions the fast tier (`-m "not slow"`) runs too: the compiled path on a few
-FAST = ("nanogpt", "tiny_transformer")
-# the specs whose sessions skip the training step compiled whole (the CUDA default), which the CPU
-# suite's time cannot hold for every spec: each construct they have is in another spec's whole
-# training. Mixtures of experts in mixtral's, gpt_oss's, deepseek_v3's and llama4_text's; the recurrent
-# ops and a hybrid's layer kinds in mamba2's and nemotron_h's; a Llama-style decoder in llama3's and
-# phi3's; attention biases and a window on some layers in gpt_oss's and gemma2's; q and k normed per
-# head in llama4_text's; norms after the attention and the MLP, (1 + weight) norms and a soft cap in
-# gemma2's; layer kinds from a list in nemotron_h's; scaled RoPE in llama3's; one norm feeding parallel
-# attention and MLP, and interleaved RoPE, in gptj's; partial rotate-half RoPE, biases and dropout in
-# gpt_neox's; a tied head in nanogpt's; an encoder in t5's (scripts/gpu_checks.sh trains every spec on
-# CUDA, where it is the default)
-# the specs whose sessions run the bfloat16 cast's generate eagerly, not compiled (a decode step compiled
-# whole costs a session a tenth or more): their decode steps hold no construct that the others' compiled
-# bfloat16 decode steps lack. A plain decoder's KV cache, RoPE and GQA in llama3's, nanogpt's and phi3's
-# (with LongRoPE's switch); interleaved RoPE in gptj's, a partial one in gpt_neox's; a sliding window in mistral's and gemma2's (with the soft cap); MoE in mixtral's,
-# gpt_oss's (sinks) and deepseek_v3's (latent attention); q/k norms in llama4_text's and gemma3_text's;
-# recurrent states in mamba2's, nemotron_h's, qwen3_next's and falcon_h1's; an encoder-decoder in t5's
-NO_CAST_COMPILED_GENERATE = ("qwen2", "qwen3", "olmo2", "cohere", "phi", "olmoe", "qwen2_moe", "qwen3_moe",
-                             "gpt_decoder", "snowflake_core", "nanogpt_model")
-NO_WHOLE_TRAINING = ("olmoe", "qwen2_moe", "qwen3_moe", "qwen3_next", "falcon_h1", "qwen2", "mistral", "gpt_decoder",
-                     "t5_encoder", "olmo2", "gemma3_text", "phi", "qwen3", "cohere")
-
-
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch internals, while compiling
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in SPECS])
+@pytest.mark.parametrize("name", [n if ROWS[n].fast else pytest.param(n, marks=pytest.mark.slow) for n in SPECS])
 def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypatch, tmp_path):
-    """Each spec: varied eval calls with and without caches, a training step on the CPU default and
-    one compiled whole (the CUDA default; on the CPU not for NO_WHOLE_TRAINING), eval again (at the
-    first call's sizes), generate at two batch sizes (a family's at batch 2, which its transformers
-    comparison reuses), a bfloat16 cast
+    """Each spec, at its row's config (tests/specs_table.py): varied eval calls with and without
+    caches, a training step on the CPU default and one compiled whole (the CUDA default; on the CPU
+    where the row says `whole_training`), eval again (at the first call's sizes), generate at two
+    batch sizes (a family's at batch 2, which its transformers comparison reuses), a bfloat16 cast
     and autocast; compiled against eager. The bfloat16 cast runs on the model's own units (its
-    generate compiles, but for NO_CAST_COMPILED_GENERATE; its forward runs eagerly) and autocast eagerly: compiling their forwards per
-    block and autocast's generate cost a quarter of a session, and the random specs' sessions
-    below still do it (all_casts). A spec snf.from_pretrained loads for a transformers family
+    generate compiles where the row says `cast_generate_compiled`; its forward runs eagerly) and
+    autocast eagerly: compiling their forwards per block and autocast's generate cost a quarter of
+    a session, and the random specs' sessions below still do it (all_casts). A spec snf.from_pretrained loads for a transformers family
     runs at that family's test config and then, on the same compiled model, against transformers
     (_against_transformers: the former tests/test_from_pretrained_compiled.py and a compiled test of
     test_some_layers.py); Mixtral's runs its sparse experts op, as test_moe.py's compiled test did.
@@ -188,9 +150,9 @@ def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypat
         options = dict(config=config, after=after, batches=(2,))
     if name == "mixtral":  # the sparse experts op inside the compiled graphs, even at these sizes
         monkeypatch.setattr(experts, "_MOE_DENSE_MACS", -1)
-    whole = device == "cuda" or name not in NO_WHOLE_TRAINING
-    out = _session(name, calls=4, whole_training=whole, device=device, all_casts=False,
-                   cast_generate_compiled=device == "cuda" or name not in NO_CAST_COMPILED_GENERATE, **options)
+    row = ROWS[name]
+    out = _session(name, calls=4, whole_training=device == "cuda" or row.whole_training, device=device,
+                   all_casts=False, cast_generate_compiled=device == "cuda" or row.cast_generate_compiled, **options)
     assert out.accepted and out.calls >= 4, (name, out)
     assert family is None or seen, (name, "the transformers comparison did not run")
     for unit, count in out.graphs.items():
@@ -230,7 +192,7 @@ def test_a_varied_session_keeps_a_bounded_number_of_graphs(device, compiled, cap
     from conftest import fresh_module
     ng = fresh_module(REPO / "generated" / "nanogpt.py", f"nanogpt_thirty_calls_{device}")
     torch.manual_seed(0)
-    model = ng.Model(**SMALL["nanogpt"]).to(device).eval()
+    model = ng.Model(**ROWS["nanogpt"].small).to(device).eval()
     model.compile_units = {device: {"train": "none", "eval": "block"}}  # not a default: eval compiled per block
     start = time.time()
     with warnings.catch_warnings():

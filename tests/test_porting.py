@@ -1,10 +1,11 @@
-"""The modern-architecture specs (issue 12) against transformers on the same random weights.
+"""Specs ported from transformers' architectures (docs/porting.md) against transformers on the same
+random weights, and the porting guide's own example.
 
 specs/llama3.snf (grouped-query attention), specs/mistral.snf (sliding window), specs/bert.snf
 (token types, padding mask, post-norm, pooler) and specs/t5_encoder.snf (relative position bias
 computed in the spec), each loaded through its `checkpoint hf:` mapping: outputs within 1e-5 in
 float32, and greedy `generate` equal for the causal ones. The max |diff| each comparison reaches is
-printed (`pytest -s tests/test_archs.py`).
+printed (`pytest -s tests/test_porting.py`).
 """
 
 from __future__ import annotations

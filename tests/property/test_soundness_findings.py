@@ -1,4 +1,4 @@
-"""Issue-10 findings as regression tests: each spec in findings.py must either be rejected by
+"""Soundness findings as regression tests: each spec in soundness_findings.py must be rejected by
 `snfc check` or run as it promises (runner.py). While a finding is open (known.OPEN) its test is
 xfail(strict=True): fixing it makes the test pass, and strict xfail then fails until the
 finding is taken out of known.OPEN."""
@@ -10,7 +10,7 @@ import pytest
 import known
 import runner
 from conftest import seed_path
-from findings import FINDINGS
+from soundness_findings import FINDINGS
 from snf.compiler import analyze
 from snf.source import Source
 

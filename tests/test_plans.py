@@ -1,7 +1,8 @@
-"""Issue 9's reproducers, as regression tests of the planned lowering (snf/passes/ -> snf/codegen/),
-and standard tooling on a generated model without wrappers.
-
-The reproducers that need torch.compile live with the other compiled tests:
+"""The passes' plans, as the generated module runs them (snf/passes/ -> snf/codegen/): caches found by
+data flow and built only when asked for, one name per layer loop, generate's logits and when it is
+refused, what `snfc check -v` says of them, where a block takes its dtype and device; and standard
+tooling (weight decay by name, peft, torchao) on a generated model without wrappers. Issue 9's
+reproducers are among them; those that need torch.compile live with the other compiled tests:
 - (1) gpt_decoder trains compiled with its own gradient_checkpointing=True:
   tests/property/test_session.py (every spec trains compiled whole in a session), and
   tests/test_compile.py::test_only_compile_failures_fall_back;

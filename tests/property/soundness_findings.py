@@ -1,7 +1,7 @@
-"""Issue-10 soundness findings as minimal specs: each one `snfc check` approved, and whose module
+"""Soundness findings as minimal specs: each one `snfc check` approved, and whose module
 then misbehaved (or, for `branch-hides-error`, whose diagnostics hid a defect).
 
-`test_findings.py` runs each through `runner.run`; while a finding is open (in `known.OPEN`)
+`test_soundness_findings.py` runs each through `runner.run`; while a finding is open (in `known.OPEN`)
 its test is `xfail(strict=True)`, so fixing it flips the test. The property test found the
 ones marked (property); the others are issue 10's own examples, shrunk by hand.
 """

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint_files import (_SAFETENSORS, _SAFETENSORS_INDEX, _TORCH, _TORCH_INDEX, _MetaView,  # noqa: F401
-                               _open_checkpoint, _SafetensorsFile)
+from .checkpoint_files import (_SAFETENSORS, _SAFETENSORS_INDEX, _TORCH, _TORCH_INDEX, FLOAT8,  # noqa: F401
+                               _MetaView, _open_checkpoint, _SafetensorsFile)
 from .checkpoints import Reading, key_of, read_tensor
 
 
@@ -35,9 +35,9 @@ class CheckpointError(ValueError):
     key, and each config setting the checkpoint says it was saved with that the model's differs from."""
 
     def __init__(self, fmt: str, missing: list, unexpected: list, mismatched: list, invalid: list = (),
-                 where: str = "", config: list = ()):
+                 where: str = "", config: list = (), notes: list = ()):
         self.fmt, self.missing, self.unexpected, self.mismatched = fmt, missing, unexpected, mismatched
-        self.invalid, self.config = list(invalid), list(config)
+        self.invalid, self.config, self.notes = list(invalid), list(config), list(notes)
         lines = [f"{where + ': ' if where else ''}checkpoint does not fit the model (format {fmt!r}):"]
         if missing:
             lines.append("  missing keys: " + ", ".join(missing))
@@ -51,12 +51,17 @@ class CheckpointError(ValueError):
         if self.config:
             lines.append("  build the model with the checkpoint's config, or load it with strict=False to take its "
                          "weights into this config")
+        lines += [f"  ({note})" for note in self.notes]
         super().__init__("\n".join(lines))
 
-    def at(self, where) -> "CheckpointError":
-        """The same error, naming the file or folder it is about."""
+    def keys(self) -> list[str]:
+        """What its lines name: the keys, each as its line starts."""
+        return [*self.missing, *self.unexpected, *(m[0] for m in self.mismatched), *(i[0] for i in self.invalid)]
+
+    def at(self, where, notes: list = ()) -> "CheckpointError":
+        """The same error, naming the file or folder it is about, with `notes` on its keys."""
         return CheckpointError(self.fmt, self.missing, self.unexpected, self.mismatched, self.invalid, str(where),
-                               self.config)
+                               self.config, [*self.notes, *notes])
 
 
 class CheckpointWarning(UserWarning):
@@ -275,10 +280,14 @@ def _plan(model: torch.nn.Module, own: dict, state_dict: Mapping, fmt: str, stri
         parts += [f"unused checkpoint keys: {', '.join(unexpected)}"] if unexpected else []
         warnings.warn(f"load_state_dict(strict=False, format {fmt!r}): " + "; ".join(parts), CheckpointWarning,
                       stacklevel=3)
-    # a bool or integer tensor is no weight: copying it would turn True into 1.0 without a word
-    kinds = [(_shown(key, rows), f"a {str(t.dtype).removeprefix('torch.')} tensor, not floating point")
-             for key, rows, get, _, _ in found
-             if _piece(own, key, rows).dtype.is_floating_point and not (t := get(shapes_only)).dtype.is_floating_point]
+    # a bool or integer tensor is no weight: copying it would turn True into 1.0 without a word; float8
+    # codes without their scales are a quantized release's, which config.json's quantization_config reads
+    kinds = [(f"{first} (for {_shown(key, rows)})" if first else _shown(key, rows),
+              f"a {str(t.dtype).removeprefix('torch.')} tensor, not floating point" if t.dtype not in FLOAT8 else
+              f"a {str(t.dtype).removeprefix('torch.')} tensor: quantized codes, which snfc reads only with their "
+              "scales, as a quantization_config says")
+             for key, rows, get, first, _ in found if _piece(own, key, rows).dtype.is_floating_point
+             and (not (t := get(shapes_only)).dtype.is_floating_point or t.dtype in FLOAT8)]
     if kinds:
         raise CheckpointError(fmt, [], [], [], kinds)
     return found
@@ -354,11 +363,18 @@ def load_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec",
     `strict`, `before_copy` and `progress` are `load_state_dict`'s.
     """
     with _open_checkpoint(Path(path)) as tensors:
-        try:
-            _check_saved_config(model, tensors.metadata, fmt, strict)
-            return load_state_dict(model, tensors, fmt, strict, before_copy, progress)
-        except CheckpointError as err:
-            raise err.at(path) from None
+        return load_opened(model, tensors, path, fmt, strict, before_copy, progress)
+
+
+def load_opened(model: torch.nn.Module, tensors: Mapping, path, fmt: str = "spec", strict: bool = True,
+                before_copy=None, progress: str | None = None) -> torch.nn.Module:
+    """load_checkpoint of a checkpoint already open (`_open_checkpoint`, or a view of one such as
+    snf.quantized's), `path` where it is: an error names it, with what the view notes on its keys."""
+    try:
+        _check_saved_config(model, getattr(tensors, "metadata", None), fmt, strict)
+        return load_state_dict(model, tensors, fmt, strict, before_copy, progress)
+    except CheckpointError as err:
+        raise err.at(path, tensors.notes(err.keys()) if hasattr(tensors, "notes") else ()) from None
 
 
 def _check_saved_config(model: torch.nn.Module, metadata, fmt: str, strict: bool) -> None:

@@ -212,6 +212,9 @@ class _SafetensorsFile(Mapping):
         return key in self._entries
 
     def __getitem__(self, key: str) -> torch.Tensor:
+        return self._mapped(key)
+
+    def _mapped(self, key: str) -> torch.Tensor:
         dtype, shape, begin, end = self._known(key)
         if begin == end:
             return torch.empty(shape, dtype=dtype)
@@ -226,13 +229,14 @@ class _SafetensorsFile(Mapping):
         dtype, shape, _, _ = self._known(key)
         if out.dtype != dtype or tuple(out.shape) != shape:
             return False
-        out.copy_(self[key])
+        out.copy_(self._mapped(key))
         self.release(key)
         return True
 
     def release(self, key: str) -> None:
         """Hand back the pages `key` was read through: the file's bytes stay on disk (and in the page
-        cache), not in this process. A tensor over them reads them again from the file if it is read."""
+        cache), not in this process. A tensor over them reads them again from the file if it is read (what
+        was written into one is lost: the loader only reads them)."""
         _, _, begin, end = self._entries[key]
         first = (self._start + begin) // mmap.PAGESIZE * mmap.PAGESIZE
         if self._map is not None and end > begin and hasattr(self._map, "madvise"):

@@ -27,7 +27,7 @@ import torch
 
 from .checkpoint_files import (_SAFETENSORS, _SAFETENSORS_INDEX, _TORCH, _TORCH_INDEX, FLOAT8,  # noqa: F401
                                _MetaView, _open_checkpoint, _SafetensorsFile)
-from .checkpoints import Reading, key_of, read_tensor
+from .checkpoints import Reading, key_of, read_tensor, stored_keys
 
 
 class CheckpointError(ValueError):
@@ -108,8 +108,8 @@ def convert_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str, st
 
 def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool) -> tuple[list, list, list]:
     """How to get each piece of the model the checkpoint gives: (state-dict key, rows or None,
-    get(state_dict) -> tensor, the first checkpoint key it reads, whether it is that key's tensor
-    unchanged); the pieces left as they are; and
+    get(state_dict) -> tensor, the first checkpoint key it reads, the keys that hold it as it is
+    stored (checkpoints.stored_keys)); the pieces left as they are; and
     the keys nothing used. Every shape is checked here (CheckpointError): on a `_MetaView` of the
     checkpoint, without reading a tensor's data."""
     formats = _formats(model)
@@ -127,7 +127,8 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
         at = {(name, layer): i for name, (_, _, layers, _, _) in table.items() if layers is not None
               for i, layer in enumerate(layer_numbers(layers))}
         found = [(key, rows, (lambda sd, name=name: sd[name]) if layer is None else
-                  (lambda sd, name=name, i=at[name, layer]: sd[name][i]), name, layer is None)
+                  (lambda sd, name=name, i=at[name, layer]: sd[name][i]), name,
+                  [(None, name)] if layer is None else [])
                  for name, layer, key, rows in pieces if name in values]
         left = [_shown(key, rows) for name, layer, key, rows in pieces if name not in values]
         return found, left, unexpected
@@ -152,7 +153,7 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
             continue
         found.append((key, rows, lambda sd, src=mapping[name], want=want, layer=layer, shown=shown:
                       read_tensor(src, want, layer, Reading(sd, model.config), shown), first,
-                      mapping[name][0] == "key"))
+                      stored_keys(mapping[name], want, layer, model.config)))
     missing, mismatched, invalid = r.missing, r.mismatched, r.invalid
     ignored = _key_patterns(formats[fmt]["ignore"])
     unexpected = sorted(k for k in state_dict if k not in r.used and not ignored.fullmatch(k))
@@ -249,13 +250,15 @@ def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spe
     own = model.state_dict()
     # one tensor at a time, straight into the model's own: the pieces that read one checkpoint
     # tensor (q, k and v of one c_attn) one after another, so a file's tensor is read once; a
-    # tensor taken as it is read from a safetensors file straight into the parameter (no copy held)
+    # tensor taken as it is stored (a whole parameter, or one expert's entry of it) read from a
+    # safetensors file straight into the parameter (no copy held)
     read_into = getattr(state_dict, "read_into", None)
     shown = _Progress(progress, sum(_piece(own, k, r).nbytes for k, r, *_ in found)) if progress else None
     with torch.no_grad():
-        for key, rows, get, first, plain in sorted(found, key=lambda piece: piece[3]):
+        for key, rows, get, first, stored in sorted(found, key=lambda piece: piece[3]):
             piece = _piece(own, key, rows)
-            if not (plain and read_into is not None and read_into(first, piece)):
+            if not (stored and read_into is not None
+                    and all(read_into(k, piece if i is None else piece[i]) for i, k in stored)):
                 piece.copy_(get(state_dict).detach())
             if shown is not None:
                 shown.add(piece.nbytes)
@@ -271,7 +274,7 @@ def _plan(model: torch.nn.Module, own: dict, state_dict: Mapping, fmt: str, stri
         optional = {key for name, _, key, _ in _pieces(model) if name in recomputed}
         checked, unexpected = _checked(fmt, shapes_only, {k: tuple(v.shape) for k, v in own.items()}, strict,
                                        optional)
-        found = [(k, None, lambda sd, k=k: sd[k], k, True) for k in own if k in checked]
+        found = [(k, None, lambda sd, k=k: sd[k], k, [(None, k)]) for k in own if k in checked]
         left = [k for k in own if k not in checked]
     else:
         found, left, unexpected = _convert(model, shapes_only, fmt, strict)

@@ -201,8 +201,7 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
     module = load(spec if spec is not None else _spec_for(hf.get("model_type"), folder, hf.get("architectures")))
     config = config_from_hf(module, hf, str(config_file))
     def allocate() -> None:  # once every key, shape and dtype is checked on the meta device
-        model.to(dtype)
-        model.to_empty(device=device)
+        _allocate(model, dtype, device)
         if getattr(module, "RECOMPUTED_BUFFERS", ()):
             model.reset_parameters()  # the buffers the config decides; the checkpoint gives the rest
 
@@ -211,7 +210,7 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
             if scheme is not None:
                 tensors = quantized.Dequantized(tensors, scheme, dtype)
             _check_layers(module, config, tensors, str(config_file))
-            with torch.device("meta"):  # built without memory
+            with torch.device("meta"), _NoInitOnMeta():  # built without memory
                 model = module.Model(config)
             interop.load_opened(model, tensors, folder, "hf", before_copy=allocate, progress=f"loading {folder.name}")
     except (ValueError, FileNotFoundError) as err:
@@ -222,6 +221,35 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
     model._hf_folder = str(folder.resolve())  # and copies the tokenizer and generation config beside it
     model.generation_config = generation_config(folder, hf)
     return model.eval()
+
+
+class _NoInitOnMeta(torch.overrides.TorchFunctionMode):
+    """nn.init's functions (and random fills) skip meta tensors, whose values are nothing: every weight
+    comes from the checkpoint, and initialising one on the meta device makes torch import its compiler
+    (2 s of a load). A mode is the calling thread's own: another thread's model initialises as ever."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensor = args[0] if args else kwargs.get("tensor")  # nn.init passes it by name
+        if (getattr(func, "__module__", None) == "torch.nn.init" or func in (torch.Tensor.normal_, torch.Tensor.uniform_)) \
+                and isinstance(tensor, torch.Tensor) and tensor.is_meta:
+            return tensor
+        return func(*args, **kwargs)
+
+
+def _allocate(model: torch.nn.Module, dtype: torch.dtype, device: torch.device) -> None:
+    """The meta model's parameters and buffers made real, uninitialised, on `device`, the floating ones
+    in `dtype`: Module.to_empty's work, without its empty_like of a meta tensor, which imports torch's
+    symbolic shapes (sympy: half a second of a load)."""
+    made: dict = {}  # a tensor two modules hold stays one
+    for module in model.modules():
+        for table in (module._parameters, module._buffers):
+            for name, t in table.items():
+                if t is not None and id(t) not in made:
+                    empty = torch.empty(t.shape, dtype=dtype if t.is_floating_point() else t.dtype, device=device)
+                    made[id(t)] = torch.nn.Parameter(empty, t.requires_grad) if table is module._parameters else empty
+                if t is not None:
+                    table[name] = made[id(t)]
 
 
 def generation_config(folder: Path, hf: dict):

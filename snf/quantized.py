@@ -16,6 +16,7 @@ way (the tests and benchmarks build release-shaped folders with it); snfc never 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -24,7 +25,7 @@ import torch
 
 from .checkpoint_files import FLOAT8, _MetaView
 
-CHUNK = 1 << 20  # values dequantized at a time: the float32 temporaries stay a few MB whatever the tensor
+CHUNK = 1 << 22  # values dequantized at a time: the float32 temporaries stay 16 MB whatever the tensor
 
 
 class QuantizedError(ValueError):
@@ -87,6 +88,10 @@ class Format:
         codes of this format's: codes without their scales are an error."""
         raise NotImplementedError
 
+    def empty(self, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+        """A plain tensor to dequantize into, laid out as the codes are (so they are written in order)."""
+        return torch.empty(shape, dtype=dtype)
+
     def dequantize(self, codes: torch.Tensor, scales: torch.Tensor, out: torch.Tensor, settings: dict) -> None:
         raise NotImplementedError
 
@@ -95,6 +100,17 @@ class Format:
 
 
 FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)  # e2m1, by code
+
+
+@functools.cache
+def _mxfp4_tables() -> tuple[torch.Tensor, torch.Tensor]:
+    """By byte: its two codes' values, the low nibble's first ([256, 2]); and 2 ** (byte - 127) as two
+    float32 factors, each exact ([2, 256]): the code times one, then the other, is rounded once, as
+    ldexp rounds it (one factor, 2 ** 128, would overflow where ldexp keeps 0.5 * 2 ** 128 finite)."""
+    lut = torch.tensor(FP4_VALUES)
+    exponent = torch.arange(256) - 127
+    low = torch.div(exponent, 2, rounding_mode="floor")
+    return torch.stack((lut.repeat(16), lut.repeat_interleave(16)), -1), torch.exp2(torch.stack((low, exponent - low)).float())
 
 
 class Mxfp4(Format):
@@ -126,29 +142,34 @@ class Mxfp4(Format):
     def stray(self, key, tensor):
         return key.removesuffix("_blocks") if key.endswith("_blocks") else None
 
+    def empty(self, shape, dtype):
+        experts, count, rows = shape
+        return torch.empty(experts, rows, count, dtype=dtype).transpose(-1, -2)  # a row's values together
+
     def dequantize(self, codes, scales, out, settings):
-        lut = torch.tensor(FP4_VALUES, dtype=torch.float32)
+        pairs, factors = _mxfp4_tables()
         experts, rows, count, _ = codes.shape
+        by_row = out.transpose(-1, -2)  # [E, rows, in]: contiguous where `empty` made out
         step = max(1, CHUNK // (count * 32))
         for e in range(experts):
             for r in range(0, rows, step):
                 b = codes[e, r:r + step]
-                values = torch.stack((lut[(b & 0x0F).int()], lut[(b >> 4).int()]), dim=-1).flatten(-2)
-                # code * 2 ** (scale - 127), exact in float32 (two significant bits; 6 * 2 ** 128 overflows
-                # in every dtype): rounded once to out's dtype, as transformers' ldexp in that dtype rounds it
-                values = torch.ldexp(values, scales[e, r:r + step].int().unsqueeze(-1) - 127)
-                out[e, :, r:r + step] = values.flatten(-2).T
+                values = pairs.index_select(0, b.reshape(-1).int()).view(b.shape[0], count, 32)
+                exponents = scales[e, r:r + step].reshape(-1).int()
+                for factor in factors:
+                    values.mul_(factor.index_select(0, exponents).view(b.shape[0], count, 1))
+                by_row[e, r:r + step] = values.flatten(-2)
 
     def quantize(self, tensor, settings):
         """[E, in, rows] as MXFP4: per block of 32 inputs of a row, the power of two that brings its
         largest value within e2m1's 6, and each value's nearest code."""
-        w = tensor.detach().to(torch.float32).transpose(-1, -2)
+        w = tensor.detach().to(torch.float32).transpose(-1, -2).contiguous()
         groups = w.unflatten(-1, (w.shape[-1] // 32, 32))
         top = groups.abs().amax(-1, keepdim=True).clamp(min=2.0 ** -126)
         exponent = torch.ceil(torch.log2(top / 6.0)).clamp(-127, 127)
-        lut = torch.tensor(FP4_VALUES[:8])
+        magnitudes = torch.tensor(FP4_VALUES[:8])
         scaled = groups / torch.exp2(exponent)
-        codes = (scaled.abs().unsqueeze(-1) - lut).abs().argmin(-1) + 8 * (scaled < 0)
+        codes = torch.bucketize(scaled.abs(), (magnitudes[1:] + magnitudes[:-1]) / 2) + 8 * (scaled < 0)
         pairs = codes.to(torch.uint8).unflatten(-1, (16, 2))
         return pairs[..., 0] | (pairs[..., 1] << 4), (exponent.squeeze(-1) + 127).to(torch.uint8)
 
@@ -210,16 +231,19 @@ class Fp8(Format):
     def dequantize(self, codes, scales, out, settings):
         m, n = self._block(codes.shape, settings)
         rows, cols = codes.shape[-2:]
+        whole = cols // n * n  # the columns in whole blocks; the rest share the last block's scale
         codes, out = codes.reshape(-1, rows, cols), out.view(-1, rows, cols)
+        # E8M0 scales as transformers' Fp8Dequantize reads them: 2 ** (byte - 127) in float32
         scales = scales.reshape(-1, *scales.shape[-2:])
+        scales = torch.exp2(scales.float() - 127.0) if scales.dtype == torch.uint8 else scales.float()
         step = max(1, CHUNK // (m * cols)) * m  # whole blocks of rows at a time
         for i in range(codes.shape[0]):
             for r in range(0, rows, step):
-                block = scales[i, r // m:(r + step) // m]
-                # E8M0 scales as transformers' Fp8Dequantize reads them: 2 ** (byte - 127) in float32
-                block = torch.exp2(block.to(torch.float32) - 127.0) if block.dtype == torch.uint8 else block.float()
-                grid = block.repeat_interleave(m, 0)[:min(step, rows - r)].repeat_interleave(n, 1)[:, :cols]
-                out[i, r:r + step] = codes[i, r:r + step].to(torch.float32) * grid
+                values = codes[i, r:r + step].float()
+                grid = scales[i, r // m:(r + step) // m].repeat_interleave(m, 0)[:values.shape[0]]  # a scale a row
+                values[:, :whole].unflatten(1, (whole // n, n)).mul_(grid[:, :whole // n, None])
+                values[:, whole:].mul_(grid[:, whole // n:])
+                out[i, r:r + step] = values
 
     def quantize(self, tensor, settings):
         """[..., rows, cols] as FP8: per block, the scale that brings its largest value to e4m3's 448."""
@@ -325,7 +349,7 @@ class Dequantized(Mapping):
             return self._raw[key]
         if self._last[0] != key:  # the pieces that read one tensor (gate and up of gate_up_proj) come in turn
             self._last = (None, None)
-            out = torch.empty(self._pairs[key], dtype=self.dtype)
+            out = self.format.empty(self._pairs[key], self.dtype)
             self._dequantize(key, out)
             self._last = (key, out)
         return self._last[1]

@@ -35,7 +35,7 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _dequantized(method: str, codes, scales, dtype, settings) -> torch.Tensor:
     fmt = FORMATS[method]
-    out = torch.empty(fmt.shape("w", codes, scales, settings), dtype=dtype)
+    out = fmt.empty(fmt.shape("w", codes, scales, settings), dtype)  # as the loader lays it out
     fmt.dequantize(codes, scales, out, settings)
     return out
 
@@ -199,6 +199,23 @@ def test_deepseek_v3_edge_blocks_match_transformers_fp8_linear(tmp_path):
     del config["quantization_config"]
     (reference / "config.json").write_text(json.dumps(config))
     _against_transformers(folder, reference)
+
+
+def test_a_sharded_release_loads_the_same(qwen3_fp8):
+    """The releases are sharded (DeepSeek-V3's 163 files): a pair's codes and scales in two shards."""
+    from safetensors.torch import load_file, save_file
+    whole = snf.from_pretrained(qwen3_fp8).state_dict()
+    tensors = load_file(str(qwen3_fp8 / "model.safetensors"))
+    shards = {"model-00001-of-00002.safetensors": {}, "model-00002-of-00002.safetensors": {}}
+    for key, tensor in tensors.items():
+        shards[sorted(shards)[key.endswith("_scale_inv")]][key] = tensor
+    for name, part in shards.items():
+        save_file(part, str(qwen3_fp8 / name), metadata={"format": "pt"})
+    (qwen3_fp8 / "model.safetensors").unlink()
+    index = {"weight_map": {key: name for name, part in shards.items() for key in part}}
+    (qwen3_fp8 / "model.safetensors.index.json").write_text(json.dumps(index))
+    sharded = snf.from_pretrained(qwen3_fp8).state_dict()
+    assert all(torch.equal(whole[k], sharded[k]) for k in whole)
 
 
 def test_a_save_is_plain_and_transformers_loads_it_as_ordinary(tmp_path, gpt_oss_mxfp4):

@@ -8,8 +8,7 @@ import sys
 import types
 from pathlib import Path
 
-from .compiler import analyze, generate_source
-from .diagnostics import SpecError
+from . import spec_cache
 from .source import Source
 
 _CACHE: dict[str, types.ModuleType] = {}
@@ -20,7 +19,9 @@ def load(path: str | Path) -> types.ModuleType:
     """Compile the spec at `path` and return the imported module (`Config`, `Model`).
 
     Modules are cached by the spec's sha256, so loading an unchanged spec twice returns the
-    same module. Raises `SpecError` (with every diagnostic) when the spec has errors.
+    same module, and the code compiling it produces is kept in the user's cache folder
+    (snf/spec_cache.py), so another process loading it does not compile it again. Raises
+    `SpecError` (with every diagnostic) when the spec has errors.
     Instances of its classes pickle (and `torch.save`) with the spec's text, so that
     unpickling, in this process or another, compiles the spec again (once) instead of importing
     a module that exists only here.
@@ -32,11 +33,8 @@ def _load(source: Source, path: str, key: str | None = None) -> types.ModuleType
     key = key or source.sha256
     if key in _CACHE:
         return _CACHE[key]
-    result = analyze(source)
-    if not result.ok:
-        raise SpecError(result.diagnostics, {source.path: source})
-    code = generate_source(result, path)
-    name = f"{_PACKAGE}.{result.model.name}_{key[:12]}"
+    model_name, code = _compiled(source, path)
+    name = f"{_PACKAGE}.{model_name}_{key[:12]}"
     filename = f"<snfc {Path(path).name} {key[:12]}>"
     module = types.ModuleType(name)
     module.__file__ = filename
@@ -53,6 +51,22 @@ def _load(source: Source, path: str, key: str | None = None) -> types.ModuleType
             copyreg.pickle(value, _Reducer(source.text, path, key, value.__qualname__))
     _CACHE[key] = module
     return module
+
+
+def _compiled(source: Source, path: str) -> tuple[str, str]:
+    """The spec's model name and its module's code: kept from a process that compiled it before, else
+    compiled now (and kept). A spec with errors is never kept: it raises SpecError each time."""
+    kept = spec_cache.get("module", (path, source.text))
+    if kept is not None and isinstance(kept.get("name"), str) and isinstance(kept.get("code"), str):
+        return kept["name"], kept["code"]
+    from .compiler import analyze, generate_source  # the compiler, imported only where a spec is compiled
+    from .diagnostics import SpecError
+    result = analyze(source)
+    if not result.ok:
+        raise SpecError(result.diagnostics, {source.path: source})
+    code = generate_source(result, path)
+    spec_cache.put("module", (path, source.text), {"name": result.model.name, "code": code})
+    return result.model.name, code
 
 
 class _Reducer:

@@ -1,7 +1,7 @@
-"""Reading checkpoint files: a `.safetensors` file (its header parsed here, each tensor read with
-plain reads, no memory map), a `torch.save` state dict, or a `save_pretrained` folder of either
-(one file, or shards listed in an index), as a lazy mapping of key -> tensor (`_open_checkpoint`).
-`snf.interop` maps the tensors onto a model.
+"""Reading checkpoint files: a `.safetensors` file (its header parsed here, its data memory-mapped),
+a `torch.save` state dict, or a `save_pretrained` folder of either (one file, or shards listed in an
+index), as a lazy mapping of key -> tensor (`_open_checkpoint`). `snf.interop` maps the tensors onto a
+model; `snf.quantized` sees a quantized release's tensors through it.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import mmap
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -51,8 +52,8 @@ class _MetaView(_KeysOf):
 class _LazyTensors(_KeysOf):
     """A checkpoint's tensors by key (`self._keys`: key -> its file); each is read from its file
     when asked for, and the last one read is kept (the pieces that read one tensor are loaded one
-    after another). `metadata`: a single safetensors file's own (save_checkpoint writes the config
-    there), else None."""
+    after another), its file's pages handed back once the next is asked for. `metadata`: a single
+    safetensors file's own (save_checkpoint writes the config there), else None."""
 
     def __init__(self, where: dict, open_file, metadata=None):
         self._keys, self._open, self._last = where, open_file, (None, None)
@@ -60,7 +61,10 @@ class _LazyTensors(_KeysOf):
 
     def __getitem__(self, key: str):
         if self._last[0] != key:
+            done = self._last[0]
             self._last = (None, None)  # the previous tensor goes before the next is read
+            if done is not None:
+                getattr(self._file(done), "release", lambda key: None)(done)
             self._last = (key, self._file(key)[key])
         return self._last[1]
 
@@ -168,53 +172,75 @@ def _state_dict_of(data: Mapping) -> Mapping:
 
 
 _SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+                       "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,  # quantized releases' codes
                        "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
                        "U8": torch.uint8, "BOOL": torch.bool}
+FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)  # codes that mean nothing without their scales
 
 
 class _SafetensorsFile(Mapping):
-    """An open safetensors file as a mapping: its header read once, `[key]` one tensor read with plain
-    reads, and `read_into` one read straight into a tensor of its shape and dtype. No memory map: the
-    pages read do not stay in the process's memory, so loading peaks at about the weights."""
+    """An open safetensors file as a mapping: its header read once and its data memory-mapped, `[key]`
+    a tensor over the mapping (nothing copied), `read_into` one copy of it into a tensor of its shape
+    and dtype. The mapping is private (a write to a tensor never reaches the file), and the pages a
+    tensor was read through are handed back once it is copied (`release`): the file's pages do not
+    stay in the process's memory, so loading peaks at about the weights."""
 
     def __init__(self, file: Path):
         self._file = file
-        self._f = open(file, "rb")
-        try:
-            size = os.fstat(self._f.fileno()).st_size
-            length = int.from_bytes(self._f.read(8), "little")
-            if not 2 <= length <= size - 8:
-                raise ValueError(f"a header of {length} bytes in a file of {size}")
-            header = json.loads(self._f.read(length))
-            if not isinstance(header, dict):
-                raise ValueError("the header is no JSON object")
-            self.metadata = header.pop("__metadata__", None)
-            self._start = 8 + length
-            self._entries = {key: _entry(key, value, size - self._start) for key, value in header.items()}
-        except (ValueError, TypeError, KeyError, RecursionError) as err:
-            self._f.close()
-            raise ValueError(f"{file} is not a readable safetensors file ({err})") from None
+        with open(file, "rb") as f:
+            try:
+                size = os.fstat(f.fileno()).st_size
+                length = int.from_bytes(f.read(8), "little")
+                if not 2 <= length <= size - 8:
+                    raise ValueError(f"a header of {length} bytes in a file of {size}")
+                header = json.loads(f.read(length))
+                if not isinstance(header, dict):
+                    raise ValueError("the header is no JSON object")
+                self.metadata = header.pop("__metadata__", None)
+                self._start = 8 + length
+                self._entries = {key: _entry(key, value, size - self._start) for key, value in header.items()}
+            except (ValueError, TypeError, KeyError, RecursionError) as err:
+                raise ValueError(f"{file} is not a readable safetensors file ({err})") from None
+            # the tensors over the mapping keep it alive; it is unmapped when the last of them goes
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         self._keys = list(self._entries)
 
     def close(self) -> None:
-        self._f.close()
+        self._map = None
 
     def __contains__(self, key) -> bool:  # Mapping's would read the tensor
         return key in self._entries
 
     def __getitem__(self, key: str) -> torch.Tensor:
-        dtype, shape, begin, _ = self._known(key)
-        out = torch.empty(shape, dtype=dtype)
-        self._read(begin, out)
-        return out
+        return self._mapped(key)
+
+    def _mapped(self, key: str) -> torch.Tensor:
+        dtype, shape, begin, end = self._known(key)
+        if begin == end:
+            return torch.empty(shape, dtype=dtype)
+        offset = self._start + begin
+        if offset % dtype.itemsize:  # a tensor's data where its type cannot be read in place: copied
+            raw = torch.frombuffer(self._map, dtype=torch.uint8, count=end - begin, offset=offset)
+            return raw.clone().view(dtype).view(shape)
+        return torch.frombuffer(self._map, dtype=dtype, count=math.prod(shape), offset=offset).view(shape)
 
     def read_into(self, key: str, out: torch.Tensor) -> bool:
-        """Read `key` straight into `out` where it is a contiguous CPU tensor of its shape and dtype."""
-        dtype, shape, begin, _ = self._known(key)
-        if out.device.type != "cpu" or not out.is_contiguous() or out.dtype != dtype or tuple(out.shape) != shape:
+        """Copy `key` straight into `out` where it is a tensor of its shape and dtype."""
+        dtype, shape, _, _ = self._known(key)
+        if out.dtype != dtype or tuple(out.shape) != shape:
             return False
-        self._read(begin, out)
+        out.copy_(self._mapped(key))
+        self.release(key)
         return True
+
+    def release(self, key: str) -> None:
+        """Hand back the pages `key` was read through: the file's bytes stay on disk (and in the page
+        cache), not in this process. A tensor over them reads them again from the file if it is read (what
+        was written into one is lost: the loader only reads them)."""
+        _, _, begin, end = self._entries[key]
+        first = (self._start + begin) // mmap.PAGESIZE * mmap.PAGESIZE
+        if self._map is not None and end > begin and hasattr(self._map, "madvise"):
+            self._map.madvise(mmap.MADV_DONTNEED, first, self._start + end - first)
 
     def meta(self, key: str) -> torch.Tensor:
         """The tensor's shape and dtype, from the file's header: no data is read."""
@@ -226,18 +252,6 @@ class _SafetensorsFile(Mapping):
         if dtype not in _SAFETENSORS_DTYPES:
             raise ValueError(f"`{key}` is a {dtype} tensor, which snfc does not load")
         return _SAFETENSORS_DTYPES[dtype], shape, begin, end
-
-    def _read(self, begin: int, out: torch.Tensor) -> None:
-        if out.numel() == 0:
-            return
-        view = memoryview(out.detach().reshape(-1).view(torch.uint8).numpy())
-        self._f.seek(self._start + begin)
-        done = 0
-        while done < len(view):
-            got = self._f.readinto(view[done:])
-            if not got:
-                raise ValueError(f"{self._file} ends inside a tensor: the file is cut short")
-            done += got
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys)

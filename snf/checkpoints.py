@@ -283,6 +283,8 @@ def read_tensor(src, want: tuple, layer: int | None, r: Reading, shown: str, tra
         if any(p is None for p in parts):
             return None
         import torch  # only where tensors are read: `snfc check` never imports torch
+        if parts[0].is_meta:  # shapes checked: stacking meta tensors imports torch's compiler (2 s)
+            return torch.empty((len(parts), *parts[0].shape), dtype=parts[0].dtype, device="meta")
         return torch.stack(parts)
     if kind in ("split", "interleave"):
         _, _, n, axis, index = src
@@ -305,6 +307,17 @@ def source_keys(src, layer: int | None, config) -> list[str]:
     if src[0] == "experts":
         return source_keys(for_expert(src[1], 0), layer, config)
     return [k for part in src[1:] if isinstance(part, tuple) for k in source_keys(part, layer, config)]
+
+
+def stored_keys(src, want: tuple, layer: int | None, config) -> list[tuple[int | None, str]]:
+    """The keys that hold a piece of shape `want` as it is stored, each with the index along the
+    piece's first axis it fills (None: all of it): a bare key, or one key per expert (`[l, e]`); none
+    where the source transforms what it reads. A loader reads these straight into the piece."""
+    if src[0] == "key":
+        return [(None, key_of(src, layer, config))]
+    if src[0] == "experts" and src[1][0] == "key" and want:
+        return [(e, key_of(for_expert(src[1], e), layer, config)) for e in range(want[0])]
+    return []
 
 
 def unmap_tensor(source, tensor, layer, out: dict, parts: dict, config=None) -> None:

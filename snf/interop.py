@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint_files import (_SAFETENSORS, _SAFETENSORS_INDEX, _TORCH, _TORCH_INDEX, _MetaView,  # noqa: F401
-                               _open_checkpoint, _SafetensorsFile)
-from .checkpoints import Reading, key_of, read_tensor
+from .checkpoint_files import (_SAFETENSORS, _SAFETENSORS_INDEX, _TORCH, _TORCH_INDEX, FLOAT8,  # noqa: F401
+                               _MetaView, _open_checkpoint, _SafetensorsFile)
+from .checkpoints import Reading, key_of, read_tensor, stored_keys
 
 
 class CheckpointError(ValueError):
@@ -35,9 +35,9 @@ class CheckpointError(ValueError):
     key, and each config setting the checkpoint says it was saved with that the model's differs from."""
 
     def __init__(self, fmt: str, missing: list, unexpected: list, mismatched: list, invalid: list = (),
-                 where: str = "", config: list = ()):
+                 where: str = "", config: list = (), notes: list = ()):
         self.fmt, self.missing, self.unexpected, self.mismatched = fmt, missing, unexpected, mismatched
-        self.invalid, self.config = list(invalid), list(config)
+        self.invalid, self.config, self.notes = list(invalid), list(config), list(notes)
         lines = [f"{where + ': ' if where else ''}checkpoint does not fit the model (format {fmt!r}):"]
         if missing:
             lines.append("  missing keys: " + ", ".join(missing))
@@ -51,12 +51,17 @@ class CheckpointError(ValueError):
         if self.config:
             lines.append("  build the model with the checkpoint's config, or load it with strict=False to take its "
                          "weights into this config")
+        lines += [f"  ({note})" for note in self.notes]
         super().__init__("\n".join(lines))
 
-    def at(self, where) -> "CheckpointError":
-        """The same error, naming the file or folder it is about."""
+    def keys(self) -> list[str]:
+        """What its lines name: the keys, each as its line starts."""
+        return [*self.missing, *self.unexpected, *(m[0] for m in self.mismatched), *(i[0] for i in self.invalid)]
+
+    def at(self, where, notes: list = ()) -> "CheckpointError":
+        """The same error, naming the file or folder it is about, with `notes` on its keys."""
         return CheckpointError(self.fmt, self.missing, self.unexpected, self.mismatched, self.invalid, str(where),
-                               self.config)
+                               self.config, [*self.notes, *notes])
 
 
 class CheckpointWarning(UserWarning):
@@ -103,8 +108,8 @@ def convert_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str, st
 
 def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool) -> tuple[list, list, list]:
     """How to get each piece of the model the checkpoint gives: (state-dict key, rows or None,
-    get(state_dict) -> tensor, the first checkpoint key it reads, whether it is that key's tensor
-    unchanged); the pieces left as they are; and
+    get(state_dict) -> tensor, the first checkpoint key it reads, the keys that hold it as it is
+    stored (checkpoints.stored_keys)); the pieces left as they are; and
     the keys nothing used. Every shape is checked here (CheckpointError): on a `_MetaView` of the
     checkpoint, without reading a tensor's data."""
     formats = _formats(model)
@@ -122,7 +127,8 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
         at = {(name, layer): i for name, (_, _, layers, _, _) in table.items() if layers is not None
               for i, layer in enumerate(layer_numbers(layers))}
         found = [(key, rows, (lambda sd, name=name: sd[name]) if layer is None else
-                  (lambda sd, name=name, i=at[name, layer]: sd[name][i]), name, layer is None)
+                  (lambda sd, name=name, i=at[name, layer]: sd[name][i]), name,
+                  [(None, name)] if layer is None else [])
                  for name, layer, key, rows in pieces if name in values]
         left = [_shown(key, rows) for name, layer, key, rows in pieces if name not in values]
         return found, left, unexpected
@@ -147,7 +153,7 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
             continue
         found.append((key, rows, lambda sd, src=mapping[name], want=want, layer=layer, shown=shown:
                       read_tensor(src, want, layer, Reading(sd, model.config), shown), first,
-                      mapping[name][0] == "key"))
+                      stored_keys(mapping[name], want, layer, model.config)))
     missing, mismatched, invalid = r.missing, r.mismatched, r.invalid
     ignored = _key_patterns(formats[fmt]["ignore"])
     unexpected = sorted(k for k in state_dict if k not in r.used and not ignored.fullmatch(k))
@@ -244,13 +250,15 @@ def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spe
     own = model.state_dict()
     # one tensor at a time, straight into the model's own: the pieces that read one checkpoint
     # tensor (q, k and v of one c_attn) one after another, so a file's tensor is read once; a
-    # tensor taken as it is read from a safetensors file straight into the parameter (no copy held)
+    # tensor taken as it is stored (a whole parameter, or one expert's entry of it) read from a
+    # safetensors file straight into the parameter (no copy held)
     read_into = getattr(state_dict, "read_into", None)
     shown = _Progress(progress, sum(_piece(own, k, r).nbytes for k, r, *_ in found)) if progress else None
     with torch.no_grad():
-        for key, rows, get, first, plain in sorted(found, key=lambda piece: piece[3]):
+        for key, rows, get, first, stored in sorted(found, key=lambda piece: piece[3]):
             piece = _piece(own, key, rows)
-            if not (plain and read_into is not None and read_into(first, piece)):
+            if not (stored and read_into is not None
+                    and all(read_into(k, piece if i is None else piece[i]) for i, k in stored)):
                 piece.copy_(get(state_dict).detach())
             if shown is not None:
                 shown.add(piece.nbytes)
@@ -266,7 +274,7 @@ def _plan(model: torch.nn.Module, own: dict, state_dict: Mapping, fmt: str, stri
         optional = {key for name, _, key, _ in _pieces(model) if name in recomputed}
         checked, unexpected = _checked(fmt, shapes_only, {k: tuple(v.shape) for k, v in own.items()}, strict,
                                        optional)
-        found = [(k, None, lambda sd, k=k: sd[k], k, True) for k in own if k in checked]
+        found = [(k, None, lambda sd, k=k: sd[k], k, [(None, k)]) for k in own if k in checked]
         left = [k for k in own if k not in checked]
     else:
         found, left, unexpected = _convert(model, shapes_only, fmt, strict)
@@ -275,10 +283,14 @@ def _plan(model: torch.nn.Module, own: dict, state_dict: Mapping, fmt: str, stri
         parts += [f"unused checkpoint keys: {', '.join(unexpected)}"] if unexpected else []
         warnings.warn(f"load_state_dict(strict=False, format {fmt!r}): " + "; ".join(parts), CheckpointWarning,
                       stacklevel=3)
-    # a bool or integer tensor is no weight: copying it would turn True into 1.0 without a word
-    kinds = [(_shown(key, rows), f"a {str(t.dtype).removeprefix('torch.')} tensor, not floating point")
-             for key, rows, get, _, _ in found
-             if _piece(own, key, rows).dtype.is_floating_point and not (t := get(shapes_only)).dtype.is_floating_point]
+    # a bool or integer tensor is no weight: copying it would turn True into 1.0 without a word; float8
+    # codes without their scales are a quantized release's, which config.json's quantization_config reads
+    kinds = [(f"{first} (for {_shown(key, rows)})" if first else _shown(key, rows),
+              f"a {str(t.dtype).removeprefix('torch.')} tensor, not floating point" if t.dtype not in FLOAT8 else
+              f"a {str(t.dtype).removeprefix('torch.')} tensor: quantized codes, which snfc reads only with their "
+              "scales, as a quantization_config says")
+             for key, rows, get, first, _ in found if _piece(own, key, rows).dtype.is_floating_point
+             and (not (t := get(shapes_only)).dtype.is_floating_point or t.dtype in FLOAT8)]
     if kinds:
         raise CheckpointError(fmt, [], [], [], kinds)
     return found
@@ -354,11 +366,18 @@ def load_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec",
     `strict`, `before_copy` and `progress` are `load_state_dict`'s.
     """
     with _open_checkpoint(Path(path)) as tensors:
-        try:
-            _check_saved_config(model, tensors.metadata, fmt, strict)
-            return load_state_dict(model, tensors, fmt, strict, before_copy, progress)
-        except CheckpointError as err:
-            raise err.at(path) from None
+        return load_opened(model, tensors, path, fmt, strict, before_copy, progress)
+
+
+def load_opened(model: torch.nn.Module, tensors: Mapping, path, fmt: str = "spec", strict: bool = True,
+                before_copy=None, progress: str | None = None) -> torch.nn.Module:
+    """load_checkpoint of a checkpoint already open (`_open_checkpoint`, or a view of one such as
+    snf.quantized's), `path` where it is: an error names it, with what the view notes on its keys."""
+    try:
+        _check_saved_config(model, getattr(tensors, "metadata", None), fmt, strict)
+        return load_state_dict(model, tensors, fmt, strict, before_copy, progress)
+    except CheckpointError as err:
+        raise err.at(path, tensors.notes(err.keys()) if hasattr(tensors, "notes") else ()) from None
 
 
 def _check_saved_config(model: torch.nn.Module, metadata, fmt: str, strict: bool) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from . import interop
+from . import interop, quantized
 from .runtime.generate import GenerationConfig
 from .checkpoints import join_parts, source_keys, unmap_tensor
 from .config_mapping import ConfigEval, config_keys, invert, put, section_keys, show, unknown_keys, written_key
@@ -44,21 +44,35 @@ class PretrainedError(ValueError):
 def _claims() -> list[tuple[str, tuple, Path]]:
     """(model_type, the architectures the section writes back, spec) for each bundled spec whose
     `config hf:` section requires a model_type (`assert hf.model_type == "..."`), from the checked
-    specs shipped with snfc."""
-    from .config_mapping import encode_config_section
-    from .compiler import analyze
+    specs shipped with snfc; kept in the user's cache folder (snf/spec_cache.py), so that only the
+    first process checks them all."""
+    from . import spec_cache
     from .resources import resource_dir
     from .source import Source
 
-    out = []
-    for path in sorted(resource_dir("specs").glob("*.snf")):
-        result = analyze(Source.read(path))
-        if result.ok and any(e.fmt == "hf" for e in result.model.config_maps):
-            section = encode_config_section(result.model, "hf")
-            written = section["writes"].get("architectures", ("list", ()))
-            architectures = tuple(v[1] for v in written[1] if v[0] == "const") if written[0] == "list" else ()
-            out += [(model_type, architectures, path) for model_type in _model_types(section)]
-    return out
+    sources = {path: Source.read(path) for path in sorted(resource_dir("specs").glob("*.snf"))}
+    made_from = tuple(f"{path.name}\0{source.sha256}" for path, source in sources.items())
+    kept = spec_cache.get("claims", made_from)
+    try:
+        return [(model_type, tuple(architectures), resource_dir("specs") / name)
+                for model_type, architectures, name in kept["claims"]]
+    except (TypeError, KeyError, ValueError):  # none kept, or not this shape: made again
+        claims = [claim for path, source in sources.items() for claim in _claims_of(path, source)]
+    spec_cache.put("claims", made_from, {"claims": [(t, list(a), path.name) for t, a, path in claims]})
+    return claims
+
+
+def _claims_of(path: Path, source) -> list[tuple[str, tuple, Path]]:
+    from .compiler import analyze
+    from .config_mapping import encode_config_section
+
+    result = analyze(source)
+    if not (result.ok and any(e.fmt == "hf" for e in result.model.config_maps)):
+        return []
+    section = encode_config_section(result.model, "hf")
+    written = section["writes"].get("architectures", ("list", ()))
+    architectures = tuple(v[1] for v in written[1] if v[0] == "const") if written[0] == "list" else ()
+    return [(model_type, architectures, path) for model_type in _model_types(section)]
 
 
 def _model_types(section: dict) -> list:
@@ -160,7 +174,9 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
     device first, and each tensor read straight into its parameter: memory peaks at about the
     weights). In eval mode, in `dtype` (by default config.json's `dtype` or `torch_dtype`, the
     checkpoint's own, else float32) on `device` (the CPU by default); a load that takes a while
-    shows its progress on stderr. A setting the spec cannot honour is a PretrainedError that
+    shows its progress on stderr. A quantized release (config.json's `quantization_config`: MXFP4,
+    block-scaled FP8; snf.quantized) is dequantized as it loads, into `dtype` (by default the
+    checkpoint's, else bfloat16). A setting the spec cannot honour is a PretrainedError that
     names it; a checkpoint that does not fit is interop.CheckpointError."""
     from .api import load
 
@@ -177,20 +193,28 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
         raise PretrainedError(f"cannot read {config_file}: {err.strerror or err}") from None
     if not isinstance(hf, dict):
         raise PretrainedError(f"{config_file} holds a {type(hf).__name__}, not a JSON object")
-    dtype = _dtype(dtype) if dtype is not None else _saved_dtype(hf, config_file)
+    try:
+        scheme = quantized.scheme_of(hf, str(config_file))
+    except quantized.QuantizedError as err:
+        raise PretrainedError(str(err)) from None
+    if scheme is not None:  # how the file stores the weights, not the model: the spec reads the rest, and a save
+        hf = {key: value for key, value in hf.items() if key != "quantization_config"}  # writes them plain
+    dtype = _dtype(dtype) if dtype is not None else _saved_dtype(hf, config_file, scheme is not None)
     module = load(spec if spec is not None else _spec_for(hf.get("model_type"), folder, hf.get("architectures")))
     config = config_from_hf(module, hf, str(config_file))
     def allocate() -> None:  # once every key, shape and dtype is checked on the meta device
-        model.to(dtype)
-        model.to_empty(device=device)
+        _allocate(model, dtype, device)
         if getattr(module, "RECOMPUTED_BUFFERS", ()):
             model.reset_parameters()  # the buffers the config decides; the checkpoint gives the rest
 
     try:
-        _check_layers(module, config, folder, str(config_file))
-        with torch.device("meta"):  # built without memory
-            model = module.Model(config)
-        interop.load_checkpoint(model, folder, "hf", before_copy=allocate, progress=f"loading {folder.name}")
+        with interop._open_checkpoint(folder) as tensors:
+            if scheme is not None:
+                tensors = quantized.Dequantized(tensors, scheme, dtype)
+            _check_layers(module, config, tensors, str(config_file))
+            with torch.device("meta"), _NoInitOnMeta():  # built without memory
+                model = module.Model(config)
+            interop.load_opened(model, tensors, folder, "hf", before_copy=allocate, progress=f"loading {folder.name}")
     except (ValueError, FileNotFoundError) as err:
         if isinstance(err, (PretrainedError, interop.CheckpointError)):
             raise
@@ -209,6 +233,35 @@ class LoadedFrom:
     folder: str
     config: dict
     generation_config: GenerationConfig
+
+
+class _NoInitOnMeta(torch.overrides.TorchFunctionMode):
+    """nn.init's functions (and random fills) skip meta tensors, whose values are nothing: every weight
+    comes from the checkpoint, and initialising one on the meta device makes torch import its compiler
+    (2 s of a load). A mode is the calling thread's own: another thread's model initialises as ever."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensor = args[0] if args else kwargs.get("tensor")  # nn.init passes it by name
+        if (getattr(func, "__module__", None) == "torch.nn.init" or func in (torch.Tensor.normal_, torch.Tensor.uniform_)) \
+                and isinstance(tensor, torch.Tensor) and tensor.is_meta:
+            return tensor
+        return func(*args, **kwargs)
+
+
+def _allocate(model: torch.nn.Module, dtype: torch.dtype, device: torch.device) -> None:
+    """The meta model's parameters and buffers made real, uninitialised, on `device`, the floating ones
+    in `dtype`: Module.to_empty's work, without its empty_like of a meta tensor, which imports torch's
+    symbolic shapes (sympy: half a second of a load)."""
+    made: dict = {}  # a tensor two modules hold stays one
+    for module in model.modules():
+        for table in (module._parameters, module._buffers):
+            for name, t in table.items():
+                if t is not None and id(t) not in made:
+                    empty = torch.empty(t.shape, dtype=dtype if t.is_floating_point() else t.dtype, device=device)
+                    made[id(t)] = torch.nn.Parameter(empty, t.requires_grad) if table is module._parameters else empty
+                if t is not None:
+                    table[name] = made[id(t)]
 
 
 def generation_config(folder: Path, hf: dict) -> GenerationConfig:
@@ -259,10 +312,11 @@ def _tagged_floats(obj):
     return obj
 
 
-def _saved_dtype(hf: dict, config_file: Path) -> torch.dtype:
+def _saved_dtype(hf: dict, config_file: Path, is_quantized: bool = False) -> torch.dtype:
     """The floating dtype config.json says the checkpoint holds (`dtype`, transformers 4's
-    `torch_dtype`); float32 where it names none, or names no floating dtype. One snfc cannot run
-    (float8) is refused by name."""
+    `torch_dtype`); where it names none, or names no floating dtype, float32 (bfloat16 for a
+    quantized release, as transformers dequantizes it). One snfc cannot run (float8) is refused by
+    name."""
     for key in ("dtype", "torch_dtype"):
         named = getattr(torch, str(hf.get(key)).removeprefix("torch."), None) if isinstance(hf.get(key), str) else None
         if isinstance(named, torch.dtype) and named.is_floating_point:
@@ -271,7 +325,7 @@ def _saved_dtype(hf: dict, config_file: Path) -> torch.dtype:
                                       f"{_dtype_name(named)}; load it in {_runnable()} (dtype=, snfc generate "
                                       "--dtype)")
             return named
-    return torch.float32
+    return torch.bfloat16 if is_quantized else torch.float32
 
 
 def _dtype(dtype) -> torch.dtype:
@@ -322,7 +376,7 @@ def _device(device) -> torch.device:
     return where
 
 
-def _check_layers(module, config, folder: Path, where: str) -> None:
+def _check_layers(module, config, tensors, where: str) -> None:
     """Each layer loop's last layer is in the checkpoint (some weight of it, by any of its keys),
     before any layer is built: a config asking for 20,000 layers against weights of 2 is refused at
     once, not after building them. (A weight the config turns off is not told apart here: one
@@ -334,12 +388,11 @@ def _check_layers(module, config, folder: Path, where: str) -> None:
         if numbers:
             count, keys = loops.setdefault(key.split(".{l}.")[0], (len(numbers), []))
             keys += source_keys(params[name], numbers[-1], config)
-    with interop._open_checkpoint(folder) as tensors:
-        for loop, (count, keys) in loops.items():
-            if keys and not any(key in tensors for key in keys):
-                raise PretrainedError(f"{where}: the config gives `{loop}` {count} layers, but the checkpoint has "
-                                      f"no `{keys[0]}` (nor any other weight of layer {count - 1}): config.json "
-                                      "does not describe these weights")
+    for loop, (count, keys) in loops.items():
+        if keys and not any(key in tensors for key in keys):
+            raise PretrainedError(f"{where}: the config gives `{loop}` {count} layers, but the checkpoint has "
+                                  f"no `{keys[0]}` (nor any other weight of layer {count - 1}): config.json "
+                                  "does not describe these weights")
 
 
 # ----------------------------------------------------------------------------- save_pretrained

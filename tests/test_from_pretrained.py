@@ -407,7 +407,6 @@ def test_llama_older_config_files_rope_scaling_and_rope_theta(tmp_path):
     ("gpt_oss", dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4}), "rope_parameters.rope_type = \"default\""),
     ("gpt_oss", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 8.0, "mscale": 0.7,
                                       "original_max_position_embeddings": 8}), "rope_parameters.mscale = 0.7"),
-    ("gpt_oss", dict(quantization_config={"quant_method": "mxfp4"}), "quantization_config = {\"quant_method\": \"mxfp4\"}"),
     ("gpt_oss", dict(layer_types=["sliding_attention", "chunked_attention"]),
      "each item of `attention_types` must be 'sliding_attention' or 'full_attention'"),
     ("gpt_oss", dict(tie_word_embeddings=True), "tie_word_embeddings = true"),

@@ -154,7 +154,7 @@ class Mxfp4(Format):
             for r in range(0, rows, step):
                 b, exponents = codes[e, r:r + step], scales[e, r:r + step]
                 values = pairs.index_select(0, b.reshape(-1).int()).view(*exponents.shape, 32)
-                if (exponents == 255).any():
+                if (exponents == 255).any():  # (OCP's NaN; transformers reads it as 2 ** 128)
                     values.mul_(torch.where(exponents == 255, 2.0, 1.0).unsqueeze(-1))
                 # code * 2 ** (byte - 127) is exact in float32 (two significant bits): rounded once into
                 # out's dtype, as transformers' ldexp rounds it
@@ -362,11 +362,13 @@ class Dequantized(Mapping):
         return _MetaView(self._raw)[key]
 
     def read_into(self, key: str, out: torch.Tensor) -> bool:
-        """Dequantize `key` straight into `out` where it is a tensor of its shape in the model's dtype."""
+        """Dequantize `key` straight into `out` where it is a contiguous CPU tensor of its shape in the
+        model's dtype (on another device, the loader copies what `[key]` gives)."""
         if key not in self._pairs:
             read_into = getattr(self._raw, "read_into", None)
             return read_into is not None and read_into(key, out)
-        if out.dtype != self.dtype or tuple(out.shape) != self._pairs[key] or not out.is_contiguous():
+        if (out.dtype != self.dtype or tuple(out.shape) != self._pairs[key] or not out.is_contiguous()
+                or out.device.type != "cpu"):
             return False
         self._dequantize(key, out)
         return True

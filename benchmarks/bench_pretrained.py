@@ -24,7 +24,7 @@ on a shared machine). Memory is the resident memory's peak rise over the load an
 (benchmarks/_timing.py `peak_memory`), against the loaded model's parameters (the dequantized
 weights).
 
-    PYTHONPATH=. python3 benchmarks/bench_pretrained.py           # ~15 minutes on 2 cores, 4 GB of disk in /tmp
+    PYTHONPATH=. python3 benchmarks/bench_pretrained.py --threads 1   # ~10 minutes on 2 cores, 4 GB of disk in /tmp
     PYTHONPATH=. python3 benchmarks/bench_pretrained.py --quick --reps 1   # tiny folders, for the tests
 """
 

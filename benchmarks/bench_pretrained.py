@@ -24,7 +24,7 @@ on a shared machine). Memory is the resident memory's peak rise over the load an
 (benchmarks/_timing.py `peak_memory`), against the loaded model's parameters (the dequantized
 weights).
 
-    PYTHONPATH=. python3 benchmarks/bench_pretrained.py           # ~15 minutes on 2 cores, 4 GB of disk in /tmp
+    PYTHONPATH=. python3 benchmarks/bench_pretrained.py --threads 1   # ~10 minutes on 2 cores, 4 GB of disk in /tmp
     PYTHONPATH=. python3 benchmarks/bench_pretrained.py --quick --reps 1   # tiny folders, for the tests
 """
 
@@ -141,10 +141,12 @@ def _child(kind: str, folder: str) -> None:
     print(json.dumps(got))
 
 
-def _run(kind: str, folder: Path, cache: Path) -> dict:
+def _run(kind: str, folder: Path, cache: Path, threads: int | None) -> dict:
     # as an installed snfc runs: its modules' bytecode kept (where PYTHONDONTWRITEBYTECODE is set, every process
     # compiles snf's sources again, 0.2 s of a load; transformers' were compiled as pip installed it)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     out = subprocess.run([sys.executable, __file__, "--child", kind, str(folder)], capture_output=True, text=True,
                          cwd=ROOT, env={**env, "SNFC_CACHE_DIR": str(cache)})
     if out.returncode:
@@ -169,6 +171,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny folders (numbers not meaningful)")
     parser.add_argument("--reps", type=int, default=3, help="loads of each kind, alternated (default 3; the medians)")
     parser.add_argument("--only", choices=list(FOLDERS), nargs="+", default=list(FOLDERS), help="these folders only")
+    parser.add_argument("--threads", type=int, help="each load's torch threads (OMP_NUM_THREADS; by default torch's "
+                        "own): 1 on a shared machine, where two threads wait for each other behind other work")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -188,7 +192,7 @@ def main(argv=None) -> int:
             for rep in range(args.reps):  # alternated, so that a burst of load elsewhere spreads over all three
                 cache = Path(tmp) / f"cache-{name}-{rep}"  # empty: the first load compiles the spec, the next finds it
                 for kind in NAMES:
-                    runs[kind].append(_run(kind, folder, cache))
+                    runs[kind].append(_run(kind, folder, cache, args.threads))
             theirs = torch.tensor(runs["transformers"][0]["logits"])
             peer = {key: _median(runs["transformers"], key) for key in ("first", "cpu")}
             for kind, results in runs.items():
@@ -200,8 +204,8 @@ def main(argv=None) -> int:
                              f"{_median(results, 'load'):.2f}", f"{first:.2f}", f"{first / peer['first']:.2f}",
                              f"{cpu:.2f}", f"{cpu / peer['cpu']:.2f}", f"{peak / 2**30:.2f} GiB",
                              f"{peak / weights:.2f}"))
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, CPU, {torch.get_num_threads()} threads, "
-          f"medians of {args.reps}; load average {os.getloadavg()[0]:.1f} at the end")
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, CPU, {args.threads or torch.get_num_threads()} "
+          f"threads, medians of {args.reps}; load average {os.getloadavg()[0]:.1f} at the end")
     headers = ("folder", "load", "dtype", "weights", "load s", "first logits s", "vs transformers", "CPU s",
                "CPU vs transformers", "peak rise", "x weights")
     print("| " + " | ".join(headers) + " |\n|" + "---|" * len(headers))

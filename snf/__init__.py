@@ -17,11 +17,11 @@ def load(path):
     return _load(path)
 
 
-def from_pretrained(path, *, spec=None, dtype=None, device=None):
+def from_pretrained(path, *, spec=None, dtype=None, device=None, mmap=True):
     """A model from a transformers `save_pretrained` folder: the bundled spec for its model_type (or
     `spec`), its Config from config.json and its weights (snf.pretrained.from_pretrained)."""
     from .pretrained import from_pretrained as _from_pretrained
-    return _from_pretrained(path, spec=spec, dtype=dtype, device=device)
+    return _from_pretrained(path, spec=spec, dtype=dtype, device=device, mmap=mmap)
 
 
 def save_pretrained(model, folder):

@@ -78,6 +78,11 @@ class _LazyTensors(_KeysOf):
         file = self._file(key)
         return hasattr(file, "read_into") and file.read_into(key, out)
 
+    def mapped(self, key: str) -> torch.Tensor | None:
+        """`key` over its file's pages, to keep (a safetensors file's); None where it cannot be."""
+        file = self._file(key)
+        return file.mapped(key) if hasattr(file, "mapped") else None
+
     def _file(self, key: str) -> Mapping:
         """The open file that holds `key`; ValueError where a shard index lists it in a file that lacks it."""
         file = self._open(self._keys[key])
@@ -212,9 +217,9 @@ class _SafetensorsFile(Mapping):
         return key in self._entries
 
     def __getitem__(self, key: str) -> torch.Tensor:
-        return self._mapped(key)
+        return self._tensor(key)
 
-    def _mapped(self, key: str) -> torch.Tensor:
+    def _tensor(self, key: str) -> torch.Tensor:
         dtype, shape, begin, end = self._known(key)
         if begin == end:
             return torch.empty(shape, dtype=dtype)
@@ -229,9 +234,16 @@ class _SafetensorsFile(Mapping):
         dtype, shape, _, _ = self._known(key)
         if out.dtype != dtype or tuple(out.shape) != shape:
             return False
-        out.copy_(self._mapped(key))
+        out.copy_(self._tensor(key))
         self.release(key)
         return True
+
+    def mapped(self, key: str) -> torch.Tensor | None:
+        """`key` over the file's pages, for a model to keep as its own tensor: nothing is read until it
+        is used, and a write copies the page it touches (the file never changes). None where its data
+        cannot be read in place."""
+        dtype, _, begin, end = self._known(key)
+        return None if begin == end or (self._start + begin) % dtype.itemsize else self._tensor(key)
 
     def release(self, key: str) -> None:
         """Hand back the pages `key` was read through: the file's bytes stay on disk (and in the page

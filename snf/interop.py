@@ -230,8 +230,8 @@ class _Progress:
             self.start = math.inf  # and shows no more
 
 
-def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spec",
-                    strict: bool = True, before_copy=None, progress: str | None = None) -> torch.nn.Module:
+def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spec", strict: bool = True,
+                    before_copy=None, progress: str | None = None, keep: bool = False) -> torch.nn.Module:
     """Load a checkpoint into a generated model through the spec's declared mapping.
 
     `fmt="spec"` takes the spec's own names, per-layer parameters stacked on axis 0 (what
@@ -242,7 +242,10 @@ def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spe
     value (its initial one, on a fresh model) and unused keys are allowed: a `CheckpointWarning`
     names both. `before_copy()`, when given, runs once everything is checked and before the first
     copy: from_pretrained checks a model built on the meta device, then allocates it there. With
-    `progress` (a label), a load that takes a while says how far it is on stderr.
+    `progress` (a label), a load that takes a while says how far it is on stderr. With `keep`, a
+    tensor the model takes whole as it is stored (its dtype and shape, on the CPU) from a
+    memory-mapped file (`state_dict.mapped`) is not copied: the model's tensor is the file's pages,
+    read when first used, private to the process (a write copies the page it touches).
     """
     found = _plan(model, model.state_dict(), state_dict, fmt, strict)
     if before_copy is not None:
@@ -253,16 +256,33 @@ def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spe
     # tensor taken as it is stored (a whole parameter, or one expert's entry of it) read from a
     # safetensors file straight into the parameter (no copy held)
     read_into = getattr(state_dict, "read_into", None)
+    mapped = getattr(state_dict, "mapped", None) if keep else None
     shown = _Progress(progress, sum(_piece(own, k, r).nbytes for k, r, *_ in found)) if progress else None
     with torch.no_grad():
         for key, rows, get, first, stored in sorted(found, key=lambda piece: piece[3]):
             piece = _piece(own, key, rows)
-            if not (stored and read_into is not None
-                    and all(read_into(k, piece if i is None else piece[i]) for i, k in stored)):
+            kept = mapped is not None and rows is None and stored == [(None, first)] and _kept(model, key, piece,
+                                                                                              mapped(first))
+            if not kept and not (stored and read_into is not None
+                                 and all(read_into(k, piece if i is None else piece[i]) for i, k in stored)):
                 piece.copy_(get(state_dict).detach())
             if shown is not None:
                 shown.add(piece.nbytes)
     return model
+
+
+def _kept(model: torch.nn.Module, key: str, piece: torch.Tensor, tensor: torch.Tensor | None) -> bool:
+    """Make the model's tensor `key` the checkpoint's `tensor` itself, where it is what a copy would
+    give (`piece`'s shape and dtype, on the CPU)."""
+    if tensor is None or tensor.dtype != piece.dtype or tensor.shape != piece.shape or piece.device.type != "cpu":
+        return False
+    owner, _, name = key.rpartition(".")
+    module = model.get_submodule(owner)
+    if name in module._parameters:
+        module._parameters[name].data = tensor
+    else:
+        module._buffers[name] = tensor
+    return True
 
 
 def _plan(model: torch.nn.Module, own: dict, state_dict: Mapping, fmt: str, strict: bool) -> list:
@@ -370,12 +390,13 @@ def load_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec",
 
 
 def load_opened(model: torch.nn.Module, tensors: Mapping, path, fmt: str = "spec", strict: bool = True,
-                before_copy=None, progress: str | None = None) -> torch.nn.Module:
+                before_copy=None, progress: str | None = None, keep: bool = False) -> torch.nn.Module:
     """load_checkpoint of a checkpoint already open (`_open_checkpoint`, or a view of one such as
-    snf.quantized's), `path` where it is: an error names it, with what the view notes on its keys."""
+    snf.quantized's), `path` where it is: an error names it, with what the view notes on its keys.
+    `keep` is load_state_dict's."""
     try:
         _check_saved_config(model, getattr(tensors, "metadata", None), fmt, strict)
-        return load_state_dict(model, tensors, fmt, strict, before_copy, progress)
+        return load_state_dict(model, tensors, fmt, strict, before_copy, progress, keep)
     except CheckpointError as err:
         raise err.at(path, tensors.notes(err.keys()) if hasattr(tensors, "notes") else ()) from None
 

@@ -166,7 +166,8 @@ def _check_family(module, section: dict, hf: dict, where: str) -> None:
 
 # ----------------------------------------------------------------------------- from_pretrained
 
-def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device=None) -> torch.nn.Module:
+def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device=None,
+                    mmap: bool = True) -> torch.nn.Module:
     """A model built from a transformers `save_pretrained` folder (config.json, and model.safetensors
     or its shards): the bundled spec for config.json's `model_type` (or `spec`, a spec path),
     its Config from config.json through the spec's `config hf:` section, and the weights streamed
@@ -176,8 +177,12 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
     checkpoint's own, else float32) on `device` (the CPU by default); a load that takes a while
     shows its progress on stderr. A quantized release (config.json's `quantization_config`: MXFP4,
     block-scaled FP8; snf.quantized) is dequantized as it loads, into `dtype` (by default the
-    checkpoint's, else bfloat16). A setting the spec cannot honour is a PretrainedError that
-    names it; a checkpoint that does not fit is interop.CheckpointError."""
+    checkpoint's, else bfloat16). A safetensors tensor the model takes whole as it is stored (its
+    dtype, on the CPU) stays on the file's pages, as transformers keeps it: read when first used,
+    private to the process (a write copies the page it touches; the folder never changes); with
+    `mmap=False` every tensor is copied into memory of the model's own, so the folder's files may
+    then change or go. A setting the spec cannot honour is a PretrainedError that names it; a
+    checkpoint that does not fit is interop.CheckpointError."""
     from .api import load
 
     folder = local_folder(path)
@@ -214,7 +219,8 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
             _check_layers(module, config, tensors, str(config_file))
             with torch.device("meta"), _NoInitOnMeta():  # built without memory
                 model = module.Model(config)
-            interop.load_opened(model, tensors, folder, "hf", before_copy=allocate, progress=f"loading {folder.name}")
+            interop.load_opened(model, tensors, folder, "hf", before_copy=allocate, progress=f"loading {folder.name}",
+                                keep=mmap)
     except (ValueError, FileNotFoundError) as err:
         if isinstance(err, (PretrainedError, interop.CheckpointError)):
             raise

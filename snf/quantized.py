@@ -104,13 +104,12 @@ FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2
 
 @functools.cache
 def _mxfp4_tables() -> tuple[torch.Tensor, torch.Tensor]:
-    """By byte: its two codes' values, the low nibble's first ([256, 2]); and 2 ** (byte - 127) as two
-    float32 factors, each exact ([2, 256]): the code times one, then the other, is rounded once, as
-    ldexp rounds it (one factor, 2 ** 128, would overflow where ldexp keeps 0.5 * 2 ** 128 finite)."""
+    """By byte: its two codes' values, the low nibble's first ([256, 2]); and the power of two an
+    E8M0 exponent stands for, 2 ** (byte - 127), in float32 ([256]), but 2 ** 127 for 255: float32
+    has no 2 ** 128, so the codes of those blocks are doubled first (ldexp keeps 0.5 * 2 ** 128 finite)."""
     lut = torch.tensor(FP4_VALUES)
-    exponent = torch.arange(256) - 127
-    low = torch.div(exponent, 2, rounding_mode="floor")
-    return torch.stack((lut.repeat(16), lut.repeat_interleave(16)), -1), torch.exp2(torch.stack((low, exponent - low)).float())
+    powers = torch.exp2((torch.arange(256) - 127).clamp(max=127).float())
+    return torch.stack((lut.repeat(16), lut.repeat_interleave(16)), -1), powers
 
 
 class Mxfp4(Format):
@@ -147,18 +146,20 @@ class Mxfp4(Format):
         return torch.empty(experts, rows, count, dtype=dtype).transpose(-1, -2)  # a row's values together
 
     def dequantize(self, codes, scales, out, settings):
-        pairs, factors = _mxfp4_tables()
+        pairs, powers = _mxfp4_tables()
         experts, rows, count, _ = codes.shape
         by_row = out.transpose(-1, -2)  # [E, rows, in]: contiguous where `empty` made out
         step = max(1, CHUNK // (count * 32))
         for e in range(experts):
             for r in range(0, rows, step):
-                b = codes[e, r:r + step]
-                values = pairs.index_select(0, b.reshape(-1).int()).view(b.shape[0], count, 32)
-                exponents = scales[e, r:r + step].reshape(-1).int()
-                for factor in factors:
-                    values.mul_(factor.index_select(0, exponents).view(b.shape[0], count, 1))
-                by_row[e, r:r + step] = values.flatten(-2)
+                b, exponents = codes[e, r:r + step], scales[e, r:r + step]
+                values = pairs.index_select(0, b.reshape(-1).int()).view(*exponents.shape, 32)
+                if (exponents == 255).any():  # (OCP's NaN; transformers reads it as 2 ** 128)
+                    values.mul_(torch.where(exponents == 255, 2.0, 1.0).unsqueeze(-1))
+                # code * 2 ** (byte - 127) is exact in float32 (two significant bits): rounded once into
+                # out's dtype, as transformers' ldexp rounds it
+                torch.mul(values, powers.index_select(0, exponents.reshape(-1).int()).view(*exponents.shape, 1),
+                          out=by_row[e, r:r + step].unflatten(-1, (count, 32)))
 
     def quantize(self, tensor, settings):
         """[E, in, rows] as MXFP4: per block of 32 inputs of a row, the power of two that brings its
@@ -239,11 +240,12 @@ class Fp8(Format):
         step = max(1, CHUNK // (m * cols)) * m  # whole blocks of rows at a time
         for i in range(codes.shape[0]):
             for r in range(0, rows, step):
-                values = codes[i, r:r + step].float()
+                values, dest = codes[i, r:r + step].float(), out[i, r:r + step]
                 grid = scales[i, r // m:(r + step) // m].repeat_interleave(m, 0)[:values.shape[0]]  # a scale a row
-                values[:, :whole].unflatten(1, (whole // n, n)).mul_(grid[:, :whole // n, None])
-                values[:, whole:].mul_(grid[:, whole // n:])
-                out[i, r:r + step] = values
+                # the float32 product, rounded once into out's dtype
+                torch.mul(values[:, :whole].unflatten(1, (whole // n, n)), grid[:, :whole // n, None],
+                          out=dest[:, :whole].unflatten(1, (whole // n, n)))
+                torch.mul(values[:, whole:], grid[:, whole // n:], out=dest[:, whole:])
 
     def quantize(self, tensor, settings):
         """[..., rows, cols] as FP8: per block, the scale that brings its largest value to e4m3's 448."""
@@ -360,14 +362,20 @@ class Dequantized(Mapping):
         return _MetaView(self._raw)[key]
 
     def read_into(self, key: str, out: torch.Tensor) -> bool:
-        """Dequantize `key` straight into `out` where it is a tensor of its shape in the model's dtype."""
+        """Dequantize `key` straight into `out` where it is a contiguous CPU tensor of its shape in the
+        model's dtype (on another device, the loader copies what `[key]` gives)."""
         if key not in self._pairs:
             read_into = getattr(self._raw, "read_into", None)
             return read_into is not None and read_into(key, out)
-        if out.dtype != self.dtype or tuple(out.shape) != self._pairs[key] or not out.is_contiguous():
+        if (out.dtype != self.dtype or tuple(out.shape) != self._pairs[key] or not out.is_contiguous()
+                or out.device.type != "cpu"):
             return False
         self._dequantize(key, out)
         return True
+
+    def mapped(self, key: str):
+        """An unquantized tensor over its file's pages, to keep (a pair is made, never kept)."""
+        return None if key in self._pairs else getattr(self._raw, "mapped", lambda key: None)(key)
 
     def _dequantize(self, plain: str, out: torch.Tensor) -> None:
         fmt = self.format

@@ -1,6 +1,7 @@
-"""The cache of compiled specs (snf/spec_cache.py): a second process's from_pretrained compiles no
-spec, a damaged entry is made again rather than failing a load, and an entry is only ever read
-whole (each written beside its name, then renamed)."""
+"""Loading at the disk's speed. The cache of compiled specs (snf/spec_cache.py): a second process's
+from_pretrained compiles no spec, a damaged entry is made again rather than failing a load, and an
+entry is only ever read whole (each written beside its name, then renamed). The weights kept on
+the file's pages (mmap): nothing copied, and what the model writes never reaches the file."""
 
 from __future__ import annotations
 
@@ -99,3 +100,34 @@ def test_least_recently_used_entries_go(tmp_path, monkeypatch):
         assert spec_cache.get("module", ("0",)) == {"n": 0}  # used each time: kept
     assert len(list(tmp_path.glob("module.*.json"))) == 3
     assert spec_cache.get("module", ("1",)) is None and spec_cache.get("module", ("4",)) == {"n": 4}
+
+
+def _file_backed(tensor) -> bool:
+    """Whether a tensor is over a buffer (the file's mapping), not memory torch allocated."""
+    return not tensor.untyped_storage().resizable()
+
+
+def test_weights_stay_on_the_file_s_pages_and_writes_stay_private(tmp_path):
+    import hashlib
+
+    import torch
+
+    import snf
+    hf, folder = saved(tmp_path, "llama")
+    digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    model = snf.from_pretrained(folder)
+    kept = dict(model.named_parameters())
+    assert _file_backed(kept["layers.0.o.weight"]) and not _file_backed(kept["layers.0.qkv.weight"])  # q, k, v fused
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    assert hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest() == digest
+    again = snf.from_pretrained(folder)
+    assert all(torch.equal(v, before[k]) for k, v in again.state_dict().items())
+    copied = snf.from_pretrained(folder, mmap=False)
+    assert not any(_file_backed(p) for p in copied.parameters())
+    assert all(torch.equal(v, before[k]) for k, v in copied.state_dict().items())
+    idx = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        assert torch.equal(again(idx).logits, copied(idx).logits)

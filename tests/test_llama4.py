@@ -115,7 +115,7 @@ def test_llama4_sparse_experts_match_transformers(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("changes, named", [
     (dict(moe_layers=[0, 1]), "moe_layers = [0, 1]"),
-    (dict(layer_types=["sliding_attention"] * 4), "layer_types: chunked_attention or full_attention"),
+    (dict(layer_types=["sliding_attention"] * 4), "each item of `attn_types` must be 'chunked_attention' or 'full_attention'"),
     (dict(layer_types=..., no_rope_layers=[1, 1, 0, 0]), "layer_types = (absent)"),
     (dict(no_rope_layers=[1, 0, 2, 1]), "no_rope_layers: 1 (RoPE) or 0 (NoPE)"),
     (dict(no_rope_layers=[1, 0, 1]), "no_rope_layers"),

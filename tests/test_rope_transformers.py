@@ -19,7 +19,7 @@ from snf.compiler import analyze, generate_source
 from snf.interpret import interpret
 from snf.ops.attention import np_rope_frequencies
 from snf.source import Source
-from test_kv_cache import _decoding
+from test_kv_cache import _state
 
 transformers = pytest.importorskip("transformers")
 from transformers import GPTNeoXConfig, LlamaConfig  # noqa: E402
@@ -265,8 +265,8 @@ def test_softcap_and_yarn_partial_rope_decode_with_a_kv_cache(tmp_path, monkeypa
         assert (torch.cat(pieces, dim=1) - full).abs().max().item() <= 1e-5
         assert full.abs().max().item() <= 3.0  # the capped logits
         buffers = _preallocated(model, keys, values, 11)
-        with _decoding(model, torch.tensor(11)):  # a decode step of generate, into the buffers
-            static = model(idx[:, 11:], past_keys=buffers[0], past_values=buffers[1])
+        static = model(idx[:, 11:], past_keys=buffers[0], past_values=buffers[1], use_cache=True,
+                       decode=_state(model, torch.tensor(11)))  # a decode step of generate, into the buffers
         assert (static.logits - full[:, 11:]).abs().max().item() <= 1e-5
     prompt = idx[:, :4]
     seq = prompt
@@ -288,8 +288,8 @@ def test_dynamic_rope_decodes_as_transformers_does(tmp_path, monkeypatch):
         out = model(idx[:, :9])
         grown = model(idx[:, 9:], past_keys=out.new_keys, past_values=out.new_values)
         buffers = _preallocated(model, out.new_keys, out.new_values, 9)
-        with _decoding(model, torch.tensor(9)):  # a decode step of generate, into the buffers
-            static = model(idx[:, 9:], past_keys=buffers[0], past_values=buffers[1])
+        static = model(idx[:, 9:], past_keys=buffers[0], past_values=buffers[1], use_cache=True,
+                       decode=_state(model, torch.tensor(9)))  # a decode step of generate, into the buffers
         assert (static.logits - grown.logits).abs().max().item() <= 1e-5
         assert (model(idx).logits[:, 9:] - grown.logits).abs().max().item() > 1e-3  # not a full forward
         prompt, keys, values = idx[:, :4], None, None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..dims import Dim
 from ..ir import ScalarT, TensorT
 from .lazy_numpy import np
+from . import sharding
 from .registry import OpDef, OpError, Param, registrar
 from .shapes import FLOATS, axis_index
 
@@ -66,7 +67,7 @@ def _expand_rule(ctx, args):
 register(OpDef("expand", (Param("x", "tensor"), Param("shape", "dims")), _expand_rule,
                numpy=lambda x, shape: np.broadcast_to(x, shape),
                torch=lambda call: f"{call.code('x', prec=50)}.expand({call.dims_code('shape')})", view=True,
-               doc="a view of `x` with its size-1 axes stretched to `shape` (new leading axes allowed)."))
+               doc="a view of `x` with its size-1 axes stretched to `shape` (new leading axes allowed).", shard=sharding.repeat))
 
 
 def _repeat_interleave_rule(ctx, args):
@@ -90,4 +91,4 @@ register(OpDef("repeat_interleave",
                (Param("x", "tensor"), Param("repeats", "int"), Param("axis", "int", aliases=("dim",), static=True)),
                _repeat_interleave_rule, numpy=lambda x, repeats, axis: np.repeat(x, repeats, axis=axis),
                torch=_lower_repeat_interleave,
-               doc="each entry along `axis` repeated `repeats` times in place (`[a, b]` -> `[a, a, b, b]`)."))
+               doc="each entry along `axis` repeated `repeats` times in place (`[a, b]` -> `[a, a, b, b]`).", shard=sharding.repeat))

@@ -133,3 +133,26 @@ def plan_notes(result: Result) -> list[Diagnostic]:
                    else "concatenates its caches")
             r.note("cache-plan", f"generate {how} (no preallocated buffers): {plans.caches.reason}", first)
     return r.sorted()
+
+
+def tensor_parallel(result: Result, tp: int, show: bool = True) -> list[Diagnostic]:
+    """`snfc check --tp N`: prints the plan (with `show`) and returns an error for each requirement the
+    default config breaks at `tp` (tp does not divide n_kv_head), at the line that names the dim."""
+    from .dims import show_dim
+    from .passes.show import show_tensor_parallel
+    from .passes.tensor_parallel import defaults, refusals
+    if not result.ok:
+        return []
+    plans = planned(result.model)
+    if show:
+        print("\n".join(show_tensor_parallel(plans, tp)))
+    r = Reporter(result.source)
+    display, env = dict(result.model.display), defaults(result.model)
+    for req in refusals(plans.tp, result.model, tp):
+        n = req.units.evaluate(env)
+        dim, fields = show_dim(req.units, display), show_dim(req.units)
+        dim = dim if dim == fields else f"{dim} = {fields}"
+        r.error("tensor-parallel", f"tp={tp} does not divide {dim} = {n} in the default config: {req.what}, "
+                                   "which each rank holds an equal part of", req.span,
+                hint=f"choose a tp that divides {n}, or a config where {fields} divides by {tp}")
+    return r.sorted()

@@ -444,4 +444,4 @@ register(OpDef(
     doc="rotary position embedding on [B, T, H, head_dim]: positions start at `offset`; the first `rotary_dim` "
         "dims rotate (all by default), in rotate-half pairs (HF Llama, GPT-NeoX) or, `interleaved`, adjacent ones "
         "(GPT-J); `scaling` is transformers' rope_type (linear, dynamic, llama3, yarn, longrope) with its "
-        "parameters.", shard=sharding.last_axis("rotates pairs of features")))
+        "parameters.", shard=sharding.last_axis("rotates feature pairs")))

@@ -46,7 +46,7 @@ def _lower_arange(call):
 
 register(OpDef("arange", (Param("start", "value"), Param("end", "value", None), Param("dtype", "dtype", "int64")),
                _arange_rule, numpy=_np_arange, torch=_lower_arange,
-               doc="`start, start + 1, ..., end - 1` (`arange(n)` is 0..n-1), int64 unless `dtype` says otherwise."))
+               doc="`start, start + 1, ..., end - 1` (`arange(n)` is 0..n-1), int64 unless `dtype` says otherwise.", shard=sharding.mixed("takes it as a bound")))
 
 
 def _expand_rule(ctx, args):

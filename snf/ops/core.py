@@ -268,7 +268,7 @@ def _size_rule(ctx, args):
 
 register(OpDef("size", (Param("x", "tensor"), Param("axis", "int", static=True)), _size_rule,
                numpy=lambda x, axis: x.shape[axis],
-               torch=lambda call: f"{call.code('x', prec=50)}.size({call.code('axis')})", doc="`x.shape[i]`", shard=sharding.mixed("it reads the axis's size")))
+               torch=lambda call: f"{call.code('x', prec=50)}.size({call.code('axis')})", doc="`x.shape[i]`", shard=sharding.mixed("reads the size of the axis")))
 
 
 def _reshape_rule(ctx, args):
@@ -396,7 +396,7 @@ def _np_assign(x, index, value):
 register(OpDef("assign", (Param("x", "tensor"), Param("index", "slices"), Param("value", "value")), _assign_rule,
                numpy=_np_assign,
                torch=lambda call: f"_assign({call.code('x')}, {call.slice_objects('index')}, {call.code('value')})",
-               doc="a copy of `x` with `x[index] = value`.", shard=sharding.mixed("it writes into it by index")))
+               doc="a copy of `x` with `x[index] = value`.", shard=sharding.mixed("writes into it by index")))
 
 
 def _argmax_rule(ctx, args):
@@ -510,7 +510,7 @@ register(OpDef(
     torch=lambda call: f"_cross_entropy({call.code('logits')}, {_ce_targets(call)}, {call.code('ignore_index')}, "
                        f"{call.dtype(call.op.ty.dtype)}, {_ce_names(call, call.ty('logits').shape[-1])})",
     doc="mean cross-entropy; `shift=True` scores position t against target t+1 (next-token loss); "
-        "0 when every target is `ignore_index`.", shard=sharding.reduced("a loss over the whole axis")))
+        "0 when every target is `ignore_index`.", shard=sharding.reduced("computes a loss over it")))
 
 
 def _linear_ce_rule(ctx, args):
@@ -532,4 +532,4 @@ register(OpDef(
                        f"{call.code('ignore_index')}, {call.dtype(call.op.ty.dtype)}, "
                        f"{_ce_names(call, call.ty('weight').shape[0])})",
     doc="`cross_entropy(linear(x, weight, bias), targets, ...)` computed in chunks of rows, so the "
-        "[rows, out] logits never exist; what the compiler lowers a head + loss to in training.", shard=sharding.mixed("the head and the loss run fused")))
+        "[rows, out] logits never exist; what the compiler lowers a head + loss to in training.", shard=sharding.mixed("runs the head and the loss fused")))

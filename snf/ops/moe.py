@@ -262,4 +262,4 @@ register(OpDef(
         "(Nemotron-H's experts); act=\"clamped_swiglu\" (gpt-oss) is "
         "(clamp(u, -limit, limit) + 1) * g * sigmoid(alpha * g) with g = min(gate x, limit). "
         "Sparse: each expert runs on its own tokens only (dense where that is faster, see "
-        "docs/porting.md).", shard=sharding.mixed("its experts read every feature (they shard by their own width)")))
+        "docs/porting.md).", shard=sharding.mixed("reads every feature in each expert (the experts shard by their own width)")))

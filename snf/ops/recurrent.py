@@ -96,7 +96,7 @@ register(OpDef(
     lambda ctx, args: (axis_index(args["axis"], args["x"].rank), require_float(args["x"], "x"), args["x"])[-1],
     numpy=lambda x, axis: np.cumsum(np.asarray(x, dtype=np.float64), axis=axis),
     torch=lambda call: f"torch.cumsum({call.code('x')}, dim={call.code('axis')})",
-    doc="the running sum along an axis: y[i] = x[0] + ... + x[i].", shard=sharding.along("sums along it", keepdim=True)))
+    doc="the running sum along an axis: y[i] = x[0] + ... + x[i].", shard=sharding.along("sums", keepdim=True)))
 
 
 # ----------------------------------------------------------------------------- causal convolution

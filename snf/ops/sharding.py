@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..dims import Dim
+from ..dims import Dim, equal
 
 KEPT, CONTRACTED, REDUCED, MIXED = "kept", "contracted", "reduced", "mixed"
 
@@ -69,10 +69,10 @@ def along(reduces: str = "reduces", keepdim: bool | None = None):
         rank = _rank(op.arg(arg))
         over = _axis(op)
         if over is None:
-            return Passage(MIXED, why="an axis not known when compiling")
+            return Passage(MIXED, why="works along an axis not known when compiling")
         over %= rank
         if over == axis:
-            return Passage(REDUCED, why=f"{reduces} over it")
+            return Passage(REDUCED, why=f"{reduces} along it")
         keep = op.arg("keepdim") if "keepdim" in dict(op.args) else None
         kept = keepdim if keepdim is not None else keep is None or bool(getattr(keep, "value", True))
         return Passage(KEPT, axis - (0 if kept or axis < over else 1))
@@ -84,9 +84,9 @@ def last_axis(reduces: str, others: tuple[str, ...] = ()):
     kept; `others` are the arguments of that last axis only (a norm's weight): sharded, they are mixed."""
     def rule(op: ir.Op, arg: str, axis: int) -> Passage:
         if arg in others:
-            return Passage(MIXED, why=f"its `{arg}` is over the last axis")
+            return Passage(MIXED, why=f"takes its `{arg}` sharded, over the last axis")
         if axis == _rank(op.arg(arg)) - 1:
-            return Passage(REDUCED, why=f"{reduces} over it")
+            return Passage(REDUCED, why=f"{reduces} along it")
         return Passage(KEPT, axis)
     return rule
 
@@ -94,27 +94,31 @@ def last_axis(reduces: str, others: tuple[str, ...] = ()):
 def linear(op: ir.Op, arg: str, axis: int) -> Passage:
     """x @ weight.T (+ bias): the input features are contracted, the other axes kept."""
     if arg != "x":
-        return Passage(MIXED, why=f"its `{arg}` arrives sharded")
+        return Passage(MIXED, why=f"takes its `{arg}` sharded")
     if axis == _rank(op.arg("x")) - 1:
         return Passage(CONTRACTED)
     return Passage(KEPT, axis)
 
 
 def reshape(op: ir.Op, arg: str, axis: int) -> Passage:
-    """Kept where the sharded axis is the outermost of the axes it becomes (features split into
-    (heads, head_dim): then the heads count its units), or of the group merged into one axis ((heads,
-    head_dim) back into features); mixed where the reshape cuts it otherwise."""
+    """Kept where the sharded axis is the outermost of a group of axes that becomes a group of the
+    result's, the outermost of which it shards: features split into (heads, head_dim) (then the heads
+    count its units), (heads, head_dim) merged back into features, or (heads, a * b) regrouped into
+    (heads * a, b); mixed where the reshape cuts it otherwise."""
     src, dst = op.arg(arg).ty.shape, op.ty.shape
     before = _product(src[:axis])
-    through = before * src[axis]
-    lo = next((j for j in range(len(dst) + 1) if _product(dst[:j]) == before), None)
-    if lo is None or lo == len(dst):
-        return Passage(MIXED, why="it reshapes across it")
-    hi = next((j for j in range(lo + 1, len(dst) + 1) if _product(dst[:j]) == through), None)
-    if hi is not None:  # split (or kept): the outermost of dst[lo:hi] holds the units
-        return Passage(KEPT, lo, units=dst[lo] if hi - lo > 1 else None)
-    # merged: src[axis] must open the group that becomes dst[lo]
-    return Passage(KEPT, lo)
+    lo = next((j for j in range(len(dst)) if _same(_product(dst[:j]), before)), None)
+    if lo is None:
+        return Passage(MIXED, why="reshapes across it")
+    for m in range(axis + 1, len(src) + 1):
+        hi = next((j for j in range(lo + 1, len(dst) + 1) if _same(_product(dst[:j]), _product(src[:m]))), None)
+        if hi is not None:
+            return Passage(KEPT, lo, units=dst[lo] if m == axis + 1 and hi - lo > 1 else None)
+    return Passage(MIXED, why="reshapes across it")
+
+
+def _same(a: Dim, b: Dim) -> bool:
+    return equal(a, b)[0]
 
 
 def _product(dims) -> Dim:
@@ -128,29 +132,37 @@ def transpose(op: ir.Op, arg: str, axis: int) -> Passage:
     rank = _rank(op.arg("x"))
     a, b = (_axis(op, n) for n in ("a", "b"))
     if a is None or b is None:
-        return Passage(MIXED, why="axes not known when compiling")
+        return Passage(MIXED, why="swaps axes not known when compiling")
     a, b = a % rank, b % rank
     return Passage(KEPT, b if axis == a else a if axis == b else axis)
 
 
 def subscript(op: ir.Op, arg: str, axis: int) -> Passage:
     """`x[i, a:b]`: kept where the sharded axis is taken whole (`:` or beyond the index), shifted left by
-    the integer indices before it; mixed where the index cuts it."""
+    the integer indices before it. A slice of it between config bounds is a piece of a fused projection
+    (Phi-3's q, k and v of one qkv): kept, with the piece's size as its units, where each rank holds its
+    part of every piece (the layout of tp-interface's pieces); any other index mixes."""
     if arg != "x":
-        return Passage(MIXED, why=f"its `{arg}` arrives sharded")
+        return Passage(MIXED, why=f"takes its `{arg}` sharded")
     items = op.arg("index").items if isinstance(op.arg("index"), ir.TList) else ()
+    dropped = sum(1 for it in items[:axis] if not isinstance(it, ir.TSlice))
     if axis < len(items):
         it = items[axis]
-        if not (isinstance(it, ir.TSlice) and it.lo is None and it.hi is None):
-            return Passage(MIXED, why="it slices or indexes it")
-    dropped = sum(1 for it in items[:axis] if not isinstance(it, ir.TSlice))
+        if not isinstance(it, ir.TSlice):
+            return Passage(MIXED, why="indexes it")
+        if it.lo is not None or it.hi is not None:  # the plan refuses a piece of a run-time size
+            return Passage(KEPT, axis - dropped, units=op.ty.shape[axis - dropped], why="a piece")
     return Passage(KEPT, axis - dropped)
 
 
 def concat(op: ir.Op, arg: str, axis: int) -> Passage:
+    """Kept along another axis than the one it concatenates, every item sharded alike; along that one, the
+    sharded items become the pieces of the result (each rank concatenates its parts of them)."""
     over = _axis(op)
-    if over is None or over % _rank(op) == axis:
-        return Passage(MIXED, why="it concatenates along it")
+    if over is None:
+        return Passage(MIXED, why="concatenates along an axis not known when compiling")
+    if over % _rank(op) == axis:
+        return Passage(KEPT, axis, units=op.ty.shape[axis], with_=(("tensors", axis),), why="pieces")
     return Passage(KEPT, axis, with_=(("tensors", axis),))
 
 
@@ -162,7 +174,7 @@ def heads(axes: dict[str, int], out: int = 2):
     def rule(op: ir.Op, arg: str, axis: int) -> Passage:
         if axes.get(arg) == axis:
             return Passage(KEPT, out, with_=tuple((n, a) for n, a in axes.items() if n != arg and _rank(op.arg(n)) > 0))
-        return Passage(MIXED, why=f"it mixes positions or head features of `{arg}`")
+        return Passage(MIXED, why=f"mixes positions or head features of its `{arg}`")
     return rule
 
 
@@ -180,7 +192,7 @@ def matmul(op: ir.Op, arg: str, axis: int) -> Passage:
         return Passage(KEPT, axis + _rank(op) - rank, with_=(("b" if arg == "a" else "a", axis),))
     if (arg, axis) in (("a", rank - 2), ("b", rank - 1)):
         return Passage(KEPT, _rank(op) - (2 if arg == "a" else 1))
-    return Passage(MIXED, why="it contracts it with no weight to shard")
+    return Passage(MIXED, why="contracts it with no weight to shard")
 
 
 def channels(op: ir.Op, arg: str, axis: int) -> Passage:
@@ -190,7 +202,7 @@ def channels(op: ir.Op, arg: str, axis: int) -> Passage:
     if axes.get(arg) == axis:
         return Passage(KEPT, _rank(op) - 1, with_=tuple((n, a) for n, a in axes.items()
                                                         if n != arg and _rank(op.arg(n)) > 0))
-    return Passage(MIXED, why="it mixes positions")
+    return Passage(MIXED, why="mixes positions")
 
 
 def rows(op: ir.Op, arg: str, axis: int) -> Passage:

@@ -335,6 +335,39 @@ class Model(nn.Module):
     # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
     compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
 
+    # The tensor-parallel plan derived from t5.snf (`snfc check --tp N` shows it with its reasons);
+    # snf.parallelize applies it.
+    tp_plan = {
+        'token_embedding': 'vocab_embedding',
+        'lm_head_weight': 'vocab_head',
+        'layers.*.q': 'colwise',
+        'layers.*.k': 'colwise',
+        'layers.*.v': 'colwise',
+        'layers.*.o': 'rowwise',
+        'layers.*.wi_weight': 'colwise',
+        'layers.*.wi0_weight': 'colwise',
+        'layers.*.wi1_weight': 'colwise',
+        'layers.*.wo': 'rowwise',
+        'layers2.*.cross_k': 'colwise',
+        'layers2.*.cross_v': 'colwise',
+        'layers3.*.dec_q': 'colwise',
+        'layers3.*.dec_k': 'colwise',
+        'layers3.*.dec_v': 'colwise',
+        'layers3.*.dec_o': 'rowwise',
+        'layers3.*.cross_q': 'colwise',
+        'layers3.*.cross_o': 'rowwise',
+        'layers3.*.dec_wi_weight': 'colwise',
+        'layers3.*.dec_wi0_weight': 'colwise',
+        'layers3.*.dec_wi1_weight': 'colwise',
+        'layers3.*.dec_wo': 'rowwise',
+    }
+    # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
+    tp_requires = (
+        (lambda c, tp: c.n_head % tp == 0,
+         'tp must divide H = n_head, the heads `reshape` makes of sharded features (t5.snf:112)'),
+        (lambda c, tp: c.d_ff % tp == 0, 'tp must divide d_ff, the features of a column-wise `linear` (t5.snf:119)'),
+    )
+
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor,
                 attention_mask: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,

@@ -150,9 +150,7 @@ def tensor_parallel(result: Result, tp: int, show: bool = True) -> list[Diagnost
     display, env = dict(result.model.display), defaults(result.model)
     for req in refusals(plans.tp, result.model, tp):
         n = req.units.evaluate(env)
-        dim, fields = show_dim(req.units, display), show_dim(req.units)
-        dim = dim if dim == fields else f"{dim} = {fields}"
-        r.error("tensor-parallel", f"tp={tp} does not divide {dim} = {n} in the default config: {req.what}, "
-                                   "which each rank holds an equal part of", req.span,
-                hint=f"choose a tp that divides {n}, or a config where {fields} divides by {tp}")
+        r.error("tensor-parallel", f"tp={tp} does not divide {req.dim(display)} = {n} in the default config: "
+                                   f"{req.what}, which each rank holds an equal part of", req.span,
+                hint=f"choose a tp that divides {n}, or a config where {show_dim(req.units)} divides by {tp}")
     return r.sorted()

@@ -78,10 +78,14 @@ class Requirement:
     what: str
     span: Span
 
-    def message(self, display, path: str) -> str:
+    def dim(self, display) -> str:
+        """The units in the spec's names, and the config field where that is another name for one (`KVH =
+        n_kv_head`)."""
         dim, fields = show_dim(self.units, display), show_dim(self.units)
-        dim = dim if dim == fields else f"{dim} = {fields}"
-        return f"tp must divide {dim}, {self.what} ({path}:{self.span.line})"
+        return f"{dim} = {fields}" if dim != fields and self.units.as_symbol() is not None else dim
+
+    def message(self, display, path: str) -> str:
+        return f"tp must divide {self.dim(display)}, {self.what} ({path}:{self.span.line})"
 
 
 @dataclass(frozen=True)
@@ -319,7 +323,7 @@ class _Flow:
                     raise _refuse(v, f"`{e.op}` slices it at a run-time bound", e.span)
                 for o in v.origins:
                     self.pieces.setdefault(o, set()).add(e.span.line)
-                units, at, what = p.units, e.span, f"the size of a piece `{e.op}` makes of sharded features"
+                units, at, what = p.units, e.span, f"a piece of sharded features (`{e.op}`)"
             elif p.units is not None:  # split into heads: a norm over the width came before, not a low rank
                 units, at, what, width = p.units, e.span, f"the heads `{e.op}` makes of sharded features", False
             out = self.join(out, Sharded(p.axis if p.kind == KEPT else v.axis, units, at, what, v.origins, width),

@@ -43,10 +43,12 @@ register(OpDef(
     _float_tensor_rule, numpy=_np_gelu,
     torch=lambda call: (f"F.gelu({call.code('x')}, approximate='tanh')" if call.val("approximate") == "tanh"
                      else f"F.gelu({call.code('x')})"),
-    doc="GELU; `approximate=\"tanh\"` is GPT-2's tanh form, the default is exact (erf).", elementwise=True, shard=sharding.pointwise))
+    doc="GELU; `approximate=\"tanh\"` is GPT-2's tanh form, the default is exact (erf).", elementwise=True,
+    shard=sharding.pointwise))
 
 register(OpDef("relu", (Param("x", "tensor"),), _float_tensor_rule, numpy=lambda x: np.maximum(x, 0.0),
-               torch=lambda call: f"F.relu({call.code('x')})", doc="ReLU", elementwise=True, keeps_result=True, shard=sharding.pointwise))
+               torch=lambda call: f"F.relu({call.code('x')})", doc="ReLU", elementwise=True, keeps_result=True,
+               shard=sharding.pointwise))
 
 
 def _np_silu(x):
@@ -54,7 +56,8 @@ def _np_silu(x):
 
 
 register(OpDef("silu", (Param("x", "tensor"),), _float_tensor_rule, numpy=_np_silu,
-               torch=lambda call: f"F.silu({call.code('x')})", doc="SiLU (swish): x * sigmoid(x)", elementwise=True, shard=sharding.pointwise))
+               torch=lambda call: f"F.silu({call.code('x')})", doc="SiLU (swish): x * sigmoid(x)", elementwise=True,
+               shard=sharding.pointwise))
 
 
 def np_softcap(x, cap):
@@ -164,7 +167,8 @@ register(OpDef(
     lambda ctx, args: _norm_rule(ctx, args, False), numpy=_np_rms_norm,
     torch=lambda call: f"F.rms_norm({call.code('x')}, ({call.dim(call.ty('x').shape[-1])},), {call.code('weight')}, "
                        f"{call.code('eps')})",
-    doc="RMSNorm over the last axis: x / sqrt(mean(x^2) + eps) * weight.", shard=sharding.last_axis("normalises", others=("weight",))))
+    doc="RMSNorm over the last axis: x / sqrt(mean(x^2) + eps) * weight.",
+    shard=sharding.last_axis("normalises", others=("weight",))))
 
 
 def _linear_rule(ctx, args):
@@ -257,7 +261,8 @@ register(OpDef("slice", (Param("x", "tensor"), Param("index", "slices")), _slice
 
 # `x[i]` and `x[a:b]` in a spec; `index` is its name in the IR.
 register(OpDef("index", (Param("x", "tensor"), Param("index", "slices")), _slice_rule, numpy=_np_index, view=True,
-               torch=lambda call: f"{call.code('x', prec=50)}[{call.slices('index')}]", doc="subscript", shard=sharding.subscript))
+               torch=lambda call: f"{call.code('x', prec=50)}[{call.slices('index')}]", doc="subscript",
+               shard=sharding.subscript))
 
 
 def _size_rule(ctx, args):
@@ -268,7 +273,8 @@ def _size_rule(ctx, args):
 
 register(OpDef("size", (Param("x", "tensor"), Param("axis", "int", static=True)), _size_rule,
                numpy=lambda x, axis: x.shape[axis],
-               torch=lambda call: f"{call.code('x', prec=50)}.size({call.code('axis')})", doc="`x.shape[i]`", shard=sharding.mixed("reads the size of the axis")))
+               torch=lambda call: f"{call.code('x', prec=50)}.size({call.code('axis')})", doc="`x.shape[i]`",
+               shard=sharding.mixed("reads the size of the axis")))
 
 
 def _reshape_rule(ctx, args):
@@ -413,7 +419,8 @@ def _argmax_rule(ctx, args):
 register(OpDef("argmax", (Param("x", "tensor"), Param("axis", "int", -1, aliases=("dim",), static=True)), _argmax_rule,
                numpy=lambda x, axis=-1: np.argmax(x, axis=axis),
                torch=lambda call: f"{call.code('x', prec=50)}.argmax(dim={call.code('axis')})",
-               doc="index of the largest entry along an axis (int64).", shard=sharding.along("takes the largest entry", keepdim=False)))
+               doc="index of the largest entry along an axis (int64).",
+               shard=sharding.along("takes the largest entry", keepdim=False)))
 
 
 def _reduction_rule(name: str):
@@ -455,7 +462,8 @@ for _name, _method, _np_name, _what in [("sum", "sum", "sum", "the sum"), ("mean
         _reduction_rule(_name),
         numpy=(lambda f: lambda x, axis=-1, keepdim=False: getattr(np, f)(x, axis=axis, keepdims=keepdim))(_np_name),
         torch=_lower_reduction(_method),
-        doc=f"{_what} along an axis, which is dropped (kept, of size 1, with `keepdim=True`).", shard=sharding.along("reduces")))
+        doc=f"{_what} along an axis, which is dropped (kept, of size 1, with `keepdim=True`).",
+        shard=sharding.along("reduces")))
 
 
 # ----------------------------------------------------------------------------- loss
@@ -532,4 +540,5 @@ register(OpDef(
                        f"{call.code('ignore_index')}, {call.dtype(call.op.ty.dtype)}, "
                        f"{_ce_names(call, call.ty('weight').shape[0])})",
     doc="`cross_entropy(linear(x, weight, bias), targets, ...)` computed in chunks of rows, so the "
-        "[rows, out] logits never exist; what the compiler lowers a head + loss to in training.", shard=sharding.mixed("runs the head and the loss fused")))
+        "[rows, out] logits never exist; what the compiler lowers a head + loss to in training.",
+        shard=sharding.mixed("runs the head and the loss fused")))

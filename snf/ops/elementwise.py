@@ -149,7 +149,8 @@ def _lower_clamp(call):
 
 register(OpDef("clamp", (Param("x", "tensor"), Param("min", "value", None), Param("max", "value", None)), _clamp_rule,
                numpy=lambda x, min=None, max=None: np.clip(x, min, max), torch=_lower_clamp,
-               doc="`x` limited to [min, max] (either bound may be left out)", elementwise=True, shard=sharding.pointwise))
+               doc="`x` limited to [min, max] (either bound may be left out)", elementwise=True,
+               shard=sharding.pointwise))
 
 
 def _cast_rule(ctx, args):
@@ -164,7 +165,8 @@ def _np_cast(x, dtype):
 
 register(OpDef("cast", (Param("x", "tensor"), Param("dtype", "dtype")), _cast_rule, numpy=_np_cast,
                torch=lambda call: f"{call.code('x', prec=50)}.to({call.dtype(call.val('dtype'))})",
-               doc="`x` converted to `dtype`; float to integer truncates toward zero.", passthrough=True, shard=sharding.pointwise))
+               doc="`x` converted to `dtype`; float to integer truncates toward zero.", passthrough=True,
+               shard=sharding.pointwise))
 
 
 # ----------------------------------------------------------------------------- integers from floats
@@ -206,4 +208,5 @@ for _name, (_np_fn, _py, _pt, _how, _fn) in _ROUNDING.items():
     register(OpDef(_name, (Param("x", "value"),), _rounding_rule(_name), numpy=_np_rounding(_np_fn),
                    torch=(lambda py, pt: lambda call: scalar_or_tensor(call, pt, py))(_py, _pt),
                    doc=f"a number rounded {_how}: an int (a dim, in `param:`)"
-                       + ("; on a float tensor, elementwise" if _pt else ""), scalar=_rounded(_fn), shard=sharding.pointwise))
+                       + ("; on a float tensor, elementwise" if _pt else ""), scalar=_rounded(_fn),
+                       shard=sharding.pointwise))

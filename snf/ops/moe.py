@@ -72,7 +72,8 @@ for _name, _field, _np, _what in [("top_k", "values", _np_top_k, "the k largest 
                 Param("axis", "int", -1, aliases=("dim",), static=True)),
         _top_k_rule(_field == "indices"), numpy=_np,
         torch=_lower_top_k_indices if _field == "indices" else _lower_top_k,
-        doc=f"{_what} along an axis, largest first; among equal values the lower index first.", shard=sharding.along("picks the largest entries", keepdim=True)))
+        doc=f"{_what} along an axis, largest first; among equal values the lower index first.",
+        shard=sharding.along("picks the largest entries", keepdim=True)))
 
 
 # ----------------------------------------------------------------------------- one-hot
@@ -262,4 +263,5 @@ register(OpDef(
         "(Nemotron-H's experts); act=\"clamped_swiglu\" (gpt-oss) is "
         "(clamp(u, -limit, limit) + 1) * g * sigmoid(alpha * g) with g = min(gate x, limit). "
         "Sparse: each expert runs on its own tokens only (dense where that is faster, see "
-        "docs/porting.md).", shard=sharding.mixed("reads every feature in each expert (the experts shard by their own width)")))
+        "docs/porting.md).",
+        shard=sharding.mixed("reads every feature in each expert (the experts shard by their own width)")))

@@ -399,7 +399,9 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
             style, how, span = flow.styles[named[0]]
             lines = sorted({line for n in names for line in flow.pieces.get(n, ())})
             if style == "vocab_embedding" and flow.tied is not None:
-                how += f"; the LM head at line {flow.tied} is tied to it (its logits gathered)"
+                untied = any(s == "vocab_head" for s, _, _ in flow.styles.values())
+                how += (f"; {'where the config ties them, ' if untied else ''}the LM head at line {flow.tied} "
+                        "is this table (its logits gathered)")
             if lines:
                 how += (f"; sliced into pieces at line{'s' * (len(lines) > 1)} {', '.join(map(str, lines))}, "
                         "each rank holding its part of each")

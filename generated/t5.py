@@ -340,6 +340,7 @@ class Model(nn.Module):
     tp_plan = {
         'token_embedding': 'vocab_embedding',
         'lm_head_weight': 'vocab_head',
+        'rel_bias_table': 'shard:1',
         'layers.*.q': 'colwise',
         'layers.*.k': 'colwise',
         'layers.*.v': 'colwise',
@@ -348,6 +349,7 @@ class Model(nn.Module):
         'layers.*.wi0_weight': 'colwise',
         'layers.*.wi1_weight': 'colwise',
         'layers.*.wo': 'rowwise',
+        'dec_rel_bias_table': 'shard:1',
         'layers2.*.cross_k': 'colwise',
         'layers2.*.cross_v': 'colwise',
         'layers3.*.dec_q': 'colwise',

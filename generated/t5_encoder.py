@@ -165,6 +165,7 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
+        'rel_bias_table': 'shard:1',
         'layers.*.q': 'colwise',
         'layers.*.k': 'colwise',
         'layers.*.v': 'colwise',

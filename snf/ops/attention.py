@@ -254,7 +254,7 @@ register(OpDef(
         "(Gemma 2); `sinks` [H] is a logit per query head that joins each softmax as one more column, then "
         "dropped (gpt-oss); a query that sees no key gives zeros. Lowers to F.scaled_dot_product_attention (to the "
         "attention written out with `softcap` or `sinks`).",
-        shard=sharding.heads({"q": 2, "k": 2, "v": 2, "sinks": 0})))
+        shard=sharding.heads({"q": 2, "k": 2, "v": 2, "sinks": 0, "bias": 1})))
 
 
 # RoPE's scaling types (transformers' `rope_type`, modeling_rope_utils.py): the parameters each one

@@ -22,8 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..dims import Dim, DimError, show_dim
+from ..dims import Dim, DimError, equal, show_dim
 from ..ops import all_ops
+from ..ops.shapes import FLOATS
 from ..ops.sharding import KEPT, REDUCED
 from ..source import NO_SPAN, Span
 from .caches import CachePlan
@@ -288,10 +289,11 @@ class _Flow:
         if not sharded:
             if e.op == "full":
                 return FLEX
-            flat = [s for v in states.values() for s in (v if isinstance(v, list) else [v])]
-            params = [s for s in flat if isinstance(s, Params)]
-            tensors = [a for _, a in e.args if isinstance(getattr(a, "ty", None), ir.TensorT)]
-            if params and len(params) == len(tensors) and isinstance(e.ty, ir.TensorT):
+            # of parameters and whole indices alone (T5's bias by head: a table's rows at buckets)
+            tensors = [(a, states[n]) for n, a in e.args if isinstance(getattr(a, "ty", None), ir.TensorT)]
+            params = [st for _, st in tensors if isinstance(st, Params)]
+            if params and isinstance(e.ty, ir.TensorT) and all(
+                    isinstance(st, Params) or a.ty.dtype not in FLOATS for a, st in tensors):
                 return Params(frozenset().union(*(p.names for p in params)))
             return WHOLE
         rule = all_ops()[e.op].shard
@@ -336,13 +338,14 @@ class _Flow:
         a = e.arg(name)
         items = list(zip(a.items, state)) if isinstance(a, ir.TList) else [(a, state)]
         for item, st in items:
-            if isinstance(st, Params):
-                rank = item.ty.rank
+            if isinstance(st, Params):  # each parameter shards along its axis of that size (H: the heads)
                 for n in sorted(st.names):
-                    k = axis - (rank - self.model.param(n).ty.rank + (1 if n in self.model.stacked else 0))
-                    if k < 0:
+                    t = self.model.param(n)
+                    shape = t.ty.shape[1:] if n in self.model.stacked else t.ty.shape
+                    axes = [k for k, d in enumerate(shape) if equal(d, item.ty.shape[axis])[0]]
+                    if len(axes) != 1:
                         raise _refuse(v, f"`{e.op}` combines it with `{n}`, which is whole", e.span)
-                    self.style(n, f"shard:{k}", f"sharded with the activations `{e.op}` meets it with", e.span)
+                    self.style(n, f"shard:{axes[0]}", f"sharded with the activations `{e.op}` meets it with", e.span)
             elif isinstance(item, ir.Ref) and item.kind in ("input", "layer_input") and st == FLEX:
                 self.caches.setdefault(item.name, axis + (1 if item.kind == "layer_input" else 0))
             elif st == WHOLE and isinstance(getattr(item, "ty", None), ir.TensorT):

@@ -9,24 +9,16 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from snf.cli import main
-from snf.compiler import analyze, planned
 from snf.ops import all_ops
 from snf.passes.show import show_tensor_parallel
-from snf.source import Source
 from tests.conftest import assert_golden
+from tests.specs_table import SPECS, plans
 
 ROOT = Path(__file__).resolve().parents[1]
-SPECS = sorted((ROOT / "specs").glob("*.snf"))
 
 
-def _plans(path: Path):
-    result = analyze(Source.read(path))
-    assert result.ok, [d.message for d in result.diagnostics]
-    return result, planned(result.model)
-
-
-def _by_param(plans) -> dict[str, str]:
-    return {name: p.style for p in plans.tp.placements for name in p.params}
+def _by_param(planned) -> dict[str, str]:
+    return {name: p.style for p in planned.tp.placements for name in p.params}
 
 
 def test_every_op_that_takes_a_tensor_has_a_sharding_rule():
@@ -38,12 +30,12 @@ def test_every_op_that_takes_a_tensor_has_a_sharding_rule():
 def test_every_bundled_plan_at_tp_2_is_golden():
     """One golden per spec (tests/golden/tp/<spec>.txt): its placements with their reasons, its caches,
     what tp must divide; and most specs shard fully (the rest say why not in their golden)."""
+    assert sorted(SPECS) == sorted(p.stem for p in (ROOT / "specs").glob("*.snf"))
     full = []
-    for path in SPECS:
-        _, plans = _plans(path)
-        assert_golden(f"tp/{path.stem}.txt", "\n".join(show_tensor_parallel(plans, 2)) + "\n")
-        full += [path.stem] if plans.tp.full else []
-    assert len(full) >= 28, sorted({p.stem for p in SPECS} - set(full))
+    for name in SPECS:
+        assert_golden(f"tp/{name}.txt", "\n".join(show_tensor_parallel(plans(name), 2)) + "\n")
+        full += [name] if plans(name).tp.full else []
+    assert len(full) >= 28, sorted(set(SPECS) - set(full))
 
 
 def test_llama3_plan_is_torchtitans_and_transformers():
@@ -63,15 +55,15 @@ def test_llama3_plan_is_torchtitans_and_transformers():
                  "layers.*.mlp.gate_proj": "gate_weight", "layers.*.mlp.up_proj": "up_weight",
                  "layers.*.mlp.down_proj": "down_weight", "lm_head": "lm_head_weight", "tok_embeddings":
                  "token_embedding", "output": "lm_head_weight"}
-    _, plans = _plans(ROOT / "specs" / "llama3.snf")
-    styles = _by_param(plans)
+    llama3 = plans("llama3")
+    styles = _by_param(llama3)
     ours = {"colwise_gather_output": "vocab_head"}
     for key, style in {**transformers_plan, **torchtitan_plan}.items():
         assert styles[hf_to_snf[key]] == ours.get(style, style), key
     sharded = {n for n, s in styles.items() if s != "replicate"}
     assert sharded == set(hf_to_snf.values()), sharded  # the norms stay whole, as in both
-    assert plans.tp.full and [(c[0], c[2]) for c in plans.tp.caches] == [("past_keys", 3), ("past_values", 3)]
-    assert plans.tp.styles() == {"token_embedding": "vocab_embedding", "layers.*.qkv": "colwise",
+    assert llama3.tp.full and [(c[0], c[2]) for c in llama3.tp.caches] == [("past_keys", 3), ("past_values", 3)]
+    assert llama3.tp.styles() == {"token_embedding": "vocab_embedding", "layers.*.qkv": "colwise",
                                  "layers.*.o": "rowwise", "layers.*.gate": "colwise", "layers.*.up": "colwise",
                                  "layers.*.down": "rowwise", "lm_head_weight": "vocab_head"}
 
@@ -81,23 +73,23 @@ def test_families_shard_as_their_anchors():
     low-rank q_a and kv_a whole by design), experts by width with the router whole, Mamba2's projections
     and per-head parameters by heads and groups, Phi-3's fused qkv and gate_up in pieces, OLMo 2's q/k
     norm over the whole width, Qwen3's per-head q/k norm."""
-    _, ds = _plans(ROOT / "specs" / "deepseek_v3.snf")
+    ds = plans("deepseek_v3")
     s = _by_param(ds)
     assert (s["q_b_weight"], s["kv_b_weight"], s["o_weight"]) == ("colwise", "shard:0", "rowwise")
     assert (s["q_a_weight"], s["kv_a_weight"], s["router_weight"]) == ("replicate",) * 3
     assert s["expert_up"] == s["expert_down"] == "experts" and ds.tp.full
-    _, mamba = _plans(ROOT / "specs" / "mamba2.snf")
+    mamba = plans("mamba2")
     s = _by_param(mamba)
     assert (s["in_proj_weight"], s["out_proj_weight"], s["A_log"], s["conv_weight"]) == (
         "colwise", "rowwise", "shard:0", "shard:0")
     display = dict(mamba.model.display)
-    assert {r.message(display, "m") .split(",")[0] for r in mamba.tp.requires} >= {
+    assert {r.message(display, "m").split(",")[0] for r in mamba.tp.requires} >= {
         "tp must divide H = n_head", "tp must divide G = n_groups"}
-    _, phi3 = _plans(ROOT / "specs" / "phi3.snf")
+    phi3 = plans("phi3")
     qkv = next(p for p in phi3.tp.placements if "qkv_weight" in p.params)
     assert qkv.style == "colwise" and "pieces at lines 74, 75, 76" in qkv.reason
-    assert _by_param(_plans(ROOT / "specs" / "olmo2.snf")[1])["q_norm_weight"] == "width_norm"
-    assert _by_param(_plans(ROOT / "specs" / "qwen3.snf")[1])["q_norm_weight"] == "head_norm"
+    assert _by_param(plans("olmo2"))["q_norm_weight"] == "width_norm"
+    assert _by_param(plans("qwen3"))["q_norm_weight"] == "head_norm"
 
 
 def _check(*argv) -> tuple[int, str, str]:
@@ -141,3 +133,17 @@ def test_check_tp_takes_a_number_of_ranks():
     for bad in ("0", "-2", "two"):
         code, _, err = _check("--tp", bad, str(ROOT / "specs" / "llama3.snf"))
         assert code == 1 and f"--tp takes a number of ranks >= 1, not '{bad}'" in err
+
+
+def test_the_generated_model_carries_the_plan():
+    """generated/llama3.py's `Model.tp_plan` is the pass's, and its `tp_requires` refuse tp=16 by the
+    key/value heads, as `snfc check --tp 16` does."""
+    from generated.llama3 import Config, Model
+    assert Model.tp_plan == plans("llama3").tp.styles()
+    cfg = Config()
+
+    def broken(tp):
+        return [message for holds, message in Model.tp_requires if not holds(cfg, tp)]
+    assert broken(2) == [] and broken(8) == []
+    assert broken(16) == ["tp must divide KVH = n_kv_head, the heads `reshape` makes of sharded features "
+                          "(llama3.snf:72)"]

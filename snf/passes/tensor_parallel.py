@@ -188,8 +188,8 @@ class _Flow:
         self.styles: dict[str, tuple[str, str, Span]] = {}  # param -> (style, how, span)
         self.requires: dict[Dim, Requirement] = {}
         self.caches: dict[str, int] = {}
-        self.pieces: dict[str, set[int]] = {}
-        self.tied: int | None = None  # the line of an LM head tied to the token embedding  # a column-wise linear -> the lines that slice its output into pieces
+        self.pieces: dict[str, set[int]] = {}  # a column-wise linear -> the lines that slice its output into pieces
+        self.tied: int | None = None  # the line of an LM head tied to the token embedding
         self.outs = {o.name for o in model.outputs}
         self.cache_outs = {c.output for c in caches.caches}
 

@@ -147,3 +147,16 @@ def test_the_generated_model_carries_the_plan():
     assert broken(2) == [] and broken(8) == []
     assert broken(16) == ["tp must divide KVH = n_kv_head, the heads `reshape` makes of sharded features "
                           "(llama3.snf:72)"]
+
+
+def test_an_op_without_a_rule_refuses_a_sharded_argument(monkeypatch):
+    """Without `swiglu`'s rule, llama3's gate and up stay whole, and the plan names the op and its line."""
+    from dataclasses import replace
+
+    from snf.compiler import analyze, planned
+    from snf.source import Source
+    monkeypatch.setitem(all_ops(), "swiglu", replace(all_ops()["swiglu"], shard=None))
+    tp = planned(analyze(Source.read(ROOT / "specs" / "llama3.snf")).model).tp
+    assert {(w, why, span.line) for w, why, span, _ in tp.refused} >= {
+        ("gate_weight", "`swiglu` has no sharding rule", 109), ("up_weight", "`swiglu` has no sharding rule", 109)}
+    assert not tp.full and tp.styles()["layers.*.gate"] == "replicate"

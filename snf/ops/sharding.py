@@ -34,6 +34,9 @@ class Passage:
     units: Dim | None = None  # kept through a reshape that splits the axis: what it now counts (the heads)
     with_: tuple[tuple[str, int], ...] = ()  # kept: (argument, its axis) that must be sharded alike
     why: str = ""  # reduced / mixed: what the op does with the axis, for the plan's reason
+    # kept: the result is a piece of the sharded axis (a slice of a fused projection, or pieces concatenated):
+    # each rank holds its part of each piece, and `units` is the piece's size
+    piece: bool = False
 
 
 def _rank(e) -> int:
@@ -151,7 +154,7 @@ def subscript(op: ir.Op, arg: str, axis: int) -> Passage:
         if not isinstance(it, ir.TSlice):
             return Passage(MIXED, why="indexes it")
         if it.lo is not None or it.hi is not None:  # the plan refuses a piece of a run-time size
-            return Passage(KEPT, axis - dropped, units=op.ty.shape[axis - dropped], why="a piece")
+            return Passage(KEPT, axis - dropped, units=op.ty.shape[axis - dropped], piece=True)
     return Passage(KEPT, axis - dropped)
 
 
@@ -162,7 +165,7 @@ def concat(op: ir.Op, arg: str, axis: int) -> Passage:
     if over is None:
         return Passage(MIXED, why="concatenates along an axis not known when compiling")
     if over % _rank(op) == axis:
-        return Passage(KEPT, axis, units=op.ty.shape[axis], with_=(("tensors", axis),), why="pieces")
+        return Passage(KEPT, axis, units=op.ty.shape[axis], with_=(("tensors", axis),), piece=True)
     return Passage(KEPT, axis, with_=(("tensors", axis),))
 
 
@@ -173,7 +176,8 @@ def heads(axes: dict[str, int], out: int = 2):
     positions or is contracted."""
     def rule(op: ir.Op, arg: str, axis: int) -> Passage:
         if axes.get(arg) == axis:
-            return Passage(KEPT, out, with_=tuple((n, a) for n, a in axes.items() if n != arg and _rank(op.arg(n)) > 0))
+            others = tuple((n, a) for n, a in axes.items() if n != arg and _rank(op.arg(n)) > 0)
+            return Passage(KEPT, out, with_=others)
         return Passage(MIXED, why=f"mixes positions or head features of its `{arg}`")
     return rule
 

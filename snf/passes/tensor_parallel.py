@@ -93,7 +93,8 @@ class Requirement:
 class TensorParallelPlan:
     placements: tuple[Placement, ...]  # one per module or plain parameter, in declaration order
     requires: tuple[Requirement, ...]
-    caches: tuple[tuple[str, str, int | None], ...]  # (cache input, output, the axis sharded like what is written; None: whole)
+    # (cache input, output, the axis sharded as what is written into it; None: whole)
+    caches: tuple[tuple[str, str, int | None], ...]
     # (linear weight, why it stays whole, where, whether by design: a low-rank projection)
     refused: tuple[tuple[str, str, Span, bool], ...]
 
@@ -302,7 +303,7 @@ class _Flow:
             if rule is None:
                 raise _refuse(v, f"`{e.op}` has no sharding rule", e.span)
             p = rule(e, n, v.axis)
-            if e.op != "reshape" and not (p.kind == KEPT and p.why):  # a piece's size is what divides
+            if e.op != "reshape" and not p.piece:  # a piece's size is what divides
                 self.require(v)
             width = v.width
             if p.kind == REDUCED and e.op in NORMS and isinstance(states["weight"], Params):
@@ -320,7 +321,7 @@ class _Flow:
                     # a whole parameter on this rank's part only: its gradient would be a part too
                     raise _refuse(v, f"`{e.op}` applies `{min(st.names)}` whole to it", e.span)
             units, at, what = v.units, v.units_at, v.what
-            if p.units is not None and p.why:  # a piece of a fused projection, or pieces concatenated
+            if p.piece:  # a piece of a fused projection, or pieces concatenated
                 if p.units.symbols() & self.model.run_time_dims:
                     raise _refuse(v, f"`{e.op}` slices it at a run-time bound", e.span)
                 for o in v.origins:

@@ -4,8 +4,8 @@ Rewrites (`PASSES`) are pure functions `ir.Model -> ir.Model`, run in order, eac
 the verifier. Planning passes are pure functions from the typed (lowered) IR to frozen plans:
 what becomes a Block, which inputs and outputs form a cache, where each parameter lives,
 which statements each entry point needs, whether there is a `generate`, which loss may run
-fused with its head, how the parameters shard over tensor-parallel ranks. Code generation only emits what the plans say; no stage works out a fact
-another one already computed.
+fused with its head, how the parameters shard over tensor-parallel ranks. Code generation only
+emits what the plans say; no stage works out a fact another one already computed.
 """
 
 from __future__ import annotations

@@ -111,22 +111,41 @@ def test_check_tp_prints_the_plan_and_refuses_what_cannot_shard():
     assert code == 1 and "tp=3 does not divide H = n_head = 32" in out and "mlp_hidden = 8192" in out
 
 
+def _toy(tmp_path, f: int, extra: str, body: str) -> str:
+    """A spec of an embedding and an MLP of width `f` on lines 15-16 (`h`), then `body` from line 17:
+    its path."""
+    spec, scaled = tmp_path / "toy.snf", " * s" if "s :" in extra else ""
+    spec.write_text(f"param:\n  D : int = 8\n  F : int = {f}\n  V : int = 10\n"
+                    "input:\n  idx : Tensor([B, T], int64)\n"
+                    "parameter:\n  emb : Tensor([V, D], float32)\n  w_in : Tensor([F, D], float32)\n"
+                    f"  w_out : Tensor([D, F], float32)\n{extra}"
+                    "output:\n  y : Tensor([B, T, D], float32)\n"
+                    "let x = gather(emb, idx)\n"
+                    f"let h = x + linear(relu(linear(x, weight=w_in){scaled}), weight=w_out)\n"
+                    f"{body}\n")
+    return str(spec)
+
+
 def test_a_linear_kept_whole_says_which_op_and_line(tmp_path):
     """A projection whose features a softmax normalises stays whole, and the plan says why; a tp that
     does not divide the MLP's width is refused at the linear's line."""
-    spec = tmp_path / "toy.snf"
-    spec.write_text("param:\n  D : int = 8\n  F : int = 6\n  V : int = 10\n"
-                    "input:\n  idx : Tensor([B, T], int64)\n"
-                    "parameter:\n  emb : Tensor([V, D], float32)\n  w_in : Tensor([F, D], float32)\n"
-                    "  w_out : Tensor([D, F], float32)\n  w_mix : Tensor([D, D], float32)\n"
-                    "output:\n  y : Tensor([B, T, D], float32)\n"
-                    "let x = gather(emb, idx)\n"
-                    "let h = x + linear(relu(linear(x, weight=w_in)), weight=w_out)\n"
-                    "let y = h + softmax(linear(h, weight=w_mix), axis=-1)\n")
-    code, out, _ = _check("--tp", "4", str(spec))
+    spec = _toy(tmp_path, 6, "  w_mix : Tensor([D, D], float32)\n",
+                "let y = h + softmax(linear(h, weight=w_mix), axis=-1)")
+    code, out, _ = _check("--tp", "4", spec)
     assert code == 1
     assert "w_mix" in out and "`softmax` normalises along it" in out and "line 16" in out
     assert "toy.snf:15:25: error: tp=4 does not divide F = 6 in the default config" in out
+
+
+def test_a_parameter_used_whole_does_not_shard_with_activations(tmp_path):
+    """`s` scales the sharded features of `w_in` (it would shard with them), but a later line uses it with
+    whole values: it stays whole, and so does `w_in`, with that line as the reason."""
+    spec = _toy(tmp_path, 16, "  s : Tensor([F], float32)\n  w_s : Tensor([D, F], float32)\n",
+                "let y = h + linear(s * s, weight=w_s)")
+    code, out, _ = _check("--tp", "2", spec)
+    assert code == 0
+    assert "partial: w_in stays whole at line 17: `s` is also used with whole activations" in out
+    assert "shard:" not in out
 
 
 def test_check_tp_takes_a_number_of_ranks():
@@ -160,3 +179,4 @@ def test_an_op_without_a_rule_refuses_a_sharded_argument(monkeypatch):
     assert {(w, why, span.line) for w, why, span, _ in tp.refused} >= {
         ("gate_weight", "`swiglu` has no sharding rule", 109), ("up_weight", "`swiglu` has no sharding rule", 109)}
     assert not tp.full and tp.styles()["layers.*.gate"] == "replicate"
+

@@ -191,6 +191,8 @@ class _Flow:
         self.caches: dict[str, int] = {}
         self.pieces: dict[str, set[int]] = {}  # a column-wise linear -> the lines that slice its output into pieces
         self.tied: int | None = None  # the line of an LM head tied to the token embedding
+        self.whole: dict[str, Span] = {}  # a parameter used with whole activations -> where
+        self.follows: dict[str, frozenset] = {}  # a parameter sharded with activations -> their linears
         self.outs = {o.name for o in model.outputs}
         self.cache_outs = {c.output for c in caches.caches}
 
@@ -292,10 +294,11 @@ class _Flow:
                 return FLEX
             # of parameters and whole indices alone (T5's bias by head: a table's rows at buckets)
             tensors = [(a, states[n]) for n, a in e.args if isinstance(getattr(a, "ty", None), ir.TensorT)]
-            params = [st for _, st in tensors if isinstance(st, Params)]
+            params = frozenset().union(*(st.names for _, st in tensors if isinstance(st, Params)))
             if params and isinstance(e.ty, ir.TensorT) and all(
                     isinstance(st, Params) or a.ty.dtype not in FLOATS for a, st in tensors):
-                return Params(frozenset().union(*(p.names for p in params)))
+                return Params(params)
+            self.used_whole(params, e.span)
             return WHOLE
         rule = all_ops()[e.op].shard
         out = FLEX
@@ -333,6 +336,15 @@ class _Flow:
                             e.span, f"`{e.op}` gives")
         return out
 
+    def used_whole(self, params, span: Span) -> None:
+        """Parameters used with whole activations stay whole: the linears whose activations they were to
+        shard with are refused."""
+        for n in sorted(params):
+            self.whole.setdefault(n, span)
+            if n in self.follows:
+                raise _Refused(self.follows[n], f"`{n}` is also used with whole activations",
+                               span)
+
     def alike(self, e: ir.Op, name: str, axis: int, state, v: Sharded) -> None:
         """Argument `name` of `e` must be sharded along `axis` as `v` is: a parameter is (it shards with
         it), a cache follows, a whole value refuses."""
@@ -344,8 +356,9 @@ class _Flow:
                     t = self.model.param(n)
                     shape = t.ty.shape[1:] if n in self.model.stacked else t.ty.shape
                     axes = [k for k, d in enumerate(shape) if equal(d, item.ty.shape[axis])[0]]
-                    if len(axes) != 1:
+                    if len(axes) != 1 or n in self.whole:
                         raise _refuse(v, f"`{e.op}` combines it with `{n}`, which is whole", e.span)
+                    self.follows[n] = self.follows.get(n, frozenset()) | v.origins
                     self.style(n, f"shard:{axes[0]}", f"sharded with the activations `{e.op}` meets it with", e.span)
             elif isinstance(item, ir.Ref) and item.kind in ("input", "layer_input") and st == FLEX:
                 self.caches.setdefault(item.name, axis + (1 if item.kind == "layer_input" else 0))
@@ -368,6 +381,8 @@ class _Flow:
         self.require(Sharded(1, e.arg("up").ty.shape[1], e.span, "the experts' hidden width", frozenset()))
 
     def linear(self, w: str, bias: str | None, x, ty, span: Span):
+        if isinstance(x, Params):
+            self.used_whole(x.names, span)
         if isinstance(x, Sharded):
             if x.axis != ty.rank - 1:
                 raise _refuse(x, "`linear` meets an input sharded along another axis than its features",

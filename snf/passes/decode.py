@@ -62,13 +62,14 @@ def token_input(model: ir.Model) -> ir.Tensor | None:
 
 def decoder_tokens(model: ir.Model) -> ir.Tensor | None:
     """An encoder-decoder's decoder tokens: when no output is logits over the vocabulary of the
-    first input (an encoder's hidden states are not), the first later required `[B, T]` int64
-    input some output is `[B, T, V]` floats over, V its vocabulary."""
+    first input (an encoder's hidden states are not; an encoder's first input may be other than
+    token ids, Whisper's log-mel features), the first later required `[B, T]` int64 input some output
+    is `[B, T, V]` floats over, V its vocabulary."""
     def over_vocabulary(tokens: ir.Tensor) -> bool:
         logits = choose_logits(model, tokens)[0]
         return logits is not None and _vocabulary(model, tokens, logits) is None
     first = token_input(model)
-    if first is None or over_vocabulary(first):
+    if not model.inputs or model.inputs[0].optional or first is not None and over_vocabulary(first):
         return None
     return next((i for i in model.inputs[1:] if not i.optional and i.ty.dtype == "int64" and i.ty.rank == 2
                  and over_vocabulary(i)), None)
@@ -113,12 +114,13 @@ def no_generate(model: ir.Model) -> str | None:
 
 def _refusal(model: ir.Model) -> tuple[str | None, EncoderPlan | None]:
     """Why the module gets no `generate` (or None), and an encoder-decoder's encoder plan (made once)."""
-    tokens = token_input(model)
-    if tokens is None:
-        return "the first input is not token ids [B, T] int64", None
     decoder = decoder_tokens(model)
     if decoder is not None:
         return _no_encoder_decoder_generate(model, decoder)
+    tokens = token_input(model)
+    if tokens is None:
+        return ("the first input is not token ids [B, T] int64, and no later input is a decoder's tokens "
+                "the logits are over"), None
     logits, why = choose_logits(model, tokens)
     if logits is None:
         return why, None

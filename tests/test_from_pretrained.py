@@ -35,7 +35,12 @@ NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.
 AUTO = {"causal": "AutoModelForCausalLM", "seq2seq": "AutoModelForSeq2SeqLM", "encoder": "AutoModel"}
 
 
+SPEECH = {"whisper"}  # encoder-decoders over audio features: transformers' speech auto class
+
+
 def auto_class(family: str):
+    if family in SPEECH:
+        return transformers.AutoModelForSpeechSeq2Seq
     return getattr(transformers, AUTO[kind(FAMILIES[family])])
 
 

@@ -35,11 +35,9 @@ NORMS = ("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.
 AUTO = {"causal": "AutoModelForCausalLM", "seq2seq": "AutoModelForSeq2SeqLM", "encoder": "AutoModel"}
 
 
-SPEECH = {"whisper"}  # encoder-decoders over audio features: transformers' speech auto class
-
-
 def auto_class(family: str):
-    if family in SPEECH:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES as SPEECH
+    if kind(FAMILIES[family]) == "seq2seq" and family in SPEECH:  # Whisper's: an encoder over audio features
         return transformers.AutoModelForSpeechSeq2Seq
     return getattr(transformers, AUTO[kind(FAMILIES[family])])
 

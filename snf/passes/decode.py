@@ -11,8 +11,9 @@ the logits is `choose_logits`'s rule: the only `[B, T, V]` float output; else th
 groups; a cache given together with an input generate cannot fill (a `[B, T_past + T]` mask)
 means no cache: each step recomputes the whole sequence.
 
-An encoder-decoder (T5) gets `generate` too: its logits are over a second token input, the
-decoder's (`decoder_input_ids`), its other required inputs are the encoder's, and every attention
+An encoder-decoder (T5, Whisper) gets `generate` too: its logits are over a later token input than
+the first, the decoder's (`decoder_input_ids`), its other required inputs are the encoder's (the
+first of them token ids or not: Whisper's are log-mel features), and every attention
 of the decoder's side is causal or reads keys and values of the encoder's side only (cross-
 attention). The encoder plan (`encoder.py`) says what runs once; the config gives the decoder's
 first token (`decoder_start_token_id`) and, where declared, the token that ends a row

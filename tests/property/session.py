@@ -391,6 +391,7 @@ class Session(runner.Runner):
         if steps < 1:
             return
         kwargs = {"idx": prompt, "steps": steps}
+        first = self.generate_input(model, prompt)  # the same for the compiled and the eager run
         outs = []
         for eager in (False, True):
             module = sys.modules[type(model).__module__]
@@ -398,7 +399,7 @@ class Session(runner.Runner):
                 warnings.simplefilter("always")
                 try:
                     with self.eager(module) if eager else _nothing():
-                        outs.append(model.generate(self.generate_input(model, prompt), steps, temperature=0))
+                        outs.append(model.generate(first.clone(), steps, temperature=0))
                 except Exception:
                     self.fail(f"{what} at batch {batch}{' (eager)' if eager else ''} failed {self.where(kwargs)}",
                               traceback.format_exc(limit=-6))

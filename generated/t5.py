@@ -494,9 +494,10 @@ class Model(nn.Module):
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: Optional[int] = None, top_p: Optional[float] = None,
                  generator: Optional[torch.Generator] = None, *, attention_mask: Optional[torch.Tensor] = None,
-                 compile: Optional[bool] = None) -> torch.Tensor:
-        """Encode `input_ids` once, then decode up to `max_new_tokens` tokens from the config's
-        decoder_start_token_id; return the decoder's tokens [B, 1 + new tokens], as transformers' generate does.
+                 decoder_input_ids: Optional[torch.Tensor] = None, compile: Optional[bool] = None) -> torch.Tensor:
+        """Encode `input_ids` once, then decode up to `max_new_tokens` tokens after `decoder_input_ids`
+        [B, T0] (by default the config's decoder_start_token_id, T0 = 1); return the decoder's tokens
+        [B, T0 + new tokens], as transformers' generate does.
 
         `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
         with `generator`. The encoder's values are computed once and each step feeds only the newest
@@ -512,7 +513,7 @@ class Model(nn.Module):
                            caches=(('past_keys', 'new_keys'), ('past_values', 'new_values')),
                            encoder=('input_ids', 'attention_mask'), stops=True)
         return _generate_from_encoder(self, plan, (input_ids, attention_mask), max_new_tokens,
-                                      temperature, top_k, top_p, generator, compile)
+                                      temperature, top_k, top_p, generator, compile, decoder_input_ids)
 
 
 def spec_parameters(config: Config) -> dict:

@@ -96,30 +96,33 @@ def plan_notes(result: Result) -> list[Diagnostic]:
                              f"`{c.output}`" if c.state else
                f"`{c.input}` is a KV cache: it grows along axis {c.axis} (`{c.dim}`) and comes back as the output "
                f"`{c.output}`", spans[c.input])
-    tokens = token_input(result.model)
-    if plans.decode is not None:  # an encoder-decoder's tokens are the decoder's
-        tokens = next(i for i in result.model.inputs if i.name == plans.decode.tokens)
-    if tokens is not None:
-        logits, why = choose_logits(result.model, tokens)
-        outputs = {o.name: o.span for o in result.model.outputs}
+    if plans.decode is None:
         refusal = no_generate(result.model)
-        if plans.decode is not None:
-            r.note("generate-plan", f"generate samples from the output `{logits.name}`: {why}", outputs[logits.name])
-            encoder = plans.decode.encoder
-            if encoder is not None:
-                r.note("generate-plan", f"an encoder-decoder: generate runs what does not read `{tokens.name}` once "
-                                        f"(from {', '.join(encoder.inputs)}; hands each decode step "
-                                        f"{', '.join(encoder.values)}), then decodes with the self-attention cache",
-                       spans[tokens.name])
-                for name, span in encoder.recomputed:
-                    r.note("generate-plan", f"`{name}` reads only the encoder's side but is computed in the decoder's "
-                                            "loop, so each decode step computes it again: compute it in a loop of its "
-                                            "own, before that one, to compute it once per generate", span)
-        elif refusal != NO_LOGITS:  # a model without logits (an encoder's hidden states) is not an LM
+        tokens = token_input(result.model) or (result.model.inputs[0] if result.model.inputs else None)
+        # a model without logits (an encoder's hidden states) is not an LM: said only where its caches
+        # would otherwise leave the question open
+        if tokens is not None and (refusal != NO_LOGITS or plans.caches.caches):
             r.note("generate-plan", f"no generate: {refusal}", spans[tokens.name])
+        return r.sorted()
+    # an encoder-decoder's tokens are the decoder's
+    tokens = next(i for i in result.model.inputs if i.name == plans.decode.tokens)
+    logits, why = choose_logits(result.model, tokens)
+    outputs = {o.name: o.span for o in result.model.outputs}
+    r.note("generate-plan", f"generate samples from the output `{logits.name}`: {why}", outputs[logits.name])
+    encoder = plans.decode.encoder
+    if encoder is not None:
+        r.note("generate-plan", f"an encoder-decoder: generate runs what does not read `{tokens.name}` once "
+                                f"(from {', '.join(encoder.inputs)}; hands each decode step "
+                                f"{', '.join(encoder.values)}), then decodes with the self-attention cache",
+               spans[tokens.name])
+        for name, span in encoder.recomputed:
+            r.note("generate-plan", f"`{name}` reads only the encoder's side but is computed in the decoder's "
+                                    "loop, so each decode step computes it again: compute it in a loop of its "
+                                    "own, before that one, to compute it once per generate", span)
     if plans.caches.caches:
         first = spans[plans.caches.caches[0].input]
-        pre = plans.caches.preallocated
+        pre = plans.caches.preallocated if encoder is None else None  # an encoder-decoder's decode concatenates
+        reason = plans.caches.reason if pre is None and encoder is None else "an encoder-decoder's decode does"
         states = " (its recurrent states updated in place)" if any(c.state for c in plans.caches.caches) else ""
         if pre is not None and pre.size is None:
             r.note("cache-plan", "generate keeps the recurrent states in buffers allocated once per call, each "
@@ -131,7 +134,7 @@ def plan_notes(result: Result) -> list[Diagnostic]:
         else:
             how = ("feeds back the caches each step returns" if any(c.state for c in plans.caches.caches)
                    else "concatenates its caches")
-            r.note("cache-plan", f"generate {how} (no preallocated buffers): {plans.caches.reason}", first)
+            r.note("cache-plan", f"generate {how} (no preallocated buffers): {reason}", first)
     return r.sorted()
 
 

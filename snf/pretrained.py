@@ -23,8 +23,9 @@ from pathlib import Path
 import torch
 
 from . import interop, quantized
+from .checkpoint_files import SAFETENSORS_INDEX, TORCH_INDEX, open_checkpoint
 from .runtime.generate import GenerationConfig
-from .checkpoints import join_parts, source_keys, unmap_tensor
+from .weight_mapping import join_parts, source_keys, unmap_tensor
 from .config_mapping import ConfigEval, config_keys, invert, put, section_keys, show, unknown_keys, written_key
 
 CONFIG_FILE = "config.json"
@@ -213,7 +214,7 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
             model.reset_parameters()  # the buffers the config decides; the checkpoint gives the rest
 
     try:
-        with interop._open_checkpoint(folder) as tensors:
+        with open_checkpoint(folder) as tensors:
             if scheme is not None:
                 tensors = quantized.Dequantized(tensors, scheme, dtype)
             _check_layers(module, config, tensors, str(config_file))
@@ -414,7 +415,7 @@ def config_to_hf(model: torch.nn.Module) -> dict:
     out, or null where the file has it null). A read or an assert that the kept config.json already
     satisfies is left as it is, so a loaded model writes back the file it came from, key for key. Reading the result back must give
     the same Config (checked)."""
-    module = interop._module_of(model)
+    module = interop.module_of(model)
     where = f"save_pretrained({_spec_name(module)})"
     section = _section(module, where)["config"]
     config = model.config
@@ -468,8 +469,8 @@ def _gives(ev: ConfigEval, source, value) -> bool:
 def hf_state_dict(model: torch.nn.Module) -> dict:
     """The model's weights in the `checkpoint hf:` section's names: the inverse of each source
     (`.T` transposes back, the parts of a `split` are concatenated, or interleaved, an `a or b` writes `a`)."""
-    module = interop._module_of(model)
-    params = interop._formats(model)["hf"]["params"]
+    module = interop.module_of(model)
+    params = interop.checkpoint_formats(model)["hf"]["params"]
     layers_of = {name: layers for name, (_, _, layers, _, _) in module.spec_parameters(model.config).items()}
     parts: dict = {}
     out: dict = {}
@@ -579,7 +580,7 @@ def _stale_shards(folder: Path, keep) -> list[Path]:
     """The shard indexes in `folder` and the shard files they list (in the folder), which would
     outlive a new model.safetensors; never one of the files named in `keep` (the save's own)."""
     stale = []
-    for index in (interop._SAFETENSORS_INDEX, interop._TORCH_INDEX):
+    for index in (SAFETENSORS_INDEX, TORCH_INDEX):
         if not (folder / index).is_file():
             continue
         try:

@@ -1,8 +1,9 @@
 """Checkpoints: foreign ones through the mapping a spec declares (`checkpoint FMT:` sections), and
 files in the spec's own names.
 
-The generated module carries `spec_parameters(config)` (spec name -> where it lives: a state-dict
-key, the rows of that tensor, the number of layers, the shape and dtype of its piece) and
+The generated module carries `spec_parameters(config)` (spec name -> where it lives, a
+`_SpecParameter` row: a state-dict key, the shape and dtype of its piece, the rows of that tensor,
+the layer loop and its layers) and
 `CHECKPOINTS` (format -> spec name -> source expression, as plain tuples). This module evaluates
 those expressions against a foreign state dict, checks every shape first, and only then copies. `load_checkpoint` and
 `save_checkpoint` do the same from and to files: safetensors (one file, or a transformers
@@ -20,7 +21,7 @@ import re
 import sys
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -72,20 +73,13 @@ def module_of(model: torch.nn.Module):
     return sys.modules[type(model).__module__]
 
 
-def layer_numbers(layers) -> Sequence:
-    """The layers a spec parameter has, from `spec_parameters`' third entry: a count (every layer of
-    its loop), or the numbers of the layers that have it (a tensor of some layers only,
-    `name[l] : ... if cond else None`); spec_state stacks those layers only, in order."""
-    return range(layers) if isinstance(layers, int) else tuple(layers)
-
-
 def _pieces(model: torch.nn.Module) -> list[tuple[str, int | None, str, tuple | None]]:
     """Every stored piece of every spec parameter: (spec name, layer or None, state-dict key, rows
     of that tensor or None), as the generated module's `spec_parameters` places them."""
     out = []
-    for name, (key, rows, layers, _, _) in module_of(model).spec_parameters(model.config).items():
-        for layer in (layer_numbers(layers) if layers is not None else [None]):
-            out.append((name, layer, key.replace("{l}", str(layer)) if layer is not None else key, rows))
+    for name, p in module_of(model).spec_parameters(model.config).items():
+        for layer in (p.layer_numbers() if p.loop is not None else [None]):
+            out.append((name, layer, p.key.replace("{l}", str(layer)) if layer is not None else p.key, p.rows))
     return out
 
 
@@ -125,8 +119,7 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
         values, unexpected = _checked(fmt, state_dict, shapes, strict, optional=recomputed)
         table = module_of(model).spec_parameters(model.config)
         # the index of a layer's slice: its place among the layers that have the parameter
-        at = {(name, layer): i for name, (_, _, layers, _, _) in table.items() if layers is not None
-              for i, layer in enumerate(layer_numbers(layers))}
+        at = {(name, layer): i for name, p in table.items() for i, layer in enumerate(p.layer_numbers())}
         found = [(key, rows, (lambda sd, name=name: sd[name]) if layer is None else
                   (lambda sd, name=name, i=at[name, layer]: sd[name][i]), name,
                   [(None, name)] if layer is None else [])
@@ -167,11 +160,11 @@ def _spec_shapes(model: torch.nn.Module) -> dict:
     """The shape of each spec parameter as `spec_state` gives it (per-layer ones stacked on axis 0),
     from `spec_parameters`' shapes: nothing is read or stacked."""
     shapes: dict = {}
-    for name, (_, _, layers, shape, _) in module_of(model).spec_parameters(model.config).items():
-        numbers = layer_numbers(layers) if layers is not None else None
-        if shape is None or numbers is not None and not numbers and layers != 0:  # off, or on no layer it has
+    for name, p in module_of(model).spec_parameters(model.config).items():
+        numbers = p.layer_numbers()
+        if p.shape is None or p.loop is not None and not numbers and p.layers != 0:  # off, or on no layer it has
             continue
-        shapes[name] = shape if numbers is None else (len(numbers), *shape)
+        shapes[name] = p.shape if p.loop is None else (len(numbers), *p.shape)
     return shapes
 
 
@@ -362,9 +355,9 @@ def _empty_layers(model: torch.nn.Module, own: dict) -> dict:
     """Per-layer parameters of layer loops that run no layer: [0, ...] tensors of one layer's shape,
     as `spec_parameters` gives it (one of some layers, on none, is absent, as one the config leaves out)."""
     device = next(iter(own.values())).device if own else torch.device("cpu")
-    return {name: torch.empty((0, *shape), dtype=dtype, device=device)
-            for name, (_, _, layers, shape, dtype) in module_of(model).spec_parameters(model.config).items()
-            if layers == 0 and shape is not None}
+    return {name: torch.empty((0, *p.shape), dtype=p.dtype, device=device)
+            for name, p in module_of(model).spec_parameters(model.config).items()
+            if p.layers == 0 and p.shape is not None}
 
 
 # ----------------------------------------------------------------------------- files

@@ -262,13 +262,12 @@ def _allocate(model: torch.nn.Module, dtype: torch.dtype, device: torch.device) 
     symbolic shapes (sympy: half a second of a load)."""
     made: dict = {}  # a tensor two modules hold stays one
     for module in model.modules():
-        for table in (module._parameters, module._buffers):
-            for name, t in table.items():
-                if t is not None and id(t) not in made:
-                    empty = torch.empty(t.shape, dtype=dtype if t.is_floating_point() else t.dtype, device=device)
-                    made[id(t)] = torch.nn.Parameter(empty, t.requires_grad) if table is module._parameters else empty
-                if t is not None:
-                    table[name] = made[id(t)]
+        for name, t in [*module.named_parameters(recurse=False, remove_duplicate=False),
+                        *module.named_buffers(recurse=False, remove_duplicate=False)]:
+            if id(t) not in made:
+                empty = torch.empty(t.shape, dtype=dtype if t.is_floating_point() else t.dtype, device=device)
+                made[id(t)] = torch.nn.Parameter(empty, t.requires_grad) if isinstance(t, torch.nn.Parameter) else empty
+            setattr(module, name, made[id(t)])  # a buffer stays one, persistent or not, as nn.Module sets it
 
 
 def generation_config(folder: Path, hf: dict) -> GenerationConfig:
@@ -390,10 +389,10 @@ def _check_layers(module, config, tensors, where: str) -> None:
     present weight of the loop's last layer suffices.)"""
     params = module.CHECKPOINTS["hf"]["params"]
     loops: dict = {}  # the loop's module list -> (layer count, the keys of its last layer's weights)
-    for name, (key, _, layers, _, _) in module.spec_parameters(config).items():
-        numbers = interop.layer_numbers(layers) if layers is not None and name in params else ()
+    for name, p in module.spec_parameters(config).items():
+        numbers = p.layer_numbers() if name in params else ()
         if numbers:
-            count, keys = loops.setdefault(key.split(".{l}.")[0], (len(numbers), []))
+            count, keys = loops.setdefault(p.loop, (len(numbers), []))
             keys += source_keys(params[name], numbers[-1], config)
     for loop, (count, keys) in loops.items():
         if keys and not any(key in tensors for key in keys):
@@ -471,7 +470,7 @@ def hf_state_dict(model: torch.nn.Module) -> dict:
     (`.T` transposes back, the parts of a `split` are concatenated, or interleaved, an `a or b` writes `a`)."""
     module = interop.module_of(model)
     params = interop.checkpoint_formats(model)["hf"]["params"]
-    layers_of = {name: layers for name, (_, _, layers, _, _) in module.spec_parameters(model.config).items()}
+    table = module.spec_parameters(model.config)
     parts: dict = {}
     out: dict = {}
     config = model.config  # what keys' `{...}` fields read beside the layer and expert numbers
@@ -480,9 +479,9 @@ def hf_state_dict(model: torch.nn.Module) -> dict:
         if name not in params and name in recomputed:
             continue  # the config decides it: no checkpoint holds it
         source = params[name]
-        if layers_of[name] is None:
+        if table[name].loop is None:
             unmap_tensor(source, tensor, None, out, parts, config)
-        for i, layer in enumerate(interop.layer_numbers(layers_of[name]) if layers_of[name] is not None else ()):
+        for i, layer in enumerate(table[name].layer_numbers()):
             unmap_tensor(source, tensor[i], layer, out, parts, config)  # the i-th layer that has it
     for (inner, layer, n, axis, interleaved), pieces in parts.items():
         if len(pieces) != n:

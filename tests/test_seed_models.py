@@ -246,7 +246,7 @@ def test_tiny_transformer_matches_the_equations(cfg):
     out = m(x)
     table = sys.modules[type(m).__module__].spec_parameters(m.config)
     # one layer: a per-layer parameter's only slice
-    params = {k: (v[0] if table[k][2] else v).detach().double().numpy() for k, v in spec_state(m).items()}
+    params = {k: (v[0] if table[k].loop else v).detach().double().numpy() for k, v in spec_state(m).items()}
     logits, y = _tiny_equations(params, x.numpy())
     assert np.abs(out.logits.detach().numpy() - logits).max() <= 1e-5
     assert (out.y.numpy() == y).all()

@@ -95,6 +95,13 @@ def recurrent_kernels() -> dict:
     return ran()
 
 
+def compile_mode() -> str:
+    """How generated modules compile as this process is set: "never", "always" or "auto" (SNF_COMPILE;
+    docs/language.md 10); a ValueError names a setting it does not know. Imports torch."""
+    from .compiling import _compile_mode
+    return _compile_mode()
+
+
 def _require_runtime(abi: int, module: str = "a generated module") -> None:
     """The first call of a generated module: refuse, as it is imported, a runtime other than the
     one it was generated for, rather than fail later on a helper that changed."""

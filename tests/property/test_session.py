@@ -136,7 +136,8 @@ def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypat
     a session, and the random specs' sessions below still do it (all_casts). A spec snf.from_pretrained loads for a transformers family
     runs at that family's test config and then, on the same compiled model, against transformers
     (_against_transformers: the former tests/test_from_pretrained_compiled.py and a compiled test of
-    test_some_layers.py); Mixtral's runs its sparse experts op, as test_moe.py's compiled test did.
+    test_some_layers.py); a row with `sparse_experts` (Mixtral's) runs the sparse experts op, as
+    test_moe.py's compiled test did.
     On CUDA a decode
     step is a CUDA graph (`reduce-overhead`) and a recompile costs more. One test a spec, so that
     test workers share them out."""
@@ -148,9 +149,9 @@ def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypat
         # generate at batch 2 alone, whose decode graphs the comparison's batches of 2 then reuse (a batch
         # size's own graphs are the runtime's, which the other specs' sessions and the random ones vary)
         options = dict(config=config, after=after, batches=(2,))
-    if name == "mixtral":  # the sparse experts op inside the compiled graphs, even at these sizes
-        monkeypatch.setattr(experts, "_MOE_DENSE_MACS", -1)
     row = ROWS[name]
+    if row.sparse_experts:  # the sparse experts op inside the compiled graphs, even at these sizes
+        monkeypatch.setattr(experts, "_MOE_DENSE_MACS", -1)
     out = _session(name, calls=4, whole_training=device == "cuda" or row.whole_training, device=device,
                    all_casts=False, cast_generate_compiled=device == "cuda" or row.cast_generate_compiled, **options)
     assert out.accepted and out.calls >= 4, (name, out)

@@ -80,6 +80,8 @@ ROWS = {
     "nanogpt_model": Row(dict(V=64, P=32, L=2, H=2, D=32), cast_generate_compiled=False),
     "llama3": Row(dict(GQA), hf=dict(DECODER, rope_theta=5000.0), exports=(CACHE,)),
     "mistral": Row(dict(GQA, sliding_window=3), hf=dict(DECODER, sliding_window=5), whole_training=False),
+    # a Llama-style decoder whose MLP is squared ReLU (llama3's and nemotron_h's sessions keep each)
+    "arcee": Row(dict(GQA), hf=dict(DECODER, hidden_act="relu2"), whole_training=False, cast_generate_compiled=False),
     "mixtral": Row(dict(GQA, sliding_window=3, n_expert=4, n_expert_tok=2),
                    hf=dict(DECODER, sliding_window=5, num_local_experts=4, num_experts_per_tok=2), sparse_experts=True),
     "olmoe": Row(dict(GQA, n_expert=4, n_expert_tok=2),

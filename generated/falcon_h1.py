@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_config, _check_index, _check_input, _check_together
 from snf.runtime.writes import _set_layer
@@ -26,6 +26,7 @@ from snf.runtime.attention import _attention
 from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.recurrent import _causal_conv1d, _causal_conv1d_state, _ssd_scan, _ssd_state
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -455,55 +456,73 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'input_norm_weight': ('layers.{l}.input_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.q_dim, cfg.n_embd), torch.float32),
-        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer, (cfg.q_dim,) if cfg.attention_bias else None, torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
-                   torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
-                   torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.q_dim), torch.float32),
-        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.attention_bias else None,
-                   torch.float32),
-        'in_proj_weight': ('layers.{l}.in_proj.weight', None, cfg.n_layer, (cfg.proj_dim, cfg.n_embd), torch.float32),
-        'in_proj_bias': ('layers.{l}.in_proj.bias', None, cfg.n_layer, (cfg.proj_dim,) if cfg.mamba_proj_bias else None,
-                         torch.float32),
-        'conv_weight': ('layers.{l}.conv_weight', None, cfg.n_layer, (cfg.conv_dim, 1, cfg.mamba_d_conv),
-                        torch.float32),
-        'conv_bias': ('layers.{l}.conv_bias', None, cfg.n_layer, (cfg.conv_dim,) if cfg.mamba_conv_bias else None,
-                      torch.float32),
-        'dt_bias': ('layers.{l}.dt_bias', None, cfg.n_layer, (cfg.mamba_n_heads,), torch.float32),
-        'A_log': ('layers.{l}.A_log', None, cfg.n_layer, (cfg.mamba_n_heads,), torch.float32),
-        'D_skip': ('layers.{l}.D_skip', None, cfg.n_layer, (cfg.mamba_n_heads,), torch.float32),
-        'gate_norm_weight': ('layers.{l}.gate_norm_weight', None, cfg.n_layer,
-                             (cfg.mamba_d_ssm,) if cfg.mamba_rms_norm else None, torch.float32),
-        'out_proj_weight': ('layers.{l}.out_proj.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mamba_d_ssm),
-                            torch.float32),
-        'out_proj_bias': ('layers.{l}.out_proj.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.projectors_bias else None,
-                          torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'gate_weight': ('layers.{l}.gate.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'gate_bias': ('layers.{l}.gate.bias', None, cfg.n_layer, (cfg.mlp_hidden,) if cfg.mlp_bias else None,
-                      torch.float32),
-        'up_weight': ('layers.{l}.up.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_bias': ('layers.{l}.up.bias', None, cfg.n_layer, (cfg.mlp_hidden,) if cfg.mlp_bias else None,
-                    torch.float32),
-        'down_weight': ('layers.{l}.down.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'down_bias': ('layers.{l}.down.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.mlp_bias else None,
-                      torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head_weight', None, None,
-                           (cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None, torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'input_norm_weight': _SpecParameter('layers.{l}.input_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                            loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.q_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'q_bias': _SpecParameter('layers.{l}.q.bias', shape=(cfg.q_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_bias': _SpecParameter('layers.{l}.k.bias', shape=(cfg.kv_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_bias': _SpecParameter('layers.{l}.v.bias', shape=(cfg.kv_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_bias': _SpecParameter('layers.{l}.o.bias', shape=(cfg.n_embd,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'in_proj_weight': _SpecParameter('layers.{l}.in_proj.weight', shape=(cfg.proj_dim, cfg.n_embd),
+                                         dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'in_proj_bias': _SpecParameter('layers.{l}.in_proj.bias',
+                                       shape=(cfg.proj_dim,) if cfg.mamba_proj_bias else None, dtype=torch.float32,
+                                       loop='layers', layers=cfg.n_layer),
+        'conv_weight': _SpecParameter('layers.{l}.conv_weight', shape=(cfg.conv_dim, 1, cfg.mamba_d_conv),
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'conv_bias': _SpecParameter('layers.{l}.conv_bias', shape=(cfg.conv_dim,) if cfg.mamba_conv_bias else None,
+                                    dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'dt_bias': _SpecParameter('layers.{l}.dt_bias', shape=(cfg.mamba_n_heads,), dtype=torch.float32, loop='layers',
+                                  layers=cfg.n_layer),
+        'A_log': _SpecParameter('layers.{l}.A_log', shape=(cfg.mamba_n_heads,), dtype=torch.float32, loop='layers',
+                                layers=cfg.n_layer),
+        'D_skip': _SpecParameter('layers.{l}.D_skip', shape=(cfg.mamba_n_heads,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'gate_norm_weight': _SpecParameter('layers.{l}.gate_norm_weight',
+                                           shape=(cfg.mamba_d_ssm,) if cfg.mamba_rms_norm else None,
+                                           dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'out_proj_weight': _SpecParameter('layers.{l}.out_proj.weight', shape=(cfg.n_embd, cfg.mamba_d_ssm),
+                                          dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'out_proj_bias': _SpecParameter('layers.{l}.out_proj.bias',
+                                        shape=(cfg.n_embd,) if cfg.projectors_bias else None, dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'gate_weight': _SpecParameter('layers.{l}.gate.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'gate_bias': _SpecParameter('layers.{l}.gate.bias', shape=(cfg.mlp_hidden,) if cfg.mlp_bias else None,
+                                    dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'up_weight': _SpecParameter('layers.{l}.up.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'up_bias': _SpecParameter('layers.{l}.up.bias', shape=(cfg.mlp_hidden,) if cfg.mlp_bias else None,
+                                  dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'down_weight': _SpecParameter('layers.{l}.down.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'down_bias': _SpecParameter('layers.{l}.down.bias', shape=(cfg.n_embd,) if cfg.mlp_bias else None,
+                                    dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head_weight',
+                                         shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
+                                         dtype=torch.float32),
     }
 
 

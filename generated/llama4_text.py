@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -27,6 +27,7 @@ from snf.runtime.attention import _attention, _chunked_attention
 from snf.runtime.rope import _rope, _scaled_rope
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.experts import _moe_experts
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -471,58 +472,70 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.q_dim, cfg.n_embd), torch.float32),
-        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer, (cfg.q_dim,) if cfg.attention_bias else None, torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
-                   torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
-                   torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.q_dim), torch.float32),
-        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.attention_bias else None,
-                   torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'gate_weight': ('layers.{l}.gate_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step != 0),
-                        (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_weight': ('layers.{l}.up_weight', None, tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step != 0),
-                      (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'down_weight': ('layers.{l}.down_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step != 0),
-                        (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'router_weight': ('layers.{l}.router_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0),
-                          (cfg.n_expert, cfg.n_embd), torch.float32),
-        'expert_gate': ('layers.{l}.expert_gate', None,
-                        tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0),
-                        (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'expert_up': ('layers.{l}.expert_up', None, tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0),
-                      (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'expert_down': ('layers.{l}.expert_down', None,
-                        tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0),
-                        (cfg.n_expert, cfg.n_embd, cfg.expert_hidden), torch.float32),
-        'shared_gate_weight': ('layers.{l}.shared_gate_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0),
-                               (cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'shared_up_weight': ('layers.{l}.shared_up_weight', None,
-                             tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0),
-                             (cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'shared_down_weight': ('layers.{l}.shared_down_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0),
-                               (cfg.n_embd, cfg.expert_hidden), torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head_weight', None, None,
-                           (cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None, torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.q_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'q_bias': _SpecParameter('layers.{l}.q.bias', shape=(cfg.q_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_bias': _SpecParameter('layers.{l}.k.bias', shape=(cfg.kv_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_bias': _SpecParameter('layers.{l}.v.bias', shape=(cfg.kv_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_bias': _SpecParameter('layers.{l}.o.bias', shape=(cfg.n_embd,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'gate_weight': _SpecParameter('layers.{l}.gate_weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step != 0)),
+        'up_weight': _SpecParameter('layers.{l}.up_weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step != 0)),
+        'down_weight': _SpecParameter('layers.{l}.down_weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step != 0)),
+        'router_weight': _SpecParameter('layers.{l}.router_weight', shape=(cfg.n_expert, cfg.n_embd),
+                                        dtype=torch.float32, loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0)),
+        'expert_gate': _SpecParameter('layers.{l}.expert_gate', shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0)),
+        'expert_up': _SpecParameter('layers.{l}.expert_up', shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd),
+                                    dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0)),
+        'expert_down': _SpecParameter('layers.{l}.expert_down', shape=(cfg.n_expert, cfg.n_embd, cfg.expert_hidden),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0)),
+        'shared_gate_weight': _SpecParameter('layers.{l}.shared_gate_weight', shape=(cfg.expert_hidden, cfg.n_embd),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                          % cfg.moe_step == 0)),
+        'shared_up_weight': _SpecParameter('layers.{l}.shared_up_weight', shape=(cfg.expert_hidden, cfg.n_embd),
+                                           dtype=torch.float32, loop='layers',
+                                           layers=tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0)),
+        'shared_down_weight': _SpecParameter('layers.{l}.shared_down_weight', shape=(cfg.n_embd, cfg.expert_hidden),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                          % cfg.moe_step == 0)),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head_weight',
+                                         shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
+                                         dtype=torch.float32),
     }
 
 

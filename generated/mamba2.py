@@ -18,12 +18,13 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_cache, _check_config, _check_decode, _check_index, _check_input, _check_together
 from snf.runtime.writes import _DecodeState, _set_layer
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.recurrent import _causal_conv1d, _causal_conv1d_state, _ssd_scan, _ssd_state
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -324,31 +325,40 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'mixer_norm_weight': ('layers.{l}.mixer_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'in_proj_weight': ('layers.{l}.in_proj.weight', None, cfg.n_layer, (cfg.proj_dim, cfg.n_embd), torch.float32),
-        'in_proj_bias': ('layers.{l}.in_proj.bias', None, cfg.n_layer, (cfg.proj_dim,) if cfg.use_bias else None,
-                         torch.float32),
-        'conv_weight': ('layers.{l}.conv_weight', None, cfg.n_layer, (cfg.conv_dim, 1, cfg.conv_kernel), torch.float32),
-        'conv_bias': ('layers.{l}.conv_bias', None, cfg.n_layer, (cfg.conv_dim,) if cfg.use_conv_bias else None,
-                      torch.float32),
-        'dt_bias': ('layers.{l}.dt_bias', None, cfg.n_layer, (cfg.n_head,), torch.float32),
-        'A_log': ('layers.{l}.A_log', None, cfg.n_layer, (cfg.n_head,), torch.float32),
-        'D_skip': ('layers.{l}.D_skip', None, cfg.n_layer, (cfg.n_head,), torch.float32),
-        'gate_norm_weight': ('layers.{l}.gate_norm_weight', None, cfg.n_layer, (cfg.d_inner,), torch.float32),
-        'out_proj_weight': ('layers.{l}.out_proj.weight', None, cfg.n_layer, (cfg.n_embd, cfg.d_inner), torch.float32),
-        'out_proj_bias': ('layers.{l}.out_proj.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.use_bias else None,
-                          torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head_weight', None, None,
-                           (cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None, torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'mixer_norm_weight': _SpecParameter('layers.{l}.mixer_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                            loop='layers', layers=cfg.n_layer),
+        'in_proj_weight': _SpecParameter('layers.{l}.in_proj.weight', shape=(cfg.proj_dim, cfg.n_embd),
+                                         dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'in_proj_bias': _SpecParameter('layers.{l}.in_proj.bias', shape=(cfg.proj_dim,) if cfg.use_bias else None,
+                                       dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'conv_weight': _SpecParameter('layers.{l}.conv_weight', shape=(cfg.conv_dim, 1, cfg.conv_kernel),
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'conv_bias': _SpecParameter('layers.{l}.conv_bias', shape=(cfg.conv_dim,) if cfg.use_conv_bias else None,
+                                    dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'dt_bias': _SpecParameter('layers.{l}.dt_bias', shape=(cfg.n_head,), dtype=torch.float32, loop='layers',
+                                  layers=cfg.n_layer),
+        'A_log': _SpecParameter('layers.{l}.A_log', shape=(cfg.n_head,), dtype=torch.float32, loop='layers',
+                                layers=cfg.n_layer),
+        'D_skip': _SpecParameter('layers.{l}.D_skip', shape=(cfg.n_head,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'gate_norm_weight': _SpecParameter('layers.{l}.gate_norm_weight', shape=(cfg.d_inner,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'out_proj_weight': _SpecParameter('layers.{l}.out_proj.weight', shape=(cfg.n_embd, cfg.d_inner),
+                                          dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'out_proj_bias': _SpecParameter('layers.{l}.out_proj.bias', shape=(cfg.n_embd,) if cfg.use_bias else None,
+                                        dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head_weight',
+                                         shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
+                                         dtype=torch.float32),
     }
 
 

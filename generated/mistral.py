@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -26,6 +26,7 @@ from snf.runtime.writes import _DecodeState, _cache_cat
 from snf.runtime.attention import _attention
 from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -292,28 +293,37 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.qkv.weight', (0, cfg.n_embd), cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'k_weight': ('layers.{l}.qkv.weight', (cfg.n_embd, cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer,
-                     (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_weight': ('layers.{l}.qkv.weight',
-                     (cfg.n_kv_head*cfg.head_dim + cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer,
-                     (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'gate_weight': ('layers.{l}.gate.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_weight': ('layers.{l}.up.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'down_weight': ('layers.{l}.down.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.qkv.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                   rows=(0, cfg.n_embd), loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.qkv.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   rows=(cfg.n_embd, cfg.n_kv_head*cfg.head_dim + cfg.n_embd), loop='layers',
+                                   layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.qkv.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   rows=(cfg.n_kv_head*cfg.head_dim + cfg.n_embd,
+                                         2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd),
+                                   loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'gate_weight': _SpecParameter('layers.{l}.gate.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'up_weight': _SpecParameter('layers.{l}.up.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'down_weight': _SpecParameter('layers.{l}.down.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight', shape=(cfg.vocab_size, cfg.n_embd), dtype=torch.float32),
     }
 
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -27,6 +27,7 @@ from snf.runtime.writes import _DecodeState, _cache_cat, _narrow
 from snf.runtime.attention import _attention
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.loss import _cross_entropy, _linear_cross_entropy
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -321,42 +322,54 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'position_embedding': ('position_embedding', None, None, (cfg.block_size, cfg.n_embd), torch.float32),
-        'ln1_weight': ('layers.{l}.ln1.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ln1_bias': ('layers.{l}.ln1.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.bias else None, torch.float32),
-        'attn_q_weight': ('layers.{l}.attn_qkv.weight', (0, cfg.n_embd), cfg.n_layer, (cfg.n_embd, cfg.n_embd),
-                          torch.float32),
-        'attn_q_bias': ('layers.{l}.attn_qkv.bias', (0, cfg.n_embd), cfg.n_layer, (cfg.n_embd,) if cfg.bias else None,
-                        torch.float32),
-        'attn_k_weight': ('layers.{l}.attn_qkv.weight', (cfg.n_embd, 2*cfg.n_embd), cfg.n_layer,
-                          (cfg.n_embd, cfg.n_embd), torch.float32),
-        'attn_k_bias': ('layers.{l}.attn_qkv.bias', (cfg.n_embd, 2*cfg.n_embd), cfg.n_layer,
-                        (cfg.n_embd,) if cfg.bias else None, torch.float32),
-        'attn_v_weight': ('layers.{l}.attn_qkv.weight', (2*cfg.n_embd, 3*cfg.n_embd), cfg.n_layer,
-                          (cfg.n_embd, cfg.n_embd), torch.float32),
-        'attn_v_bias': ('layers.{l}.attn_qkv.bias', (2*cfg.n_embd, 3*cfg.n_embd), cfg.n_layer,
-                        (cfg.n_embd,) if cfg.bias else None, torch.float32),
-        'attn_proj_weight': ('layers.{l}.attn_proj.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'attn_proj_bias': ('layers.{l}.attn_proj.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.bias else None,
-                           torch.float32),
-        'ln2_weight': ('layers.{l}.ln2.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ln2_bias': ('layers.{l}.ln2.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.bias else None, torch.float32),
-        'mlp_fc_weight': ('layers.{l}.mlp_fc.weight', None, cfg.n_layer, (4*cfg.n_embd, cfg.n_embd), torch.float32),
-        'mlp_fc_bias': ('layers.{l}.mlp_fc.bias', None, cfg.n_layer, (4*cfg.n_embd,) if cfg.bias else None,
-                        torch.float32),
-        'mlp_proj_weight': ('layers.{l}.mlp_proj.weight', None, cfg.n_layer, (cfg.n_embd, 4*cfg.n_embd), torch.float32),
-        'mlp_proj_bias': ('layers.{l}.mlp_proj.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.bias else None,
-                          torch.float32),
-        'ln_f_weight': ('ln_f.weight', None, None, (cfg.n_embd,), torch.float32),
-        'ln_f_bias': ('ln_f.bias', None, None, (cfg.n_embd,) if cfg.bias else None, torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'position_embedding': _SpecParameter('position_embedding', shape=(cfg.block_size, cfg.n_embd),
+                                             dtype=torch.float32),
+        'ln1_weight': _SpecParameter('layers.{l}.ln1.weight', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                     layers=cfg.n_layer),
+        'ln1_bias': _SpecParameter('layers.{l}.ln1.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                   dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'attn_q_weight': _SpecParameter('layers.{l}.attn_qkv.weight', shape=(cfg.n_embd, cfg.n_embd),
+                                        dtype=torch.float32, rows=(0, cfg.n_embd), loop='layers', layers=cfg.n_layer),
+        'attn_q_bias': _SpecParameter('layers.{l}.attn_qkv.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                      dtype=torch.float32, rows=(0, cfg.n_embd), loop='layers', layers=cfg.n_layer),
+        'attn_k_weight': _SpecParameter('layers.{l}.attn_qkv.weight', shape=(cfg.n_embd, cfg.n_embd),
+                                        dtype=torch.float32, rows=(cfg.n_embd, 2*cfg.n_embd), loop='layers',
+                                        layers=cfg.n_layer),
+        'attn_k_bias': _SpecParameter('layers.{l}.attn_qkv.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                      dtype=torch.float32, rows=(cfg.n_embd, 2*cfg.n_embd), loop='layers',
+                                      layers=cfg.n_layer),
+        'attn_v_weight': _SpecParameter('layers.{l}.attn_qkv.weight', shape=(cfg.n_embd, cfg.n_embd),
+                                        dtype=torch.float32, rows=(2*cfg.n_embd, 3*cfg.n_embd), loop='layers',
+                                        layers=cfg.n_layer),
+        'attn_v_bias': _SpecParameter('layers.{l}.attn_qkv.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                      dtype=torch.float32, rows=(2*cfg.n_embd, 3*cfg.n_embd), loop='layers',
+                                      layers=cfg.n_layer),
+        'attn_proj_weight': _SpecParameter('layers.{l}.attn_proj.weight', shape=(cfg.n_embd, cfg.n_embd),
+                                           dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'attn_proj_bias': _SpecParameter('layers.{l}.attn_proj.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                         dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'ln2_weight': _SpecParameter('layers.{l}.ln2.weight', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                     layers=cfg.n_layer),
+        'ln2_bias': _SpecParameter('layers.{l}.ln2.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                   dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'mlp_fc_weight': _SpecParameter('layers.{l}.mlp_fc.weight', shape=(4*cfg.n_embd, cfg.n_embd),
+                                        dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'mlp_fc_bias': _SpecParameter('layers.{l}.mlp_fc.bias', shape=(4*cfg.n_embd,) if cfg.bias else None,
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'mlp_proj_weight': _SpecParameter('layers.{l}.mlp_proj.weight', shape=(cfg.n_embd, 4*cfg.n_embd),
+                                          dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'mlp_proj_bias': _SpecParameter('layers.{l}.mlp_proj.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                        dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'ln_f_weight': _SpecParameter('ln_f.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'ln_f_bias': _SpecParameter('ln_f.bias', shape=(cfg.n_embd,) if cfg.bias else None, dtype=torch.float32),
     }
 
 

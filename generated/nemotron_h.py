@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -27,6 +27,7 @@ from snf.runtime.attention import _attention
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.experts import _moe_experts
 from snf.runtime.recurrent import _causal_conv1d, _causal_conv1d_state, _ssd_scan, _ssd_state
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -658,119 +659,137 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'norm_weight_l': ('layers.{l}.norm_weight_l', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'in_proj_weight': ('layers.{l}.in_proj_weight', None,
-                           tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                           (cfg.proj_dim, cfg.n_embd), torch.float32),
-        'in_proj_bias': ('layers.{l}.in_proj_bias', None,
-                         tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'
-                               and cfg.use_bias),
-                         (cfg.proj_dim,), torch.float32),
-        'conv_weight': ('layers.{l}.conv_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                        (cfg.conv_dim, 1, cfg.conv_kernel), torch.float32),
-        'conv_bias': ('layers.{l}.conv_bias', None,
-                      tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'
-                            and cfg.use_conv_bias),
-                      (cfg.conv_dim,), torch.float32),
-        'dt_bias': ('layers.{l}.dt_bias', None,
-                    tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'), (cfg.ssm_n_head,),
-                    torch.float32),
-        'A_log': ('layers.{l}.A_log', None,
-                  tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'), (cfg.ssm_n_head,),
-                  torch.float32),
-        'D_skip': ('layers.{l}.D_skip', None,
-                   tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'), (cfg.ssm_n_head,),
-                   torch.float32),
-        'gate_norm_weight': ('layers.{l}.gate_norm_weight', None,
-                             tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                             (cfg.d_inner,), torch.float32),
-        'out_proj_weight': ('layers.{l}.out_proj_weight', None,
-                            tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                            (cfg.n_embd, cfg.d_inner), torch.float32),
-        'out_proj_bias': ('layers.{l}.out_proj_bias', None,
-                          tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'
-                                and cfg.use_bias),
-                          (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'),
-                     (cfg.q_dim, cfg.n_embd), torch.float32),
-        'k_weight': ('layers.{l}.k_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'),
-                     (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_weight': ('layers.{l}.v_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'),
-                     (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'o_weight': ('layers.{l}.o_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'),
-                     (cfg.n_embd, cfg.q_dim), torch.float32),
-        'up_weight': ('layers.{l}.up_weight', None, tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'mlp'),
-                      (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_bias': ('layers.{l}.up_bias', None,
-                    tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'mlp' and cfg.mlp_bias),
-                    (cfg.mlp_hidden,), torch.float32),
-        'down_weight': ('layers.{l}.down_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'mlp'),
-                        (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'down_bias': ('layers.{l}.down_bias', None,
-                      tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'mlp' and cfg.mlp_bias),
-                      (cfg.n_embd,), torch.float32),
-        'router_weight': ('layers.{l}.router_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'),
-                          (cfg.n_expert, cfg.n_embd), torch.float32),
-        'router_bias': ('layers.{l}.router_bias', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'), (cfg.n_expert,),
-                        torch.float32),
-        'expert_up': ('layers.{l}.expert_up', None,
-                      tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.moe_latent == 0),
-                      (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'expert_down': ('layers.{l}.expert_down', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.moe_latent == 0),
-                        (cfg.n_expert, cfg.n_embd, cfg.expert_hidden), torch.float32),
-        'latent_up': ('layers.{l}.latent_up', None,
-                      tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.moe_latent > 0),
-                      (cfg.n_expert, cfg.expert_hidden, cfg.moe_latent), torch.float32),
-        'latent_down': ('layers.{l}.latent_down', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.moe_latent > 0),
-                        (cfg.n_expert, cfg.moe_latent, cfg.expert_hidden), torch.float32),
-        'latent_in_weight': ('layers.{l}.latent_in_weight', None,
-                             tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.moe_latent > 0),
-                             (cfg.moe_latent, cfg.n_embd), torch.float32),
-        'latent_in_bias': ('layers.{l}.latent_in_bias', None,
-                           tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.moe_latent > 0
-                                 and cfg.mlp_bias),
-                           (cfg.moe_latent,), torch.float32),
-        'latent_out_weight': ('layers.{l}.latent_out_weight', None,
-                              tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
-                                    and cfg.moe_latent > 0),
-                              (cfg.n_embd, cfg.moe_latent), torch.float32),
-        'latent_out_bias': ('layers.{l}.latent_out_bias', None,
-                            tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.moe_latent > 0
-                                  and cfg.mlp_bias),
-                            (cfg.n_embd,), torch.float32),
-        'shared_up_weight': ('layers.{l}.shared_up_weight', None,
-                             tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'),
-                             (cfg.shared_hidden, cfg.n_embd), torch.float32),
-        'shared_up_bias': ('layers.{l}.shared_up_bias', None,
-                           tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.mlp_bias),
-                           (cfg.shared_hidden,), torch.float32),
-        'shared_down_weight': ('layers.{l}.shared_down_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'),
-                               (cfg.n_embd, cfg.shared_hidden), torch.float32),
-        'shared_down_bias': ('layers.{l}.shared_down_bias', None,
-                             tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.mlp_bias),
-                             (cfg.n_embd,), torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head_weight', None, None,
-                           (cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None, torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'norm_weight_l': _SpecParameter('layers.{l}.norm_weight_l', shape=(cfg.n_embd,), dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'in_proj_weight': _SpecParameter('layers.{l}.in_proj_weight', shape=(cfg.proj_dim, cfg.n_embd),
+                                         dtype=torch.float32, loop='layers',
+                                         layers=tuple(l for l in range(cfg.n_layer)
+                                                      if cfg.layer_types[l] == 'linear_attention')),
+        'in_proj_bias': _SpecParameter('layers.{l}.in_proj_bias', shape=(cfg.proj_dim,), dtype=torch.float32,
+                                       loop='layers',
+                                       layers=tuple(l for l in range(cfg.n_layer)
+                                                    if cfg.layer_types[l] == 'linear_attention' and cfg.use_bias)),
+        'conv_weight': _SpecParameter('layers.{l}.conv_weight', shape=(cfg.conv_dim, 1, cfg.conv_kernel),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer)
+                                                   if cfg.layer_types[l] == 'linear_attention')),
+        'conv_bias': _SpecParameter('layers.{l}.conv_bias', shape=(cfg.conv_dim,), dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer)
+                                                 if cfg.layer_types[l] == 'linear_attention' and cfg.use_conv_bias)),
+        'dt_bias': _SpecParameter('layers.{l}.dt_bias', shape=(cfg.ssm_n_head,), dtype=torch.float32, loop='layers',
+                                  layers=tuple(l for l in range(cfg.n_layer)
+                                               if cfg.layer_types[l] == 'linear_attention')),
+        'A_log': _SpecParameter('layers.{l}.A_log', shape=(cfg.ssm_n_head,), dtype=torch.float32, loop='layers',
+                                layers=tuple(l for l in range(cfg.n_layer)
+                                             if cfg.layer_types[l] == 'linear_attention')),
+        'D_skip': _SpecParameter('layers.{l}.D_skip', shape=(cfg.ssm_n_head,), dtype=torch.float32, loop='layers',
+                                 layers=tuple(l for l in range(cfg.n_layer)
+                                              if cfg.layer_types[l] == 'linear_attention')),
+        'gate_norm_weight': _SpecParameter('layers.{l}.gate_norm_weight', shape=(cfg.d_inner,), dtype=torch.float32,
+                                           loop='layers',
+                                           layers=tuple(l for l in range(cfg.n_layer)
+                                                        if cfg.layer_types[l] == 'linear_attention')),
+        'out_proj_weight': _SpecParameter('layers.{l}.out_proj_weight', shape=(cfg.n_embd, cfg.d_inner),
+                                          dtype=torch.float32, loop='layers',
+                                          layers=tuple(l for l in range(cfg.n_layer)
+                                                       if cfg.layer_types[l] == 'linear_attention')),
+        'out_proj_bias': _SpecParameter('layers.{l}.out_proj_bias', shape=(cfg.n_embd,), dtype=torch.float32,
+                                        loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer)
+                                                     if cfg.layer_types[l] == 'linear_attention' and cfg.use_bias)),
+        'q_weight': _SpecParameter('layers.{l}.q_weight', shape=(cfg.q_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer)
+                                                if cfg.layer_types[l] == 'full_attention')),
+        'k_weight': _SpecParameter('layers.{l}.k_weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer)
+                                                if cfg.layer_types[l] == 'full_attention')),
+        'v_weight': _SpecParameter('layers.{l}.v_weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer)
+                                                if cfg.layer_types[l] == 'full_attention')),
+        'o_weight': _SpecParameter('layers.{l}.o_weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer)
+                                                if cfg.layer_types[l] == 'full_attention')),
+        'up_weight': _SpecParameter('layers.{l}.up_weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'mlp')),
+        'up_bias': _SpecParameter('layers.{l}.up_bias', shape=(cfg.mlp_hidden,), dtype=torch.float32, loop='layers',
+                                  layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'mlp'
+                                               and cfg.mlp_bias)),
+        'down_weight': _SpecParameter('layers.{l}.down_weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'mlp')),
+        'down_bias': _SpecParameter('layers.{l}.down_bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'mlp'
+                                                 and cfg.mlp_bias)),
+        'router_weight': _SpecParameter('layers.{l}.router_weight', shape=(cfg.n_expert, cfg.n_embd),
+                                        dtype=torch.float32, loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe')),
+        'router_bias': _SpecParameter('layers.{l}.router_bias', shape=(cfg.n_expert,), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe')),
+        'expert_up': _SpecParameter('layers.{l}.expert_up', shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd),
+                                    dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                 and cfg.moe_latent == 0)),
+        'expert_down': _SpecParameter('layers.{l}.expert_down', shape=(cfg.n_expert, cfg.n_embd, cfg.expert_hidden),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                   and cfg.moe_latent == 0)),
+        'latent_up': _SpecParameter('layers.{l}.latent_up', shape=(cfg.n_expert, cfg.expert_hidden, cfg.moe_latent),
+                                    dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                 and cfg.moe_latent > 0)),
+        'latent_down': _SpecParameter('layers.{l}.latent_down', shape=(cfg.n_expert, cfg.moe_latent, cfg.expert_hidden),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                   and cfg.moe_latent > 0)),
+        'latent_in_weight': _SpecParameter('layers.{l}.latent_in_weight', shape=(cfg.moe_latent, cfg.n_embd),
+                                           dtype=torch.float32, loop='layers',
+                                           layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                        and cfg.moe_latent > 0)),
+        'latent_in_bias': _SpecParameter('layers.{l}.latent_in_bias', shape=(cfg.moe_latent,), dtype=torch.float32,
+                                         loop='layers',
+                                         layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                      and cfg.moe_latent > 0 and cfg.mlp_bias)),
+        'latent_out_weight': _SpecParameter('layers.{l}.latent_out_weight', shape=(cfg.n_embd, cfg.moe_latent),
+                                            dtype=torch.float32, loop='layers',
+                                            layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                         and cfg.moe_latent > 0)),
+        'latent_out_bias': _SpecParameter('layers.{l}.latent_out_bias', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers',
+                                          layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                       and cfg.moe_latent > 0 and cfg.mlp_bias)),
+        'shared_up_weight': _SpecParameter('layers.{l}.shared_up_weight', shape=(cfg.shared_hidden, cfg.n_embd),
+                                           dtype=torch.float32, loop='layers',
+                                           layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe')),
+        'shared_up_bias': _SpecParameter('layers.{l}.shared_up_bias', shape=(cfg.shared_hidden,), dtype=torch.float32,
+                                         loop='layers',
+                                         layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                      and cfg.mlp_bias)),
+        'shared_down_weight': _SpecParameter('layers.{l}.shared_down_weight', shape=(cfg.n_embd, cfg.shared_hidden),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer)
+                                                          if cfg.layer_types[l] == 'moe')),
+        'shared_down_bias': _SpecParameter('layers.{l}.shared_down_bias', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers',
+                                           layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                        and cfg.mlp_bias)),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head_weight',
+                                         shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
+                                         dtype=torch.float32),
     }
 
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -28,6 +28,7 @@ from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.experts import _moe_experts
 from snf.runtime.recurrent import _causal_conv1d, _causal_conv1d_state, _gated_delta_rule, _gated_delta_state
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -623,103 +624,119 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm_weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm_weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
-                     (2*cfg.head_dim*cfg.n_head, cfg.n_embd), torch.float32),
-        'k_weight': ('layers.{l}.k_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
-                     (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_weight': ('layers.{l}.v_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
-                     (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'o_weight': ('layers.{l}.o_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
-                     (cfg.n_embd, cfg.q_dim), torch.float32),
-        'q_norm_weight': ('layers.{l}.q_norm_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
-                          (cfg.head_dim,), torch.float32),
-        'k_norm_weight': ('layers.{l}.k_norm_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
-                          (cfg.head_dim,), torch.float32),
-        'qkvz_weight': ('layers.{l}.qkvz_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
-                        (2*cfg.lin_n_key_head*cfg.lin_value_dim*cfg.R + 2*cfg.lin_key_dim*cfg.lin_n_key_head,
-                         cfg.n_embd),
-                        torch.float32),
-        'ba_weight': ('layers.{l}.ba_weight', None,
-                      tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
-                      (2*cfg.lin_n_value_head, cfg.n_embd), torch.float32),
-        'conv_weight': ('layers.{l}.conv_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
-                        (cfg.conv_dim, 1, cfg.conv_kernel), torch.float32),
-        'dt_bias': ('layers.{l}.dt_bias', None,
-                    tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
-                    (cfg.lin_n_value_head,), torch.float32),
-        'A_log': ('layers.{l}.A_log', None,
-                  tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
-                  (cfg.lin_n_value_head,), torch.float32),
-        'gated_norm_weight': ('layers.{l}.gated_norm_weight', None,
-                              tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
-                              (cfg.lin_value_dim,), torch.float32),
-        'lin_out_weight': ('layers.{l}.lin_out_weight', None,
-                           tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
-                           (cfg.n_embd, cfg.value_dim), torch.float32),
-        'gate_weight': ('layers.{l}.gate_weight', None,
-                        tuple(l for l in range(cfg.n_layer)
-                              if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
-                        (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_weight': ('layers.{l}.up_weight', None,
-                      tuple(l for l in range(cfg.n_layer)
-                            if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
-                      (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'down_weight': ('layers.{l}.down_weight', None,
-                        tuple(l for l in range(cfg.n_layer)
-                              if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
-                        (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'router_weight': ('layers.{l}.router_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                % cfg.sparse_step == 0),
-                          (cfg.n_expert, cfg.n_embd), torch.float32),
-        'expert_gate': ('layers.{l}.expert_gate', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                              % cfg.sparse_step == 0),
-                        (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'expert_up': ('layers.{l}.expert_up', None,
-                      tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                            % cfg.sparse_step == 0),
-                      (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'expert_down': ('layers.{l}.expert_down', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                              % cfg.sparse_step == 0),
-                        (cfg.n_expert, cfg.n_embd, cfg.expert_hidden), torch.float32),
-        'shared_gate_weight': ('layers.{l}.shared_gate_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                     % cfg.sparse_step == 0),
-                               (cfg.shared_hidden, cfg.n_embd), torch.float32),
-        'shared_up_weight': ('layers.{l}.shared_up_weight', None,
-                             tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                   % cfg.sparse_step == 0),
-                             (cfg.shared_hidden, cfg.n_embd), torch.float32),
-        'shared_down_weight': ('layers.{l}.shared_down_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                     % cfg.sparse_step == 0),
-                               (cfg.n_embd, cfg.shared_hidden), torch.float32),
-        'shared_expert_gate': ('layers.{l}.shared_expert_gate', None,
-                               tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                     % cfg.sparse_step == 0),
-                               (1, cfg.n_embd), torch.float32),
-        'norm_weight': ('norm_weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm_weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm_weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q_weight', shape=(2*cfg.head_dim*cfg.n_head, cfg.n_embd),
+                                   dtype=torch.float32, loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                % cfg.full_attention_interval == 0)),
+        'k_weight': _SpecParameter('layers.{l}.k_weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                % cfg.full_attention_interval == 0)),
+        'v_weight': _SpecParameter('layers.{l}.v_weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                % cfg.full_attention_interval == 0)),
+        'o_weight': _SpecParameter('layers.{l}.o_weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                % cfg.full_attention_interval == 0)),
+        'q_norm_weight': _SpecParameter('layers.{l}.q_norm_weight', shape=(cfg.head_dim,), dtype=torch.float32,
+                                        loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                     % cfg.full_attention_interval == 0)),
+        'k_norm_weight': _SpecParameter('layers.{l}.k_norm_weight', shape=(cfg.head_dim,), dtype=torch.float32,
+                                        loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                     % cfg.full_attention_interval == 0)),
+        'qkvz_weight': _SpecParameter('layers.{l}.qkvz_weight',
+                                      shape=(2*cfg.lin_n_key_head*cfg.lin_value_dim*cfg.R + 2*cfg.lin_key_dim*cfg.lin_n_key_head,
+                                             cfg.n_embd),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                   % cfg.full_attention_interval != 0)),
+        'ba_weight': _SpecParameter('layers.{l}.ba_weight', shape=(2*cfg.lin_n_value_head, cfg.n_embd),
+                                    dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                 % cfg.full_attention_interval != 0)),
+        'conv_weight': _SpecParameter('layers.{l}.conv_weight', shape=(cfg.conv_dim, 1, cfg.conv_kernel),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                   % cfg.full_attention_interval != 0)),
+        'dt_bias': _SpecParameter('layers.{l}.dt_bias', shape=(cfg.lin_n_value_head,), dtype=torch.float32,
+                                  loop='layers',
+                                  layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                               % cfg.full_attention_interval != 0)),
+        'A_log': _SpecParameter('layers.{l}.A_log', shape=(cfg.lin_n_value_head,), dtype=torch.float32, loop='layers',
+                                layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                             % cfg.full_attention_interval != 0)),
+        'gated_norm_weight': _SpecParameter('layers.{l}.gated_norm_weight', shape=(cfg.lin_value_dim,),
+                                            dtype=torch.float32, loop='layers',
+                                            layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                         % cfg.full_attention_interval != 0)),
+        'lin_out_weight': _SpecParameter('layers.{l}.lin_out_weight', shape=(cfg.n_embd, cfg.value_dim),
+                                         dtype=torch.float32, loop='layers',
+                                         layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                      % cfg.full_attention_interval != 0)),
+        'gate_weight': _SpecParameter('layers.{l}.gate_weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer)
+                                                   if not (cfg.dense_layers[l] == 0 and (l + 1)
+                                                           % cfg.sparse_step == 0))),
+        'up_weight': _SpecParameter('layers.{l}.up_weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer)
+                                                 if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0))),
+        'down_weight': _SpecParameter('layers.{l}.down_weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer)
+                                                   if not (cfg.dense_layers[l] == 0 and (l + 1)
+                                                           % cfg.sparse_step == 0))),
+        'router_weight': _SpecParameter('layers.{l}.router_weight', shape=(cfg.n_expert, cfg.n_embd),
+                                        dtype=torch.float32, loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0
+                                                     and (l + 1) % cfg.sparse_step == 0)),
+        'expert_gate': _SpecParameter('layers.{l}.expert_gate', shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
+                                                   % cfg.sparse_step == 0)),
+        'expert_up': _SpecParameter('layers.{l}.expert_up', shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd),
+                                    dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
+                                                 % cfg.sparse_step == 0)),
+        'expert_down': _SpecParameter('layers.{l}.expert_down', shape=(cfg.n_expert, cfg.n_embd, cfg.expert_hidden),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
+                                                   % cfg.sparse_step == 0)),
+        'shared_gate_weight': _SpecParameter('layers.{l}.shared_gate_weight', shape=(cfg.shared_hidden, cfg.n_embd),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0
+                                                          and (l + 1) % cfg.sparse_step == 0)),
+        'shared_up_weight': _SpecParameter('layers.{l}.shared_up_weight', shape=(cfg.shared_hidden, cfg.n_embd),
+                                           dtype=torch.float32, loop='layers',
+                                           layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0
+                                                        and (l + 1) % cfg.sparse_step == 0)),
+        'shared_down_weight': _SpecParameter('layers.{l}.shared_down_weight', shape=(cfg.n_embd, cfg.shared_hidden),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0
+                                                          and (l + 1) % cfg.sparse_step == 0)),
+        'shared_expert_gate': _SpecParameter('layers.{l}.shared_expert_gate', shape=(1, cfg.n_embd),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0
+                                                          and (l + 1) % cfg.sparse_step == 0)),
+        'norm_weight': _SpecParameter('norm_weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight', shape=(cfg.vocab_size, cfg.n_embd), dtype=torch.float32),
     }
 
 

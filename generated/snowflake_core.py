@@ -19,11 +19,12 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_config, _check_dims, _check_index, _check_input
 from snf.runtime.attention import _attention
 from snf.runtime.rope import _sinusoidal
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -211,30 +212,42 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'ln1_weight': ('layers.{l}.ln1.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ln1_bias': ('layers.{l}.ln1.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'qkv_weight': ('layers.{l}.qkv.weight', None, cfg.n_layer, (3*cfg.n_embd, cfg.n_embd), torch.float32),
-        'qkv_bias': ('layers.{l}.qkv.bias', None, cfg.n_layer, (3*cfg.n_embd,), torch.float32),
-        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'wo_bias': ('layers.{l}.wo.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ln2_weight': ('layers.{l}.ln2.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ln2_bias': ('layers.{l}.ln2.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ff1_weight': ('layers.{l}.ff1.weight', None, cfg.n_layer, (cfg.d_ff, cfg.n_embd), torch.float32),
-        'ff1_bias': ('layers.{l}.ff1.bias', None, cfg.n_layer, (cfg.d_ff,), torch.float32),
-        'ff2_weight': ('layers.{l}.ff2.weight', None, cfg.n_layer, (cfg.n_embd, cfg.d_ff), torch.float32),
-        'ff2_bias': ('layers.{l}.ff2.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ln_f_weight': ('ln_f.weight', None, None, (cfg.n_embd,), torch.float32),
-        'ln_f_bias': ('ln_f.bias', None, None, (cfg.n_embd,), torch.float32),
-        'out_bias': ('out_bias', None, None, (cfg.vocab_size,), torch.float32),
-        'position_table': ('position_table', None, None, (1, cfg.block_size, cfg.n_embd), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'ln1_weight': _SpecParameter('layers.{l}.ln1.weight', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                     layers=cfg.n_layer),
+        'ln1_bias': _SpecParameter('layers.{l}.ln1.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                   layers=cfg.n_layer),
+        'qkv_weight': _SpecParameter('layers.{l}.qkv.weight', shape=(3*cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                     loop='layers', layers=cfg.n_layer),
+        'qkv_bias': _SpecParameter('layers.{l}.qkv.bias', shape=(3*cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                   layers=cfg.n_layer),
+        'wo_weight': _SpecParameter('layers.{l}.wo.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'wo_bias': _SpecParameter('layers.{l}.wo.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                  layers=cfg.n_layer),
+        'ln2_weight': _SpecParameter('layers.{l}.ln2.weight', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                     layers=cfg.n_layer),
+        'ln2_bias': _SpecParameter('layers.{l}.ln2.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                   layers=cfg.n_layer),
+        'ff1_weight': _SpecParameter('layers.{l}.ff1.weight', shape=(cfg.d_ff, cfg.n_embd), dtype=torch.float32,
+                                     loop='layers', layers=cfg.n_layer),
+        'ff1_bias': _SpecParameter('layers.{l}.ff1.bias', shape=(cfg.d_ff,), dtype=torch.float32, loop='layers',
+                                   layers=cfg.n_layer),
+        'ff2_weight': _SpecParameter('layers.{l}.ff2.weight', shape=(cfg.n_embd, cfg.d_ff), dtype=torch.float32,
+                                     loop='layers', layers=cfg.n_layer),
+        'ff2_bias': _SpecParameter('layers.{l}.ff2.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                   layers=cfg.n_layer),
+        'ln_f_weight': _SpecParameter('ln_f.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'ln_f_bias': _SpecParameter('ln_f.bias', shape=(cfg.n_embd,), dtype=torch.float32),
+        'out_bias': _SpecParameter('out_bias', shape=(cfg.vocab_size,), dtype=torch.float32),
+        'position_table': _SpecParameter('position_table', shape=(1, cfg.block_size, cfg.n_embd), dtype=torch.float32),
     }
 
 

@@ -19,13 +19,14 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_config, _check_index, _check_input, _check_together
 from snf.runtime.writes import _set_layer
 from snf.runtime.attention import _attention
 from snf.runtime.generate import _Generation, _generate_from_encoder
 from snf.runtime.loss import _cross_entropy
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -517,56 +518,77 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.d_model), torch.float32),
-        'lm_head_weight': ('lm_head_weight', None, None,
-                           (cfg.vocab_size, cfg.d_model) if not cfg.tie_embeddings else None, torch.float32),
-        'rel_bias_table': ('rel_bias_table.weight', None, None, (cfg.num_buckets, cfg.n_head), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.d_model,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.d_model, cfg.inner), torch.float32),
-        'ff_norm_weight': ('layers.{l}.ff_norm.weight', None, cfg.n_layer, (cfg.d_model,), torch.float32),
-        'wi_weight': ('layers.{l}.wi_weight', None, cfg.n_layer,
-                      (cfg.d_ff, cfg.d_model) if not cfg.gated_gelu else None, torch.float32),
-        'wi0_weight': ('layers.{l}.wi0_weight', None, cfg.n_layer, (cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None,
-                       torch.float32),
-        'wi1_weight': ('layers.{l}.wi1_weight', None, cfg.n_layer, (cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None,
-                       torch.float32),
-        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer, (cfg.d_model, cfg.d_ff), torch.float32),
-        'final_norm_weight': ('final_norm.weight', None, None, (cfg.d_model,), torch.float32),
-        'dec_rel_bias_table': ('dec_rel_bias_table.weight', None, None, (cfg.num_buckets, cfg.n_head), torch.float32),
-        'cross_k_weight': ('layers2.{l}.cross_k.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model),
-                           torch.float32),
-        'cross_v_weight': ('layers2.{l}.cross_v.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model),
-                           torch.float32),
-        'dec_attn_norm_weight': ('layers3.{l}.dec_attn_norm.weight', None, cfg.n_dec_layer, (cfg.d_model,),
-                                 torch.float32),
-        'dec_q_weight': ('layers3.{l}.dec_q.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'dec_k_weight': ('layers3.{l}.dec_k.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'dec_v_weight': ('layers3.{l}.dec_v.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'dec_o_weight': ('layers3.{l}.dec_o.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.inner), torch.float32),
-        'cross_norm_weight': ('layers3.{l}.cross_norm.weight', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
-        'cross_q_weight': ('layers3.{l}.cross_q.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model),
-                           torch.float32),
-        'cross_o_weight': ('layers3.{l}.cross_o.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.inner),
-                           torch.float32),
-        'dec_ff_norm_weight': ('layers3.{l}.dec_ff_norm.weight', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
-        'dec_wi_weight': ('layers3.{l}.dec_wi_weight', None, cfg.n_dec_layer,
-                          (cfg.d_ff, cfg.d_model) if not cfg.gated_gelu else None, torch.float32),
-        'dec_wi0_weight': ('layers3.{l}.dec_wi0_weight', None, cfg.n_dec_layer,
-                           (cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None, torch.float32),
-        'dec_wi1_weight': ('layers3.{l}.dec_wi1_weight', None, cfg.n_dec_layer,
-                           (cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None, torch.float32),
-        'dec_wo_weight': ('layers3.{l}.dec_wo.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.d_ff), torch.float32),
-        'dec_final_norm_weight': ('dec_final_norm.weight', None, None, (cfg.d_model,), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.d_model),
+                                          dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head_weight',
+                                         shape=(cfg.vocab_size, cfg.d_model) if not cfg.tie_embeddings else None,
+                                         dtype=torch.float32),
+        'rel_bias_table': _SpecParameter('rel_bias_table.weight', shape=(cfg.num_buckets, cfg.n_head),
+                                         dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.d_model,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.d_model, cfg.inner), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'ff_norm_weight': _SpecParameter('layers.{l}.ff_norm.weight', shape=(cfg.d_model,), dtype=torch.float32,
+                                         loop='layers', layers=cfg.n_layer),
+        'wi_weight': _SpecParameter('layers.{l}.wi_weight',
+                                    shape=(cfg.d_ff, cfg.d_model) if not cfg.gated_gelu else None, dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'wi0_weight': _SpecParameter('layers.{l}.wi0_weight', shape=(cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None,
+                                     dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'wi1_weight': _SpecParameter('layers.{l}.wi1_weight', shape=(cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None,
+                                     dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'wo_weight': _SpecParameter('layers.{l}.wo.weight', shape=(cfg.d_model, cfg.d_ff), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'final_norm_weight': _SpecParameter('final_norm.weight', shape=(cfg.d_model,), dtype=torch.float32),
+        'dec_rel_bias_table': _SpecParameter('dec_rel_bias_table.weight', shape=(cfg.num_buckets, cfg.n_head),
+                                             dtype=torch.float32),
+        'cross_k_weight': _SpecParameter('layers2.{l}.cross_k.weight', shape=(cfg.inner, cfg.d_model),
+                                         dtype=torch.float32, loop='layers2', layers=cfg.n_dec_layer),
+        'cross_v_weight': _SpecParameter('layers2.{l}.cross_v.weight', shape=(cfg.inner, cfg.d_model),
+                                         dtype=torch.float32, loop='layers2', layers=cfg.n_dec_layer),
+        'dec_attn_norm_weight': _SpecParameter('layers3.{l}.dec_attn_norm.weight', shape=(cfg.d_model,),
+                                               dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_q_weight': _SpecParameter('layers3.{l}.dec_q.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                       loop='layers3', layers=cfg.n_dec_layer),
+        'dec_k_weight': _SpecParameter('layers3.{l}.dec_k.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                       loop='layers3', layers=cfg.n_dec_layer),
+        'dec_v_weight': _SpecParameter('layers3.{l}.dec_v.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                       loop='layers3', layers=cfg.n_dec_layer),
+        'dec_o_weight': _SpecParameter('layers3.{l}.dec_o.weight', shape=(cfg.d_model, cfg.inner), dtype=torch.float32,
+                                       loop='layers3', layers=cfg.n_dec_layer),
+        'cross_norm_weight': _SpecParameter('layers3.{l}.cross_norm.weight', shape=(cfg.d_model,), dtype=torch.float32,
+                                            loop='layers3', layers=cfg.n_dec_layer),
+        'cross_q_weight': _SpecParameter('layers3.{l}.cross_q.weight', shape=(cfg.inner, cfg.d_model),
+                                         dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'cross_o_weight': _SpecParameter('layers3.{l}.cross_o.weight', shape=(cfg.d_model, cfg.inner),
+                                         dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_ff_norm_weight': _SpecParameter('layers3.{l}.dec_ff_norm.weight', shape=(cfg.d_model,),
+                                             dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_wi_weight': _SpecParameter('layers3.{l}.dec_wi_weight',
+                                        shape=(cfg.d_ff, cfg.d_model) if not cfg.gated_gelu else None,
+                                        dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_wi0_weight': _SpecParameter('layers3.{l}.dec_wi0_weight',
+                                         shape=(cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None, dtype=torch.float32,
+                                         loop='layers3', layers=cfg.n_dec_layer),
+        'dec_wi1_weight': _SpecParameter('layers3.{l}.dec_wi1_weight',
+                                         shape=(cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None, dtype=torch.float32,
+                                         loop='layers3', layers=cfg.n_dec_layer),
+        'dec_wo_weight': _SpecParameter('layers3.{l}.dec_wo.weight', shape=(cfg.d_model, cfg.d_ff), dtype=torch.float32,
+                                        loop='layers3', layers=cfg.n_dec_layer),
+        'dec_final_norm_weight': _SpecParameter('dec_final_norm.weight', shape=(cfg.d_model,), dtype=torch.float32),
     }
 
 

@@ -19,10 +19,11 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_config, _check_index, _check_input
 from snf.runtime.attention import _attention
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -219,24 +220,33 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.d_model), torch.float32),
-        'rel_bias_table': ('rel_bias_table.weight', None, None, (cfg.num_buckets, cfg.n_head), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.d_model,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.d_model, cfg.inner), torch.float32),
-        'ff_norm_weight': ('layers.{l}.ff_norm.weight', None, cfg.n_layer, (cfg.d_model,), torch.float32),
-        'wi_weight': ('layers.{l}.wi.weight', None, cfg.n_layer, (cfg.d_ff, cfg.d_model), torch.float32),
-        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer, (cfg.d_model, cfg.d_ff), torch.float32),
-        'final_norm_weight': ('final_norm.weight', None, None, (cfg.d_model,), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.d_model),
+                                          dtype=torch.float32),
+        'rel_bias_table': _SpecParameter('rel_bias_table.weight', shape=(cfg.num_buckets, cfg.n_head),
+                                         dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.d_model,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.d_model, cfg.inner), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'ff_norm_weight': _SpecParameter('layers.{l}.ff_norm.weight', shape=(cfg.d_model,), dtype=torch.float32,
+                                         loop='layers', layers=cfg.n_layer),
+        'wi_weight': _SpecParameter('layers.{l}.wi.weight', shape=(cfg.d_ff, cfg.d_model), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'wo_weight': _SpecParameter('layers.{l}.wo.weight', shape=(cfg.d_model, cfg.d_ff), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'final_norm_weight': _SpecParameter('final_norm.weight', shape=(cfg.d_model,), dtype=torch.float32),
     }
 
 

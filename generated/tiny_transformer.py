@@ -18,9 +18,10 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_config, _check_dims, _check_index, _check_input
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -168,23 +169,30 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'E': ('E.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'W_q': ('layers.{l}.W_q', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'W_k': ('layers.{l}.W_k', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'W_v': ('layers.{l}.W_v', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'W_o': ('layers.{l}.W_o', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'gamma_1': ('layers.{l}.gamma_1', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'beta_1': ('layers.{l}.beta_1', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'W_ff1': ('layers.{l}.W_ff1', None, cfg.n_layer, (cfg.n_embd, cfg.d_ff), torch.float32),
-        'W_ff2': ('layers.{l}.W_ff2', None, cfg.n_layer, (cfg.d_ff, cfg.n_embd), torch.float32),
-        'W_out': ('W_out', None, None, (cfg.n_embd, cfg.vocab_size), torch.float32),
+        'E': _SpecParameter('E.weight', shape=(cfg.vocab_size, cfg.n_embd), dtype=torch.float32),
+        'W_q': _SpecParameter('layers.{l}.W_q', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32, loop='layers',
+                              layers=cfg.n_layer),
+        'W_k': _SpecParameter('layers.{l}.W_k', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32, loop='layers',
+                              layers=cfg.n_layer),
+        'W_v': _SpecParameter('layers.{l}.W_v', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32, loop='layers',
+                              layers=cfg.n_layer),
+        'W_o': _SpecParameter('layers.{l}.W_o', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32, loop='layers',
+                              layers=cfg.n_layer),
+        'gamma_1': _SpecParameter('layers.{l}.gamma_1', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                  layers=cfg.n_layer),
+        'beta_1': _SpecParameter('layers.{l}.beta_1', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'W_ff1': _SpecParameter('layers.{l}.W_ff1', shape=(cfg.n_embd, cfg.d_ff), dtype=torch.float32, loop='layers',
+                                layers=cfg.n_layer),
+        'W_ff2': _SpecParameter('layers.{l}.W_ff2', shape=(cfg.d_ff, cfg.n_embd), dtype=torch.float32, loop='layers',
+                                layers=cfg.n_layer),
+        'W_out': _SpecParameter('W_out', shape=(cfg.n_embd, cfg.vocab_size), dtype=torch.float32),
     }
 
 

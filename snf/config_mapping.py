@@ -5,7 +5,7 @@ printed (show). One meaning for every reader: nothing in a mapping is ever evalu
 from __future__ import annotations
 
 from . import ir
-from .checkpoints import MappingError, encode_mapping, mapping_keys
+from .weight_mapping import MappingError, encode_mapping, mapping_keys
 from .ops import by_symbol
 
 ABOVE = "a Config field mapped above (a field is read from the names mapped before it)"

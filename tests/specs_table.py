@@ -33,6 +33,9 @@ class Row:
     # overrides of `hf` for the compiled session, where `hf` costs graphs for no construct more
     session_hf: dict = field(default_factory=dict)
     fast: bool = False  # the session runs in the fast tier too (`-m "not slow"`): the compiled path on a few
+    # the session runs moe_experts' sparse form (its opaque op inside the compiled graphs) even at the row's
+    # sizes, where the dense form is the default: one spec with experts does
+    sparse_experts: bool = False
     # the exports of tests/test_export.py: each the optional inputs it gives besides the required ones
     exports: tuple = ((),)
 
@@ -62,8 +65,10 @@ ROWS = {
     "nanogpt_model": Row(dict(V=64, P=32, L=2, H=2, D=32)),
     "llama3": Row(dict(GQA), hf=dict(DECODER, rope_theta=5000.0), exports=(CACHE,)),
     "mistral": Row(dict(GQA, sliding_window=3), hf=dict(DECODER, sliding_window=5)),
+    # a Llama-style decoder whose MLP is squared ReLU
+    "arcee": Row(dict(GQA), hf=dict(DECODER, hidden_act="relu2")),
     "mixtral": Row(dict(GQA, sliding_window=3, n_expert=4, n_expert_tok=2),
-                   hf=dict(DECODER, sliding_window=5, num_local_experts=4, num_experts_per_tok=2)),
+                   hf=dict(DECODER, sliding_window=5, num_local_experts=4, num_experts_per_tok=2), sparse_experts=True),
     "olmoe": Row(dict(GQA, n_expert=4, n_expert_tok=2),
                  hf=dict(DECODER, num_experts=4, num_experts_per_tok=2, pad_token_id=None)),
     # layer 0 dense by mlp_only_layers (dense_layers), layer 1 sparse; with decoder_sparse_step too:
@@ -269,8 +274,9 @@ def constructs(name: str) -> frozenset:
     encoder-decoder, encoder)."""
     from snf.ir.typed import Op
     from snf.ir.walk import walk_exprs
-    ops = {(e.op,) + tuple(sorted((k, repr(v.value)) for k, v in e.args if isinstance(getattr(v, "value", None), (str, bool))))
-           for e in walk_exprs(checked(name).body) if isinstance(e, Op)}
+    def options(call: Op) -> tuple:
+        return tuple(sorted((k, repr(v.value)) for k, v in call.args if isinstance(getattr(v, "value", None), (str, bool))))
+    ops = {(e.op,) + options(e) for e in walk_exprs(checked(name).body) if isinstance(e, Op)}
     return frozenset(ops | {("kind", kind(name))})
 
 

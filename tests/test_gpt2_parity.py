@@ -215,8 +215,10 @@ def test_state_dict_and_named_parameters_tell_one_story():
             "token_embedding.weight", "position_embedding"} <= keys
     # where each spec name lives: the fused q, k, v are rows of one nn.Linear
     table = sys.modules[type(model).__module__].spec_parameters(model.config)
-    assert table["attn_k_weight"] == ("layers.{l}.attn_qkv.weight", (48, 96), 2, (48, 48), torch.float32)
-    assert table["ln_f_bias"] == ("ln_f.bias", None, None, (48,), torch.float32)
+    assert table["attn_k_weight"]._asdict() == dict(key="layers.{l}.attn_qkv.weight", shape=(48, 48),
+                                                    dtype=torch.float32, rows=(48, 96), loop="layers", layers=2)
+    assert table["ln_f_bias"]._asdict() == dict(key="ln_f.bias", shape=(48,), dtype=torch.float32, rows=None,
+                                                loop=None, layers=None)
     assert isinstance(model.layers[0].attn_qkv, torch.nn.Linear)
     spec = spec_state(model)
     assert spec["attn_k_weight"].shape == (2, 48, 48)

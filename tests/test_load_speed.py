@@ -52,9 +52,9 @@ def _compiles(monkeypatch) -> list:
 
 def _both(repo):
     """A module's code and the bundled specs' claims, each through the cache, as a new process gets them."""
-    from snf import api, pretrained
+    from snf import api, hf_config
     from snf.source import Source
-    return api._compiled(Source.read(repo / "specs" / "llama3.snf"), "llama3.snf"), pretrained._claims.__wrapped__()
+    return api._compiled(Source.read(repo / "specs" / "llama3.snf"), "llama3.snf"), hf_config._claims.__wrapped__()
 
 
 @pytest.mark.parametrize("damage", [

@@ -328,7 +328,7 @@ def test_attention_sinks_gradients(window):
     and its gradients (q, k, v and the sinks) against finite differences, with grouped heads, keys
     longer than the queries (a cache), a window, and a padding mask that hides every key of a query;
     and a decode step over a preallocated cache against the reference."""
-    from snf.ops.attention import _np_attention
+    from snf.ops.attention import np_attention
     from snf.runtime.attention import _sink_attention
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True)
@@ -339,7 +339,7 @@ def test_attention_sinks_gradients(window):
     def run(q, k, v, sinks):
         return _sink_attention(q, k, v, mask, causal=True, window=window, sinks=sinks)
     got = run(q, k, v, sinks)
-    ref = _np_attention(*(t.detach().transpose(1, 2).numpy() for t in (q, k, v)), causal=True,
+    ref = np_attention(*(t.detach().transpose(1, 2).numpy() for t in (q, k, v)), causal=True,
                         mask=mask.numpy(), window=window, sinks=sinks.detach().numpy())
     np.testing.assert_allclose(got.detach().transpose(1, 2).numpy(), ref, rtol=1e-12, atol=1e-12)
     if window is not None:
@@ -352,7 +352,7 @@ def test_attention_sinks_gradients(window):
              for t in (k, v)]
     step = _sink_attention(q.detach()[:, :, -1:], *cache, None, causal=True, window=window, sinks=sinks.detach(),
                            decode=_DecodeState(torch.tensor(4), 8))
-    ref = _np_attention(*(t.transpose(1, 2).numpy() for t in (q.detach()[:, :, -1:], k.detach()[:, :, :5],
+    ref = np_attention(*(t.transpose(1, 2).numpy() for t in (q.detach()[:, :, -1:], k.detach()[:, :, :5],
                                                                v.detach()[:, :, :5])),
                         causal=True, window=window, sinks=sinks.detach().numpy())
     np.testing.assert_allclose(step.transpose(1, 2).numpy(), ref, rtol=1e-12, atol=1e-12)

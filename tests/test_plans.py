@@ -142,8 +142,10 @@ def test_two_layer_loops_have_one_name_each_everywhere(tmp_path):
     mod = load(tmp_path, TWO_LOOPS, "two_loops")
     model = mod.Model()
     table = mod.spec_parameters(model.config)
-    assert table["enc_weight"] == ("layers.{l}.enc.weight", None, 2, (4, 4), torch.float32)
-    assert table["dec_weight"] == ("layers2.{l}.dec.weight", None, 3, (4, 4), torch.float32)
+    assert table["enc_weight"]._asdict() == dict(key="layers.{l}.enc.weight", shape=(4, 4), dtype=torch.float32,
+                                                 rows=None, loop="layers", layers=2)
+    assert table["dec_weight"]._asdict() == dict(key="layers2.{l}.dec.weight", shape=(4, 4), dtype=torch.float32,
+                                                 rows=None, loop="layers2", layers=3)
     assert set(model.state_dict()) == {f"layers.{i}.enc.weight" for i in range(2)} | \
         {f"layers2.{i}.dec.{p}" for i in range(3) for p in ("weight", "bias")}
     assert spec_state(model)["dec_weight"].shape == (3, 4, 4)

@@ -1,11 +1,11 @@
 """`config FMT:` sections (docs/language.md 7.1): how a foreign config (transformers' config.json)
-gives the Config, checked here; `snf.checkpoints` encodes them as data, `snf.pretrained`
+gives the Config, checked here; `snf.weight_mapping` encodes them as data, `snf.pretrained`
 evaluates them."""
 
 from __future__ import annotations
 
 from .. import ir
-from ..checkpoints import MappingError
+from ..weight_mapping import MappingError
 from ..config_mapping import ABOVE, config_keys, config_scope, encode_config, written_key
 from ..diagnostics import Related
 from ..source import Span

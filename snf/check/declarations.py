@@ -4,7 +4,7 @@ fields, derived dims, tensor types with symbolic shapes, run-time dims) and `che
 from __future__ import annotations
 
 from .. import ir
-from ..checkpoints import MappingError, encode_mapping, field_names, format_key, key_fields, parse_field
+from ..weight_mapping import MappingError, encode_mapping, field_names, format_key, key_fields, parse_field
 from ..diagnostics import Related
 from ..dims import Dim
 from ..ir import ErrorT, ScalarT, TensorT

@@ -31,7 +31,7 @@ def _float_tensor_rule(ctx, args):
     return args["x"]
 
 
-def _np_gelu(x, approximate="none"):
+def np_gelu(x, approximate="none"):
     if approximate == "tanh":
         return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
     from math import erf
@@ -40,7 +40,7 @@ def _np_gelu(x, approximate="none"):
 
 register(OpDef(
     "gelu", (Param("x", "tensor"), Param("approximate", "str", "none", choices=("none", "tanh"), static=True)),
-    _float_tensor_rule, numpy=_np_gelu,
+    _float_tensor_rule, numpy=np_gelu,
     torch=lambda call: (f"F.gelu({call.code('x')}, approximate='tanh')" if call.val("approximate") == "tanh"
                      else f"F.gelu({call.code('x')})"),
     doc="GELU; `approximate=\"tanh\"` is GPT-2's tanh form, the default is exact (erf).", elementwise=True,

@@ -141,8 +141,8 @@ def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypat
     decode step is a CUDA graph (`reduce-overhead`).
 
     A spec snf.from_pretrained loads for a transformers family runs at that family's test config and
-    then, on the same model, against transformers (_against_transformers); Mixtral's runs its sparse
-    experts op. One test a spec, so that test workers share them out."""
+    then, on the same model, against transformers (_against_transformers); a row with `sparse_experts`
+    (Mixtral's) runs the sparse experts op. One test a spec, so that test workers share them out."""
     start = time.time()
     family = _family(name)
     options, seen = {}, {}
@@ -151,7 +151,7 @@ def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypat
         # generate at batch 2 alone, whose decode graphs the comparison's batches of 2 then reuse (a batch
         # size's own graphs are the runtime's, which the other specs' sessions and the random ones vary)
         options = dict(config=config, after=after, batches=(2,))
-    if name == "mixtral":  # the sparse experts op inside the compiled graphs, even at these sizes
+    if ROWS[name].sparse_experts:  # the sparse experts op inside the compiled graphs, even at these sizes
         monkeypatch.setattr(experts, "_MOE_DENSE_MACS", -1)
     every_unit = device == "cuda" or name in compiled_whole()
     out = _session(name, calls=4, whole_training=every_unit, eval_blocks=every_unit, device=device,

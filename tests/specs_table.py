@@ -274,8 +274,10 @@ def constructs(name: str) -> frozenset:
     encoder-decoder, encoder)."""
     from snf.ir.typed import Op
     from snf.ir.walk import walk_exprs
+
     def options(call: Op) -> tuple:
-        return tuple(sorted((k, repr(v.value)) for k, v in call.args if isinstance(getattr(v, "value", None), (str, bool))))
+        literal = [(k, v.value) for k, v in call.args if isinstance(getattr(v, "value", None), (str, bool))]
+        return tuple(sorted((k, repr(value)) for k, value in literal))
     ops = {(e.op,) + options(e) for e in walk_exprs(checked(name).body) if isinstance(e, Op)}
     return frozenset(ops | {("kind", kind(name))})
 

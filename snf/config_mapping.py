@@ -370,7 +370,11 @@ class ConfigEval:
             raise self.error(f"{self.where}: `{show(e)}` needs an object keyed by layer number (or a list) and a "
                              f"number at least 0; {self.settings(e)}")
         for part in path.split(".") if path else ():
-            node = node.get(part, ABSENT) if isinstance(node, dict) else ABSENT
+            if node is ABSENT or node is None:
+                return ABSENT
+            if not isinstance(node, dict):
+                raise self.error(f"{self.where}: `{show(e)}` needs an object at `{part}`'s place; {self.settings(e)}")
+            node = node.get(part, ABSENT)
         return ABSENT if node is None else node
 
     def check_length(self, e, length: int) -> None:
@@ -390,7 +394,7 @@ class ConfigEval:
         """`key = value` for each key `e` reads, as the foreign config gives it."""
         import json
         shown = []
-        for key in dict.fromkeys(config_keys(e)):
+        for key in dict.fromkeys(k.partition(".*")[0] for k in config_keys(e)):  # an entry by layer: its object
             value = self.key(key)
             shown.append(f"{key} = " + ("(absent)" if value is ABSENT else json.dumps(value, default=repr)))
         for name in dict.fromkeys(config_names(e)):  # the Config fields it reads, as config.json gave them
@@ -435,7 +439,8 @@ def _show(e, fmt: str) -> str:
         return f"({_show(e[2], fmt)} if {_show(e[1], fmt)} else {_show(e[3], fmt)})"
     if kind == "item":
         inner = _show(e[1], fmt)
-        return f"{inner if e[1][0] in ('key', 'list', 'or') else '(' + inner + ')'}[{e[2]}]"
+        bare = e[1][0] in ("key", "list", "or", "name", "at", "range", "per_layer", *_LIST_FUNCS)
+        return f"{inner if bare else '(' + inner + ')'}[{e[2]}]"
     if kind in _LIST_FUNCS:
         return f"{kind}({show(e[1], fmt)}, {show(e[2], fmt)})"
     if kind == "int":

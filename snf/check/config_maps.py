@@ -13,8 +13,8 @@ from ..source import Span
 _HINT = ("a config entry is `field <- source`, `_ <- FMT.key` (keys to ignore), `FMT.key <- value` (written back) "
          'or `assert test, "message"`; sources are keys `FMT.key` (`FMT.outer.inner` for a nested one), Config '
          "names, constants, arithmetic, comparisons, `and`/`or`/`not`, `a if c else b`, "
-         "match(source, value=result, ...) and the list functions count, range, flags and positions "
-         "(docs/language.md 7.1)")
+         "match(source, value=result, ...), the list functions count, range, flags and positions, and for an "
+         "object keyed by layer number `FMT.obj[number].field`, per_layer and keyed (docs/language.md 7.1)")
 
 
 class ConfigMaps:

@@ -5,7 +5,7 @@ printed (show). One meaning for every reader: nothing in a mapping is ever evalu
 from __future__ import annotations
 
 from . import ir
-from .checkpoints import MappingError, encode_mapping, mapping_keys
+from .checkpoints import MappingError, encode_mapping, mapping_keys, show_field
 from .ops import by_symbol
 
 ABOVE = "a Config field mapped above (a field is read from the names mapped before it)"
@@ -462,6 +462,9 @@ def _show(e, fmt: str) -> str:
                 + (", interleaved=True)" if kind == "interleave" else ")"))
     if kind == "experts":
         return _show(e[1], "")
+    if kind == "join":
+        sources, sizes = ", ".join(_show(x, "") for x in e[1]), ", ".join(show_field(t) for t in e[3])
+        return f"join([{sources}], axis={e[2]}, sizes=[{sizes}])"
     raise ValueError(f"unknown mapping expression {kind!r}")
 
 

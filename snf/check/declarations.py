@@ -4,7 +4,7 @@ fields, derived dims, tensor types with symbolic shapes, run-time dims) and `che
 from __future__ import annotations
 
 from .. import ir
-from ..checkpoints import MappingError, encode_mapping, field_names, format_key, key_fields, parse_field
+from ..checkpoints import MappingError, encode_mapping, eval_field, field_names, format_key, key_fields, parse_field
 from ..diagnostics import Related
 from ..dims import Dim
 from ..ir import ErrorT, ScalarT, TensorT
@@ -370,9 +370,35 @@ class Declarations:
                 encoded = encode_mapping(e.source, None if target is None else target.ty.rank - (e.name in stacked),
                                          expert=e.expert_var is not None)
                 self.key_fields(e, encoded, target, e.name in stacked, values)
+                self.join_sizes(e.source, target, e.name in stacked, values)
             except MappingError as err:
                 self.r.error("bad-checkpoint", str(err), getattr(err, "span", None) or e.span,
-                             hint='sources are "key" strings, `.T`, `a or b` and split("key", n, axis=i, index=j[, interleaved=True])')
+                             hint='sources are "key" strings, `.T`, `a or b`, split("key", n, axis=i, index=j[, '
+                                  'interleaved=True]) and join(["key", ...], axis=i, sizes=[n, ...])')
+
+    def join_sizes(self, source: ir.Expr, target, per_layer: bool, values: dict) -> None:
+        """A `join`'s sizes read int params and dims only, and add up to the axis it fills (for the
+        defaults, where they are known)."""
+        if isinstance(source, ir.BoolOp):
+            self.join_sizes(source.left, target, per_layer, values)
+            self.join_sizes(source.right, target, per_layer, values)
+            return
+        if not (isinstance(source, ir.Call) and source.func == "join") or target is None:
+            return
+        ints = {c.name for c in self.config if c.kind == "int"} | {d.name for d in self.derived if d.dim is not None}
+        shape = target.ty.shape[1:] if per_layer else target.ty.shape
+        enc = encode_mapping(source, len(shape))
+        for size, tree in zip(source.kwargs[[k.name for k in source.kwargs].index("sizes")].value.items, enc[3]):
+            if unknown := sorted(field_names(tree) - ints):
+                raise MappingError(f"`{unknown[0]}` in a join's size: a size reads int params and dims", size.span)
+        want = self.at_defaults(shape[enc[2]])
+        try:
+            got = [eval_field(tree, values) for tree in enc[3]]
+        except KeyError:  # a param without a default: interop checks the sizes as it loads
+            return
+        if want is not None and sum(got) != want:
+            raise MappingError(f"the join's sizes add up to {' + '.join(map(str, got))} = {sum(got)} (for the "
+                               f"defaults), and axis {enc[2]} of the tensor it fills is {want}", source.span)
 
     def key_values(self) -> dict:
         """What a key's fields read for the defaults: the int params and the derived dims."""

@@ -41,9 +41,10 @@ def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "
     ("range", start, stop, step) (the list of Python's range), ("int", value) (Python's int)
     ("match", source, ((value, result), ...)), ("at", "obj", number, "a.b") (`FMT.obj[number].a.b`:
     the entry of a config object keyed by layer number, or a list's item; absent where it has none),
-    ("per_layer", "obj", "a.b", length, default) (the list of each layer's entry) and ("keyed", numbers,
-    ((name, value), ...)) (the object keyed by those numbers, each entry holding the names). With `keys=False` no key may be read (what the way
-    back writes comes from the Config alone). `scope` says what `names` are."""
+    ("per_layer", "obj", "a.b", length, default) (the list of each layer's entry) and ("keyed",
+    numbers, ((name, value), ...)) (the object keyed by those numbers, each entry holding the names).
+    With `keys=False` no key may be read (what the way back writes comes from the Config alone).
+    `scope` says what `names` are."""
     def enc(x):
         return encode_config(x, fmt, names, keys, scope)
 
@@ -166,9 +167,9 @@ def config_names(enc) -> list[str]:
 def _leaves(enc, kind: str) -> list[str]:
     if enc[0] == kind:
         return [enc[1]]
-    if kind == "key" and enc[0] in ("at", "per_layer"):  # every layer's entry: `obj.*.a.b`
-        path = enc[3] if enc[0] == "at" else enc[2]
-        return [f"{enc[1]}.*" + (f".{path}" if path else "")] + (_leaves(enc[2], kind) if enc[0] == "at" else [])
+    if kind == "key" and enc[0] in ("at", "per_layer"):  # every layer's entry: `obj.*.a.b`, then the numbers' keys
+        path, numbers = (enc[3], enc[2:3]) if enc[0] == "at" else (enc[2], enc[3:5])
+        return [f"{enc[1]}.*" + (f".{path}" if path else "")] + [k for x in numbers for k in _leaves(x, kind)]
     out: list = []
     for part in enc[1:]:
         if isinstance(part, tuple) and part and isinstance(part[0], str):

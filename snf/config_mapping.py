@@ -302,7 +302,7 @@ class ConfigEval:
         if kind == "item":
             items = self.value(e[1])
             if not isinstance(items, (list, tuple)) or not -len(items) <= e[2] < len(items):
-                raise self.error(f"{self.where}: `{show(e)}` needs a list of more than {e[2]} values; "
+                raise self.error(f"{self.where}: `{show(e)}` needs a list of at least {e[2] + 1 if e[2] >= 0 else -e[2]} values; "
                                  f"{self.settings(e[1])}")
             return items[e[2]]
         if kind == "int":

@@ -76,7 +76,8 @@ def _encode(e: ir.Expr, rank: int | None, fields: tuple):
     raise MappingError("unsupported checkpoint source expression", getattr(e, "span", None))
 
 
-_JOIN = 'write join(["key", "key", ...], axis=i, sizes=[n, m, ...]): the keys\' tensors joined along axis i, each n, m, ... long there'
+_JOIN = ('write join(["key", "key", ...], axis=i, sizes=[n, m, ...]): the keys\' tensors joined along axis i, '
+         'each n, m, ... long there')
 
 
 def _encode_join(e: ir.Call, rank: int | None, fields: tuple):
@@ -389,8 +390,8 @@ def stored_keys(src, want: tuple, layer: int | None, config) -> list[tuple[int |
 def unmap_tensor(source, tensor, layer, out: dict, parts: dict, config=None) -> None:
     """The inverse of read_tensor: `tensor` (one layer's) written where `source` reads it from, into
     `out` (key -> tensor): `.T` transposes back, an `or` writes its first source, one key per expert,
-    a `join` writes each source its part, and the parts of a `split` are gathered in `parts` ((inner, layer, n, axis, interleaved) ->
-    {index: tensor}) for the caller to join (join_parts)."""
+    a `join` writes each source its part, and the parts of a `split` are gathered in `parts` ((inner,
+    layer, n, axis, interleaved) -> {index: tensor}) for the caller to join (join_parts)."""
     kind = source[0]
     if kind == "key":
         out[key_of(source, layer, config)] = tensor

@@ -52,7 +52,8 @@ def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "
     if at is not None:
         obj, index, path = at
         if not keys:
-            raise MappingError(f"`{fmt}.{obj}[...]` reads the foreign config, which a value written back cannot", e.span)
+            raise MappingError(f"`{fmt}.{obj}[...]` reads the foreign config, which a value written back cannot",
+                               e.span)
         if len(index) != 1 or isinstance(index[0], ir.SliceExpr):
             raise MappingError(f"write `{fmt}.{obj}[number]`: one layer number (or list position)", e.span)
         return ("at", obj, enc(index[0]), path)
@@ -302,7 +303,8 @@ class ConfigEval:
         if kind == "item":
             items = self.value(e[1])
             if not isinstance(items, (list, tuple)) or not -len(items) <= e[2] < len(items):
-                raise self.error(f"{self.where}: `{show(e)}` needs a list of at least {e[2] + 1 if e[2] >= 0 else -e[2]} values; "
+                least = e[2] + 1 if e[2] >= 0 else -e[2]
+                raise self.error(f"{self.where}: `{show(e)}` needs a list of at least {least} values; "
                                  f"{self.settings(e[1])}")
             return items[e[2]]
         if kind == "int":

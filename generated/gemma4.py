@@ -464,6 +464,45 @@ class Model(nn.Module):
     # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
     compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
 
+    # The tensor-parallel plan derived from gemma4.snf (`snfc check --tp N` shows it with its reasons);
+    # snf.parallelize applies it.
+    tp_plan = {
+        'token_embedding': 'vocab_embedding',
+        'layers.*.q_weight': 'colwise',
+        'layers.*.q_norm_weight': 'head_norm',
+        'layers.*.k_weight': 'colwise',
+        'layers.*.v_weight': 'colwise',
+        'layers.*.k_norm_weight': 'head_norm',
+        'layers.*.o_weight': 'rowwise',
+        'layers.*.fq_weight': 'colwise',
+        'layers.*.fq_norm_weight': 'head_norm',
+        'layers.*.fk_weight': 'colwise',
+        'layers.*.fv_weight': 'colwise',
+        'layers.*.fk_norm_weight': 'head_norm',
+        'layers.*.fo_weight': 'rowwise',
+        'layers.*.gate': 'colwise',
+        'layers.*.up': 'colwise',
+        'layers.*.down': 'rowwise',
+        'layers.*.expert_gate': 'experts',
+        'layers.*.expert_up': 'experts',
+        'layers.*.expert_down': 'experts',
+        'ple_table': 'vocab_embedding',
+        'ple_model_proj': 'replicate',
+        'layers.*.ple_gate': 'replicate',
+        'layers.*.ple_proj': 'replicate',
+    }
+    # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
+    tp_requires = (
+        (lambda c, tp: c.n_head % tp == 0,
+         'tp must divide H = n_head, the heads `reshape` makes of sharded features (gemma4.snf:152)'),
+        (lambda c, tp: c.n_kv_head % tp == 0,
+         'tp must divide KVH = n_kv_head, the heads `reshape` makes of sharded features (gemma4.snf:155)'),
+        (lambda c, tp: c.mlp_hidden % tp == 0,
+         'tp must divide mlp_hidden, the features of a column-wise `linear` (gemma4.snf:189)'),
+        (lambda c, tp: c.expert_hidden % tp == 0,
+         "tp must divide expert_hidden, the experts' hidden width (gemma4.snf:198)"),
+    )
+
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
                 past_values: Optional[torch.Tensor] = None, past_full_keys: Optional[torch.Tensor] = None,

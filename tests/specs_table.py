@@ -46,6 +46,8 @@ DECODER = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_l
                num_key_value_heads=2, max_position_embeddings=64, bos_token_id=None, eos_token_id=None)
 GEMMA3_ROPE = {"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 5000.0},
                "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}}
+GEMMA4_ROPE = {"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 5000.0},
+               "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}}
 LLAMA4_ROPE = {"rope_type": "llama3", "rope_theta": 5000.0, "factor": 4.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 8}
 # the small configs' shared sizes: a decoder with grouped-query attention
@@ -124,6 +126,24 @@ ROWS = {
                                pad_token_id=None),
                        session_hf=dict(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"]),
                        exports=(CACHE,)),
+    # small: a sliding layer, a full one with a head twice as wide, then a sliding one sharing layer 0's keys and
+    # values; per-layer embeddings, experts beside each MLP, the logits capped. hf: five layers, the last two
+    # sharing (a sliding and a full one), proportional RoPE on a quarter of the full layers' pairs; its session
+    # three layers, the last sharing
+    "gemma4": Row(dict(vocab_size=64, block_size=32, layer_types=["sliding_attention", "full_attention",
+                                                                  "sliding_attention"],
+                       n_head=4, n_kv_head=2, n_embd=32, head_dim=8, global_head_dim=16, mlp_hidden=48,
+                       rope_local_base=100.0, sliding_window=3, n_kv_shared=1, ple_dim=4, moe=True, n_expert=4,
+                       n_expert_tok=2, expert_hidden=24, final_softcapping=True, final_softcap=5.0),
+                  hf=dict(DECODER, num_hidden_layers=5, head_dim=8, global_head_dim=16, sliding_window=5,
+                          rms_norm_eps=1e-5, hidden_size_per_layer_input=4, vocab_size_per_layer_input=97,
+                          layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
+                                       "full_attention"],
+                          num_kv_shared_layers=2, enable_moe_block=True, num_experts=4, top_k_experts=2,
+                          moe_intermediate_size=24, final_logit_softcapping=5.0, pad_token_id=None,
+                          rope_parameters=GEMMA4_ROPE),
+                  session_hf=dict(num_hidden_layers=3, num_kv_shared_layers=1,
+                                  layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
     "gptj": Row(dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_embd=32, mlp_hidden=48, rotary_dim=4),
                 hf=dict(vocab_size=97, n_positions=64, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, bos_token_id=None,
                         eos_token_id=None)),

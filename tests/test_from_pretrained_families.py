@@ -1,6 +1,6 @@
 """snf.from_pretrained against transformers on settings of one family each, away from the tiny
 configs of their rows in tests/specs_table.py (`hf`), at which tests/test_from_pretrained.py runs every
-family (Gemma 2 and 3, GPT-J, GPT-NeoX, Phi, Qwen3, OLMo 2, Command-R, Nemotron-H and the Qwen mixtures of
+family (Gemma 2, 3 and 4, GPT-J, GPT-NeoX, Phi, Qwen3, OLMo 2, Command-R, Nemotron-H and the Qwen mixtures of
 experts' dense layers; DeepSeek-V3's are in tests/test_latent_attention.py), and the settings the specs
 refuse, each named."""
 
@@ -15,6 +15,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import snf  # noqa: E402
+from snf.interop import CheckpointError  # noqa: E402
 from snf.pretrained import PretrainedError  # noqa: E402
 from test_from_pretrained import _close, _round_trip, edit_config, hf_model, refused, saved, tokens  # noqa: E402
 
@@ -282,3 +283,20 @@ def test_mlp_only_layers_with_a_sparse_step_match_transformers(tmp_path, family,
 ])
 def test_a_setting_the_spec_cannot_honour_is_named(tmp_path, family, changes, named):
     refused(tmp_path, family, changes, named)
+
+
+def test_gemma4_reads_the_full_layers_head_size_from_per_layer_config(tmp_path):
+    """Gemma 4 keeps its full layers' head size in per_layer_config, an object keyed by layer number:
+    `{}` where the two sizes are equal (as transformers writes it), and where the key is absent
+    transformers builds it from global_head_dim's default, 512, as the spec does."""
+    hf, folder = saved(tmp_path, "gemma4_text", global_head_dim=8)
+    assert json.loads((folder / "config.json").read_text())["per_layer_config"] == {}
+    model = snf.from_pretrained(folder)
+    assert model.config.global_head_dim == model.config.head_dim == 8
+    idx = tokens(hf.config.vocab_size)
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+    edit_config(folder, per_layer_config=...)
+    with pytest.raises(CheckpointError, match=r"layers.1.self_attn.o_proj.weight \(for layers.1.fo_weight\): "
+                                              r"expected shape \[32, 2048\], got \[32, 32\]"):
+        snf.from_pretrained(folder)

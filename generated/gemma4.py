@@ -19,7 +19,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -28,6 +28,7 @@ from snf.runtime.attention import _attention
 from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.experts import _moe_experts
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -656,94 +657,122 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'sliding_attention'),
-                     (cfg.q_dim, cfg.n_embd), torch.float32),
-        'q_norm_weight': ('layers.{l}.q_norm_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'sliding_attention'),
-                          (cfg.head_dim,), torch.float32),
-        'k_weight': ('layers.{l}.k_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'sliding_attention'
-                           and l < cfg.first_shared),
-                     (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_weight': ('layers.{l}.v_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'sliding_attention'
-                           and l < cfg.first_shared),
-                     (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'k_norm_weight': ('layers.{l}.k_norm_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'sliding_attention'
-                                and l < cfg.first_shared),
-                          (cfg.head_dim,), torch.float32),
-        'o_weight': ('layers.{l}.o_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'sliding_attention'),
-                     (cfg.n_embd, cfg.q_dim), torch.float32),
-        'fq_weight': ('layers.{l}.fq_weight', None,
-                      tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'),
-                      (cfg.gq_dim, cfg.n_embd), torch.float32),
-        'fq_norm_weight': ('layers.{l}.fq_norm_weight', None,
-                           tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'),
-                           (cfg.global_head_dim,), torch.float32),
-        'fk_weight': ('layers.{l}.fk_weight', None,
-                      tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'
-                            and l < cfg.first_shared),
-                      (cfg.gkv_dim, cfg.n_embd), torch.float32),
-        'fv_weight': ('layers.{l}.fv_weight', None,
-                      tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'
-                            and l < cfg.first_shared),
-                      (cfg.gkv_dim, cfg.n_embd), torch.float32),
-        'fk_norm_weight': ('layers.{l}.fk_norm_weight', None,
-                           tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'
-                                 and l < cfg.first_shared),
-                           (cfg.global_head_dim,), torch.float32),
-        'fo_weight': ('layers.{l}.fo_weight', None,
-                      tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'),
-                      (cfg.n_embd, cfg.gq_dim), torch.float32),
-        'post_attn_norm_weight': ('layers.{l}.post_attn_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'gate_weight': ('layers.{l}.gate.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_weight': ('layers.{l}.up.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'down_weight': ('layers.{l}.down.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'post_mlp_norm_weight': ('layers.{l}.post_mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'router_scale_weight': ('layers.{l}.router_scale_weight', None, cfg.n_layer, (cfg.n_embd,) if cfg.moe else None,
-                                torch.float32),
-        'router_weight': ('layers.{l}.router_weight', None, cfg.n_layer,
-                          (cfg.n_expert, cfg.n_embd) if cfg.moe else None, torch.float32),
-        'expert_scale': ('layers.{l}.expert_scale', None, cfg.n_layer, (cfg.n_expert,) if cfg.moe else None,
-                         torch.float32),
-        'expert_gate': ('layers.{l}.expert_gate', None, cfg.n_layer,
-                        (cfg.n_expert, cfg.expert_hidden, cfg.n_embd) if cfg.moe else None, torch.float32),
-        'expert_up': ('layers.{l}.expert_up', None, cfg.n_layer,
-                      (cfg.n_expert, cfg.expert_hidden, cfg.n_embd) if cfg.moe else None, torch.float32),
-        'expert_down': ('layers.{l}.expert_down', None, cfg.n_layer,
-                        (cfg.n_expert, cfg.n_embd, cfg.expert_hidden) if cfg.moe else None, torch.float32),
-        'mlp_out_norm_weight': ('layers.{l}.mlp_out_norm_weight', None, cfg.n_layer, (cfg.n_embd,) if cfg.moe else None,
-                                torch.float32),
-        'expert_in_norm_weight': ('layers.{l}.expert_in_norm_weight', None, cfg.n_layer,
-                                  (cfg.n_embd,) if cfg.moe else None, torch.float32),
-        'expert_out_norm_weight': ('layers.{l}.expert_out_norm_weight', None, cfg.n_layer,
-                                   (cfg.n_embd,) if cfg.moe else None, torch.float32),
-        'ple_table': ('ple_table', None, None, (cfg.vocab_size, cfg.n_layer*cfg.ple_dim) if cfg.ple_dim > 0 else None,
-                      torch.float32),
-        'ple_model_proj': ('ple_model_proj', None, None,
-                           (cfg.n_layer*cfg.ple_dim, cfg.n_embd) if cfg.ple_dim > 0 else None, torch.float32),
-        'ple_norm_weight': ('ple_norm_weight', None, None, (cfg.ple_dim,) if cfg.ple_dim > 0 else None, torch.float32),
-        'ple_gate': ('layers.{l}.ple_gate', None, cfg.n_layer, (cfg.ple_dim, cfg.n_embd) if cfg.ple_dim > 0 else None,
-                     torch.float32),
-        'ple_proj': ('layers.{l}.ple_proj', None, cfg.n_layer, (cfg.n_embd, cfg.ple_dim) if cfg.ple_dim > 0 else None,
-                     torch.float32),
-        'ple_post_norm_weight': ('layers.{l}.ple_post_norm_weight', None, cfg.n_layer,
-                                 (cfg.n_embd,) if cfg.ple_dim > 0 else None, torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'layer_scalar': ('layers.{l}.layer_scalar', None, cfg.n_layer, (1,), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q_weight', shape=(cfg.q_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer)
+                                                if cfg.layer_types[l] == 'sliding_attention')),
+        'q_norm_weight': _SpecParameter('layers.{l}.q_norm_weight', shape=(cfg.head_dim,), dtype=torch.float32,
+                                        loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer)
+                                                     if cfg.layer_types[l] == 'sliding_attention')),
+        'k_weight': _SpecParameter('layers.{l}.k_weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer)
+                                                if cfg.layer_types[l] == 'sliding_attention' and l < cfg.first_shared)),
+        'v_weight': _SpecParameter('layers.{l}.v_weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer)
+                                                if cfg.layer_types[l] == 'sliding_attention' and l < cfg.first_shared)),
+        'k_norm_weight': _SpecParameter('layers.{l}.k_norm_weight', shape=(cfg.head_dim,), dtype=torch.float32,
+                                        loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer)
+                                                     if cfg.layer_types[l] == 'sliding_attention'
+                                                     and l < cfg.first_shared)),
+        'o_weight': _SpecParameter('layers.{l}.o_weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer)
+                                                if cfg.layer_types[l] == 'sliding_attention')),
+        'fq_weight': _SpecParameter('layers.{l}.fq_weight', shape=(cfg.gq_dim, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer)
+                                                 if cfg.layer_types[l] == 'full_attention')),
+        'fq_norm_weight': _SpecParameter('layers.{l}.fq_norm_weight', shape=(cfg.global_head_dim,), dtype=torch.float32,
+                                         loop='layers',
+                                         layers=tuple(l for l in range(cfg.n_layer)
+                                                      if cfg.layer_types[l] == 'full_attention')),
+        'fk_weight': _SpecParameter('layers.{l}.fk_weight', shape=(cfg.gkv_dim, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'
+                                                 and l < cfg.first_shared)),
+        'fv_weight': _SpecParameter('layers.{l}.fv_weight', shape=(cfg.gkv_dim, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'
+                                                 and l < cfg.first_shared)),
+        'fk_norm_weight': _SpecParameter('layers.{l}.fk_norm_weight', shape=(cfg.global_head_dim,), dtype=torch.float32,
+                                         loop='layers',
+                                         layers=tuple(l for l in range(cfg.n_layer)
+                                                      if cfg.layer_types[l] == 'full_attention'
+                                                      and l < cfg.first_shared)),
+        'fo_weight': _SpecParameter('layers.{l}.fo_weight', shape=(cfg.n_embd, cfg.gq_dim), dtype=torch.float32,
+                                    loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer)
+                                                 if cfg.layer_types[l] == 'full_attention')),
+        'post_attn_norm_weight': _SpecParameter('layers.{l}.post_attn_norm.weight', shape=(cfg.n_embd,),
+                                                dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'gate_weight': _SpecParameter('layers.{l}.gate.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'up_weight': _SpecParameter('layers.{l}.up.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'down_weight': _SpecParameter('layers.{l}.down.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'post_mlp_norm_weight': _SpecParameter('layers.{l}.post_mlp_norm.weight', shape=(cfg.n_embd,),
+                                               dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'router_scale_weight': _SpecParameter('layers.{l}.router_scale_weight',
+                                              shape=(cfg.n_embd,) if cfg.moe else None, dtype=torch.float32,
+                                              loop='layers', layers=cfg.n_layer),
+        'router_weight': _SpecParameter('layers.{l}.router_weight',
+                                        shape=(cfg.n_expert, cfg.n_embd) if cfg.moe else None, dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'expert_scale': _SpecParameter('layers.{l}.expert_scale', shape=(cfg.n_expert,) if cfg.moe else None,
+                                       dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'expert_gate': _SpecParameter('layers.{l}.expert_gate',
+                                      shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd) if cfg.moe else None,
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'expert_up': _SpecParameter('layers.{l}.expert_up',
+                                    shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd) if cfg.moe else None,
+                                    dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'expert_down': _SpecParameter('layers.{l}.expert_down',
+                                      shape=(cfg.n_expert, cfg.n_embd, cfg.expert_hidden) if cfg.moe else None,
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'mlp_out_norm_weight': _SpecParameter('layers.{l}.mlp_out_norm_weight',
+                                              shape=(cfg.n_embd,) if cfg.moe else None, dtype=torch.float32,
+                                              loop='layers', layers=cfg.n_layer),
+        'expert_in_norm_weight': _SpecParameter('layers.{l}.expert_in_norm_weight',
+                                                shape=(cfg.n_embd,) if cfg.moe else None, dtype=torch.float32,
+                                                loop='layers', layers=cfg.n_layer),
+        'expert_out_norm_weight': _SpecParameter('layers.{l}.expert_out_norm_weight',
+                                                 shape=(cfg.n_embd,) if cfg.moe else None, dtype=torch.float32,
+                                                 loop='layers', layers=cfg.n_layer),
+        'ple_table': _SpecParameter('ple_table',
+                                    shape=(cfg.vocab_size, cfg.n_layer*cfg.ple_dim) if cfg.ple_dim > 0 else None,
+                                    dtype=torch.float32),
+        'ple_model_proj': _SpecParameter('ple_model_proj',
+                                         shape=(cfg.n_layer*cfg.ple_dim, cfg.n_embd) if cfg.ple_dim > 0 else None,
+                                         dtype=torch.float32),
+        'ple_norm_weight': _SpecParameter('ple_norm_weight', shape=(cfg.ple_dim,) if cfg.ple_dim > 0 else None,
+                                          dtype=torch.float32),
+        'ple_gate': _SpecParameter('layers.{l}.ple_gate', shape=(cfg.ple_dim, cfg.n_embd) if cfg.ple_dim > 0 else None,
+                                   dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'ple_proj': _SpecParameter('layers.{l}.ple_proj', shape=(cfg.n_embd, cfg.ple_dim) if cfg.ple_dim > 0 else None,
+                                   dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'ple_post_norm_weight': _SpecParameter('layers.{l}.ple_post_norm_weight',
+                                               shape=(cfg.n_embd,) if cfg.ple_dim > 0 else None, dtype=torch.float32,
+                                               loop='layers', layers=cfg.n_layer),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'layer_scalar': _SpecParameter('layers.{l}.layer_scalar', shape=(1,), dtype=torch.float32, loop='layers',
+                                       layers=cfg.n_layer),
     }
 
 

@@ -272,41 +272,26 @@ def test_ssd_matches_transformers_mamba2_chunk_scan_and_state_update():
     _same(rec._ssd_state(*step), theirs)
 
 
-def test_gated_delta_rule_matches_transformers_qwen3_next_chunk_and_recurrent():
-    """torch_chunk_gated_delta_rule (chunks of 16) and torch_recurrent_gated_delta_rule (its decode
-    step, and over a prompt), with Hv = 2 Hk and the L2 norm in the kernel, in float32."""
-    m = _transformers("qwen3_next.modeling_qwen3_next")
-    q, k, v, g, beta, state, _, _ = args = _delta_args(t=37, hk=2, hv=4, kd=16, vd=8, dtype=torch.float32)
-    o, final = m.torch_chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=16, initial_state=state,
-                                              output_final_state=True, use_qk_l2norm_in_kernel=True)
+@pytest.mark.parametrize("family", ["qwen3_next", "kimi_linear"])
+def test_gated_delta_rule_matches_transformers_chunk_and_recurrent(family):
+    """Qwen3-Next's torch_chunk_gated_delta_rule and torch_recurrent_gated_delta_rule (Hv = 2 Hk), Kimi
+    Linear's chunk_kimi_delta_attention and recurrent_kimi_delta_attention (a decay per key channel,
+    the heads of q, k and v equal): chunks of 16, the decode step and the recurrence over a prompt,
+    with the L2 norm in the kernel, in float32."""
+    m = _transformers(f"{family}.modeling_{family}")
+    kda = family == "kimi_linear"
+    chunk, recurrent = ((m.chunk_kimi_delta_attention, m.recurrent_kimi_delta_attention) if kda
+                        else (m.torch_chunk_gated_delta_rule, m.torch_recurrent_gated_delta_rule))
+    q, k, v, g, beta, state, _, _ = args = _delta_args(t=37, hk=4 if kda else 2, hv=4, kd=16, vd=8,
+                                                       dtype=torch.float32, kda=kda)
+    o, final = chunk(q, k, v, g, beta, chunk_size=16, initial_state=state, output_final_state=True,
+                     use_qk_l2norm_in_kernel=True)
     _same(rec._gated_delta_rule(*args), o)
     _same(rec._gated_delta_state(*args), final)
-    o, final = m.torch_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=state, output_final_state=True,
-                                                  use_qk_l2norm_in_kernel=True)
+    o, final = recurrent(q, k, v, g, beta, initial_state=state, output_final_state=True, use_qk_l2norm_in_kernel=True)
     _same(rec._gated_delta_rule(*args), o)
     step = _slice(args, 0, 1, _DELTA_TIME)
-    o, final = m.torch_recurrent_gated_delta_rule(*step[:5], initial_state=state, output_final_state=True,
-                                                  use_qk_l2norm_in_kernel=True)
-    _same(rec._gated_delta_rule(*step), o)
-    _same(rec._gated_delta_state(*step), final)
-
-
-def test_per_key_channel_delta_rule_matches_transformers_kimi_linear_chunk_and_recurrent():
-    """Kimi Delta Attention: chunk_kimi_delta_attention (chunks of 16) and recurrent_kimi_delta_attention
-    (its decode step, and over a prompt), with the L2 norm in the kernel, in float32. Both take the
-    heads of q, k and v equal."""
-    m = _transformers("kimi_linear.modeling_kimi_linear")
-    q, k, v, g, beta, state, _, _ = args = _delta_args(t=37, hk=4, hv=4, kd=16, vd=8, dtype=torch.float32, kda=True)
-    o, final = m.chunk_kimi_delta_attention(q, k, v, g, beta, chunk_size=16, initial_state=state,
-                                            output_final_state=True, use_qk_l2norm_in_kernel=True)
-    _same(rec._gated_delta_rule(*args), o)
-    _same(rec._gated_delta_state(*args), final)
-    o, _ = m.recurrent_kimi_delta_attention(q, k, v, g, beta, initial_state=state, output_final_state=True,
-                                            use_qk_l2norm_in_kernel=True)
-    _same(rec._gated_delta_rule(*args), o)
-    step = _slice(args, 0, 1, _DELTA_TIME)
-    o, final = m.recurrent_kimi_delta_attention(*step[:5], initial_state=state, output_final_state=True,
-                                                use_qk_l2norm_in_kernel=True)
+    o, final = recurrent(*step[:5], initial_state=state, output_final_state=True, use_qk_l2norm_in_kernel=True)
     _same(rec._gated_delta_rule(*step), o)
     _same(rec._gated_delta_state(*step), final)
 

@@ -193,9 +193,11 @@ def _delta_rule(state_out: bool):
         _shaped(ctx, args["beta"], "beta", (b, t, hv), "one per token and value head", "v")
         # the decay: one per token and value head (gated DeltaNet) or also per key channel (Kimi Delta Attention)
         g = args["g"]
-        if g.rank == 4:
-            _shaped(ctx, g, "g", (b, t, hv, kd), "one per token, value head and key channel (or [B, T, Hv]: one "
-                    "per token and value head)", "q")
+        if g.rank == 4:  # its heads are v's, its width q's
+            if not all(ctx.eq(a, w) for a, w in zip(g.shape, (b, t, hv, kd))):
+                raise OpError(f"`g` is {ctx.show(g.shape)} but `v`'s heads and `q`'s width make it "
+                              f"{ctx.show((b, t, hv, kd))}: one per token, value head and key channel (or [B, T, Hv]: "
+                              f"one per token and value head)", "g", blame=("v", "g"))
         else:
             _shaped(ctx, g, "g", (b, t, hv), "one per token and value head (or [B, T, Hv, K]: one per key "
                     "channel too)", "v")

@@ -480,7 +480,7 @@ def test_gated_delta_falls_back_where_fla_does_not_reach(calls, monkeypatch):
 
 # ----------------------------------------------------------------------------- generated modules, compiled
 
-@pytest.mark.parametrize("spec", ["mamba2", "qwen3_next"])
+@pytest.mark.parametrize("spec", ["mamba2", "qwen3_next", "kimi_linear"])
 def test_a_generated_model_prefills_and_decodes_through_the_libraries(calls, monkeypatch, spec):
     """Eager: the logits and caches of a prompt and of a decode step after it equal the torch code's."""
     monkeypatch.setenv("SNF_COMPILE", "0")
@@ -507,8 +507,10 @@ def test_a_generated_model_prefills_and_decodes_through_the_libraries(calls, mon
         assert {"mamba_chunk_scan_combined", "selective_state_update"} <= names
         # the decode step's state is the one its output's call updated: one call a layer, not two
         assert sum(c[0] == "selective_state_update" for c in calls) == model.config.n_layer
-    else:
+    elif spec == "qwen3_next":
         assert {"chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"} <= names
+    else:  # a decay per key channel
+        assert {"chunk_kda", "fused_recurrent_kda"} <= names and not any("gated_delta" in n for n in names)
 
 
 def test_the_opaque_ops_run_the_library_without_its_autograd(calls, monkeypatch):

@@ -264,7 +264,7 @@ def test_mlp_only_layers_with_a_sparse_step_match_transformers(tmp_path, family,
 
 
 def test_kimi_linear_over_several_chunks_and_the_released_dense_keys(tmp_path):
-    """A prompt of 40 tokens (two of snfc's KDA chunks): the logits agree, and
+    """A prompt of 40 tokens (three of snfc's KDA chunks): the logits agree, and
     greedy generate after it gives transformers' tokens; a checkpoint whose dense MLP is under `mlp.`
     (the released files' layout, not save_pretrained's `block_sparse_moe.`) reads the same weights."""
     from safetensors.torch import load_file, save_file

@@ -249,13 +249,14 @@ def _kda_chunked(q, k, v, g, beta, s, want_o: bool):
         kb = kc * bc
         # what token l writes, u_l = beta_l (v_l - k_l^T S_l), from the chunk's start state and the earlier
         # writes: (I + strictly_lower(beta k k^T decay)) [U, W] = [beta v, beta k exp(gcs)], then u = U - W S
-        system = torch.einsum("bhlk,bhjk,bhljk->bhlj", kb, kc, decay).masked_fill(~strict, 0)
+        # (products and sums, not einsum: quicker here, and autocast leaves them in the compute dtype)
+        system = (kb[..., :, None, :] * kc[..., None, :, :] * decay).sum(-1).masked_fill(~strict, 0)
         uw = torch.linalg.solve_triangular(system, torch.cat([v[:, :, c] * bc, kb * torch.exp(gc)], -1),
                                            upper=False, unitriangular=True)
         u = uw[..., :vd] - uw[..., vd:] @ s
         if want_o:
             qc = q[:, :, c]
-            scores = torch.einsum("bhlk,bhjk,bhljk->bhlj", qc, kc, decay)
+            scores = (qc[..., :, None, :] * kc[..., None, :, :] * decay).sum(-1)
             outs.append((qc * torch.exp(gc)) @ s + scores @ u)
         s = s * torch.exp(gc[..., -1, :])[..., None] + (kc * torch.exp(gc[..., -1:, :] - gc)).transpose(-1, -2) @ u
     if not want_o:

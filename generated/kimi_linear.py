@@ -448,6 +448,48 @@ class Model(nn.Module):
     # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
     compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
 
+    # The tensor-parallel plan derived from kimi_linear.snf (`snfc check --tp N` shows it with its reasons);
+    # snf.parallelize applies it.
+    tp_plan = {
+        'token_embedding': 'vocab_embedding',
+        'layers.*.q_weight': 'colwise',
+        'layers.*.kv_a_weight': 'replicate',
+        'layers.*.kv_b_weight': 'shard:0',
+        'layers.*.o_weight': 'rowwise',
+        'layers.*.lin_q_weight': 'replicate',
+        'layers.*.lin_k_weight': 'replicate',
+        'layers.*.lin_v_weight': 'replicate',
+        'layers.*.f_a_weight': 'colwise',
+        'layers.*.f_b_weight': 'rowwise',
+        'layers.*.beta_weight': 'replicate',
+        'layers.*.g_a_weight': 'colwise',
+        'layers.*.g_b_weight': 'rowwise',
+        'layers.*.lin_o_weight': 'replicate',
+        'layers.*.gate_weight': 'colwise',
+        'layers.*.up_weight': 'colwise',
+        'layers.*.down_weight': 'rowwise',
+        'layers.*.expert_gate': 'experts',
+        'layers.*.expert_up': 'experts',
+        'layers.*.expert_down': 'experts',
+        'layers.*.shared_gate_weight': 'colwise',
+        'layers.*.shared_up_weight': 'colwise',
+        'layers.*.shared_down_weight': 'rowwise',
+        'lm_head': 'vocab_head',
+    }
+    # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
+    tp_requires = (
+        (lambda c, tp: c.n_head % tp == 0,
+         'tp must divide H = n_head, the heads `reshape` makes of sharded features (kimi_linear.snf:137)'),
+        (lambda c, tp: c.lin_head_dim % tp == 0,
+         'tp must divide LK = lin_head_dim, the features of a column-wise `linear` (kimi_linear.snf:166)'),
+        (lambda c, tp: c.expert_hidden % tp == 0,
+         "tp must divide expert_hidden, the experts' hidden width (kimi_linear.snf:191)"),
+        (lambda c, tp: c.shared_hidden % tp == 0,
+         'tp must divide shared_hidden, the features of a column-wise `linear` (kimi_linear.snf:193)'),
+        (lambda c, tp: c.mlp_hidden % tp == 0,
+         'tp must divide mlp_hidden, the features of a column-wise `linear` (kimi_linear.snf:197)'),
+    )
+
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_latent: Optional[torch.Tensor] = None,
                 past_conv: Optional[torch.Tensor] = None, past_delta: Optional[torch.Tensor] = None, *,

@@ -67,9 +67,7 @@ def _ours_decode(model, prompt: torch.Tensor):
 
 def main(argv: list | None = None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    _timing.add_common_args(parser, reps=20, warmup=2)  # (eager on the CPU: --no-compile, --json, --device unused)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -81,7 +79,7 @@ def main(argv: list | None = None) -> int:
         want = hf(idx[:, :short], use_cache=False).logits  # the same model first
         _timing.check_close(ours(idx[:, :short]).logits, want, 1e-5 * want.abs().max().item(), "logits")
         steps = {f"decode 1 token after {n}": _ours_decode(ours, idx[:, :n]) for n in (short, long)}
-        samples = _timing.time_alternating(steps, warmup=2, reps=args.reps)
+        samples = _timing.time_alternating(steps, warmup=args.warmup, reps=args.reps, clock=_timing.clock_of(args.clock))
     medians = {case: _timing.summarize(ms).median for case, ms in samples.items()}
     print(_timing.format_table(["case", "snfc ms"], [[case, round(ms, 2)] for case, ms in medians.items()]))
     ratio = _timing.ratio(medians[f"decode 1 token after {long}"], medians[f"decode 1 token after {short}"])

@@ -60,8 +60,8 @@ def _ours_decode(model, prompt: torch.Tensor):
     from snf.runtime.writes import _cache_buffers
     out = model(prompt, use_cache=True)
     size = model.config.block_size  # the latent cache's slots (no MLA layer here reads them)
-    buffers = {"past_latent": _cache_buffers(out.new_latent, 1, size), "past_conv": _cache_buffers(out.new_conv, None, 0),
-               "past_delta": _cache_buffers(out.new_delta, None, 0)}
+    buffers = {"past_latent": _cache_buffers(out.new_latent, 1, size),
+               "past_conv": _cache_buffers(out.new_conv, None, 0), "past_delta": _cache_buffers(out.new_delta, None, 0)}
     return lambda: _decode(model, prompt[:, -1:], prompt.size(1), size, **buffers)
 
 
@@ -79,7 +79,8 @@ def main(argv: list | None = None) -> int:
         want = hf(idx[:, :short], use_cache=False).logits  # the same model first
         _timing.check_close(ours(idx[:, :short]).logits, want, 1e-5 * want.abs().max().item(), "logits")
         steps = {f"decode 1 token after {n}": _ours_decode(ours, idx[:, :n]) for n in (short, long)}
-        samples = _timing.time_alternating(steps, warmup=args.warmup, reps=args.reps, clock=_timing.clock_of(args.clock))
+        samples = _timing.time_alternating(steps, warmup=args.warmup, reps=args.reps,
+                                           clock=_timing.clock_of(args.clock))
     medians = {case: _timing.summarize(ms).median for case, ms in samples.items()}
     print(_timing.format_table(["case", "snfc ms"], [[case, round(ms, 2)] for case, ms in medians.items()]))
     ratio = _timing.ratio(medians[f"decode 1 token after {long}"], medians[f"decode 1 token after {short}"])

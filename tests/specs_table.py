@@ -196,6 +196,20 @@ ROWS = {
                                first_k_dense_replace=1, n_shared_experts=2, routed_scaling_factor=1.5,
                                rope_parameters={"rope_type": "default", "rope_theta": 5000.0}, pad_token_id=None),
                        session_hf=dict(num_hidden_layers=2)),
+    # small: a KDA layer (the delta rule with a decay per key channel) with a dense MLP, then an MLA layer
+    # (no RoPE) with experts (4 groups of 2, 2 picked). hf: KDA, MLA, KDA; one dense layer, then experts
+    # picked in the 2 best of 4 groups, two shared experts. Its session: one of each
+    "kimi_linear": Row(dict(vocab_size=64, block_size=32, layer_types=["linear_attention", "full_attention"],
+                            n_embd=32, n_head=4, kv_rank=16, nope_dim=12, rope_dim=8, v_dim=10, lin_n_head=2,
+                            lin_head_dim=8, mlp_hidden=48, n_expert=8, n_expert_tok=2, expert_hidden=16, n_group=4,
+                            topk_group=2),
+                       hf=dict(DECODER, num_key_value_heads=4, num_hidden_layers=3,
+                               layer_types=["linear_attention", "full_attention", "linear_attention"],
+                               kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=12,
+                               v_head_dim=10, linear_num_heads=4, linear_head_dim=8, moe_intermediate_size=16,
+                               num_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, n_shared_experts=2,
+                               routed_scaling_factor=1.5, pad_token_id=None),
+                       session_hf=dict(num_hidden_layers=2, layer_types=["linear_attention", "full_attention"])),
     # small: biases on the attention, an untied head, a window on layer 1. hf: heads 16 wide (not 32 // 4),
     # biases on the attention, a tied head, a window on layer 1
     "qwen3": Row(dict(GQA, head_dim=16, attention_bias=True, tie_embeddings=False, use_sliding_window=True,

@@ -26,14 +26,14 @@ from snf.ops.registry import ScalarError
 from snf.source import Source
 
 # The recurrent ops' inputs: H heads of M channels, B and C in G groups of a state of N; the delta rule's
-# KH key heads of M and H value heads of N
+# KH key heads of M and H value heads of N, its decay per value head (g) or per value head and key channel (gk)
 SSD_INPUTS = ("x : Tensor([B, T, H, M], float32)\n  dt : Tensor([B, T, H], float32)\n  al : Tensor([H], float32)\n"
               "  bm : Tensor([B, T, G, N], float32)\n  cm : Tensor([B, T, G, N], float32)\n  d : Tensor([H], float32)\n"
               "  db : Tensor([H], float32)\n  s : Tensor([B, H, M, N], float32)")
 SSD_PARAMS = "param:\n  H : int = 4\n  G : int = 2\n"
 DELTA_INPUTS = ("q : Tensor([B, T, KH, M], float32)\n  k : Tensor([B, T, KH, M], float32)\n"
                 "  v : Tensor([B, T, H, N], float32)\n  g : Tensor([B, T, H], float32)\n  bt : Tensor([B, T, H], float32)\n"
-                "  s : Tensor([B, H, M, N], float32)")
+                "  s : Tensor([B, H, M, N], float32)\n  gk : Tensor([B, T, H, M], float32)")
 DELTA_PARAMS = "param:\n  H : int = 4\n  KH : int = 2\n"
 LISTS = 'param:\n  scales : list[float, 3] = [0.5, 2, 3.0]\n  tags : list[str, 2] = ["x", "y"]\n  n_tags = len(tags)\n\n'
 
@@ -117,10 +117,12 @@ CASES = {
     "ssd_state": (SSD_INPUTS, "ssd_state(x, dt, -exp(al), bm, cm, D=d, dt_bias=db, state=s) + "
                               "ssd_state(x, dt, -exp(al), bm, cm)", SSD_PARAMS),
     "gated_delta_rule": (DELTA_INPUTS, "gated_delta_rule(q, k, v, -exp(g), sigmoid(bt), state=s) + "
-                                       "gated_delta_rule(q, k, v, -exp(g), sigmoid(bt), scale=0.5, l2norm=False)",
+                                       "gated_delta_rule(q, k, v, -exp(g), sigmoid(bt), scale=0.5, l2norm=False) + "
+                                       "gated_delta_rule(q, k, v, -exp(gk), sigmoid(bt), state=s)",
                          DELTA_PARAMS),
     "gated_delta_state": (DELTA_INPUTS, "gated_delta_state(q, k, v, -exp(g), sigmoid(bt), state=s) + "
-                                        "gated_delta_state(q, k, v, -exp(g), sigmoid(bt), scale=0.5, l2norm=False)",
+                                        "gated_delta_state(q, k, v, -exp(g), sigmoid(bt), scale=0.5, l2norm=False) + "
+                                        "gated_delta_state(q, k, v, -exp(gk), sigmoid(bt), state=s)",
                           DELTA_PARAMS),
     # config-level logic and scalar arithmetic, exercised through a guarded assignment
     "eq": ("a : Tensor([B, N], float32)", "a * 2.0 if 3 == 3 else a"),

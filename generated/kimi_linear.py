@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -27,6 +27,7 @@ from snf.runtime.attention import _latent_attention
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.experts import _moe_experts
 from snf.runtime.recurrent import _causal_conv1d, _causal_conv1d_state, _gated_delta_rule, _gated_delta_state
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -607,104 +608,132 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'),
-                     (cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.rope_dim, cfg.n_embd), torch.float32),
-        'kv_a_weight': ('layers.{l}.kv_a_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'),
-                        (cfg.latent_dim, cfg.n_embd), torch.float32),
-        'kv_a_norm_weight': ('layers.{l}.kv_a_norm_weight', None,
-                             tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'),
-                             (cfg.kv_rank,), torch.float32),
-        'kv_b_weight': ('layers.{l}.kv_b_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'),
-                        (cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.v_dim, cfg.kv_rank), torch.float32),
-        'o_weight': ('layers.{l}.o_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'),
-                     (cfg.n_embd, cfg.n_head*cfg.v_dim), torch.float32),
-        'lin_q_weight': ('layers.{l}.lin_q_weight', None,
-                         tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                         (cfg.lin_dim, cfg.n_embd), torch.float32),
-        'lin_k_weight': ('layers.{l}.lin_k_weight', None,
-                         tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                         (cfg.lin_dim, cfg.n_embd), torch.float32),
-        'lin_v_weight': ('layers.{l}.lin_v_weight', None,
-                         tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                         (cfg.lin_dim, cfg.n_embd), torch.float32),
-        'q_conv_weight': ('layers.{l}.q_conv_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                          (cfg.lin_dim, 1, cfg.conv_kernel), torch.float32),
-        'k_conv_weight': ('layers.{l}.k_conv_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                          (cfg.lin_dim, 1, cfg.conv_kernel), torch.float32),
-        'v_conv_weight': ('layers.{l}.v_conv_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                          (cfg.lin_dim, 1, cfg.conv_kernel), torch.float32),
-        'f_a_weight': ('layers.{l}.f_a_weight', None,
-                       tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                       (cfg.lin_head_dim, cfg.n_embd), torch.float32),
-        'f_b_weight': ('layers.{l}.f_b_weight', None,
-                       tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                       (cfg.lin_dim, cfg.lin_head_dim), torch.float32),
-        'dt_bias': ('layers.{l}.dt_bias', None,
-                    tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'), (cfg.lin_dim,),
-                    torch.float32),
-        'A_log': ('layers.{l}.A_log', None,
-                  tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                  (1, 1, cfg.lin_n_head, 1), torch.float32),
-        'beta_weight': ('layers.{l}.beta_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                        (cfg.lin_n_head, cfg.n_embd), torch.float32),
-        'g_a_weight': ('layers.{l}.g_a_weight', None,
-                       tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                       (cfg.lin_head_dim, cfg.n_embd), torch.float32),
-        'g_b_weight': ('layers.{l}.g_b_weight', None,
-                       tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                       (cfg.lin_dim, cfg.lin_head_dim), torch.float32),
-        'o_norm_weight': ('layers.{l}.o_norm_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                          (cfg.lin_head_dim,), torch.float32),
-        'lin_o_weight': ('layers.{l}.lin_o_weight', None,
-                         tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                         (cfg.n_embd, cfg.lin_dim), torch.float32),
-        'gate_weight': ('layers.{l}.gate_weight', None, tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense),
-                        (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_weight': ('layers.{l}.up_weight', None, tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense),
-                      (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'down_weight': ('layers.{l}.down_weight', None, tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense),
-                        (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'router_weight': ('layers.{l}.router_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense), (cfg.n_expert, cfg.n_embd),
-                          torch.float32),
-        'router_bias': ('layers.{l}.router_bias', None, tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
-                        (cfg.n_expert,), torch.float32),
-        'expert_gate': ('layers.{l}.expert_gate', None, tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
-                        (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'expert_up': ('layers.{l}.expert_up', None, tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
-                      (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'expert_down': ('layers.{l}.expert_down', None, tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
-                        (cfg.n_expert, cfg.n_embd, cfg.expert_hidden), torch.float32),
-        'shared_gate_weight': ('layers.{l}.shared_gate_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
-                               (cfg.shared_hidden, cfg.n_embd), torch.float32),
-        'shared_up_weight': ('layers.{l}.shared_up_weight', None,
-                             tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
-                             (cfg.shared_hidden, cfg.n_embd), torch.float32),
-        'shared_down_weight': ('layers.{l}.shared_down_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
-                               (cfg.n_embd, cfg.shared_hidden), torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q_weight',
+                                   shape=(cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.rope_dim, cfg.n_embd),
+                                   dtype=torch.float32, loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer)
+                                                if cfg.layer_types[l] == 'full_attention')),
+        'kv_a_weight': _SpecParameter('layers.{l}.kv_a_weight', shape=(cfg.latent_dim, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer)
+                                                   if cfg.layer_types[l] == 'full_attention')),
+        'kv_a_norm_weight': _SpecParameter('layers.{l}.kv_a_norm_weight', shape=(cfg.kv_rank,), dtype=torch.float32,
+                                           loop='layers',
+                                           layers=tuple(l for l in range(cfg.n_layer)
+                                                        if cfg.layer_types[l] == 'full_attention')),
+        'kv_b_weight': _SpecParameter('layers.{l}.kv_b_weight',
+                                      shape=(cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.v_dim, cfg.kv_rank),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer)
+                                                   if cfg.layer_types[l] == 'full_attention')),
+        'o_weight': _SpecParameter('layers.{l}.o_weight', shape=(cfg.n_embd, cfg.n_head*cfg.v_dim), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer)
+                                                if cfg.layer_types[l] == 'full_attention')),
+        'lin_q_weight': _SpecParameter('layers.{l}.lin_q_weight', shape=(cfg.lin_dim, cfg.n_embd), dtype=torch.float32,
+                                       loop='layers',
+                                       layers=tuple(l for l in range(cfg.n_layer)
+                                                    if cfg.layer_types[l] == 'linear_attention')),
+        'lin_k_weight': _SpecParameter('layers.{l}.lin_k_weight', shape=(cfg.lin_dim, cfg.n_embd), dtype=torch.float32,
+                                       loop='layers',
+                                       layers=tuple(l for l in range(cfg.n_layer)
+                                                    if cfg.layer_types[l] == 'linear_attention')),
+        'lin_v_weight': _SpecParameter('layers.{l}.lin_v_weight', shape=(cfg.lin_dim, cfg.n_embd), dtype=torch.float32,
+                                       loop='layers',
+                                       layers=tuple(l for l in range(cfg.n_layer)
+                                                    if cfg.layer_types[l] == 'linear_attention')),
+        'q_conv_weight': _SpecParameter('layers.{l}.q_conv_weight', shape=(cfg.lin_dim, 1, cfg.conv_kernel),
+                                        dtype=torch.float32, loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer)
+                                                     if cfg.layer_types[l] == 'linear_attention')),
+        'k_conv_weight': _SpecParameter('layers.{l}.k_conv_weight', shape=(cfg.lin_dim, 1, cfg.conv_kernel),
+                                        dtype=torch.float32, loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer)
+                                                     if cfg.layer_types[l] == 'linear_attention')),
+        'v_conv_weight': _SpecParameter('layers.{l}.v_conv_weight', shape=(cfg.lin_dim, 1, cfg.conv_kernel),
+                                        dtype=torch.float32, loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer)
+                                                     if cfg.layer_types[l] == 'linear_attention')),
+        'f_a_weight': _SpecParameter('layers.{l}.f_a_weight', shape=(cfg.lin_head_dim, cfg.n_embd), dtype=torch.float32,
+                                     loop='layers',
+                                     layers=tuple(l for l in range(cfg.n_layer)
+                                                  if cfg.layer_types[l] == 'linear_attention')),
+        'f_b_weight': _SpecParameter('layers.{l}.f_b_weight', shape=(cfg.lin_dim, cfg.lin_head_dim),
+                                     dtype=torch.float32, loop='layers',
+                                     layers=tuple(l for l in range(cfg.n_layer)
+                                                  if cfg.layer_types[l] == 'linear_attention')),
+        'dt_bias': _SpecParameter('layers.{l}.dt_bias', shape=(cfg.lin_dim,), dtype=torch.float32, loop='layers',
+                                  layers=tuple(l for l in range(cfg.n_layer)
+                                               if cfg.layer_types[l] == 'linear_attention')),
+        'A_log': _SpecParameter('layers.{l}.A_log', shape=(1, 1, cfg.lin_n_head, 1), dtype=torch.float32, loop='layers',
+                                layers=tuple(l for l in range(cfg.n_layer)
+                                             if cfg.layer_types[l] == 'linear_attention')),
+        'beta_weight': _SpecParameter('layers.{l}.beta_weight', shape=(cfg.lin_n_head, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer)
+                                                   if cfg.layer_types[l] == 'linear_attention')),
+        'g_a_weight': _SpecParameter('layers.{l}.g_a_weight', shape=(cfg.lin_head_dim, cfg.n_embd), dtype=torch.float32,
+                                     loop='layers',
+                                     layers=tuple(l for l in range(cfg.n_layer)
+                                                  if cfg.layer_types[l] == 'linear_attention')),
+        'g_b_weight': _SpecParameter('layers.{l}.g_b_weight', shape=(cfg.lin_dim, cfg.lin_head_dim),
+                                     dtype=torch.float32, loop='layers',
+                                     layers=tuple(l for l in range(cfg.n_layer)
+                                                  if cfg.layer_types[l] == 'linear_attention')),
+        'o_norm_weight': _SpecParameter('layers.{l}.o_norm_weight', shape=(cfg.lin_head_dim,), dtype=torch.float32,
+                                        loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer)
+                                                     if cfg.layer_types[l] == 'linear_attention')),
+        'lin_o_weight': _SpecParameter('layers.{l}.lin_o_weight', shape=(cfg.n_embd, cfg.lin_dim), dtype=torch.float32,
+                                       loop='layers',
+                                       layers=tuple(l for l in range(cfg.n_layer)
+                                                    if cfg.layer_types[l] == 'linear_attention')),
+        'gate_weight': _SpecParameter('layers.{l}.gate_weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense)),
+        'up_weight': _SpecParameter('layers.{l}.up_weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers', layers=tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense)),
+        'down_weight': _SpecParameter('layers.{l}.down_weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense)),
+        'router_weight': _SpecParameter('layers.{l}.router_weight', shape=(cfg.n_expert, cfg.n_embd),
+                                        dtype=torch.float32, loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+        'router_bias': _SpecParameter('layers.{l}.router_bias', shape=(cfg.n_expert,), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+        'expert_gate': _SpecParameter('layers.{l}.expert_gate', shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+        'expert_up': _SpecParameter('layers.{l}.expert_up', shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd),
+                                    dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+        'expert_down': _SpecParameter('layers.{l}.expert_down', shape=(cfg.n_expert, cfg.n_embd, cfg.expert_hidden),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+        'shared_gate_weight': _SpecParameter('layers.{l}.shared_gate_weight', shape=(cfg.shared_hidden, cfg.n_embd),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+        'shared_up_weight': _SpecParameter('layers.{l}.shared_up_weight', shape=(cfg.shared_hidden, cfg.n_embd),
+                                           dtype=torch.float32, loop='layers',
+                                           layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+        'shared_down_weight': _SpecParameter('layers.{l}.shared_down_weight', shape=(cfg.n_embd, cfg.shared_hidden),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight', shape=(cfg.vocab_size, cfg.n_embd), dtype=torch.float32),
     }
 
 

@@ -25,7 +25,9 @@ from .signatures import Signature, local_types, plan_signatures
 from .verify import verify
 from .writes import plan_writes
 
-PASSES = (absorb_latent, fuse_linear)
+# fuse_linear is not run: a fused [Wq; Wk; Wv] cannot be split column-wise into whole heads per rank
+# (tensor parallelism, issue 50), and it measured no faster on a CPU (benchmarks/README.md).
+PASSES = (absorb_latent,)
 
 
 def run_passes(model: ir.Model) -> ir.Model:

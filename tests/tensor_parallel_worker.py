@@ -31,17 +31,22 @@ ATTENTION = {"layers.*.q": "colwise", "layers.*.k": "colwise", "layers.*.v": "co
 PLANS = {
     "llama3": {"token_embedding": "vocab_embedding", **ATTENTION, "layers.*.gate": "colwise",
                "layers.*.up": "colwise", "layers.*.down": "rowwise", "lm_head": "vocab_head"},
+    # q/k norms per head: their weights' gradients all-reduced (without, each rank's would be its heads' share)
+    "qwen3": {"token_embedding": "vocab_embedding", **ATTENTION, "layers.*.q_norm": "head_norm",
+              "layers.*.k_norm": "head_norm", "layers.*.gate": "colwise", "layers.*.up": "colwise",
+              "layers.*.down": "rowwise", "lm_head": "vocab_head"},
     "mixtral": {"token_embedding": "vocab_embedding", **ATTENTION, "layers.*.gate_weight": "experts_colwise",
                 "layers.*.up_weight": "experts_colwise", "layers.*.down_weight": "experts_rowwise",
                 "lm_head": "vocab_head"},
 }
 LOCAL = ("n_head", "n_kv_head")  # STAND-IN: the Config fields a rank holds 1/tp of
 
-TINY = dict(block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, rope_scaling=0)
+TINY = dict(block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32)
 CASES = {  # name -> (spec, config)
-    "llama3": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48)),
-    "llama3_tied": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48, tie_embeddings=True)),
-    "llama3_odd_vocab": ("llama3", dict(TINY, vocab_size=61, mlp_hidden=48)),
+    "llama3": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48, rope_scaling=0)),
+    "llama3_tied": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48, rope_scaling=0, tie_embeddings=True)),
+    "llama3_odd_vocab": ("llama3", dict(TINY, vocab_size=61, mlp_hidden=48, rope_scaling=0)),
+    "qwen3": ("qwen3", dict(TINY, vocab_size=64, mlp_hidden=48, head_dim=8, tie_embeddings=False)),
     "mixtral": ("mixtral", dict(block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, vocab_size=64,
                                 mlp_hidden=24, n_expert=4, n_expert_tok=2)),
 }
@@ -82,11 +87,11 @@ def check(name: str, mesh) -> dict:
     # an uneven vocabulary gives the first ranks one row more) plus the replicated ones
     local, bound = 0, 0
     for p in sharded.parameters():
-        if isinstance(p, DTensor):
+        if isinstance(p, DTensor) and p.placements[0].is_shard():
             local += p.to_local().nbytes
             axis = p.placements[0].dim
             bound += -(-p.shape[axis] // tp) * (p.numel() // p.shape[axis]) * p.element_size()
-        else:
+        else:  # a plain tensor, or a Replicate DTensor (a per-head norm's weight)
             local += p.nbytes
             bound += p.nbytes
     fullest = torch.tensor(local)

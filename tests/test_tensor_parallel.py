@@ -34,7 +34,7 @@ def torchrun(n: int, out: Path, *mode: str) -> dict:
     return json.loads(out.read_text())
 
 
-@pytest.mark.slow  # two processes, four models: about 17 s on a 2-core CPU
+@pytest.mark.slow  # two processes, five models: about 21 s on a 2-core CPU
 def test_two_ranks_match_one_process(tmp_path):
     results = torchrun(2, tmp_path / "tp2.json")
     for name, res in results.items():

@@ -2,10 +2,11 @@
 in one launch. Each rank builds the same model (same seed), shards a copy with snf.parallelize and
 compares it with the whole model run in this process. Rank 0 writes the numbers as JSON to OUT.
 
-usage: python -m torch.distributed.run --nproc_per_node N tests/tensor_parallel_worker.py OUT.json [train]
+usage: python -m torch.distributed.run --standalone --nproc_per_node N tests/tensor_parallel_worker.py OUT.json
 
-With `train` (4 processes): FSDP2 over "dp" x tensor parallel over "tp", 3 AdamW steps with gradient
-clipping against the same steps of one process on the whole batch.
+N = 2: the checks at tp = 2. N = 4: the same checks on each half of a 2 x 2 ("dp", "tp") mesh, then
+FSDP2 over "dp" x tensor parallel over "tp": 3 AdamW steps with gradient clipping against the same
+steps of one process on the whole batch.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def check(name: str, mesh) -> dict:
             local += p.nbytes
             bound += p.nbytes
     fullest = torch.tensor(local)
-    dist.all_reduce(fullest, op=dist.ReduceOp.MAX)
+    dist.all_reduce(fullest, op=dist.ReduceOp.MAX, group=mesh.get_group())
     res["bytes"] = [fullest.item(), bound, sum(p.nbytes for p in whole.parameters())]
     return res
 
@@ -147,19 +148,20 @@ def main() -> None:
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     n = dist.get_world_size()
+    # 4 processes: a 2 x 2 ("dp", "tp") mesh, each dp group running the checks on its "tp" ranks
+    mesh = init_device_mesh("cpu", (n // 2, 2), mesh_dim_names=("dp", "tp")) if n == 4 else \
+        init_device_mesh("cpu", (n,), mesh_dim_names=("tp",))
     results = {}
-    if sys.argv[2:] == ["train"]:
+    for name in CASES:
         try:
-            results["fsdp2_tp"] = train(init_device_mesh("cpu", (n // 2, 2), mesh_dim_names=("dp", "tp")))
+            results[name] = check(name, mesh["tp"] if n == 4 else mesh)
+        except Exception as e:  # reported, so the test names the case that failed
+            results[name] = {"error": f"{type(e).__name__}: {e}"}
+    if n == 4:
+        try:
+            results["fsdp2_tp"] = train(mesh)
         except Exception as e:
             results["fsdp2_tp"] = {"error": f"{type(e).__name__}: {e}"}
-    else:
-        mesh = init_device_mesh("cpu", (n,), mesh_dim_names=("tp",))
-        for name in CASES:
-            try:
-                results[name] = check(name, mesh)
-            except Exception as e:  # reported, so the test names the case that failed
-                results[name] = {"error": f"{type(e).__name__}: {e}"}
     if dist.get_rank() == 0:
         with open(sys.argv[1], "w") as f:
             json.dump(results, f, indent=1)

@@ -17,11 +17,12 @@ def load(path):
     return _load(path)
 
 
-def from_pretrained(path, *, spec=None, dtype=None, device=None, mmap=True):
+def from_pretrained(path, *, spec=None, dtype=None, device=None, mmap=True, device_mesh=None, **tp):
     """A model from a transformers `save_pretrained` folder: the bundled spec for its model_type (or
-    `spec`), its Config from config.json and its weights (snf.pretrained.from_pretrained)."""
+    `spec`), its Config from config.json and its weights (snf.pretrained.from_pretrained); with
+    `device_mesh`, sharded over it by snf.parallelize."""
     from .pretrained import from_pretrained as _from_pretrained
-    return _from_pretrained(path, spec=spec, dtype=dtype, device=device, mmap=mmap)
+    return _from_pretrained(path, spec=spec, dtype=dtype, device=device, mmap=mmap, device_mesh=device_mesh, **tp)
 
 
 def save_pretrained(model, folder):

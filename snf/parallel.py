@@ -30,6 +30,23 @@ def requirement_errors(model_class, config, tp: int) -> list[str]:
             if not holds(config, tp)]
 
 
+def tp_mesh(mesh):
+    """The tensor-parallel axis of `mesh`: the mesh itself (1-D), or its "tp" (2-D, named ("dp", "tp"))."""
+    names = tuple(mesh.mesh_dim_names or ())
+    if mesh.ndim == 2 and names != ("dp", "tp"):
+        raise ShardingError(f"a 2-D mesh must be named ('dp', 'tp'), not {names}")
+    if mesh.ndim > 2:
+        raise ShardingError(f"a mesh of 1 or 2 dims, not {mesh.ndim}")
+    return mesh["tp"] if mesh.ndim == 2 else mesh
+
+
+def check_shardable(model_class, config, mesh) -> None:
+    """Raise ShardingError, naming each dim and spec line, where `config` cannot shard over `mesh`."""
+    errors = requirement_errors(model_class, config, tp_mesh(mesh).size())
+    if errors:
+        raise ShardingError("; ".join(errors))
+
+
 def _styles():
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
@@ -87,16 +104,9 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
     local = tuple(getattr(cls, "tp_local", None) or local or ())
     if not plan:
         raise ShardingError(f"{cls.__module__}.Model has no tp_plan: pass plan=")
-    names = mesh.mesh_dim_names or ()
-    if mesh.ndim == 2 and tuple(names) != ("dp", "tp"):
-        raise ShardingError(f"a 2-D mesh must be named ('dp', 'tp'), not {names}")
-    if mesh.ndim > 2:
-        raise ShardingError(f"a mesh of 1 or 2 dims, not {mesh.ndim}")
-    tp_mesh = mesh["tp"] if mesh.ndim == 2 else mesh
-    tp = tp_mesh.size()
-    errors = requirement_errors(cls, model.config, tp)
-    if errors:
-        raise ShardingError("; ".join(errors))
+    check_shardable(cls, model.config, mesh)
+    tp_axis = tp_mesh(mesh)
+    tp = tp_axis.size()
     styles = _styles()
     layout = {}
     tied = any(s == "vocab_head" and not _exists(model, p) for p, s in plan.items())
@@ -115,8 +125,8 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
             continue  # the tied head reads the table as a plain tensor: it stays whole
         layout[path] = styles[style]()
     if tp > 1:
-        parallelize_module(model, tp_mesh, layout)
-        _shard_experts(model, tp_mesh, {p: _EXPERT_AXES[s] for p, s in plan.items() if s in _EXPERT_AXES})
+        parallelize_module(model, tp_axis, layout)
+        _shard_experts(model, tp_axis, {p: _EXPERT_AXES[s] for p, s in plan.items() if s in _EXPERT_AXES})
         shard = _local_config(model.config, local, tp)
         for m in model.modules():
             if getattr(m, "config", None) is model.config and m is not model:

@@ -44,7 +44,8 @@ LOCAL = ("n_head", "n_kv_head")  # STAND-IN: the Config fields a rank holds 1/tp
 
 TINY = dict(block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32)
 CASES = {  # name -> (spec, config)
-    "llama3": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48, rope_scaling=0)),
+    # (rope_original_max_position = block_size: a config save_pretrained writes back as it is)
+    "llama3": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48, rope_scaling=0, rope_original_max_position=32)),
     "llama3_tied": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48, rope_scaling=0, tie_embeddings=True)),
     "llama3_odd_vocab": ("llama3", dict(TINY, vocab_size=61, mlp_hidden=48, rope_scaling=0)),
     "qwen3": ("qwen3", dict(TINY, vocab_size=64, mlp_hidden=48, head_dim=8, tie_embeddings=False)),
@@ -99,6 +100,23 @@ def check(name: str, mesh) -> dict:
     dist.all_reduce(fullest, op=dist.ReduceOp.MAX, group=mesh.get_group())
     res["bytes"] = [fullest.item(), bound, sum(p.nbytes for p in whole.parameters())]
     return res
+
+
+def from_folder(mesh, folder: str) -> dict:
+    """snf.from_pretrained(folder, device_mesh=mesh): a llama3 saved by rank 0, loaded sharded on each rank."""
+    spec, cfg = CASES["llama3"]
+    mod = importlib.import_module(f"generated.{spec}")
+    torch.manual_seed(0)
+    whole = mod.Model(mod.Config(**cfg)).eval()
+    try:
+        if dist.get_rank() == 0:
+            snf.save_pretrained(whole, folder)
+    finally:
+        dist.barrier()  # every rank, even where the save failed: no rank waits alone
+    model = snf.from_pretrained(folder, device_mesh=mesh, tp_plan=PLANS[spec], tp_local=LOCAL)
+    idx = torch.randint(0, cfg["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(1))
+    return {"logits": diff(model(idx).logits, whole(idx).logits),
+            "sharded": isinstance(model.layers[0].q.weight, DTensor)}
 
 
 def loss_of(model, tokens):
@@ -157,6 +175,11 @@ def main() -> None:
             results[name] = check(name, mesh["tp"] if n == 4 else mesh)
         except Exception as e:  # reported, so the test names the case that failed
             results[name] = {"error": f"{type(e).__name__}: {e}"}
+    try:
+        folder = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "llama3-saved")
+        results["from_pretrained"] = from_folder(mesh["tp"] if n == 4 else mesh, folder)
+    except Exception as e:
+        results["from_pretrained"] = {"error": f"{type(e).__name__}: {e}"}
     if n == 4:
         try:
             results["fsdp2_tp"] = train(mesh)

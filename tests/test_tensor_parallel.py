@@ -38,7 +38,7 @@ def launched(tmp_path_factory) -> dict:
 
 @pytest.mark.slow  # the launch: about 30 s on a 2-core CPU
 def test_two_ranks_match_one_process(launched):
-    results = {name: res for name, res in launched.items() if name != "fsdp2_tp"}
+    results = {name: res for name, res in launched.items() if name not in ("fsdp2_tp", "from_pretrained")}
     assert set(results) == {"llama3", "llama3_tied", "llama3_odd_vocab", "qwen3", "mixtral"}
     for name, res in results.items():
         assert "error" not in res, (name, res)
@@ -46,6 +46,13 @@ def test_two_ranks_match_one_process(launched):
         assert res["generate_same"], name
         local, bound, whole = res["bytes"]
         assert local <= bound < whole, (name, res["bytes"])
+
+
+@pytest.mark.slow  # the same launch
+def test_from_pretrained_with_a_device_mesh_loads_sharded(launched):
+    res = launched["from_pretrained"]
+    assert "error" not in res, res
+    assert res["sharded"] and res["logits"] <= 1e-5, res
 
 
 @pytest.mark.slow  # the same launch

@@ -47,7 +47,12 @@ def check_shardable(model_class, config, mesh) -> None:
         raise ShardingError("; ".join(errors))
 
 
-def _styles():
+# the module styles a plan may name ("replicate": nothing to do; the rest: _styles); the experts' are _EXPERT_AXES
+STYLES = ("colwise", "rowwise", "vocab_embedding", "vocab_head", "head_norm", "replicate")
+
+
+def _styles() -> dict:
+    """Each module style of STYLES but "replicate", as a maker of torch's ParallelStyle."""
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
     return {
@@ -60,7 +65,6 @@ def _styles():
         # a weight applied to this rank's heads (axis 2 of [B, T, heads, head_dim]): a Replicate DTensor
         # meeting a Shard one, so its gradient is all-reduced by DTensor (torchtitan's qwen3 q_norm)
         "head_norm": lambda: SequenceParallel(sequence_dim=2, use_local_output=True),
-        "replicate": None,
     }
 
 
@@ -94,38 +98,35 @@ def _local_config(config, names: tuple[str, ...], tp: int):
 
 def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: Optional[tuple] = None) -> nn.Module:
     """Shard `model` (a generated Model, built or loaded, identical on every rank) over `mesh` by its
-    tensor-parallel plan and return it. `plan` / `local` stand in for the Model's `tp_plan` /
-    `tp_local` where it has none. A config the plan cannot shard at this tp is refused before
+    tensor-parallel plan and return it. `plan` / `local`, where given, are used instead of the
+    Model's `tp_plan` / `tp_local`. A config the plan cannot shard at this tp is refused before
     anything is sharded (ShardingError naming the dim and the spec line)."""
-    from torch.distributed.tensor.parallel import parallelize_module
-
     cls = type(model)
-    plan = dict(getattr(cls, "tp_plan", None) or plan or {})
-    local = tuple(getattr(cls, "tp_local", None) or local or ())
+    plan = dict(plan if plan is not None else getattr(cls, "tp_plan", None) or {})
+    local = tuple(local if local is not None else getattr(cls, "tp_local", None) or ())
     if not plan:
         raise ShardingError(f"{cls.__module__}.Model has no tp_plan: pass plan=")
     check_shardable(cls, model.config, mesh)
     tp_axis = tp_mesh(mesh)
     tp = tp_axis.size()
-    styles = _styles()
     layout = {}
     tied = any(s == "vocab_head" and not _exists(model, p) for p, s in plan.items())
     for path, style in plan.items():
         if style in _NOT_YET:
             raise ShardingError(f"{path}: style {style!r} is not supported yet: {_NOT_YET[style]}")
-        if style in _EXPERT_AXES:
-            continue
-        if style not in styles:
+        if style not in STYLES and style not in _EXPERT_AXES:
             raise ShardingError(f"{path}: unknown tensor-parallel style {style!r}")
-        if styles[style] is None:
-            continue
-        if not _exists(model, path):
-            continue  # a module the config leaves out (a tied head's lm_head is None)
+        if not _exists(model, path, parameter=style in _EXPERT_AXES) and not _left_out(model, path):
+            raise ShardingError(f"{path} ({style}): no module or parameter of {cls.__module__}.Model has this path")
+        if style in _EXPERT_AXES or style == "replicate" or not _exists(model, path):
+            continue  # experts: below; a module the config leaves out (a tied head's lm_head is None)
         if style == "vocab_embedding" and tied:
             continue  # the tied head reads the table as a plain tensor: it stays whole
-        layout[path] = styles[style]()
+        layout[path] = style
     if tp > 1:
-        parallelize_module(model, tp_axis, layout)
+        from torch.distributed.tensor.parallel import parallelize_module
+        styles = _styles()
+        parallelize_module(model, tp_axis, {path: styles[style]() for path, style in layout.items()})
         _shard_experts(model, tp_axis, {p: _EXPERT_AXES[s] for p, s in plan.items() if s in _EXPERT_AXES})
         shard = _local_config(model.config, local, tp)
         for m in model.modules():
@@ -156,10 +157,21 @@ def _shard_experts(model: nn.Module, mesh, axes: dict) -> None:
                     attr, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(axis)]), p.requires_grad))
 
 
-def _exists(model: nn.Module, path: str) -> bool:
-    """Whether some module matches `path` (`*` for any one name)."""
+def _exists(model: nn.Module, path: str, parameter: bool = False) -> bool:
+    """Whether some module (or parameter) matches `path` (`*` for any one name)."""
     import fnmatch
-    return any(fnmatch.fnmatchcase(name, path) and m is not None for name, m in model.named_modules())
+    named = model.named_parameters() if parameter else model.named_modules()
+    return any(fnmatch.fnmatchcase(name, path) for name, _ in named)
+
+
+def _left_out(model: nn.Module, path: str) -> bool:
+    """Whether `path` names a module or parameter attribute the config set to None (an untied head)."""
+    import fnmatch
+    for name, m in model.named_modules():
+        for attr, value in (*vars(m).items(), *m._modules.items(), *m._parameters.items()):
+            if value is None and fnmatch.fnmatchcase(f"{name}.{attr}" if name else attr, path):
+                return True
+    return False
 
 
 def clip_grad_norm_(parameters, max_norm: float) -> torch.Tensor:

@@ -89,5 +89,10 @@ def test_a_tp_the_plan_cannot_take_is_refused_before_anything_is_sharded():
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(ShardingError, match=r"tp must divide n_kv_head.*llama3.snf:105"):
         snf.parallelize(model, Mesh())
+    Mesh.size = lambda self: 2  # a tp the config takes, and a plan naming nothing the model has
+    with pytest.raises(ShardingError, match=r"layers.\*.qkv \(colwise\): no module or parameter"):
+        snf.parallelize(model, Mesh(), plan={"layers.*.qkv": "colwise"})
+    with pytest.raises(ShardingError, match=r"'width_norm' is not supported yet"):
+        snf.parallelize(model, Mesh(), plan={"layers.*.attn_norm": "width_norm"})
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     assert type(model.layers[0].k.weight) is torch.nn.Parameter  # nothing sharded

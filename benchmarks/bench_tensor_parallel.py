@@ -57,7 +57,7 @@ def worker(args) -> None:
     import snf
     import generated.llama3 as mod
     sys.path.insert(0, str(ROOT / "tests"))
-    from tensor_parallel_worker import LOCAL, PLANS  # STAND-IN until llama3.py carries tp_plan (issue 50)
+    from tensor_parallel_worker import LOCAL  # STAND-IN until llama3.py carries tp_local (issue 50)
 
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
@@ -72,7 +72,7 @@ def worker(args) -> None:
     torch.manual_seed(0)
     model = mod.Model(mod.Config(**cfg)).to(device).train()
     mesh = init_device_mesh(device.type, (tp,), mesh_dim_names=("tp",))
-    model = snf.parallelize(model, mesh, plan=PLANS["llama3"], local=LOCAL)
+    model = snf.parallelize(model, mesh, local=LOCAL)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
     tokens = torch.randint(0, cfg["vocab_size"], (args.batch, cfg["block_size"] + 1),
                            generator=torch.Generator().manual_seed(1)).to(device)

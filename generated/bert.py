@@ -169,6 +169,26 @@ class Model(nn.Module):
     # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
     compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
 
+    # The tensor-parallel plan derived from bert.snf (`snfc check --tp N` shows it with its reasons);
+    # snf.parallelize applies it.
+    tp_plan = {
+        'word_embedding': 'vocab_embedding',
+        'layers.*.q': 'colwise',
+        'layers.*.k': 'colwise',
+        'layers.*.v': 'colwise',
+        'layers.*.o': 'rowwise',
+        'layers.*.ff_in': 'colwise',
+        'layers.*.ff_out': 'rowwise',
+        'pooler': 'replicate',
+    }
+    # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
+    tp_requires = (
+        (lambda c, tp: c.n_head % tp == 0,
+         'tp must divide H = n_head, the heads `reshape` makes of sharded features (bert.snf:63)'),
+        (lambda c, tp: c.intermediate % tp == 0,
+         'tp must divide intermediate, the features of a column-wise `linear` (bert.snf:71)'),
+    )
+
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, token_type_ids: Optional[torch.Tensor] = None,
                 attention_mask: Optional[torch.Tensor] = None) -> Output:

@@ -314,6 +314,31 @@ class Model(nn.Module):
     # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
     compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
 
+    # The tensor-parallel plan derived from falcon_h1.snf (`snfc check --tp N` shows it with its reasons);
+    # snf.parallelize applies it.
+    tp_plan = {
+        'token_embedding': 'vocab_embedding',
+        'layers.*.q': 'colwise',
+        'layers.*.k': 'colwise',
+        'layers.*.v': 'colwise',
+        'layers.*.o': 'rowwise',
+        'layers.*.in_proj': 'replicate',
+        'layers.*.out_proj': 'replicate',
+        'layers.*.gate': 'colwise',
+        'layers.*.up': 'colwise',
+        'layers.*.down': 'rowwise',
+        'lm_head': 'vocab_head',
+    }
+    # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
+    tp_requires = (
+        (lambda c, tp: c.n_head % tp == 0,
+         'tp must divide H = n_head, the heads `reshape` makes of sharded features (falcon_h1.snf:158)'),
+        (lambda c, tp: c.n_kv_head % tp == 0,
+         'tp must divide KVH = n_kv_head, the heads `reshape` makes of sharded features (falcon_h1.snf:159)'),
+        (lambda c, tp: c.mlp_hidden % tp == 0,
+         'tp must divide mlp_hidden, the features of a column-wise `linear` (falcon_h1.snf:175)'),
+    )
+
     @_by_compile_unit  # run as compile_units say
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
                 past_values: Optional[torch.Tensor] = None, past_conv: Optional[torch.Tensor] = None,

@@ -318,6 +318,37 @@ class Model(nn.Module):
     # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
     compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
 
+    # The tensor-parallel plan derived from llama4_text.snf (`snfc check --tp N` shows it with its reasons);
+    # snf.parallelize applies it.
+    tp_plan = {
+        'token_embedding': 'vocab_embedding',
+        'layers.*.q': 'colwise',
+        'layers.*.k': 'colwise',
+        'layers.*.v': 'colwise',
+        'layers.*.o': 'rowwise',
+        'layers.*.gate': 'colwise',
+        'layers.*.up': 'colwise',
+        'layers.*.down': 'rowwise',
+        'layers.*.expert_gate': 'experts',
+        'layers.*.expert_up': 'experts',
+        'layers.*.expert_down': 'experts',
+        'layers.*.shared_gate': 'colwise',
+        'layers.*.shared_up': 'colwise',
+        'layers.*.shared_down': 'rowwise',
+        'lm_head': 'vocab_head',
+    }
+    # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
+    tp_requires = (
+        (lambda c, tp: c.n_head % tp == 0,
+         'tp must divide H = n_head, the heads `reshape` makes of sharded features (llama4_text.snf:116)'),
+        (lambda c, tp: c.n_kv_head % tp == 0,
+         'tp must divide KVH = n_kv_head, the heads `reshape` makes of sharded features (llama4_text.snf:117)'),
+        (lambda c, tp: c.expert_hidden % tp == 0,
+         "tp must divide expert_hidden, the experts' hidden width (llama4_text.snf:154)"),
+        (lambda c, tp: c.mlp_hidden % tp == 0,
+         'tp must divide mlp_hidden, the features of a column-wise `linear` (llama4_text.snf:161)'),
+    )
+
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
                 past_values: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None,

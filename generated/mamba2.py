@@ -199,6 +199,32 @@ class Model(nn.Module):
     # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
     compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
 
+    # The tensor-parallel plan derived from mamba2.snf (`snfc check --tp N` shows it with its reasons);
+    # snf.parallelize applies it.
+    tp_plan = {
+        'token_embedding': 'vocab_embedding',
+        'layers.*.in_proj': 'colwise',
+        'layers.*.conv_weight': 'shard:0',
+        'layers.*.conv_bias': 'shard:0',
+        'layers.*.dt_bias': 'shard:0',
+        'layers.*.A_log': 'shard:0',
+        'layers.*.D_skip': 'shard:0',
+        'layers.*.gate_norm_weight': 'shard:0',
+        'layers.*.out_proj': 'rowwise',
+        'lm_head': 'vocab_head',
+    }
+    # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
+    tp_requires = (
+        (lambda c, tp: c.d_inner % tp == 0,
+         'tp must divide d_inner, a piece of sharded features (`index`) (mamba2.snf:65)'),
+        (lambda c, tp: c.conv_dim % tp == 0,
+         'tp must divide conv_dim, a piece of sharded features (`index`) (mamba2.snf:66)'),
+        (lambda c, tp: c.n_head % tp == 0,
+         'tp must divide H = n_head, the heads `reshape` makes of sharded features (mamba2.snf:72)'),
+        (lambda c, tp: c.n_groups % tp == 0,
+         'tp must divide G = n_groups, the heads `reshape` makes of sharded features (mamba2.snf:73)'),
+    )
+
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_conv: Optional[torch.Tensor] = None,
                 past_ssm: Optional[torch.Tensor] = None, *, use_cache: Optional[bool] = None,

@@ -189,6 +189,25 @@ class Model(nn.Module):
     # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
     compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
 
+    # The tensor-parallel plan derived from nanogpt.snf (`snfc check --tp N` shows it with its reasons);
+    # snf.parallelize applies it.
+    tp_plan = {
+        'token_embedding': 'vocab_embedding',
+        'layers.*.attn_q': 'colwise',
+        'layers.*.attn_k': 'colwise',
+        'layers.*.attn_v': 'colwise',
+        'layers.*.attn_proj': 'rowwise',
+        'layers.*.mlp_fc': 'colwise',
+        'layers.*.mlp_proj': 'rowwise',
+    }
+    # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
+    tp_requires = (
+        (lambda c, tp: c.n_head % tp == 0,
+         'tp must divide H = n_head, the heads `reshape` makes of sharded features (nanogpt.snf:82)'),
+        (lambda c, tp: (4*c.n_embd) % tp == 0,
+         'tp must divide 4*D, the features of a column-wise `linear` (nanogpt.snf:100)'),
+    )
+
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None,
                 past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None, *,

@@ -153,6 +153,25 @@ class Model(nn.Module):
     # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
     compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
 
+    # The tensor-parallel plan derived from nanogpt_model.snf (`snfc check --tp N` shows it with its reasons);
+    # snf.parallelize applies it.
+    tp_plan = {
+        'θ_embed': 'vocab_embedding',
+        'layers.*.θ_attn_Wq': 'colwise',
+        'layers.*.θ_attn_Wk': 'colwise',
+        'layers.*.θ_attn_Wv': 'colwise',
+        'layers.*.θ_attn_Wo': 'rowwise',
+        'layers.*.θ_mlp_W_fc': 'colwise',
+        'layers.*.θ_mlp_W_proj': 'rowwise',
+    }
+    # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
+    tp_requires = (
+        (lambda c, tp: c.H % tp == 0,
+         'tp must divide H, the heads `reshape` makes of sharded features (nanogpt_model.snf:37)'),
+        (lambda c, tp: (4*c.D) % tp == 0,
+         'tp must divide 4*D, the features of a column-wise `linear` (nanogpt_model.snf:46)'),
+    )
+
     @_by_compile_unit  # run as compile_units say
     def forward(self, tok: torch.Tensor, *, return_logits: Optional[bool] = None) -> Output:
         # tok: [B, T]

@@ -464,6 +464,62 @@ class Model(nn.Module):
     # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
     compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
 
+    # The tensor-parallel plan derived from nemotron_h.snf (`snfc check --tp N` shows it with its reasons);
+    # snf.parallelize applies it.
+    tp_plan = {
+        'token_embedding': 'vocab_embedding',
+        'layers.*.in_proj_weight': 'colwise',
+        'layers.*.in_proj_bias': 'colwise',
+        'layers.*.conv_weight': 'shard:0',
+        'layers.*.conv_bias': 'shard:0',
+        'layers.*.dt_bias': 'shard:0',
+        'layers.*.A_log': 'shard:0',
+        'layers.*.D_skip': 'shard:0',
+        'layers.*.gate_norm_weight': 'shard:0',
+        'layers.*.out_proj_weight': 'rowwise',
+        'layers.*.out_proj_bias': 'rowwise',
+        'layers.*.q': 'colwise',
+        'layers.*.k': 'colwise',
+        'layers.*.v': 'colwise',
+        'layers.*.o': 'rowwise',
+        'layers.*.up_weight': 'colwise',
+        'layers.*.up_bias': 'colwise',
+        'layers.*.down_weight': 'rowwise',
+        'layers.*.down_bias': 'rowwise',
+        'layers.*.expert_up': 'experts',
+        'layers.*.expert_down': 'experts',
+        'layers.*.latent_up': 'experts',
+        'layers.*.latent_down': 'experts',
+        'layers.*.latent_in_weight': 'replicate',
+        'layers.*.latent_out_weight': 'replicate',
+        'layers.*.shared_up_weight': 'colwise',
+        'layers.*.shared_up_bias': 'colwise',
+        'layers.*.shared_down_weight': 'rowwise',
+        'layers.*.shared_down_bias': 'rowwise',
+        'lm_head': 'vocab_head',
+    }
+    # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
+    tp_requires = (
+        (lambda c, tp: c.d_inner % tp == 0,
+         'tp must divide d_inner, a piece of sharded features (`index`) (nemotron_h.snf:144)'),
+        (lambda c, tp: c.conv_dim % tp == 0,
+         'tp must divide conv_dim, a piece of sharded features (`index`) (nemotron_h.snf:145)'),
+        (lambda c, tp: c.ssm_n_head % tp == 0,
+         'tp must divide SH = ssm_n_head, the heads `reshape` makes of sharded features (nemotron_h.snf:151)'),
+        (lambda c, tp: c.n_groups % tp == 0,
+         'tp must divide G = n_groups, the heads `reshape` makes of sharded features (nemotron_h.snf:152)'),
+        (lambda c, tp: c.n_head % tp == 0,
+         'tp must divide H = n_head, the heads `reshape` makes of sharded features (nemotron_h.snf:166)'),
+        (lambda c, tp: c.n_kv_head % tp == 0,
+         'tp must divide KVH = n_kv_head, the heads `reshape` makes of sharded features (nemotron_h.snf:167)'),
+        (lambda c, tp: c.mlp_hidden % tp == 0,
+         'tp must divide mlp_hidden, the features of a column-wise `linear` (nemotron_h.snf:177)'),
+        (lambda c, tp: c.expert_hidden % tp == 0,
+         "tp must divide expert_hidden, the experts' hidden width (nemotron_h.snf:200)"),
+        (lambda c, tp: c.shared_hidden % tp == 0,
+         'tp must divide shared_hidden, the features of a column-wise `linear` (nemotron_h.snf:205)'),
+    )
+
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
                 past_values: Optional[torch.Tensor] = None, past_conv: Optional[torch.Tensor] = None,

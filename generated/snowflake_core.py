@@ -163,6 +163,24 @@ class Model(nn.Module):
     # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
     compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
 
+    # The tensor-parallel plan derived from snowflake_core.snf (`snfc check --tp N` shows it with its reasons);
+    # snf.parallelize applies it.
+    tp_plan = {
+        'token_embedding': 'vocab_embedding',
+        'layers.*.qkv': 'colwise',
+        'layers.*.wo': 'rowwise',
+        'layers.*.ff1': 'colwise',
+        'layers.*.ff2': 'rowwise',
+        'out_bias': 'vocab_head',
+    }
+    # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
+    tp_requires = (
+        (lambda c, tp: c.n_head % tp == 0,
+         'tp must divide H = n_head, the heads `reshape` makes of sharded features (snowflake_core.snf:58)'),
+        (lambda c, tp: c.d_ff % tp == 0,
+         'tp must divide d_ff, the features of a column-wise `linear` (snowflake_core.snf:66)'),
+    )
+
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         # input_ids, attention_mask: [B, T]

@@ -323,6 +323,41 @@ class Model(nn.Module):
     # forward compiled per block 1.4x slower. Assign a changed copy to a model to choose otherwise.
     compile_units = {"cpu": {"train": "none", "eval": "none"}, "cuda": {"train": "model", "eval": "none"}}
 
+    # The tensor-parallel plan derived from t5.snf (`snfc check --tp N` shows it with its reasons);
+    # snf.parallelize applies it.
+    tp_plan = {
+        'token_embedding': 'vocab_embedding',
+        'lm_head': 'vocab_head',
+        'rel_bias_table': 'shard:1',
+        'layers.*.q': 'colwise',
+        'layers.*.k': 'colwise',
+        'layers.*.v': 'colwise',
+        'layers.*.o': 'rowwise',
+        'layers.*.wi': 'colwise',
+        'layers.*.wi0': 'colwise',
+        'layers.*.wi1': 'colwise',
+        'layers.*.wo': 'rowwise',
+        'dec_rel_bias_table': 'shard:1',
+        'layers2.*.cross_k': 'colwise',
+        'layers2.*.cross_v': 'colwise',
+        'layers3.*.dec_q': 'colwise',
+        'layers3.*.dec_k': 'colwise',
+        'layers3.*.dec_v': 'colwise',
+        'layers3.*.dec_o': 'rowwise',
+        'layers3.*.cross_q': 'colwise',
+        'layers3.*.cross_o': 'rowwise',
+        'layers3.*.dec_wi': 'colwise',
+        'layers3.*.dec_wi0': 'colwise',
+        'layers3.*.dec_wi1': 'colwise',
+        'layers3.*.dec_wo': 'rowwise',
+    }
+    # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
+    tp_requires = (
+        (lambda c, tp: c.n_head % tp == 0,
+         'tp must divide H = n_head, the heads `reshape` makes of sharded features (t5.snf:112)'),
+        (lambda c, tp: c.d_ff % tp == 0, 'tp must divide d_ff, the features of a column-wise `linear` (t5.snf:119)'),
+    )
+
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor,
                 attention_mask: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
@@ -446,9 +481,10 @@ class Model(nn.Module):
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: Optional[int] = None, top_p: Optional[float] = None,
                  generator: Optional[torch.Generator] = None, *, attention_mask: Optional[torch.Tensor] = None,
-                 compile: Optional[bool] = None) -> torch.Tensor:
-        """Encode `input_ids` once, then decode up to `max_new_tokens` tokens from the config's
-        decoder_start_token_id; return the decoder's tokens [B, 1 + new tokens], as transformers' generate does.
+                 decoder_input_ids: Optional[torch.Tensor] = None, compile: Optional[bool] = None) -> torch.Tensor:
+        """Encode `input_ids` once, then decode up to `max_new_tokens` tokens after `decoder_input_ids`
+        [B, T0] (by default the config's decoder_start_token_id, T0 = 1); return the decoder's tokens
+        [B, T0 + new tokens], as transformers' generate does.
 
         `temperature=0` is greedy; otherwise sample from the top-k / nucleus (top-p) set, reproducibly
         with `generator`. The encoder's values are computed once and each step feeds only the newest
@@ -464,7 +500,7 @@ class Model(nn.Module):
                            caches=(('past_keys', 'new_keys'), ('past_values', 'new_values')),
                            encoder=('input_ids', 'attention_mask'), stops=True)
         return _generate_from_encoder(self, plan, (input_ids, attention_mask), max_new_tokens,
-                                      temperature, top_k, top_p, generator, compile)
+                                      temperature, top_k, top_p, generator, compile, decoder_input_ids)
 
 
 def spec_parameters(config: Config) -> dict:

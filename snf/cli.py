@@ -109,7 +109,7 @@ def _summary(diags: list[Diagnostic], n_files: int, fmt: str, verbose: bool = Fa
 
 
 def cmd_check(args) -> int:
-    from .compiler import analyze, plan_notes
+    from .compiler import analyze, plan_notes, tensor_parallel
     files, problems = _specs(args.paths)
     for p in problems:
         print(p, file=sys.stderr)
@@ -119,12 +119,24 @@ def cmd_check(args) -> int:
         sources[src.path] = src
         result = analyze(src)
         all_diags += result.diagnostics + (plan_notes(result) if args.verbose else [])
+        if args.tp is not None:
+            all_diags += tensor_parallel(result, args.tp, args.format == "text")
     _emit(all_diags, sources, args.format, args.verbose)
     if not problems:
         _summary(all_diags, len(files), args.format, args.verbose)
     if problems or any(d.severity == "error" for d in all_diags):
         return EXIT_SPEC
     return EXIT_OK
+
+
+def _tp_degree(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--tp takes a number of ranks >= 1, not {text!r}")
+    return n
 
 
 def module_name(spec: Path) -> str:
@@ -386,6 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("paths", nargs="+")
     c.add_argument("--format", choices=("text", "json", "github"), default="text")
     c.add_argument("-v", "--verbose", action="store_true", help="also show notes (shapes snfc inferred)")
+    c.add_argument("--tp", type=_tp_degree, metavar="N",
+                   help="print the tensor-parallel plan at N ranks (each parameter's placement, and what keeps "
+                        "one whole); exit 1 where the default config cannot shard at N")
     c.set_defaults(fn=cmd_check)
     c = sub.add_parser("compile", help="generate PyTorch modules (generated/<stem>.py by default)")
     c.add_argument("paths", nargs="*")

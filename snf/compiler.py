@@ -96,30 +96,33 @@ def plan_notes(result: Result) -> list[Diagnostic]:
                              f"`{c.output}`" if c.state else
                f"`{c.input}` is a KV cache: it grows along axis {c.axis} (`{c.dim}`) and comes back as the output "
                f"`{c.output}`", spans[c.input])
-    tokens = token_input(result.model)
-    if plans.decode is not None:  # an encoder-decoder's tokens are the decoder's
-        tokens = next(i for i in result.model.inputs if i.name == plans.decode.tokens)
-    if tokens is not None:
-        logits, why = choose_logits(result.model, tokens)
-        outputs = {o.name: o.span for o in result.model.outputs}
+    if plans.decode is None:
         refusal = no_generate(result.model)
-        if plans.decode is not None:
-            r.note("generate-plan", f"generate samples from the output `{logits.name}`: {why}", outputs[logits.name])
-            encoder = plans.decode.encoder
-            if encoder is not None:
-                r.note("generate-plan", f"an encoder-decoder: generate runs what does not read `{tokens.name}` once "
-                                        f"(from {', '.join(encoder.inputs)}; hands each decode step "
-                                        f"{', '.join(encoder.values)}), then decodes with the self-attention cache",
-                       spans[tokens.name])
-                for name, span in encoder.recomputed:
-                    r.note("generate-plan", f"`{name}` reads only the encoder's side but is computed in the decoder's "
-                                            "loop, so each decode step computes it again: compute it in a loop of its "
-                                            "own, before that one, to compute it once per generate", span)
-        elif refusal != NO_LOGITS:  # a model without logits (an encoder's hidden states) is not an LM
+        tokens = token_input(result.model) or (result.model.inputs[0] if result.model.inputs else None)
+        # a model without logits (an encoder's hidden states) is not an LM: said only where its caches
+        # would otherwise leave the question open
+        if tokens is not None and (refusal != NO_LOGITS or plans.caches.caches):
             r.note("generate-plan", f"no generate: {refusal}", spans[tokens.name])
+        return r.sorted()
+    # an encoder-decoder's tokens are the decoder's
+    tokens = next(i for i in result.model.inputs if i.name == plans.decode.tokens)
+    logits, why = choose_logits(result.model, tokens)
+    outputs = {o.name: o.span for o in result.model.outputs}
+    r.note("generate-plan", f"generate samples from the output `{logits.name}`: {why}", outputs[logits.name])
+    encoder = plans.decode.encoder
+    if encoder is not None:
+        r.note("generate-plan", f"an encoder-decoder: generate runs what does not read `{tokens.name}` once "
+                                f"(from {', '.join(encoder.inputs)}; hands each decode step "
+                                f"{', '.join(encoder.values)}), then decodes with the self-attention cache",
+               spans[tokens.name])
+        for name, span in encoder.recomputed:
+            r.note("generate-plan", f"`{name}` reads only the encoder's side but is computed in the decoder's "
+                                    "loop, so each decode step computes it again: compute it in a loop of its "
+                                    "own, before that one, to compute it once per generate", span)
     if plans.caches.caches:
         first = spans[plans.caches.caches[0].input]
-        pre = plans.caches.preallocated
+        pre = plans.caches.preallocated if encoder is None else None  # an encoder-decoder's decode concatenates
+        reason = plans.caches.reason if pre is None and encoder is None else "an encoder-decoder's decode does"
         states = " (its recurrent states updated in place)" if any(c.state for c in plans.caches.caches) else ""
         if pre is not None and pre.size is None:
             r.note("cache-plan", "generate keeps the recurrent states in buffers allocated once per call, each "
@@ -131,5 +134,26 @@ def plan_notes(result: Result) -> list[Diagnostic]:
         else:
             how = ("feeds back the caches each step returns" if any(c.state for c in plans.caches.caches)
                    else "concatenates its caches")
-            r.note("cache-plan", f"generate {how} (no preallocated buffers): {plans.caches.reason}", first)
+            r.note("cache-plan", f"generate {how} (no preallocated buffers): {reason}", first)
+    return r.sorted()
+
+
+def tensor_parallel(result: Result, tp: int, show: bool = True) -> list[Diagnostic]:
+    """`snfc check --tp N`: prints the plan (with `show`) and returns an error for each requirement the
+    default config breaks at `tp` (tp does not divide n_kv_head), at the line that names the dim."""
+    from .dims import show_dim
+    from .passes.show import show_tensor_parallel
+    from .passes.tensor_parallel import defaults, refusals
+    if not result.ok:
+        return []
+    plans = planned(result.model)
+    if show:
+        print("\n".join(show_tensor_parallel(plans, tp)))
+    r = Reporter(result.source)
+    display, env = dict(result.model.display), defaults(result.model)
+    for req in refusals(plans.tp, result.model, tp):
+        n = req.units.evaluate(env)
+        r.error("tensor-parallel", f"tp={tp} does not divide {req.dim(display)} = {n} in the default config: "
+                                   f"{req.what}, which each rank holds an equal part of", req.span,
+                hint=f"choose a tp that divides {n}, or a config where {show_dim(req.units)} divides by {tp}")
     return r.sorted()

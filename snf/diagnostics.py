@@ -55,6 +55,8 @@ CODES: dict[str, str] = {
     "implicit-shape": "A parameter's shape was inferred from its uses.",
     "generate-plan": "What the compiler planned for `generate`: the output it samples from, or why it cannot "
                      "tell which output is the logits.",
+    "tensor-parallel": "`snfc check --tp N`: the default config cannot shard over N ranks (N does not divide "
+                       "a count of heads or a width the plan shards).",
     "cache-plan": "What the compiler planned for a KV cache: which input and output it pairs, and whether "
                   "generate decodes with preallocated buffers (and why not).",
     "internal": "snfc failed on its own; please report this with the spec that caused it.",

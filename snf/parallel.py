@@ -47,7 +47,7 @@ def check_shardable(model_class, config, mesh) -> None:
         raise ShardingError("; ".join(errors))
 
 
-# the module styles a plan may name ("replicate": nothing to do; the rest: _styles); the experts' are _EXPERT_AXES
+# the module styles a plan may name ("replicate": nothing to do; the rest: _styles); the experts' is EXPERTS
 STYLES = ("colwise", "rowwise", "vocab_embedding", "vocab_head", "head_norm", "replicate")
 
 
@@ -71,13 +71,20 @@ def _styles() -> dict:
 # styles a plan may name that this runtime refuses for now, and why
 _NOT_YET = {
     "width_norm": "a norm over the whole sharded width needs its statistics all-reduced",
-    "experts": "name each stacked expert weight 'experts_colwise' (gate, up [E, F, D]: F sharded) or "
-               "'experts_rowwise' (down [E, D, F]: F sharded)",
     "sequence_norm": "sequence parallelism is not applied yet",
 }
-# stacked expert weights (parameters, not modules), sharded on the hidden width F; moe_experts
-# (snf.runtime.experts) runs them on this rank's slice and adds the partial outputs over the ranks
-_EXPERT_AXES = {"experts_colwise": 1, "experts_rowwise": 2}
+# "experts": the stacked weights of a moe_experts call (parameters, not modules), sharded on the hidden
+# width F: gate and up [E, F, D] (and their biases [E, F]) on axis 1, down [E, D, F] on axis 2, told
+# apart by the spec's names (`down` in the name, as every bundled spec has it). moe_experts
+# (snf.runtime.experts) runs them on this rank's slice and adds the partial outputs over the ranks.
+EXPERTS = "experts"
+
+
+def _expert_axis(name: str, p) -> int:
+    down = "down" in name.rpartition(".")[2]
+    if down and p.dim() == 2:
+        raise ShardingError(f"{name} (experts): a down bias, added once after the ranks' sum, is not supported yet")
+    return 2 if down else 1
 
 
 def _local_config(config, names: tuple[str, ...], tp: int):
@@ -101,6 +108,8 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
     tensor-parallel plan and return it. `plan` / `local`, where given, are used instead of the
     Model's `tp_plan` / `tp_local`. A config the plan cannot shard at this tp is refused before
     anything is sharded (ShardingError naming the dim and the spec line)."""
+    import fnmatch
+
     cls = type(model)
     plan = dict(plan if plan is not None else getattr(cls, "tp_plan", None) or {})
     local = tuple(local if local is not None else getattr(cls, "tp_local", None) or ())
@@ -112,13 +121,20 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
     layout = {}
     tied = any(s == "vocab_head" and not _exists(model, p) for p, s in plan.items())
     for path, style in plan.items():
+        if style.startswith("shard:"):
+            raise ShardingError(f"{path}: style {style!r} (a parameter sharded along with the heads it meets) "
+                                "is not supported yet")
         if style in _NOT_YET:
             raise ShardingError(f"{path}: style {style!r} is not supported yet: {_NOT_YET[style]}")
-        if style not in STYLES and style not in _EXPERT_AXES:
+        if style not in STYLES and style != EXPERTS:
             raise ShardingError(f"{path}: unknown tensor-parallel style {style!r}")
-        if not _exists(model, path, parameter=style in _EXPERT_AXES) and not _left_out(model, path):
+        if not _exists(model, path, parameter=style == EXPERTS) and not _left_out(model, path):
             raise ShardingError(f"{path} ({style}): no module or parameter of {cls.__module__}.Model has this path")
-        if style in _EXPERT_AXES or style == "replicate" or not _exists(model, path):
+        if style == EXPERTS:  # a weight this runtime cannot shard is refused here, before any is
+            for name, p in model.named_parameters():
+                if fnmatch.fnmatchcase(name, path):
+                    _expert_axis(name, p)
+        if style in (EXPERTS, "replicate") or not _exists(model, path):
             continue  # experts: below; a module the config leaves out (a tied head's lm_head is None)
         if style == "vocab_embedding" and tied:
             continue  # the tied head reads the table as a plain tensor: it stays whole
@@ -127,7 +143,7 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
         from torch.distributed.tensor.parallel import parallelize_module
         styles = _styles()
         parallelize_module(model, tp_axis, {path: styles[style]() for path, style in layout.items()})
-        _shard_experts(model, tp_axis, {p: _EXPERT_AXES[s] for p, s in plan.items() if s in _EXPERT_AXES})
+        _shard_experts(model, tp_axis, [p for p, s in plan.items() if s == EXPERTS])
         shard = _local_config(model.config, local, tp)
         for m in model.modules():
             if getattr(m, "config", None) is model.config and m is not model:
@@ -144,14 +160,14 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
     return model
 
 
-def _shard_experts(model: nn.Module, mesh, axes: dict) -> None:
-    """Each parameter a path of `axes` names (`layers.*.gate_weight`) a DTensor sharded on its axis."""
+def _shard_experts(model: nn.Module, mesh, paths: list) -> None:
+    """Each parameter a path of `paths` names (`layers.*.gate_weight`) a DTensor sharded on its hidden width."""
     import fnmatch
 
     from torch.distributed.tensor import Shard, distribute_tensor
     for name, p in list(model.named_parameters()):
-        axis = next((a for path, a in axes.items() if fnmatch.fnmatchcase(name, path)), None)
-        if axis is not None:
+        if any(fnmatch.fnmatchcase(name, path) for path in paths):
+            axis = _expert_axis(name, p)
             owner, _, attr = name.rpartition(".")
             model.get_submodule(owner).register_parameter(
                     attr, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(axis)]), p.requires_grad))

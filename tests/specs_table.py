@@ -62,7 +62,7 @@ GQA = dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_emb
 # k normed per head in llama4_text's; norms after the attention and the MLP, (1 + weight) norms and a
 # soft cap in gemma2's; layer kinds from a list in nemotron_h's; scaled RoPE in llama3's; one norm
 # feeding parallel attention and MLP, and interleaved RoPE, in gptj's; partial rotate-half RoPE,
-# biases and dropout in gpt_neox's; a tied head in nanogpt's; an encoder in t5's.
+# biases and dropout in gpt_neox's; a tied head in nanogpt's; an encoder and cross-attention in t5's.
 ROWS = {
     "nanogpt": Row(dict(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=32),
                    hf=dict(vocab_size=97, n_positions=32, n_embd=48, n_layer=2, n_head=3, bos_token_id=None,
@@ -109,6 +109,16 @@ ROWS = {
                       relative_attention_num_buckets=8, relative_attention_max_distance=12,
                       feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0),
               exports=(("attention_mask",),)),
+    # log-mel features in, a decoder with cross-attention out. small: 16 frames, two layers each. hf: the
+    # decoder's heads (4) unlike the encoder's (2), its MLP narrower, ids of its own for the start/end/pad
+    "whisper": Row(dict(vocab_size=64, num_mel_bins=8, max_source_positions=8, max_target_positions=16, n_layer=2,
+                        n_dec_layer=2, n_head=2, n_dec_head=2, d_model=32, encoder_ffn_dim=48, decoder_ffn_dim=48,
+                        decoder_start_token_id=1, eos_token_id=2, pad_token_id=0),
+                   hf=dict(vocab_size=97, num_mel_bins=8, max_source_positions=12, max_target_positions=24,
+                           encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=4,
+                           d_model=32, encoder_ffn_dim=48, decoder_ffn_dim=40, decoder_start_token_id=90,
+                           bos_token_id=91, pad_token_id=91, eos_token_id=92),
+                   whole_training=False),
     "qwen2": Row(dict(GQA), hf=dict(DECODER, rope_theta=20000.0), whole_training=False, cast_generate_compiled=False),
     "gemma2": Row(dict(GQA, head_dim=16, query_pre_attn_scalar=12, sliding_window=3, attn_softcap=2.0,
                        final_softcap=5.0),

@@ -25,22 +25,8 @@ from torch.distributed.tensor import DTensor
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import snf  # noqa: E402
 
-# STAND-IN until the compiler emits Model.tp_plan / Model.tp_local (issue 50, tpplan): llama3's and
-# mixtral's plans written by hand in the interface's vocabulary; at merge the generated attributes
-# replace them (snf.parallelize reads type(model).tp_plan first).
-ATTENTION = {"layers.*.q": "colwise", "layers.*.k": "colwise", "layers.*.v": "colwise", "layers.*.o": "rowwise"}
-PLANS = {
-    "llama3": {"token_embedding": "vocab_embedding", **ATTENTION, "layers.*.gate": "colwise",
-               "layers.*.up": "colwise", "layers.*.down": "rowwise", "lm_head": "vocab_head"},
-    # q/k norms per head: their weights' gradients all-reduced (without, each rank's would be its heads' share)
-    "qwen3": {"token_embedding": "vocab_embedding", **ATTENTION, "layers.*.q_norm": "head_norm",
-              "layers.*.k_norm": "head_norm", "layers.*.gate": "colwise", "layers.*.up": "colwise",
-              "layers.*.down": "rowwise", "lm_head": "vocab_head"},
-    "mixtral": {"token_embedding": "vocab_embedding", **ATTENTION, "layers.*.gate_weight": "experts_colwise",
-                "layers.*.up_weight": "experts_colwise", "layers.*.down_weight": "experts_rowwise",
-                "lm_head": "vocab_head"},
-}
-LOCAL = ("n_head", "n_kv_head")  # STAND-IN: the Config fields a rank holds 1/tp of
+# The plans are the generated modules' own (Model.tp_plan, derived from the specs).
+LOCAL = ("n_head", "n_kv_head")  # STAND-IN until the modules carry Model.tp_local: the fields a rank holds 1/tp of
 
 TINY = dict(block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32)
 CASES = {  # name -> (spec, config)
@@ -63,7 +49,7 @@ def check(name: str, mesh) -> dict:
     mod = importlib.import_module(f"generated.{spec}")
     torch.manual_seed(0)
     whole = mod.Model(mod.Config(**cfg)).eval()
-    sharded = snf.parallelize(copy.deepcopy(whole), mesh, plan=PLANS[spec], local=LOCAL)
+    sharded = snf.parallelize(copy.deepcopy(whole), mesh, local=LOCAL)
     rank, tp = mesh.get_local_rank(), mesh.size()
     idx = torch.randint(0, cfg["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(1))
     out, ref = sharded(idx, use_cache=True), whole(idx, use_cache=True)
@@ -113,7 +99,7 @@ def from_folder(mesh, folder: str) -> dict:
             snf.save_pretrained(whole, folder)
     finally:
         dist.barrier()  # every rank, even where the save failed: no rank waits alone
-    model = snf.from_pretrained(folder, device_mesh=mesh, tp_plan=PLANS[spec], tp_local=LOCAL)
+    model = snf.from_pretrained(folder, device_mesh=mesh, tp_local=LOCAL)
     idx = torch.randint(0, cfg["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(1))
     return {"logits": diff(model(idx).logits, whole(idx).logits),
             "sharded": isinstance(model.layers[0].q.weight, DTensor)}
@@ -132,7 +118,7 @@ def train(mesh) -> dict:
     mod = importlib.import_module(f"generated.{spec}")
     torch.manual_seed(0)
     whole = mod.Model(mod.Config(**cfg)).train()
-    sharded = snf.parallelize(copy.deepcopy(whole), mesh, plan=PLANS[spec], local=LOCAL)
+    sharded = snf.parallelize(copy.deepcopy(whole), mesh, local=LOCAL)
     # eps 1e-6: Adam's step lr * g / (|g| + eps) turns rounding in a tiny gradient into a visible move
     # at the default 1e-8 (tests/test_distributed.py)
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, eps=1e-6, foreach=False) for m in (whole, sharded)]

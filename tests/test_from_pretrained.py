@@ -36,6 +36,9 @@ AUTO = {"causal": "AutoModelForCausalLM", "seq2seq": "AutoModelForSeq2SeqLM", "e
 
 
 def auto_class(family: str):
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES as SPEECH
+    if kind(FAMILIES[family]) == "seq2seq" and family in SPEECH:  # Whisper's: an encoder over audio features
+        return transformers.AutoModelForSpeechSeq2Seq
     return getattr(transformers, AUTO[kind(FAMILIES[family])])
 
 

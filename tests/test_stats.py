@@ -66,14 +66,15 @@ def _sizes(model: ir.Model) -> dict:
 
 
 def _feeds(model: ir.Model, cfg: dict) -> dict:
-    """The required inputs: token ids [B, T] (every spec here takes those), or floats."""
+    """The required inputs: token ids [B, T], or floats (Whisper's features [B, num_mel_bins, n_frames])."""
     vocab = cfg.get("vocab_size", cfg.get("V", 8))
     gen = torch.Generator().manual_seed(0)
+    sizes = {**_ints(model, cfg), **_sizes(model)}
     out = {}
     for i in model.inputs:
         if i.optional:
             continue
-        shape = [B, T] + [d.evaluate(_ints(model, cfg)) for d in i.ty.shape[2:]]
+        shape = [d.evaluate(sizes) for d in i.ty.shape]
         out[i.name] = torch.randint(0, vocab, shape, generator=gen) if i.ty.dtype.startswith("int") \
             else torch.randn(shape, generator=gen)
     return out

@@ -207,3 +207,4 @@ def test_check_says_why_an_encoder_decoder_gets_no_generate(repo, edit, why):
     assert result.ok, [d.message for d in result.diagnostics if d.severity == "error"]
     notes = [d.message for d in plan_notes(result)]
     assert any(n.startswith("no generate: ") and why in n for n in notes), notes
+    assert not any(n.startswith("generate ") for n in notes), notes  # nothing of how it would decode

@@ -69,15 +69,11 @@ def test_fsdp2_over_dp_and_tensor_parallel_over_tp_train_as_one_process(launched
 def test_a_tp_the_plan_cannot_take_is_refused_before_anything_is_sharded():
     import generated.llama3 as mod
 
-    class Planned(mod.Model):  # STAND-IN for the generated tp_requires (issue 50, tpplan)
-        tp_plan = {"layers.*.k": "colwise"}
-        tp_requires = ((lambda c, tp: c.n_kv_head % tp == 0,
-                        "tp must divide n_kv_head, the key/value heads (llama3.snf:105)"),)
-
     cfg = mod.Config(vocab_size=16, block_size=8, n_layer=1, n_head=4, n_kv_head=2, n_embd=16, mlp_hidden=8)
-    assert requirement_errors(Planned, cfg, 2) == []
-    assert requirement_errors(Planned, cfg, 4) == [
-        "tensor parallel over 4 ranks: tp must divide n_kv_head, the key/value heads (llama3.snf:105)"]
+    assert requirement_errors(mod.Model, cfg, 2) == []
+    assert requirement_errors(mod.Model, cfg, 4) == [
+        "tensor parallel over 4 ranks: tp must divide KVH = n_kv_head, the heads `reshape` makes of sharded "
+        "features (llama3.snf:72)"]
 
     class Mesh:  # what parallelize reads of a DeviceMesh before it shards anything
         ndim, mesh_dim_names = 1, ("tp",)
@@ -85,9 +81,9 @@ def test_a_tp_the_plan_cannot_take_is_refused_before_anything_is_sharded():
         def size(self):
             return 4
 
-    model = Planned(cfg)
+    model = mod.Model(cfg)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    with pytest.raises(ShardingError, match=r"tp must divide n_kv_head.*llama3.snf:105"):
+    with pytest.raises(ShardingError, match=r"tp must divide KVH = n_kv_head.*llama3.snf:72"):
         snf.parallelize(model, Mesh())
     Mesh.size = lambda self: 2  # a tp the config takes, and a plan naming nothing the model has
     with pytest.raises(ShardingError, match=r"layers.\*.qkv \(colwise\): no module or parameter"):

@@ -13,6 +13,7 @@ import math
 from ..dims import Dim
 from ..ir import BOOL, FLOAT, ScalarT, TensorT
 from .lazy_numpy import np
+from . import sharding
 from .registry import COMPARISON, UNARY, DivisionByZero, OpDef, OpError, Param, ScalarError, may_fail, registrar
 from .shapes import FLOATS, INTS, broadcast, product, rank_at_least, require_float, same_dtype
 
@@ -182,7 +183,7 @@ for _name, _sym, _prec, _np, _scalar in [
         numpy=(lambda f: lambda a, b: getattr(np, f)(a, b))(_np),
         torch=_code_binary(_name), doc=f"`a {_sym} b`, elementwise with broadcasting", elementwise=True,
         prec=_prec, symbol=_sym, scalar=_scalar,
-        keeps_result=_name == "pow"))  # a tensor exponent's gradient reads the result
+        keeps_result=_name == "pow", shard=sharding.pointwise))  # a tensor exponent's gradient reads the result
 
 
 def _neg_rule(ctx, args):
@@ -197,7 +198,7 @@ def _neg_rule(ctx, args):
 
 register(OpDef("neg", (Param("a", "value"),), _neg_rule, numpy=lambda a: -a,
                torch=lambda call: f"-{call.code('a', prec=UNARY)}", doc="`-a`", elementwise=True, prec=UNARY,
-               symbol="-", scalar=lambda a: -a))
+               symbol="-", scalar=lambda a: -a, shard=sharding.pointwise))
 
 
 def _matmul_rule(ctx, args):
@@ -223,7 +224,7 @@ def _matmul_flops(args, out, grads):
 
 register(OpDef("matmul", (Param("a", "tensor"), Param("b", "tensor")), _matmul_rule,
                numpy=lambda a, b: a @ b, torch=_code_binary("matmul"), prec=20, symbol="@", flops=_matmul_flops,
-               doc="`a @ b`: plain matrix product, batched over leading axes (no transpose)."))
+               doc="`a @ b`: plain matrix product, batched over leading axes (no transpose).", shard=sharding.matmul))
 
 
 def _float_unary(name, np_fn, torch_fn, doc, scalar, keeps_result: bool = False):
@@ -240,7 +241,7 @@ def _float_unary(name, np_fn, torch_fn, doc, scalar, keeps_result: bool = False)
     numpy = np_fn if callable(np_fn) else lambda x: getattr(np, np_fn)(x)
     register(OpDef(name, (Param("x", "value"),), rule, numpy=numpy,
                    torch=lambda call: torch_fn(call), doc=doc, elementwise=True, keeps_result=keeps_result,
-                   scalar=scalar))
+                   scalar=scalar, shard=sharding.pointwise))
 
 
 def scalar_or_tensor(call, tensor_fn: str, scalar_fn: str) -> str:
@@ -343,12 +344,12 @@ for _name, _sym, _prec, _fn in [
                    doc=f"`a {_sym} b`: " + ("on config values, or elementwise on tensors (a bool tensor)"
                                             if _prec == COMPARISON else
                                             "of config conditions, or elementwise of bool tensors"),
-                   prec=_prec, symbol=_sym, scalar=_fn))
+                   prec=_prec, symbol=_sym, scalar=_fn, shard=sharding.pointwise))
 
 register(OpDef("not", (Param("a", "value"),), _logic_rule("not"),
                numpy=lambda a: np.logical_not(a) if isinstance(a, np.ndarray) else not a,
                torch=lambda call: (f"~{call.code('a', prec=UNARY)}" if isinstance(call.ty("a"), TensorT)
                                    else f"not {call.code('a', prec=OPS['not'].operand_precs()[0])}"),
                doc="`not a`: of a config condition, or elementwise of a bool tensor", prec=3, symbol="not",
-               scalar=lambda a: not a))
+               scalar=lambda a: not a, shard=sharding.pointwise))
 

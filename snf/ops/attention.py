@@ -12,6 +12,7 @@ from ..dims import Dim
 from ..ir import ScalarT, TensorT
 from .core import np_softcap, np_softmax
 from .lazy_numpy import np
+from . import sharding
 from .registry import POSITIVE, PROBABILITY, OpDef, OpError, Param, registrar
 from .shapes import broadcast, divides, require_float, same_dtype
 
@@ -252,7 +253,8 @@ register(OpDef(
         "padding mask (0 = padding); `softcap=c` caps the scaled scores at c * tanh(s / c) before bias and masks "
         "(Gemma 2); `sinks` [H] is a logit per query head that joins each softmax as one more column, then "
         "dropped (gpt-oss); a query that sees no key gives zeros. Lowers to F.scaled_dot_product_attention (to the "
-        "attention written out with `softcap` or `sinks`)."))
+        "attention written out with `softcap` or `sinks`).",
+        shard=sharding.heads({"q": 2, "k": 2, "v": 2, "sinks": 0, "bias": 1})))
 
 
 # RoPE's scaling types (transformers' `rope_type`, modeling_rope_utils.py): the parameters each one
@@ -443,4 +445,4 @@ register(OpDef(
     doc="rotary position embedding on [B, T, H, head_dim]: positions start at `offset`; the first `rotary_dim` "
         "dims rotate (all by default), in rotate-half pairs (HF Llama, GPT-NeoX) or, `interleaved`, adjacent ones "
         "(GPT-J); `scaling` is transformers' rope_type (linear, dynamic, llama3, yarn, longrope) with its "
-        "parameters."))
+        "parameters.", shard=sharding.last_axis("rotates feature pairs")))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..dims import Dim
 from ..ir import ScalarT, TensorT
 from .lazy_numpy import np
+from . import sharding
 from .registry import OpDef, OpError, Param, registrar
 from .shapes import FLOATS, axis_index
 
@@ -45,7 +46,8 @@ def _lower_arange(call):
 
 register(OpDef("arange", (Param("start", "value"), Param("end", "value", None), Param("dtype", "dtype", "int64")),
                _arange_rule, numpy=_np_arange, torch=_lower_arange,
-               doc="`start, start + 1, ..., end - 1` (`arange(n)` is 0..n-1), int64 unless `dtype` says otherwise."))
+               doc="`start, start + 1, ..., end - 1` (`arange(n)` is 0..n-1), int64 unless `dtype` says otherwise.",
+               shard=sharding.mixed("takes it as a bound")))
 
 
 def _expand_rule(ctx, args):
@@ -66,7 +68,8 @@ def _expand_rule(ctx, args):
 register(OpDef("expand", (Param("x", "tensor"), Param("shape", "dims")), _expand_rule,
                numpy=lambda x, shape: np.broadcast_to(x, shape),
                torch=lambda call: f"{call.code('x', prec=50)}.expand({call.dims_code('shape')})", view=True,
-               doc="a view of `x` with its size-1 axes stretched to `shape` (new leading axes allowed)."))
+               doc="a view of `x` with its size-1 axes stretched to `shape` (new leading axes allowed).",
+               shard=sharding.repeat))
 
 
 def _repeat_interleave_rule(ctx, args):
@@ -90,4 +93,5 @@ register(OpDef("repeat_interleave",
                (Param("x", "tensor"), Param("repeats", "int"), Param("axis", "int", aliases=("dim",), static=True)),
                _repeat_interleave_rule, numpy=lambda x, repeats, axis: np.repeat(x, repeats, axis=axis),
                torch=_lower_repeat_interleave,
-               doc="each entry along `axis` repeated `repeats` times in place (`[a, b]` -> `[a, a, b, b]`)."))
+               doc="each entry along `axis` repeated `repeats` times in place (`[a, b]` -> `[a, a, b, b]`).",
+               shard=sharding.repeat))

@@ -14,6 +14,7 @@ import math
 from ..dims import Dim
 from ..ir import ScalarT, TensorT
 from .lazy_numpy import np
+from . import sharding
 from .registry import NON_NEGATIVE, POSITIVE, PROBABILITY, OpDef, OpError, Param, registrar
 from .shapes import (FLOATS, INTS, axis_index, broadcast, product, rank_at_least, require_float, same_dtype,
                      slices_shape, stored)
@@ -42,10 +43,12 @@ register(OpDef(
     _float_tensor_rule, numpy=_np_gelu,
     torch=lambda call: (f"F.gelu({call.code('x')}, approximate='tanh')" if call.val("approximate") == "tanh"
                      else f"F.gelu({call.code('x')})"),
-    doc="GELU; `approximate=\"tanh\"` is GPT-2's tanh form, the default is exact (erf).", elementwise=True))
+    doc="GELU; `approximate=\"tanh\"` is GPT-2's tanh form, the default is exact (erf).", elementwise=True,
+    shard=sharding.pointwise))
 
 register(OpDef("relu", (Param("x", "tensor"),), _float_tensor_rule, numpy=lambda x: np.maximum(x, 0.0),
-               torch=lambda call: f"F.relu({call.code('x')})", doc="ReLU", elementwise=True, keeps_result=True))
+               torch=lambda call: f"F.relu({call.code('x')})", doc="ReLU", elementwise=True, keeps_result=True,
+               shard=sharding.pointwise))
 
 
 def _np_silu(x):
@@ -53,7 +56,8 @@ def _np_silu(x):
 
 
 register(OpDef("silu", (Param("x", "tensor"),), _float_tensor_rule, numpy=_np_silu,
-               torch=lambda call: f"F.silu({call.code('x')})", doc="SiLU (swish): x * sigmoid(x)", elementwise=True))
+               torch=lambda call: f"F.silu({call.code('x')})", doc="SiLU (swish): x * sigmoid(x)", elementwise=True,
+               shard=sharding.pointwise))
 
 
 def np_softcap(x, cap):
@@ -64,7 +68,7 @@ register(OpDef(
     "softcap", (Param("x", "tensor"), Param("cap", "float", within=POSITIVE)), _float_tensor_rule, numpy=np_softcap,
     torch=lambda call: f"{call.code('cap', prec=21)} * torch.tanh({call.code('x', prec=21)} / {call.code('cap', prec=21)})",
     doc="soft-capping, cap * tanh(x / cap): x squashed smoothly into (-cap, cap) (Gemma 2's final logits)",
-    elementwise=True, prec=20))
+    elementwise=True, prec=20, shard=sharding.pointwise))
 
 
 def _swiglu_rule(ctx, args):
@@ -77,7 +81,7 @@ def _swiglu_rule(ctx, args):
 register(OpDef("swiglu", (Param("gate", "tensor"), Param("up", "tensor")), _swiglu_rule,
                numpy=lambda gate, up: _np_silu(gate) * up,
                torch=lambda call: f"F.silu({call.code('gate')}) * {call.code('up', prec=21)}",
-               doc="SwiGLU gating: silu(gate) * up", prec=20))
+               doc="SwiGLU gating: silu(gate) * up", prec=20, shard=sharding.pointwise))
 
 
 def np_softmax(x, axis=-1):
@@ -97,7 +101,7 @@ register(OpDef("softmax", (Param("x", "tensor"), Param("axis", "int", -1, aliase
                _softmax_rule,
                numpy=lambda x, axis=-1: np_softmax(x, axis),
                torch=lambda call: f"F.softmax({call.code('x')}, dim={call.code('axis')})", doc="softmax along an axis",
-               keeps_result=True))
+               keeps_result=True, shard=sharding.along("normalises", keepdim=True)))
 
 
 def _dropout_rule(ctx, args):
@@ -109,7 +113,7 @@ register(OpDef(
     "dropout", (Param("x", "tensor"), Param("rate", "float", aliases=("p",), within=PROBABILITY)), _dropout_rule,
     numpy=lambda x, rate: x,
     torch=lambda call: f"F.dropout({call.code('x')}, p={call.code('rate')}, training=self.training)",
-    doc="dropout; identity outside training (`model.eval()`).", passthrough=True))
+    doc="dropout; identity outside training (`model.eval()`).", passthrough=True, shard=sharding.pointwise))
 
 
 # ----------------------------------------------------------------------------- norms & linear
@@ -148,7 +152,7 @@ register(OpDef(
     lambda ctx, args: _norm_rule(ctx, args, True), numpy=_np_layer_norm,
     torch=lambda call: f"F.layer_norm({call.code('x')}, ({call.dim(call.ty('x').shape[-1])},), {call.code('weight')}, "
                     f"{call.code('bias')}, {call.code('eps')})",
-    doc="LayerNorm over the last axis."))
+    doc="LayerNorm over the last axis.", shard=sharding.last_axis("normalises", others=("weight", "bias"))))
 
 
 def _np_rms_norm(x, weight=None, eps=1e-6):
@@ -163,7 +167,8 @@ register(OpDef(
     lambda ctx, args: _norm_rule(ctx, args, False), numpy=_np_rms_norm,
     torch=lambda call: f"F.rms_norm({call.code('x')}, ({call.dim(call.ty('x').shape[-1])},), {call.code('weight')}, "
                        f"{call.code('eps')})",
-    doc="RMSNorm over the last axis: x / sqrt(mean(x^2) + eps) * weight."))
+    doc="RMSNorm over the last axis: x / sqrt(mean(x^2) + eps) * weight.",
+    shard=sharding.last_axis("normalises", others=("weight",))))
 
 
 def _linear_rule(ctx, args):
@@ -212,7 +217,7 @@ register(OpDef(
     _linear_rule, numpy=_np_linear, flops=_linear_flops,
     torch=lambda call: (f"F.linear({call.code('x')}, {call.code('weight')}, {call.code('bias')})" if call.given("bias")
                      else f"F.linear({call.code('x')}, {call.code('weight')})"),
-    doc="`x @ weight.T + bias`, with weight [out, in] as in torch.nn.Linear."))
+    doc="`x @ weight.T + bias`, with weight [out, in] as in torch.nn.Linear.", shard=sharding.linear))
 
 
 # ----------------------------------------------------------------------------- shape ops
@@ -239,7 +244,7 @@ register(OpDef(
                Param("axis", "int", 0, static=True)),
     _gather_rule, numpy=lambda table, index, axis=0: table[index],
     torch=_lower_gather,
-    doc="rows of `table` at `index` (an embedding lookup)."))
+    doc="rows of `table` at `index` (an embedding lookup).", shard=sharding.rows))
 
 
 def _slice_rule(ctx, args):
@@ -252,11 +257,12 @@ def _np_index(x, index):
 
 register(OpDef("slice", (Param("x", "tensor"), Param("index", "slices")), _slice_rule, numpy=_np_index, view=True,
                torch=lambda call: f"{call.code('x', prec=50)}[{call.slices('index')}]",
-               doc="`x[0:T, :]`: a slice along leading axes."))
+               doc="`x[0:T, :]`: a slice along leading axes.", shard=sharding.subscript))
 
 # `x[i]` and `x[a:b]` in a spec; `index` is its name in the IR.
 register(OpDef("index", (Param("x", "tensor"), Param("index", "slices")), _slice_rule, numpy=_np_index, view=True,
-               torch=lambda call: f"{call.code('x', prec=50)}[{call.slices('index')}]", doc="subscript"))
+               torch=lambda call: f"{call.code('x', prec=50)}[{call.slices('index')}]", doc="subscript",
+               shard=sharding.subscript))
 
 
 def _size_rule(ctx, args):
@@ -267,7 +273,8 @@ def _size_rule(ctx, args):
 
 register(OpDef("size", (Param("x", "tensor"), Param("axis", "int", static=True)), _size_rule,
                numpy=lambda x, axis: x.shape[axis],
-               torch=lambda call: f"{call.code('x', prec=50)}.size({call.code('axis')})", doc="`x.shape[i]`"))
+               torch=lambda call: f"{call.code('x', prec=50)}.size({call.code('axis')})", doc="`x.shape[i]`",
+               shard=sharding.mixed("reads the size of the axis")))
 
 
 def _reshape_rule(ctx, args):
@@ -310,7 +317,7 @@ def _reshape_torch(call) -> str:
 
 register(OpDef("reshape", (Param("x", "tensor"), Param("shape", "dims")), _reshape_rule,
                numpy=lambda x, shape: x.reshape(shape), view=True, torch=_reshape_torch,
-               doc="reshape; the element counts must agree symbolically."))
+               doc="reshape; the element counts must agree symbolically.", shard=sharding.reshape))
 
 
 def _transpose_rule(ctx, args):
@@ -325,7 +332,7 @@ register(OpDef("transpose",
                (Param("x", "tensor"), Param("a", "int", -2, static=True), Param("b", "int", -1, static=True)),
                _transpose_rule, numpy=lambda x, a=-2, b=-1: np.swapaxes(x, a, b), view=True,
                torch=lambda call: f"{call.code('x', prec=50)}.transpose({call.code('a')}, {call.code('b')})",
-               doc="swap two axes (the last two by default)."))
+               doc="swap two axes (the last two by default).", shard=sharding.transpose))
 
 
 def _concat_rule(ctx, args):
@@ -367,7 +374,7 @@ def _lower_concat(call) -> str:
 register(OpDef("concat", (Param("tensors", "tensors"), Param("axis", "int", 0, aliases=("dim",), static=True)),
                _concat_rule,
                numpy=lambda tensors, axis=0: np.concatenate(tensors, axis=axis),
-               torch=_lower_concat, doc="concatenate along an axis."))
+               torch=_lower_concat, doc="concatenate along an axis.", shard=sharding.concat))
 
 
 def _full_rule(ctx, args):
@@ -420,7 +427,7 @@ def _np_assign(x, index, value):
 register(OpDef("assign", (Param("x", "tensor"), Param("index", "slices"), Param("value", "value")), _assign_rule,
                numpy=_np_assign,
                torch=lambda call: f"_assign({call.code('x')}, {call.slice_objects('index')}, {call.code('value')})",
-               doc="a copy of `x` with `x[index] = value`."))
+               doc="a copy of `x` with `x[index] = value`.", shard=sharding.mixed("writes into it by index")))
 
 
 def _argmax_rule(ctx, args):
@@ -437,7 +444,8 @@ def _argmax_rule(ctx, args):
 register(OpDef("argmax", (Param("x", "tensor"), Param("axis", "int", -1, aliases=("dim",), static=True)), _argmax_rule,
                numpy=lambda x, axis=-1: np.argmax(x, axis=axis),
                torch=lambda call: f"{call.code('x', prec=50)}.argmax(dim={call.code('axis')})",
-               doc="index of the largest entry along an axis (int64)."))
+               doc="index of the largest entry along an axis (int64).",
+               shard=sharding.along("takes the largest entry", keepdim=False)))
 
 
 def _reduction_rule(name: str):
@@ -479,7 +487,8 @@ for _name, _method, _np_name, _what in [("sum", "sum", "sum", "the sum"), ("mean
         _reduction_rule(_name),
         numpy=(lambda f: lambda x, axis=-1, keepdim=False: getattr(np, f)(x, axis=axis, keepdims=keepdim))(_np_name),
         torch=_lower_reduction(_method),
-        doc=f"{_what} along an axis, which is dropped (kept, of size 1, with `keepdim=True`)."))
+        doc=f"{_what} along an axis, which is dropped (kept, of size 1, with `keepdim=True`).",
+        shard=sharding.along("reduces")))
 
 
 # ----------------------------------------------------------------------------- loss
@@ -534,7 +543,7 @@ register(OpDef(
     torch=lambda call: f"_cross_entropy({call.code('logits')}, {_ce_targets(call)}, {call.code('ignore_index')}, "
                        f"{call.dtype(call.op.ty.dtype)}, {_ce_names(call, call.ty('logits').shape[-1])})",
     doc="mean cross-entropy; `shift=True` scores position t against target t+1 (next-token loss); "
-        "0 when every target is `ignore_index`."))
+        "0 when every target is `ignore_index`.", shard=sharding.reduced("computes a loss over it")))
 
 
 def _linear_ce_rule(ctx, args):
@@ -556,4 +565,5 @@ register(OpDef(
                        f"{call.code('ignore_index')}, {call.dtype(call.op.ty.dtype)}, "
                        f"{_ce_names(call, call.ty('weight').shape[0])})",
     doc="`cross_entropy(linear(x, weight, bias), targets, ...)` computed in chunks of rows, so the "
-        "[rows, out] logits never exist; what the compiler lowers a head + loss to in training."))
+        "[rows, out] logits never exist; what the compiler lowers a head + loss to in training.",
+        shard=sharding.mixed("runs the head and the loss fused")))

@@ -11,6 +11,7 @@ from ..dims import Dim
 from ..ir import ScalarT, TensorT
 from .arithmetic import scalar_or_tensor
 from .lazy_numpy import np
+from . import sharding
 from .registry import OpDef, OpError, Param, ScalarError, may_fail, registrar
 from .shapes import FLOATS, INTS, broadcast, require_float, same_dtype
 
@@ -65,7 +66,7 @@ def _lower_where(call):
 
 register(OpDef("where", (Param("cond", "tensor"), Param("a", "value"), Param("b", "value")), _where_rule,
                numpy=lambda cond, a, b: np.where(cond, a, b), torch=_lower_where,
-               doc="`a` where `cond` holds, else `b`, elementwise with broadcasting."))
+               doc="`a` where `cond` holds, else `b`, elementwise with broadcasting.", shard=sharding.pointwise))
 
 
 def _numeric(ctx, x, name: str):
@@ -85,7 +86,7 @@ def _abs_rule(ctx, args):
 
 register(OpDef("abs", (Param("x", "value"),), _abs_rule, numpy=lambda x: np.abs(x),
                torch=lambda call: scalar_or_tensor(call, "torch.abs", "abs"), doc="absolute value", elementwise=True,
-               scalar=abs))
+               scalar=abs, shard=sharding.pointwise))
 
 
 def _extremum_rule(fn):
@@ -121,10 +122,10 @@ def _lower_extremum(name: str, bound: str, builtin: str):
 
 register(OpDef("minimum", (Param("a", "value"), Param("b", "value")), _extremum_rule(min),
                numpy=lambda a, b: np.minimum(a, b), torch=_lower_extremum("minimum", "max", "min"),
-               doc="elementwise minimum, with broadcasting", elementwise=True))
+               doc="elementwise minimum, with broadcasting", elementwise=True, shard=sharding.pointwise))
 register(OpDef("maximum", (Param("a", "value"), Param("b", "value")), _extremum_rule(max),
                numpy=lambda a, b: np.maximum(a, b), torch=_lower_extremum("maximum", "min", "max"),
-               doc="elementwise maximum, with broadcasting", elementwise=True))
+               doc="elementwise maximum, with broadcasting", elementwise=True, shard=sharding.pointwise))
 
 
 def _clamp_rule(ctx, args):
@@ -148,7 +149,8 @@ def _lower_clamp(call):
 
 register(OpDef("clamp", (Param("x", "tensor"), Param("min", "value", None), Param("max", "value", None)), _clamp_rule,
                numpy=lambda x, min=None, max=None: np.clip(x, min, max), torch=_lower_clamp,
-               doc="`x` limited to [min, max] (either bound may be left out)", elementwise=True))
+               doc="`x` limited to [min, max] (either bound may be left out)", elementwise=True,
+               shard=sharding.pointwise))
 
 
 def _cast_rule(ctx, args):
@@ -163,7 +165,8 @@ def _np_cast(x, dtype):
 
 register(OpDef("cast", (Param("x", "tensor"), Param("dtype", "dtype")), _cast_rule, numpy=_np_cast,
                torch=lambda call: f"{call.code('x', prec=50)}.to({call.dtype(call.val('dtype'))})",
-               doc="`x` converted to `dtype`; float to integer truncates toward zero.", passthrough=True))
+               doc="`x` converted to `dtype`; float to integer truncates toward zero.", passthrough=True,
+               shard=sharding.pointwise))
 
 
 # ----------------------------------------------------------------------------- integers from floats
@@ -205,4 +208,5 @@ for _name, (_np_fn, _py, _pt, _how, _fn) in _ROUNDING.items():
     register(OpDef(_name, (Param("x", "value"),), _rounding_rule(_name), numpy=_np_rounding(_np_fn),
                    torch=(lambda py, pt: lambda call: scalar_or_tensor(call, pt, py))(_py, _pt),
                    doc=f"a number rounded {_how}: an int (a dim, in `param:`)"
-                       + ("; on a float tensor, elementwise" if _pt else ""), scalar=_rounded(_fn)))
+                       + ("; on a float tensor, elementwise" if _pt else ""), scalar=_rounded(_fn),
+                       shard=sharding.pointwise))

@@ -17,6 +17,7 @@ from __future__ import annotations
 from ..ir import TensorT
 from .attention import _layout_error, _np_attention
 from .lazy_numpy import np
+from . import sharding
 from .registry import POSITIVE, OpDef, OpError, Param, registrar
 from .shapes import require_float, same_dtype
 
@@ -108,4 +109,5 @@ register(OpDef(
         "rotated) over `latent` [B, T_keys, kv_rank + rope_dim] (the normed compressed KV, then the shared rotated "
         "RoPE key); each head's key is [c W_k, k_rope] and value c W_v, W = `kv_weight` [H * (nope_dim + v_dim), "
         "kv_rank] (each head's key rows, then its value rows); `causal` aligned bottom-right. A cache of `latent` "
-        "holds kv_rank + rope_dim values per token; a decode step attends over it with W folded into q and out."))
+        "holds kv_rank + rope_dim values per token; a decode step attends over it with W folded into q and out.",
+        shard=sharding.heads({"q": 2, "kv_weight": 0})))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..dims import Dim
 from ..ir import ScalarT, TensorT
 from .lazy_numpy import np
+from . import sharding
 from .registry import POSITIVE, OpDef, OpError, Param, registrar
 from .shapes import FLOATS, axis_index, product, rank_at_least, require_float, same_dtype
 
@@ -71,7 +72,8 @@ for _name, _field, _np, _what in [("top_k", "values", _np_top_k, "the k largest 
                 Param("axis", "int", -1, aliases=("dim",), static=True)),
         _top_k_rule(_field == "indices"), numpy=_np,
         torch=_lower_top_k_indices if _field == "indices" else _lower_top_k,
-        doc=f"{_what} along an axis, largest first; among equal values the lower index first."))
+        doc=f"{_what} along an axis, largest first; among equal values the lower index first.",
+        shard=sharding.along("picks the largest entries", keepdim=True)))
 
 
 # ----------------------------------------------------------------------------- one-hot
@@ -104,7 +106,7 @@ register(OpDef(
     "one_hot", (Param("indices", "tensor"), Param("n", "int", static=True), Param("dtype", "dtype", "int64")),
     _one_hot_rule, numpy=_np_one_hot, torch=_lower_one_hot,
     doc="`indices` [...] as [..., n]: 1 at each index, 0 elsewhere (of `dtype`, int64 by default); every index "
-        "must be in [0, n)."))
+        "must be in [0, n).", shard=sharding.repeat))
 
 
 # ----------------------------------------------------------------------------- experts
@@ -261,4 +263,5 @@ register(OpDef(
         "(Nemotron-H's experts); act=\"clamped_swiglu\" (gpt-oss) is "
         "(clamp(u, -limit, limit) + 1) * g * sigmoid(alpha * g) with g = min(gate x, limit). "
         "Sparse: each expert runs on its own tokens only (dense where that is faster, see "
-        "docs/porting.md)."))
+        "docs/porting.md).",
+        shard=sharding.mixed("reads every feature in each expert (the experts shard by their own width)")))

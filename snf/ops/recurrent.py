@@ -17,6 +17,7 @@ from ..ir import TensorT
 from .recurrent_np import (np_causal_conv1d, np_causal_conv1d_state, np_gated_delta_rule, np_gated_delta_state,
                            np_ssd_scan, np_ssd_state)
 from .lazy_numpy import np
+from . import sharding
 from .registry import NON_NEGATIVE, OpDef, OpError, Param, registrar
 from .shapes import axis_index, divides, product, require_float, same_dtype
 
@@ -77,13 +78,14 @@ def _recurrence_flops(per: int, out: str, width):
     return flops
 
 
-def _pair(ops: tuple, params: tuple, rule, numpy: tuple, flops, doc: str, state_doc: str) -> None:
+def _pair(ops: tuple, params: tuple, rule, numpy: tuple, flops, doc: str, state_doc: str, shard: tuple) -> None:
     """An op and its `_state` twin (`ops`, the output's first): one signature, `rule(state_out)`, the
     NumPy references of both, the output's FLOPs (the twin runs with the caches only). Each lowers to
-    the runtime function of its name with an underscore (snf/runtime/recurrent.py)."""
+    the runtime function of its name with an underscore (snf/runtime/recurrent.py); `shard`, the sharding
+    rule of each."""
     names = tuple(p.name for p in params)
-    for twin, (op, np_fn, text) in enumerate(zip(ops, numpy, (doc, state_doc))):
-        register(OpDef(op, params, rule(bool(twin)), numpy=np_fn, flops=None if twin else flops,
+    for twin, (op, np_fn, text, sharded) in enumerate(zip(ops, numpy, (doc, state_doc), shard)):
+        register(OpDef(op, params, rule(bool(twin)), numpy=np_fn, flops=None if twin else flops, shard=sharded,
                        torch=lambda call, op=op: f"_{op}({_positional(call, names)})", doc=text))
 
 
@@ -94,7 +96,7 @@ register(OpDef(
     lambda ctx, args: (axis_index(args["axis"], args["x"].rank), require_float(args["x"], "x"), args["x"])[-1],
     numpy=lambda x, axis: np.cumsum(np.asarray(x, dtype=np.float64), axis=axis),
     torch=lambda call: f"torch.cumsum({call.code('x')}, dim={call.code('axis')})",
-    doc="the running sum along an axis: y[i] = x[0] + ... + x[i]."))
+    doc="the running sum along an axis: y[i] = x[0] + ... + x[i].", shard=sharding.along("sums", keepdim=True)))
 
 
 # ----------------------------------------------------------------------------- causal convolution
@@ -128,7 +130,7 @@ _pair(("causal_conv1d", "causal_conv1d_state"), _CONV, _conv_rule, (np_causal_co
       "y[t] = bias + sum_j weight[:, 0, j] * x[t - K + 1 + j], where the K - 1 inputs before x are `state` "
       "[B, K - 1, C] (zeros without one). No activation.",
       "the state after `causal_conv1d` with the same arguments: its last K - 1 inputs, [B, K - 1, C] (the `state` "
-      "before x included), for the next call's `state=`.")
+      "before x included), for the next call's `state=`.", (sharding.channels, sharding.channels))
 
 
 # ----------------------------------------------------------------------------- Mamba2's selective scan
@@ -138,6 +140,8 @@ _SSD = (Param("x", "tensor"), Param("dt", "tensor"), Param("A", "tensor"), Param
         Param("dt_softplus", "bool", True, static=True),
         Param("dt_min", "float", 0.0, within=NON_NEGATIVE), Param("dt_max", "float", None, within=NON_NEGATIVE),
         Param("state", "tensor?", None))
+# each argument's heads axis (B and C: their groups, which whole heads share)
+_SSD_HEADS = {"x": 2, "dt": 2, "A": 0, "D": 0, "dt_bias": 0, "B": 2, "C": 2, "state": 1}
 _SSD_ARGS = ("x", "dt", "A", "B", "C", "D", "dt_bias", "dt_softplus", "dt_min", "dt_max", "state")
 
 
@@ -168,7 +172,8 @@ _SSD_DOC = ("Mamba2's selective state space scan (the SSD form) over x [B, T, H,
 
 _pair(("ssd_scan", "ssd_state"), _SSD, _ssd_rule, (np_ssd_scan, np_ssd_state),
       _recurrence_flops(4, "x", lambda a: a["B"].shape[3]), _SSD_DOC,
-      "the state [B, H, P, N] after `ssd_scan` with the same arguments, for the next call's `state=`.")
+      "the state [B, H, P, N] after `ssd_scan` with the same arguments, for the next call's `state=`.",
+      tuple(sharding.heads(_SSD_HEADS, out) for out in (2, 1)))
 
 
 # ----------------------------------------------------------------------------- gated delta rule
@@ -176,6 +181,8 @@ _pair(("ssd_scan", "ssd_state"), _SSD, _ssd_rule, (np_ssd_scan, np_ssd_state),
 _DELTA = (Param("q", "tensor"), Param("k", "tensor"), Param("v", "tensor"), Param("g", "tensor"),
           Param("beta", "tensor"), Param("state", "tensor?", None), Param("scale", "float", None),
           Param("l2norm", "bool", True, static=True))
+# each argument's (value) heads axis; q and k have key heads, which whole value heads share
+_DELTA_HEADS = {"q": 2, "k": 2, "v": 2, "g": 2, "beta": 2, "state": 1}
 _DELTA_ARGS = ("q", "k", "v", "g", "beta", "state", "scale", "l2norm")
 
 
@@ -205,7 +212,8 @@ _DELTA_DOC = ("the gated delta rule of gated DeltaNet (Qwen3-Next) over q, k [B,
 
 _pair(("gated_delta_rule", "gated_delta_state"), _DELTA, _delta_rule, (np_gated_delta_rule, np_gated_delta_state),
       _recurrence_flops(6, "v", lambda a: a["q"].shape[3]), _DELTA_DOC,
-      "the state [B, Hv, K, V] after `gated_delta_rule` with the same arguments, for the next call's `state=`.")
+      "the state [B, Hv, K, V] after `gated_delta_rule` with the same arguments, for the next call's `state=`.",
+      tuple(sharding.heads(_DELTA_HEADS, out) for out in (2, 1)))
 
 # the ops whose outputs at a position see only the tokens up to it (passes/decode.py)
 CAUSAL = frozenset({"causal_conv1d", "ssd_scan", "gated_delta_rule", "cumsum"})

@@ -109,6 +109,10 @@ class OpDef:
     # the arguments that hold the keys an attention reads (a cache may feed them): an op with
     # them mixes positions, causally where its `causal` is True
     keys: tuple[str, ...] = ()
+    # (call, argument, axis) -> sharding.Passage: how that argument's axis, sharded over tensor-parallel
+    # ranks, passes through the op (kept, contracted, reduced, mixed: snf/ops/sharding.py); None: the op
+    # refuses a sharded argument (an op of no tensor arguments needs none)
+    shard: Callable | None = None
 
     def param(self, name: str) -> Param | None:
         for p in self.params:

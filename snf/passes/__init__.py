@@ -4,8 +4,8 @@ Rewrites (`PASSES`) are pure functions `ir.Model -> ir.Model`, run in order, eac
 the verifier. Planning passes are pure functions from the typed (lowered) IR to frozen plans:
 what becomes a Block, which inputs and outputs form a cache, where each parameter lives,
 which statements each entry point needs, whether there is a `generate`, which loss may run
-fused with its head. Code generation only emits what the plans say; no stage works out a fact
-another one already computed.
+fused with its head, how the parameters shard over tensor-parallel ranks. Code generation only
+emits what the plans say; no stage works out a fact another one already computed.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .fused_loss import FusedLoss, plan_fused_loss
 from .layout import LayoutPlan, plan_layout
 from .liveness import OutputPlan, plan_outputs
 from .signatures import Signature, local_types, plan_signatures
+from .tensor_parallel import TensorParallelPlan, plan_tensor_parallel
 from .verify import verify
 from .writes import plan_writes
 
@@ -50,6 +51,7 @@ class Plans:
     loss: FusedLoss | None = None
     signatures: tuple[Signature, ...] = ()  # each block's, in the order of blocks.blocks
     types: dict | None = None  # the type of each name a function may hold (signatures.local_types)
+    tp: TensorParallelPlan | None = None  # how the model shards over tensor-parallel ranks
 
     def signature(self, block) -> Signature:
         return self.signatures[self.blocks.blocks.index(block)]
@@ -73,4 +75,5 @@ def plan(model: ir.Model) -> Plans:
     layout, outputs = plan_layout(model, blocks), plan_outputs(model, caches.outputs, loss)
     decode, types = plan_decode(model, caches), local_types(model)
     signatures = plan_signatures(model, blocks, caches, layout, outputs, _decode_steps(decode), types)
-    return Plans(model, blocks, caches, layout, outputs, decode, plan_writes(model), loss, signatures, types)
+    return Plans(model, blocks, caches, layout, outputs, decode, plan_writes(model), loss, signatures, types,
+                 plan_tensor_parallel(model, layout, caches))

@@ -11,8 +11,9 @@ the logits is `choose_logits`'s rule: the only `[B, T, V]` float output; else th
 groups; a cache given together with an input generate cannot fill (a `[B, T_past + T]` mask)
 means no cache: each step recomputes the whole sequence.
 
-An encoder-decoder (T5) gets `generate` too: its logits are over a second token input, the
-decoder's (`decoder_input_ids`), its other required inputs are the encoder's, and every attention
+An encoder-decoder (T5, Whisper) gets `generate` too: its logits are over a later token input than
+the first, the decoder's (`decoder_input_ids`), its other required inputs are the encoder's (the
+first of them token ids or not: Whisper's are log-mel features), and every attention
 of the decoder's side is causal or reads keys and values of the encoder's side only (cross-
 attention). The encoder plan (`encoder.py`) says what runs once; the config gives the decoder's
 first token (`decoder_start_token_id`) and, where declared, the token that ends a row
@@ -62,13 +63,14 @@ def token_input(model: ir.Model) -> ir.Tensor | None:
 
 def decoder_tokens(model: ir.Model) -> ir.Tensor | None:
     """An encoder-decoder's decoder tokens: when no output is logits over the vocabulary of the
-    first input (an encoder's hidden states are not), the first later required `[B, T]` int64
-    input some output is `[B, T, V]` floats over, V its vocabulary."""
+    first input (an encoder's hidden states are not; an encoder's first input may be other than
+    token ids, Whisper's log-mel features), the first later required `[B, T]` int64 input some output
+    is `[B, T, V]` floats over, V its vocabulary."""
     def over_vocabulary(tokens: ir.Tensor) -> bool:
         logits = choose_logits(model, tokens)[0]
         return logits is not None and _vocabulary(model, tokens, logits) is None
     first = token_input(model)
-    if first is None or over_vocabulary(first):
+    if not model.inputs or model.inputs[0].optional or first is not None and over_vocabulary(first):
         return None
     return next((i for i in model.inputs[1:] if not i.optional and i.ty.dtype == "int64" and i.ty.rank == 2
                  and over_vocabulary(i)), None)
@@ -113,12 +115,13 @@ def no_generate(model: ir.Model) -> str | None:
 
 def _refusal(model: ir.Model) -> tuple[str | None, EncoderPlan | None]:
     """Why the module gets no `generate` (or None), and an encoder-decoder's encoder plan (made once)."""
-    tokens = token_input(model)
-    if tokens is None:
-        return "the first input is not token ids [B, T] int64", None
     decoder = decoder_tokens(model)
     if decoder is not None:
         return _no_encoder_decoder_generate(model, decoder)
+    tokens = token_input(model)
+    if tokens is None:
+        return ("the first input is not token ids [B, T] int64, and no later input is a decoder's tokens "
+                "the logits are over"), None
     logits, why = choose_logits(model, tokens)
     if logits is None:
         return why, None

@@ -104,3 +104,33 @@ def show_loss(plans: Plans) -> list[str]:
         return []
     return [f"{stmt_name(f.head)} feeds {stmt_name(f.loss)}: linear_cross_entropy in training"
             + (f" with {', '.join(f.targets)}" if f.targets else "")]
+
+
+def show_tensor_parallel(plans: Plans, tp: int) -> list[str]:
+    """`snfc check --tp N`: each module's placement and why, the caches, and what tp must divide (with the
+    default config's numbers at `tp`)."""
+    from .tensor_parallel import defaults
+    plan, model = plans.tp, plans.model
+    display = dict(model.display)
+    path = model.path.rsplit("/", 1)[-1]
+    sharded = sum(p.sharded for p in plan.placements)
+    out = [f"tensor-parallel plan of {path} at tp={tp}: {'full' if plan.full else 'partial'} "
+           f"({sharded} of {len(plan.placements)} modules and parameters sharded)"]
+    width = max((len(p.key) for p in plan.placements), default=0)
+    for p in plan.placements:
+        out.append(f"  {p.key:<{width}}  {p.style:<15}  {p.reason} (line {p.span.line})")
+    for name, output, axis in plan.caches:
+        where = f"sharded along axis {axis}, as what is written into it" if axis is not None else "whole"
+        out.append(f"  cache {name} -> {output}: {where}")
+    env = defaults(model)
+    for r in plan.requires:
+        try:
+            n = r.units.evaluate(env)
+            at = f": {n} at the defaults, {n // tp if n % tp == 0 else 'not divisible'}" \
+                 f"{' per rank' if n % tp == 0 else ''}"
+        except (KeyError, ValueError, ZeroDivisionError):
+            at = ""
+        out.append(f"  requires {r.message(display, path)}{at}")
+    for w, why, span, low_rank in plan.refused:
+        out.append(f"  {'whole by design' if low_rank else 'partial'}: {w} stays whole at line {span.line}: {why}")
+    return out

@@ -83,18 +83,28 @@ def _generate(model: nn.Module, how: _Generation, tokens, max_new_tokens, temper
 
 
 def _generate_from_encoder(model: nn.Module, how: _Generation, inputs: tuple, max_new_tokens: int, temperature: float,
-                           top_k, top_p, generator, compile) -> torch.Tensor:
+                           top_k, top_p, generator, compile, prompt=None) -> torch.Tensor:
     """An encoder-decoder's `model.generate(...)`: the encoder's values once (`model._encode`, handed
-    to each step's forward as `encoded=`, which then computes none), then the decoder from the config's
-    decoder_start_token_id, one token a step fed with its self-attention cache. Returns the decoder's
-    tokens [B, 1 + n], as transformers' generate does. With `how.stops` a row ends at eos_token_id
+    to each step's forward as `encoded=`, which then computes none), then the decoder from `prompt`
+    (the decoder's first tokens [B, T0], as transformers' `decoder_input_ids`; None: the config's
+    decoder_start_token_id), one token a step fed with its self-attention cache. Returns the decoder's
+    tokens [B, T0 + n], as transformers' generate does. With `how.stops` a row ends at eos_token_id
     and is padded with pad_token_id after it, and decoding stops when every row has ended.
-    `inputs`: the encoder's inputs, in `how.encoder`'s order."""
+    `inputs`: the encoder's inputs, in `how.encoder`'s order; the first, which gives the batch, may be
+    token ids (T5's) or features (Whisper's log-mel frames)."""
     first, given = inputs[0], dict(zip(how.encoder[1:], inputs[1:]))
-    _check_sampling(first, max_new_tokens, temperature, top_k, top_p)
+    if not isinstance(first, torch.Tensor) or first.dim() == 0:
+        raise ValueError(f"generate needs `{how.encoder[0]}`, the encoder's input, as a tensor whose first axis is "
+                         f"the batch, got {_described(first)}")
     cfg = model.config
+    if prompt is None:
+        prompt = torch.full((first.size(0), 1), cfg.decoder_start_token_id, dtype=torch.long, device=first.device)
+    _check_sampling(prompt, max_new_tokens, temperature, top_k, top_p)
+    if prompt.size(0) != first.size(0):
+        raise ValueError(f"{how.tokens} holds {prompt.size(0)} rows and {how.encoder[0]} {first.size(0)}: one decoder "
+                         "prompt per encoder input")
     with torch.no_grad():
-        token = torch.full((first.size(0), 1), cfg.decoder_start_token_id, dtype=torch.long, device=first.device)
+        token = prompt
         made = [token]
         done = torch.zeros(first.size(0), 1, dtype=torch.bool, device=first.device)
         ends = torch.tensor([cfg.eos_token_id], device=first.device) if how.stops else None

@@ -418,10 +418,10 @@ def _absent_dims(model: ir.Model) -> list[str]:
 
 
 def _token_dims(model: ir.Model) -> list[str]:
-    """What a token is: the run-time axes of the first required input (`idx: [B, T]` -> B, T)."""
+    """The run-time axes of the first required input with a length besides the batch: a token's (B, T)."""
     runtime = {d for d, _, _ in model.dim_sources}
-    first = next((i for i in model.inputs if not i.optional), None)
-    return [] if first is None else [d.as_symbol() for d in first.ty.shape if d.as_symbol() in runtime]
+    axes = [[d.as_symbol() for d in i.ty.shape if d.as_symbol() in runtime] for i in model.inputs if not i.optional]
+    return next((a for a in axes if len(a) > 1), axes[0] if axes else [])
 
 
 def _runtime_values(model: ir.Model, overrides: dict, ints: dict, absent: list, tokens_dims: list) -> dict:

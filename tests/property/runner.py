@@ -507,6 +507,10 @@ class Runner:
         are all recurrent states, which do not grow)."""
         caches = self.plans().caches.caches
         first = self.m.inputs[0]
+        runtime = set(self.m.run_time_dims)
+        if first.ty.rank >= 2 and first.ty.shape[1].as_symbol() not in runtime:  # sized by the config (Whisper's
+            # features): the tokens that grow are a later input's, the decoder's
+            first = next((i for i in self.m.inputs if i.ty.rank >= 2 and i.ty.shape[1].as_symbol() in runtime), first)
         grown = {c.dim for c in caches if not c.state}
         if first.ty.rank < 2 or not caches or len(grown) > 1:
             return None

@@ -391,6 +391,7 @@ class Session(runner.Runner):
         if steps < 1:
             return
         kwargs = {"idx": prompt, "steps": steps}
+        first = self.generate_input(model, prompt)  # the same for the compiled and the eager run
         outs = []
         for eager in (False, True):
             module = sys.modules[type(model).__module__]
@@ -398,7 +399,7 @@ class Session(runner.Runner):
                 warnings.simplefilter("always")
                 try:
                     with self.eager(module) if eager else _nothing():
-                        outs.append(model.generate(prompt.clone(), steps, temperature=0))
+                        outs.append(model.generate(first.clone(), steps, temperature=0))
                 except Exception:
                     self.fail(f"{what} at batch {batch}{' (eager)' if eager else ''} failed {self.where(kwargs)}",
                               traceback.format_exc(limit=-6))
@@ -418,6 +419,19 @@ class Session(runner.Runner):
         if not torch.equal(got, want):
             self.near_tie(model, got, want, prompt.size(1), what)
         self.session.calls += 1
+
+    def generate_input(self, model, prompt):
+        """What generate takes first: the prompt; for an encoder-decoder, its encoder's first input,
+        which is the prompt where that is token ids too (T5's) and else drawn at the prompt's batch
+        (Whisper's features), in the model's floating dtype."""
+        encoder = self.plans().decode.encoder
+        first = next((i for i in self.m.inputs if encoder is not None and i.name == encoder.inputs[0]), None)
+        if first is None or first.ty.dtype.startswith("int"):
+            return prompt.clone()
+        env = dict(self.sample_dims(), **{first.ty.shape[0].as_symbol(): prompt.size(0)})
+        drawn = self.make_inputs(env, {i.name: i is first for i in self.m.inputs})[0][first.name]
+        dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
+        return drawn.to(self.device, dtype)
 
     def near_tie(self, model, got, want, start: int, what: str) -> None:
         """Compiled and eager greedy decoding may part where two tokens score the same (within float
@@ -476,7 +490,7 @@ class Session(runner.Runner):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                out = model.generate(prompt, 2, temperature=0)
+                out = model.generate(self.generate_input(model, prompt), 2, temperature=0)
             except Exception:
                 self.fail(f"{what} failed (config {self.values})", traceback.format_exc(limit=-6))
         for w in caught:

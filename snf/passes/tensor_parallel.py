@@ -1,0 +1,472 @@
+"""The tensor-parallel plan: which parameters shard over tp ranks, how, and what keeps the rest whole.
+
+A pure function of the lowered IR, its layout (where each parameter lives: the plan's keys are the
+layout's module paths, never names of its own) and its caches. Every linear whose input is whole
+starts column-wise: its output features are sharded. That sharding flows through the ops by their
+registry rules (`OpDef.shard`, snf/ops/sharding.py): kept by elementwise ops, by a reshape that splits
+the features into (heads, head_dim) (the heads then count its units), by attention over heads; a
+linear that contracts it back is row-wise (its partial sums all-reduced), and its output is whole
+again. Where an op needs the sharded axis whole (a softmax over it, a slice across it, an add with a
+whole residual), the column-wise linears it came from are replicated, with that op and its line as
+the reason, and the flow starts again; it ends when nothing is refused. Besides the flow: the token
+embedding is vocab-parallel, the LM head vocab-parallel with its logits gathered, a mixture of
+experts shards its experts by their hidden width (its router replicated), a norm over heads keeps its
+weight whole ("head_norm"), a norm over the whole sharded width all-reduces its statistics
+("width_norm"), a per-head parameter (attention sinks, Mamba's A) shards with the heads it meets, and
+a cache follows the keys, values or state written into it. Each sharded axis's units (heads,
+features) must divide by tp: `requires`, each with the op and line that names them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import ir
+from ..dims import Dim, DimError, equal, show_dim
+from ..ops import all_ops
+from ..ops.shapes import FLOATS
+from ..ops.sharding import KEPT, REDUCED
+from ..source import NO_SPAN, Span
+from .caches import CachePlan
+from .decode import token_input
+from .layout import LayoutPlan
+
+NORMS = ("rms_norm", "layer_norm")
+WHOLE, FLEX = "whole", "flex"  # replicated; follows what it meets (a cache fed back, a tensor `full` makes)
+
+
+@dataclass(frozen=True)
+class Params:
+    """A tensor computed from parameters alone (`-exp(A_log[l])`): sharded with what it meets, its
+    parameters shard along."""
+
+    names: frozenset
+
+
+@dataclass(frozen=True)
+class Sharded:
+    """A value sharded along `axis`, whose units (features, then heads once a reshape splits them) are
+    `units`, named at `units_at` (`what` says how)."""
+
+    axis: int
+    units: Dim
+    units_at: Span
+    what: str
+    origins: frozenset  # the column-wise linears (their weights' names) it comes from
+    width: bool = False  # normalised over the whole sharded width: a linear contracting it is low-rank
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How one module (or plain parameter) of the generated Model is placed."""
+
+    key: str  # its path in the Model: `layers.*.qkv`, `token_embedding`, `lm_head_weight`
+    style: str  # see docs/training.md: colwise, rowwise, vocab_embedding, ..., shard:K, replicate
+    params: tuple[str, ...]  # the spec parameters it holds
+    reason: str = ""  # replicated: what keeps it whole; else how it is used
+    span: Span = NO_SPAN  # the op that decided it
+
+    @property
+    def sharded(self) -> bool:
+        return self.style != "replicate"
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """tp must divide `units` (a dim of config values), which `what` names at `span`."""
+
+    units: Dim
+    what: str
+    span: Span
+
+    def dim(self, display) -> str:
+        """The units in the spec's names, and the config field where that is another name for one (`KVH =
+        n_kv_head`)."""
+        dim, fields = show_dim(self.units, display), show_dim(self.units)
+        return f"{dim} = {fields}" if dim != fields and self.units.as_symbol() is not None else dim
+
+    def message(self, display, path: str) -> str:
+        return f"tp must divide {self.dim(display)}, {self.what} ({path}:{self.span.line})"
+
+
+@dataclass(frozen=True)
+class TensorParallelPlan:
+    placements: tuple[Placement, ...]  # one per module or plain parameter, in declaration order
+    requires: tuple[Requirement, ...]
+    # (cache input, output, the axis sharded as what is written into it; None: whole)
+    caches: tuple[tuple[str, str, int | None], ...]
+    # (linear weight, why it stays whole, where, whether by design: a low-rank projection)
+    refused: tuple[tuple[str, str, Span, bool], ...]
+
+    @property
+    def full(self) -> bool:
+        """Every linear sharded but those kept whole by design."""
+        return all(low_rank for _, _, _, low_rank in self.refused)
+
+    def styles(self) -> dict[str, str]:
+        """`tp_plan`: each sharded module's style, and `replicate` for a linear kept whole by a reason."""
+        refused = {w for w, *_ in self.refused}
+        return {p.key: p.style for p in self.placements if p.sharded or set(p.params) & refused}
+
+
+class _Refused(Exception):
+    def __init__(self, origins, reason: str, span: Span, low_rank: bool = False):
+        super().__init__(reason)
+        self.origins, self.reason, self.span, self.low_rank = frozenset(origins), reason, span, low_rank
+
+
+def _refuse(v: Sharded, reason: str, span: Span):
+    """Refuses the column-wise linears `v` comes from. One whose output was normalised over its whole width
+    is a low-rank projection (DeepSeek-V3's q_a, kv_a), which a plan keeps whole by design."""
+    if v.width:
+        reason = f"a low-rank projection (normalised over its whole width, then {reason})"
+    return _Refused(v.origins, reason, span, v.width)
+
+
+def plan_tensor_parallel(model: ir.Model, layout: LayoutPlan, caches: CachePlan) -> TensorParallelPlan:
+    fixed = _fixed(model)
+    refused: dict[str, tuple[str, Span, bool]] = {}
+    while True:
+        flow = _Flow(model, caches, fixed, refused)
+        try:
+            flow.block(model.body)
+        except _Refused as r:
+            new = r.origins - refused.keys()
+            assert new, r.reason  # a refusal always names a column-wise linear not refused yet
+            for o in sorted(new):
+                refused[o] = (r.reason, r.span, r.low_rank)
+            continue
+        return _plan(model, layout, flow, refused)
+
+
+def _fixed(model: ir.Model) -> dict[str, tuple[str, str, Span]]:
+    """The linears placed before the flow: the LM head (vocab-parallel), the routers of a mixture of
+    experts and linears of a constant width (replicated)."""
+    vocab = {t.ty.shape[0] for e in ir.walk_exprs(model.body) if isinstance(e, ir.Op) and e.op == "gather"
+             for t in [e.arg("table")] if _is_param(t) and _is_token(model, e.arg("index"))}
+    experts = [(e.arg("up").ty.shape[0], e.span) for e in ir.walk_exprs(model.body)
+               if isinstance(e, ir.Op) and e.op == "moe_experts"]
+    fixed = {}
+    for w, rows, span in _linears(model):
+        if rows in vocab:
+            fixed[w] = ("vocab_head", "the LM head: sharded over the vocabulary, its logits gathered", span)
+        elif rows.value is not None:
+            fixed[w] = ("replicate", f"{rows.value} output feature{'s do' if rows.value != 1 else ' does'} not split",
+                        span)
+        elif any(rows == e for e, _ in experts):
+            line = next(s.line for e, s in experts if e == rows)
+            fixed[w] = ("replicate", f"the router of the experts at line {line} (the experts shard by their width)",
+                        span)
+    return fixed
+
+
+def _linears(model: ir.Model):
+    """(weight, output features, span) of every linear of a parameter weight."""
+    for s in ir.walk_stmts(model.body):
+        if isinstance(s, ir.FusedLinear):
+            yield from ((w, size, s.span) for w, size in zip(s.weights, s.sizes))
+    for e in ir.walk_exprs(model.body):
+        if isinstance(e, ir.Op) and e.op == "linear" and _is_param(e.arg("weight")):
+            yield e.arg("weight").name, e.arg("weight").ty.shape[0], e.span
+
+
+def _is_param(e) -> bool:
+    return isinstance(e, ir.Ref) and e.kind in ("param", "layer_param", "buffer")
+
+
+def _is_token(model: ir.Model, e) -> bool:
+    tokens = token_input(model)
+    return isinstance(e, ir.Ref) and e.kind == "input" and tokens is not None and e.name == tokens.name
+
+
+class _Flow:
+    """One pass over the body with the refused linears whole: raises _Refused at the first op that needs
+    a sharded axis whole."""
+
+    def __init__(self, model: ir.Model, caches: CachePlan, fixed: dict, refused: dict):
+        self.model, self.cache_plan, self.fixed, self.refused = model, caches, fixed, refused
+        self.env: dict[str, object] = {}
+        self.styles: dict[str, tuple[str, str, Span]] = {}  # param -> (style, how, span)
+        self.requires: dict[Dim, Requirement] = {}
+        self.caches: dict[str, int] = {}
+        self.pieces: dict[str, set[int]] = {}  # a column-wise linear -> the lines that slice its output into pieces
+        self.tied: int | None = None  # the line of an LM head tied to the token embedding
+        self.whole: dict[str, Span] = {}  # a parameter used with whole activations -> where
+        self.follows: dict[str, frozenset] = {}  # a parameter sharded with activations -> their linears
+        self.outs = {o.name for o in model.outputs}
+        self.cache_outs = {c.output for c in caches.caches}
+
+    # ---------------------------------------------------------------- statements
+    def block(self, stmts) -> None:
+        for s in stmts:
+            if isinstance(s, ir.Bind):
+                self.assign(s.name, self.expr(s.value), s.span)
+            elif isinstance(s, ir.SetItem):
+                for i in s.index:
+                    self.expr(i)
+                v = self.expr(s.value)
+                if isinstance(v, Sharded):  # `new_keys[l] = k_all`: the integer indices come first
+                    v = Sharded(v.axis + sum(1 for i in s.index if not isinstance(i, ir.TSlice)), v.units,
+                                v.units_at, v.what, v.origins)
+                self.assign(s.name, v, s.span)
+            elif isinstance(s, ir.TIf):
+                self.expr(s.test)
+                self.block(s.body)
+                self.block(s.orelse)
+            elif isinstance(s, ir.Loop):
+                self.block(s.body)
+            elif isinstance(s, ir.FusedLinear):
+                x = self.expr(s.input)
+                for target, w, b, ty in zip(s.targets, s.weights, s.biases, s.tys):
+                    self.assign(target, self.linear(w, b, x, ty, s.span), s.span)
+
+    def assign(self, name: str, v, span: Span) -> None:
+        if isinstance(v, Sharded):
+            if name in self.outs and name not in self.cache_outs:
+                raise _refuse(v, f"the output `{name}` is whole", span)
+            if name in self.cache_outs:
+                self.require(v)
+                self.caches[name] = v.axis
+        self.env[name] = self.join(self.env.get(name, FLEX), v, span, f"`{name}` is assigned")
+
+    def join(self, a, b, span: Span, what: str):
+        if a == FLEX:
+            return b
+        if b == FLEX or a == b:
+            return a
+        if isinstance(a, Params) and isinstance(b, Params):
+            return Params(a.names | b.names)
+        if isinstance(a, Params) or isinstance(b, Params):
+            return b if isinstance(a, Params) else a
+        if isinstance(a, Sharded) and isinstance(b, Sharded) and a.axis == b.axis:
+            return Sharded(a.axis, a.units, a.units_at, a.what, a.origins | b.origins, a.width or b.width)
+        origins = (a.origins if isinstance(a, Sharded) else frozenset()) | (
+            b.origins if isinstance(b, Sharded) else frozenset())
+        raise _Refused(origins, f"{what} both sharded and whole values", span)
+
+    def require(self, v: Sharded) -> None:
+        self.requires.setdefault(v.units, Requirement(v.units, v.what, v.units_at))
+
+    def style(self, param: str | None, style: str, how: str, span: Span) -> None:
+        if param is not None:
+            self.styles.setdefault(param, (style, how, span))
+
+    # ---------------------------------------------------------------- expressions
+    def expr(self, e):
+        if isinstance(e, ir.Lit) and e.value is None:
+            return FLEX
+        if isinstance(e, ir.Ref):
+            if _is_param(e) and isinstance(e.ty, ir.TensorT):
+                return Params(frozenset({e.name}))
+            if e.kind == "local":
+                return self.env.get(e.name, FLEX)
+            if e.kind in ("input", "layer_input") and self.cache_plan.by_input(e.name) is not None:
+                return FLEX
+            return WHOLE
+        if isinstance(e, ir.TCond):
+            self.expr(e.test)
+            return self.join(self.expr(e.body), self.expr(e.orelse), e.span, "a conditional expression has")
+        if isinstance(e, ir.TList):
+            for i in e.items:
+                self.expr(i)
+            return WHOLE
+        if isinstance(e, ir.Op):
+            return self.op(e)
+        return WHOLE
+
+    def op(self, e: ir.Op):
+        if e.op == "linear" and _is_param(e.arg("weight")):
+            bias = e.arg("bias")
+            return self.linear(e.arg("weight").name, bias.name if _is_param(bias) else None, self.expr(e.arg("x")),
+                               e.ty, e.span)
+        states = {n: ([self.expr(i) for i in a.items] if isinstance(a, ir.TList) else self.expr(a)) for n, a in e.args}
+        sharded = [(n, s) for n, v in states.items() for s in (v if isinstance(v, list) else [v])
+                   if isinstance(s, Sharded)]
+        if e.op == "gather" and _is_param(e.arg("table")) and _is_token(self.model, e.arg("index")):
+            self.style(e.arg("table").name, "vocab_embedding", "the token embedding: sharded over the vocabulary, "
+                                                              "its lookups all-reduced", e.span)
+            return WHOLE
+        if e.op == "moe_experts" and not sharded:
+            self.experts(e)
+            return WHOLE
+        if not sharded:
+            if e.op == "full":
+                return FLEX
+            # of parameters and whole indices alone (T5's bias by head: a table's rows at buckets)
+            tensors = [(a, states[n]) for n, a in e.args if isinstance(getattr(a, "ty", None), ir.TensorT)]
+            params = frozenset().union(*(st.names for _, st in tensors if isinstance(st, Params)))
+            if params and isinstance(e.ty, ir.TensorT) and all(
+                    isinstance(st, Params) or a.ty.dtype not in FLOATS for a, st in tensors):
+                return Params(params)
+            self.used_whole(params, e.span)
+            return WHOLE
+        rule = all_ops()[e.op].shard
+        out = FLEX
+        for n, v in sharded:
+            if rule is None:
+                raise _refuse(v, f"`{e.op}` has no sharding rule", e.span)
+            p = rule(e, n, v.axis)
+            if e.op != "reshape" and not p.piece:  # a piece's size is what divides
+                self.require(v)
+            width = v.width
+            if p.kind == REDUCED and e.op in NORMS and isinstance(states["weight"], Params):
+                width = True  # OLMo 2's q/k norm over all heads: its statistics all-reduced
+                self.norm(e, "width_norm", "a norm over the whole sharded width: its statistics all-reduced")
+            elif p.kind != KEPT:
+                raise _refuse(v, f"`{e.op}` {p.why or 'contracts it'}", e.span)
+            elif e.op in NORMS:
+                self.norm(e, "head_norm", "a norm within each head: its weight whole, its gradient all-reduced")
+            for other, axis in p.with_:
+                self.alike(e, other, axis, states[other], v)
+            followers = {o for o, _ in p.with_} | {n}
+            for other, st in states.items():
+                if isinstance(st, Params) and other not in followers and e.op not in NORMS:
+                    # a whole parameter on this rank's part only: its gradient would be a part too
+                    raise _refuse(v, f"`{e.op}` applies `{min(st.names)}` whole to it", e.span)
+            units, at, what = v.units, v.units_at, v.what
+            if p.piece:  # a piece of a fused projection, or pieces concatenated
+                if p.units.symbols() & self.model.run_time_dims:
+                    raise _refuse(v, f"`{e.op}` slices it at a run-time bound", e.span)
+                for o in v.origins:
+                    self.pieces.setdefault(o, set()).add(e.span.line)
+                units, at, what = p.units, e.span, f"a piece of sharded features (`{e.op}`)"
+            elif p.units is not None:  # split into heads: a norm over the width came before, not a low rank
+                units, at, what, width = p.units, e.span, f"the heads `{e.op}` makes of sharded features", False
+            out = self.join(out, Sharded(p.axis if p.kind == KEPT else v.axis, units, at, what, v.origins, width),
+                            e.span, f"`{e.op}` gives")
+        return out
+
+    def used_whole(self, params, span: Span) -> None:
+        """Parameters used with whole activations stay whole: the linears whose activations they were to
+        shard with are refused."""
+        for n in sorted(params):
+            self.whole.setdefault(n, span)
+            if n in self.follows:
+                raise _Refused(self.follows[n], f"`{n}` is also used with whole activations",
+                               span)
+
+    def alike(self, e: ir.Op, name: str, axis: int, state, v: Sharded) -> None:
+        """Argument `name` of `e` must be sharded along `axis` as `v` is: a parameter is (it shards with
+        it), a cache follows, a whole value refuses."""
+        a = e.arg(name)
+        items = list(zip(a.items, state)) if isinstance(a, ir.TList) else [(a, state)]
+        for item, st in items:
+            if isinstance(st, Params):  # each parameter shards along its axis of that size (H: the heads)
+                for n in sorted(st.names):
+                    t = self.model.param(n)
+                    shape = t.ty.shape[1:] if n in self.model.stacked else t.ty.shape
+                    axes = [k for k, d in enumerate(shape) if equal(d, item.ty.shape[axis])[0]]
+                    if len(axes) != 1 or n in self.whole:
+                        raise _refuse(v, f"`{e.op}` combines it with `{n}`, which is whole", e.span)
+                    self.follows[n] = self.follows.get(n, frozenset()) | v.origins
+                    self.style(n, f"shard:{axes[0]}", f"sharded with the activations `{e.op}` meets it with", e.span)
+            elif isinstance(item, ir.Ref) and item.kind in ("input", "layer_input") and st == FLEX:
+                self.caches.setdefault(item.name, axis + (1 if item.kind == "layer_input" else 0))
+            elif st == WHOLE and isinstance(getattr(item, "ty", None), ir.TensorT):
+                shown = f"`{item.name}`" if isinstance(item, ir.Ref) else f"its `{name}`"
+                raise _refuse(v, f"`{e.op}` combines it with {shown}, which is whole", e.span)
+
+    def norm(self, e: ir.Op, style: str, how: str) -> None:
+        for role in ("weight", "bias"):
+            a = self.expr(e.arg(role)) if role in dict(e.args) else None
+            for n in sorted(a.names) if isinstance(a, Params) else ():
+                self.style(n, style, how, e.span)
+
+    def experts(self, e: ir.Op) -> None:
+        for role in ("up", "gate", "down", "gate_bias", "up_bias", "down_bias"):
+            a = e.arg(role)
+            if _is_param(a):
+                self.style(a.name, "experts", "an expert's weights, sharded by its hidden width (the router whole)",
+                           e.span)
+        self.require(Sharded(1, e.arg("up").ty.shape[1], e.span, "the experts' hidden width", frozenset()))
+
+    def linear(self, w: str, bias: str | None, x, ty, span: Span):
+        if isinstance(x, Params):
+            self.used_whole(x.names, span)
+        if isinstance(x, Sharded):
+            if x.axis != ty.rank - 1:
+                raise _refuse(x, "`linear` meets an input sharded along another axis than its features",
+                               span)
+            if x.width:
+                raise _refuse(x, "projected again", span)
+            self.require(x)
+            for p in (w, bias):
+                self.style(p, "rowwise", "row-wise: contracts the sharded features, its output all-reduced", span)
+            return WHOLE
+        if self.styles.get(w, ("",))[0] == "vocab_embedding":  # a head tied to the token embedding
+            self.tied = span.line
+        if w in self.fixed or w in self.refused:
+            style, why, at = self.fixed.get(w) or ("replicate",) + self.refused[w][:2]
+            for p in (w, bias):
+                self.style(p, style, why, at)
+            return WHOLE
+        for p in (w, bias):
+            self.style(p, "colwise", "column-wise: its output features sharded", span)
+        return Sharded(ty.rank - 1, ty.shape[-1], span, "the features of a column-wise `linear`", frozenset({w}))
+
+
+def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> TensorParallelPlan:
+    groups: dict[str, list[str]] = {}
+    for p in layout.places:
+        key = (f"{p.owner}.*." if p.owner else "") + (p.module or p.path)
+        groups.setdefault(key, []).append(p.name)
+    uses = _first_uses(model)
+    placements = []
+    for key, names in groups.items():
+        named = [n for n in names if n in flow.styles]
+        if named and len(named) == len(names) and len({flow.styles[n][0] for n in named}) == 1:
+            style, how, span = flow.styles[named[0]]
+            lines = sorted({line for n in names for line in flow.pieces.get(n, ())})
+            if style == "vocab_embedding" and flow.tied is not None:
+                untied = any(s == "vocab_head" for s, _, _ in flow.styles.values())
+                how += (f"; {'where the config ties them, ' if untied else ''}the LM head at line {flow.tied} "
+                        "is this table (its logits gathered)")
+            if lines:
+                how += (f"; sliced into pieces at line{'s' * (len(lines) > 1)} {', '.join(map(str, lines))}, "
+                        "each rank holding its part of each")
+            placements.append(Placement(key, style, tuple(names), how, span))
+        elif named:
+            parts = ", ".join(f"`{n}` {flow.styles[n][0] if n in flow.styles else 'replicate'}" for n in names)
+            placements.append(Placement(key, "replicate", tuple(names), f"its parts are placed differently: {parts}",
+                                        flow.styles[named[0]][2]))
+        else:
+            op, span = uses.get(names[0], (None, NO_SPAN))
+            why = f"used with whole activations only (first by `{op}`)" if op else "no op shards it"
+            placements.append(Placement(key, "replicate", tuple(names), why, span))
+    reqs = tuple(sorted(flow.requires.values(), key=lambda r: (r.span.line, r.span.col)))
+    cache_axes = tuple((c.input, c.output, flow.caches.get(c.output, flow.caches.get(c.input)))
+                       for c in flow.cache_plan.caches)
+    return TensorParallelPlan(tuple(placements), reqs, cache_axes,
+                              tuple((w,) + r for w, r in sorted(refused.items(), key=lambda kv: kv[1][1].line)))
+
+
+def _first_uses(model: ir.Model) -> dict[str, tuple[str, Span]]:
+    out: dict[str, tuple[str, Span]] = {}
+    for e in ir.walk_exprs(model.body):
+        if isinstance(e, ir.Op):
+            for _, a in e.args:
+                if _is_param(a):
+                    out.setdefault(a.name, (e.op, e.span))
+    return out
+
+
+def defaults(model: ir.Model) -> dict[str, int]:
+    """The int config fields' defaults."""
+    return {c.name: c.default for c in model.config if isinstance(c.default, int) and not isinstance(c.default, bool)}
+
+
+def refusals(plan: TensorParallelPlan, model: ir.Model, tp: int) -> list[Requirement]:
+    """The requirements the default config breaks at `tp` (a units count tp does not divide)."""
+    env = defaults(model)
+    out = []
+    for r in plan.requires:
+        try:
+            n = r.units.evaluate(env)
+        except (KeyError, DimError, ZeroDivisionError):
+            continue
+        if n % tp:
+            out.append(r)
+    return out
+
+
+__all__ = ["Placement", "Requirement", "TensorParallelPlan", "plan_tensor_parallel", "refusals"]

@@ -108,14 +108,13 @@ class Block(nn.Module):
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
-        B, T, _ = x.shape
-        q = self.q(x).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  bert.snf:63
-        k = self.k(x).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  bert.snf:64
-        v = self.v(x).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  bert.snf:65
+        q = self.q(x).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  bert.snf:63
+        k = self.k(x).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  bert.snf:64
+        v = self.v(x).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  bert.snf:65
         # [B, T, H, head_dim]  bert.snf:67
         attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False,
                           dropout_p=(cfg.attn_dropout if self.training else 0.0)).transpose(1, 2)
-        attn_out = self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  bert.snf:68
+        attn_out = self.o(attn.flatten(2, 3))  # [B, T, D]  bert.snf:68
         x = self.attn_norm(x + F.dropout(attn_out, p=cfg.dropout, training=self.training))  # [B, T, D]  bert.snf:69
         ff = self.ff_out(F.gelu(self.ff_in(x)))  # [B, T, D]  bert.snf:71
         x = self.ff_norm(x + F.dropout(ff, p=cfg.dropout, training=self.training))  # [B, T, D]  bert.snf:73

@@ -125,11 +125,10 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = F.layer_norm(x, (cfg.n_embd,), self.norm_weight_l, None, cfg.norm_eps)  # [B, T, D]  cohere.snf:68
-        q_heads = self.q(h).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  cohere.snf:69
-        k_heads = self.k(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  cohere.snf:70
-        v_new = self.v(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  cohere.snf:71
+        q_heads = self.q(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  cohere.snf:69
+        k_heads = self.k(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  cohere.snf:70
+        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  cohere.snf:71
         # [B, T, H, head_dim]  cohere.snf:73
         q = F.layer_norm(q_heads, (cfg.head_dim,), None, None,
                          cfg.norm_eps) * self.q_norm_weight if cfg.use_qk_norm else q_heads
@@ -145,7 +144,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  cohere.snf:82
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           decode=decode).transpose(1, 2)
-        a = self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  cohere.snf:83
+        a = self.o(attn.flatten(2, 3))  # [B, T, D]  cohere.snf:83
         m = self.down(F.silu(self.gate(h)) * self.up(h))  # [B, T, D]  cohere.snf:84
         x = x + a + m  # [B, T, D]  cohere.snf:85
         return x, k_all, v_all
@@ -169,8 +168,8 @@ class Model(nn.Module):
         self.config = cfg = config
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  cohere.snf:38
         self.norm = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=False)  # norm_weight  cohere.snf:54
-        # [vocab_size, D]  cohere.snf:55
-        self.lm_head_weight = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_embd)) if not cfg.tie_embeddings else None
+        # lm_head_weight  cohere.snf:55
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False) if not cfg.tie_embeddings else None
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.reset_parameters()
 
@@ -180,8 +179,8 @@ class Model(nn.Module):
         cfg = self.config
         nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.norm.weight)
-        if self.lm_head_weight is not None:
-            nn.init.normal_(self.lm_head_weight, mean=0.0, std=0.02)
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
         for layer in self.layers:
             layer.reset_parameters()
 
@@ -207,7 +206,7 @@ class Model(nn.Module):
         'layers.*.gate': 'colwise',
         'layers.*.up': 'colwise',
         'layers.*.down': 'rowwise',
-        'lm_head_weight': 'vocab_head',
+        'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
     tp_requires = (
@@ -249,7 +248,7 @@ class Model(nn.Module):
                 new_values[l] = new_values_layer  # cohere.snf:81
         x_final = self.norm(x)  # [B, T, D]  cohere.snf:87
         # [B, T, vocab_size]  cohere.snf:88
-        logits = (F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings
+        logits = (self.lm_head(x_final) if not cfg.tie_embeddings
                   else F.linear(x_final, self.token_embedding.weight)) * cfg.logit_scale
         return Output(logits, new_keys, new_values)
 
@@ -364,7 +363,7 @@ def spec_parameters(config: Config) -> dict:
         'down_weight': _SpecParameter('layers.{l}.down.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
                                       loop='layers', layers=cfg.n_layer),
         'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
-        'lm_head_weight': _SpecParameter('lm_head_weight',
+        'lm_head_weight': _SpecParameter('lm_head.weight',
                                          shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
                                          dtype=torch.float32),
     }

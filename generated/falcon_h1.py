@@ -207,7 +207,6 @@ class Block(nn.Module):
                 past_values: Optional[torch.Tensor], T_past: int, l: int,
                 use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.input_norm(x)  # [B, T, D]  falcon_h1.snf:125
         zxbcdt = self.in_proj(h * cfg.ssm_in_multiplier) * mup  # [B, T, proj_dim]  falcon_h1.snf:128
         z = zxbcdt[:, :, 0:cfg.mamba_d_ssm]  # [B, T, d_ssm]  falcon_h1.snf:129
@@ -219,20 +218,19 @@ class Block(nn.Module):
         if use_cache:
             _set_layer(new_conv, l, _causal_conv1d_state(xbc, self.conv_weight, None, conv_state))  # falcon_h1.snf:135
         # [B, T, SH, mamba_d_head]  falcon_h1.snf:136
-        xs = xbc_conv[:, :, 0:cfg.mamba_d_ssm].reshape(B, T, cfg.mamba_n_heads, cfg.mamba_d_head)
+        xs = xbc_conv[:, :, 0:cfg.mamba_d_ssm].unflatten(2, (-1, cfg.mamba_d_head))
         # [B, T, G, N]  falcon_h1.snf:137
         b_in = xbc_conv[:, :,
                         cfg.mamba_d_ssm:(cfg.mamba_d_ssm + cfg.mamba_n_groups
-                                         * cfg.mamba_d_state)].reshape(B, T, cfg.mamba_n_groups, cfg.mamba_d_state)
+                                         * cfg.mamba_d_state)].unflatten(2, (-1, cfg.mamba_d_state))
         # [B, T, G, N]  falcon_h1.snf:138
         c_out = xbc_conv[:, :,
                          (cfg.mamba_d_ssm + cfg.mamba_n_groups
-                          * cfg.mamba_d_state):cfg.conv_dim].reshape(B, T, cfg.mamba_n_groups, cfg.mamba_d_state)
+                          * cfg.mamba_d_state):cfg.conv_dim].unflatten(2, (-1, cfg.mamba_d_state))
         A = -torch.exp(self.A_log)  # [SH]  falcon_h1.snf:139
         ssm_state = past_ssm if past_ssm is not None else None  # [B, SH, mamba_d_head, N]  falcon_h1.snf:140
         # [B, T, d_ssm]  falcon_h1.snf:141
-        y = _ssd_scan(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, 0.0, None,
-                      ssm_state).reshape(B, T, cfg.mamba_d_ssm)
+        y = _ssd_scan(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, 0.0, None, ssm_state).flatten(2, 3)
         if use_cache:
             # falcon_h1.snf:143
             _set_layer(new_ssm, l,
@@ -241,20 +239,19 @@ class Block(nn.Module):
         if cfg.mamba_rms_norm:
             if cfg.mamba_norm_before_gate:
                 # [B, T, d_ssm]  falcon_h1.snf:149
-                gated = F.rms_norm(y.reshape(B, T, cfg.mamba_n_groups, cfg.mamba_d_ssm // cfg.mamba_n_groups),
+                gated = F.rms_norm(y.unflatten(2, (-1, (cfg.mamba_d_ssm // cfg.mamba_n_groups))),
                                    ((cfg.mamba_d_ssm // cfg.mamba_n_groups),), None,
-                                   cfg.norm_eps).reshape(B, T, cfg.mamba_d_ssm) * self.gate_norm_weight * F.silu(z)
+                                   cfg.norm_eps).flatten(2, 3) * self.gate_norm_weight * F.silu(z)
             else:
                 # [B, T, d_ssm]  falcon_h1.snf:152
-                gated = F.rms_norm(gated.reshape(B, T, cfg.mamba_n_groups, cfg.mamba_d_ssm // cfg.mamba_n_groups),
+                gated = F.rms_norm(gated.unflatten(2, (-1, (cfg.mamba_d_ssm // cfg.mamba_n_groups))),
                                    ((cfg.mamba_d_ssm // cfg.mamba_n_groups),), None,
-                                   cfg.norm_eps).reshape(B, T, cfg.mamba_d_ssm) * self.gate_norm_weight
+                                   cfg.norm_eps).flatten(2, 3) * self.gate_norm_weight
         mamba_out = self.out_proj(gated) * cfg.ssm_out_multiplier  # [B, T, D]  falcon_h1.snf:154
         ha = h * cfg.attention_in_multiplier  # [B, T, D]  falcon_h1.snf:157
-        q = self.q(ha).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  falcon_h1.snf:158
-        # [B, T, KVH, head_dim]  falcon_h1.snf:159
-        k = self.k(ha).reshape(B, T, cfg.n_kv_head, cfg.head_dim) * cfg.key_multiplier
-        v_new = self.v(ha).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  falcon_h1.snf:160
+        q = self.q(ha).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  falcon_h1.snf:158
+        k = self.k(ha).unflatten(2, (-1, cfg.head_dim)) * cfg.key_multiplier  # [B, T, KVH, head_dim]  falcon_h1.snf:159
+        v_new = self.v(ha).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  falcon_h1.snf:160
         q_rot = _rope(q, T_past, cfg.rope_base)  # [B, T, H, head_dim]  falcon_h1.snf:162
         k_new = _rope(k, T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  falcon_h1.snf:163
         # [B, T + T_past, KVH, head_dim]  falcon_h1.snf:164
@@ -264,7 +261,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  falcon_h1.snf:168
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None,
                           causal=True).transpose(1, 2)
-        attn_out = self.o(attn.reshape(B, T, cfg.q_dim)) * cfg.attention_out_multiplier  # [B, T, D]  falcon_h1.snf:169
+        attn_out = self.o(attn.flatten(2, 3)) * cfg.attention_out_multiplier  # [B, T, D]  falcon_h1.snf:169
         x = x + (mamba_out + attn_out)  # [B, T, D]  falcon_h1.snf:172
         m = self.mlp_norm(x)  # [B, T, D]  falcon_h1.snf:174
         act = F.silu(self.gate(m) * cfg.mlp_gate_multiplier)  # [B, T, mlp_hidden]  falcon_h1.snf:175
@@ -293,8 +290,8 @@ class Model(nn.Module):
         self.config = cfg = config
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  falcon_h1.snf:75
         self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # norm_weight  falcon_h1.snf:105
-        # [vocab_size, D]  falcon_h1.snf:106
-        self.lm_head_weight = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_embd)) if not cfg.tie_embeddings else None
+        # lm_head_weight  falcon_h1.snf:106
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False) if not cfg.tie_embeddings else None
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.reset_parameters()
 
@@ -304,8 +301,8 @@ class Model(nn.Module):
         cfg = self.config
         nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.norm.weight)
-        if self.lm_head_weight is not None:
-            nn.init.normal_(self.lm_head_weight, mean=0.0, std=0.02)
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
         for layer in self.layers:
             layer.reset_parameters()
 
@@ -331,7 +328,7 @@ class Model(nn.Module):
         'layers.*.gate': 'colwise',
         'layers.*.up': 'colwise',
         'layers.*.down': 'rowwise',
-        'lm_head_weight': 'vocab_head',
+        'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
     tp_requires = (
@@ -390,7 +387,7 @@ class Model(nn.Module):
                 new_values[l] = new_values_layer  # falcon_h1.snf:167
         x_final = self.norm(x)  # [B, T, D]  falcon_h1.snf:179
         # [B, T, vocab_size]  falcon_h1.snf:180
-        logits = (F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings
+        logits = (self.lm_head(x_final) if not cfg.tie_embeddings
                   else F.linear(x_final, self.token_embedding.weight)) * cfg.lm_head_multiplier
         return Output(logits, new_keys, new_values, new_conv, new_ssm)
 
@@ -520,7 +517,7 @@ def spec_parameters(config: Config) -> dict:
         'down_bias': _SpecParameter('layers.{l}.down.bias', shape=(cfg.n_embd,) if cfg.mlp_bias else None,
                                     dtype=torch.float32, loop='layers', layers=cfg.n_layer),
         'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
-        'lm_head_weight': _SpecParameter('lm_head_weight',
+        'lm_head_weight': _SpecParameter('lm_head.weight',
                                          shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
                                          dtype=torch.float32),
     }

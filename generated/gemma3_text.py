@@ -162,15 +162,14 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = F.rms_norm(x, (cfg.n_embd,), 1.0 + self.attn_norm_weight, cfg.norm_eps)  # [B, T, D]  gemma3_text.snf:89
         # [B, T, H, head_dim]  gemma3_text.snf:91
-        q = F.rms_norm(self.q(h).reshape(B, T, cfg.n_head, cfg.head_dim), (cfg.head_dim,), 1.0 + self.q_norm_weight,
+        q = F.rms_norm(self.q(h).unflatten(2, (-1, cfg.head_dim)), (cfg.head_dim,), 1.0 + self.q_norm_weight,
                        cfg.norm_eps)
         # [B, T, KVH, head_dim]  gemma3_text.snf:93
-        k = F.rms_norm(self.k(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim), (cfg.head_dim,), 1.0 + self.k_norm_weight,
+        k = F.rms_norm(self.k(h).unflatten(2, (-1, cfg.head_dim)), (cfg.head_dim,), 1.0 + self.k_norm_weight,
                        cfg.norm_eps)
-        v_new = self.v(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  gemma3_text.snf:95
+        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  gemma3_text.snf:95
         q_rot = q  # [B, T, H, head_dim]  gemma3_text.snf:97
         k_new = k  # [B, T, KVH, head_dim]  gemma3_text.snf:98
         if self.layer_types_l == 'sliding_attention':
@@ -192,7 +191,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  gemma3_text.snf:113
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           scale=cfg.attn_scale, decode=decode, window=window).transpose(1, 2)
-        a = self.o(attn.reshape(B, T, cfg.q_dim))  # [B, T, D]  gemma3_text.snf:114
+        a = self.o(attn.flatten(2, 3))  # [B, T, D]  gemma3_text.snf:114
         # [B, T, D]  gemma3_text.snf:115
         x = x + F.rms_norm(a, (cfg.n_embd,), 1.0 + self.post_attn_norm_weight, cfg.norm_eps)
         m = F.rms_norm(x, (cfg.n_embd,), 1.0 + self.mlp_norm_weight, cfg.norm_eps)  # [B, T, D]  gemma3_text.snf:117

@@ -184,38 +184,34 @@ class Block(nn.Module):
         self.config = cfg = config
         self.layer_types_l = cfg.layer_types[l]  # layer_types[l], this layer's
         self.attn_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # attn_norm_weight  gemma4.snf:76
-        # [q_dim, D]  gemma4.snf:78
-        self.q_weight = nn.Parameter(torch.empty(cfg.q_dim,
-                                                 cfg.n_embd)) if self.layer_types_l == 'sliding_attention' else None
+        # q_weight  gemma4.snf:78
+        self.q = nn.Linear(cfg.n_embd, cfg.q_dim, bias=False) if self.layer_types_l == 'sliding_attention' else None
         # [head_dim]  gemma4.snf:79
         self.q_norm_weight = nn.Parameter(torch.empty(cfg.head_dim)) if self.layer_types_l == 'sliding_attention' else None
-        # [kv_dim, D]  gemma4.snf:80
-        self.k_weight = nn.Parameter(torch.empty(cfg.kv_dim,
-                                                 cfg.n_embd)) if self.layer_types_l == 'sliding_attention' and l < cfg.first_shared else None
-        # [kv_dim, D]  gemma4.snf:81
-        self.v_weight = nn.Parameter(torch.empty(cfg.kv_dim,
-                                                 cfg.n_embd)) if self.layer_types_l == 'sliding_attention' and l < cfg.first_shared else None
+        # k_weight  gemma4.snf:80
+        self.k = nn.Linear(cfg.n_embd, cfg.kv_dim,
+                           bias=False) if self.layer_types_l == 'sliding_attention' and l < cfg.first_shared else None
+        # v_weight  gemma4.snf:81
+        self.v = nn.Linear(cfg.n_embd, cfg.kv_dim,
+                           bias=False) if self.layer_types_l == 'sliding_attention' and l < cfg.first_shared else None
         # [head_dim]  gemma4.snf:82
         self.k_norm_weight = nn.Parameter(torch.empty(cfg.head_dim)) if self.layer_types_l == 'sliding_attention' and l < cfg.first_shared else None
-        # [D, q_dim]  gemma4.snf:83
-        self.o_weight = nn.Parameter(torch.empty(cfg.n_embd,
-                                                 cfg.q_dim)) if self.layer_types_l == 'sliding_attention' else None
-        # [gq_dim, D]  gemma4.snf:85
-        self.fq_weight = nn.Parameter(torch.empty(cfg.gq_dim,
-                                                  cfg.n_embd)) if self.layer_types_l == 'full_attention' else None
+        # o_weight  gemma4.snf:83
+        self.o = nn.Linear(cfg.q_dim, cfg.n_embd, bias=False) if self.layer_types_l == 'sliding_attention' else None
+        # fq_weight  gemma4.snf:85
+        self.fq = nn.Linear(cfg.n_embd, cfg.gq_dim, bias=False) if self.layer_types_l == 'full_attention' else None
         # [global_head_dim]  gemma4.snf:86
         self.fq_norm_weight = nn.Parameter(torch.empty(cfg.global_head_dim)) if self.layer_types_l == 'full_attention' else None
-        # [gkv_dim, D]  gemma4.snf:87
-        self.fk_weight = nn.Parameter(torch.empty(cfg.gkv_dim,
-                                                  cfg.n_embd)) if self.layer_types_l == 'full_attention' and l < cfg.first_shared else None
-        # [gkv_dim, D]  gemma4.snf:88
-        self.fv_weight = nn.Parameter(torch.empty(cfg.gkv_dim,
-                                                  cfg.n_embd)) if self.layer_types_l == 'full_attention' and l < cfg.first_shared else None
+        # fk_weight  gemma4.snf:87
+        self.fk = nn.Linear(cfg.n_embd, cfg.gkv_dim,
+                            bias=False) if self.layer_types_l == 'full_attention' and l < cfg.first_shared else None
+        # fv_weight  gemma4.snf:88
+        self.fv = nn.Linear(cfg.n_embd, cfg.gkv_dim,
+                            bias=False) if self.layer_types_l == 'full_attention' and l < cfg.first_shared else None
         # [global_head_dim]  gemma4.snf:89
         self.fk_norm_weight = nn.Parameter(torch.empty(cfg.global_head_dim)) if self.layer_types_l == 'full_attention' and l < cfg.first_shared else None
-        # [D, gq_dim]  gemma4.snf:90
-        self.fo_weight = nn.Parameter(torch.empty(cfg.n_embd,
-                                                  cfg.gq_dim)) if self.layer_types_l == 'full_attention' else None
+        # fo_weight  gemma4.snf:90
+        self.fo = nn.Linear(cfg.gq_dim, cfg.n_embd, bias=False) if self.layer_types_l == 'full_attention' else None
         self.post_attn_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # post_attn_norm_weight  gemma4.snf:91
         self.mlp_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # mlp_norm_weight  gemma4.snf:92
         self.gate = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False)  # gate_weight  gemma4.snf:93
@@ -223,8 +219,8 @@ class Block(nn.Module):
         self.down = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=False)  # down_weight  gemma4.snf:95
         self.post_mlp_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # post_mlp_norm_weight  gemma4.snf:96
         self.router_scale_weight = nn.Parameter(torch.empty(cfg.n_embd)) if cfg.moe else None  # [D]  gemma4.snf:98
-        # [n_expert, D]  gemma4.snf:99
-        self.router_weight = nn.Parameter(torch.empty(cfg.n_expert, cfg.n_embd)) if cfg.moe else None
+        # router_weight  gemma4.snf:99
+        self.router = nn.Linear(cfg.n_embd, cfg.n_expert, bias=False) if cfg.moe else None
         self.expert_scale = nn.Parameter(torch.empty(cfg.n_expert)) if cfg.moe else None  # [n_expert]  gemma4.snf:100
         # [n_expert, expert_hidden, D]  gemma4.snf:101
         self.expert_gate = nn.Parameter(torch.empty(cfg.n_expert, cfg.expert_hidden, cfg.n_embd)) if cfg.moe else None
@@ -235,10 +231,10 @@ class Block(nn.Module):
         self.mlp_out_norm_weight = nn.Parameter(torch.empty(cfg.n_embd)) if cfg.moe else None  # [D]  gemma4.snf:104
         self.expert_in_norm_weight = nn.Parameter(torch.empty(cfg.n_embd)) if cfg.moe else None  # [D]  gemma4.snf:105
         self.expert_out_norm_weight = nn.Parameter(torch.empty(cfg.n_embd)) if cfg.moe else None  # [D]  gemma4.snf:106
-        # [ple_dim, D]  gemma4.snf:111
-        self.ple_gate = nn.Parameter(torch.empty(cfg.ple_dim, cfg.n_embd)) if cfg.ple_dim > 0 else None
-        # [D, ple_dim]  gemma4.snf:112
-        self.ple_proj = nn.Parameter(torch.empty(cfg.n_embd, cfg.ple_dim)) if cfg.ple_dim > 0 else None
+        # ple_gate  gemma4.snf:111
+        self.ple_gate = nn.Linear(cfg.n_embd, cfg.ple_dim, bias=False) if cfg.ple_dim > 0 else None
+        # ple_proj  gemma4.snf:112
+        self.ple_proj = nn.Linear(cfg.ple_dim, cfg.n_embd, bias=False) if cfg.ple_dim > 0 else None
         # [D]  gemma4.snf:113
         self.ple_post_norm_weight = nn.Parameter(torch.empty(cfg.n_embd)) if cfg.ple_dim > 0 else None
         self.register_buffer('layer_scalar', torch.empty(1))  # [1]  gemma4.snf:117
@@ -247,30 +243,30 @@ class Block(nn.Module):
     def reset_parameters(self) -> None:
         cfg = self.config
         nn.init.ones_(self.attn_norm.weight)
-        if self.q_weight is not None:
-            nn.init.normal_(self.q_weight, mean=0.0, std=0.02)
+        if self.q is not None:
+            nn.init.normal_(self.q.weight, mean=0.0, std=0.02)
         if self.q_norm_weight is not None:
             nn.init.ones_(self.q_norm_weight)
-        if self.k_weight is not None:
-            nn.init.normal_(self.k_weight, mean=0.0, std=0.02)
-        if self.v_weight is not None:
-            nn.init.normal_(self.v_weight, mean=0.0, std=0.02)
+        if self.k is not None:
+            nn.init.normal_(self.k.weight, mean=0.0, std=0.02)
+        if self.v is not None:
+            nn.init.normal_(self.v.weight, mean=0.0, std=0.02)
         if self.k_norm_weight is not None:
             nn.init.ones_(self.k_norm_weight)
-        if self.o_weight is not None:
-            nn.init.normal_(self.o_weight, mean=0.0, std=0.02)
-        if self.fq_weight is not None:
-            nn.init.normal_(self.fq_weight, mean=0.0, std=0.02)
+        if self.o is not None:
+            nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
+        if self.fq is not None:
+            nn.init.normal_(self.fq.weight, mean=0.0, std=0.02)
         if self.fq_norm_weight is not None:
             nn.init.ones_(self.fq_norm_weight)
-        if self.fk_weight is not None:
-            nn.init.normal_(self.fk_weight, mean=0.0, std=0.02)
-        if self.fv_weight is not None:
-            nn.init.normal_(self.fv_weight, mean=0.0, std=0.02)
+        if self.fk is not None:
+            nn.init.normal_(self.fk.weight, mean=0.0, std=0.02)
+        if self.fv is not None:
+            nn.init.normal_(self.fv.weight, mean=0.0, std=0.02)
         if self.fk_norm_weight is not None:
             nn.init.ones_(self.fk_norm_weight)
-        if self.fo_weight is not None:
-            nn.init.normal_(self.fo_weight, mean=0.0, std=0.02)
+        if self.fo is not None:
+            nn.init.normal_(self.fo.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.post_attn_norm.weight)
         nn.init.ones_(self.mlp_norm.weight)
         nn.init.normal_(self.gate.weight, mean=0.0, std=0.02)
@@ -279,8 +275,8 @@ class Block(nn.Module):
         nn.init.ones_(self.post_mlp_norm.weight)
         if self.router_scale_weight is not None:
             nn.init.ones_(self.router_scale_weight)
-        if self.router_weight is not None:
-            nn.init.normal_(self.router_weight, mean=0.0, std=0.02)
+        if self.router is not None:
+            nn.init.normal_(self.router.weight, mean=0.0, std=0.02)
         if self.expert_scale is not None:
             nn.init.ones_(self.expert_scale)
         if self.expert_gate is not None:
@@ -296,9 +292,9 @@ class Block(nn.Module):
         if self.expert_out_norm_weight is not None:
             nn.init.ones_(self.expert_out_norm_weight)
         if self.ple_gate is not None:
-            nn.init.normal_(self.ple_gate, mean=0.0, std=0.02)
+            nn.init.normal_(self.ple_gate.weight, mean=0.0, std=0.02)
         if self.ple_proj is not None:
-            nn.init.normal_(self.ple_proj, mean=0.0, std=0.02)
+            nn.init.normal_(self.ple_proj.weight, mean=0.0, std=0.02)
         if self.ple_post_norm_weight is not None:
             nn.init.ones_(self.ple_post_norm_weight)
         nn.init.ones_(self.layer_scalar)
@@ -320,17 +316,16 @@ class Block(nn.Module):
         a = torch.full((B, T, cfg.n_embd), 0.0, dtype=self.attn_norm.weight.dtype, device=kv_k.device)
         if self.layer_types_l == 'sliding_attention':
             # [B, T, H, head_dim]  gemma4.snf:152
-            q = _rope(F.rms_norm(F.linear(h, self.q_weight).reshape(B, T, cfg.n_head, cfg.head_dim), (cfg.head_dim,),
-                                 self.q_norm_weight, cfg.norm_eps),
+            q = _rope(F.rms_norm(self.q(h).unflatten(2, (-1, cfg.head_dim)), (cfg.head_dim,), self.q_norm_weight,
+                                 cfg.norm_eps),
                       T_past, cfg.rope_local_base)
             if self.layer_types_l == 'sliding_attention' and l < cfg.first_shared:
                 # [B, T, KVH, head_dim]  gemma4.snf:155
-                kv_k = _rope(F.rms_norm(F.linear(h, self.k_weight).reshape(B, T, cfg.n_kv_head, cfg.head_dim),
-                                        (cfg.head_dim,), self.k_norm_weight, cfg.norm_eps),
+                kv_k = _rope(F.rms_norm(self.k(h).unflatten(2, (-1, cfg.head_dim)), (cfg.head_dim,), self.k_norm_weight,
+                                        cfg.norm_eps),
                              T_past, cfg.rope_local_base)
                 # [B, T, KVH, head_dim]  gemma4.snf:157
-                kv_v = F.rms_norm(F.linear(h, self.v_weight).reshape(B, T, cfg.n_kv_head, cfg.head_dim),
-                                  (cfg.head_dim,), None, cfg.norm_eps)
+                kv_v = F.rms_norm(self.v(h).unflatten(2, (-1, cfg.head_dim)), (cfg.head_dim,), None, cfg.norm_eps)
             # [B, T + T_past, KVH, head_dim]  gemma4.snf:158
             k_all = _cache_cat(past_keys, kv_k, decode) if past_keys is not None else kv_k
             # [B, T + T_past, KVH, head_dim]  gemma4.snf:159
@@ -342,11 +337,11 @@ class Block(nn.Module):
             # [B, T, H, head_dim]  gemma4.snf:162
             attn = _attention(q.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                               scale=1.0, decode=decode, window=cfg.sliding_window).transpose(1, 2)
-            a = F.linear(attn.reshape(B, T, cfg.q_dim), self.o_weight)  # [B, T, D]  gemma4.snf:163
+            a = self.o(attn.flatten(2, 3))  # [B, T, D]  gemma4.snf:163
         if self.layer_types_l == 'full_attention':
             # [B, T, H, global_head_dim]  gemma4.snf:165
-            fq = F.rms_norm(F.linear(h, self.fq_weight).reshape(B, T, cfg.n_head, cfg.global_head_dim),
-                            (cfg.global_head_dim,), self.fq_norm_weight, cfg.norm_eps)
+            fq = F.rms_norm(self.fq(h).unflatten(2, (-1, cfg.global_head_dim)), (cfg.global_head_dim,),
+                            self.fq_norm_weight, cfg.norm_eps)
             # [B, T, H, 2*rot]  gemma4.snf:168
             fq_r = _rope(torch.cat([fq[:, :, :, 0:cfg.rot], fq[:, :, :, cfg.g_half:(cfg.g_half + cfg.rot)]], dim=3),
                          T_past, cfg.rope_rot_base)
@@ -357,8 +352,8 @@ class Block(nn.Module):
                                dim=3)
             if self.layer_types_l == 'full_attention' and l < cfg.first_shared:
                 # [B, T, KVH, global_head_dim]  gemma4.snf:173
-                fk = F.rms_norm(F.linear(h, self.fk_weight).reshape(B, T, cfg.n_kv_head, cfg.global_head_dim),
-                                (cfg.global_head_dim,), self.fk_norm_weight, cfg.norm_eps)
+                fk = F.rms_norm(self.fk(h).unflatten(2, (-1, cfg.global_head_dim)), (cfg.global_head_dim,),
+                                self.fk_norm_weight, cfg.norm_eps)
                 # [B, T, KVH, 2*rot]  gemma4.snf:175
                 fk_r = _rope(torch.cat([fk[:, :, :, 0:cfg.rot], fk[:, :, :, cfg.g_half:(cfg.g_half + cfg.rot)]], dim=3),
                              T_past, cfg.rope_rot_base)
@@ -368,8 +363,8 @@ class Block(nn.Module):
                                    fk[:, :, :, (cfg.g_half + cfg.rot):cfg.global_head_dim]],
                                   dim=3)
                 # [B, T, KVH, global_head_dim]  gemma4.snf:179
-                kv_fv = F.rms_norm(F.linear(h, self.fv_weight).reshape(B, T, cfg.n_kv_head, cfg.global_head_dim),
-                                   (cfg.global_head_dim,), None, cfg.norm_eps)
+                kv_fv = F.rms_norm(self.fv(h).unflatten(2, (-1, cfg.global_head_dim)), (cfg.global_head_dim,), None,
+                                   cfg.norm_eps)
             # [B, T + T_past, KVH, global_head_dim]  gemma4.snf:180
             fk_all = _cache_cat(past_full_keys, kv_fk, decode) if past_full_keys is not None else kv_fk
             # [B, T + T_past, KVH, global_head_dim]  gemma4.snf:181
@@ -381,14 +376,14 @@ class Block(nn.Module):
             # [B, T, H, global_head_dim]  gemma4.snf:184
             fattn = _attention(fq_rot.transpose(1, 2), fk_all.transpose(1, 2), fv_all.transpose(1, 2), None,
                                causal=True, scale=1.0, decode=decode).transpose(1, 2)
-            a = F.linear(fattn.reshape(B, T, cfg.gq_dim), self.fo_weight)  # [B, T, D]  gemma4.snf:185
+            a = self.fo(fattn.flatten(2, 3))  # [B, T, D]  gemma4.snf:185
         x = x + self.post_attn_norm(a)  # [B, T, D]  gemma4.snf:186
         m = self.mlp_norm(x)  # [B, T, D]  gemma4.snf:188
         f = self.down(F.gelu(self.gate(m), approximate='tanh') * self.up(m))  # [B, T, D]  gemma4.snf:189
         if cfg.moe:
             # [B, T, D]  gemma4.snf:193
             r = F.rms_norm(x, (cfg.n_embd,), None, cfg.norm_eps) * self.router_scale_weight * cfg.router_scale
-            probs = F.softmax(F.linear(r, self.router_weight), dim=-1)  # [B, T, n_expert]  gemma4.snf:194
+            probs = F.softmax(self.router(r), dim=-1)  # [B, T, n_expert]  gemma4.snf:194
             # [B, T, n_expert_tok]  gemma4.snf:195
             chosen = torch.sort(probs, dim=-1, descending=True, stable=True).indices.narrow(-1, 0, cfg.n_expert_tok)
             top = torch.topk(probs, cfg.n_expert_tok, dim=-1).values  # [B, T, n_expert_tok]  gemma4.snf:196
@@ -402,9 +397,9 @@ class Block(nn.Module):
                     routed, (cfg.n_embd,), self.expert_out_norm_weight, cfg.norm_eps)
         x = x + self.post_mlp_norm(f)  # [B, T, D]  gemma4.snf:202
         if cfg.ple_dim > 0:
-            g = F.gelu(F.linear(x, self.ple_gate), approximate='tanh') * ple_in[l]  # [B, T, ple_dim]  gemma4.snf:204
+            g = F.gelu(self.ple_gate(x), approximate='tanh') * ple_in[l]  # [B, T, ple_dim]  gemma4.snf:204
             # [B, T, D]  gemma4.snf:205
-            x = x + F.rms_norm(F.linear(g, self.ple_proj), (cfg.n_embd,), self.ple_post_norm_weight, cfg.norm_eps)
+            x = x + F.rms_norm(self.ple_proj(g), (cfg.n_embd,), self.ple_post_norm_weight, cfg.norm_eps)
         x = x * self.layer_scalar  # [B, T, D]  gemma4.snf:206
         return kv_k, kv_v, (new_keys if use_cache else None), (new_values if use_cache else None), kv_fk, kv_fv, (
                 new_full_keys if use_cache else None), (
@@ -432,9 +427,8 @@ class Model(nn.Module):
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  gemma4.snf:75
         # [vocab_size, n_layer*ple_dim]  gemma4.snf:108
         self.ple_table = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_layer*cfg.ple_dim)) if cfg.ple_dim > 0 else None
-        # [n_layer*ple_dim, D]  gemma4.snf:109
-        self.ple_model_proj = nn.Parameter(torch.empty(cfg.n_layer*cfg.ple_dim,
-                                                       cfg.n_embd)) if cfg.ple_dim > 0 else None
+        # ple_model_proj  gemma4.snf:109
+        self.ple_model_proj = nn.Linear(cfg.n_embd, cfg.n_layer*cfg.ple_dim, bias=False) if cfg.ple_dim > 0 else None
         # [ple_dim]  gemma4.snf:110
         self.ple_norm_weight = nn.Parameter(torch.empty(cfg.ple_dim)) if cfg.ple_dim > 0 else None
         self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # norm_weight  gemma4.snf:114
@@ -449,7 +443,7 @@ class Model(nn.Module):
         if self.ple_table is not None:
             nn.init.normal_(self.ple_table, mean=0.0, std=0.02)
         if self.ple_model_proj is not None:
-            nn.init.normal_(self.ple_model_proj, mean=0.0, std=0.02)
+            nn.init.normal_(self.ple_model_proj.weight, mean=0.0, std=0.02)
         if self.ple_norm_weight is not None:
             nn.init.ones_(self.ple_norm_weight)
         nn.init.ones_(self.norm.weight)
@@ -469,18 +463,18 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.q_weight': 'colwise',
+        'layers.*.q': 'colwise',
         'layers.*.q_norm_weight': 'head_norm',
-        'layers.*.k_weight': 'colwise',
-        'layers.*.v_weight': 'colwise',
+        'layers.*.k': 'colwise',
+        'layers.*.v': 'colwise',
         'layers.*.k_norm_weight': 'head_norm',
-        'layers.*.o_weight': 'rowwise',
-        'layers.*.fq_weight': 'colwise',
+        'layers.*.o': 'rowwise',
+        'layers.*.fq': 'colwise',
         'layers.*.fq_norm_weight': 'head_norm',
-        'layers.*.fk_weight': 'colwise',
-        'layers.*.fv_weight': 'colwise',
+        'layers.*.fk': 'colwise',
+        'layers.*.fv': 'colwise',
         'layers.*.fk_norm_weight': 'head_norm',
-        'layers.*.fo_weight': 'rowwise',
+        'layers.*.fo': 'rowwise',
         'layers.*.gate': 'colwise',
         'layers.*.up': 'colwise',
         'layers.*.down': 'rowwise',
@@ -523,11 +517,9 @@ class Model(nn.Module):
         if cfg.ple_dim > 0:
             # [B, T, n_layer, ple_dim]  gemma4.snf:133
             ple_tok = (F.embedding(idx, self.ple_table)
-                       * torch.full((), cfg.ple_scale, dtype=dtype,
-                                    device=idx.device)).reshape(B, T, cfg.n_layer, cfg.ple_dim)
+                       * torch.full((), cfg.ple_scale, dtype=dtype, device=idx.device)).unflatten(2, (-1, cfg.ple_dim))
             # [B, T, n_layer, ple_dim]  gemma4.snf:134
-            ple_ctx = F.rms_norm((F.linear(x, self.ple_model_proj)
-                                  * cfg.ple_proj_scale).reshape(B, T, cfg.n_layer, cfg.ple_dim),
+            ple_ctx = F.rms_norm((self.ple_model_proj(x) * cfg.ple_proj_scale).unflatten(2, (-1, cfg.ple_dim)),
                                  (cfg.ple_dim,), self.ple_norm_weight, cfg.norm_eps)
             # [n_layer, B, T, ple_dim]  gemma4.snf:136
             ple_in = ((ple_ctx + ple_tok) * 0.7071067811865476).transpose(1, 2).transpose(0, 1)
@@ -667,7 +659,7 @@ def spec_parameters(config: Config) -> dict:
                                           dtype=torch.float32),
         'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
                                            loop='layers', layers=cfg.n_layer),
-        'q_weight': _SpecParameter('layers.{l}.q_weight', shape=(cfg.q_dim, cfg.n_embd), dtype=torch.float32,
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.q_dim, cfg.n_embd), dtype=torch.float32,
                                    loop='layers',
                                    layers=tuple(l for l in range(cfg.n_layer)
                                                 if cfg.layer_types[l] == 'sliding_attention')),
@@ -675,11 +667,11 @@ def spec_parameters(config: Config) -> dict:
                                         loop='layers',
                                         layers=tuple(l for l in range(cfg.n_layer)
                                                      if cfg.layer_types[l] == 'sliding_attention')),
-        'k_weight': _SpecParameter('layers.{l}.k_weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
                                    loop='layers',
                                    layers=tuple(l for l in range(cfg.n_layer)
                                                 if cfg.layer_types[l] == 'sliding_attention' and l < cfg.first_shared)),
-        'v_weight': _SpecParameter('layers.{l}.v_weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
                                    loop='layers',
                                    layers=tuple(l for l in range(cfg.n_layer)
                                                 if cfg.layer_types[l] == 'sliding_attention' and l < cfg.first_shared)),
@@ -688,11 +680,11 @@ def spec_parameters(config: Config) -> dict:
                                         layers=tuple(l for l in range(cfg.n_layer)
                                                      if cfg.layer_types[l] == 'sliding_attention'
                                                      and l < cfg.first_shared)),
-        'o_weight': _SpecParameter('layers.{l}.o_weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
                                    loop='layers',
                                    layers=tuple(l for l in range(cfg.n_layer)
                                                 if cfg.layer_types[l] == 'sliding_attention')),
-        'fq_weight': _SpecParameter('layers.{l}.fq_weight', shape=(cfg.gq_dim, cfg.n_embd), dtype=torch.float32,
+        'fq_weight': _SpecParameter('layers.{l}.fq.weight', shape=(cfg.gq_dim, cfg.n_embd), dtype=torch.float32,
                                     loop='layers',
                                     layers=tuple(l for l in range(cfg.n_layer)
                                                  if cfg.layer_types[l] == 'full_attention')),
@@ -700,11 +692,11 @@ def spec_parameters(config: Config) -> dict:
                                          loop='layers',
                                          layers=tuple(l for l in range(cfg.n_layer)
                                                       if cfg.layer_types[l] == 'full_attention')),
-        'fk_weight': _SpecParameter('layers.{l}.fk_weight', shape=(cfg.gkv_dim, cfg.n_embd), dtype=torch.float32,
+        'fk_weight': _SpecParameter('layers.{l}.fk.weight', shape=(cfg.gkv_dim, cfg.n_embd), dtype=torch.float32,
                                     loop='layers',
                                     layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'
                                                  and l < cfg.first_shared)),
-        'fv_weight': _SpecParameter('layers.{l}.fv_weight', shape=(cfg.gkv_dim, cfg.n_embd), dtype=torch.float32,
+        'fv_weight': _SpecParameter('layers.{l}.fv.weight', shape=(cfg.gkv_dim, cfg.n_embd), dtype=torch.float32,
                                     loop='layers',
                                     layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'
                                                  and l < cfg.first_shared)),
@@ -713,7 +705,7 @@ def spec_parameters(config: Config) -> dict:
                                          layers=tuple(l for l in range(cfg.n_layer)
                                                       if cfg.layer_types[l] == 'full_attention'
                                                       and l < cfg.first_shared)),
-        'fo_weight': _SpecParameter('layers.{l}.fo_weight', shape=(cfg.n_embd, cfg.gq_dim), dtype=torch.float32,
+        'fo_weight': _SpecParameter('layers.{l}.fo.weight', shape=(cfg.n_embd, cfg.gq_dim), dtype=torch.float32,
                                     loop='layers',
                                     layers=tuple(l for l in range(cfg.n_layer)
                                                  if cfg.layer_types[l] == 'full_attention')),
@@ -732,7 +724,7 @@ def spec_parameters(config: Config) -> dict:
         'router_scale_weight': _SpecParameter('layers.{l}.router_scale_weight',
                                               shape=(cfg.n_embd,) if cfg.moe else None, dtype=torch.float32,
                                               loop='layers', layers=cfg.n_layer),
-        'router_weight': _SpecParameter('layers.{l}.router_weight',
+        'router_weight': _SpecParameter('layers.{l}.router.weight',
                                         shape=(cfg.n_expert, cfg.n_embd) if cfg.moe else None, dtype=torch.float32,
                                         loop='layers', layers=cfg.n_layer),
         'expert_scale': _SpecParameter('layers.{l}.expert_scale', shape=(cfg.n_expert,) if cfg.moe else None,
@@ -758,15 +750,17 @@ def spec_parameters(config: Config) -> dict:
         'ple_table': _SpecParameter('ple_table',
                                     shape=(cfg.vocab_size, cfg.n_layer*cfg.ple_dim) if cfg.ple_dim > 0 else None,
                                     dtype=torch.float32),
-        'ple_model_proj': _SpecParameter('ple_model_proj',
+        'ple_model_proj': _SpecParameter('ple_model_proj.weight',
                                          shape=(cfg.n_layer*cfg.ple_dim, cfg.n_embd) if cfg.ple_dim > 0 else None,
                                          dtype=torch.float32),
         'ple_norm_weight': _SpecParameter('ple_norm_weight', shape=(cfg.ple_dim,) if cfg.ple_dim > 0 else None,
                                           dtype=torch.float32),
-        'ple_gate': _SpecParameter('layers.{l}.ple_gate', shape=(cfg.ple_dim, cfg.n_embd) if cfg.ple_dim > 0 else None,
-                                   dtype=torch.float32, loop='layers', layers=cfg.n_layer),
-        'ple_proj': _SpecParameter('layers.{l}.ple_proj', shape=(cfg.n_embd, cfg.ple_dim) if cfg.ple_dim > 0 else None,
-                                   dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'ple_gate': _SpecParameter('layers.{l}.ple_gate.weight',
+                                   shape=(cfg.ple_dim, cfg.n_embd) if cfg.ple_dim > 0 else None, dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'ple_proj': _SpecParameter('layers.{l}.ple_proj.weight',
+                                   shape=(cfg.n_embd, cfg.ple_dim) if cfg.ple_dim > 0 else None, dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
         'ple_post_norm_weight': _SpecParameter('layers.{l}.ple_post_norm_weight',
                                                shape=(cfg.n_embd,) if cfg.ple_dim > 0 else None, dtype=torch.float32,
                                                loop='layers', layers=cfg.n_layer),

@@ -119,9 +119,8 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.ln1(x)  # [B, T, D]  gpt_neox.snf:65
-        qkv = self.qkv(h).reshape(B, T, cfg.n_head, 3 * cfg.head_dim)  # [B, T, H, 3*head_dim]  gpt_neox.snf:67
+        qkv = self.qkv(h).unflatten(2, (-1, 3*cfg.head_dim))  # [B, T, H, 3*head_dim]  gpt_neox.snf:67
         q = qkv[:, :, :, 0:cfg.head_dim]  # [B, T, H, head_dim]  gpt_neox.snf:68
         k = qkv[:, :, :, cfg.head_dim:2 * cfg.head_dim]  # [B, T, H, head_dim]  gpt_neox.snf:69
         v_new = qkv[:, :, :, 2 * cfg.head_dim:3 * cfg.head_dim]  # [B, T, H, head_dim]  gpt_neox.snf:70
@@ -134,7 +133,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  gpt_neox.snf:78
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           dropout_p=(cfg.dropout if self.training else 0.0), decode=decode).transpose(1, 2)
-        a = self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  gpt_neox.snf:79
+        a = self.o(attn.flatten(2, 3))  # [B, T, D]  gpt_neox.snf:79
         if cfg.dropout > 0:
             a = F.dropout(a, p=cfg.dropout, training=self.training)  # [B, T, D]  gpt_neox.snf:80
         mlp_in = x if cfg.parallel_residual else x + a  # [B, T, D]  gpt_neox.snf:82

@@ -178,11 +178,10 @@ class Block(nn.Module):
                 decode: Optional[_DecodeState] = None) -> tuple[
                         torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  gpt_oss.snf:103
-        q = self.q(h).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  gpt_oss.snf:104
-        k = self.k(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  gpt_oss.snf:105
-        v_new = self.v(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  gpt_oss.snf:106
+        q = self.q(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  gpt_oss.snf:104
+        k = self.k(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  gpt_oss.snf:105
+        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  gpt_oss.snf:106
         # [B, T, H, head_dim]  gpt_oss.snf:108
         q_rot = _scaled_rope(q, T_past, cfg.rope_base, scaling='yarn', factor=cfg.rope_factor,
                              beta_fast=cfg.rope_beta_fast, beta_slow=cfg.rope_beta_slow,
@@ -206,7 +205,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  gpt_oss.snf:126
         attn = _sink_attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                                decode=decode, window=window, sinks=self.sinks).transpose(1, 2)
-        x = x + self.o(attn.reshape(B, T, cfg.q_dim))  # [B, T, D]  gpt_oss.snf:127
+        x = x + self.o(attn.flatten(2, 3))  # [B, T, D]  gpt_oss.snf:127
         m = self.mlp_norm(x)  # [B, T, D]  gpt_oss.snf:129
         router_logits = self.router(m)  # [B, T, n_expert]  gpt_oss.snf:131
         # [B, T, n_expert_tok]  gpt_oss.snf:132

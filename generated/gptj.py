@@ -104,11 +104,10 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.ln(x)  # [B, T, D]  gptj.snf:56
-        q = self.q(h).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  gptj.snf:57
-        k = self.k(h).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  gptj.snf:58
-        v_new = self.v(h).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  gptj.snf:59
+        q = self.q(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  gptj.snf:57
+        k = self.k(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  gptj.snf:58
+        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  gptj.snf:59
         # [B, T, H, head_dim]  gptj.snf:61
         q_rot = _rope(q, T_past, 10000.0, rotary_dim=cfg.rotary_dim, interleaved=True)
         # [B, T, H, head_dim]  gptj.snf:62
@@ -120,7 +119,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  gptj.snf:67
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           dropout_p=(cfg.dropout if self.training else 0.0), decode=decode).transpose(1, 2)
-        a = self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  gptj.snf:68
+        a = self.o(attn.flatten(2, 3))  # [B, T, D]  gptj.snf:68
         if cfg.dropout > 0:
             a = F.dropout(a, p=cfg.dropout, training=self.training)  # [B, T, D]  gptj.snf:69
         m = self.fc_out(F.gelu(self.fc_in(h), approximate='tanh'))  # [B, T, D]  gptj.snf:71

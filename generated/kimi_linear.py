@@ -155,29 +155,29 @@ class Block(nn.Module):
         self.layer_types_l = cfg.layer_types[l]  # layer_types[l], this layer's
         self.attn_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # attn_norm_weight  kimi_linear.snf:74
         self.mlp_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # mlp_norm_weight  kimi_linear.snf:75
-        # [H*nope_dim + H*rope_dim, D]  kimi_linear.snf:77
-        self.q_weight = nn.Parameter(torch.empty(cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.rope_dim,
-                                                 cfg.n_embd)) if self.layer_types_l == 'full_attention' else None
-        # [latent_dim, D]  kimi_linear.snf:79
-        self.kv_a_weight = nn.Parameter(torch.empty(cfg.latent_dim,
-                                                    cfg.n_embd)) if self.layer_types_l == 'full_attention' else None
+        # q_weight  kimi_linear.snf:77
+        self.q = nn.Linear(cfg.n_embd, cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.rope_dim,
+                           bias=False) if self.layer_types_l == 'full_attention' else None
+        # kv_a_weight  kimi_linear.snf:79
+        self.kv_a = nn.Linear(cfg.n_embd, cfg.latent_dim,
+                              bias=False) if self.layer_types_l == 'full_attention' else None
         # [kv_rank]  kimi_linear.snf:80
         self.kv_a_norm_weight = nn.Parameter(torch.empty(cfg.kv_rank)) if self.layer_types_l == 'full_attention' else None
         # [H*nope_dim + H*v_dim, kv_rank]  kimi_linear.snf:82
         self.kv_b_weight = nn.Parameter(torch.empty(cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.v_dim,
                                                     cfg.kv_rank)) if self.layer_types_l == 'full_attention' else None
-        # [D, H*v_dim]  kimi_linear.snf:84
-        self.o_weight = nn.Parameter(torch.empty(cfg.n_embd,
-                                                 cfg.n_head*cfg.v_dim)) if self.layer_types_l == 'full_attention' else None
-        # [lin_dim, D]  kimi_linear.snf:86
-        self.lin_q_weight = nn.Parameter(torch.empty(cfg.lin_dim,
-                                                     cfg.n_embd)) if self.layer_types_l == 'linear_attention' else None
-        # [lin_dim, D]  kimi_linear.snf:87
-        self.lin_k_weight = nn.Parameter(torch.empty(cfg.lin_dim,
-                                                     cfg.n_embd)) if self.layer_types_l == 'linear_attention' else None
-        # [lin_dim, D]  kimi_linear.snf:88
-        self.lin_v_weight = nn.Parameter(torch.empty(cfg.lin_dim,
-                                                     cfg.n_embd)) if self.layer_types_l == 'linear_attention' else None
+        # o_weight  kimi_linear.snf:84
+        self.o = nn.Linear(cfg.n_head*cfg.v_dim, cfg.n_embd,
+                           bias=False) if self.layer_types_l == 'full_attention' else None
+        # lin_q_weight  kimi_linear.snf:86
+        self.lin_q = nn.Linear(cfg.n_embd, cfg.lin_dim,
+                               bias=False) if self.layer_types_l == 'linear_attention' else None
+        # lin_k_weight  kimi_linear.snf:87
+        self.lin_k = nn.Linear(cfg.n_embd, cfg.lin_dim,
+                               bias=False) if self.layer_types_l == 'linear_attention' else None
+        # lin_v_weight  kimi_linear.snf:88
+        self.lin_v = nn.Linear(cfg.n_embd, cfg.lin_dim,
+                               bias=False) if self.layer_types_l == 'linear_attention' else None
         # [lin_dim, 1, conv_kernel]  kimi_linear.snf:89
         self.q_conv_weight = nn.Parameter(torch.empty(cfg.lin_dim, 1,
                                                       cfg.conv_kernel)) if self.layer_types_l == 'linear_attention' else None
@@ -187,39 +187,39 @@ class Block(nn.Module):
         # [lin_dim, 1, conv_kernel]  kimi_linear.snf:91
         self.v_conv_weight = nn.Parameter(torch.empty(cfg.lin_dim, 1,
                                                       cfg.conv_kernel)) if self.layer_types_l == 'linear_attention' else None
-        # [LK, D]  kimi_linear.snf:94
-        self.f_a_weight = nn.Parameter(torch.empty(cfg.lin_head_dim,
-                                                   cfg.n_embd)) if self.layer_types_l == 'linear_attention' else None
-        # [lin_dim, LK]  kimi_linear.snf:95
-        self.f_b_weight = nn.Parameter(torch.empty(cfg.lin_dim,
-                                                   cfg.lin_head_dim)) if self.layer_types_l == 'linear_attention' else None
+        # f_a_weight  kimi_linear.snf:94
+        self.f_a = nn.Linear(cfg.n_embd, cfg.lin_head_dim,
+                             bias=False) if self.layer_types_l == 'linear_attention' else None
+        # f_b_weight  kimi_linear.snf:95
+        self.f_b = nn.Linear(cfg.lin_head_dim, cfg.lin_dim,
+                             bias=False) if self.layer_types_l == 'linear_attention' else None
         # [lin_dim]  kimi_linear.snf:96
         self.dt_bias = nn.Parameter(torch.empty(cfg.lin_dim)) if self.layer_types_l == 'linear_attention' else None
         # [1, 1, LH, 1]  kimi_linear.snf:97
         self.A_log = nn.Parameter(torch.empty(1, 1, cfg.lin_n_head,
                                               1)) if self.layer_types_l == 'linear_attention' else None
-        # [LH, D]  kimi_linear.snf:98
-        self.beta_weight = nn.Parameter(torch.empty(cfg.lin_n_head,
-                                                    cfg.n_embd)) if self.layer_types_l == 'linear_attention' else None
-        # [LK, D]  kimi_linear.snf:100
-        self.g_a_weight = nn.Parameter(torch.empty(cfg.lin_head_dim,
-                                                   cfg.n_embd)) if self.layer_types_l == 'linear_attention' else None
-        # [lin_dim, LK]  kimi_linear.snf:101
-        self.g_b_weight = nn.Parameter(torch.empty(cfg.lin_dim,
-                                                   cfg.lin_head_dim)) if self.layer_types_l == 'linear_attention' else None
+        # beta_weight  kimi_linear.snf:98
+        self.beta = nn.Linear(cfg.n_embd, cfg.lin_n_head,
+                              bias=False) if self.layer_types_l == 'linear_attention' else None
+        # g_a_weight  kimi_linear.snf:100
+        self.g_a = nn.Linear(cfg.n_embd, cfg.lin_head_dim,
+                             bias=False) if self.layer_types_l == 'linear_attention' else None
+        # g_b_weight  kimi_linear.snf:101
+        self.g_b = nn.Linear(cfg.lin_head_dim, cfg.lin_dim,
+                             bias=False) if self.layer_types_l == 'linear_attention' else None
         # [LK]  kimi_linear.snf:102
         self.o_norm_weight = nn.Parameter(torch.empty(cfg.lin_head_dim)) if self.layer_types_l == 'linear_attention' else None
-        # [D, lin_dim]  kimi_linear.snf:103
-        self.lin_o_weight = nn.Parameter(torch.empty(cfg.n_embd,
-                                                     cfg.lin_dim)) if self.layer_types_l == 'linear_attention' else None
-        # [mlp_hidden, D]  kimi_linear.snf:105
-        self.gate_weight = nn.Parameter(torch.empty(cfg.mlp_hidden, cfg.n_embd)) if l < cfg.first_dense else None
-        # [mlp_hidden, D]  kimi_linear.snf:106
-        self.up_weight = nn.Parameter(torch.empty(cfg.mlp_hidden, cfg.n_embd)) if l < cfg.first_dense else None
-        # [D, mlp_hidden]  kimi_linear.snf:107
-        self.down_weight = nn.Parameter(torch.empty(cfg.n_embd, cfg.mlp_hidden)) if l < cfg.first_dense else None
-        # [n_expert, D]  kimi_linear.snf:109
-        self.router_weight = nn.Parameter(torch.empty(cfg.n_expert, cfg.n_embd)) if l >= cfg.first_dense else None
+        # lin_o_weight  kimi_linear.snf:103
+        self.lin_o = nn.Linear(cfg.lin_dim, cfg.n_embd,
+                               bias=False) if self.layer_types_l == 'linear_attention' else None
+        # gate_weight  kimi_linear.snf:105
+        self.gate = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False) if l < cfg.first_dense else None
+        # up_weight  kimi_linear.snf:106
+        self.up = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False) if l < cfg.first_dense else None
+        # down_weight  kimi_linear.snf:107
+        self.down = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=False) if l < cfg.first_dense else None
+        # router_weight  kimi_linear.snf:109
+        self.router = nn.Linear(cfg.n_embd, cfg.n_expert, bias=False) if l >= cfg.first_dense else None
         # [n_expert]  kimi_linear.snf:110
         self.router_bias = nn.Parameter(torch.empty(cfg.n_expert)) if l >= cfg.first_dense else None
         # [n_expert, expert_hidden, D]  kimi_linear.snf:111
@@ -231,69 +231,66 @@ class Block(nn.Module):
         # [n_expert, D, expert_hidden]  kimi_linear.snf:113
         self.expert_down = nn.Parameter(torch.empty(cfg.n_expert, cfg.n_embd,
                                                     cfg.expert_hidden)) if l >= cfg.first_dense else None
-        # [shared_hidden, D]  kimi_linear.snf:114
-        self.shared_gate_weight = nn.Parameter(torch.empty(cfg.shared_hidden,
-                                                           cfg.n_embd)) if l >= cfg.first_dense else None
-        # [shared_hidden, D]  kimi_linear.snf:115
-        self.shared_up_weight = nn.Parameter(torch.empty(cfg.shared_hidden,
-                                                         cfg.n_embd)) if l >= cfg.first_dense else None
-        # [D, shared_hidden]  kimi_linear.snf:116
-        self.shared_down_weight = nn.Parameter(torch.empty(cfg.n_embd,
-                                                           cfg.shared_hidden)) if l >= cfg.first_dense else None
+        # shared_gate_weight  kimi_linear.snf:114
+        self.shared_gate = nn.Linear(cfg.n_embd, cfg.shared_hidden, bias=False) if l >= cfg.first_dense else None
+        # shared_up_weight  kimi_linear.snf:115
+        self.shared_up = nn.Linear(cfg.n_embd, cfg.shared_hidden, bias=False) if l >= cfg.first_dense else None
+        # shared_down_weight  kimi_linear.snf:116
+        self.shared_down = nn.Linear(cfg.shared_hidden, cfg.n_embd, bias=False) if l >= cfg.first_dense else None
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         cfg = self.config
         nn.init.ones_(self.attn_norm.weight)
         nn.init.ones_(self.mlp_norm.weight)
-        if self.q_weight is not None:
-            nn.init.normal_(self.q_weight, mean=0.0, std=0.02)
-        if self.kv_a_weight is not None:
-            nn.init.normal_(self.kv_a_weight, mean=0.0, std=0.02)
+        if self.q is not None:
+            nn.init.normal_(self.q.weight, mean=0.0, std=0.02)
+        if self.kv_a is not None:
+            nn.init.normal_(self.kv_a.weight, mean=0.0, std=0.02)
         if self.kv_a_norm_weight is not None:
             nn.init.ones_(self.kv_a_norm_weight)
         if self.kv_b_weight is not None:
             nn.init.normal_(self.kv_b_weight, mean=0.0, std=0.02)
-        if self.o_weight is not None:
-            nn.init.normal_(self.o_weight, mean=0.0, std=0.02)
-        if self.lin_q_weight is not None:
-            nn.init.normal_(self.lin_q_weight, mean=0.0, std=0.02)
-        if self.lin_k_weight is not None:
-            nn.init.normal_(self.lin_k_weight, mean=0.0, std=0.02)
-        if self.lin_v_weight is not None:
-            nn.init.normal_(self.lin_v_weight, mean=0.0, std=0.02)
+        if self.o is not None:
+            nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
+        if self.lin_q is not None:
+            nn.init.normal_(self.lin_q.weight, mean=0.0, std=0.02)
+        if self.lin_k is not None:
+            nn.init.normal_(self.lin_k.weight, mean=0.0, std=0.02)
+        if self.lin_v is not None:
+            nn.init.normal_(self.lin_v.weight, mean=0.0, std=0.02)
         if self.q_conv_weight is not None:
             nn.init.normal_(self.q_conv_weight, mean=0.0, std=0.02)
         if self.k_conv_weight is not None:
             nn.init.normal_(self.k_conv_weight, mean=0.0, std=0.02)
         if self.v_conv_weight is not None:
             nn.init.normal_(self.v_conv_weight, mean=0.0, std=0.02)
-        if self.f_a_weight is not None:
-            nn.init.normal_(self.f_a_weight, mean=0.0, std=0.02)
-        if self.f_b_weight is not None:
-            nn.init.normal_(self.f_b_weight, mean=0.0, std=0.02)
+        if self.f_a is not None:
+            nn.init.normal_(self.f_a.weight, mean=0.0, std=0.02)
+        if self.f_b is not None:
+            nn.init.normal_(self.f_b.weight, mean=0.0, std=0.02)
         if self.dt_bias is not None:
             nn.init.zeros_(self.dt_bias)
         if self.A_log is not None:
             nn.init.zeros_(self.A_log)
-        if self.beta_weight is not None:
-            nn.init.normal_(self.beta_weight, mean=0.0, std=0.02)
-        if self.g_a_weight is not None:
-            nn.init.normal_(self.g_a_weight, mean=0.0, std=0.02)
-        if self.g_b_weight is not None:
-            nn.init.normal_(self.g_b_weight, mean=0.0, std=0.02)
+        if self.beta is not None:
+            nn.init.normal_(self.beta.weight, mean=0.0, std=0.02)
+        if self.g_a is not None:
+            nn.init.normal_(self.g_a.weight, mean=0.0, std=0.02)
+        if self.g_b is not None:
+            nn.init.normal_(self.g_b.weight, mean=0.0, std=0.02)
         if self.o_norm_weight is not None:
             nn.init.ones_(self.o_norm_weight)
-        if self.lin_o_weight is not None:
-            nn.init.normal_(self.lin_o_weight, mean=0.0, std=0.02)
-        if self.gate_weight is not None:
-            nn.init.normal_(self.gate_weight, mean=0.0, std=0.02)
-        if self.up_weight is not None:
-            nn.init.normal_(self.up_weight, mean=0.0, std=0.02)
-        if self.down_weight is not None:
-            nn.init.normal_(self.down_weight, mean=0.0, std=0.02)
-        if self.router_weight is not None:
-            nn.init.normal_(self.router_weight, mean=0.0, std=0.02)
+        if self.lin_o is not None:
+            nn.init.normal_(self.lin_o.weight, mean=0.0, std=0.02)
+        if self.gate is not None:
+            nn.init.normal_(self.gate.weight, mean=0.0, std=0.02)
+        if self.up is not None:
+            nn.init.normal_(self.up.weight, mean=0.0, std=0.02)
+        if self.down is not None:
+            nn.init.normal_(self.down.weight, mean=0.0, std=0.02)
+        if self.router is not None:
+            nn.init.normal_(self.router.weight, mean=0.0, std=0.02)
         if self.router_bias is not None:
             nn.init.zeros_(self.router_bias)
         if self.expert_gate is not None:
@@ -302,12 +299,12 @@ class Block(nn.Module):
             nn.init.normal_(self.expert_up, mean=0.0, std=0.02)
         if self.expert_down is not None:
             nn.init.normal_(self.expert_down, mean=0.0, std=0.02)
-        if self.shared_gate_weight is not None:
-            nn.init.normal_(self.shared_gate_weight, mean=0.0, std=0.02)
-        if self.shared_up_weight is not None:
-            nn.init.normal_(self.shared_up_weight, mean=0.0, std=0.02)
-        if self.shared_down_weight is not None:
-            nn.init.normal_(self.shared_down_weight, mean=0.0, std=0.02)
+        if self.shared_gate is not None:
+            nn.init.normal_(self.shared_gate.weight, mean=0.0, std=0.02)
+        if self.shared_up is not None:
+            nn.init.normal_(self.shared_up.weight, mean=0.0, std=0.02)
+        if self.shared_down is not None:
+            nn.init.normal_(self.shared_down.weight, mean=0.0, std=0.02)
 
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, new_latent: torch.Tensor, x: torch.Tensor, new_conv: torch.Tensor, new_delta: torch.Tensor,
@@ -318,9 +315,8 @@ class Block(nn.Module):
         B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  kimi_linear.snf:134
         if self.layer_types_l == 'full_attention':
-            # [B, T, H, qk_dim]  kimi_linear.snf:137
-            q_heads = F.linear(h, self.q_weight).reshape(B, T, cfg.n_head, cfg.qk_dim)
-            kv_a = F.linear(h, self.kv_a_weight)  # [B, T, latent_dim]  kimi_linear.snf:138
+            q_heads = self.q(h).unflatten(2, (-1, cfg.qk_dim))  # [B, T, H, qk_dim]  kimi_linear.snf:137
+            kv_a = self.kv_a(h)  # [B, T, latent_dim]  kimi_linear.snf:138
             # [B, T, kv_rank]  kimi_linear.snf:140
             c_kv = F.rms_norm(kv_a[:, :, 0:cfg.kv_rank], (cfg.kv_rank,), self.kv_a_norm_weight, cfg.norm_eps)
             # [B, T, latent_dim]  kimi_linear.snf:141
@@ -333,13 +329,10 @@ class Block(nn.Module):
             # [B, T, H, v_dim]  kimi_linear.snf:151
             attn = _latent_attention(q_heads, latent_all, self.kv_b_weight, cfg.rope_dim, cfg.v_dim, causal=True,
                                      decode=decode)
-            # [B, T, D]  kimi_linear.snf:152
-            x = x + F.linear(attn.reshape(B, T, cfg.n_head * cfg.v_dim), self.o_weight)
+            x = x + self.o(attn.flatten(2, 3))  # [B, T, D]  kimi_linear.snf:152
         if self.layer_types_l == 'linear_attention':
             # [B, T, conv_dim]  kimi_linear.snf:154
-            mixed = torch.cat([F.linear(h, self.lin_q_weight), F.linear(h, self.lin_k_weight),
-                               F.linear(h, self.lin_v_weight)],
-                              dim=2)
+            mixed = torch.cat([self.lin_q(h), self.lin_k(h), self.lin_v(h)], dim=2)
             # [conv_dim, 1, conv_kernel]  kimi_linear.snf:156
             conv_weight = torch.cat([self.q_conv_weight, self.k_conv_weight, self.v_conv_weight], dim=0)
             # [B, conv_kernel - 1, conv_dim]  kimi_linear.snf:158
@@ -348,43 +341,38 @@ class Block(nn.Module):
             if use_cache:
                 # kimi_linear.snf:160
                 _set_layer(new_conv, l, _causal_conv1d_state(mixed, conv_weight, None, conv_state))
-            # [B, T, LH, LK]  kimi_linear.snf:161
-            cq = c[:, :, 0:cfg.lin_dim].reshape(B, T, cfg.lin_n_head, cfg.lin_head_dim)
+            cq = c[:, :, 0:cfg.lin_dim].unflatten(2, (-1, cfg.lin_head_dim))  # [B, T, LH, LK]  kimi_linear.snf:161
             # [B, T, LH, LK]  kimi_linear.snf:162
-            ck = c[:, :, cfg.lin_dim:2 * cfg.lin_dim].reshape(B, T, cfg.lin_n_head, cfg.lin_head_dim)
+            ck = c[:, :, cfg.lin_dim:2 * cfg.lin_dim].unflatten(2, (-1, cfg.lin_head_dim))
             # [B, T, LH, LK]  kimi_linear.snf:163
-            cv = c[:, :, 2 * cfg.lin_dim:cfg.conv_dim].reshape(B, T, cfg.lin_n_head, cfg.lin_head_dim)
+            cv = c[:, :, 2 * cfg.lin_dim:cfg.conv_dim].unflatten(2, (-1, cfg.lin_head_dim))
             # [B, T, LH, LK]  kimi_linear.snf:166
-            u = (F.linear(F.linear(h, self.f_a_weight), self.f_b_weight)
-                 + self.dt_bias).reshape(B, T, cfg.lin_n_head, cfg.lin_head_dim)
+            u = (self.f_b(self.f_a(h)) + self.dt_bias).unflatten(2, (-1, cfg.lin_head_dim))
             # [B, T, LH, LK]  kimi_linear.snf:167
             g = -torch.exp(self.A_log).reshape(cfg.lin_n_head, 1) * (
                     u.clamp(min=0.0) + torch.log(1.0 + torch.exp(-torch.abs(u))))
-            beta = torch.sigmoid(F.linear(h, self.beta_weight))  # [B, T, LH]  kimi_linear.snf:168
+            beta = torch.sigmoid(self.beta(h))  # [B, T, LH]  kimi_linear.snf:168
             delta_state = past_delta if past_delta is not None else None  # [B, LH, LK, LK]  kimi_linear.snf:169
             o = _gated_delta_rule(cq, ck, cv, g, beta, delta_state, None, True)  # [B, T, LH, LK]  kimi_linear.snf:170
             if use_cache:
                 # kimi_linear.snf:171
                 _set_layer(new_delta, l, _gated_delta_state(cq, ck, cv, g, beta, delta_state, None, True))
-            # [B, T, LH, LK]  kimi_linear.snf:173
-            gate = F.linear(F.linear(h, self.g_a_weight),
-                            self.g_b_weight).reshape(B, T, cfg.lin_n_head, cfg.lin_head_dim)
+            gate = self.g_b(self.g_a(h)).unflatten(2, (-1, cfg.lin_head_dim))  # [B, T, LH, LK]  kimi_linear.snf:173
             # [B, T, LH, LK]  kimi_linear.snf:174
             gated = F.rms_norm(o, (cfg.lin_head_dim,), self.o_norm_weight, cfg.norm_eps) * torch.sigmoid(gate)
-            x = x + F.linear(gated.reshape(B, T, cfg.lin_dim), self.lin_o_weight)  # [B, T, D]  kimi_linear.snf:175
+            x = x + self.lin_o(gated.flatten(2, 3))  # [B, T, D]  kimi_linear.snf:175
         m = self.mlp_norm(x)  # [B, T, D]  kimi_linear.snf:177
         if l >= cfg.first_dense:
-            scores = torch.sigmoid(F.linear(m, self.router_weight))  # [B, T, n_expert]  kimi_linear.snf:179
+            scores = torch.sigmoid(self.router(m))  # [B, T, n_expert]  kimi_linear.snf:179
             choice = scores + self.router_bias  # [B, T, n_expert]  kimi_linear.snf:182
             # [B, T, n_group]  kimi_linear.snf:183
-            group_scores = torch.topk(choice.reshape(B, T, cfg.n_group, cfg.group_size), 2, dim=-1).values.sum(dim=-1)
+            group_scores = torch.topk(choice.unflatten(2, (-1, cfg.group_size)), 2, dim=-1).values.sum(dim=-1)
             # [B, T, n_group]  kimi_linear.snf:184
             groups = F.one_hot(torch.sort(group_scores, dim=-1, descending=True,
                                           stable=True).indices.narrow(-1, 0, cfg.topk_group),
                                cfg.n_group).to(self.attn_norm.weight.dtype).sum(dim=2)
             # [B, T, n_expert]  kimi_linear.snf:185
-            allowed = groups.reshape(B, T, cfg.n_group, 1).expand(
-                    B, T, cfg.n_group, cfg.group_size).reshape(B, T, cfg.n_expert)
+            allowed = groups.reshape(B, T, cfg.n_group, 1).expand(B, T, cfg.n_group, cfg.group_size).flatten(2, 3)
             # [B, T, n_expert_tok]  kimi_linear.snf:187
             chosen = torch.sort(torch.where(allowed > 0.5, choice, -1e+30), dim=-1, descending=True,
                                 stable=True).indices.narrow(-1, 0, cfg.n_expert_tok)
@@ -396,13 +384,10 @@ class Block(nn.Module):
                        else top) * cfg.routed_scaling
             # [B, T, D]  kimi_linear.snf:191
             routed = _moe_experts(m, chosen, weights, self.expert_gate, self.expert_up, self.expert_down, 'silu')
-            # [B, T, D]  kimi_linear.snf:193
-            shared = F.linear(F.silu(F.linear(m, self.shared_gate_weight)) * F.linear(m, self.shared_up_weight),
-                              self.shared_down_weight)
+            shared = self.shared_down(F.silu(self.shared_gate(m)) * self.shared_up(m))  # [B, T, D]  kimi_linear.snf:193
             x = x + routed + shared  # [B, T, D]  kimi_linear.snf:195
         else:
-            # [B, T, D]  kimi_linear.snf:197
-            x = x + F.linear(F.silu(F.linear(m, self.gate_weight)) * F.linear(m, self.up_weight), self.down_weight)
+            x = x + self.down(F.silu(self.gate(m)) * self.up(m))  # [B, T, D]  kimi_linear.snf:197
         return (new_latent if use_cache
                 else None), x, (new_conv if use_cache else None), (new_delta if use_cache else None)
 
@@ -453,28 +438,28 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.q_weight': 'colwise',
-        'layers.*.kv_a_weight': 'replicate',
+        'layers.*.q': 'colwise',
+        'layers.*.kv_a': 'replicate',
         'layers.*.kv_b_weight': 'shard:0',
-        'layers.*.o_weight': 'rowwise',
-        'layers.*.lin_q_weight': 'replicate',
-        'layers.*.lin_k_weight': 'replicate',
-        'layers.*.lin_v_weight': 'replicate',
-        'layers.*.f_a_weight': 'colwise',
-        'layers.*.f_b_weight': 'rowwise',
-        'layers.*.beta_weight': 'replicate',
-        'layers.*.g_a_weight': 'colwise',
-        'layers.*.g_b_weight': 'rowwise',
-        'layers.*.lin_o_weight': 'replicate',
-        'layers.*.gate_weight': 'colwise',
-        'layers.*.up_weight': 'colwise',
-        'layers.*.down_weight': 'rowwise',
+        'layers.*.o': 'rowwise',
+        'layers.*.lin_q': 'replicate',
+        'layers.*.lin_k': 'replicate',
+        'layers.*.lin_v': 'replicate',
+        'layers.*.f_a': 'colwise',
+        'layers.*.f_b': 'rowwise',
+        'layers.*.beta': 'replicate',
+        'layers.*.g_a': 'colwise',
+        'layers.*.g_b': 'rowwise',
+        'layers.*.lin_o': 'replicate',
+        'layers.*.gate': 'colwise',
+        'layers.*.up': 'colwise',
+        'layers.*.down': 'rowwise',
         'layers.*.expert_gate': 'experts',
         'layers.*.expert_up': 'experts',
         'layers.*.expert_down': 'experts',
-        'layers.*.shared_gate_weight': 'colwise',
-        'layers.*.shared_up_weight': 'colwise',
-        'layers.*.shared_down_weight': 'rowwise',
+        'layers.*.shared_gate': 'colwise',
+        'layers.*.shared_up': 'colwise',
+        'layers.*.shared_down': 'rowwise',
         'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
@@ -620,12 +605,12 @@ def spec_parameters(config: Config) -> dict:
                                            loop='layers', layers=cfg.n_layer),
         'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
                                           loop='layers', layers=cfg.n_layer),
-        'q_weight': _SpecParameter('layers.{l}.q_weight',
+        'q_weight': _SpecParameter('layers.{l}.q.weight',
                                    shape=(cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.rope_dim, cfg.n_embd),
                                    dtype=torch.float32, loop='layers',
                                    layers=tuple(l for l in range(cfg.n_layer)
                                                 if cfg.layer_types[l] == 'full_attention')),
-        'kv_a_weight': _SpecParameter('layers.{l}.kv_a_weight', shape=(cfg.latent_dim, cfg.n_embd), dtype=torch.float32,
+        'kv_a_weight': _SpecParameter('layers.{l}.kv_a.weight', shape=(cfg.latent_dim, cfg.n_embd), dtype=torch.float32,
                                       loop='layers',
                                       layers=tuple(l for l in range(cfg.n_layer)
                                                    if cfg.layer_types[l] == 'full_attention')),
@@ -638,19 +623,19 @@ def spec_parameters(config: Config) -> dict:
                                       dtype=torch.float32, loop='layers',
                                       layers=tuple(l for l in range(cfg.n_layer)
                                                    if cfg.layer_types[l] == 'full_attention')),
-        'o_weight': _SpecParameter('layers.{l}.o_weight', shape=(cfg.n_embd, cfg.n_head*cfg.v_dim), dtype=torch.float32,
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.n_head*cfg.v_dim), dtype=torch.float32,
                                    loop='layers',
                                    layers=tuple(l for l in range(cfg.n_layer)
                                                 if cfg.layer_types[l] == 'full_attention')),
-        'lin_q_weight': _SpecParameter('layers.{l}.lin_q_weight', shape=(cfg.lin_dim, cfg.n_embd), dtype=torch.float32,
+        'lin_q_weight': _SpecParameter('layers.{l}.lin_q.weight', shape=(cfg.lin_dim, cfg.n_embd), dtype=torch.float32,
                                        loop='layers',
                                        layers=tuple(l for l in range(cfg.n_layer)
                                                     if cfg.layer_types[l] == 'linear_attention')),
-        'lin_k_weight': _SpecParameter('layers.{l}.lin_k_weight', shape=(cfg.lin_dim, cfg.n_embd), dtype=torch.float32,
+        'lin_k_weight': _SpecParameter('layers.{l}.lin_k.weight', shape=(cfg.lin_dim, cfg.n_embd), dtype=torch.float32,
                                        loop='layers',
                                        layers=tuple(l for l in range(cfg.n_layer)
                                                     if cfg.layer_types[l] == 'linear_attention')),
-        'lin_v_weight': _SpecParameter('layers.{l}.lin_v_weight', shape=(cfg.lin_dim, cfg.n_embd), dtype=torch.float32,
+        'lin_v_weight': _SpecParameter('layers.{l}.lin_v.weight', shape=(cfg.lin_dim, cfg.n_embd), dtype=torch.float32,
                                        loop='layers',
                                        layers=tuple(l for l in range(cfg.n_layer)
                                                     if cfg.layer_types[l] == 'linear_attention')),
@@ -666,11 +651,11 @@ def spec_parameters(config: Config) -> dict:
                                         dtype=torch.float32, loop='layers',
                                         layers=tuple(l for l in range(cfg.n_layer)
                                                      if cfg.layer_types[l] == 'linear_attention')),
-        'f_a_weight': _SpecParameter('layers.{l}.f_a_weight', shape=(cfg.lin_head_dim, cfg.n_embd), dtype=torch.float32,
+        'f_a_weight': _SpecParameter('layers.{l}.f_a.weight', shape=(cfg.lin_head_dim, cfg.n_embd), dtype=torch.float32,
                                      loop='layers',
                                      layers=tuple(l for l in range(cfg.n_layer)
                                                   if cfg.layer_types[l] == 'linear_attention')),
-        'f_b_weight': _SpecParameter('layers.{l}.f_b_weight', shape=(cfg.lin_dim, cfg.lin_head_dim),
+        'f_b_weight': _SpecParameter('layers.{l}.f_b.weight', shape=(cfg.lin_dim, cfg.lin_head_dim),
                                      dtype=torch.float32, loop='layers',
                                      layers=tuple(l for l in range(cfg.n_layer)
                                                   if cfg.layer_types[l] == 'linear_attention')),
@@ -680,15 +665,15 @@ def spec_parameters(config: Config) -> dict:
         'A_log': _SpecParameter('layers.{l}.A_log', shape=(1, 1, cfg.lin_n_head, 1), dtype=torch.float32, loop='layers',
                                 layers=tuple(l for l in range(cfg.n_layer)
                                              if cfg.layer_types[l] == 'linear_attention')),
-        'beta_weight': _SpecParameter('layers.{l}.beta_weight', shape=(cfg.lin_n_head, cfg.n_embd), dtype=torch.float32,
+        'beta_weight': _SpecParameter('layers.{l}.beta.weight', shape=(cfg.lin_n_head, cfg.n_embd), dtype=torch.float32,
                                       loop='layers',
                                       layers=tuple(l for l in range(cfg.n_layer)
                                                    if cfg.layer_types[l] == 'linear_attention')),
-        'g_a_weight': _SpecParameter('layers.{l}.g_a_weight', shape=(cfg.lin_head_dim, cfg.n_embd), dtype=torch.float32,
+        'g_a_weight': _SpecParameter('layers.{l}.g_a.weight', shape=(cfg.lin_head_dim, cfg.n_embd), dtype=torch.float32,
                                      loop='layers',
                                      layers=tuple(l for l in range(cfg.n_layer)
                                                   if cfg.layer_types[l] == 'linear_attention')),
-        'g_b_weight': _SpecParameter('layers.{l}.g_b_weight', shape=(cfg.lin_dim, cfg.lin_head_dim),
+        'g_b_weight': _SpecParameter('layers.{l}.g_b.weight', shape=(cfg.lin_dim, cfg.lin_head_dim),
                                      dtype=torch.float32, loop='layers',
                                      layers=tuple(l for l in range(cfg.n_layer)
                                                   if cfg.layer_types[l] == 'linear_attention')),
@@ -696,19 +681,19 @@ def spec_parameters(config: Config) -> dict:
                                         loop='layers',
                                         layers=tuple(l for l in range(cfg.n_layer)
                                                      if cfg.layer_types[l] == 'linear_attention')),
-        'lin_o_weight': _SpecParameter('layers.{l}.lin_o_weight', shape=(cfg.n_embd, cfg.lin_dim), dtype=torch.float32,
+        'lin_o_weight': _SpecParameter('layers.{l}.lin_o.weight', shape=(cfg.n_embd, cfg.lin_dim), dtype=torch.float32,
                                        loop='layers',
                                        layers=tuple(l for l in range(cfg.n_layer)
                                                     if cfg.layer_types[l] == 'linear_attention')),
-        'gate_weight': _SpecParameter('layers.{l}.gate_weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+        'gate_weight': _SpecParameter('layers.{l}.gate.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
                                       loop='layers',
                                       layers=tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense)),
-        'up_weight': _SpecParameter('layers.{l}.up_weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+        'up_weight': _SpecParameter('layers.{l}.up.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
                                     loop='layers', layers=tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense)),
-        'down_weight': _SpecParameter('layers.{l}.down_weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+        'down_weight': _SpecParameter('layers.{l}.down.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
                                       loop='layers',
                                       layers=tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense)),
-        'router_weight': _SpecParameter('layers.{l}.router_weight', shape=(cfg.n_expert, cfg.n_embd),
+        'router_weight': _SpecParameter('layers.{l}.router.weight', shape=(cfg.n_expert, cfg.n_embd),
                                         dtype=torch.float32, loop='layers',
                                         layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
         'router_bias': _SpecParameter('layers.{l}.router_bias', shape=(cfg.n_expert,), dtype=torch.float32,
@@ -723,13 +708,13 @@ def spec_parameters(config: Config) -> dict:
         'expert_down': _SpecParameter('layers.{l}.expert_down', shape=(cfg.n_expert, cfg.n_embd, cfg.expert_hidden),
                                       dtype=torch.float32, loop='layers',
                                       layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
-        'shared_gate_weight': _SpecParameter('layers.{l}.shared_gate_weight', shape=(cfg.shared_hidden, cfg.n_embd),
+        'shared_gate_weight': _SpecParameter('layers.{l}.shared_gate.weight', shape=(cfg.shared_hidden, cfg.n_embd),
                                              dtype=torch.float32, loop='layers',
                                              layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
-        'shared_up_weight': _SpecParameter('layers.{l}.shared_up_weight', shape=(cfg.shared_hidden, cfg.n_embd),
+        'shared_up_weight': _SpecParameter('layers.{l}.shared_up.weight', shape=(cfg.shared_hidden, cfg.n_embd),
                                            dtype=torch.float32, loop='layers',
                                            layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
-        'shared_down_weight': _SpecParameter('layers.{l}.shared_down_weight', shape=(cfg.n_embd, cfg.shared_hidden),
+        'shared_down_weight': _SpecParameter('layers.{l}.shared_down.weight', shape=(cfg.n_embd, cfg.shared_hidden),
                                              dtype=torch.float32, loop='layers',
                                              layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
         'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),

@@ -123,7 +123,6 @@ class Block(nn.Module):
                 past_ssm: Optional[torch.Tensor], l: int,
                 use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.mixer_norm(x)  # [B, T, D]  mamba2.snf:63
         zxbcdt = self.in_proj(h)  # [B, T, proj_dim]  mamba2.snf:64
         z = zxbcdt[:, :, 0:cfg.d_inner]  # [B, T, d_inner]  mamba2.snf:65
@@ -134,29 +133,26 @@ class Block(nn.Module):
         xbc_conv = F.silu(_causal_conv1d(xbc, self.conv_weight, self.conv_bias, conv_state))
         if use_cache:
             _set_layer(new_conv, l, _causal_conv1d_state(xbc, self.conv_weight, None, conv_state))  # mamba2.snf:71
-        xs = xbc_conv[:, :, 0:cfg.d_inner].reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  mamba2.snf:72
+        xs = xbc_conv[:, :, 0:cfg.d_inner].unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  mamba2.snf:72
         # [B, T, G, N]  mamba2.snf:73
         b_in = xbc_conv[:, :,
-                        cfg.d_inner:(cfg.d_inner + cfg.n_groups
-                                     * cfg.state_size)].reshape(B, T, cfg.n_groups, cfg.state_size)
+                        cfg.d_inner:(cfg.d_inner + cfg.n_groups * cfg.state_size)].unflatten(2, (-1, cfg.state_size))
         # [B, T, G, N]  mamba2.snf:74
         c_out = xbc_conv[:, :,
-                         (cfg.d_inner + cfg.n_groups
-                          * cfg.state_size):cfg.conv_dim].reshape(B, T, cfg.n_groups, cfg.state_size)
+                         (cfg.d_inner + cfg.n_groups * cfg.state_size):cfg.conv_dim].unflatten(2, (-1, cfg.state_size))
         A = -torch.exp(self.A_log)  # [H]  mamba2.snf:75
         ssm_state = past_ssm if past_ssm is not None else None  # [B, H, head_dim, N]  mamba2.snf:76
         # [B, T, d_inner]  mamba2.snf:77
-        y = _ssd_scan(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, 0.0, None,
-                      ssm_state).reshape(B, T, cfg.d_inner)
+        y = _ssd_scan(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, 0.0, None, ssm_state).flatten(2, 3)
         if use_cache:
             # mamba2.snf:79
             _set_layer(new_ssm, l,
                        _ssd_state(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, 0.0, None, ssm_state))
         # [B, T, G, (d_inner // G)]  mamba2.snf:81
-        gated = (y * F.silu(z)).reshape(B, T, cfg.n_groups, cfg.d_inner // cfg.n_groups)
+        gated = (y * F.silu(z)).unflatten(2, (-1, (cfg.d_inner // cfg.n_groups)))
         # [B, T, d_inner]  mamba2.snf:82
         normed = F.rms_norm(gated, ((cfg.d_inner // cfg.n_groups),), None,
-                            cfg.norm_eps).reshape(B, T, cfg.d_inner) * self.gate_norm_weight
+                            cfg.norm_eps).flatten(2, 3) * self.gate_norm_weight
         x = x + self.out_proj(normed)  # [B, T, D]  mamba2.snf:83
         return (new_conv if use_cache else None), (new_ssm if use_cache else None), x
 
@@ -179,8 +175,8 @@ class Model(nn.Module):
         self.config = cfg = config
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  mamba2.snf:39
         self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # norm_weight  mamba2.snf:51
-        # [vocab_size, D]  mamba2.snf:52
-        self.lm_head_weight = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_embd)) if not cfg.tie_embeddings else None
+        # lm_head_weight  mamba2.snf:52
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False) if not cfg.tie_embeddings else None
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.reset_parameters()
 
@@ -190,8 +186,8 @@ class Model(nn.Module):
         cfg = self.config
         nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.norm.weight)
-        if self.lm_head_weight is not None:
-            nn.init.normal_(self.lm_head_weight, mean=0.0, std=0.02)
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
         for layer in self.layers:
             layer.reset_parameters()
 
@@ -216,7 +212,7 @@ class Model(nn.Module):
         'layers.*.D_skip': 'shard:0',
         'layers.*.gate_norm_weight': 'shard:0',
         'layers.*.out_proj': 'rowwise',
-        'lm_head_weight': 'vocab_head',
+        'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
     tp_requires = (
@@ -257,8 +253,7 @@ class Model(nn.Module):
                                          past_ssm[l] if past_ssm is not None else None, l, use_cache)
         x_final = self.norm(x)  # [B, T, D]  mamba2.snf:85
         # [B, T, vocab_size]  mamba2.snf:86
-        logits = F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings else F.linear(
-                x_final, self.token_embedding.weight)
+        logits = self.lm_head(x_final) if not cfg.tie_embeddings else F.linear(x_final, self.token_embedding.weight)
         return Output(logits, new_conv, new_ssm)
 
     # forward in a decode step of generate: one graph (fixed shapes; the states have no slots). On CPU,
@@ -356,7 +351,7 @@ def spec_parameters(config: Config) -> dict:
         'out_proj_bias': _SpecParameter('layers.{l}.out_proj.bias', shape=(cfg.n_embd,) if cfg.use_bias else None,
                                         dtype=torch.float32, loop='layers', layers=cfg.n_layer),
         'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
-        'lm_head_weight': _SpecParameter('lm_head_weight',
+        'lm_head_weight': _SpecParameter('lm_head.weight',
                                          shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
                                          dtype=torch.float32),
     }

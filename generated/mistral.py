@@ -83,8 +83,9 @@ class Block(nn.Module):
         super().__init__()
         self.config = cfg = config
         self.attn_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # attn_norm_weight  mistral.snf:32
-        # q_weight, k_weight, v_weight fused  mistral.snf:33
-        self.qkv = nn.Linear(cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd, bias=False)
+        self.q = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # q_weight  mistral.snf:33
+        self.k = nn.Linear(cfg.n_embd, cfg.kv_dim, bias=False)  # k_weight  mistral.snf:34
+        self.v = nn.Linear(cfg.n_embd, cfg.kv_dim, bias=False)  # v_weight  mistral.snf:35
         self.o = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # o_weight  mistral.snf:36
         self.mlp_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # mlp_norm_weight  mistral.snf:37
         self.gate = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False)  # gate_weight  mistral.snf:38
@@ -95,7 +96,9 @@ class Block(nn.Module):
     def reset_parameters(self) -> None:
         cfg = self.config
         nn.init.ones_(self.attn_norm.weight)
-        nn.init.normal_(self.qkv.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.q.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.k.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.v.weight, mean=0.0, std=0.02)
         nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.mlp_norm.weight)
         nn.init.normal_(self.gate.weight, mean=0.0, std=0.02)
@@ -106,15 +109,14 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  mistral.snf:54
-        # [B, T, D] [B, T, kv_dim] [B, T, kv_dim]  mistral.snf:55
-        q, k, v = self.qkv(h).split((cfg.n_embd, cfg.kv_dim, cfg.kv_dim), dim=-1)
-        # [B, T, H, head_dim]  mistral.snf:59
-        q_rot = _rope(q.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base)
+        q = self.q(h)  # [B, T, D]  mistral.snf:55
+        k = self.k(h)  # [B, T, kv_dim]  mistral.snf:56
+        v = self.v(h)  # [B, T, kv_dim]  mistral.snf:57
+        q_rot = _rope(q.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, H, head_dim]  mistral.snf:59
         # [B, T, KVH, head_dim]  mistral.snf:60
-        k_new = _rope(k.reshape(B, T, cfg.n_kv_head, cfg.head_dim), T_past, cfg.rope_base)
-        v_new = v.reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  mistral.snf:61
+        k_new = _rope(k.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)
+        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  mistral.snf:61
         # [B, T + T_past, KVH, head_dim]  mistral.snf:62
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  mistral.snf:63
@@ -122,7 +124,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  mistral.snf:67
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           decode=decode, window=cfg.sliding_window).transpose(1, 2)
-        x = x + self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  mistral.snf:68
+        x = x + self.o(attn.flatten(2, 3))  # [B, T, D]  mistral.snf:68
         m = self.mlp_norm(x)  # [B, T, D]  mistral.snf:70
         x = x + self.down(F.silu(self.gate(m)) * self.up(m))  # [B, T, D]  mistral.snf:71
         return x, k_all, v_all
@@ -173,7 +175,9 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.qkv': 'colwise',
+        'layers.*.q': 'colwise',
+        'layers.*.k': 'colwise',
+        'layers.*.v': 'colwise',
         'layers.*.o': 'rowwise',
         'layers.*.gate': 'colwise',
         'layers.*.up': 'colwise',
@@ -303,14 +307,11 @@ def spec_parameters(config: Config) -> dict:
                                           dtype=torch.float32),
         'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
                                            loop='layers', layers=cfg.n_layer),
-        'q_weight': _SpecParameter('layers.{l}.qkv.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
-                                   rows=(0, cfg.n_embd), loop='layers', layers=cfg.n_layer),
-        'k_weight': _SpecParameter('layers.{l}.qkv.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
-                                   rows=(cfg.n_embd, cfg.n_kv_head*cfg.head_dim + cfg.n_embd), loop='layers',
-                                   layers=cfg.n_layer),
-        'v_weight': _SpecParameter('layers.{l}.qkv.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
-                                   rows=(cfg.n_kv_head*cfg.head_dim + cfg.n_embd,
-                                         2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
                                    loop='layers', layers=cfg.n_layer),
         'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
                                    loop='layers', layers=cfg.n_layer),

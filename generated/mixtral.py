@@ -90,8 +90,9 @@ class Block(nn.Module):
         super().__init__()
         self.config = cfg = config
         self.attn_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # attn_norm_weight  mixtral.snf:35
-        # q_weight, k_weight, v_weight fused  mixtral.snf:36
-        self.qkv = nn.Linear(cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd, bias=False)
+        self.q = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # q_weight  mixtral.snf:36
+        self.k = nn.Linear(cfg.n_embd, cfg.kv_dim, bias=False)  # k_weight  mixtral.snf:37
+        self.v = nn.Linear(cfg.n_embd, cfg.kv_dim, bias=False)  # v_weight  mixtral.snf:38
         self.o = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # o_weight  mixtral.snf:39
         self.mlp_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # mlp_norm_weight  mixtral.snf:40
         self.router = nn.Linear(cfg.n_embd, cfg.n_expert, bias=False)  # router_weight  mixtral.snf:41
@@ -106,7 +107,9 @@ class Block(nn.Module):
     def reset_parameters(self) -> None:
         cfg = self.config
         nn.init.ones_(self.attn_norm.weight)
-        nn.init.normal_(self.qkv.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.q.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.k.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.v.weight, mean=0.0, std=0.02)
         nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.mlp_norm.weight)
         nn.init.normal_(self.router.weight, mean=0.0, std=0.02)
@@ -120,15 +123,14 @@ class Block(nn.Module):
                 decode: Optional[_DecodeState] = None) -> tuple[
                         torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  mixtral.snf:62
-        # [B, T, D] [B, T, kv_dim] [B, T, kv_dim]  mixtral.snf:63
-        q, k, v = self.qkv(h).split((cfg.n_embd, cfg.kv_dim, cfg.kv_dim), dim=-1)
-        # [B, T, H, head_dim]  mixtral.snf:67
-        q_rot = _rope(q.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base)
+        q = self.q(h)  # [B, T, D]  mixtral.snf:63
+        k = self.k(h)  # [B, T, kv_dim]  mixtral.snf:64
+        v = self.v(h)  # [B, T, kv_dim]  mixtral.snf:65
+        q_rot = _rope(q.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, H, head_dim]  mixtral.snf:67
         # [B, T, KVH, head_dim]  mixtral.snf:68
-        k_new = _rope(k.reshape(B, T, cfg.n_kv_head, cfg.head_dim), T_past, cfg.rope_base)
-        v_new = v.reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  mixtral.snf:69
+        k_new = _rope(k.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)
+        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  mixtral.snf:69
         # [B, T + T_past, KVH, head_dim]  mixtral.snf:70
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  mixtral.snf:71
@@ -136,7 +138,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  mixtral.snf:75
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           decode=decode, window=cfg.sliding_window).transpose(1, 2)
-        x = x + self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  mixtral.snf:76
+        x = x + self.o(attn.flatten(2, 3))  # [B, T, D]  mixtral.snf:76
         m = self.mlp_norm(x)  # [B, T, D]  mixtral.snf:78
         probs = F.softmax(self.router(m), dim=-1)  # [B, T, n_expert]  mixtral.snf:80
         # [B, T, n_expert_tok]  mixtral.snf:81
@@ -197,7 +199,9 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.qkv': 'colwise',
+        'layers.*.q': 'colwise',
+        'layers.*.k': 'colwise',
+        'layers.*.v': 'colwise',
         'layers.*.o': 'rowwise',
         'layers.*.gate_weight': 'experts',
         'layers.*.up_weight': 'experts',
@@ -330,14 +334,11 @@ def spec_parameters(config: Config) -> dict:
                                           dtype=torch.float32),
         'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
                                            loop='layers', layers=cfg.n_layer),
-        'q_weight': _SpecParameter('layers.{l}.qkv.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
-                                   rows=(0, cfg.n_embd), loop='layers', layers=cfg.n_layer),
-        'k_weight': _SpecParameter('layers.{l}.qkv.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
-                                   rows=(cfg.n_embd, cfg.n_kv_head*cfg.head_dim + cfg.n_embd), loop='layers',
-                                   layers=cfg.n_layer),
-        'v_weight': _SpecParameter('layers.{l}.qkv.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
-                                   rows=(cfg.n_kv_head*cfg.head_dim + cfg.n_embd,
-                                         2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
                                    loop='layers', layers=cfg.n_layer),
         'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
                                    loop='layers', layers=cfg.n_layer),

@@ -74,8 +74,9 @@ class Block(nn.Module):
         super().__init__()
         self.config = cfg = config
         self.ln1 = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=cfg.bias)  # ln1_weight, ln1_bias  nanogpt.snf:38
-        # attn_q_weight, attn_k_weight, attn_v_weight fused (and their biases)  nanogpt.snf:40
-        self.attn_qkv = nn.Linear(cfg.n_embd, 3*cfg.n_embd, bias=cfg.bias)
+        self.attn_q = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # attn_q_weight, attn_q_bias  nanogpt.snf:40
+        self.attn_k = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # attn_k_weight, attn_k_bias  nanogpt.snf:42
+        self.attn_v = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # attn_v_weight, attn_v_bias  nanogpt.snf:44
         # attn_proj_weight, attn_proj_bias  nanogpt.snf:46
         self.attn_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.ln2 = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=cfg.bias)  # ln2_weight, ln2_bias  nanogpt.snf:49
@@ -89,9 +90,15 @@ class Block(nn.Module):
         nn.init.ones_(self.ln1.weight)
         if self.ln1.bias is not None:
             nn.init.zeros_(self.ln1.bias)
-        nn.init.normal_(self.attn_qkv.weight, mean=0.0, std=0.02)
-        if self.attn_qkv.bias is not None:
-            nn.init.zeros_(self.attn_qkv.bias)
+        nn.init.normal_(self.attn_q.weight, mean=0.0, std=0.02)
+        if self.attn_q.bias is not None:
+            nn.init.zeros_(self.attn_q.bias)
+        nn.init.normal_(self.attn_k.weight, mean=0.0, std=0.02)
+        if self.attn_k.bias is not None:
+            nn.init.zeros_(self.attn_k.bias)
+        nn.init.normal_(self.attn_v.weight, mean=0.0, std=0.02)
+        if self.attn_v.bias is not None:
+            nn.init.zeros_(self.attn_v.bias)
         nn.init.normal_(self.attn_proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
         if self.attn_proj.bias is not None:
             nn.init.zeros_(self.attn_proj.bias)
@@ -109,20 +116,21 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         x_norm = self.ln1(x)  # [B, T, D]  nanogpt.snf:78
-        q, k, v = self.attn_qkv(x_norm).split(cfg.n_embd, dim=-1)  # [B, T, D] [B, T, D] [B, T, D]  nanogpt.snf:79
-        k_head = k.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  nanogpt.snf:82
-        v_head = v.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  nanogpt.snf:83
+        q = self.attn_q(x_norm)  # [B, T, D]  nanogpt.snf:79
+        k = self.attn_k(x_norm)  # [B, T, D]  nanogpt.snf:80
+        v = self.attn_v(x_norm)  # [B, T, D]  nanogpt.snf:81
+        k_head = k.unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  nanogpt.snf:82
+        v_head = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  nanogpt.snf:83
         # [B, T_total, H, head_dim]  nanogpt.snf:84
         k_full = _cache_cat(past_keys, k_head, decode) if past_keys is not None else k_head
         # [B, T_total, H, head_dim]  nanogpt.snf:85
         v_full = _cache_cat(past_values, v_head, decode) if past_values is not None else v_head
         # [B, T, H, head_dim]  nanogpt.snf:88
-        attn_output = _attention(q.reshape(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2), k_full.transpose(1, 2),
+        attn_output = _attention(q.unflatten(2, (-1, cfg.head_dim)).transpose(1, 2), k_full.transpose(1, 2),
                                  v_full.transpose(1, 2), None, causal=True,
                                  dropout_p=(cfg.dropout if self.training else 0.0), decode=decode).transpose(1, 2)
-        attn_proj = self.attn_proj(attn_output.reshape(B, T, cfg.n_embd))  # [B, T, D]  nanogpt.snf:95
+        attn_proj = self.attn_proj(attn_output.flatten(2, 3))  # [B, T, D]  nanogpt.snf:95
         if cfg.dropout > 0:
             attn_proj = F.dropout(attn_proj, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:96
         x = x + attn_proj  # [B, T, D]  nanogpt.snf:97
@@ -186,7 +194,9 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.attn_qkv': 'colwise',
+        'layers.*.attn_q': 'colwise',
+        'layers.*.attn_k': 'colwise',
+        'layers.*.attn_v': 'colwise',
         'layers.*.attn_proj': 'rowwise',
         'layers.*.mlp_fc': 'colwise',
         'layers.*.mlp_proj': 'rowwise',
@@ -336,22 +346,18 @@ def spec_parameters(config: Config) -> dict:
                                      layers=cfg.n_layer),
         'ln1_bias': _SpecParameter('layers.{l}.ln1.bias', shape=(cfg.n_embd,) if cfg.bias else None,
                                    dtype=torch.float32, loop='layers', layers=cfg.n_layer),
-        'attn_q_weight': _SpecParameter('layers.{l}.attn_qkv.weight', shape=(cfg.n_embd, cfg.n_embd),
-                                        dtype=torch.float32, rows=(0, cfg.n_embd), loop='layers', layers=cfg.n_layer),
-        'attn_q_bias': _SpecParameter('layers.{l}.attn_qkv.bias', shape=(cfg.n_embd,) if cfg.bias else None,
-                                      dtype=torch.float32, rows=(0, cfg.n_embd), loop='layers', layers=cfg.n_layer),
-        'attn_k_weight': _SpecParameter('layers.{l}.attn_qkv.weight', shape=(cfg.n_embd, cfg.n_embd),
-                                        dtype=torch.float32, rows=(cfg.n_embd, 2*cfg.n_embd), loop='layers',
-                                        layers=cfg.n_layer),
-        'attn_k_bias': _SpecParameter('layers.{l}.attn_qkv.bias', shape=(cfg.n_embd,) if cfg.bias else None,
-                                      dtype=torch.float32, rows=(cfg.n_embd, 2*cfg.n_embd), loop='layers',
-                                      layers=cfg.n_layer),
-        'attn_v_weight': _SpecParameter('layers.{l}.attn_qkv.weight', shape=(cfg.n_embd, cfg.n_embd),
-                                        dtype=torch.float32, rows=(2*cfg.n_embd, 3*cfg.n_embd), loop='layers',
-                                        layers=cfg.n_layer),
-        'attn_v_bias': _SpecParameter('layers.{l}.attn_qkv.bias', shape=(cfg.n_embd,) if cfg.bias else None,
-                                      dtype=torch.float32, rows=(2*cfg.n_embd, 3*cfg.n_embd), loop='layers',
-                                      layers=cfg.n_layer),
+        'attn_q_weight': _SpecParameter('layers.{l}.attn_q.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'attn_q_bias': _SpecParameter('layers.{l}.attn_q.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'attn_k_weight': _SpecParameter('layers.{l}.attn_k.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'attn_k_bias': _SpecParameter('layers.{l}.attn_k.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'attn_v_weight': _SpecParameter('layers.{l}.attn_v.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'attn_v_bias': _SpecParameter('layers.{l}.attn_v.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
         'attn_proj_weight': _SpecParameter('layers.{l}.attn_proj.weight', shape=(cfg.n_embd, cfg.n_embd),
                                            dtype=torch.float32, loop='layers', layers=cfg.n_layer),
         'attn_proj_bias': _SpecParameter('layers.{l}.attn_proj.bias', shape=(cfg.n_embd,) if cfg.bias else None,

@@ -95,18 +95,17 @@ class Block(nn.Module):
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         cfg = self.config
-        B, T, _ = h.shape
         x = h  # [B, T, D]  nanogpt_model.snf:50
         attention_x = self.θ_ln_attn(x)  # [B, T, D]  nanogpt_model.snf:51
         # [B, T, H, (D // H)]  nanogpt_model.snf:37
-        q = self.θ_attn_Wq(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)
+        q = self.θ_attn_Wq(attention_x).unflatten(2, (-1, (cfg.D // cfg.H)))
         # [B, T, H, (D // H)]  nanogpt_model.snf:38
-        k = self.θ_attn_Wk(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)
+        k = self.θ_attn_Wk(attention_x).unflatten(2, (-1, (cfg.D // cfg.H)))
         # [B, T, H, (D // H)]  nanogpt_model.snf:39
-        v = self.θ_attn_Wv(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)
+        v = self.θ_attn_Wv(attention_x).unflatten(2, (-1, (cfg.D // cfg.H)))
         # [B, T, D]  nanogpt_model.snf:41
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
-                                           scale=1 / math.sqrt(cfg.D // cfg.H)).transpose(1, 2).reshape(B, T, cfg.D)
+                                           scale=1 / math.sqrt(cfg.D // cfg.H)).transpose(1, 2).flatten(2, 3)
         x = x + self.θ_attn_Wo(o)  # [B, T, D]  nanogpt_model.snf:51
         mlp_x = self.θ_ln_mlp(x)  # [B, T, D]  nanogpt_model.snf:52
         u = self.θ_mlp_W_fc(mlp_x)  # [B, T, 4*D]  nanogpt_model.snf:46

@@ -121,15 +121,12 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         q = self.q_norm(self.q(x))  # [B, T, D]  olmo2.snf:65
         k = self.k_norm(self.k(x))  # [B, T, kv_dim]  olmo2.snf:66
         v = self.v(x)  # [B, T, kv_dim]  olmo2.snf:67
-        # [B, T, H, head_dim]  olmo2.snf:69
-        q_rot = _rope(q.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base)
-        # [B, T, KVH, head_dim]  olmo2.snf:70
-        k_new = _rope(k.reshape(B, T, cfg.n_kv_head, cfg.head_dim), T_past, cfg.rope_base)
-        v_new = v.reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  olmo2.snf:71
+        q_rot = _rope(q.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, H, head_dim]  olmo2.snf:69
+        k_new = _rope(k.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  olmo2.snf:70
+        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  olmo2.snf:71
         # [B, T + T_past, KVH, head_dim]  olmo2.snf:72
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  olmo2.snf:73
@@ -137,7 +134,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  olmo2.snf:76
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           decode=decode).transpose(1, 2)
-        x = x + self.attn_norm(self.o(attn.reshape(B, T, cfg.n_embd)))  # [B, T, D]  olmo2.snf:78
+        x = x + self.attn_norm(self.o(attn.flatten(2, 3)))  # [B, T, D]  olmo2.snf:78
         mlp = self.down(F.silu(self.gate(x)) * self.up(x))  # [B, T, D]  olmo2.snf:81
         x = x + self.mlp_norm(mlp)  # [B, T, D]  olmo2.snf:82
         return x, k_all, v_all
@@ -161,8 +158,8 @@ class Model(nn.Module):
         self.config = cfg = config
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  olmo2.snf:35
         self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # norm_weight  olmo2.snf:51
-        # [vocab_size, D]  olmo2.snf:52
-        self.lm_head_weight = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_embd)) if not cfg.tie_embeddings else None
+        # lm_head_weight  olmo2.snf:52
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False) if not cfg.tie_embeddings else None
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.reset_parameters()
 
@@ -172,8 +169,8 @@ class Model(nn.Module):
         cfg = self.config
         nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.norm.weight)
-        if self.lm_head_weight is not None:
-            nn.init.normal_(self.lm_head_weight, mean=0.0, std=0.02)
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
         for layer in self.layers:
             layer.reset_parameters()
 
@@ -199,7 +196,7 @@ class Model(nn.Module):
         'layers.*.gate': 'colwise',
         'layers.*.up': 'colwise',
         'layers.*.down': 'rowwise',
-        'lm_head_weight': 'vocab_head',
+        'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
     tp_requires = (
@@ -245,8 +242,7 @@ class Model(nn.Module):
                 new_values[l] = new_values_layer  # olmo2.snf:75
         x_final = self.norm(x)  # [B, T, D]  olmo2.snf:84
         # [B, T, vocab_size]  olmo2.snf:85
-        logits = F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings else F.linear(
-                x_final, self.token_embedding.weight)
+        logits = self.lm_head(x_final) if not cfg.tie_embeddings else F.linear(x_final, self.token_embedding.weight)
         return Output(logits, new_keys, new_values)
 
     # forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
@@ -360,7 +356,7 @@ def spec_parameters(config: Config) -> dict:
         'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
                                           loop='layers', layers=cfg.n_layer),
         'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
-        'lm_head_weight': _SpecParameter('lm_head_weight',
+        'lm_head_weight': _SpecParameter('lm_head.weight',
                                          shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
                                          dtype=torch.float32),
     }

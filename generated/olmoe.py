@@ -126,16 +126,13 @@ class Block(nn.Module):
                 decode: Optional[_DecodeState] = None) -> tuple[
                         torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  olmoe.snf:65
         q = self.q_norm(self.q(h))  # [B, T, D]  olmoe.snf:67
         k = self.k_norm(self.k(h))  # [B, T, kv_dim]  olmoe.snf:68
         v = self.v(h)  # [B, T, kv_dim]  olmoe.snf:69
-        # [B, T, H, head_dim]  olmoe.snf:71
-        q_rot = _rope(q.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base)
-        # [B, T, KVH, head_dim]  olmoe.snf:72
-        k_new = _rope(k.reshape(B, T, cfg.n_kv_head, cfg.head_dim), T_past, cfg.rope_base)
-        v_new = v.reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  olmoe.snf:73
+        q_rot = _rope(q.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, H, head_dim]  olmoe.snf:71
+        k_new = _rope(k.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  olmoe.snf:72
+        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  olmoe.snf:73
         # [B, T + T_past, KVH, head_dim]  olmoe.snf:74
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  olmoe.snf:75
@@ -143,7 +140,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  olmoe.snf:78
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           decode=decode).transpose(1, 2)
-        x = x + self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  olmoe.snf:79
+        x = x + self.o(attn.flatten(2, 3))  # [B, T, D]  olmoe.snf:79
         m = self.mlp_norm(x)  # [B, T, D]  olmoe.snf:81
         probs = F.softmax(self.router(m), dim=-1)  # [B, T, n_expert]  olmoe.snf:83
         # [B, T, n_expert_tok]  olmoe.snf:84

@@ -150,11 +150,10 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.ln(x)  # [B, T, D]  phi.snf:80
-        q = self.q(h).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  phi.snf:81
-        k = self.k(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  phi.snf:82
-        v_new = self.v(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  phi.snf:83
+        q = self.q(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  phi.snf:81
+        k = self.k(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  phi.snf:82
+        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  phi.snf:83
         # [B, T, H, head_dim]  phi.snf:84
         q_normed = F.layer_norm(q, (cfg.head_dim,), self.q_ln_weight, self.q_ln_bias,
                                 cfg.norm_eps) if cfg.qk_layernorm else q
@@ -170,7 +169,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  phi.snf:93
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           dropout_p=(cfg.attn_dropout if self.training else 0.0), decode=decode).transpose(1, 2)
-        a = self.o(attn.reshape(B, T, cfg.q_dim))  # [B, T, D]  phi.snf:94
+        a = self.o(attn.flatten(2, 3))  # [B, T, D]  phi.snf:94
         if cfg.resid_dropout > 0:
             a = F.dropout(a, p=cfg.resid_dropout, training=self.training)  # [B, T, D]  phi.snf:95
         fc = self.fc1(h)  # [B, T, mlp_hidden]  phi.snf:96

@@ -128,14 +128,13 @@ class Block(nn.Module):
                 T_past: int, l: int,
                 decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  qwen3.snf:68
-        q = self.q_norm(self.q(h).reshape(B, T, cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  qwen3.snf:70
-        k = self.k_norm(self.k(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen3.snf:72
+        q = self.q_norm(self.q(h).unflatten(2, (-1, cfg.head_dim)))  # [B, T, H, head_dim]  qwen3.snf:70
+        k = self.k_norm(self.k(h).unflatten(2, (-1, cfg.head_dim)))  # [B, T, KVH, head_dim]  qwen3.snf:72
         v = self.v(h)  # [B, T, kv_dim]  qwen3.snf:74
         q_rot = _rope(q, T_past, cfg.rope_base)  # [B, T, H, head_dim]  qwen3.snf:76
         k_new = _rope(k, T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  qwen3.snf:77
-        v_new = v.reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  qwen3.snf:78
+        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen3.snf:78
         # [B, T + T_past, KVH, head_dim]  qwen3.snf:79
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  qwen3.snf:80
@@ -147,7 +146,7 @@ class Block(nn.Module):
                                   1, 2) if cfg.use_sliding_window and l >= cfg.max_window_layers else _attention(
                                   q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None,
                                   causal=True, decode=decode).transpose(1, 2)
-        x = x + self.o(attn.reshape(B, T, cfg.q_dim))  # [B, T, D]  qwen3.snf:86
+        x = x + self.o(attn.flatten(2, 3))  # [B, T, D]  qwen3.snf:86
         m = self.mlp_norm(x)  # [B, T, D]  qwen3.snf:88
         x = x + self.down(F.silu(self.gate(m)) * self.up(m))  # [B, T, D]  qwen3.snf:89
         return x, k_all, v_all
@@ -171,8 +170,8 @@ class Model(nn.Module):
         self.config = cfg = config
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  qwen3.snf:39
         self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # norm_weight  qwen3.snf:55
-        # [vocab_size, D]  qwen3.snf:56
-        self.lm_head_weight = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_embd)) if not cfg.tie_embeddings else None
+        # lm_head_weight  qwen3.snf:56
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False) if not cfg.tie_embeddings else None
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.reset_parameters()
 
@@ -182,8 +181,8 @@ class Model(nn.Module):
         cfg = self.config
         nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.norm.weight)
-        if self.lm_head_weight is not None:
-            nn.init.normal_(self.lm_head_weight, mean=0.0, std=0.02)
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
         for layer in self.layers:
             layer.reset_parameters()
 
@@ -209,7 +208,7 @@ class Model(nn.Module):
         'layers.*.gate': 'colwise',
         'layers.*.up': 'colwise',
         'layers.*.down': 'rowwise',
-        'lm_head_weight': 'vocab_head',
+        'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
     tp_requires = (
@@ -251,8 +250,7 @@ class Model(nn.Module):
                 new_values[l] = new_values_layer  # qwen3.snf:82
         x_final = self.norm(x)  # [B, T, D]  qwen3.snf:92
         # [B, T, vocab_size]  qwen3.snf:93
-        logits = F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings else F.linear(
-                x_final, self.token_embedding.weight)
+        logits = self.lm_head(x_final) if not cfg.tie_embeddings else F.linear(x_final, self.token_embedding.weight)
         return Output(logits, new_keys, new_values)
 
     # forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
@@ -366,7 +364,7 @@ def spec_parameters(config: Config) -> dict:
         'down_weight': _SpecParameter('layers.{l}.down.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
                                       loop='layers', layers=cfg.n_layer),
         'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
-        'lm_head_weight': _SpecParameter('lm_head_weight',
+        'lm_head_weight': _SpecParameter('lm_head.weight',
                                          shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
                                          dtype=torch.float32),
     }

@@ -99,19 +99,17 @@ class Block(nn.Module):
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.ln1(x)  # [B, T, D]  snowflake_core.snf:56
         qkv = self.qkv(h)  # [B, T, 3*D]  snowflake_core.snf:57
-        # [B, T, H, head_dim]  snowflake_core.snf:58
-        q = qkv[:, :, 0:cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)
+        q = qkv[:, :, 0:cfg.n_embd].unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  snowflake_core.snf:58
         # [B, T, H, head_dim]  snowflake_core.snf:59
-        k = qkv[:, :, cfg.n_embd:2 * cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)
+        k = qkv[:, :, cfg.n_embd:2 * cfg.n_embd].unflatten(2, (-1, cfg.head_dim))
         # [B, T, H, head_dim]  snowflake_core.snf:60
-        v = qkv[:, :, 2 * cfg.n_embd:3 * cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)
+        v = qkv[:, :, 2 * cfg.n_embd:3 * cfg.n_embd].unflatten(2, (-1, cfg.head_dim))
         # [B, T, H, head_dim]  snowflake_core.snf:61
         attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask,
                           causal=False).transpose(1, 2)
-        attn_out = self.wo(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  snowflake_core.snf:62
+        attn_out = self.wo(attn.flatten(2, 3))  # [B, T, D]  snowflake_core.snf:62
         if cfg.dropout > 0:
             attn_out = F.dropout(attn_out, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:63
         x = x + attn_out  # [B, T, D]  snowflake_core.snf:64

@@ -111,16 +111,15 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, position_bias: torch.Tensor,
                 attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  t5_encoder.snf:59
-        q = self.q(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5_encoder.snf:60
-        k = self.k(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5_encoder.snf:61
-        v = self.v(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5_encoder.snf:62
+        q = self.q(h).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5_encoder.snf:60
+        k = self.k(h).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5_encoder.snf:61
+        v = self.v(h).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5_encoder.snf:62
         # [B, T, H, d_kv]  t5_encoder.snf:63
         attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False,
                           scale=1.0, bias=position_bias).transpose(1, 2)
         # [B, T, D]  t5_encoder.snf:64
-        x = x + F.dropout(self.o(attn.reshape(B, T, cfg.inner)), p=cfg.dropout, training=self.training)
+        x = x + F.dropout(self.o(attn.flatten(2, 3)), p=cfg.dropout, training=self.training)
         m = self.ff_norm(x)  # [B, T, D]  t5_encoder.snf:65
         # [B, T, D]  t5_encoder.snf:66
         x = x + F.dropout(self.wo(F.relu(self.wi(m))), p=cfg.dropout, training=self.training)

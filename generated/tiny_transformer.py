@@ -87,13 +87,12 @@ class Block(nn.Module):
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         cfg = self.config
-        B, T, _ = h.shape
-        q = (h @ self.W_q).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  tiny_transformer.snf:42
-        k = (h @ self.W_k).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  tiny_transformer.snf:43
-        v = (h @ self.W_v).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  tiny_transformer.snf:44
+        q = (h @ self.W_q).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  tiny_transformer.snf:42
+        k = (h @ self.W_k).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  tiny_transformer.snf:43
+        v = (h @ self.W_v).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  tiny_transformer.snf:44
         # [B, T, D]  tiny_transformer.snf:45
         attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                              is_causal=False).transpose(1, 2).reshape(B, T, cfg.n_embd)
+                                              is_causal=False).transpose(1, 2).flatten(2, 3)
         # [B, T, D]  tiny_transformer.snf:46
         h = F.layer_norm(h + attn @ self.W_o, (cfg.n_embd,), self.gamma_1, self.beta_1, 1e-05)
         h = h + F.gelu(h @ self.W_ff1) @ self.W_ff2  # [B, T, D]  tiny_transformer.snf:47

@@ -148,19 +148,16 @@ class Block(nn.Module):
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         cfg = self.config
-        B = x.size(0)
         h = self.attn_norm(x)  # [B, P, D]  whisper.snf:134
-        # [B, P, n_head, hd]  whisper.snf:135
-        q = (self.q(h) * cfg.scaling).reshape(B, cfg.max_source_positions, cfg.n_head, cfg.hd)
-        k = self.k(h).reshape(B, cfg.max_source_positions, cfg.n_head, cfg.hd)  # [B, P, n_head, hd]  whisper.snf:136
-        v = self.v(h).reshape(B, cfg.max_source_positions, cfg.n_head, cfg.hd)  # [B, P, n_head, hd]  whisper.snf:137
+        q = (self.q(h) * cfg.scaling).unflatten(2, (-1, cfg.hd))  # [B, P, n_head, hd]  whisper.snf:135
+        k = self.k(h).unflatten(2, (-1, cfg.hd))  # [B, P, n_head, hd]  whisper.snf:136
+        v = self.v(h).unflatten(2, (-1, cfg.hd))  # [B, P, n_head, hd]  whisper.snf:137
         # [B, P, n_head, hd]  whisper.snf:138
         attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=False,
                                               dropout_p=(cfg.attention_dropout if self.training else 0.0),
                                               scale=1.0).transpose(1, 2)
         # [B, P, D]  whisper.snf:139
-        x = x + F.dropout(self.o(attn.reshape(B, cfg.max_source_positions, cfg.d_model)), p=cfg.dropout,
-                          training=self.training)
+        x = x + F.dropout(self.o(attn.flatten(2, 3)), p=cfg.dropout, training=self.training)
         m = self.ff_norm(x)  # [B, P, D]  whisper.snf:140
         # [B, P, encoder_ffn_dim]  whisper.snf:141
         act = F.dropout(F.gelu(self.fc1(m)), p=cfg.activation_dropout, training=self.training)
@@ -188,15 +185,10 @@ class Block2(nn.Module):
     def forward(self, cross_keys: torch.Tensor, cross_values: torch.Tensor, encoder_last_hidden_state: torch.Tensor,
                 l: int) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B = cross_keys.size(1)
         # whisper.snf:150
-        _set_layer(cross_keys, l,
-                   self.cross_k(encoder_last_hidden_state).reshape(
-                           B, cfg.max_source_positions, cfg.n_dec_head, cfg.dec_hd))
+        _set_layer(cross_keys, l, self.cross_k(encoder_last_hidden_state).unflatten(2, (-1, cfg.dec_hd)))
         # whisper.snf:151
-        _set_layer(cross_values, l,
-                   self.cross_v(encoder_last_hidden_state).reshape(
-                           B, cfg.max_source_positions, cfg.n_dec_head, cfg.dec_hd))
+        _set_layer(cross_values, l, self.cross_v(encoder_last_hidden_state).unflatten(2, (-1, cfg.dec_hd)))
         return cross_keys, cross_values
 
 
@@ -253,12 +245,11 @@ class Block3(nn.Module):
                 cross_keys: torch.Tensor, cross_values: torch.Tensor,
                 l: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = y.shape
         h = self.dec_attn_norm(y)  # [B, T, D]  whisper.snf:160
         # [B, T, n_dec_head, dec_hd]  whisper.snf:161
-        q = (self.dec_q(h) * cfg.dec_scaling).reshape(B, T, cfg.n_dec_head, cfg.dec_hd)
-        k = self.dec_k(h).reshape(B, T, cfg.n_dec_head, cfg.dec_hd)  # [B, T, n_dec_head, dec_hd]  whisper.snf:162
-        v = self.dec_v(h).reshape(B, T, cfg.n_dec_head, cfg.dec_hd)  # [B, T, n_dec_head, dec_hd]  whisper.snf:163
+        q = (self.dec_q(h) * cfg.dec_scaling).unflatten(2, (-1, cfg.dec_hd))
+        k = self.dec_k(h).unflatten(2, (-1, cfg.dec_hd))  # [B, T, n_dec_head, dec_hd]  whisper.snf:162
+        v = self.dec_v(h).unflatten(2, (-1, cfg.dec_hd))  # [B, T, n_dec_head, dec_hd]  whisper.snf:163
         # [B, T_total, n_dec_head, dec_hd]  whisper.snf:164
         k_full = torch.cat([past_keys, k], dim=1) if past_keys is not None else k
         # [B, T_total, n_dec_head, dec_hd]  whisper.snf:165
@@ -267,17 +258,17 @@ class Block3(nn.Module):
         attn = _attention(q.transpose(1, 2), k_full.transpose(1, 2), v_full.transpose(1, 2), None, causal=True,
                           dropout_p=(cfg.attention_dropout if self.training else 0.0), scale=1.0).transpose(1, 2)
         # [B, T, D]  whisper.snf:169
-        y = y + F.dropout(self.dec_o(attn.reshape(B, T, cfg.d_model)), p=cfg.dropout, training=self.training)
+        y = y + F.dropout(self.dec_o(attn.flatten(2, 3)), p=cfg.dropout, training=self.training)
         c = self.cross_norm(y)  # [B, T, D]  whisper.snf:170
         # [B, T, n_dec_head, dec_hd]  whisper.snf:171
-        cq = (self.cross_q(c) * cfg.dec_scaling).reshape(B, T, cfg.n_dec_head, cfg.dec_hd)
+        cq = (self.cross_q(c) * cfg.dec_scaling).unflatten(2, (-1, cfg.dec_hd))
         # [B, T, n_dec_head, dec_hd]  whisper.snf:173
         cross = F.scaled_dot_product_attention(cq.transpose(1, 2), cross_keys[l].transpose(1, 2),
                                                cross_values[l].transpose(1, 2), is_causal=False,
                                                dropout_p=(cfg.attention_dropout if self.training else 0.0),
                                                scale=1.0).transpose(1, 2)
         # [B, T, D]  whisper.snf:174
-        y = y + F.dropout(self.cross_o(cross.reshape(B, T, cfg.d_model)), p=cfg.dropout, training=self.training)
+        y = y + F.dropout(self.cross_o(cross.flatten(2, 3)), p=cfg.dropout, training=self.training)
         m = self.dec_ff_norm(y)  # [B, T, D]  whisper.snf:175
         # [B, T, decoder_ffn_dim]  whisper.snf:176
         act = F.dropout(F.gelu(self.dec_fc1(m)), p=cfg.activation_dropout, training=self.training)
@@ -497,8 +488,7 @@ class Model(nn.Module):
                     + F.linear(padded[:, 2:(cfg.n_frames + 2), :], self.conv1_weight[:, :, 2], self.conv1_bias))
         # [B, 1, D]  whisper.snf:125
         d_pad = torch.full((B, 1, cfg.d_model), 0.0, dtype=dtype, device=input_features.device)
-        # [B, P + 1, 2, D]  whisper.snf:126
-        pairs = torch.cat([d_pad, c1, d_pad], dim=1).reshape(B, cfg.max_source_positions + 1, 2, cfg.d_model)
+        pairs = torch.cat([d_pad, c1, d_pad], dim=1).unflatten(1, (-1, 2))  # [B, P + 1, 2, D]  whisper.snf:126
         # [B, P, D]  whisper.snf:127
         c2 = F.gelu(F.linear(pairs[:, 0:cfg.max_source_positions, 0, :], self.conv2_weight[:, :, 0])
                     + F.linear(pairs[:, 0:cfg.max_source_positions, 1, :], self.conv2_weight[:, :, 1])

@@ -35,7 +35,7 @@ RUNNABLE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 # ----------------------------------------------------------------------------- from_pretrained
 
 def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device=None,
-                    mmap: bool = True) -> torch.nn.Module:
+                    mmap: bool = True, device_mesh=None, tp_plan=None, tp_local=None) -> torch.nn.Module:
     """A model built from a transformers `save_pretrained` folder (config.json, and model.safetensors
     or its shards): the bundled spec for config.json's `model_type` (or `spec`, a spec path),
     its Config from config.json through the spec's `config hf:` section, and the weights streamed
@@ -50,7 +50,12 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
     private to the process (a write copies the page it touches; the folder never changes); with
     `mmap=False` every tensor is copied into memory of the model's own, so the folder's files may
     then change or go. A setting the spec cannot honour is a PretrainedError that names it; a
-    checkpoint that does not fit is interop.CheckpointError."""
+    checkpoint that does not fit is interop.CheckpointError.
+
+    With `device_mesh` (under torchrun) the model is returned sharded by snf.parallelize (`tp_plan`,
+    `tp_local` its plan= and local=); a config the plan cannot shard at that mesh is refused before
+    any weight is read. Each rank maps the whole folder (the ranks of one machine share its pages)
+    and keeps its own shards."""
     from .api import load
 
     folder = local_folder(path)
@@ -75,6 +80,10 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
     dtype = _dtype(dtype) if dtype is not None else _saved_dtype(hf, config_file, scheme is not None)
     module = load(spec if spec is not None else spec_for(hf.get("model_type"), folder, hf.get("architectures")))
     config = config_from_hf(module, hf, str(config_file))
+    if device_mesh is not None:
+        from .parallel import check_shardable
+        check_shardable(module.Model, config, device_mesh)
+
     def allocate() -> None:  # once every key, shape and dtype is checked on the meta device
         _allocate(model, dtype, device)
         if getattr(module, "RECOMPUTED_BUFFERS", ()):
@@ -94,6 +103,9 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
             raise
         raise PretrainedError(f"{folder}: {err}") from None
     model.loaded_from = LoadedFrom(str(folder.resolve()), hf, generation_config(folder, hf))
+    if device_mesh is not None:
+        from .parallel import parallelize
+        return parallelize(model.eval(), device_mesh, plan=tp_plan, local=tp_local)
     return model.eval()
 
 

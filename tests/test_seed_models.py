@@ -139,7 +139,8 @@ def test_gpt_decoder_matches_hf_llama(shape):
     assert abs(got.loss.item() - want.loss.item()) <= 1e-5
     # the comparison can fail: perturb one weight and the logits move
     with torch.no_grad():
-        ours.layers[0].qkv.weight.mul_(3.0)
+        for x in "qkv":
+            getattr(ours.layers[0], x).weight.mul_(3.0)
         assert (ours(idx).logits - want.logits).abs().max().item() > 1e-3
 
 
@@ -198,7 +199,7 @@ def test_scaled_residual_init():
     assert abs(on.layers[0].o.weight.std().item() - want) < 0.1 * want
     assert abs(on.layers[0].down.weight.std().item() - want) < 0.1 * want
     assert abs(off.layers[0].o.weight.std().item() - 0.02) < 0.002
-    assert abs(on.layers[0].qkv.weight.std().item() - 0.02) < 0.002  # other weights keep std 0.02
+    assert abs(on.layers[0].q.weight.std().item() - 0.02) < 0.002  # other weights keep std 0.02
     assert torch.equal(on.layers[0].attn_norm.weight, torch.ones(256))
 
 

@@ -189,6 +189,8 @@ class Model(nn.Module):
         (lambda c, tp: c.intermediate % tp == 0,
          'tp must divide intermediate, the features of a column-wise `linear` (bert.snf:71)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('intermediate', 'n_head')
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, token_type_ids: Optional[torch.Tensor] = None,

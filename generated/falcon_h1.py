@@ -339,6 +339,8 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          'tp must divide mlp_hidden, the features of a column-wise `linear` (falcon_h1.snf:175)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('mlp_hidden', 'n_head', 'n_kv_head')
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,

@@ -349,6 +349,8 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          'tp must divide mlp_hidden, the features of a column-wise `linear` (llama4_text.snf:161)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('expert_hidden', 'mlp_hidden', 'n_head', 'n_kv_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,

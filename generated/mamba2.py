@@ -204,7 +204,7 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.in_proj': 'colwise',
+        'layers.*.in_proj': 'colwise_pieces',
         'layers.*.conv_weight': 'shard:0',
         'layers.*.conv_bias': 'shard:0',
         'layers.*.dt_bias': 'shard:0',
@@ -225,6 +225,8 @@ class Model(nn.Module):
         (lambda c, tp: c.n_groups % tp == 0,
          'tp must divide G = n_groups, the heads `reshape` makes of sharded features (mamba2.snf:73)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('n_groups', 'n_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_conv: Optional[torch.Tensor] = None,

@@ -208,6 +208,8 @@ class Model(nn.Module):
         (lambda c, tp: (4*c.n_embd) % tp == 0,
          'tp must divide 4*D, the features of a column-wise `linear` (nanogpt.snf:100)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('n_head',)
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None,

@@ -172,6 +172,8 @@ class Model(nn.Module):
         (lambda c, tp: (4*c.D) % tp == 0,
          'tp must divide 4*D, the features of a column-wise `linear` (nanogpt_model.snf:46)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('H',)
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, tok: torch.Tensor, *, return_logits: Optional[bool] = None) -> Output:

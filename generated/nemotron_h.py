@@ -469,7 +469,7 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.in_proj_weight': 'colwise',
+        'layers.*.in_proj_weight': 'colwise_pieces',
         'layers.*.in_proj_bias': 'colwise',
         'layers.*.conv_weight': 'shard:0',
         'layers.*.conv_bias': 'shard:0',
@@ -520,6 +520,8 @@ class Model(nn.Module):
         (lambda c, tp: c.shared_hidden % tp == 0,
          'tp must divide shared_hidden, the features of a column-wise `linear` (nemotron_h.snf:205)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('expert_hidden', 'mlp_hidden', 'n_groups', 'n_head', 'n_kv_head', 'shared_hidden', 'ssm_n_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,

@@ -217,9 +217,9 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.qkv': 'colwise',
+        'layers.*.qkv': 'colwise_pieces',
         'layers.*.o': 'rowwise',
-        'layers.*.gate_up': 'colwise',
+        'layers.*.gate_up': 'colwise_pieces',
         'layers.*.down': 'rowwise',
         'lm_head': 'vocab_head',
     }
@@ -232,6 +232,8 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          'tp must divide mlp_hidden, a piece of sharded features (`index`) (phi3.snf:93)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('mlp_hidden', 'n_head', 'n_kv_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,

@@ -436,7 +436,7 @@ class Model(nn.Module):
         'layers.*.o': 'rowwise',
         'layers.*.q_norm_weight': 'head_norm',
         'layers.*.k_norm_weight': 'head_norm',
-        'layers.*.qkvz': 'colwise',
+        'layers.*.qkvz': 'colwise_pieces',
         'layers.*.ba': 'colwise',
         'layers.*.conv_weight': 'shard:0',
         'layers.*.dt_bias': 'shard:0',
@@ -473,6 +473,9 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          'tp must divide mlp_hidden, the features of a column-wise `linear` (qwen3_next.snf:207)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('expert_hidden', 'lin_n_key_head', 'lin_n_value_head', 'mlp_hidden', 'n_head', 'n_kv_head',
+                'shared_hidden')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,

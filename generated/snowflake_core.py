@@ -168,7 +168,7 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.qkv': 'colwise',
+        'layers.*.qkv': 'colwise_pieces',
         'layers.*.wo': 'rowwise',
         'layers.*.ff1': 'colwise',
         'layers.*.ff2': 'rowwise',
@@ -181,6 +181,8 @@ class Model(nn.Module):
         (lambda c, tp: c.d_ff % tp == 0,
          'tp must divide d_ff, the features of a column-wise `linear` (snowflake_core.snf:66)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('d_ff', 'n_head')
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:

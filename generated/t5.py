@@ -358,6 +358,8 @@ class Model(nn.Module):
          'tp must divide H = n_head, the heads `reshape` makes of sharded features (t5.snf:112)'),
         (lambda c, tp: c.d_ff % tp == 0, 'tp must divide d_ff, the features of a column-wise `linear` (t5.snf:119)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('d_ff', 'n_head')
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor,

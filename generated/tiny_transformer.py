@@ -144,6 +144,8 @@ class Model(nn.Module):
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
     tp_requires = ()
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ()
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, x: torch.Tensor) -> Output:

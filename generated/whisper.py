@@ -377,6 +377,8 @@ class Model(nn.Module):
         (lambda c, tp: c.decoder_ffn_dim % tp == 0,
          'tp must divide decoder_ffn_dim, the features of a column-wise `linear` (whisper.snf:176)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('d_model', 'decoder_ffn_dim', 'encoder_ffn_dim', 'n_dec_head', 'n_head')
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_features: torch.Tensor, decoder_input_ids: torch.Tensor,

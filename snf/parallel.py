@@ -72,6 +72,9 @@ def _styles() -> dict:
 _NOT_YET = {
     "width_norm": "a norm over the whole sharded width needs its statistics all-reduced",
     "sequence_norm": "sequence parallelism is not applied yet",
+    # a contiguous block of rows per rank would mix the pieces (q's rows with k's): wrong results, no error
+    "colwise_pieces": "a projection the spec slices into pieces (a fused q/k/v or gate/up) needs each rank to "
+                      "hold its part of each piece",
 }
 # "experts": the stacked weights of a moe_experts call (parameters, not modules), sharded on the hidden
 # width F: gate and up [E, F, D] (and their biases [E, F]) on axis 1, down [E, D, F] on axis 2, told

@@ -26,7 +26,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import snf  # noqa: E402
 
 # The plans are the generated modules' own (Model.tp_plan, derived from the specs).
-LOCAL = ("n_head", "n_kv_head")  # STAND-IN until the modules carry Model.tp_local: the fields a rank holds 1/tp of
 
 TINY = dict(block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32)
 CASES = {  # name -> (spec, config)
@@ -49,7 +48,7 @@ def check(name: str, mesh) -> dict:
     mod = importlib.import_module(f"generated.{spec}")
     torch.manual_seed(0)
     whole = mod.Model(mod.Config(**cfg)).eval()
-    sharded = snf.parallelize(copy.deepcopy(whole), mesh, local=LOCAL)
+    sharded = snf.parallelize(copy.deepcopy(whole), mesh)
     rank, tp = mesh.get_local_rank(), mesh.size()
     idx = torch.randint(0, cfg["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(1))
     out, ref = sharded(idx, use_cache=True), whole(idx, use_cache=True)
@@ -99,7 +98,7 @@ def from_folder(mesh, folder: str) -> dict:
             snf.save_pretrained(whole, folder)
     finally:
         dist.barrier()  # every rank, even where the save failed: no rank waits alone
-    model = snf.from_pretrained(folder, device_mesh=mesh, tp_local=LOCAL)
+    model = snf.from_pretrained(folder, device_mesh=mesh)
     idx = torch.randint(0, cfg["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(1))
     return {"logits": diff(model(idx).logits, whole(idx).logits),
             "sharded": isinstance(model.layers[0].q.weight, DTensor)}
@@ -118,7 +117,7 @@ def train(mesh) -> dict:
     mod = importlib.import_module(f"generated.{spec}")
     torch.manual_seed(0)
     whole = mod.Model(mod.Config(**cfg)).train()
-    sharded = snf.parallelize(copy.deepcopy(whole), mesh, local=LOCAL)
+    sharded = snf.parallelize(copy.deepcopy(whole), mesh)
     # eps 1e-6: Adam's step lr * g / (|g| + eps) turns rounding in a tiny gradient into a visible move
     # at the default 1e-8 (tests/test_distributed.py)
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, eps=1e-6, foreach=False) for m in (whole, sharded)]

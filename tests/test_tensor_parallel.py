@@ -92,3 +92,14 @@ def test_a_tp_the_plan_cannot_take_is_refused_before_anything_is_sharded():
         snf.parallelize(model, Mesh(), plan={"layers.*.attn_norm": "width_norm"})
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     assert type(model.layers[0].k.weight) is torch.nn.Parameter  # nothing sharded
+    assert mod.Model.tp_local == ("mlp_hidden", "n_head", "n_kv_head")  # the plan's, which forward reads divided
+
+    # a projection the spec slices into pieces (Phi-3's fused q/k/v): a contiguous block of rows per rank
+    # would hand rank 0 q's rows and rank 1 k's and v's, wrong logits with no error; refused by name
+    import generated.phi3 as phi3
+    assert phi3.Model.tp_plan["layers.*.qkv"] == "colwise_pieces"
+    from specs_table import ROWS
+    small = phi3.Model(**ROWS["phi3"].small)
+    with pytest.raises(ShardingError, match=r"layers.\*.qkv: style 'colwise_pieces' is not supported yet: a "
+                                             r"projection the spec slices into pieces"):
+        snf.parallelize(small, Mesh())

@@ -83,13 +83,13 @@ def test_families_shard_as_their_anchors():
     mamba = plans("mamba2")
     s = _by_param(mamba)
     assert (s["in_proj_weight"], s["out_proj_weight"], s["A_log"], s["conv_weight"]) == (
-        "colwise", "rowwise", "shard:0", "shard:0")
+        "colwise_pieces", "rowwise", "shard:0", "shard:0")
     display = dict(mamba.model.display)
     assert {r.message(display, "m").split(",")[0] for r in mamba.tp.requires} >= {
         "tp must divide H = n_head", "tp must divide G = n_groups"}
     phi3 = plans("phi3")
     qkv = next(p for p in phi3.tp.placements if "qkv_weight" in p.params)
-    assert qkv.style == "colwise" and "pieces at lines 74, 75, 76" in qkv.reason
+    assert qkv.style == "colwise_pieces" and "pieces at lines 74, 75, 76" in qkv.reason
     assert _by_param(plans("olmo2"))["q_norm_weight"] == "width_norm"
     assert _by_param(plans("qwen3"))["q_norm_weight"] == "head_norm"
 

@@ -398,15 +398,15 @@ class Generator:
         return ctx
 
     # ---------------------------------------------------------------- tables for snf.interop
-    def tp_rows(self) -> tuple[list[str], list[str]]:
-        """`Model.tp_plan`'s entries (module path: style) and `tp_requires`' (a check of the config and tp,
-        the message when it fails), as the tensor-parallel pass planned them."""
+    def tp_rows(self) -> tuple[list[str], list[str], tuple[str, ...]]:
+        """`Model.tp_plan`'s entries (module path: style), `tp_requires`' (a check of the config and tp,
+        the message when it fails) and `tp_local`'s names, as the tensor-parallel pass planned them."""
         tp = self.plans.tp
         plan = [f"{key!r}: {style!r}," for key, style in tp.styles().items()]
         em = Emitter(self, None, Namespace(), cfg="c")
         requires = [f"(lambda c, tp: {em.dim(r.units, 20)} % tp == 0, {r.message(self.display, self.spec_file)!r}),"
                     for r in tp.requires]
-        return plan, requires
+        return plan, requires, tp.local()
 
     def spec_parameter_rows(self) -> list[str]:
         """`spec_parameters(cfg)`: spec name -> a `_SpecParameter` row (snf/runtime/tables.py): its

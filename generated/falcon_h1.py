@@ -239,12 +239,12 @@ class Block(nn.Module):
         if cfg.mamba_rms_norm:
             if cfg.mamba_norm_before_gate:
                 # [B, T, d_ssm]  falcon_h1.snf:149
-                gated = F.rms_norm(y.unflatten(2, (-1, (cfg.mamba_d_ssm // cfg.mamba_n_groups))),
+                gated = F.rms_norm(y.unflatten(2, (-1, cfg.mamba_d_ssm // cfg.mamba_n_groups)),
                                    ((cfg.mamba_d_ssm // cfg.mamba_n_groups),), None,
                                    cfg.norm_eps).flatten(2, 3) * self.gate_norm_weight * F.silu(z)
             else:
                 # [B, T, d_ssm]  falcon_h1.snf:152
-                gated = F.rms_norm(gated.unflatten(2, (-1, (cfg.mamba_d_ssm // cfg.mamba_n_groups))),
+                gated = F.rms_norm(gated.unflatten(2, (-1, cfg.mamba_d_ssm // cfg.mamba_n_groups)),
                                    ((cfg.mamba_d_ssm // cfg.mamba_n_groups),), None,
                                    cfg.norm_eps).flatten(2, 3) * self.gate_norm_weight
         mamba_out = self.out_proj(gated) * cfg.ssm_out_multiplier  # [B, T, D]  falcon_h1.snf:154

@@ -149,7 +149,7 @@ class Block(nn.Module):
             _set_layer(new_ssm, l,
                        _ssd_state(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, 0.0, None, ssm_state))
         # [B, T, G, (d_inner // G)]  mamba2.snf:81
-        gated = (y * F.silu(z)).unflatten(2, (-1, (cfg.d_inner // cfg.n_groups)))
+        gated = (y * F.silu(z)).unflatten(2, (-1, cfg.d_inner // cfg.n_groups))
         # [B, T, d_inner]  mamba2.snf:82
         normed = F.rms_norm(gated, ((cfg.d_inner // cfg.n_groups),), None,
                             cfg.norm_eps).flatten(2, 3) * self.gate_norm_weight

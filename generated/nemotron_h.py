@@ -351,7 +351,7 @@ class Block(nn.Module):
                            _ssd_state(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, cfg.dt_min, None,
                                       ssm_state))
             # [B, T, G, (d_inner // G)]  nemotron_h.snf:161
-            gated = (y * F.silu(z)).unflatten(2, (-1, (cfg.d_inner // cfg.n_groups)))
+            gated = (y * F.silu(z)).unflatten(2, (-1, cfg.d_inner // cfg.n_groups))
             # [B, T, d_inner]  nemotron_h.snf:162
             normed = F.rms_norm(gated, ((cfg.d_inner // cfg.n_groups),), None,
                                 cfg.norm_eps).flatten(2, 3) * self.gate_norm_weight

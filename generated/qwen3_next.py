@@ -297,7 +297,7 @@ class Block(nn.Module):
         B, T, _ = x.shape
         h = F.rms_norm(x, (cfg.n_embd,), 1.0 + self.attn_norm_weight, cfg.norm_eps)  # [B, T, D]  qwen3_next.snf:143
         if (l + 1) % cfg.full_attention_interval == 0:
-            qg = self.q(h).unflatten(2, (-1, 2*cfg.head_dim))  # [B, T, H, 2*head_dim]  qwen3_next.snf:147
+            qg = self.q(h).unflatten(2, (-1, 2 * cfg.head_dim))  # [B, T, H, 2*head_dim]  qwen3_next.snf:147
             # [B, T, H, head_dim]  qwen3_next.snf:148
             q = F.rms_norm(qg[:, :, :, 0:cfg.head_dim], (cfg.head_dim,), 1.0 + self.q_norm_weight, cfg.norm_eps)
             gate = qg[:, :, :, cfg.head_dim:2 * cfg.head_dim].flatten(2, 3)  # [B, T, q_dim]  qwen3_next.snf:149
@@ -321,7 +321,7 @@ class Block(nn.Module):
             x = x + self.o(attn * torch.sigmoid(gate))  # [B, T, D]  qwen3_next.snf:161
         else:
             qkvz = self.qkvz(h).unflatten(2, (-1, cfg.qkvz_group))  # [B, T, Hk, qkvz_group]  qwen3_next.snf:164
-            ba = self.ba(h).unflatten(2, (-1, 2*cfg.R))  # [B, T, Hk, 2*R]  qwen3_next.snf:165
+            ba = self.ba(h).unflatten(2, (-1, 2 * cfg.R))  # [B, T, Hk, 2*R]  qwen3_next.snf:165
             # [B, T, conv_dim]  qwen3_next.snf:166
             mixed = torch.cat([qkvz[:, :, :, 0:cfg.lin_key_dim].flatten(2, 3),
                                qkvz[:, :, :, cfg.lin_key_dim:2 * cfg.lin_key_dim].flatten(2, 3),

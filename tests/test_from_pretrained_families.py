@@ -322,6 +322,6 @@ def test_gemma4_reads_the_full_layers_head_size_from_per_layer_config(tmp_path):
     with torch.no_grad():
         assert _close(model(idx).logits, hf(idx).logits)
     edit_config(folder, per_layer_config=...)
-    with pytest.raises(CheckpointError, match=r"layers.1.self_attn.o_proj.weight \(for layers.1.fo_weight\): "
+    with pytest.raises(CheckpointError, match=r"layers.1.self_attn.o_proj.weight \(for layers.1.fo.weight\): "
                                               r"expected shape \[32, 2048\], got \[32, 32\]"):
         snf.from_pretrained(folder)

@@ -140,7 +140,11 @@ def test_training_side_by_side_with_nanogpt_gives_the_same_losses(capsys):
         print(f"\nnanogpt.snf vs nanoGPT, {STEPS} AdamW steps: loss {ours[0]:.6f} -> {ours[-1]:.6f} "
               f"(nanoGPT {theirs[0]:.6f} -> {theirs[-1]:.6f}), max |difference| {gap:.2e}")
     assert ours[-1] < ours[0] - 0.5  # it learned: the comparison is not of two flat lines
-    assert math.isfinite(gap) and gap <= 1e-5  # float32 rounding over 40 steps
+    assert abs(ours[0] - theirs[0]) <= 1e-6  # the same model: the first loss agrees to float32 rounding
+    # nanoGPT's c_attn is one [3D, D] matmul where the generated block makes three (q, k and v unfused:
+    # a column-wise shard of a fused weight would not keep whole heads), which round differently; 40 AdamW
+    # steps, dividing by the roots of small second moments, carry ~1e-7 to 3.8e-5 (measured), so 1e-4
+    assert math.isfinite(gap) and gap <= 1e-4
 
 
 def test_a_nanogpt_train_py_checkpoint_loads(tmp_path):

@@ -361,9 +361,12 @@ class LowerCtx:
         return f"the {name} at {self.em.g.spec_file}:{self.op.span.line}"
 
     def dims_code(self, name: str) -> str:
-        a = self.args[name]
-        return ", ".join(self.em.dim(i.ty.dim) if isinstance(i, ir.Lit) or isinstance(i, ir.Ref) and
-                         i.kind in ("config", "dim") else self.em.code(i) for i in a.items)
+        return ", ".join(self.dims_codes(name))
+
+    def dims_codes(self, name: str) -> list[str]:
+        """Each size of the dims list `name`, as code."""
+        return [self.em.dim(i.ty.dim) if isinstance(i, ir.Lit) or isinstance(i, ir.Ref) and
+                i.kind in ("config", "dim") else self.em.code(i) for i in self.args[name].items]
 
     def dim_items(self, name: str) -> list[Dim] | None:
         """The sizes of the dims list `name` as dims, or None where one is not a size the checker named."""

@@ -309,7 +309,7 @@ def _reshape_torch(call) -> str:
     if new is not None:
         i, j, k = _changed_axes(call.ty('x').shape, new, call.eq)
         if j - i == 1 and k - i > 1 and not any(call.run_time(d) for d in new[i + 1:k]):
-            return f"{x}.unflatten({i}, (-1, {', '.join(call.dim(d) for d in new[i + 1:k])}))"
+            return f"{x}.unflatten({i}, (-1, {', '.join(call.dims_codes('shape')[i + 1:k])}))"
         if k - i == 1 and j - i > 1:
             return f"{x}.flatten({i}, {j - 1})"
     return f"{x}.reshape({call.dims_code('shape')})"

@@ -5,6 +5,8 @@ its dynamic and its static KV cache, on the same weights (greedy, so all produce
     PYTHONPATH=. python3 benchmarks/bench_generate.py --quick         # smoke run
     PYTHONPATH=. python3 benchmarks/bench_generate.py --model llama   # gpt_decoder.snf vs LlamaForCausalLM
     PYTHONPATH=. python3 benchmarks/bench_generate.py --device cuda --dtype bfloat16   # the H100 table
+    PYTHONPATH=. python3 benchmarks/bench_generate.py --batches 1 --block-sizes 1024 --threads 1 --clock cpu \
+        --step-options   # the decode step under each inductor CPU option set (README, issue 53)
 
 4 layers, 4 heads, D=256, vocab 1024 (Llama: SwiGLU hidden 704, tied embeddings); a 16-token
 prompt, 64 new tokens; batch 1 and 8; a context (block_size, the cache's preallocated slots) of

@@ -153,7 +153,7 @@ def cpu_line(threads: Optional[int] = None) -> str:
     used = torch.get_num_threads() if threads is None else threads
     family = f", family {info['cpu family']} model {info['model']}" if "cpu family" in info and "model" in info else ""
     return (f"CPU: {model}" + (f" ({vendor}{family})" if vendor and vendor not in model else family)
-            + f", {os.cpu_count()} logical CPUs, torch's kernels {capability}, {used} threads used")
+            + f", {os.cpu_count()} logical CPUs, torch's kernels {capability}, {used} thread{'s' * (used != 1)} used")
 
 
 def environment_lines(threads_set_by: str = "") -> list[str]:

@@ -25,6 +25,14 @@ def test_bench_generate_runs(model, capsys, monkeypatch):
     assert all(int(rate) > 0 and float(x) > 0 for *_, rate, x in rows)
 
 
+def test_bench_generate_step_options_as_generated():
+    """--step-options' `step:decompose+threshold` is what generated modules pass (its README table says so)."""
+    from benchmarks import bench_generate
+    from generated import gpt_decoder, nanogpt
+    for module in (nanogpt, gpt_decoder):
+        assert module.Model._decode_step.unit.cpu_options == bench_generate.STEP_OPTIONS["step:decompose+threshold"]
+
+
 def test_bench_gpt2_runs(capsys, monkeypatch):
     from benchmarks import bench_gpt2
     monkeypatch.setenv("SNF_COMPILE", "0")

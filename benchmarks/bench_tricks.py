@@ -44,15 +44,20 @@ FULL = dict(n_layer=4, n_head=4, n_embd=256, vocab_size=1024, block_size=128)
 QUICK = dict(n_layer=2, n_head=2, n_embd=32, vocab_size=64, block_size=32)
 
 
-def module_from(spec: str, name: str, passes: bool = True) -> types.ModuleType:
-    """The generated module of specs/<spec>.snf, compiled in process (with or without fuse_linear)."""
+def module_from(spec: str, name: str, fuse: bool = False) -> types.ModuleType:
+    """The generated module of specs/<spec>.snf, compiled in process (with fuse_linear, which PASSES
+    no longer runs, where `fuse`)."""
     from snf import passes as passes_mod
     from snf.codegen import generate
     from snf.compiler import analyze
+    from snf.passes.fuse_linear import fuse_linear
     from snf.source import Source
 
     result = analyze(Source.read(ROOT / "specs" / f"{spec}.snf"))
-    model = passes_mod.run_passes(result.model) if passes else result.model
+    model = passes_mod.run_passes(result.model)
+    if fuse:
+        model = fuse_linear(model)
+        passes_mod.verify(model)
     # standalone: the helpers a trick patches (m._bucket, m._attention) are this module's own copy
     code = generate(passes_mod.plan(model), f"specs/{spec}.snf", standalone=True)
     module = types.ModuleType(name)
@@ -69,7 +74,7 @@ def pair(a, b, *, reps: int, warmup: int) -> tuple[float, float, float]:
 
 def fused_qkv(cfg: dict, args) -> list:
     rows = []
-    fused, plain = module_from("nanogpt", "trick_fused"), module_from("nanogpt", "trick_unfused", passes=False)
+    fused, plain = module_from("nanogpt", "trick_fused", fuse=True), module_from("nanogpt", "trick_unfused")
     torch.manual_seed(0)
     a = fused.Model(fused.Config(**cfg)).train()
     b = plain.Model(plain.Config(**cfg)).train()

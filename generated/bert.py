@@ -18,10 +18,11 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_config, _check_dims, _check_index, _check_input
 from snf.runtime.attention import _attention
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -107,14 +108,13 @@ class Block(nn.Module):
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
-        B, T, _ = x.shape
-        q = self.q(x).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  bert.snf:63
-        k = self.k(x).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  bert.snf:64
-        v = self.v(x).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  bert.snf:65
+        q = self.q(x).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  bert.snf:63
+        k = self.k(x).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  bert.snf:64
+        v = self.v(x).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  bert.snf:65
         # [B, T, H, head_dim]  bert.snf:67
         attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False,
                           dropout_p=(cfg.attn_dropout if self.training else 0.0)).transpose(1, 2)
-        attn_out = self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  bert.snf:68
+        attn_out = self.o(attn.flatten(2, 3))  # [B, T, D]  bert.snf:68
         x = self.attn_norm(x + F.dropout(attn_out, p=cfg.dropout, training=self.training))  # [B, T, D]  bert.snf:69
         ff = self.ff_out(F.gelu(self.ff_in(x)))  # [B, T, D]  bert.snf:71
         x = self.ff_norm(x + F.dropout(ff, p=cfg.dropout, training=self.training))  # [B, T, D]  bert.snf:73
@@ -189,6 +189,8 @@ class Model(nn.Module):
         (lambda c, tp: c.intermediate % tp == 0,
          'tp must divide intermediate, the features of a column-wise `linear` (bert.snf:71)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('intermediate', 'n_head')
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, token_type_ids: Optional[torch.Tensor] = None,
@@ -232,36 +234,54 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'word_embedding': ('word_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'position_embedding': ('position_embedding', None, None, (cfg.max_positions, cfg.n_embd), torch.float32),
-        'token_type_embedding': ('token_type_embedding', None, None, (cfg.type_vocab_size, cfg.n_embd), torch.float32),
-        'emb_norm_weight': ('emb_norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'emb_norm_bias': ('emb_norm.bias', None, None, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'attn_norm_bias': ('layers.{l}.attn_norm.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ff_in_weight': ('layers.{l}.ff_in.weight', None, cfg.n_layer, (cfg.intermediate, cfg.n_embd), torch.float32),
-        'ff_in_bias': ('layers.{l}.ff_in.bias', None, cfg.n_layer, (cfg.intermediate,), torch.float32),
-        'ff_out_weight': ('layers.{l}.ff_out.weight', None, cfg.n_layer, (cfg.n_embd, cfg.intermediate), torch.float32),
-        'ff_out_bias': ('layers.{l}.ff_out.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ff_norm_weight': ('layers.{l}.ff_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ff_norm_bias': ('layers.{l}.ff_norm.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'pooler_weight': ('pooler.weight', None, None, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'pooler_bias': ('pooler.bias', None, None, (cfg.n_embd,), torch.float32),
+        'word_embedding': _SpecParameter('word_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                         dtype=torch.float32),
+        'position_embedding': _SpecParameter('position_embedding', shape=(cfg.max_positions, cfg.n_embd),
+                                             dtype=torch.float32),
+        'token_type_embedding': _SpecParameter('token_type_embedding', shape=(cfg.type_vocab_size, cfg.n_embd),
+                                               dtype=torch.float32),
+        'emb_norm_weight': _SpecParameter('emb_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'emb_norm_bias': _SpecParameter('emb_norm.bias', shape=(cfg.n_embd,), dtype=torch.float32),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'q_bias': _SpecParameter('layers.{l}.q.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_bias': _SpecParameter('layers.{l}.k.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_bias': _SpecParameter('layers.{l}.v.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_bias': _SpecParameter('layers.{l}.o.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'attn_norm_bias': _SpecParameter('layers.{l}.attn_norm.bias', shape=(cfg.n_embd,), dtype=torch.float32,
+                                         loop='layers', layers=cfg.n_layer),
+        'ff_in_weight': _SpecParameter('layers.{l}.ff_in.weight', shape=(cfg.intermediate, cfg.n_embd),
+                                       dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'ff_in_bias': _SpecParameter('layers.{l}.ff_in.bias', shape=(cfg.intermediate,), dtype=torch.float32,
+                                     loop='layers', layers=cfg.n_layer),
+        'ff_out_weight': _SpecParameter('layers.{l}.ff_out.weight', shape=(cfg.n_embd, cfg.intermediate),
+                                        dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'ff_out_bias': _SpecParameter('layers.{l}.ff_out.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                      layers=cfg.n_layer),
+        'ff_norm_weight': _SpecParameter('layers.{l}.ff_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                         loop='layers', layers=cfg.n_layer),
+        'ff_norm_bias': _SpecParameter('layers.{l}.ff_norm.bias', shape=(cfg.n_embd,), dtype=torch.float32,
+                                       loop='layers', layers=cfg.n_layer),
+        'pooler_weight': _SpecParameter('pooler.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32),
+        'pooler_bias': _SpecParameter('pooler.bias', shape=(cfg.n_embd,), dtype=torch.float32),
     }
 
 

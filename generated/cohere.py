@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -26,6 +26,7 @@ from snf.runtime.writes import _DecodeState, _cache_cat
 from snf.runtime.attention import _attention
 from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -124,11 +125,10 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = F.layer_norm(x, (cfg.n_embd,), self.norm_weight_l, None, cfg.norm_eps)  # [B, T, D]  cohere.snf:68
-        q_heads = self.q(h).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  cohere.snf:69
-        k_heads = self.k(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  cohere.snf:70
-        v_new = self.v(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  cohere.snf:71
+        q_heads = self.q(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  cohere.snf:69
+        k_heads = self.k(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  cohere.snf:70
+        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  cohere.snf:71
         # [B, T, H, head_dim]  cohere.snf:73
         q = F.layer_norm(q_heads, (cfg.head_dim,), None, None,
                          cfg.norm_eps) * self.q_norm_weight if cfg.use_qk_norm else q_heads
@@ -144,7 +144,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  cohere.snf:82
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           decode=decode).transpose(1, 2)
-        a = self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  cohere.snf:83
+        a = self.o(attn.flatten(2, 3))  # [B, T, D]  cohere.snf:83
         m = self.down(F.silu(self.gate(h)) * self.up(h))  # [B, T, D]  cohere.snf:84
         x = x + a + m  # [B, T, D]  cohere.snf:85
         return x, k_all, v_all
@@ -168,8 +168,8 @@ class Model(nn.Module):
         self.config = cfg = config
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  cohere.snf:38
         self.norm = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=False)  # norm_weight  cohere.snf:54
-        # [vocab_size, D]  cohere.snf:55
-        self.lm_head_weight = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_embd)) if not cfg.tie_embeddings else None
+        # lm_head_weight  cohere.snf:55
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False) if not cfg.tie_embeddings else None
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.reset_parameters()
 
@@ -179,8 +179,8 @@ class Model(nn.Module):
         cfg = self.config
         nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.norm.weight)
-        if self.lm_head_weight is not None:
-            nn.init.normal_(self.lm_head_weight, mean=0.0, std=0.02)
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
         for layer in self.layers:
             layer.reset_parameters()
 
@@ -206,7 +206,7 @@ class Model(nn.Module):
         'layers.*.gate': 'colwise',
         'layers.*.up': 'colwise',
         'layers.*.down': 'rowwise',
-        'lm_head_weight': 'vocab_head',
+        'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
     tp_requires = (
@@ -217,6 +217,8 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          'tp must divide mlp_hidden, the features of a column-wise `linear` (cohere.snf:84)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('mlp_hidden', 'n_head', 'n_kv_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
@@ -248,7 +250,7 @@ class Model(nn.Module):
                 new_values[l] = new_values_layer  # cohere.snf:81
         x_final = self.norm(x)  # [B, T, D]  cohere.snf:87
         # [B, T, vocab_size]  cohere.snf:88
-        logits = (F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings
+        logits = (self.lm_head(x_final) if not cfg.tie_embeddings
                   else F.linear(x_final, self.token_embedding.weight)) * cfg.logit_scale
         return Output(logits, new_keys, new_values)
 
@@ -324,37 +326,48 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'norm_weight_l': ('layers.{l}.norm_weight_l', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.attention_bias else None,
-                   torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
-                   torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
-                   torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.attention_bias else None,
-                   torch.float32),
-        'q_norm_weight': ('layers.{l}.q_norm_weight', None, cfg.n_layer,
-                          (cfg.n_head, cfg.head_dim) if cfg.use_qk_norm else None, torch.float32),
-        'k_norm_weight': ('layers.{l}.k_norm_weight', None, cfg.n_layer,
-                          (cfg.n_kv_head, cfg.head_dim) if cfg.use_qk_norm else None, torch.float32),
-        'gate_weight': ('layers.{l}.gate.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_weight': ('layers.{l}.up.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'down_weight': ('layers.{l}.down.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head_weight', None, None,
-                           (cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None, torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'norm_weight_l': _SpecParameter('layers.{l}.norm_weight_l', shape=(cfg.n_embd,), dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'q_bias': _SpecParameter('layers.{l}.q.bias', shape=(cfg.n_embd,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_bias': _SpecParameter('layers.{l}.k.bias', shape=(cfg.kv_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_bias': _SpecParameter('layers.{l}.v.bias', shape=(cfg.kv_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_bias': _SpecParameter('layers.{l}.o.bias', shape=(cfg.n_embd,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'q_norm_weight': _SpecParameter('layers.{l}.q_norm_weight',
+                                        shape=(cfg.n_head, cfg.head_dim) if cfg.use_qk_norm else None,
+                                        dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'k_norm_weight': _SpecParameter('layers.{l}.k_norm_weight',
+                                        shape=(cfg.n_kv_head, cfg.head_dim) if cfg.use_qk_norm else None,
+                                        dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'gate_weight': _SpecParameter('layers.{l}.gate.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'up_weight': _SpecParameter('layers.{l}.up.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'down_weight': _SpecParameter('layers.{l}.down.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight',
+                                         shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
+                                         dtype=torch.float32),
     }
 
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input
 from snf.runtime.writes import _DecodeState, _cache_cat
@@ -27,6 +27,7 @@ from snf.runtime.attention import _latent_attention
 from snf.runtime.rope import _rope, _scaled_rope
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.experts import _moe_experts
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -151,30 +152,30 @@ class Block(nn.Module):
         super().__init__()
         self.config = cfg = config
         self.attn_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # attn_norm_weight  deepseek_v3.snf:62
-        # [H*nope_dim + H*rope_dim, D]  deepseek_v3.snf:63
-        self.q_weight = nn.Parameter(torch.empty(cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.rope_dim,
-                                                 cfg.n_embd)) if not cfg.q_lora else None
-        # [q_rank, D]  deepseek_v3.snf:64
-        self.q_a_weight = nn.Parameter(torch.empty(cfg.q_rank, cfg.n_embd)) if cfg.q_lora else None
+        # q_weight  deepseek_v3.snf:63
+        self.q = nn.Linear(cfg.n_embd, cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.rope_dim,
+                           bias=False) if not cfg.q_lora else None
+        # q_a_weight  deepseek_v3.snf:64
+        self.q_a = nn.Linear(cfg.n_embd, cfg.q_rank, bias=False) if cfg.q_lora else None
         # [q_rank]  deepseek_v3.snf:65
         self.q_a_norm_weight = nn.Parameter(torch.empty(cfg.q_rank)) if cfg.q_lora else None
-        # [H*nope_dim + H*rope_dim, q_rank]  deepseek_v3.snf:66
-        self.q_b_weight = nn.Parameter(torch.empty(cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.rope_dim,
-                                                   cfg.q_rank)) if cfg.q_lora else None
+        # q_b_weight  deepseek_v3.snf:66
+        self.q_b = nn.Linear(cfg.q_rank, cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.rope_dim,
+                             bias=False) if cfg.q_lora else None
         self.kv_a = nn.Linear(cfg.n_embd, cfg.latent_dim, bias=False)  # kv_a_weight  deepseek_v3.snf:67
         self.kv_a_norm = nn.RMSNorm(cfg.kv_rank, eps=cfg.norm_eps)  # kv_a_norm_weight  deepseek_v3.snf:68
         # [H*nope_dim + H*v_dim, kv_rank]  deepseek_v3.snf:69
         self.kv_b_weight = nn.Parameter(torch.empty(cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.v_dim, cfg.kv_rank))
         self.o = nn.Linear(cfg.n_head*cfg.v_dim, cfg.n_embd, bias=False)  # o_weight  deepseek_v3.snf:70
         self.mlp_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # mlp_norm_weight  deepseek_v3.snf:71
-        # [mlp_hidden, D]  deepseek_v3.snf:73
-        self.gate_weight = nn.Parameter(torch.empty(cfg.mlp_hidden, cfg.n_embd)) if l < cfg.first_dense else None
-        # [mlp_hidden, D]  deepseek_v3.snf:74
-        self.up_weight = nn.Parameter(torch.empty(cfg.mlp_hidden, cfg.n_embd)) if l < cfg.first_dense else None
-        # [D, mlp_hidden]  deepseek_v3.snf:75
-        self.down_weight = nn.Parameter(torch.empty(cfg.n_embd, cfg.mlp_hidden)) if l < cfg.first_dense else None
-        # [n_expert, D]  deepseek_v3.snf:77
-        self.router_weight = nn.Parameter(torch.empty(cfg.n_expert, cfg.n_embd)) if l >= cfg.first_dense else None
+        # gate_weight  deepseek_v3.snf:73
+        self.gate = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False) if l < cfg.first_dense else None
+        # up_weight  deepseek_v3.snf:74
+        self.up = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False) if l < cfg.first_dense else None
+        # down_weight  deepseek_v3.snf:75
+        self.down = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=False) if l < cfg.first_dense else None
+        # router_weight  deepseek_v3.snf:77
+        self.router = nn.Linear(cfg.n_embd, cfg.n_expert, bias=False) if l >= cfg.first_dense else None
         # [n_expert]  deepseek_v3.snf:78
         self.router_bias = nn.Parameter(torch.empty(cfg.n_expert)) if l >= cfg.first_dense else None
         # [n_expert, expert_hidden, D]  deepseek_v3.snf:79
@@ -186,41 +187,38 @@ class Block(nn.Module):
         # [n_expert, D, expert_hidden]  deepseek_v3.snf:81
         self.expert_down = nn.Parameter(torch.empty(cfg.n_expert, cfg.n_embd,
                                                     cfg.expert_hidden)) if l >= cfg.first_dense else None
-        # [shared_hidden, D]  deepseek_v3.snf:82
-        self.shared_gate_weight = nn.Parameter(torch.empty(cfg.shared_hidden,
-                                                           cfg.n_embd)) if l >= cfg.first_dense else None
-        # [shared_hidden, D]  deepseek_v3.snf:83
-        self.shared_up_weight = nn.Parameter(torch.empty(cfg.shared_hidden,
-                                                         cfg.n_embd)) if l >= cfg.first_dense else None
-        # [D, shared_hidden]  deepseek_v3.snf:84
-        self.shared_down_weight = nn.Parameter(torch.empty(cfg.n_embd,
-                                                           cfg.shared_hidden)) if l >= cfg.first_dense else None
+        # shared_gate_weight  deepseek_v3.snf:82
+        self.shared_gate = nn.Linear(cfg.n_embd, cfg.shared_hidden, bias=False) if l >= cfg.first_dense else None
+        # shared_up_weight  deepseek_v3.snf:83
+        self.shared_up = nn.Linear(cfg.n_embd, cfg.shared_hidden, bias=False) if l >= cfg.first_dense else None
+        # shared_down_weight  deepseek_v3.snf:84
+        self.shared_down = nn.Linear(cfg.shared_hidden, cfg.n_embd, bias=False) if l >= cfg.first_dense else None
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         cfg = self.config
         nn.init.ones_(self.attn_norm.weight)
-        if self.q_weight is not None:
-            nn.init.normal_(self.q_weight, mean=0.0, std=0.02)
-        if self.q_a_weight is not None:
-            nn.init.normal_(self.q_a_weight, mean=0.0, std=0.02)
+        if self.q is not None:
+            nn.init.normal_(self.q.weight, mean=0.0, std=0.02)
+        if self.q_a is not None:
+            nn.init.normal_(self.q_a.weight, mean=0.0, std=0.02)
         if self.q_a_norm_weight is not None:
             nn.init.ones_(self.q_a_norm_weight)
-        if self.q_b_weight is not None:
-            nn.init.normal_(self.q_b_weight, mean=0.0, std=0.02)
+        if self.q_b is not None:
+            nn.init.normal_(self.q_b.weight, mean=0.0, std=0.02)
         nn.init.normal_(self.kv_a.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.kv_a_norm.weight)
         nn.init.normal_(self.kv_b_weight, mean=0.0, std=0.02)
         nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.mlp_norm.weight)
-        if self.gate_weight is not None:
-            nn.init.normal_(self.gate_weight, mean=0.0, std=0.02)
-        if self.up_weight is not None:
-            nn.init.normal_(self.up_weight, mean=0.0, std=0.02)
-        if self.down_weight is not None:
-            nn.init.normal_(self.down_weight, mean=0.0, std=0.02)
-        if self.router_weight is not None:
-            nn.init.normal_(self.router_weight, mean=0.0, std=0.02)
+        if self.gate is not None:
+            nn.init.normal_(self.gate.weight, mean=0.0, std=0.02)
+        if self.up is not None:
+            nn.init.normal_(self.up.weight, mean=0.0, std=0.02)
+        if self.down is not None:
+            nn.init.normal_(self.down.weight, mean=0.0, std=0.02)
+        if self.router is not None:
+            nn.init.normal_(self.router.weight, mean=0.0, std=0.02)
         if self.router_bias is not None:
             nn.init.zeros_(self.router_bias)
         if self.expert_gate is not None:
@@ -229,12 +227,12 @@ class Block(nn.Module):
             nn.init.normal_(self.expert_up, mean=0.0, std=0.02)
         if self.expert_down is not None:
             nn.init.normal_(self.expert_down, mean=0.0, std=0.02)
-        if self.shared_gate_weight is not None:
-            nn.init.normal_(self.shared_gate_weight, mean=0.0, std=0.02)
-        if self.shared_up_weight is not None:
-            nn.init.normal_(self.shared_up_weight, mean=0.0, std=0.02)
-        if self.shared_down_weight is not None:
-            nn.init.normal_(self.shared_down_weight, mean=0.0, std=0.02)
+        if self.shared_gate is not None:
+            nn.init.normal_(self.shared_gate.weight, mean=0.0, std=0.02)
+        if self.shared_up is not None:
+            nn.init.normal_(self.shared_up.weight, mean=0.0, std=0.02)
+        if self.shared_down is not None:
+            nn.init.normal_(self.shared_down.weight, mean=0.0, std=0.02)
 
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, past_latent: Optional[torch.Tensor], T_past: int, l: int,
@@ -243,9 +241,9 @@ class Block(nn.Module):
         B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  deepseek_v3.snf:98
         # [B, T, H*nope_dim + H*rope_dim]  deepseek_v3.snf:100
-        q = F.linear(F.rms_norm(F.linear(h, self.q_a_weight), (cfg.q_rank,), self.q_a_norm_weight, cfg.norm_eps),
-                     self.q_b_weight) if cfg.q_lora else F.linear(h, self.q_weight)
-        q_heads = q.reshape(B, T, cfg.n_head, cfg.qk_dim)  # [B, T, H, qk_dim]  deepseek_v3.snf:102
+        q = self.q_b(F.rms_norm(self.q_a(h), (cfg.q_rank,), self.q_a_norm_weight,
+                                cfg.norm_eps)) if cfg.q_lora else self.q(h)
+        q_heads = q.unflatten(2, (-1, cfg.qk_dim))  # [B, T, H, qk_dim]  deepseek_v3.snf:102
         kv_a = self.kv_a(h)  # [B, T, latent_dim]  deepseek_v3.snf:103
         # [B, T, 1, rope_dim]  deepseek_v3.snf:104
         k_pe = kv_a[:, :, cfg.kv_rank:cfg.latent_dim].reshape(B, T, 1, cfg.rope_dim)
@@ -269,20 +267,19 @@ class Block(nn.Module):
         attn = _latent_attention(torch.cat([q_heads[:, :, :, 0:cfg.nope_dim], q_pe], dim=3), latent_all,
                                  self.kv_b_weight, cfg.rope_dim, cfg.v_dim, causal=True, scale=cfg.attn_scale,
                                  decode=decode)
-        x = x + self.o(attn.reshape(B, T, cfg.n_head * cfg.v_dim))  # [B, T, D]  deepseek_v3.snf:128
+        x = x + self.o(attn.flatten(2, 3))  # [B, T, D]  deepseek_v3.snf:128
         m = self.mlp_norm(x)  # [B, T, D]  deepseek_v3.snf:130
         if l >= cfg.first_dense:
-            scores = torch.sigmoid(F.linear(m, self.router_weight))  # [B, T, n_expert]  deepseek_v3.snf:133
+            scores = torch.sigmoid(self.router(m))  # [B, T, n_expert]  deepseek_v3.snf:133
             choice = scores + self.router_bias  # [B, T, n_expert]  deepseek_v3.snf:136
             # [B, T, n_group]  deepseek_v3.snf:137
-            group_scores = torch.topk(choice.reshape(B, T, cfg.n_group, cfg.group_size), 2, dim=-1).values.sum(dim=-1)
+            group_scores = torch.topk(choice.unflatten(2, (-1, cfg.group_size)), 2, dim=-1).values.sum(dim=-1)
             # [B, T, n_group]  deepseek_v3.snf:138
             groups = F.one_hot(torch.sort(group_scores, dim=-1, descending=True,
                                           stable=True).indices.narrow(-1, 0, cfg.topk_group),
                                cfg.n_group).to(self.attn_norm.weight.dtype).sum(dim=2)
             # [B, T, n_expert]  deepseek_v3.snf:139
-            allowed = groups.reshape(B, T, cfg.n_group, 1).expand(
-                    B, T, cfg.n_group, cfg.group_size).reshape(B, T, cfg.n_expert)
+            allowed = groups.reshape(B, T, cfg.n_group, 1).expand(B, T, cfg.n_group, cfg.group_size).flatten(2, 3)
             # [B, T, n_expert_tok]  deepseek_v3.snf:141
             chosen = torch.sort(torch.where(allowed > 0.5, choice, -1e+30), dim=-1, descending=True,
                                 stable=True).indices.narrow(-1, 0, cfg.n_expert_tok)
@@ -294,13 +291,10 @@ class Block(nn.Module):
                        else top) * cfg.routed_scaling
             # [B, T, D]  deepseek_v3.snf:145
             routed = _moe_experts(m, chosen, weights, self.expert_gate, self.expert_up, self.expert_down, 'silu')
-            # [B, T, D]  deepseek_v3.snf:147
-            shared = F.linear(F.silu(F.linear(m, self.shared_gate_weight)) * F.linear(m, self.shared_up_weight),
-                              self.shared_down_weight)
+            shared = self.shared_down(F.silu(self.shared_gate(m)) * self.shared_up(m))  # [B, T, D]  deepseek_v3.snf:147
             x = x + routed + shared  # [B, T, D]  deepseek_v3.snf:149
         else:
-            # [B, T, D]  deepseek_v3.snf:151
-            x = x + F.linear(F.silu(F.linear(m, self.gate_weight)) * F.linear(m, self.up_weight), self.down_weight)
+            x = x + self.down(F.silu(self.gate(m)) * self.up(m))  # [B, T, D]  deepseek_v3.snf:151
         return x, latent_all
 
 
@@ -348,21 +342,21 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.q_weight': 'colwise',
-        'layers.*.q_a_weight': 'replicate',
-        'layers.*.q_b_weight': 'colwise',
+        'layers.*.q': 'colwise',
+        'layers.*.q_a': 'replicate',
+        'layers.*.q_b': 'colwise',
         'layers.*.kv_a': 'replicate',
         'layers.*.kv_b_weight': 'shard:0',
         'layers.*.o': 'rowwise',
-        'layers.*.gate_weight': 'colwise',
-        'layers.*.up_weight': 'colwise',
-        'layers.*.down_weight': 'rowwise',
+        'layers.*.gate': 'colwise',
+        'layers.*.up': 'colwise',
+        'layers.*.down': 'rowwise',
         'layers.*.expert_gate': 'experts',
         'layers.*.expert_up': 'experts',
         'layers.*.expert_down': 'experts',
-        'layers.*.shared_gate_weight': 'colwise',
-        'layers.*.shared_up_weight': 'colwise',
-        'layers.*.shared_down_weight': 'rowwise',
+        'layers.*.shared_gate': 'colwise',
+        'layers.*.shared_up': 'colwise',
+        'layers.*.shared_down': 'rowwise',
         'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
@@ -376,6 +370,8 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          'tp must divide mlp_hidden, the features of a column-wise `linear` (deepseek_v3.snf:151)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('expert_hidden', 'mlp_hidden', 'n_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_latent: Optional[torch.Tensor] = None, *,
@@ -464,59 +460,73 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q_weight', None, cfg.n_layer,
-                     (cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.rope_dim, cfg.n_embd) if not cfg.q_lora else None,
-                     torch.float32),
-        'q_a_weight': ('layers.{l}.q_a_weight', None, cfg.n_layer, (cfg.q_rank, cfg.n_embd) if cfg.q_lora else None,
-                       torch.float32),
-        'q_a_norm_weight': ('layers.{l}.q_a_norm_weight', None, cfg.n_layer, (cfg.q_rank,) if cfg.q_lora else None,
-                            torch.float32),
-        'q_b_weight': ('layers.{l}.q_b_weight', None, cfg.n_layer,
-                       (cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.rope_dim, cfg.q_rank) if cfg.q_lora else None,
-                       torch.float32),
-        'kv_a_weight': ('layers.{l}.kv_a.weight', None, cfg.n_layer, (cfg.latent_dim, cfg.n_embd), torch.float32),
-        'kv_a_norm_weight': ('layers.{l}.kv_a_norm.weight', None, cfg.n_layer, (cfg.kv_rank,), torch.float32),
-        'kv_b_weight': ('layers.{l}.kv_b_weight', None, cfg.n_layer,
-                        (cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.v_dim, cfg.kv_rank), torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_head*cfg.v_dim), torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'gate_weight': ('layers.{l}.gate_weight', None, tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense),
-                        (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_weight': ('layers.{l}.up_weight', None, tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense),
-                      (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'down_weight': ('layers.{l}.down_weight', None, tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense),
-                        (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'router_weight': ('layers.{l}.router_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense), (cfg.n_expert, cfg.n_embd),
-                          torch.float32),
-        'router_bias': ('layers.{l}.router_bias', None, tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
-                        (cfg.n_expert,), torch.float32),
-        'expert_gate': ('layers.{l}.expert_gate', None, tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
-                        (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'expert_up': ('layers.{l}.expert_up', None, tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
-                      (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'expert_down': ('layers.{l}.expert_down', None, tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
-                        (cfg.n_expert, cfg.n_embd, cfg.expert_hidden), torch.float32),
-        'shared_gate_weight': ('layers.{l}.shared_gate_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
-                               (cfg.shared_hidden, cfg.n_embd), torch.float32),
-        'shared_up_weight': ('layers.{l}.shared_up_weight', None,
-                             tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
-                             (cfg.shared_hidden, cfg.n_embd), torch.float32),
-        'shared_down_weight': ('layers.{l}.shared_down_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense),
-                               (cfg.n_embd, cfg.shared_hidden), torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight',
+                                   shape=(cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.rope_dim,
+                                          cfg.n_embd) if not cfg.q_lora else None,
+                                   dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'q_a_weight': _SpecParameter('layers.{l}.q_a.weight', shape=(cfg.q_rank, cfg.n_embd) if cfg.q_lora else None,
+                                     dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'q_a_norm_weight': _SpecParameter('layers.{l}.q_a_norm_weight', shape=(cfg.q_rank,) if cfg.q_lora else None,
+                                          dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'q_b_weight': _SpecParameter('layers.{l}.q_b.weight',
+                                     shape=(cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.rope_dim,
+                                            cfg.q_rank) if cfg.q_lora else None,
+                                     dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'kv_a_weight': _SpecParameter('layers.{l}.kv_a.weight', shape=(cfg.latent_dim, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'kv_a_norm_weight': _SpecParameter('layers.{l}.kv_a_norm.weight', shape=(cfg.kv_rank,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'kv_b_weight': _SpecParameter('layers.{l}.kv_b_weight',
+                                      shape=(cfg.n_head*cfg.nope_dim + cfg.n_head*cfg.v_dim, cfg.kv_rank),
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.n_head*cfg.v_dim), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'gate_weight': _SpecParameter('layers.{l}.gate.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense)),
+        'up_weight': _SpecParameter('layers.{l}.up.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers', layers=tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense)),
+        'down_weight': _SpecParameter('layers.{l}.down.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if l < cfg.first_dense)),
+        'router_weight': _SpecParameter('layers.{l}.router.weight', shape=(cfg.n_expert, cfg.n_embd),
+                                        dtype=torch.float32, loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+        'router_bias': _SpecParameter('layers.{l}.router_bias', shape=(cfg.n_expert,), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+        'expert_gate': _SpecParameter('layers.{l}.expert_gate', shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+        'expert_up': _SpecParameter('layers.{l}.expert_up', shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd),
+                                    dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+        'expert_down': _SpecParameter('layers.{l}.expert_down', shape=(cfg.n_expert, cfg.n_embd, cfg.expert_hidden),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+        'shared_gate_weight': _SpecParameter('layers.{l}.shared_gate.weight', shape=(cfg.shared_hidden, cfg.n_embd),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+        'shared_up_weight': _SpecParameter('layers.{l}.shared_up.weight', shape=(cfg.shared_hidden, cfg.n_embd),
+                                           dtype=torch.float32, loop='layers',
+                                           layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+        'shared_down_weight': _SpecParameter('layers.{l}.shared_down.weight', shape=(cfg.n_embd, cfg.shared_hidden),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if l >= cfg.first_dense)),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight', shape=(cfg.vocab_size, cfg.n_embd), dtype=torch.float32),
     }
 
 

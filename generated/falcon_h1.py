@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_config, _check_index, _check_input, _check_together
 from snf.runtime.writes import _set_layer
@@ -26,6 +26,7 @@ from snf.runtime.attention import _attention
 from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.recurrent import _causal_conv1d, _causal_conv1d_state, _ssd_scan, _ssd_state
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,6 @@ class Block(nn.Module):
                 past_values: Optional[torch.Tensor], T_past: int, l: int,
                 use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.input_norm(x)  # [B, T, D]  falcon_h1.snf:125
         zxbcdt = self.in_proj(h * cfg.ssm_in_multiplier) * mup  # [B, T, proj_dim]  falcon_h1.snf:128
         z = zxbcdt[:, :, 0:cfg.mamba_d_ssm]  # [B, T, d_ssm]  falcon_h1.snf:129
@@ -218,20 +218,19 @@ class Block(nn.Module):
         if use_cache:
             _set_layer(new_conv, l, _causal_conv1d_state(xbc, self.conv_weight, None, conv_state))  # falcon_h1.snf:135
         # [B, T, SH, mamba_d_head]  falcon_h1.snf:136
-        xs = xbc_conv[:, :, 0:cfg.mamba_d_ssm].reshape(B, T, cfg.mamba_n_heads, cfg.mamba_d_head)
+        xs = xbc_conv[:, :, 0:cfg.mamba_d_ssm].unflatten(2, (-1, cfg.mamba_d_head))
         # [B, T, G, N]  falcon_h1.snf:137
         b_in = xbc_conv[:, :,
                         cfg.mamba_d_ssm:(cfg.mamba_d_ssm + cfg.mamba_n_groups
-                                         * cfg.mamba_d_state)].reshape(B, T, cfg.mamba_n_groups, cfg.mamba_d_state)
+                                         * cfg.mamba_d_state)].unflatten(2, (-1, cfg.mamba_d_state))
         # [B, T, G, N]  falcon_h1.snf:138
         c_out = xbc_conv[:, :,
                          (cfg.mamba_d_ssm + cfg.mamba_n_groups
-                          * cfg.mamba_d_state):cfg.conv_dim].reshape(B, T, cfg.mamba_n_groups, cfg.mamba_d_state)
+                          * cfg.mamba_d_state):cfg.conv_dim].unflatten(2, (-1, cfg.mamba_d_state))
         A = -torch.exp(self.A_log)  # [SH]  falcon_h1.snf:139
         ssm_state = past_ssm if past_ssm is not None else None  # [B, SH, mamba_d_head, N]  falcon_h1.snf:140
         # [B, T, d_ssm]  falcon_h1.snf:141
-        y = _ssd_scan(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, 0.0, None,
-                      ssm_state).reshape(B, T, cfg.mamba_d_ssm)
+        y = _ssd_scan(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, 0.0, None, ssm_state).flatten(2, 3)
         if use_cache:
             # falcon_h1.snf:143
             _set_layer(new_ssm, l,
@@ -240,20 +239,19 @@ class Block(nn.Module):
         if cfg.mamba_rms_norm:
             if cfg.mamba_norm_before_gate:
                 # [B, T, d_ssm]  falcon_h1.snf:149
-                gated = F.rms_norm(y.reshape(B, T, cfg.mamba_n_groups, cfg.mamba_d_ssm // cfg.mamba_n_groups),
+                gated = F.rms_norm(y.unflatten(2, (-1, (cfg.mamba_d_ssm // cfg.mamba_n_groups))),
                                    ((cfg.mamba_d_ssm // cfg.mamba_n_groups),), None,
-                                   cfg.norm_eps).reshape(B, T, cfg.mamba_d_ssm) * self.gate_norm_weight * F.silu(z)
+                                   cfg.norm_eps).flatten(2, 3) * self.gate_norm_weight * F.silu(z)
             else:
                 # [B, T, d_ssm]  falcon_h1.snf:152
-                gated = F.rms_norm(gated.reshape(B, T, cfg.mamba_n_groups, cfg.mamba_d_ssm // cfg.mamba_n_groups),
+                gated = F.rms_norm(gated.unflatten(2, (-1, (cfg.mamba_d_ssm // cfg.mamba_n_groups))),
                                    ((cfg.mamba_d_ssm // cfg.mamba_n_groups),), None,
-                                   cfg.norm_eps).reshape(B, T, cfg.mamba_d_ssm) * self.gate_norm_weight
+                                   cfg.norm_eps).flatten(2, 3) * self.gate_norm_weight
         mamba_out = self.out_proj(gated) * cfg.ssm_out_multiplier  # [B, T, D]  falcon_h1.snf:154
         ha = h * cfg.attention_in_multiplier  # [B, T, D]  falcon_h1.snf:157
-        q = self.q(ha).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  falcon_h1.snf:158
-        # [B, T, KVH, head_dim]  falcon_h1.snf:159
-        k = self.k(ha).reshape(B, T, cfg.n_kv_head, cfg.head_dim) * cfg.key_multiplier
-        v_new = self.v(ha).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  falcon_h1.snf:160
+        q = self.q(ha).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  falcon_h1.snf:158
+        k = self.k(ha).unflatten(2, (-1, cfg.head_dim)) * cfg.key_multiplier  # [B, T, KVH, head_dim]  falcon_h1.snf:159
+        v_new = self.v(ha).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  falcon_h1.snf:160
         q_rot = _rope(q, T_past, cfg.rope_base)  # [B, T, H, head_dim]  falcon_h1.snf:162
         k_new = _rope(k, T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  falcon_h1.snf:163
         # [B, T + T_past, KVH, head_dim]  falcon_h1.snf:164
@@ -263,7 +261,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  falcon_h1.snf:168
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None,
                           causal=True).transpose(1, 2)
-        attn_out = self.o(attn.reshape(B, T, cfg.q_dim)) * cfg.attention_out_multiplier  # [B, T, D]  falcon_h1.snf:169
+        attn_out = self.o(attn.flatten(2, 3)) * cfg.attention_out_multiplier  # [B, T, D]  falcon_h1.snf:169
         x = x + (mamba_out + attn_out)  # [B, T, D]  falcon_h1.snf:172
         m = self.mlp_norm(x)  # [B, T, D]  falcon_h1.snf:174
         act = F.silu(self.gate(m) * cfg.mlp_gate_multiplier)  # [B, T, mlp_hidden]  falcon_h1.snf:175
@@ -292,8 +290,8 @@ class Model(nn.Module):
         self.config = cfg = config
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  falcon_h1.snf:75
         self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # norm_weight  falcon_h1.snf:105
-        # [vocab_size, D]  falcon_h1.snf:106
-        self.lm_head_weight = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_embd)) if not cfg.tie_embeddings else None
+        # lm_head_weight  falcon_h1.snf:106
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False) if not cfg.tie_embeddings else None
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.reset_parameters()
 
@@ -303,8 +301,8 @@ class Model(nn.Module):
         cfg = self.config
         nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.norm.weight)
-        if self.lm_head_weight is not None:
-            nn.init.normal_(self.lm_head_weight, mean=0.0, std=0.02)
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
         for layer in self.layers:
             layer.reset_parameters()
 
@@ -330,7 +328,7 @@ class Model(nn.Module):
         'layers.*.gate': 'colwise',
         'layers.*.up': 'colwise',
         'layers.*.down': 'rowwise',
-        'lm_head_weight': 'vocab_head',
+        'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
     tp_requires = (
@@ -341,6 +339,8 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          'tp must divide mlp_hidden, the features of a column-wise `linear` (falcon_h1.snf:175)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('mlp_hidden', 'n_head', 'n_kv_head')
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
@@ -389,7 +389,7 @@ class Model(nn.Module):
                 new_values[l] = new_values_layer  # falcon_h1.snf:167
         x_final = self.norm(x)  # [B, T, D]  falcon_h1.snf:179
         # [B, T, vocab_size]  falcon_h1.snf:180
-        logits = (F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings
+        logits = (self.lm_head(x_final) if not cfg.tie_embeddings
                   else F.linear(x_final, self.token_embedding.weight)) * cfg.lm_head_multiplier
         return Output(logits, new_keys, new_values, new_conv, new_ssm)
 
@@ -455,55 +455,73 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'input_norm_weight': ('layers.{l}.input_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.q_dim, cfg.n_embd), torch.float32),
-        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer, (cfg.q_dim,) if cfg.attention_bias else None, torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
-                   torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
-                   torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.q_dim), torch.float32),
-        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.attention_bias else None,
-                   torch.float32),
-        'in_proj_weight': ('layers.{l}.in_proj.weight', None, cfg.n_layer, (cfg.proj_dim, cfg.n_embd), torch.float32),
-        'in_proj_bias': ('layers.{l}.in_proj.bias', None, cfg.n_layer, (cfg.proj_dim,) if cfg.mamba_proj_bias else None,
-                         torch.float32),
-        'conv_weight': ('layers.{l}.conv_weight', None, cfg.n_layer, (cfg.conv_dim, 1, cfg.mamba_d_conv),
-                        torch.float32),
-        'conv_bias': ('layers.{l}.conv_bias', None, cfg.n_layer, (cfg.conv_dim,) if cfg.mamba_conv_bias else None,
-                      torch.float32),
-        'dt_bias': ('layers.{l}.dt_bias', None, cfg.n_layer, (cfg.mamba_n_heads,), torch.float32),
-        'A_log': ('layers.{l}.A_log', None, cfg.n_layer, (cfg.mamba_n_heads,), torch.float32),
-        'D_skip': ('layers.{l}.D_skip', None, cfg.n_layer, (cfg.mamba_n_heads,), torch.float32),
-        'gate_norm_weight': ('layers.{l}.gate_norm_weight', None, cfg.n_layer,
-                             (cfg.mamba_d_ssm,) if cfg.mamba_rms_norm else None, torch.float32),
-        'out_proj_weight': ('layers.{l}.out_proj.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mamba_d_ssm),
-                            torch.float32),
-        'out_proj_bias': ('layers.{l}.out_proj.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.projectors_bias else None,
-                          torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'gate_weight': ('layers.{l}.gate.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'gate_bias': ('layers.{l}.gate.bias', None, cfg.n_layer, (cfg.mlp_hidden,) if cfg.mlp_bias else None,
-                      torch.float32),
-        'up_weight': ('layers.{l}.up.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_bias': ('layers.{l}.up.bias', None, cfg.n_layer, (cfg.mlp_hidden,) if cfg.mlp_bias else None,
-                    torch.float32),
-        'down_weight': ('layers.{l}.down.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'down_bias': ('layers.{l}.down.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.mlp_bias else None,
-                      torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head_weight', None, None,
-                           (cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None, torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'input_norm_weight': _SpecParameter('layers.{l}.input_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                            loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.q_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'q_bias': _SpecParameter('layers.{l}.q.bias', shape=(cfg.q_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_bias': _SpecParameter('layers.{l}.k.bias', shape=(cfg.kv_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_bias': _SpecParameter('layers.{l}.v.bias', shape=(cfg.kv_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_bias': _SpecParameter('layers.{l}.o.bias', shape=(cfg.n_embd,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'in_proj_weight': _SpecParameter('layers.{l}.in_proj.weight', shape=(cfg.proj_dim, cfg.n_embd),
+                                         dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'in_proj_bias': _SpecParameter('layers.{l}.in_proj.bias',
+                                       shape=(cfg.proj_dim,) if cfg.mamba_proj_bias else None, dtype=torch.float32,
+                                       loop='layers', layers=cfg.n_layer),
+        'conv_weight': _SpecParameter('layers.{l}.conv_weight', shape=(cfg.conv_dim, 1, cfg.mamba_d_conv),
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'conv_bias': _SpecParameter('layers.{l}.conv_bias', shape=(cfg.conv_dim,) if cfg.mamba_conv_bias else None,
+                                    dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'dt_bias': _SpecParameter('layers.{l}.dt_bias', shape=(cfg.mamba_n_heads,), dtype=torch.float32, loop='layers',
+                                  layers=cfg.n_layer),
+        'A_log': _SpecParameter('layers.{l}.A_log', shape=(cfg.mamba_n_heads,), dtype=torch.float32, loop='layers',
+                                layers=cfg.n_layer),
+        'D_skip': _SpecParameter('layers.{l}.D_skip', shape=(cfg.mamba_n_heads,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'gate_norm_weight': _SpecParameter('layers.{l}.gate_norm_weight',
+                                           shape=(cfg.mamba_d_ssm,) if cfg.mamba_rms_norm else None,
+                                           dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'out_proj_weight': _SpecParameter('layers.{l}.out_proj.weight', shape=(cfg.n_embd, cfg.mamba_d_ssm),
+                                          dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'out_proj_bias': _SpecParameter('layers.{l}.out_proj.bias',
+                                        shape=(cfg.n_embd,) if cfg.projectors_bias else None, dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'gate_weight': _SpecParameter('layers.{l}.gate.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'gate_bias': _SpecParameter('layers.{l}.gate.bias', shape=(cfg.mlp_hidden,) if cfg.mlp_bias else None,
+                                    dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'up_weight': _SpecParameter('layers.{l}.up.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'up_bias': _SpecParameter('layers.{l}.up.bias', shape=(cfg.mlp_hidden,) if cfg.mlp_bias else None,
+                                  dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'down_weight': _SpecParameter('layers.{l}.down.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'down_bias': _SpecParameter('layers.{l}.down.bias', shape=(cfg.n_embd,) if cfg.mlp_bias else None,
+                                    dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight',
+                                         shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
+                                         dtype=torch.float32),
     }
 
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -27,6 +27,7 @@ from snf.runtime.writes import _DecodeState, _cache_cat
 from snf.runtime.attention import _softcapped_attention
 from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,9 @@ class Block(nn.Module):
         super().__init__()
         self.config = cfg = config
         self.attn_norm_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  gemma2.snf:46
-        # q_weight, k_weight, v_weight fused  gemma2.snf:47
-        self.qkv = nn.Linear(cfg.n_embd, cfg.head_dim*cfg.n_head + 2*cfg.head_dim*cfg.n_kv_head, bias=False)
+        self.q = nn.Linear(cfg.n_embd, cfg.q_dim, bias=False)  # q_weight  gemma2.snf:47
+        self.k = nn.Linear(cfg.n_embd, cfg.kv_dim, bias=False)  # k_weight  gemma2.snf:48
+        self.v = nn.Linear(cfg.n_embd, cfg.kv_dim, bias=False)  # v_weight  gemma2.snf:49
         self.o = nn.Linear(cfg.q_dim, cfg.n_embd, bias=False)  # o_weight  gemma2.snf:50
         self.post_attn_norm_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  gemma2.snf:51
         self.mlp_norm_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  gemma2.snf:52
@@ -114,7 +116,9 @@ class Block(nn.Module):
     def reset_parameters(self) -> None:
         cfg = self.config
         nn.init.zeros_(self.attn_norm_weight)
-        nn.init.normal_(self.qkv.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.q.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.k.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.v.weight, mean=0.0, std=0.02)
         nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
         nn.init.zeros_(self.post_attn_norm_weight)
         nn.init.zeros_(self.mlp_norm_weight)
@@ -128,15 +132,13 @@ class Block(nn.Module):
                 T_past: int, l: int,
                 decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = F.rms_norm(x, (cfg.n_embd,), 1.0 + self.attn_norm_weight, cfg.norm_eps)  # [B, T, D]  gemma2.snf:70
-        # [B, T, q_dim] [B, T, kv_dim] [B, T, kv_dim]  gemma2.snf:71
-        q, k, v = self.qkv(h).split((cfg.q_dim, cfg.kv_dim, cfg.kv_dim), dim=-1)
-        # [B, T, H, head_dim]  gemma2.snf:75
-        q_rot = _rope(q.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base)
-        # [B, T, KVH, head_dim]  gemma2.snf:76
-        k_new = _rope(k.reshape(B, T, cfg.n_kv_head, cfg.head_dim), T_past, cfg.rope_base)
-        v_new = v.reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  gemma2.snf:77
+        q = self.q(h)  # [B, T, q_dim]  gemma2.snf:71
+        k = self.k(h)  # [B, T, kv_dim]  gemma2.snf:72
+        v = self.v(h)  # [B, T, kv_dim]  gemma2.snf:73
+        q_rot = _rope(q.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, H, head_dim]  gemma2.snf:75
+        k_new = _rope(k.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  gemma2.snf:76
+        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  gemma2.snf:77
         # [B, T + T_past, KVH, head_dim]  gemma2.snf:78
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  gemma2.snf:79
@@ -146,7 +148,7 @@ class Block(nn.Module):
         attn = _softcapped_attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None,
                                      causal=True, scale=cfg.attn_scale, decode=decode, window=window,
                                      softcap=cfg.attn_softcap).transpose(1, 2)
-        a = self.o(attn.reshape(B, T, cfg.q_dim))  # [B, T, D]  gemma2.snf:87
+        a = self.o(attn.flatten(2, 3))  # [B, T, D]  gemma2.snf:87
         x = x + F.rms_norm(a, (cfg.n_embd,), 1.0 + self.post_attn_norm_weight, cfg.norm_eps)  # [B, T, D]  gemma2.snf:88
         m = F.rms_norm(x, (cfg.n_embd,), 1.0 + self.mlp_norm_weight, cfg.norm_eps)  # [B, T, D]  gemma2.snf:90
         g = F.gelu(self.gate(m), approximate='tanh') * self.up(m)  # [B, T, mlp_hidden]  gemma2.snf:91
@@ -198,7 +200,9 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.qkv': 'colwise',
+        'layers.*.q': 'colwise',
+        'layers.*.k': 'colwise',
+        'layers.*.v': 'colwise',
         'layers.*.o': 'rowwise',
         'layers.*.gate': 'colwise',
         'layers.*.up': 'colwise',
@@ -213,6 +217,8 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          'tp must divide mlp_hidden, the features of a column-wise `linear` (gemma2.snf:91)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('mlp_hidden', 'n_head', 'n_kv_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
@@ -320,30 +326,37 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm_weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.qkv.weight', (0, cfg.q_dim), cfg.n_layer, (cfg.q_dim, cfg.n_embd), torch.float32),
-        'k_weight': ('layers.{l}.qkv.weight', (cfg.q_dim, cfg.head_dim*cfg.n_head + cfg.head_dim*cfg.n_kv_head),
-                     cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_weight': ('layers.{l}.qkv.weight',
-                     (cfg.head_dim*cfg.n_head + cfg.head_dim*cfg.n_kv_head,
-                      cfg.head_dim*cfg.n_head + 2*cfg.head_dim*cfg.n_kv_head),
-                     cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.q_dim), torch.float32),
-        'post_attn_norm_weight': ('layers.{l}.post_attn_norm_weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm_weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'gate_weight': ('layers.{l}.gate.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_weight': ('layers.{l}.up.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'down_weight': ('layers.{l}.down.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'post_mlp_norm_weight': ('layers.{l}.post_mlp_norm_weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'norm_weight': ('norm_weight', None, None, (cfg.n_embd,), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm_weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.q_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'post_attn_norm_weight': _SpecParameter('layers.{l}.post_attn_norm_weight', shape=(cfg.n_embd,),
+                                                dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm_weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'gate_weight': _SpecParameter('layers.{l}.gate.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'up_weight': _SpecParameter('layers.{l}.up.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'down_weight': _SpecParameter('layers.{l}.down.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'post_mlp_norm_weight': _SpecParameter('layers.{l}.post_mlp_norm_weight', shape=(cfg.n_embd,),
+                                               dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'norm_weight': _SpecParameter('norm_weight', shape=(cfg.n_embd,), dtype=torch.float32),
     }
 
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -27,6 +27,7 @@ from snf.runtime.writes import _DecodeState, _cache_cat
 from snf.runtime.attention import _attention
 from snf.runtime.rope import _rope, _scaled_rope
 from snf.runtime.generate import _Generation, _generate
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -161,15 +162,14 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = F.rms_norm(x, (cfg.n_embd,), 1.0 + self.attn_norm_weight, cfg.norm_eps)  # [B, T, D]  gemma3_text.snf:89
         # [B, T, H, head_dim]  gemma3_text.snf:91
-        q = F.rms_norm(self.q(h).reshape(B, T, cfg.n_head, cfg.head_dim), (cfg.head_dim,), 1.0 + self.q_norm_weight,
+        q = F.rms_norm(self.q(h).unflatten(2, (-1, cfg.head_dim)), (cfg.head_dim,), 1.0 + self.q_norm_weight,
                        cfg.norm_eps)
         # [B, T, KVH, head_dim]  gemma3_text.snf:93
-        k = F.rms_norm(self.k(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim), (cfg.head_dim,), 1.0 + self.k_norm_weight,
+        k = F.rms_norm(self.k(h).unflatten(2, (-1, cfg.head_dim)), (cfg.head_dim,), 1.0 + self.k_norm_weight,
                        cfg.norm_eps)
-        v_new = self.v(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  gemma3_text.snf:95
+        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  gemma3_text.snf:95
         q_rot = q  # [B, T, H, head_dim]  gemma3_text.snf:97
         k_new = k  # [B, T, KVH, head_dim]  gemma3_text.snf:98
         if self.layer_types_l == 'sliding_attention':
@@ -191,7 +191,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  gemma3_text.snf:113
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           scale=cfg.attn_scale, decode=decode, window=window).transpose(1, 2)
-        a = self.o(attn.reshape(B, T, cfg.q_dim))  # [B, T, D]  gemma3_text.snf:114
+        a = self.o(attn.flatten(2, 3))  # [B, T, D]  gemma3_text.snf:114
         # [B, T, D]  gemma3_text.snf:115
         x = x + F.rms_norm(a, (cfg.n_embd,), 1.0 + self.post_attn_norm_weight, cfg.norm_eps)
         m = F.rms_norm(x, (cfg.n_embd,), 1.0 + self.mlp_norm_weight, cfg.norm_eps)  # [B, T, D]  gemma3_text.snf:117
@@ -263,6 +263,8 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          'tp must divide mlp_hidden, the features of a column-wise `linear` (gemma3_text.snf:118)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('mlp_hidden', 'n_head', 'n_kv_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
@@ -371,28 +373,41 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm_weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.q_dim, cfg.n_embd), torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'q_norm_weight': ('layers.{l}.q_norm_weight', None, cfg.n_layer, (cfg.head_dim,), torch.float32),
-        'k_norm_weight': ('layers.{l}.k_norm_weight', None, cfg.n_layer, (cfg.head_dim,), torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.q_dim), torch.float32),
-        'post_attn_norm_weight': ('layers.{l}.post_attn_norm_weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm_weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'gate_weight': ('layers.{l}.gate.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_weight': ('layers.{l}.up.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'down_weight': ('layers.{l}.down.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'post_mlp_norm_weight': ('layers.{l}.post_mlp_norm_weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'norm_weight': ('norm_weight', None, None, (cfg.n_embd,), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm_weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.q_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'q_norm_weight': _SpecParameter('layers.{l}.q_norm_weight', shape=(cfg.head_dim,), dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'k_norm_weight': _SpecParameter('layers.{l}.k_norm_weight', shape=(cfg.head_dim,), dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'post_attn_norm_weight': _SpecParameter('layers.{l}.post_attn_norm_weight', shape=(cfg.n_embd,),
+                                                dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm_weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'gate_weight': _SpecParameter('layers.{l}.gate.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'up_weight': _SpecParameter('layers.{l}.up.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'down_weight': _SpecParameter('layers.{l}.down.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'post_mlp_norm_weight': _SpecParameter('layers.{l}.post_mlp_norm_weight', shape=(cfg.n_embd,),
+                                               dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'norm_weight': _SpecParameter('norm_weight', shape=(cfg.n_embd,), dtype=torch.float32),
     }
 
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -27,6 +27,7 @@ from snf.runtime.attention import _sink_attention
 from snf.runtime.rope import _scaled_rope
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.experts import _moe_experts
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -177,11 +178,10 @@ class Block(nn.Module):
                 decode: Optional[_DecodeState] = None) -> tuple[
                         torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  gpt_oss.snf:103
-        q = self.q(h).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  gpt_oss.snf:104
-        k = self.k(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  gpt_oss.snf:105
-        v_new = self.v(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  gpt_oss.snf:106
+        q = self.q(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  gpt_oss.snf:104
+        k = self.k(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  gpt_oss.snf:105
+        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  gpt_oss.snf:106
         # [B, T, H, head_dim]  gpt_oss.snf:108
         q_rot = _scaled_rope(q, T_past, cfg.rope_base, scaling='yarn', factor=cfg.rope_factor,
                              beta_fast=cfg.rope_beta_fast, beta_slow=cfg.rope_beta_slow,
@@ -205,7 +205,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  gpt_oss.snf:126
         attn = _sink_attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                                decode=decode, window=window, sinks=self.sinks).transpose(1, 2)
-        x = x + self.o(attn.reshape(B, T, cfg.q_dim))  # [B, T, D]  gpt_oss.snf:127
+        x = x + self.o(attn.flatten(2, 3))  # [B, T, D]  gpt_oss.snf:127
         m = self.mlp_norm(x)  # [B, T, D]  gpt_oss.snf:129
         router_logits = self.router(m)  # [B, T, n_expert]  gpt_oss.snf:131
         # [B, T, n_expert_tok]  gpt_oss.snf:132
@@ -290,6 +290,8 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          "tp must divide mlp_hidden, the experts' hidden width (gpt_oss.snf:134)"),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('mlp_hidden', 'n_head', 'n_kv_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
@@ -398,41 +400,54 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.q_dim, cfg.n_embd), torch.float32),
-        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer, (cfg.q_dim,) if cfg.attention_bias else None, torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
-                   torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
-                   torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.q_dim), torch.float32),
-        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.attention_bias else None,
-                   torch.float32),
-        'sinks': ('layers.{l}.sinks', None, cfg.n_layer, (cfg.n_head,), torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'router_weight': ('layers.{l}.router.weight', None, cfg.n_layer, (cfg.n_expert, cfg.n_embd), torch.float32),
-        'router_bias': ('layers.{l}.router.bias', None, cfg.n_layer, (cfg.n_expert,), torch.float32),
-        'gate_weight': ('layers.{l}.gate_weight', None, cfg.n_layer, (cfg.n_expert, cfg.mlp_hidden, cfg.n_embd),
-                        torch.float32),
-        'gate_bias': ('layers.{l}.gate_bias', None, cfg.n_layer, (cfg.n_expert, cfg.mlp_hidden), torch.float32),
-        'up_weight': ('layers.{l}.up_weight', None, cfg.n_layer, (cfg.n_expert, cfg.mlp_hidden, cfg.n_embd),
-                      torch.float32),
-        'up_bias': ('layers.{l}.up_bias', None, cfg.n_layer, (cfg.n_expert, cfg.mlp_hidden), torch.float32),
-        'down_weight': ('layers.{l}.down_weight', None, cfg.n_layer, (cfg.n_expert, cfg.n_embd, cfg.mlp_hidden),
-                        torch.float32),
-        'down_bias': ('layers.{l}.down_bias', None, cfg.n_layer, (cfg.n_expert, cfg.n_embd), torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.q_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'q_bias': _SpecParameter('layers.{l}.q.bias', shape=(cfg.q_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_bias': _SpecParameter('layers.{l}.k.bias', shape=(cfg.kv_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_bias': _SpecParameter('layers.{l}.v.bias', shape=(cfg.kv_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_bias': _SpecParameter('layers.{l}.o.bias', shape=(cfg.n_embd,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'sinks': _SpecParameter('layers.{l}.sinks', shape=(cfg.n_head,), dtype=torch.float32, loop='layers',
+                                layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'router_weight': _SpecParameter('layers.{l}.router.weight', shape=(cfg.n_expert, cfg.n_embd),
+                                        dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'router_bias': _SpecParameter('layers.{l}.router.bias', shape=(cfg.n_expert,), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'gate_weight': _SpecParameter('layers.{l}.gate_weight', shape=(cfg.n_expert, cfg.mlp_hidden, cfg.n_embd),
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'gate_bias': _SpecParameter('layers.{l}.gate_bias', shape=(cfg.n_expert, cfg.mlp_hidden), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'up_weight': _SpecParameter('layers.{l}.up_weight', shape=(cfg.n_expert, cfg.mlp_hidden, cfg.n_embd),
+                                    dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'up_bias': _SpecParameter('layers.{l}.up_bias', shape=(cfg.n_expert, cfg.mlp_hidden), dtype=torch.float32,
+                                  loop='layers', layers=cfg.n_layer),
+        'down_weight': _SpecParameter('layers.{l}.down_weight', shape=(cfg.n_expert, cfg.n_embd, cfg.mlp_hidden),
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'down_bias': _SpecParameter('layers.{l}.down_bias', shape=(cfg.n_expert, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight', shape=(cfg.vocab_size, cfg.n_embd), dtype=torch.float32),
     }
 
 

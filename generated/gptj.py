@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -26,6 +26,7 @@ from snf.runtime.writes import _DecodeState, _cache_cat
 from snf.runtime.attention import _attention
 from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -103,11 +104,10 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.ln(x)  # [B, T, D]  gptj.snf:56
-        q = self.q(h).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  gptj.snf:57
-        k = self.k(h).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  gptj.snf:58
-        v_new = self.v(h).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  gptj.snf:59
+        q = self.q(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  gptj.snf:57
+        k = self.k(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  gptj.snf:58
+        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  gptj.snf:59
         # [B, T, H, head_dim]  gptj.snf:61
         q_rot = _rope(q, T_past, 10000.0, rotary_dim=cfg.rotary_dim, interleaved=True)
         # [B, T, H, head_dim]  gptj.snf:62
@@ -119,7 +119,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  gptj.snf:67
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           dropout_p=(cfg.dropout if self.training else 0.0), decode=decode).transpose(1, 2)
-        a = self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  gptj.snf:68
+        a = self.o(attn.flatten(2, 3))  # [B, T, D]  gptj.snf:68
         if cfg.dropout > 0:
             a = F.dropout(a, p=cfg.dropout, training=self.training)  # [B, T, D]  gptj.snf:69
         m = self.fc_out(F.gelu(self.fc_in(h), approximate='tanh'))  # [B, T, D]  gptj.snf:71
@@ -191,6 +191,8 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          'tp must divide mlp_hidden, the features of a column-wise `linear` (gptj.snf:71)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('mlp_hidden', 'n_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
@@ -298,28 +300,38 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'ln_weight': ('layers.{l}.ln.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ln_bias': ('layers.{l}.ln.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'fc_in_weight': ('layers.{l}.fc_in.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'fc_in_bias': ('layers.{l}.fc_in.bias', None, cfg.n_layer, (cfg.mlp_hidden,), torch.float32),
-        'fc_out_weight': ('layers.{l}.fc_out.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'fc_out_bias': ('layers.{l}.fc_out.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ln_f_weight': ('ln_f.weight', None, None, (cfg.n_embd,), torch.float32),
-        'ln_f_bias': ('ln_f.bias', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'lm_head_bias': ('lm_head.bias', None, None, (cfg.vocab_size,), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'ln_weight': _SpecParameter('layers.{l}.ln.weight', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                    layers=cfg.n_layer),
+        'ln_bias': _SpecParameter('layers.{l}.ln.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                  layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'fc_in_weight': _SpecParameter('layers.{l}.fc_in.weight', shape=(cfg.mlp_hidden, cfg.n_embd),
+                                       dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'fc_in_bias': _SpecParameter('layers.{l}.fc_in.bias', shape=(cfg.mlp_hidden,), dtype=torch.float32,
+                                     loop='layers', layers=cfg.n_layer),
+        'fc_out_weight': _SpecParameter('layers.{l}.fc_out.weight', shape=(cfg.n_embd, cfg.mlp_hidden),
+                                        dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'fc_out_bias': _SpecParameter('layers.{l}.fc_out.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                      layers=cfg.n_layer),
+        'ln_f_weight': _SpecParameter('ln_f.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'ln_f_bias': _SpecParameter('ln_f.bias', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight', shape=(cfg.vocab_size, cfg.n_embd), dtype=torch.float32),
+        'lm_head_bias': _SpecParameter('lm_head.bias', shape=(cfg.vocab_size,), dtype=torch.float32),
     }
 
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -27,6 +27,7 @@ from snf.runtime.attention import _attention, _chunked_attention
 from snf.runtime.rope import _rope, _scaled_rope
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.experts import _moe_experts
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -149,17 +150,14 @@ class Block(nn.Module):
         self.v = nn.Linear(cfg.n_embd, cfg.kv_dim, bias=cfg.attention_bias)  # v_weight, v_bias  llama4_text.snf:80
         self.o = nn.Linear(cfg.q_dim, cfg.n_embd, bias=cfg.attention_bias)  # o_weight, o_bias  llama4_text.snf:82
         self.mlp_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # mlp_norm_weight  llama4_text.snf:84
-        # [mlp_hidden, D]  llama4_text.snf:86
-        self.gate_weight = nn.Parameter(torch.empty(cfg.mlp_hidden,
-                                                    cfg.n_embd)) if (l + 1) % cfg.moe_step != 0 else None
-        # [mlp_hidden, D]  llama4_text.snf:87
-        self.up_weight = nn.Parameter(torch.empty(cfg.mlp_hidden, cfg.n_embd)) if (l + 1) % cfg.moe_step != 0 else None
-        # [D, mlp_hidden]  llama4_text.snf:88
-        self.down_weight = nn.Parameter(torch.empty(cfg.n_embd,
-                                                    cfg.mlp_hidden)) if (l + 1) % cfg.moe_step != 0 else None
-        # [n_expert, D]  llama4_text.snf:90
-        self.router_weight = nn.Parameter(torch.empty(cfg.n_expert,
-                                                      cfg.n_embd)) if (l + 1) % cfg.moe_step == 0 else None
+        # gate_weight  llama4_text.snf:86
+        self.gate = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False) if (l + 1) % cfg.moe_step != 0 else None
+        # up_weight  llama4_text.snf:87
+        self.up = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False) if (l + 1) % cfg.moe_step != 0 else None
+        # down_weight  llama4_text.snf:88
+        self.down = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=False) if (l + 1) % cfg.moe_step != 0 else None
+        # router_weight  llama4_text.snf:90
+        self.router = nn.Linear(cfg.n_embd, cfg.n_expert, bias=False) if (l + 1) % cfg.moe_step == 0 else None
         # [n_expert, expert_hidden, D]  llama4_text.snf:91
         self.expert_gate = nn.Parameter(torch.empty(cfg.n_expert, cfg.expert_hidden,
                                                     cfg.n_embd)) if (l + 1) % cfg.moe_step == 0 else None
@@ -169,15 +167,12 @@ class Block(nn.Module):
         # [n_expert, D, expert_hidden]  llama4_text.snf:93
         self.expert_down = nn.Parameter(torch.empty(cfg.n_expert, cfg.n_embd,
                                                     cfg.expert_hidden)) if (l + 1) % cfg.moe_step == 0 else None
-        # [expert_hidden, D]  llama4_text.snf:94
-        self.shared_gate_weight = nn.Parameter(torch.empty(cfg.expert_hidden,
-                                                           cfg.n_embd)) if (l + 1) % cfg.moe_step == 0 else None
-        # [expert_hidden, D]  llama4_text.snf:95
-        self.shared_up_weight = nn.Parameter(torch.empty(cfg.expert_hidden,
-                                                         cfg.n_embd)) if (l + 1) % cfg.moe_step == 0 else None
-        # [D, expert_hidden]  llama4_text.snf:96
-        self.shared_down_weight = nn.Parameter(torch.empty(cfg.n_embd,
-                                                           cfg.expert_hidden)) if (l + 1) % cfg.moe_step == 0 else None
+        # shared_gate_weight  llama4_text.snf:94
+        self.shared_gate = nn.Linear(cfg.n_embd, cfg.expert_hidden, bias=False) if (l + 1) % cfg.moe_step == 0 else None
+        # shared_up_weight  llama4_text.snf:95
+        self.shared_up = nn.Linear(cfg.n_embd, cfg.expert_hidden, bias=False) if (l + 1) % cfg.moe_step == 0 else None
+        # shared_down_weight  llama4_text.snf:96
+        self.shared_down = nn.Linear(cfg.expert_hidden, cfg.n_embd, bias=False) if (l + 1) % cfg.moe_step == 0 else None
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -196,26 +191,26 @@ class Block(nn.Module):
         if self.o.bias is not None:
             nn.init.zeros_(self.o.bias)
         nn.init.ones_(self.mlp_norm.weight)
-        if self.gate_weight is not None:
-            nn.init.normal_(self.gate_weight, mean=0.0, std=0.02)
-        if self.up_weight is not None:
-            nn.init.normal_(self.up_weight, mean=0.0, std=0.02)
-        if self.down_weight is not None:
-            nn.init.normal_(self.down_weight, mean=0.0, std=0.02)
-        if self.router_weight is not None:
-            nn.init.normal_(self.router_weight, mean=0.0, std=0.02)
+        if self.gate is not None:
+            nn.init.normal_(self.gate.weight, mean=0.0, std=0.02)
+        if self.up is not None:
+            nn.init.normal_(self.up.weight, mean=0.0, std=0.02)
+        if self.down is not None:
+            nn.init.normal_(self.down.weight, mean=0.0, std=0.02)
+        if self.router is not None:
+            nn.init.normal_(self.router.weight, mean=0.0, std=0.02)
         if self.expert_gate is not None:
             nn.init.normal_(self.expert_gate, mean=0.0, std=0.02)
         if self.expert_up is not None:
             nn.init.normal_(self.expert_up, mean=0.0, std=0.02)
         if self.expert_down is not None:
             nn.init.normal_(self.expert_down, mean=0.0, std=0.02)
-        if self.shared_gate_weight is not None:
-            nn.init.normal_(self.shared_gate_weight, mean=0.0, std=0.02)
-        if self.shared_up_weight is not None:
-            nn.init.normal_(self.shared_up_weight, mean=0.0, std=0.02)
-        if self.shared_down_weight is not None:
-            nn.init.normal_(self.shared_down_weight, mean=0.0, std=0.02)
+        if self.shared_gate is not None:
+            nn.init.normal_(self.shared_gate.weight, mean=0.0, std=0.02)
+        if self.shared_up is not None:
+            nn.init.normal_(self.shared_up.weight, mean=0.0, std=0.02)
+        if self.shared_down is not None:
+            nn.init.normal_(self.shared_down.weight, mean=0.0, std=0.02)
 
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, temperature: torch.Tensor, past_keys: Optional[torch.Tensor],
@@ -224,9 +219,9 @@ class Block(nn.Module):
         cfg = self.config
         B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  llama4_text.snf:115
-        q = self.q(h).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  llama4_text.snf:116
-        k = self.k(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  llama4_text.snf:117
-        v_new = self.v(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  llama4_text.snf:118
+        q = self.q(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  llama4_text.snf:116
+        k = self.k(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  llama4_text.snf:117
+        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  llama4_text.snf:118
         q_pos = q  # [B, T, H, head_dim]  llama4_text.snf:119
         k_new = k  # [B, T, KVH, head_dim]  llama4_text.snf:120
         if self.no_rope_layers_l == 1:
@@ -258,10 +253,10 @@ class Block(nn.Module):
                                                            2) if self.attn_types_l == 'chunked_attention' else _attention(
                                           q_pos.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None,
                                           causal=True, decode=decode).transpose(1, 2)
-        x = x + self.o(attn.reshape(B, T, cfg.q_dim))  # [B, T, D]  llama4_text.snf:143
+        x = x + self.o(attn.flatten(2, 3))  # [B, T, D]  llama4_text.snf:143
         m = self.mlp_norm(x)  # [B, T, D]  llama4_text.snf:145
         if (l + 1) % cfg.moe_step == 0:
-            logits_r = F.linear(m, self.router_weight)  # [B, T, n_expert]  llama4_text.snf:150
+            logits_r = self.router(m)  # [B, T, n_expert]  llama4_text.snf:150
             # [B, T, n_expert_tok, 1]  llama4_text.snf:151
             chosen = torch.sort(logits_r, dim=-1, descending=True,
                                 stable=True).indices.narrow(-1, 0, cfg.n_expert_tok).reshape(B, T, cfg.n_expert_tok, 1)
@@ -274,13 +269,10 @@ class Block(nn.Module):
                                   torch.full((B, T, cfg.n_expert_tok, 1), 1.0, dtype=self.attn_norm.weight.dtype,
                                              device=x.device),
                                   self.expert_gate, self.expert_up, self.expert_down, 'silu').sum(dim=2)
-            # [B, T, D]  llama4_text.snf:157
-            shared = F.linear(F.silu(F.linear(m, self.shared_gate_weight)) * F.linear(m, self.shared_up_weight),
-                              self.shared_down_weight)
+            shared = self.shared_down(F.silu(self.shared_gate(m)) * self.shared_up(m))  # [B, T, D]  llama4_text.snf:157
             x = x + (shared + routed)  # [B, T, D]  llama4_text.snf:159
         else:
-            # [B, T, D]  llama4_text.snf:161
-            x = x + F.linear(F.silu(F.linear(m, self.gate_weight)) * F.linear(m, self.up_weight), self.down_weight)
+            x = x + self.down(F.silu(self.gate(m)) * self.up(m))  # [B, T, D]  llama4_text.snf:161
         return x, k_all, v_all
 
 
@@ -302,8 +294,8 @@ class Model(nn.Module):
         self.config = cfg = config
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  llama4_text.snf:74
         self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # norm_weight  llama4_text.snf:97
-        # [vocab_size, D]  llama4_text.snf:98
-        self.lm_head_weight = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_embd)) if not cfg.tie_embeddings else None
+        # lm_head_weight  llama4_text.snf:98
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False) if not cfg.tie_embeddings else None
         self.layers = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
         self.reset_parameters()
 
@@ -313,8 +305,8 @@ class Model(nn.Module):
         cfg = self.config
         nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.norm.weight)
-        if self.lm_head_weight is not None:
-            nn.init.normal_(self.lm_head_weight, mean=0.0, std=0.02)
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
         for layer in self.layers:
             layer.reset_parameters()
 
@@ -335,16 +327,16 @@ class Model(nn.Module):
         'layers.*.k': 'colwise',
         'layers.*.v': 'colwise',
         'layers.*.o': 'rowwise',
-        'layers.*.gate_weight': 'colwise',
-        'layers.*.up_weight': 'colwise',
-        'layers.*.down_weight': 'rowwise',
+        'layers.*.gate': 'colwise',
+        'layers.*.up': 'colwise',
+        'layers.*.down': 'rowwise',
         'layers.*.expert_gate': 'experts',
         'layers.*.expert_up': 'experts',
         'layers.*.expert_down': 'experts',
-        'layers.*.shared_gate_weight': 'colwise',
-        'layers.*.shared_up_weight': 'colwise',
-        'layers.*.shared_down_weight': 'rowwise',
-        'lm_head_weight': 'vocab_head',
+        'layers.*.shared_gate': 'colwise',
+        'layers.*.shared_up': 'colwise',
+        'layers.*.shared_down': 'rowwise',
+        'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
     tp_requires = (
@@ -357,6 +349,8 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          'tp must divide mlp_hidden, the features of a column-wise `linear` (llama4_text.snf:161)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('expert_hidden', 'mlp_hidden', 'n_head', 'n_kv_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
@@ -395,8 +389,7 @@ class Model(nn.Module):
                 new_values[l] = new_values_layer  # llama4_text.snf:139
         x_final = self.norm(x)  # [B, T, D]  llama4_text.snf:164
         # [B, T, vocab_size]  llama4_text.snf:165
-        logits = F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings else F.linear(
-                x_final, self.token_embedding.weight)
+        logits = self.lm_head(x_final) if not cfg.tie_embeddings else F.linear(x_final, self.token_embedding.weight)
         return Output(logits, new_keys, new_values)
 
     # forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
@@ -471,58 +464,70 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.q_dim, cfg.n_embd), torch.float32),
-        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer, (cfg.q_dim,) if cfg.attention_bias else None, torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
-                   torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
-                   torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.q_dim), torch.float32),
-        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.attention_bias else None,
-                   torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'gate_weight': ('layers.{l}.gate_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step != 0),
-                        (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_weight': ('layers.{l}.up_weight', None, tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step != 0),
-                      (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'down_weight': ('layers.{l}.down_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step != 0),
-                        (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'router_weight': ('layers.{l}.router_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0),
-                          (cfg.n_expert, cfg.n_embd), torch.float32),
-        'expert_gate': ('layers.{l}.expert_gate', None,
-                        tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0),
-                        (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'expert_up': ('layers.{l}.expert_up', None, tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0),
-                      (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'expert_down': ('layers.{l}.expert_down', None,
-                        tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0),
-                        (cfg.n_expert, cfg.n_embd, cfg.expert_hidden), torch.float32),
-        'shared_gate_weight': ('layers.{l}.shared_gate_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0),
-                               (cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'shared_up_weight': ('layers.{l}.shared_up_weight', None,
-                             tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0),
-                             (cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'shared_down_weight': ('layers.{l}.shared_down_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0),
-                               (cfg.n_embd, cfg.expert_hidden), torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head_weight', None, None,
-                           (cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None, torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.q_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'q_bias': _SpecParameter('layers.{l}.q.bias', shape=(cfg.q_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_bias': _SpecParameter('layers.{l}.k.bias', shape=(cfg.kv_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_bias': _SpecParameter('layers.{l}.v.bias', shape=(cfg.kv_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_bias': _SpecParameter('layers.{l}.o.bias', shape=(cfg.n_embd,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'gate_weight': _SpecParameter('layers.{l}.gate.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step != 0)),
+        'up_weight': _SpecParameter('layers.{l}.up.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step != 0)),
+        'down_weight': _SpecParameter('layers.{l}.down.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step != 0)),
+        'router_weight': _SpecParameter('layers.{l}.router.weight', shape=(cfg.n_expert, cfg.n_embd),
+                                        dtype=torch.float32, loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0)),
+        'expert_gate': _SpecParameter('layers.{l}.expert_gate', shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0)),
+        'expert_up': _SpecParameter('layers.{l}.expert_up', shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd),
+                                    dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0)),
+        'expert_down': _SpecParameter('layers.{l}.expert_down', shape=(cfg.n_expert, cfg.n_embd, cfg.expert_hidden),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0)),
+        'shared_gate_weight': _SpecParameter('layers.{l}.shared_gate.weight', shape=(cfg.expert_hidden, cfg.n_embd),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                          % cfg.moe_step == 0)),
+        'shared_up_weight': _SpecParameter('layers.{l}.shared_up.weight', shape=(cfg.expert_hidden, cfg.n_embd),
+                                           dtype=torch.float32, loop='layers',
+                                           layers=tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.moe_step == 0)),
+        'shared_down_weight': _SpecParameter('layers.{l}.shared_down.weight', shape=(cfg.n_embd, cfg.expert_hidden),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                          % cfg.moe_step == 0)),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight',
+                                         shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
+                                         dtype=torch.float32),
     }
 
 

@@ -18,12 +18,13 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_cache, _check_config, _check_decode, _check_index, _check_input, _check_together
 from snf.runtime.writes import _DecodeState, _set_layer
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.recurrent import _causal_conv1d, _causal_conv1d_state, _ssd_scan, _ssd_state
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,6 @@ class Block(nn.Module):
                 past_ssm: Optional[torch.Tensor], l: int,
                 use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.mixer_norm(x)  # [B, T, D]  mamba2.snf:63
         zxbcdt = self.in_proj(h)  # [B, T, proj_dim]  mamba2.snf:64
         z = zxbcdt[:, :, 0:cfg.d_inner]  # [B, T, d_inner]  mamba2.snf:65
@@ -133,29 +133,26 @@ class Block(nn.Module):
         xbc_conv = F.silu(_causal_conv1d(xbc, self.conv_weight, self.conv_bias, conv_state))
         if use_cache:
             _set_layer(new_conv, l, _causal_conv1d_state(xbc, self.conv_weight, None, conv_state))  # mamba2.snf:71
-        xs = xbc_conv[:, :, 0:cfg.d_inner].reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  mamba2.snf:72
+        xs = xbc_conv[:, :, 0:cfg.d_inner].unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  mamba2.snf:72
         # [B, T, G, N]  mamba2.snf:73
         b_in = xbc_conv[:, :,
-                        cfg.d_inner:(cfg.d_inner + cfg.n_groups
-                                     * cfg.state_size)].reshape(B, T, cfg.n_groups, cfg.state_size)
+                        cfg.d_inner:(cfg.d_inner + cfg.n_groups * cfg.state_size)].unflatten(2, (-1, cfg.state_size))
         # [B, T, G, N]  mamba2.snf:74
         c_out = xbc_conv[:, :,
-                         (cfg.d_inner + cfg.n_groups
-                          * cfg.state_size):cfg.conv_dim].reshape(B, T, cfg.n_groups, cfg.state_size)
+                         (cfg.d_inner + cfg.n_groups * cfg.state_size):cfg.conv_dim].unflatten(2, (-1, cfg.state_size))
         A = -torch.exp(self.A_log)  # [H]  mamba2.snf:75
         ssm_state = past_ssm if past_ssm is not None else None  # [B, H, head_dim, N]  mamba2.snf:76
         # [B, T, d_inner]  mamba2.snf:77
-        y = _ssd_scan(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, 0.0, None,
-                      ssm_state).reshape(B, T, cfg.d_inner)
+        y = _ssd_scan(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, 0.0, None, ssm_state).flatten(2, 3)
         if use_cache:
             # mamba2.snf:79
             _set_layer(new_ssm, l,
                        _ssd_state(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, 0.0, None, ssm_state))
         # [B, T, G, (d_inner // G)]  mamba2.snf:81
-        gated = (y * F.silu(z)).reshape(B, T, cfg.n_groups, cfg.d_inner // cfg.n_groups)
+        gated = (y * F.silu(z)).unflatten(2, (-1, (cfg.d_inner // cfg.n_groups)))
         # [B, T, d_inner]  mamba2.snf:82
         normed = F.rms_norm(gated, ((cfg.d_inner // cfg.n_groups),), None,
-                            cfg.norm_eps).reshape(B, T, cfg.d_inner) * self.gate_norm_weight
+                            cfg.norm_eps).flatten(2, 3) * self.gate_norm_weight
         x = x + self.out_proj(normed)  # [B, T, D]  mamba2.snf:83
         return (new_conv if use_cache else None), (new_ssm if use_cache else None), x
 
@@ -178,8 +175,8 @@ class Model(nn.Module):
         self.config = cfg = config
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  mamba2.snf:39
         self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # norm_weight  mamba2.snf:51
-        # [vocab_size, D]  mamba2.snf:52
-        self.lm_head_weight = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_embd)) if not cfg.tie_embeddings else None
+        # lm_head_weight  mamba2.snf:52
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False) if not cfg.tie_embeddings else None
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.reset_parameters()
 
@@ -189,8 +186,8 @@ class Model(nn.Module):
         cfg = self.config
         nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.norm.weight)
-        if self.lm_head_weight is not None:
-            nn.init.normal_(self.lm_head_weight, mean=0.0, std=0.02)
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
         for layer in self.layers:
             layer.reset_parameters()
 
@@ -207,7 +204,7 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.in_proj': 'colwise',
+        'layers.*.in_proj': 'colwise_pieces',
         'layers.*.conv_weight': 'shard:0',
         'layers.*.conv_bias': 'shard:0',
         'layers.*.dt_bias': 'shard:0',
@@ -215,7 +212,7 @@ class Model(nn.Module):
         'layers.*.D_skip': 'shard:0',
         'layers.*.gate_norm_weight': 'shard:0',
         'layers.*.out_proj': 'rowwise',
-        'lm_head_weight': 'vocab_head',
+        'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
     tp_requires = (
@@ -228,6 +225,8 @@ class Model(nn.Module):
         (lambda c, tp: c.n_groups % tp == 0,
          'tp must divide G = n_groups, the heads `reshape` makes of sharded features (mamba2.snf:73)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('n_groups', 'n_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_conv: Optional[torch.Tensor] = None,
@@ -256,8 +255,7 @@ class Model(nn.Module):
                                          past_ssm[l] if past_ssm is not None else None, l, use_cache)
         x_final = self.norm(x)  # [B, T, D]  mamba2.snf:85
         # [B, T, vocab_size]  mamba2.snf:86
-        logits = F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings else F.linear(
-                x_final, self.token_embedding.weight)
+        logits = self.lm_head(x_final) if not cfg.tie_embeddings else F.linear(x_final, self.token_embedding.weight)
         return Output(logits, new_conv, new_ssm)
 
     # forward in a decode step of generate: one graph (fixed shapes; the states have no slots). On CPU,
@@ -324,31 +322,40 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'mixer_norm_weight': ('layers.{l}.mixer_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'in_proj_weight': ('layers.{l}.in_proj.weight', None, cfg.n_layer, (cfg.proj_dim, cfg.n_embd), torch.float32),
-        'in_proj_bias': ('layers.{l}.in_proj.bias', None, cfg.n_layer, (cfg.proj_dim,) if cfg.use_bias else None,
-                         torch.float32),
-        'conv_weight': ('layers.{l}.conv_weight', None, cfg.n_layer, (cfg.conv_dim, 1, cfg.conv_kernel), torch.float32),
-        'conv_bias': ('layers.{l}.conv_bias', None, cfg.n_layer, (cfg.conv_dim,) if cfg.use_conv_bias else None,
-                      torch.float32),
-        'dt_bias': ('layers.{l}.dt_bias', None, cfg.n_layer, (cfg.n_head,), torch.float32),
-        'A_log': ('layers.{l}.A_log', None, cfg.n_layer, (cfg.n_head,), torch.float32),
-        'D_skip': ('layers.{l}.D_skip', None, cfg.n_layer, (cfg.n_head,), torch.float32),
-        'gate_norm_weight': ('layers.{l}.gate_norm_weight', None, cfg.n_layer, (cfg.d_inner,), torch.float32),
-        'out_proj_weight': ('layers.{l}.out_proj.weight', None, cfg.n_layer, (cfg.n_embd, cfg.d_inner), torch.float32),
-        'out_proj_bias': ('layers.{l}.out_proj.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.use_bias else None,
-                          torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head_weight', None, None,
-                           (cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None, torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'mixer_norm_weight': _SpecParameter('layers.{l}.mixer_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                            loop='layers', layers=cfg.n_layer),
+        'in_proj_weight': _SpecParameter('layers.{l}.in_proj.weight', shape=(cfg.proj_dim, cfg.n_embd),
+                                         dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'in_proj_bias': _SpecParameter('layers.{l}.in_proj.bias', shape=(cfg.proj_dim,) if cfg.use_bias else None,
+                                       dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'conv_weight': _SpecParameter('layers.{l}.conv_weight', shape=(cfg.conv_dim, 1, cfg.conv_kernel),
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'conv_bias': _SpecParameter('layers.{l}.conv_bias', shape=(cfg.conv_dim,) if cfg.use_conv_bias else None,
+                                    dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'dt_bias': _SpecParameter('layers.{l}.dt_bias', shape=(cfg.n_head,), dtype=torch.float32, loop='layers',
+                                  layers=cfg.n_layer),
+        'A_log': _SpecParameter('layers.{l}.A_log', shape=(cfg.n_head,), dtype=torch.float32, loop='layers',
+                                layers=cfg.n_layer),
+        'D_skip': _SpecParameter('layers.{l}.D_skip', shape=(cfg.n_head,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'gate_norm_weight': _SpecParameter('layers.{l}.gate_norm_weight', shape=(cfg.d_inner,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'out_proj_weight': _SpecParameter('layers.{l}.out_proj.weight', shape=(cfg.n_embd, cfg.d_inner),
+                                          dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'out_proj_bias': _SpecParameter('layers.{l}.out_proj.bias', shape=(cfg.n_embd,) if cfg.use_bias else None,
+                                        dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight',
+                                         shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
+                                         dtype=torch.float32),
     }
 
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -27,6 +27,7 @@ from snf.runtime.writes import _DecodeState, _cache_cat, _narrow
 from snf.runtime.attention import _attention
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.loss import _cross_entropy, _linear_cross_entropy
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,9 @@ class Block(nn.Module):
         super().__init__()
         self.config = cfg = config
         self.ln1 = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=cfg.bias)  # ln1_weight, ln1_bias  nanogpt.snf:38
-        # attn_q_weight, attn_k_weight, attn_v_weight fused (and their biases)  nanogpt.snf:40
-        self.attn_qkv = nn.Linear(cfg.n_embd, 3*cfg.n_embd, bias=cfg.bias)
+        self.attn_q = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # attn_q_weight, attn_q_bias  nanogpt.snf:40
+        self.attn_k = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # attn_k_weight, attn_k_bias  nanogpt.snf:42
+        self.attn_v = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # attn_v_weight, attn_v_bias  nanogpt.snf:44
         # attn_proj_weight, attn_proj_bias  nanogpt.snf:46
         self.attn_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.ln2 = nn.LayerNorm(cfg.n_embd, eps=1e-05, bias=cfg.bias)  # ln2_weight, ln2_bias  nanogpt.snf:49
@@ -88,9 +90,15 @@ class Block(nn.Module):
         nn.init.ones_(self.ln1.weight)
         if self.ln1.bias is not None:
             nn.init.zeros_(self.ln1.bias)
-        nn.init.normal_(self.attn_qkv.weight, mean=0.0, std=0.02)
-        if self.attn_qkv.bias is not None:
-            nn.init.zeros_(self.attn_qkv.bias)
+        nn.init.normal_(self.attn_q.weight, mean=0.0, std=0.02)
+        if self.attn_q.bias is not None:
+            nn.init.zeros_(self.attn_q.bias)
+        nn.init.normal_(self.attn_k.weight, mean=0.0, std=0.02)
+        if self.attn_k.bias is not None:
+            nn.init.zeros_(self.attn_k.bias)
+        nn.init.normal_(self.attn_v.weight, mean=0.0, std=0.02)
+        if self.attn_v.bias is not None:
+            nn.init.zeros_(self.attn_v.bias)
         nn.init.normal_(self.attn_proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
         if self.attn_proj.bias is not None:
             nn.init.zeros_(self.attn_proj.bias)
@@ -108,20 +116,21 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         x_norm = self.ln1(x)  # [B, T, D]  nanogpt.snf:78
-        q, k, v = self.attn_qkv(x_norm).split(cfg.n_embd, dim=-1)  # [B, T, D] [B, T, D] [B, T, D]  nanogpt.snf:79
-        k_head = k.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  nanogpt.snf:82
-        v_head = v.reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  nanogpt.snf:83
+        q = self.attn_q(x_norm)  # [B, T, D]  nanogpt.snf:79
+        k = self.attn_k(x_norm)  # [B, T, D]  nanogpt.snf:80
+        v = self.attn_v(x_norm)  # [B, T, D]  nanogpt.snf:81
+        k_head = k.unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  nanogpt.snf:82
+        v_head = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  nanogpt.snf:83
         # [B, T_total, H, head_dim]  nanogpt.snf:84
         k_full = _cache_cat(past_keys, k_head, decode) if past_keys is not None else k_head
         # [B, T_total, H, head_dim]  nanogpt.snf:85
         v_full = _cache_cat(past_values, v_head, decode) if past_values is not None else v_head
         # [B, T, H, head_dim]  nanogpt.snf:88
-        attn_output = _attention(q.reshape(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2), k_full.transpose(1, 2),
+        attn_output = _attention(q.unflatten(2, (-1, cfg.head_dim)).transpose(1, 2), k_full.transpose(1, 2),
                                  v_full.transpose(1, 2), None, causal=True,
                                  dropout_p=(cfg.dropout if self.training else 0.0), decode=decode).transpose(1, 2)
-        attn_proj = self.attn_proj(attn_output.reshape(B, T, cfg.n_embd))  # [B, T, D]  nanogpt.snf:95
+        attn_proj = self.attn_proj(attn_output.flatten(2, 3))  # [B, T, D]  nanogpt.snf:95
         if cfg.dropout > 0:
             attn_proj = F.dropout(attn_proj, p=cfg.dropout, training=self.training)  # [B, T, D]  nanogpt.snf:96
         x = x + attn_proj  # [B, T, D]  nanogpt.snf:97
@@ -185,7 +194,9 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.attn_qkv': 'colwise',
+        'layers.*.attn_q': 'colwise',
+        'layers.*.attn_k': 'colwise',
+        'layers.*.attn_v': 'colwise',
         'layers.*.attn_proj': 'rowwise',
         'layers.*.mlp_fc': 'colwise',
         'layers.*.mlp_proj': 'rowwise',
@@ -197,6 +208,8 @@ class Model(nn.Module):
         (lambda c, tp: (4*c.n_embd) % tp == 0,
          'tp must divide 4*D, the features of a column-wise `linear` (nanogpt.snf:100)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('n_head',)
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None,
@@ -321,42 +334,50 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'position_embedding': ('position_embedding', None, None, (cfg.block_size, cfg.n_embd), torch.float32),
-        'ln1_weight': ('layers.{l}.ln1.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ln1_bias': ('layers.{l}.ln1.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.bias else None, torch.float32),
-        'attn_q_weight': ('layers.{l}.attn_qkv.weight', (0, cfg.n_embd), cfg.n_layer, (cfg.n_embd, cfg.n_embd),
-                          torch.float32),
-        'attn_q_bias': ('layers.{l}.attn_qkv.bias', (0, cfg.n_embd), cfg.n_layer, (cfg.n_embd,) if cfg.bias else None,
-                        torch.float32),
-        'attn_k_weight': ('layers.{l}.attn_qkv.weight', (cfg.n_embd, 2*cfg.n_embd), cfg.n_layer,
-                          (cfg.n_embd, cfg.n_embd), torch.float32),
-        'attn_k_bias': ('layers.{l}.attn_qkv.bias', (cfg.n_embd, 2*cfg.n_embd), cfg.n_layer,
-                        (cfg.n_embd,) if cfg.bias else None, torch.float32),
-        'attn_v_weight': ('layers.{l}.attn_qkv.weight', (2*cfg.n_embd, 3*cfg.n_embd), cfg.n_layer,
-                          (cfg.n_embd, cfg.n_embd), torch.float32),
-        'attn_v_bias': ('layers.{l}.attn_qkv.bias', (2*cfg.n_embd, 3*cfg.n_embd), cfg.n_layer,
-                        (cfg.n_embd,) if cfg.bias else None, torch.float32),
-        'attn_proj_weight': ('layers.{l}.attn_proj.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'attn_proj_bias': ('layers.{l}.attn_proj.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.bias else None,
-                           torch.float32),
-        'ln2_weight': ('layers.{l}.ln2.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ln2_bias': ('layers.{l}.ln2.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.bias else None, torch.float32),
-        'mlp_fc_weight': ('layers.{l}.mlp_fc.weight', None, cfg.n_layer, (4*cfg.n_embd, cfg.n_embd), torch.float32),
-        'mlp_fc_bias': ('layers.{l}.mlp_fc.bias', None, cfg.n_layer, (4*cfg.n_embd,) if cfg.bias else None,
-                        torch.float32),
-        'mlp_proj_weight': ('layers.{l}.mlp_proj.weight', None, cfg.n_layer, (cfg.n_embd, 4*cfg.n_embd), torch.float32),
-        'mlp_proj_bias': ('layers.{l}.mlp_proj.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.bias else None,
-                          torch.float32),
-        'ln_f_weight': ('ln_f.weight', None, None, (cfg.n_embd,), torch.float32),
-        'ln_f_bias': ('ln_f.bias', None, None, (cfg.n_embd,) if cfg.bias else None, torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'position_embedding': _SpecParameter('position_embedding', shape=(cfg.block_size, cfg.n_embd),
+                                             dtype=torch.float32),
+        'ln1_weight': _SpecParameter('layers.{l}.ln1.weight', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                     layers=cfg.n_layer),
+        'ln1_bias': _SpecParameter('layers.{l}.ln1.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                   dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'attn_q_weight': _SpecParameter('layers.{l}.attn_q.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'attn_q_bias': _SpecParameter('layers.{l}.attn_q.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'attn_k_weight': _SpecParameter('layers.{l}.attn_k.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'attn_k_bias': _SpecParameter('layers.{l}.attn_k.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'attn_v_weight': _SpecParameter('layers.{l}.attn_v.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'attn_v_bias': _SpecParameter('layers.{l}.attn_v.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'attn_proj_weight': _SpecParameter('layers.{l}.attn_proj.weight', shape=(cfg.n_embd, cfg.n_embd),
+                                           dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'attn_proj_bias': _SpecParameter('layers.{l}.attn_proj.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                         dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'ln2_weight': _SpecParameter('layers.{l}.ln2.weight', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                     layers=cfg.n_layer),
+        'ln2_bias': _SpecParameter('layers.{l}.ln2.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                   dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'mlp_fc_weight': _SpecParameter('layers.{l}.mlp_fc.weight', shape=(4*cfg.n_embd, cfg.n_embd),
+                                        dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'mlp_fc_bias': _SpecParameter('layers.{l}.mlp_fc.bias', shape=(4*cfg.n_embd,) if cfg.bias else None,
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'mlp_proj_weight': _SpecParameter('layers.{l}.mlp_proj.weight', shape=(cfg.n_embd, 4*cfg.n_embd),
+                                          dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'mlp_proj_bias': _SpecParameter('layers.{l}.mlp_proj.bias', shape=(cfg.n_embd,) if cfg.bias else None,
+                                        dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'ln_f_weight': _SpecParameter('ln_f.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'ln_f_bias': _SpecParameter('ln_f.bias', shape=(cfg.n_embd,) if cfg.bias else None, dtype=torch.float32),
     }
 
 

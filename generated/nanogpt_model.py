@@ -19,11 +19,12 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_config, _check_dims, _check_index, _check_input
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.loss import _cross_entropy, _linear_cross_entropy, _next_tokens
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -94,18 +95,17 @@ class Block(nn.Module):
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         cfg = self.config
-        B, T, _ = h.shape
         x = h  # [B, T, D]  nanogpt_model.snf:50
         attention_x = self.θ_ln_attn(x)  # [B, T, D]  nanogpt_model.snf:51
         # [B, T, H, (D // H)]  nanogpt_model.snf:37
-        q = self.θ_attn_Wq(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)
+        q = self.θ_attn_Wq(attention_x).unflatten(2, (-1, (cfg.D // cfg.H)))
         # [B, T, H, (D // H)]  nanogpt_model.snf:38
-        k = self.θ_attn_Wk(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)
+        k = self.θ_attn_Wk(attention_x).unflatten(2, (-1, (cfg.D // cfg.H)))
         # [B, T, H, (D // H)]  nanogpt_model.snf:39
-        v = self.θ_attn_Wv(attention_x).reshape(B, T, cfg.H, cfg.D // cfg.H)
+        v = self.θ_attn_Wv(attention_x).unflatten(2, (-1, (cfg.D // cfg.H)))
         # [B, T, D]  nanogpt_model.snf:41
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
-                                           scale=1 / math.sqrt(cfg.D // cfg.H)).transpose(1, 2).reshape(B, T, cfg.D)
+                                           scale=1 / math.sqrt(cfg.D // cfg.H)).transpose(1, 2).flatten(2, 3)
         x = x + self.θ_attn_Wo(o)  # [B, T, D]  nanogpt_model.snf:51
         mlp_x = self.θ_ln_mlp(x)  # [B, T, D]  nanogpt_model.snf:52
         u = self.θ_mlp_W_fc(mlp_x)  # [B, T, 4*D]  nanogpt_model.snf:46
@@ -172,6 +172,8 @@ class Model(nn.Module):
         (lambda c, tp: (4*c.D) % tp == 0,
          'tp must divide 4*D, the features of a column-wise `linear` (nanogpt_model.snf:46)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('H',)
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, tok: torch.Tensor, *, return_logits: Optional[bool] = None) -> Output:
@@ -241,33 +243,48 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'θ_embed': ('θ_embed.weight', None, None, (cfg.V, cfg.D), torch.float32),
-        'θ_pos': ('θ_pos', None, None, (cfg.P, cfg.D), torch.float32),
-        'θ_ln_attn_weight': ('layers.{l}.θ_ln_attn.weight', None, cfg.L, (cfg.D,), torch.float32),
-        'θ_ln_attn_bias': ('layers.{l}.θ_ln_attn.bias', None, cfg.L, (cfg.D,), torch.float32),
-        'θ_attn_Wq': ('layers.{l}.θ_attn_Wq.weight', None, cfg.L, (cfg.D, cfg.D), torch.float32),
-        'θ_attn_bq': ('layers.{l}.θ_attn_Wq.bias', None, cfg.L, (cfg.D,), torch.float32),
-        'θ_attn_Wk': ('layers.{l}.θ_attn_Wk.weight', None, cfg.L, (cfg.D, cfg.D), torch.float32),
-        'θ_attn_bk': ('layers.{l}.θ_attn_Wk.bias', None, cfg.L, (cfg.D,), torch.float32),
-        'θ_attn_Wv': ('layers.{l}.θ_attn_Wv.weight', None, cfg.L, (cfg.D, cfg.D), torch.float32),
-        'θ_attn_bv': ('layers.{l}.θ_attn_Wv.bias', None, cfg.L, (cfg.D,), torch.float32),
-        'θ_attn_Wo': ('layers.{l}.θ_attn_Wo.weight', None, cfg.L, (cfg.D, cfg.D), torch.float32),
-        'θ_attn_bo': ('layers.{l}.θ_attn_Wo.bias', None, cfg.L, (cfg.D,), torch.float32),
-        'θ_ln_mlp_weight': ('layers.{l}.θ_ln_mlp.weight', None, cfg.L, (cfg.D,), torch.float32),
-        'θ_ln_mlp_bias': ('layers.{l}.θ_ln_mlp.bias', None, cfg.L, (cfg.D,), torch.float32),
-        'θ_mlp_W_fc': ('layers.{l}.θ_mlp_W_fc.weight', None, cfg.L, (4*cfg.D, cfg.D), torch.float32),
-        'θ_mlp_b_fc': ('layers.{l}.θ_mlp_W_fc.bias', None, cfg.L, (4*cfg.D,), torch.float32),
-        'θ_mlp_W_proj': ('layers.{l}.θ_mlp_W_proj.weight', None, cfg.L, (cfg.D, 4*cfg.D), torch.float32),
-        'θ_mlp_b_proj': ('layers.{l}.θ_mlp_W_proj.bias', None, cfg.L, (cfg.D,), torch.float32),
-        'θ_ln_f_weight': ('θ_ln_f.weight', None, None, (cfg.D,), torch.float32),
-        'θ_ln_f_bias': ('θ_ln_f.bias', None, None, (cfg.D,), torch.float32),
+        'θ_embed': _SpecParameter('θ_embed.weight', shape=(cfg.V, cfg.D), dtype=torch.float32),
+        'θ_pos': _SpecParameter('θ_pos', shape=(cfg.P, cfg.D), dtype=torch.float32),
+        'θ_ln_attn_weight': _SpecParameter('layers.{l}.θ_ln_attn.weight', shape=(cfg.D,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.L),
+        'θ_ln_attn_bias': _SpecParameter('layers.{l}.θ_ln_attn.bias', shape=(cfg.D,), dtype=torch.float32,
+                                         loop='layers', layers=cfg.L),
+        'θ_attn_Wq': _SpecParameter('layers.{l}.θ_attn_Wq.weight', shape=(cfg.D, cfg.D), dtype=torch.float32,
+                                    loop='layers', layers=cfg.L),
+        'θ_attn_bq': _SpecParameter('layers.{l}.θ_attn_Wq.bias', shape=(cfg.D,), dtype=torch.float32, loop='layers',
+                                    layers=cfg.L),
+        'θ_attn_Wk': _SpecParameter('layers.{l}.θ_attn_Wk.weight', shape=(cfg.D, cfg.D), dtype=torch.float32,
+                                    loop='layers', layers=cfg.L),
+        'θ_attn_bk': _SpecParameter('layers.{l}.θ_attn_Wk.bias', shape=(cfg.D,), dtype=torch.float32, loop='layers',
+                                    layers=cfg.L),
+        'θ_attn_Wv': _SpecParameter('layers.{l}.θ_attn_Wv.weight', shape=(cfg.D, cfg.D), dtype=torch.float32,
+                                    loop='layers', layers=cfg.L),
+        'θ_attn_bv': _SpecParameter('layers.{l}.θ_attn_Wv.bias', shape=(cfg.D,), dtype=torch.float32, loop='layers',
+                                    layers=cfg.L),
+        'θ_attn_Wo': _SpecParameter('layers.{l}.θ_attn_Wo.weight', shape=(cfg.D, cfg.D), dtype=torch.float32,
+                                    loop='layers', layers=cfg.L),
+        'θ_attn_bo': _SpecParameter('layers.{l}.θ_attn_Wo.bias', shape=(cfg.D,), dtype=torch.float32, loop='layers',
+                                    layers=cfg.L),
+        'θ_ln_mlp_weight': _SpecParameter('layers.{l}.θ_ln_mlp.weight', shape=(cfg.D,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.L),
+        'θ_ln_mlp_bias': _SpecParameter('layers.{l}.θ_ln_mlp.bias', shape=(cfg.D,), dtype=torch.float32, loop='layers',
+                                        layers=cfg.L),
+        'θ_mlp_W_fc': _SpecParameter('layers.{l}.θ_mlp_W_fc.weight', shape=(4*cfg.D, cfg.D), dtype=torch.float32,
+                                     loop='layers', layers=cfg.L),
+        'θ_mlp_b_fc': _SpecParameter('layers.{l}.θ_mlp_W_fc.bias', shape=(4*cfg.D,), dtype=torch.float32, loop='layers',
+                                     layers=cfg.L),
+        'θ_mlp_W_proj': _SpecParameter('layers.{l}.θ_mlp_W_proj.weight', shape=(cfg.D, 4*cfg.D), dtype=torch.float32,
+                                       loop='layers', layers=cfg.L),
+        'θ_mlp_b_proj': _SpecParameter('layers.{l}.θ_mlp_W_proj.bias', shape=(cfg.D,), dtype=torch.float32,
+                                       loop='layers', layers=cfg.L),
+        'θ_ln_f_weight': _SpecParameter('θ_ln_f.weight', shape=(cfg.D,), dtype=torch.float32),
+        'θ_ln_f_bias': _SpecParameter('θ_ln_f.bias', shape=(cfg.D,), dtype=torch.float32),
     }
 
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -27,6 +27,7 @@ from snf.runtime.attention import _attention
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.experts import _moe_experts
 from snf.runtime.recurrent import _causal_conv1d, _causal_conv1d_state, _ssd_scan, _ssd_state
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -185,18 +186,14 @@ class Block(nn.Module):
                                                         cfg.d_inner)) if self.layer_types_l == 'linear_attention' else None
         # [D]  nemotron_h.snf:88
         self.out_proj_bias = nn.Parameter(torch.empty(cfg.n_embd)) if self.layer_types_l == 'linear_attention' and cfg.use_bias else None
-        # [q_dim, D]  nemotron_h.snf:90
-        self.q_weight = nn.Parameter(torch.empty(cfg.q_dim,
-                                                 cfg.n_embd)) if self.layer_types_l == 'full_attention' else None
-        # [kv_dim, D]  nemotron_h.snf:91
-        self.k_weight = nn.Parameter(torch.empty(cfg.kv_dim,
-                                                 cfg.n_embd)) if self.layer_types_l == 'full_attention' else None
-        # [kv_dim, D]  nemotron_h.snf:92
-        self.v_weight = nn.Parameter(torch.empty(cfg.kv_dim,
-                                                 cfg.n_embd)) if self.layer_types_l == 'full_attention' else None
-        # [D, q_dim]  nemotron_h.snf:93
-        self.o_weight = nn.Parameter(torch.empty(cfg.n_embd,
-                                                 cfg.q_dim)) if self.layer_types_l == 'full_attention' else None
+        # q_weight  nemotron_h.snf:90
+        self.q = nn.Linear(cfg.n_embd, cfg.q_dim, bias=False) if self.layer_types_l == 'full_attention' else None
+        # k_weight  nemotron_h.snf:91
+        self.k = nn.Linear(cfg.n_embd, cfg.kv_dim, bias=False) if self.layer_types_l == 'full_attention' else None
+        # v_weight  nemotron_h.snf:92
+        self.v = nn.Linear(cfg.n_embd, cfg.kv_dim, bias=False) if self.layer_types_l == 'full_attention' else None
+        # o_weight  nemotron_h.snf:93
+        self.o = nn.Linear(cfg.q_dim, cfg.n_embd, bias=False) if self.layer_types_l == 'full_attention' else None
         # [mlp_hidden, D]  nemotron_h.snf:95
         self.up_weight = nn.Parameter(torch.empty(cfg.mlp_hidden, cfg.n_embd)) if self.layer_types_l == 'mlp' else None
         # [mlp_hidden]  nemotron_h.snf:96
@@ -206,9 +203,8 @@ class Block(nn.Module):
                                                     cfg.mlp_hidden)) if self.layer_types_l == 'mlp' else None
         # [D]  nemotron_h.snf:98
         self.down_bias = nn.Parameter(torch.empty(cfg.n_embd)) if self.layer_types_l == 'mlp' and cfg.mlp_bias else None
-        # [n_expert, D]  nemotron_h.snf:101
-        self.router_weight = nn.Parameter(torch.empty(cfg.n_expert,
-                                                      cfg.n_embd)) if self.layer_types_l == 'moe' else None
+        # router_weight  nemotron_h.snf:101
+        self.router = nn.Linear(cfg.n_embd, cfg.n_expert, bias=False) if self.layer_types_l == 'moe' else None
         # [n_expert]  nemotron_h.snf:102
         self.router_bias = nn.Parameter(torch.empty(cfg.n_expert)) if self.layer_types_l == 'moe' else None
         # [n_expert, expert_hidden, D]  nemotron_h.snf:103
@@ -268,14 +264,14 @@ class Block(nn.Module):
             nn.init.normal_(self.out_proj_weight, mean=0.0, std=0.02)
         if self.out_proj_bias is not None:
             nn.init.zeros_(self.out_proj_bias)
-        if self.q_weight is not None:
-            nn.init.normal_(self.q_weight, mean=0.0, std=0.02)
-        if self.k_weight is not None:
-            nn.init.normal_(self.k_weight, mean=0.0, std=0.02)
-        if self.v_weight is not None:
-            nn.init.normal_(self.v_weight, mean=0.0, std=0.02)
-        if self.o_weight is not None:
-            nn.init.normal_(self.o_weight, mean=0.0, std=0.02)
+        if self.q is not None:
+            nn.init.normal_(self.q.weight, mean=0.0, std=0.02)
+        if self.k is not None:
+            nn.init.normal_(self.k.weight, mean=0.0, std=0.02)
+        if self.v is not None:
+            nn.init.normal_(self.v.weight, mean=0.0, std=0.02)
+        if self.o is not None:
+            nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
         if self.up_weight is not None:
             nn.init.normal_(self.up_weight, mean=0.0, std=0.02)
         if self.up_bias is not None:
@@ -284,8 +280,8 @@ class Block(nn.Module):
             nn.init.normal_(self.down_weight, mean=0.0, std=0.02)
         if self.down_bias is not None:
             nn.init.zeros_(self.down_bias)
-        if self.router_weight is not None:
-            nn.init.normal_(self.router_weight, mean=0.0, std=0.02)
+        if self.router is not None:
+            nn.init.normal_(self.router.weight, mean=0.0, std=0.02)
         if self.router_bias is not None:
             nn.init.zeros_(self.router_bias)
         if self.expert_up is not None:
@@ -335,39 +331,36 @@ class Block(nn.Module):
                 # nemotron_h.snf:150
                 _set_layer(new_conv, l, _causal_conv1d_state(xbc, self.conv_weight, None, conv_state))
             # [B, T, SH, ssm_head_dim]  nemotron_h.snf:151
-            xs = xbc_conv[:, :, 0:cfg.d_inner].reshape(B, T, cfg.ssm_n_head, cfg.ssm_head_dim)
+            xs = xbc_conv[:, :, 0:cfg.d_inner].unflatten(2, (-1, cfg.ssm_head_dim))
             # [B, T, G, N]  nemotron_h.snf:152
             b_in = xbc_conv[:, :,
                             cfg.d_inner:(cfg.d_inner + cfg.n_groups
-                                         * cfg.state_size)].reshape(B, T, cfg.n_groups, cfg.state_size)
+                                         * cfg.state_size)].unflatten(2, (-1, cfg.state_size))
             # [B, T, G, N]  nemotron_h.snf:153
             c_out = xbc_conv[:, :,
                              (cfg.d_inner + cfg.n_groups
-                              * cfg.state_size):cfg.conv_dim].reshape(B, T, cfg.n_groups, cfg.state_size)
+                              * cfg.state_size):cfg.conv_dim].unflatten(2, (-1, cfg.state_size))
             A = -torch.exp(self.A_log)  # [SH]  nemotron_h.snf:154
             ssm_state = past_ssm if past_ssm is not None else None  # [B, SH, ssm_head_dim, N]  nemotron_h.snf:155
             # [B, T, d_inner]  nemotron_h.snf:156
             y = _ssd_scan(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, cfg.dt_min, None,
-                          ssm_state).reshape(B, T, cfg.d_inner)
+                          ssm_state).flatten(2, 3)
             if use_cache:
                 # nemotron_h.snf:158
                 _set_layer(new_ssm, l,
                            _ssd_state(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, cfg.dt_min, None,
                                       ssm_state))
             # [B, T, G, (d_inner // G)]  nemotron_h.snf:161
-            gated = (y * F.silu(z)).reshape(B, T, cfg.n_groups, cfg.d_inner // cfg.n_groups)
+            gated = (y * F.silu(z)).unflatten(2, (-1, (cfg.d_inner // cfg.n_groups)))
             # [B, T, d_inner]  nemotron_h.snf:162
             normed = F.rms_norm(gated, ((cfg.d_inner // cfg.n_groups),), None,
-                                cfg.norm_eps).reshape(B, T, cfg.d_inner) * self.gate_norm_weight
+                                cfg.norm_eps).flatten(2, 3) * self.gate_norm_weight
             x = x + F.linear(normed, self.out_proj_weight, self.out_proj_bias)  # [B, T, D]  nemotron_h.snf:163
         else:
             if self.layer_types_l == 'full_attention':
-                # [B, T, H, head_dim]  nemotron_h.snf:166
-                q = F.linear(h, self.q_weight).reshape(B, T, cfg.n_head, cfg.head_dim)
-                # [B, T, KVH, head_dim]  nemotron_h.snf:167
-                k_new = F.linear(h, self.k_weight).reshape(B, T, cfg.n_kv_head, cfg.head_dim)
-                # [B, T, KVH, head_dim]  nemotron_h.snf:168
-                v_new = F.linear(h, self.v_weight).reshape(B, T, cfg.n_kv_head, cfg.head_dim)
+                q = self.q(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  nemotron_h.snf:166
+                k_new = self.k(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  nemotron_h.snf:167
+                v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  nemotron_h.snf:168
                 # [B, T + T_past, KVH, head_dim]  nemotron_h.snf:169
                 k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
                 # [B, T + T_past, KVH, head_dim]  nemotron_h.snf:170
@@ -378,18 +371,18 @@ class Block(nn.Module):
                         _set_layer(new_values, l, v_all)  # nemotron_h.snf:172
                 # [B, T, q_dim]  nemotron_h.snf:173
                 attn = _attention(q.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
-                                  decode=decode).transpose(1, 2).reshape(B, T, cfg.q_dim)
-                x = x + F.linear(attn, self.o_weight)  # [B, T, D]  nemotron_h.snf:174
+                                  decode=decode).transpose(1, 2).flatten(2, 3)
+                x = x + self.o(attn)  # [B, T, D]  nemotron_h.snf:174
             else:
                 if self.layer_types_l == 'mlp':
                     r = F.relu(F.linear(h, self.up_weight, self.up_bias))  # [B, T, mlp_hidden]  nemotron_h.snf:177
                     x = x + F.linear(r * r, self.down_weight, self.down_bias)  # [B, T, D]  nemotron_h.snf:178
                 else:
                     if self.layer_types_l == 'moe':
-                        scores = torch.sigmoid(F.linear(h, self.router_weight))  # [B, T, n_expert]  nemotron_h.snf:181
+                        scores = torch.sigmoid(self.router(h))  # [B, T, n_expert]  nemotron_h.snf:181
                         choice = scores + self.router_bias  # [B, T, n_expert]  nemotron_h.snf:184
                         # [B, T, expert_groups]  nemotron_h.snf:185
-                        group_scores = torch.topk(choice.reshape(B, T, cfg.expert_groups, cfg.group_size), 2,
+                        group_scores = torch.topk(choice.unflatten(2, (-1, cfg.group_size)), 2,
                                                   dim=-1).values.sum(dim=-1)
                         # [B, T, expert_groups]  nemotron_h.snf:186
                         groups = F.one_hot(torch.sort(group_scores, dim=-1, descending=True,
@@ -397,7 +390,7 @@ class Block(nn.Module):
                                            cfg.expert_groups).to(self.norm_weight_l.dtype).sum(dim=2)
                         # [B, T, n_expert]  nemotron_h.snf:188
                         allowed = groups.reshape(B, T, cfg.expert_groups, 1).expand(
-                                B, T, cfg.expert_groups, cfg.group_size).reshape(B, T, cfg.n_expert)
+                                B, T, cfg.expert_groups, cfg.group_size).flatten(2, 3)
                         # [B, T, n_expert_tok]  nemotron_h.snf:190
                         chosen = torch.sort(torch.where(allowed > 0.5, choice, -1e+30), dim=-1, descending=True,
                                             stable=True).indices.narrow(-1, 0, cfg.n_expert_tok)
@@ -447,8 +440,8 @@ class Model(nn.Module):
         self.config = cfg = config
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  nemotron_h.snf:75
         self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # norm_weight  nemotron_h.snf:121
-        # [vocab_size, D]  nemotron_h.snf:122
-        self.lm_head_weight = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_embd)) if not cfg.tie_embeddings else None
+        # lm_head_weight  nemotron_h.snf:122
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False) if not cfg.tie_embeddings else None
         self.layers = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
         self.reset_parameters()
 
@@ -458,8 +451,8 @@ class Model(nn.Module):
         cfg = self.config
         nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.norm.weight)
-        if self.lm_head_weight is not None:
-            nn.init.normal_(self.lm_head_weight, mean=0.0, std=0.02)
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
         for layer in self.layers:
             layer.reset_parameters()
 
@@ -476,7 +469,7 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.in_proj_weight': 'colwise',
+        'layers.*.in_proj_weight': 'colwise_pieces',
         'layers.*.in_proj_bias': 'colwise',
         'layers.*.conv_weight': 'shard:0',
         'layers.*.conv_bias': 'shard:0',
@@ -486,10 +479,10 @@ class Model(nn.Module):
         'layers.*.gate_norm_weight': 'shard:0',
         'layers.*.out_proj_weight': 'rowwise',
         'layers.*.out_proj_bias': 'rowwise',
-        'layers.*.q_weight': 'colwise',
-        'layers.*.k_weight': 'colwise',
-        'layers.*.v_weight': 'colwise',
-        'layers.*.o_weight': 'rowwise',
+        'layers.*.q': 'colwise',
+        'layers.*.k': 'colwise',
+        'layers.*.v': 'colwise',
+        'layers.*.o': 'rowwise',
         'layers.*.up_weight': 'colwise',
         'layers.*.up_bias': 'colwise',
         'layers.*.down_weight': 'rowwise',
@@ -504,7 +497,7 @@ class Model(nn.Module):
         'layers.*.shared_up_bias': 'colwise',
         'layers.*.shared_down_weight': 'rowwise',
         'layers.*.shared_down_bias': 'rowwise',
-        'lm_head_weight': 'vocab_head',
+        'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
     tp_requires = (
@@ -527,6 +520,8 @@ class Model(nn.Module):
         (lambda c, tp: c.shared_hidden % tp == 0,
          'tp must divide shared_hidden, the features of a column-wise `linear` (nemotron_h.snf:205)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('expert_hidden', 'mlp_hidden', 'n_groups', 'n_head', 'n_kv_head', 'shared_hidden', 'ssm_n_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
@@ -566,8 +561,7 @@ class Model(nn.Module):
                     past_values[l] if past_values is not None else None, l, use_cache, decode)
         x_final = self.norm(x)  # [B, T, D]  nemotron_h.snf:208
         # [B, T, vocab_size]  nemotron_h.snf:209
-        logits = F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings else F.linear(
-                x_final, self.token_embedding.weight)
+        logits = self.lm_head(x_final) if not cfg.tie_embeddings else F.linear(x_final, self.token_embedding.weight)
         return Output(logits, new_keys, new_values, new_conv, new_ssm)
 
     # forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
@@ -658,119 +652,137 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'norm_weight_l': ('layers.{l}.norm_weight_l', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'in_proj_weight': ('layers.{l}.in_proj_weight', None,
-                           tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                           (cfg.proj_dim, cfg.n_embd), torch.float32),
-        'in_proj_bias': ('layers.{l}.in_proj_bias', None,
-                         tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'
-                               and cfg.use_bias),
-                         (cfg.proj_dim,), torch.float32),
-        'conv_weight': ('layers.{l}.conv_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                        (cfg.conv_dim, 1, cfg.conv_kernel), torch.float32),
-        'conv_bias': ('layers.{l}.conv_bias', None,
-                      tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'
-                            and cfg.use_conv_bias),
-                      (cfg.conv_dim,), torch.float32),
-        'dt_bias': ('layers.{l}.dt_bias', None,
-                    tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'), (cfg.ssm_n_head,),
-                    torch.float32),
-        'A_log': ('layers.{l}.A_log', None,
-                  tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'), (cfg.ssm_n_head,),
-                  torch.float32),
-        'D_skip': ('layers.{l}.D_skip', None,
-                   tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'), (cfg.ssm_n_head,),
-                   torch.float32),
-        'gate_norm_weight': ('layers.{l}.gate_norm_weight', None,
-                             tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                             (cfg.d_inner,), torch.float32),
-        'out_proj_weight': ('layers.{l}.out_proj_weight', None,
-                            tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'),
-                            (cfg.n_embd, cfg.d_inner), torch.float32),
-        'out_proj_bias': ('layers.{l}.out_proj_bias', None,
-                          tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'linear_attention'
-                                and cfg.use_bias),
-                          (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'),
-                     (cfg.q_dim, cfg.n_embd), torch.float32),
-        'k_weight': ('layers.{l}.k_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'),
-                     (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_weight': ('layers.{l}.v_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'),
-                     (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'o_weight': ('layers.{l}.o_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'full_attention'),
-                     (cfg.n_embd, cfg.q_dim), torch.float32),
-        'up_weight': ('layers.{l}.up_weight', None, tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'mlp'),
-                      (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_bias': ('layers.{l}.up_bias', None,
-                    tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'mlp' and cfg.mlp_bias),
-                    (cfg.mlp_hidden,), torch.float32),
-        'down_weight': ('layers.{l}.down_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'mlp'),
-                        (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'down_bias': ('layers.{l}.down_bias', None,
-                      tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'mlp' and cfg.mlp_bias),
-                      (cfg.n_embd,), torch.float32),
-        'router_weight': ('layers.{l}.router_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'),
-                          (cfg.n_expert, cfg.n_embd), torch.float32),
-        'router_bias': ('layers.{l}.router_bias', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'), (cfg.n_expert,),
-                        torch.float32),
-        'expert_up': ('layers.{l}.expert_up', None,
-                      tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.moe_latent == 0),
-                      (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'expert_down': ('layers.{l}.expert_down', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.moe_latent == 0),
-                        (cfg.n_expert, cfg.n_embd, cfg.expert_hidden), torch.float32),
-        'latent_up': ('layers.{l}.latent_up', None,
-                      tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.moe_latent > 0),
-                      (cfg.n_expert, cfg.expert_hidden, cfg.moe_latent), torch.float32),
-        'latent_down': ('layers.{l}.latent_down', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.moe_latent > 0),
-                        (cfg.n_expert, cfg.moe_latent, cfg.expert_hidden), torch.float32),
-        'latent_in_weight': ('layers.{l}.latent_in_weight', None,
-                             tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.moe_latent > 0),
-                             (cfg.moe_latent, cfg.n_embd), torch.float32),
-        'latent_in_bias': ('layers.{l}.latent_in_bias', None,
-                           tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.moe_latent > 0
-                                 and cfg.mlp_bias),
-                           (cfg.moe_latent,), torch.float32),
-        'latent_out_weight': ('layers.{l}.latent_out_weight', None,
-                              tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
-                                    and cfg.moe_latent > 0),
-                              (cfg.n_embd, cfg.moe_latent), torch.float32),
-        'latent_out_bias': ('layers.{l}.latent_out_bias', None,
-                            tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.moe_latent > 0
-                                  and cfg.mlp_bias),
-                            (cfg.n_embd,), torch.float32),
-        'shared_up_weight': ('layers.{l}.shared_up_weight', None,
-                             tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'),
-                             (cfg.shared_hidden, cfg.n_embd), torch.float32),
-        'shared_up_bias': ('layers.{l}.shared_up_bias', None,
-                           tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.mlp_bias),
-                           (cfg.shared_hidden,), torch.float32),
-        'shared_down_weight': ('layers.{l}.shared_down_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'),
-                               (cfg.n_embd, cfg.shared_hidden), torch.float32),
-        'shared_down_bias': ('layers.{l}.shared_down_bias', None,
-                             tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe' and cfg.mlp_bias),
-                             (cfg.n_embd,), torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head_weight', None, None,
-                           (cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None, torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'norm_weight_l': _SpecParameter('layers.{l}.norm_weight_l', shape=(cfg.n_embd,), dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'in_proj_weight': _SpecParameter('layers.{l}.in_proj_weight', shape=(cfg.proj_dim, cfg.n_embd),
+                                         dtype=torch.float32, loop='layers',
+                                         layers=tuple(l for l in range(cfg.n_layer)
+                                                      if cfg.layer_types[l] == 'linear_attention')),
+        'in_proj_bias': _SpecParameter('layers.{l}.in_proj_bias', shape=(cfg.proj_dim,), dtype=torch.float32,
+                                       loop='layers',
+                                       layers=tuple(l for l in range(cfg.n_layer)
+                                                    if cfg.layer_types[l] == 'linear_attention' and cfg.use_bias)),
+        'conv_weight': _SpecParameter('layers.{l}.conv_weight', shape=(cfg.conv_dim, 1, cfg.conv_kernel),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer)
+                                                   if cfg.layer_types[l] == 'linear_attention')),
+        'conv_bias': _SpecParameter('layers.{l}.conv_bias', shape=(cfg.conv_dim,), dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer)
+                                                 if cfg.layer_types[l] == 'linear_attention' and cfg.use_conv_bias)),
+        'dt_bias': _SpecParameter('layers.{l}.dt_bias', shape=(cfg.ssm_n_head,), dtype=torch.float32, loop='layers',
+                                  layers=tuple(l for l in range(cfg.n_layer)
+                                               if cfg.layer_types[l] == 'linear_attention')),
+        'A_log': _SpecParameter('layers.{l}.A_log', shape=(cfg.ssm_n_head,), dtype=torch.float32, loop='layers',
+                                layers=tuple(l for l in range(cfg.n_layer)
+                                             if cfg.layer_types[l] == 'linear_attention')),
+        'D_skip': _SpecParameter('layers.{l}.D_skip', shape=(cfg.ssm_n_head,), dtype=torch.float32, loop='layers',
+                                 layers=tuple(l for l in range(cfg.n_layer)
+                                              if cfg.layer_types[l] == 'linear_attention')),
+        'gate_norm_weight': _SpecParameter('layers.{l}.gate_norm_weight', shape=(cfg.d_inner,), dtype=torch.float32,
+                                           loop='layers',
+                                           layers=tuple(l for l in range(cfg.n_layer)
+                                                        if cfg.layer_types[l] == 'linear_attention')),
+        'out_proj_weight': _SpecParameter('layers.{l}.out_proj_weight', shape=(cfg.n_embd, cfg.d_inner),
+                                          dtype=torch.float32, loop='layers',
+                                          layers=tuple(l for l in range(cfg.n_layer)
+                                                       if cfg.layer_types[l] == 'linear_attention')),
+        'out_proj_bias': _SpecParameter('layers.{l}.out_proj_bias', shape=(cfg.n_embd,), dtype=torch.float32,
+                                        loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer)
+                                                     if cfg.layer_types[l] == 'linear_attention' and cfg.use_bias)),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.q_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer)
+                                                if cfg.layer_types[l] == 'full_attention')),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer)
+                                                if cfg.layer_types[l] == 'full_attention')),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer)
+                                                if cfg.layer_types[l] == 'full_attention')),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer)
+                                                if cfg.layer_types[l] == 'full_attention')),
+        'up_weight': _SpecParameter('layers.{l}.up_weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'mlp')),
+        'up_bias': _SpecParameter('layers.{l}.up_bias', shape=(cfg.mlp_hidden,), dtype=torch.float32, loop='layers',
+                                  layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'mlp'
+                                               and cfg.mlp_bias)),
+        'down_weight': _SpecParameter('layers.{l}.down_weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'mlp')),
+        'down_bias': _SpecParameter('layers.{l}.down_bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'mlp'
+                                                 and cfg.mlp_bias)),
+        'router_weight': _SpecParameter('layers.{l}.router.weight', shape=(cfg.n_expert, cfg.n_embd),
+                                        dtype=torch.float32, loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe')),
+        'router_bias': _SpecParameter('layers.{l}.router_bias', shape=(cfg.n_expert,), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe')),
+        'expert_up': _SpecParameter('layers.{l}.expert_up', shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd),
+                                    dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                 and cfg.moe_latent == 0)),
+        'expert_down': _SpecParameter('layers.{l}.expert_down', shape=(cfg.n_expert, cfg.n_embd, cfg.expert_hidden),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                   and cfg.moe_latent == 0)),
+        'latent_up': _SpecParameter('layers.{l}.latent_up', shape=(cfg.n_expert, cfg.expert_hidden, cfg.moe_latent),
+                                    dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                 and cfg.moe_latent > 0)),
+        'latent_down': _SpecParameter('layers.{l}.latent_down', shape=(cfg.n_expert, cfg.moe_latent, cfg.expert_hidden),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                   and cfg.moe_latent > 0)),
+        'latent_in_weight': _SpecParameter('layers.{l}.latent_in_weight', shape=(cfg.moe_latent, cfg.n_embd),
+                                           dtype=torch.float32, loop='layers',
+                                           layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                        and cfg.moe_latent > 0)),
+        'latent_in_bias': _SpecParameter('layers.{l}.latent_in_bias', shape=(cfg.moe_latent,), dtype=torch.float32,
+                                         loop='layers',
+                                         layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                      and cfg.moe_latent > 0 and cfg.mlp_bias)),
+        'latent_out_weight': _SpecParameter('layers.{l}.latent_out_weight', shape=(cfg.n_embd, cfg.moe_latent),
+                                            dtype=torch.float32, loop='layers',
+                                            layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                         and cfg.moe_latent > 0)),
+        'latent_out_bias': _SpecParameter('layers.{l}.latent_out_bias', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers',
+                                          layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                       and cfg.moe_latent > 0 and cfg.mlp_bias)),
+        'shared_up_weight': _SpecParameter('layers.{l}.shared_up_weight', shape=(cfg.shared_hidden, cfg.n_embd),
+                                           dtype=torch.float32, loop='layers',
+                                           layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe')),
+        'shared_up_bias': _SpecParameter('layers.{l}.shared_up_bias', shape=(cfg.shared_hidden,), dtype=torch.float32,
+                                         loop='layers',
+                                         layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                      and cfg.mlp_bias)),
+        'shared_down_weight': _SpecParameter('layers.{l}.shared_down_weight', shape=(cfg.n_embd, cfg.shared_hidden),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer)
+                                                          if cfg.layer_types[l] == 'moe')),
+        'shared_down_bias': _SpecParameter('layers.{l}.shared_down_bias', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers',
+                                           layers=tuple(l for l in range(cfg.n_layer) if cfg.layer_types[l] == 'moe'
+                                                        and cfg.mlp_bias)),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight',
+                                         shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
+                                         dtype=torch.float32),
     }
 
 

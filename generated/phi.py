@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -26,6 +26,7 @@ from snf.runtime.writes import _DecodeState, _cache_cat
 from snf.runtime.attention import _attention
 from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -149,11 +150,10 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.ln(x)  # [B, T, D]  phi.snf:80
-        q = self.q(h).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  phi.snf:81
-        k = self.k(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  phi.snf:82
-        v_new = self.v(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  phi.snf:83
+        q = self.q(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  phi.snf:81
+        k = self.k(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  phi.snf:82
+        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  phi.snf:83
         # [B, T, H, head_dim]  phi.snf:84
         q_normed = F.layer_norm(q, (cfg.head_dim,), self.q_ln_weight, self.q_ln_bias,
                                 cfg.norm_eps) if cfg.qk_layernorm else q
@@ -169,7 +169,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  phi.snf:93
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           dropout_p=(cfg.attn_dropout if self.training else 0.0), decode=decode).transpose(1, 2)
-        a = self.o(attn.reshape(B, T, cfg.q_dim))  # [B, T, D]  phi.snf:94
+        a = self.o(attn.flatten(2, 3))  # [B, T, D]  phi.snf:94
         if cfg.resid_dropout > 0:
             a = F.dropout(a, p=cfg.resid_dropout, training=self.training)  # [B, T, D]  phi.snf:95
         fc = self.fc1(h)  # [B, T, mlp_hidden]  phi.snf:96
@@ -252,6 +252,8 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          'tp must divide mlp_hidden, the features of a column-wise `linear` (phi.snf:96)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('mlp_hidden', 'n_head', 'n_kv_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
@@ -361,41 +363,56 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'ln_weight': ('layers.{l}.ln.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ln_bias': ('layers.{l}.ln.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.q_dim, cfg.n_embd), torch.float32),
-        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer, (cfg.q_dim,), torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer, (cfg.kv_dim,), torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer, (cfg.kv_dim,), torch.float32),
-        'q_ln_weight': ('layers.{l}.q_ln_weight', None, cfg.n_layer, (cfg.head_dim,) if cfg.qk_layernorm else None,
-                        torch.float32),
-        'q_ln_bias': ('layers.{l}.q_ln_bias', None, cfg.n_layer, (cfg.head_dim,) if cfg.qk_layernorm else None,
-                      torch.float32),
-        'k_ln_weight': ('layers.{l}.k_ln_weight', None, cfg.n_layer, (cfg.head_dim,) if cfg.qk_layernorm else None,
-                        torch.float32),
-        'k_ln_bias': ('layers.{l}.k_ln_bias', None, cfg.n_layer, (cfg.head_dim,) if cfg.qk_layernorm else None,
-                      torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.q_dim), torch.float32),
-        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'fc1_weight': ('layers.{l}.fc1.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'fc1_bias': ('layers.{l}.fc1.bias', None, cfg.n_layer, (cfg.mlp_hidden,), torch.float32),
-        'fc2_weight': ('layers.{l}.fc2.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'fc2_bias': ('layers.{l}.fc2.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ln_f_weight': ('ln_f.weight', None, None, (cfg.n_embd,), torch.float32),
-        'ln_f_bias': ('ln_f.bias', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head_weight', None, None,
-                           (cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None, torch.float32),
-        'lm_head_bias': ('lm_head_bias', None, None, (cfg.vocab_size,), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'ln_weight': _SpecParameter('layers.{l}.ln.weight', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                    layers=cfg.n_layer),
+        'ln_bias': _SpecParameter('layers.{l}.ln.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                  layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.q_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'q_bias': _SpecParameter('layers.{l}.q.bias', shape=(cfg.q_dim,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_bias': _SpecParameter('layers.{l}.k.bias', shape=(cfg.kv_dim,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_bias': _SpecParameter('layers.{l}.v.bias', shape=(cfg.kv_dim,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'q_ln_weight': _SpecParameter('layers.{l}.q_ln_weight', shape=(cfg.head_dim,) if cfg.qk_layernorm else None,
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'q_ln_bias': _SpecParameter('layers.{l}.q_ln_bias', shape=(cfg.head_dim,) if cfg.qk_layernorm else None,
+                                    dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'k_ln_weight': _SpecParameter('layers.{l}.k_ln_weight', shape=(cfg.head_dim,) if cfg.qk_layernorm else None,
+                                      dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'k_ln_bias': _SpecParameter('layers.{l}.k_ln_bias', shape=(cfg.head_dim,) if cfg.qk_layernorm else None,
+                                    dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_bias': _SpecParameter('layers.{l}.o.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'fc1_weight': _SpecParameter('layers.{l}.fc1.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                     loop='layers', layers=cfg.n_layer),
+        'fc1_bias': _SpecParameter('layers.{l}.fc1.bias', shape=(cfg.mlp_hidden,), dtype=torch.float32, loop='layers',
+                                   layers=cfg.n_layer),
+        'fc2_weight': _SpecParameter('layers.{l}.fc2.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                     loop='layers', layers=cfg.n_layer),
+        'fc2_bias': _SpecParameter('layers.{l}.fc2.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                   layers=cfg.n_layer),
+        'ln_f_weight': _SpecParameter('ln_f.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'ln_f_bias': _SpecParameter('ln_f.bias', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head_weight',
+                                         shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
+                                         dtype=torch.float32),
+        'lm_head_bias': _SpecParameter('lm_head_bias', shape=(cfg.vocab_size,), dtype=torch.float32),
     }
 
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -26,6 +26,7 @@ from snf.runtime.writes import _DecodeState, _cache_cat
 from snf.runtime.attention import _attention
 from snf.runtime.rope import _rope, _scaled_rope
 from snf.runtime.generate import _Generation, _generate
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -137,15 +138,13 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, past_keys: Optional[torch.Tensor], past_values: Optional[torch.Tensor],
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  phi3.snf:72
         qkv = self.qkv(h)  # [B, T, H*head_dim + 2*KVH*head_dim]  phi3.snf:73
-        q = qkv[:, :, 0:cfg.q_dim].reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  phi3.snf:74
+        q = qkv[:, :, 0:cfg.q_dim].unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  phi3.snf:74
         # [B, T, KVH, head_dim]  phi3.snf:75
-        k = qkv[:, :, cfg.q_dim:(cfg.q_dim + cfg.kv_dim)].reshape(B, T, cfg.n_kv_head, cfg.head_dim)
+        k = qkv[:, :, cfg.q_dim:(cfg.q_dim + cfg.kv_dim)].unflatten(2, (-1, cfg.head_dim))
         # [B, T, KVH, head_dim]  phi3.snf:76
-        v_new = qkv[:, :,
-                    (cfg.q_dim + cfg.kv_dim):(cfg.q_dim + 2 * cfg.kv_dim)].reshape(B, T, cfg.n_kv_head, cfg.head_dim)
+        v_new = qkv[:, :, (cfg.q_dim + cfg.kv_dim):(cfg.q_dim + 2 * cfg.kv_dim)].unflatten(2, (-1, cfg.head_dim))
         # [B, T, H, head_dim]  phi3.snf:78
         q_rot = _scaled_rope(q, T_past, cfg.rope_base, rotary_dim=cfg.rot, scaling='longrope', factor=cfg.rope_factor,
                              original_max_position=cfg.original_max_position, short_factor=cfg.short_factor,
@@ -163,7 +162,7 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  phi3.snf:88
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           decode=decode, window=cfg.sliding_window).transpose(1, 2)
-        x = x + self.o(attn.reshape(B, T, cfg.q_dim))  # [B, T, D]  phi3.snf:89
+        x = x + self.o(attn.flatten(2, 3))  # [B, T, D]  phi3.snf:89
         m = self.mlp_norm(x)  # [B, T, D]  phi3.snf:91
         gate_up = self.gate_up(m)  # [B, T, 2*mlp_hidden]  phi3.snf:92
         # [B, T, D]  phi3.snf:93
@@ -189,8 +188,8 @@ class Model(nn.Module):
         self.config = cfg = config
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  phi3.snf:52
         self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # norm_weight  phi3.snf:59
-        # [vocab_size, D]  phi3.snf:60
-        self.lm_head_weight = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_embd)) if not cfg.tie_embeddings else None
+        # lm_head_weight  phi3.snf:60
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False) if not cfg.tie_embeddings else None
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.reset_parameters()
 
@@ -200,8 +199,8 @@ class Model(nn.Module):
         cfg = self.config
         nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.norm.weight)
-        if self.lm_head_weight is not None:
-            nn.init.normal_(self.lm_head_weight, mean=0.0, std=0.02)
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
         for layer in self.layers:
             layer.reset_parameters()
 
@@ -218,11 +217,11 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.qkv': 'colwise',
+        'layers.*.qkv': 'colwise_pieces',
         'layers.*.o': 'rowwise',
-        'layers.*.gate_up': 'colwise',
+        'layers.*.gate_up': 'colwise_pieces',
         'layers.*.down': 'rowwise',
-        'lm_head_weight': 'vocab_head',
+        'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
     tp_requires = (
@@ -233,6 +232,8 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          'tp must divide mlp_hidden, a piece of sharded features (`index`) (phi3.snf:93)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('mlp_hidden', 'n_head', 'n_kv_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
@@ -264,8 +265,7 @@ class Model(nn.Module):
                 new_values[l] = new_values_layer  # phi3.snf:87
         x_final = self.norm(x)  # [B, T, D]  phi3.snf:96
         # [B, T, vocab_size]  phi3.snf:97
-        logits = F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings else F.linear(
-                x_final, self.token_embedding.weight)
+        logits = self.lm_head(x_final) if not cfg.tie_embeddings else F.linear(x_final, self.token_embedding.weight)
         return Output(logits, new_keys, new_values)
 
     # forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
@@ -344,25 +344,31 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'qkv_weight': ('layers.{l}.qkv.weight', None, cfg.n_layer,
-                       (cfg.n_head*cfg.head_dim + 2*cfg.n_kv_head*cfg.head_dim, cfg.n_embd), torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.q_dim), torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'gate_up_weight': ('layers.{l}.gate_up.weight', None, cfg.n_layer, (2*cfg.mlp_hidden, cfg.n_embd),
-                           torch.float32),
-        'down_weight': ('layers.{l}.down.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head_weight', None, None,
-                           (cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None, torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'qkv_weight': _SpecParameter('layers.{l}.qkv.weight',
+                                     shape=(cfg.n_head*cfg.head_dim + 2*cfg.n_kv_head*cfg.head_dim, cfg.n_embd),
+                                     dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'gate_up_weight': _SpecParameter('layers.{l}.gate_up.weight', shape=(2*cfg.mlp_hidden, cfg.n_embd),
+                                         dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'down_weight': _SpecParameter('layers.{l}.down.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight',
+                                         shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
+                                         dtype=torch.float32),
     }
 
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -27,6 +27,7 @@ from snf.runtime.attention import _attention
 from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.experts import _moe_experts
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -104,23 +105,23 @@ class Block(nn.Module):
         self.config = cfg = config
         self.dense_layers_l = cfg.dense_layers[l]  # dense_layers[l], this layer's
         self.attn_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # attn_norm_weight  qwen2_moe.snf:44
-        # q_weight, k_weight, v_weight fused (and their biases)  qwen2_moe.snf:45
-        self.qkv = nn.Linear(cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd, bias=cfg.qkv_bias)
+        self.q = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.qkv_bias)  # q_weight, q_bias  qwen2_moe.snf:45
+        self.k = nn.Linear(cfg.n_embd, cfg.kv_dim, bias=cfg.qkv_bias)  # k_weight, k_bias  qwen2_moe.snf:47
+        self.v = nn.Linear(cfg.n_embd, cfg.kv_dim, bias=cfg.qkv_bias)  # v_weight, v_bias  qwen2_moe.snf:49
         self.o = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # o_weight  qwen2_moe.snf:51
         self.mlp_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # mlp_norm_weight  qwen2_moe.snf:52
-        # [mlp_hidden, D]  qwen2_moe.snf:54
-        self.gate_weight = nn.Parameter(torch.empty(cfg.mlp_hidden, cfg.n_embd)) if not (
+        # gate_weight  qwen2_moe.snf:54
+        self.gate = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False) if not (
                 self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0) else None
-        # [mlp_hidden, D]  qwen2_moe.snf:56
-        self.up_weight = nn.Parameter(torch.empty(cfg.mlp_hidden, cfg.n_embd)) if not (
+        # up_weight  qwen2_moe.snf:56
+        self.up = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False) if not (
                 self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0) else None
-        # [D, mlp_hidden]  qwen2_moe.snf:58
-        self.down_weight = nn.Parameter(torch.empty(cfg.n_embd, cfg.mlp_hidden)) if not (
+        # down_weight  qwen2_moe.snf:58
+        self.down = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=False) if not (
                 self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0) else None
-        # [n_expert, D]  qwen2_moe.snf:62
-        self.router_weight = nn.Parameter(torch.empty(cfg.n_expert,
-                                                      cfg.n_embd)) if self.dense_layers_l == 0 and (
-                                                              l + 1) % cfg.sparse_step == 0 else None
+        # router_weight  qwen2_moe.snf:62
+        self.router = nn.Linear(cfg.n_embd, cfg.n_expert,
+                                bias=False) if self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0 else None
         # [n_expert, expert_hidden, D]  qwen2_moe.snf:64
         self.expert_gate = nn.Parameter(torch.empty(cfg.n_expert, cfg.expert_hidden,
                                                     cfg.n_embd)) if self.dense_layers_l == 0 and (
@@ -133,54 +134,59 @@ class Block(nn.Module):
         self.expert_down = nn.Parameter(torch.empty(cfg.n_expert, cfg.n_embd,
                                                     cfg.expert_hidden)) if self.dense_layers_l == 0 and (
                                                             l + 1) % cfg.sparse_step == 0 else None
-        # [shared_hidden, D]  qwen2_moe.snf:70
-        self.shared_gate_weight = nn.Parameter(torch.empty(cfg.shared_hidden,
-                                                           cfg.n_embd)) if self.dense_layers_l == 0 and (
-                                                                   l + 1) % cfg.sparse_step == 0 else None
-        # [shared_hidden, D]  qwen2_moe.snf:72
-        self.shared_up_weight = nn.Parameter(torch.empty(cfg.shared_hidden,
-                                                         cfg.n_embd)) if self.dense_layers_l == 0 and (
-                                                                 l + 1) % cfg.sparse_step == 0 else None
-        # [D, shared_hidden]  qwen2_moe.snf:74
-        self.shared_down_weight = nn.Parameter(torch.empty(cfg.n_embd,
-                                                           cfg.shared_hidden)) if self.dense_layers_l == 0 and (
-                                                                   l + 1) % cfg.sparse_step == 0 else None
-        # [1, D]  qwen2_moe.snf:76
-        self.shared_expert_gate = nn.Parameter(torch.empty(1,
-                                                           cfg.n_embd)) if self.dense_layers_l == 0 and (
-                                                                   l + 1) % cfg.sparse_step == 0 else None
+        # shared_gate_weight  qwen2_moe.snf:70
+        self.shared_gate = nn.Linear(cfg.n_embd, cfg.shared_hidden,
+                                     bias=False) if self.dense_layers_l == 0 and (
+                                             l + 1) % cfg.sparse_step == 0 else None
+        # shared_up_weight  qwen2_moe.snf:72
+        self.shared_up = nn.Linear(cfg.n_embd, cfg.shared_hidden,
+                                   bias=False) if self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0 else None
+        # shared_down_weight  qwen2_moe.snf:74
+        self.shared_down = nn.Linear(cfg.shared_hidden, cfg.n_embd,
+                                     bias=False) if self.dense_layers_l == 0 and (
+                                             l + 1) % cfg.sparse_step == 0 else None
+        # shared_expert_gate  qwen2_moe.snf:76
+        self.shared_expert_gate = nn.Linear(cfg.n_embd, 1,
+                                            bias=False) if self.dense_layers_l == 0 and (
+                                                    l + 1) % cfg.sparse_step == 0 else None
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         cfg = self.config
         nn.init.ones_(self.attn_norm.weight)
-        nn.init.normal_(self.qkv.weight, mean=0.0, std=0.02)
-        if self.qkv.bias is not None:
-            nn.init.zeros_(self.qkv.bias)
+        nn.init.normal_(self.q.weight, mean=0.0, std=0.02)
+        if self.q.bias is not None:
+            nn.init.zeros_(self.q.bias)
+        nn.init.normal_(self.k.weight, mean=0.0, std=0.02)
+        if self.k.bias is not None:
+            nn.init.zeros_(self.k.bias)
+        nn.init.normal_(self.v.weight, mean=0.0, std=0.02)
+        if self.v.bias is not None:
+            nn.init.zeros_(self.v.bias)
         nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.mlp_norm.weight)
-        if self.gate_weight is not None:
-            nn.init.normal_(self.gate_weight, mean=0.0, std=0.02)
-        if self.up_weight is not None:
-            nn.init.normal_(self.up_weight, mean=0.0, std=0.02)
-        if self.down_weight is not None:
-            nn.init.normal_(self.down_weight, mean=0.0, std=0.02)
-        if self.router_weight is not None:
-            nn.init.normal_(self.router_weight, mean=0.0, std=0.02)
+        if self.gate is not None:
+            nn.init.normal_(self.gate.weight, mean=0.0, std=0.02)
+        if self.up is not None:
+            nn.init.normal_(self.up.weight, mean=0.0, std=0.02)
+        if self.down is not None:
+            nn.init.normal_(self.down.weight, mean=0.0, std=0.02)
+        if self.router is not None:
+            nn.init.normal_(self.router.weight, mean=0.0, std=0.02)
         if self.expert_gate is not None:
             nn.init.normal_(self.expert_gate, mean=0.0, std=0.02)
         if self.expert_up is not None:
             nn.init.normal_(self.expert_up, mean=0.0, std=0.02)
         if self.expert_down is not None:
             nn.init.normal_(self.expert_down, mean=0.0, std=0.02)
-        if self.shared_gate_weight is not None:
-            nn.init.normal_(self.shared_gate_weight, mean=0.0, std=0.02)
-        if self.shared_up_weight is not None:
-            nn.init.normal_(self.shared_up_weight, mean=0.0, std=0.02)
-        if self.shared_down_weight is not None:
-            nn.init.normal_(self.shared_down_weight, mean=0.0, std=0.02)
+        if self.shared_gate is not None:
+            nn.init.normal_(self.shared_gate.weight, mean=0.0, std=0.02)
+        if self.shared_up is not None:
+            nn.init.normal_(self.shared_up.weight, mean=0.0, std=0.02)
+        if self.shared_down is not None:
+            nn.init.normal_(self.shared_down.weight, mean=0.0, std=0.02)
         if self.shared_expert_gate is not None:
-            nn.init.normal_(self.shared_expert_gate, mean=0.0, std=0.02)
+            nn.init.normal_(self.shared_expert_gate.weight, mean=0.0, std=0.02)
 
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, picked: torch.Tensor, prob_sum: torch.Tensor, n_sparse: torch.Tensor,
@@ -188,15 +194,15 @@ class Block(nn.Module):
                 decode: Optional[_DecodeState] = None) -> tuple[
                         torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  qwen2_moe.snf:96
-        # [B, T, D] [B, T, kv_dim] [B, T, kv_dim]  qwen2_moe.snf:97
-        q, k, v = self.qkv(h).split((cfg.n_embd, cfg.kv_dim, cfg.kv_dim), dim=-1)
+        q = self.q(h)  # [B, T, D]  qwen2_moe.snf:97
+        k = self.k(h)  # [B, T, kv_dim]  qwen2_moe.snf:98
+        v = self.v(h)  # [B, T, kv_dim]  qwen2_moe.snf:99
         # [B, T, H, head_dim]  qwen2_moe.snf:101
-        q_rot = _rope(q.reshape(B, T, cfg.n_head, cfg.head_dim), T_past, cfg.rope_base)
+        q_rot = _rope(q.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)
         # [B, T, KVH, head_dim]  qwen2_moe.snf:102
-        k_new = _rope(k.reshape(B, T, cfg.n_kv_head, cfg.head_dim), T_past, cfg.rope_base)
-        v_new = v.reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  qwen2_moe.snf:103
+        k_new = _rope(k.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)
+        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen2_moe.snf:103
         # [B, T + T_past, KVH, head_dim]  qwen2_moe.snf:104
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  qwen2_moe.snf:105
@@ -204,10 +210,10 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  qwen2_moe.snf:108
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           decode=decode).transpose(1, 2)
-        x = x + self.o(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  qwen2_moe.snf:109
+        x = x + self.o(attn.flatten(2, 3))  # [B, T, D]  qwen2_moe.snf:109
         m = self.mlp_norm(x)  # [B, T, D]  qwen2_moe.snf:111
         if self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0:
-            probs = F.softmax(F.linear(m, self.router_weight), dim=-1)  # [B, T, n_expert]  qwen2_moe.snf:115
+            probs = F.softmax(self.router(m), dim=-1)  # [B, T, n_expert]  qwen2_moe.snf:115
             # [B, T, n_expert_tok]  qwen2_moe.snf:116
             chosen = torch.sort(probs, dim=-1, descending=True, stable=True).indices.narrow(-1, 0, cfg.n_expert_tok)
             top = torch.topk(probs, cfg.n_expert_tok, dim=-1).values  # [B, T, n_expert_tok]  qwen2_moe.snf:117
@@ -215,18 +221,14 @@ class Block(nn.Module):
             weights = top / top.sum(dim=-1, keepdim=True) if cfg.norm_topk_prob else top
             # [B, T, D]  qwen2_moe.snf:119
             routed = _moe_experts(m, chosen, weights, self.expert_gate, self.expert_up, self.expert_down, 'silu')
-            # [B, T, D]  qwen2_moe.snf:122
-            shared = F.linear(F.silu(F.linear(m, self.shared_gate_weight)) * F.linear(m, self.shared_up_weight),
-                              self.shared_down_weight)
-            # [B, T, D]  qwen2_moe.snf:124
-            x = x + routed + torch.sigmoid(F.linear(m, self.shared_expert_gate)) * shared
+            shared = self.shared_down(F.silu(self.shared_gate(m)) * self.shared_up(m))  # [B, T, D]  qwen2_moe.snf:122
+            x = x + routed + torch.sigmoid(self.shared_expert_gate(m)) * shared  # [B, T, D]  qwen2_moe.snf:124
             # [n_expert]  qwen2_moe.snf:125
             picked = picked + F.one_hot(chosen, cfg.n_expert).to(self.attn_norm.weight.dtype).sum(dim=2).sum(dim=1).sum(dim=0)
             prob_sum = prob_sum + probs.sum(dim=1).sum(dim=0)  # [n_expert]  qwen2_moe.snf:126
             n_sparse = n_sparse + 1.0  # []  qwen2_moe.snf:127
         else:
-            # [B, T, D]  qwen2_moe.snf:129
-            x = x + F.linear(F.silu(F.linear(m, self.gate_weight)) * F.linear(m, self.up_weight), self.down_weight)
+            x = x + self.down(F.silu(self.gate(m)) * self.up(m))  # [B, T, D]  qwen2_moe.snf:129
         return x, picked, prob_sum, n_sparse, k_all, v_all
 
 
@@ -276,17 +278,19 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.qkv': 'colwise',
+        'layers.*.q': 'colwise',
+        'layers.*.k': 'colwise',
+        'layers.*.v': 'colwise',
         'layers.*.o': 'rowwise',
-        'layers.*.gate_weight': 'colwise',
-        'layers.*.up_weight': 'colwise',
-        'layers.*.down_weight': 'rowwise',
+        'layers.*.gate': 'colwise',
+        'layers.*.up': 'colwise',
+        'layers.*.down': 'rowwise',
         'layers.*.expert_gate': 'experts',
         'layers.*.expert_up': 'experts',
         'layers.*.expert_down': 'experts',
-        'layers.*.shared_gate_weight': 'colwise',
-        'layers.*.shared_up_weight': 'colwise',
-        'layers.*.shared_down_weight': 'rowwise',
+        'layers.*.shared_gate': 'colwise',
+        'layers.*.shared_up': 'colwise',
+        'layers.*.shared_down': 'rowwise',
         'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
@@ -302,6 +306,8 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          'tp must divide mlp_hidden, the features of a column-wise `linear` (qwen2_moe.snf:129)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('expert_hidden', 'mlp_hidden', 'n_head', 'n_kv_head', 'shared_hidden')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
@@ -412,76 +418,80 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.qkv.weight', (0, cfg.n_embd), cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'q_bias': ('layers.{l}.qkv.bias', (0, cfg.n_embd), cfg.n_layer, (cfg.n_embd,) if cfg.qkv_bias else None,
-                   torch.float32),
-        'k_weight': ('layers.{l}.qkv.weight', (cfg.n_embd, cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer,
-                     (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'k_bias': ('layers.{l}.qkv.bias', (cfg.n_embd, cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer,
-                   (cfg.kv_dim,) if cfg.qkv_bias else None, torch.float32),
-        'v_weight': ('layers.{l}.qkv.weight',
-                     (cfg.n_kv_head*cfg.head_dim + cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer,
-                     (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_bias': ('layers.{l}.qkv.bias',
-                   (cfg.n_kv_head*cfg.head_dim + cfg.n_embd, 2*cfg.n_kv_head*cfg.head_dim + cfg.n_embd), cfg.n_layer,
-                   (cfg.kv_dim,) if cfg.qkv_bias else None, torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'gate_weight': ('layers.{l}.gate_weight', None,
-                        tuple(l for l in range(cfg.n_layer)
-                              if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
-                        (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_weight': ('layers.{l}.up_weight', None,
-                      tuple(l for l in range(cfg.n_layer)
-                            if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
-                      (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'down_weight': ('layers.{l}.down_weight', None,
-                        tuple(l for l in range(cfg.n_layer)
-                              if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
-                        (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'router_weight': ('layers.{l}.router_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                % cfg.sparse_step == 0),
-                          (cfg.n_expert, cfg.n_embd), torch.float32),
-        'expert_gate': ('layers.{l}.expert_gate', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                              % cfg.sparse_step == 0),
-                        (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'expert_up': ('layers.{l}.expert_up', None,
-                      tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                            % cfg.sparse_step == 0),
-                      (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'expert_down': ('layers.{l}.expert_down', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                              % cfg.sparse_step == 0),
-                        (cfg.n_expert, cfg.n_embd, cfg.expert_hidden), torch.float32),
-        'shared_gate_weight': ('layers.{l}.shared_gate_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                     % cfg.sparse_step == 0),
-                               (cfg.shared_hidden, cfg.n_embd), torch.float32),
-        'shared_up_weight': ('layers.{l}.shared_up_weight', None,
-                             tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                   % cfg.sparse_step == 0),
-                             (cfg.shared_hidden, cfg.n_embd), torch.float32),
-        'shared_down_weight': ('layers.{l}.shared_down_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                     % cfg.sparse_step == 0),
-                               (cfg.n_embd, cfg.shared_hidden), torch.float32),
-        'shared_expert_gate': ('layers.{l}.shared_expert_gate', None,
-                               tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                     % cfg.sparse_step == 0),
-                               (1, cfg.n_embd), torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'q_bias': _SpecParameter('layers.{l}.q.bias', shape=(cfg.n_embd,) if cfg.qkv_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_bias': _SpecParameter('layers.{l}.k.bias', shape=(cfg.kv_dim,) if cfg.qkv_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_bias': _SpecParameter('layers.{l}.v.bias', shape=(cfg.kv_dim,) if cfg.qkv_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'gate_weight': _SpecParameter('layers.{l}.gate.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer)
+                                                   if not (cfg.dense_layers[l] == 0 and (l + 1)
+                                                           % cfg.sparse_step == 0))),
+        'up_weight': _SpecParameter('layers.{l}.up.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer)
+                                                 if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0))),
+        'down_weight': _SpecParameter('layers.{l}.down.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer)
+                                                   if not (cfg.dense_layers[l] == 0 and (l + 1)
+                                                           % cfg.sparse_step == 0))),
+        'router_weight': _SpecParameter('layers.{l}.router.weight', shape=(cfg.n_expert, cfg.n_embd),
+                                        dtype=torch.float32, loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0
+                                                     and (l + 1) % cfg.sparse_step == 0)),
+        'expert_gate': _SpecParameter('layers.{l}.expert_gate', shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
+                                                   % cfg.sparse_step == 0)),
+        'expert_up': _SpecParameter('layers.{l}.expert_up', shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd),
+                                    dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
+                                                 % cfg.sparse_step == 0)),
+        'expert_down': _SpecParameter('layers.{l}.expert_down', shape=(cfg.n_expert, cfg.n_embd, cfg.expert_hidden),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
+                                                   % cfg.sparse_step == 0)),
+        'shared_gate_weight': _SpecParameter('layers.{l}.shared_gate.weight', shape=(cfg.shared_hidden, cfg.n_embd),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0
+                                                          and (l + 1) % cfg.sparse_step == 0)),
+        'shared_up_weight': _SpecParameter('layers.{l}.shared_up.weight', shape=(cfg.shared_hidden, cfg.n_embd),
+                                           dtype=torch.float32, loop='layers',
+                                           layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0
+                                                        and (l + 1) % cfg.sparse_step == 0)),
+        'shared_down_weight': _SpecParameter('layers.{l}.shared_down.weight', shape=(cfg.n_embd, cfg.shared_hidden),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0
+                                                          and (l + 1) % cfg.sparse_step == 0)),
+        'shared_expert_gate': _SpecParameter('layers.{l}.shared_expert_gate.weight', shape=(1, cfg.n_embd),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0
+                                                          and (l + 1) % cfg.sparse_step == 0)),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight', shape=(cfg.vocab_size, cfg.n_embd), dtype=torch.float32),
     }
 
 

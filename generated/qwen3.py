@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -26,6 +26,7 @@ from snf.runtime.writes import _DecodeState, _cache_cat
 from snf.runtime.attention import _attention
 from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -127,14 +128,13 @@ class Block(nn.Module):
                 T_past: int, l: int,
                 decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  qwen3.snf:68
-        q = self.q_norm(self.q(h).reshape(B, T, cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  qwen3.snf:70
-        k = self.k_norm(self.k(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen3.snf:72
+        q = self.q_norm(self.q(h).unflatten(2, (-1, cfg.head_dim)))  # [B, T, H, head_dim]  qwen3.snf:70
+        k = self.k_norm(self.k(h).unflatten(2, (-1, cfg.head_dim)))  # [B, T, KVH, head_dim]  qwen3.snf:72
         v = self.v(h)  # [B, T, kv_dim]  qwen3.snf:74
         q_rot = _rope(q, T_past, cfg.rope_base)  # [B, T, H, head_dim]  qwen3.snf:76
         k_new = _rope(k, T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  qwen3.snf:77
-        v_new = v.reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  qwen3.snf:78
+        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen3.snf:78
         # [B, T + T_past, KVH, head_dim]  qwen3.snf:79
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  qwen3.snf:80
@@ -146,7 +146,7 @@ class Block(nn.Module):
                                   1, 2) if cfg.use_sliding_window and l >= cfg.max_window_layers else _attention(
                                   q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None,
                                   causal=True, decode=decode).transpose(1, 2)
-        x = x + self.o(attn.reshape(B, T, cfg.q_dim))  # [B, T, D]  qwen3.snf:86
+        x = x + self.o(attn.flatten(2, 3))  # [B, T, D]  qwen3.snf:86
         m = self.mlp_norm(x)  # [B, T, D]  qwen3.snf:88
         x = x + self.down(F.silu(self.gate(m)) * self.up(m))  # [B, T, D]  qwen3.snf:89
         return x, k_all, v_all
@@ -170,8 +170,8 @@ class Model(nn.Module):
         self.config = cfg = config
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token_embedding  qwen3.snf:39
         self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # norm_weight  qwen3.snf:55
-        # [vocab_size, D]  qwen3.snf:56
-        self.lm_head_weight = nn.Parameter(torch.empty(cfg.vocab_size, cfg.n_embd)) if not cfg.tie_embeddings else None
+        # lm_head_weight  qwen3.snf:56
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False) if not cfg.tie_embeddings else None
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.reset_parameters()
 
@@ -181,8 +181,8 @@ class Model(nn.Module):
         cfg = self.config
         nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.norm.weight)
-        if self.lm_head_weight is not None:
-            nn.init.normal_(self.lm_head_weight, mean=0.0, std=0.02)
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
         for layer in self.layers:
             layer.reset_parameters()
 
@@ -208,7 +208,7 @@ class Model(nn.Module):
         'layers.*.gate': 'colwise',
         'layers.*.up': 'colwise',
         'layers.*.down': 'rowwise',
-        'lm_head_weight': 'vocab_head',
+        'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
     tp_requires = (
@@ -219,6 +219,8 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          'tp must divide mlp_hidden, the features of a column-wise `linear` (qwen3.snf:89)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('mlp_hidden', 'n_head', 'n_kv_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
@@ -250,8 +252,7 @@ class Model(nn.Module):
                 new_values[l] = new_values_layer  # qwen3.snf:82
         x_final = self.norm(x)  # [B, T, D]  qwen3.snf:92
         # [B, T, vocab_size]  qwen3.snf:93
-        logits = F.linear(x_final, self.lm_head_weight) if not cfg.tie_embeddings else F.linear(
-                x_final, self.token_embedding.weight)
+        logits = self.lm_head(x_final) if not cfg.tie_embeddings else F.linear(x_final, self.token_embedding.weight)
         return Output(logits, new_keys, new_values)
 
     # forward in a decode step of generate: one graph per bucket of slots read (fixed shapes). On CPU,
@@ -326,35 +327,48 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.q_dim, cfg.n_embd), torch.float32),
-        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer, (cfg.q_dim,) if cfg.attention_bias else None, torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'k_bias': ('layers.{l}.k.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
-                   torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer, (cfg.kv_dim,) if cfg.attention_bias else None,
-                   torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.q_dim), torch.float32),
-        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer, (cfg.n_embd,) if cfg.attention_bias else None,
-                   torch.float32),
-        'q_norm_weight': ('layers.{l}.q_norm.weight', None, cfg.n_layer, (cfg.head_dim,), torch.float32),
-        'k_norm_weight': ('layers.{l}.k_norm.weight', None, cfg.n_layer, (cfg.head_dim,), torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'gate_weight': ('layers.{l}.gate.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_weight': ('layers.{l}.up.weight', None, cfg.n_layer, (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'down_weight': ('layers.{l}.down.weight', None, cfg.n_layer, (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head_weight', None, None,
-                           (cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None, torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.q_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'q_bias': _SpecParameter('layers.{l}.q.bias', shape=(cfg.q_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_bias': _SpecParameter('layers.{l}.k.bias', shape=(cfg.kv_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_bias': _SpecParameter('layers.{l}.v.bias', shape=(cfg.kv_dim,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_bias': _SpecParameter('layers.{l}.o.bias', shape=(cfg.n_embd,) if cfg.attention_bias else None,
+                                 dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'q_norm_weight': _SpecParameter('layers.{l}.q_norm.weight', shape=(cfg.head_dim,), dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'k_norm_weight': _SpecParameter('layers.{l}.k_norm.weight', shape=(cfg.head_dim,), dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'gate_weight': _SpecParameter('layers.{l}.gate.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'up_weight': _SpecParameter('layers.{l}.up.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'down_weight': _SpecParameter('layers.{l}.down.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers', layers=cfg.n_layer),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight',
+                                         shape=(cfg.vocab_size, cfg.n_embd) if not cfg.tie_embeddings else None,
+                                         dtype=torch.float32),
     }
 
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -27,6 +27,7 @@ from snf.runtime.attention import _attention
 from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.experts import _moe_experts
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -108,10 +109,9 @@ class Block(nn.Module):
         self.v = nn.Linear(cfg.n_embd, cfg.kv_dim, bias=False)  # v_weight  qwen3_moe.snf:48
         self.o = nn.Linear(cfg.q_dim, cfg.n_embd, bias=False)  # o_weight  qwen3_moe.snf:49
         self.mlp_norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)  # mlp_norm_weight  qwen3_moe.snf:50
-        # [n_expert, D]  qwen3_moe.snf:53
-        self.router_weight = nn.Parameter(torch.empty(cfg.n_expert,
-                                                      cfg.n_embd)) if self.dense_layers_l == 0 and (
-                                                              l + 1) % cfg.sparse_step == 0 else None
+        # router_weight  qwen3_moe.snf:53
+        self.router = nn.Linear(cfg.n_embd, cfg.n_expert,
+                                bias=False) if self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0 else None
         # [n_expert, mlp_hidden, D]  qwen3_moe.snf:55
         self.gate_weight = nn.Parameter(torch.empty(cfg.n_expert, cfg.mlp_hidden,
                                                     cfg.n_embd)) if self.dense_layers_l == 0 and (
@@ -124,14 +124,14 @@ class Block(nn.Module):
         self.down_weight = nn.Parameter(torch.empty(cfg.n_expert, cfg.n_embd,
                                                     cfg.mlp_hidden)) if self.dense_layers_l == 0 and (
                                                             l + 1) % cfg.sparse_step == 0 else None
-        # [dense_hidden, D]  qwen3_moe.snf:62
-        self.dense_gate_weight = nn.Parameter(torch.empty(cfg.dense_hidden, cfg.n_embd)) if not (
+        # dense_gate_weight  qwen3_moe.snf:62
+        self.dense_gate = nn.Linear(cfg.n_embd, cfg.dense_hidden, bias=False) if not (
                 self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0) else None
-        # [dense_hidden, D]  qwen3_moe.snf:64
-        self.dense_up_weight = nn.Parameter(torch.empty(cfg.dense_hidden, cfg.n_embd)) if not (
+        # dense_up_weight  qwen3_moe.snf:64
+        self.dense_up = nn.Linear(cfg.n_embd, cfg.dense_hidden, bias=False) if not (
                 self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0) else None
-        # [D, dense_hidden]  qwen3_moe.snf:66
-        self.dense_down_weight = nn.Parameter(torch.empty(cfg.n_embd, cfg.dense_hidden)) if not (
+        # dense_down_weight  qwen3_moe.snf:66
+        self.dense_down = nn.Linear(cfg.dense_hidden, cfg.n_embd, bias=False) if not (
                 self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0) else None
 
     @torch.no_grad()
@@ -145,20 +145,20 @@ class Block(nn.Module):
         nn.init.normal_(self.v.weight, mean=0.0, std=0.02)
         nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.mlp_norm.weight)
-        if self.router_weight is not None:
-            nn.init.normal_(self.router_weight, mean=0.0, std=0.02)
+        if self.router is not None:
+            nn.init.normal_(self.router.weight, mean=0.0, std=0.02)
         if self.gate_weight is not None:
             nn.init.normal_(self.gate_weight, mean=0.0, std=0.02)
         if self.up_weight is not None:
             nn.init.normal_(self.up_weight, mean=0.0, std=0.02)
         if self.down_weight is not None:
             nn.init.normal_(self.down_weight, mean=0.0, std=0.02)
-        if self.dense_gate_weight is not None:
-            nn.init.normal_(self.dense_gate_weight, mean=0.0, std=0.02)
-        if self.dense_up_weight is not None:
-            nn.init.normal_(self.dense_up_weight, mean=0.0, std=0.02)
-        if self.dense_down_weight is not None:
-            nn.init.normal_(self.dense_down_weight, mean=0.0, std=0.02)
+        if self.dense_gate is not None:
+            nn.init.normal_(self.dense_gate.weight, mean=0.0, std=0.02)
+        if self.dense_up is not None:
+            nn.init.normal_(self.dense_up.weight, mean=0.0, std=0.02)
+        if self.dense_down is not None:
+            nn.init.normal_(self.dense_down.weight, mean=0.0, std=0.02)
 
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, picked: torch.Tensor, prob_sum: torch.Tensor, n_sparse: torch.Tensor,
@@ -166,14 +166,13 @@ class Block(nn.Module):
                 decode: Optional[_DecodeState] = None) -> tuple[
                         torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  qwen3_moe.snf:86
-        q = self.q_norm(self.q(h).reshape(B, T, cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  qwen3_moe.snf:88
-        k = self.k_norm(self.k(h).reshape(B, T, cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen3_moe.snf:89
+        q = self.q_norm(self.q(h).unflatten(2, (-1, cfg.head_dim)))  # [B, T, H, head_dim]  qwen3_moe.snf:88
+        k = self.k_norm(self.k(h).unflatten(2, (-1, cfg.head_dim)))  # [B, T, KVH, head_dim]  qwen3_moe.snf:89
         v = self.v(h)  # [B, T, kv_dim]  qwen3_moe.snf:91
         q_rot = _rope(q, T_past, cfg.rope_base)  # [B, T, H, head_dim]  qwen3_moe.snf:93
         k_new = _rope(k, T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  qwen3_moe.snf:94
-        v_new = v.reshape(B, T, cfg.n_kv_head, cfg.head_dim)  # [B, T, KVH, head_dim]  qwen3_moe.snf:95
+        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen3_moe.snf:95
         # [B, T + T_past, KVH, head_dim]  qwen3_moe.snf:96
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  qwen3_moe.snf:97
@@ -181,10 +180,10 @@ class Block(nn.Module):
         # [B, T, H, head_dim]  qwen3_moe.snf:100
         attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           decode=decode).transpose(1, 2)
-        x = x + self.o(attn.reshape(B, T, cfg.q_dim))  # [B, T, D]  qwen3_moe.snf:101
+        x = x + self.o(attn.flatten(2, 3))  # [B, T, D]  qwen3_moe.snf:101
         m = self.mlp_norm(x)  # [B, T, D]  qwen3_moe.snf:103
         if self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0:
-            probs = F.softmax(F.linear(m, self.router_weight), dim=-1)  # [B, T, n_expert]  qwen3_moe.snf:107
+            probs = F.softmax(self.router(m), dim=-1)  # [B, T, n_expert]  qwen3_moe.snf:107
             # [B, T, n_expert_tok]  qwen3_moe.snf:108
             chosen = torch.sort(probs, dim=-1, descending=True, stable=True).indices.narrow(-1, 0, cfg.n_expert_tok)
             top = torch.topk(probs, cfg.n_expert_tok, dim=-1).values  # [B, T, n_expert_tok]  qwen3_moe.snf:109
@@ -197,9 +196,7 @@ class Block(nn.Module):
             prob_sum = prob_sum + probs.sum(dim=1).sum(dim=0)  # [n_expert]  qwen3_moe.snf:113
             n_sparse = n_sparse + 1.0  # []  qwen3_moe.snf:114
         else:
-            # [B, T, D]  qwen3_moe.snf:116
-            x = x + F.linear(F.silu(F.linear(m, self.dense_gate_weight)) * F.linear(m, self.dense_up_weight),
-                             self.dense_down_weight)
+            x = x + self.dense_down(F.silu(self.dense_gate(m)) * self.dense_up(m))  # [B, T, D]  qwen3_moe.snf:116
         return x, picked, prob_sum, n_sparse, k_all, v_all
 
 
@@ -258,9 +255,9 @@ class Model(nn.Module):
         'layers.*.gate_weight': 'experts',
         'layers.*.up_weight': 'experts',
         'layers.*.down_weight': 'experts',
-        'layers.*.dense_gate_weight': 'colwise',
-        'layers.*.dense_up_weight': 'colwise',
-        'layers.*.dense_down_weight': 'rowwise',
+        'layers.*.dense_gate': 'colwise',
+        'layers.*.dense_up': 'colwise',
+        'layers.*.dense_down': 'rowwise',
         'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
@@ -274,6 +271,8 @@ class Model(nn.Module):
         (lambda c, tp: c.dense_hidden % tp == 0,
          'tp must divide dense_hidden, the features of a column-wise `linear` (qwen3_moe.snf:116)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('dense_hidden', 'mlp_hidden', 'n_head', 'n_kv_head')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
@@ -384,52 +383,66 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.q_dim, cfg.n_embd), torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'q_norm_weight': ('layers.{l}.q_norm.weight', None, cfg.n_layer, (cfg.head_dim,), torch.float32),
-        'k_norm_weight': ('layers.{l}.k_norm.weight', None, cfg.n_layer, (cfg.head_dim,), torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.n_embd, cfg.q_dim), torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'router_weight': ('layers.{l}.router_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                % cfg.sparse_step == 0),
-                          (cfg.n_expert, cfg.n_embd), torch.float32),
-        'gate_weight': ('layers.{l}.gate_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                              % cfg.sparse_step == 0),
-                        (cfg.n_expert, cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_weight': ('layers.{l}.up_weight', None,
-                      tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                            % cfg.sparse_step == 0),
-                      (cfg.n_expert, cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'down_weight': ('layers.{l}.down_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                              % cfg.sparse_step == 0),
-                        (cfg.n_expert, cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'dense_gate_weight': ('layers.{l}.dense_gate_weight', None,
-                              tuple(l for l in range(cfg.n_layer)
-                                    if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
-                              (cfg.dense_hidden, cfg.n_embd), torch.float32),
-        'dense_up_weight': ('layers.{l}.dense_up_weight', None,
-                            tuple(l for l in range(cfg.n_layer)
-                                  if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
-                            (cfg.dense_hidden, cfg.n_embd), torch.float32),
-        'dense_down_weight': ('layers.{l}.dense_down_weight', None,
-                              tuple(l for l in range(cfg.n_layer)
-                                    if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
-                              (cfg.n_embd, cfg.dense_hidden), torch.float32),
-        'norm_weight': ('norm.weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.q_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'q_norm_weight': _SpecParameter('layers.{l}.q_norm.weight', shape=(cfg.head_dim,), dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'k_norm_weight': _SpecParameter('layers.{l}.k_norm.weight', shape=(cfg.head_dim,), dtype=torch.float32,
+                                        loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm.weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'router_weight': _SpecParameter('layers.{l}.router.weight', shape=(cfg.n_expert, cfg.n_embd),
+                                        dtype=torch.float32, loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0
+                                                     and (l + 1) % cfg.sparse_step == 0)),
+        'gate_weight': _SpecParameter('layers.{l}.gate_weight', shape=(cfg.n_expert, cfg.mlp_hidden, cfg.n_embd),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
+                                                   % cfg.sparse_step == 0)),
+        'up_weight': _SpecParameter('layers.{l}.up_weight', shape=(cfg.n_expert, cfg.mlp_hidden, cfg.n_embd),
+                                    dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
+                                                 % cfg.sparse_step == 0)),
+        'down_weight': _SpecParameter('layers.{l}.down_weight', shape=(cfg.n_expert, cfg.n_embd, cfg.mlp_hidden),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
+                                                   % cfg.sparse_step == 0)),
+        'dense_gate_weight': _SpecParameter('layers.{l}.dense_gate.weight', shape=(cfg.dense_hidden, cfg.n_embd),
+                                            dtype=torch.float32, loop='layers',
+                                            layers=tuple(l for l in range(cfg.n_layer)
+                                                         if not (
+                                                                 cfg.dense_layers[l] == 0 and (l + 1)
+                                                                 % cfg.sparse_step == 0))),
+        'dense_up_weight': _SpecParameter('layers.{l}.dense_up.weight', shape=(cfg.dense_hidden, cfg.n_embd),
+                                          dtype=torch.float32, loop='layers',
+                                          layers=tuple(l for l in range(cfg.n_layer)
+                                                       if not (
+                                                               cfg.dense_layers[l] == 0 and (l + 1)
+                                                               % cfg.sparse_step == 0))),
+        'dense_down_weight': _SpecParameter('layers.{l}.dense_down.weight', shape=(cfg.n_embd, cfg.dense_hidden),
+                                            dtype=torch.float32, loop='layers',
+                                            layers=tuple(l for l in range(cfg.n_layer)
+                                                         if not (
+                                                                 cfg.dense_layers[l] == 0 and (l + 1)
+                                                                 % cfg.sparse_step == 0))),
+        'norm_weight': _SpecParameter('norm.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight', shape=(cfg.vocab_size, cfg.n_embd), dtype=torch.float32),
     }
 
 

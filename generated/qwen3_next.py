@@ -18,7 +18,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -28,6 +28,7 @@ from snf.runtime.rope import _rope
 from snf.runtime.generate import _Generation, _generate
 from snf.runtime.experts import _moe_experts
 from snf.runtime.recurrent import _causal_conv1d, _causal_conv1d_state, _gated_delta_rule, _gated_delta_state
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -156,28 +157,26 @@ class Block(nn.Module):
         self.dense_layers_l = cfg.dense_layers[l]  # dense_layers[l], this layer's
         self.attn_norm_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  qwen3_next.snf:76
         self.mlp_norm_weight = nn.Parameter(torch.empty(cfg.n_embd))  # [D]  qwen3_next.snf:77
-        # [2*head_dim*H, D]  qwen3_next.snf:80
-        self.q_weight = nn.Parameter(torch.empty(2*cfg.head_dim*cfg.n_head,
-                                                 cfg.n_embd)) if (l + 1) % cfg.full_attention_interval == 0 else None
-        # [kv_dim, D]  qwen3_next.snf:81
-        self.k_weight = nn.Parameter(torch.empty(cfg.kv_dim,
-                                                 cfg.n_embd)) if (l + 1) % cfg.full_attention_interval == 0 else None
-        # [kv_dim, D]  qwen3_next.snf:82
-        self.v_weight = nn.Parameter(torch.empty(cfg.kv_dim,
-                                                 cfg.n_embd)) if (l + 1) % cfg.full_attention_interval == 0 else None
-        # [D, q_dim]  qwen3_next.snf:83
-        self.o_weight = nn.Parameter(torch.empty(cfg.n_embd,
-                                                 cfg.q_dim)) if (l + 1) % cfg.full_attention_interval == 0 else None
+        # q_weight  qwen3_next.snf:80
+        self.q = nn.Linear(cfg.n_embd, 2*cfg.head_dim*cfg.n_head,
+                           bias=False) if (l + 1) % cfg.full_attention_interval == 0 else None
+        # k_weight  qwen3_next.snf:81
+        self.k = nn.Linear(cfg.n_embd, cfg.kv_dim, bias=False) if (l + 1) % cfg.full_attention_interval == 0 else None
+        # v_weight  qwen3_next.snf:82
+        self.v = nn.Linear(cfg.n_embd, cfg.kv_dim, bias=False) if (l + 1) % cfg.full_attention_interval == 0 else None
+        # o_weight  qwen3_next.snf:83
+        self.o = nn.Linear(cfg.q_dim, cfg.n_embd, bias=False) if (l + 1) % cfg.full_attention_interval == 0 else None
         # [head_dim]  qwen3_next.snf:84
         self.q_norm_weight = nn.Parameter(torch.empty(cfg.head_dim)) if (l + 1) % cfg.full_attention_interval == 0 else None
         # [head_dim]  qwen3_next.snf:85
         self.k_norm_weight = nn.Parameter(torch.empty(cfg.head_dim)) if (l + 1) % cfg.full_attention_interval == 0 else None
-        # [2*Hk*Vd*R + 2*Kd*Hk, D]  qwen3_next.snf:88
-        self.qkvz_weight = nn.Parameter(torch.empty(2*cfg.lin_n_key_head*cfg.lin_value_dim*cfg.R + 2*cfg.lin_key_dim*cfg.lin_n_key_head,
-                                                    cfg.n_embd)) if (l + 1) % cfg.full_attention_interval != 0 else None
-        # [2*Hv, D]  qwen3_next.snf:89
-        self.ba_weight = nn.Parameter(torch.empty(2*cfg.lin_n_value_head,
-                                                  cfg.n_embd)) if (l + 1) % cfg.full_attention_interval != 0 else None
+        # qkvz_weight  qwen3_next.snf:88
+        self.qkvz = nn.Linear(cfg.n_embd,
+                              2*cfg.lin_n_key_head*cfg.lin_value_dim*cfg.R + 2*cfg.lin_key_dim*cfg.lin_n_key_head,
+                              bias=False) if (l + 1) % cfg.full_attention_interval != 0 else None
+        # ba_weight  qwen3_next.snf:89
+        self.ba = nn.Linear(cfg.n_embd, 2*cfg.lin_n_value_head,
+                            bias=False) if (l + 1) % cfg.full_attention_interval != 0 else None
         # [conv_dim, 1, conv_kernel]  qwen3_next.snf:90
         self.conv_weight = nn.Parameter(torch.empty(cfg.conv_dim, 1,
                                                     cfg.conv_kernel)) if (
@@ -188,23 +187,21 @@ class Block(nn.Module):
         self.A_log = nn.Parameter(torch.empty(cfg.lin_n_value_head)) if (l + 1) % cfg.full_attention_interval != 0 else None
         # [Vd]  qwen3_next.snf:94
         self.gated_norm_weight = nn.Parameter(torch.empty(cfg.lin_value_dim)) if (l + 1) % cfg.full_attention_interval != 0 else None
-        # [D, value_dim]  qwen3_next.snf:95
-        self.lin_out_weight = nn.Parameter(torch.empty(cfg.n_embd,
-                                                       cfg.value_dim)) if (
-                                                               l + 1) % cfg.full_attention_interval != 0 else None
-        # [mlp_hidden, D]  qwen3_next.snf:97
-        self.gate_weight = nn.Parameter(torch.empty(cfg.mlp_hidden, cfg.n_embd)) if not (
+        # lin_out_weight  qwen3_next.snf:95
+        self.lin_out = nn.Linear(cfg.value_dim, cfg.n_embd,
+                                 bias=False) if (l + 1) % cfg.full_attention_interval != 0 else None
+        # gate_weight  qwen3_next.snf:97
+        self.gate = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False) if not (
                 self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0) else None
-        # [mlp_hidden, D]  qwen3_next.snf:99
-        self.up_weight = nn.Parameter(torch.empty(cfg.mlp_hidden, cfg.n_embd)) if not (
+        # up_weight  qwen3_next.snf:99
+        self.up = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False) if not (
                 self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0) else None
-        # [D, mlp_hidden]  qwen3_next.snf:101
-        self.down_weight = nn.Parameter(torch.empty(cfg.n_embd, cfg.mlp_hidden)) if not (
+        # down_weight  qwen3_next.snf:101
+        self.down = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=False) if not (
                 self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0) else None
-        # [n_expert, D]  qwen3_next.snf:105
-        self.router_weight = nn.Parameter(torch.empty(cfg.n_expert,
-                                                      cfg.n_embd)) if self.dense_layers_l == 0 and (
-                                                              l + 1) % cfg.sparse_step == 0 else None
+        # router_weight  qwen3_next.snf:105
+        self.router = nn.Linear(cfg.n_embd, cfg.n_expert,
+                                bias=False) if self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0 else None
         # [n_expert, expert_hidden, D]  qwen3_next.snf:107
         self.expert_gate = nn.Parameter(torch.empty(cfg.n_expert, cfg.expert_hidden,
                                                     cfg.n_embd)) if self.dense_layers_l == 0 and (
@@ -217,44 +214,43 @@ class Block(nn.Module):
         self.expert_down = nn.Parameter(torch.empty(cfg.n_expert, cfg.n_embd,
                                                     cfg.expert_hidden)) if self.dense_layers_l == 0 and (
                                                             l + 1) % cfg.sparse_step == 0 else None
-        # [shared_hidden, D]  qwen3_next.snf:113
-        self.shared_gate_weight = nn.Parameter(torch.empty(cfg.shared_hidden,
-                                                           cfg.n_embd)) if self.dense_layers_l == 0 and (
-                                                                   l + 1) % cfg.sparse_step == 0 else None
-        # [shared_hidden, D]  qwen3_next.snf:115
-        self.shared_up_weight = nn.Parameter(torch.empty(cfg.shared_hidden,
-                                                         cfg.n_embd)) if self.dense_layers_l == 0 and (
-                                                                 l + 1) % cfg.sparse_step == 0 else None
-        # [D, shared_hidden]  qwen3_next.snf:117
-        self.shared_down_weight = nn.Parameter(torch.empty(cfg.n_embd,
-                                                           cfg.shared_hidden)) if self.dense_layers_l == 0 and (
-                                                                   l + 1) % cfg.sparse_step == 0 else None
-        # [1, D]  qwen3_next.snf:119
-        self.shared_expert_gate = nn.Parameter(torch.empty(1,
-                                                           cfg.n_embd)) if self.dense_layers_l == 0 and (
-                                                                   l + 1) % cfg.sparse_step == 0 else None
+        # shared_gate_weight  qwen3_next.snf:113
+        self.shared_gate = nn.Linear(cfg.n_embd, cfg.shared_hidden,
+                                     bias=False) if self.dense_layers_l == 0 and (
+                                             l + 1) % cfg.sparse_step == 0 else None
+        # shared_up_weight  qwen3_next.snf:115
+        self.shared_up = nn.Linear(cfg.n_embd, cfg.shared_hidden,
+                                   bias=False) if self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0 else None
+        # shared_down_weight  qwen3_next.snf:117
+        self.shared_down = nn.Linear(cfg.shared_hidden, cfg.n_embd,
+                                     bias=False) if self.dense_layers_l == 0 and (
+                                             l + 1) % cfg.sparse_step == 0 else None
+        # shared_expert_gate  qwen3_next.snf:119
+        self.shared_expert_gate = nn.Linear(cfg.n_embd, 1,
+                                            bias=False) if self.dense_layers_l == 0 and (
+                                                    l + 1) % cfg.sparse_step == 0 else None
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         cfg = self.config
         nn.init.zeros_(self.attn_norm_weight)
         nn.init.zeros_(self.mlp_norm_weight)
-        if self.q_weight is not None:
-            nn.init.normal_(self.q_weight, mean=0.0, std=0.02)
-        if self.k_weight is not None:
-            nn.init.normal_(self.k_weight, mean=0.0, std=0.02)
-        if self.v_weight is not None:
-            nn.init.normal_(self.v_weight, mean=0.0, std=0.02)
-        if self.o_weight is not None:
-            nn.init.normal_(self.o_weight, mean=0.0, std=0.02)
+        if self.q is not None:
+            nn.init.normal_(self.q.weight, mean=0.0, std=0.02)
+        if self.k is not None:
+            nn.init.normal_(self.k.weight, mean=0.0, std=0.02)
+        if self.v is not None:
+            nn.init.normal_(self.v.weight, mean=0.0, std=0.02)
+        if self.o is not None:
+            nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
         if self.q_norm_weight is not None:
             nn.init.zeros_(self.q_norm_weight)
         if self.k_norm_weight is not None:
             nn.init.zeros_(self.k_norm_weight)
-        if self.qkvz_weight is not None:
-            nn.init.normal_(self.qkvz_weight, mean=0.0, std=0.02)
-        if self.ba_weight is not None:
-            nn.init.normal_(self.ba_weight, mean=0.0, std=0.02)
+        if self.qkvz is not None:
+            nn.init.normal_(self.qkvz.weight, mean=0.0, std=0.02)
+        if self.ba is not None:
+            nn.init.normal_(self.ba.weight, mean=0.0, std=0.02)
         if self.conv_weight is not None:
             nn.init.normal_(self.conv_weight, mean=0.0, std=0.02)
         if self.dt_bias is not None:
@@ -263,30 +259,30 @@ class Block(nn.Module):
             nn.init.zeros_(self.A_log)
         if self.gated_norm_weight is not None:
             nn.init.ones_(self.gated_norm_weight)
-        if self.lin_out_weight is not None:
-            nn.init.normal_(self.lin_out_weight, mean=0.0, std=0.02)
-        if self.gate_weight is not None:
-            nn.init.normal_(self.gate_weight, mean=0.0, std=0.02)
-        if self.up_weight is not None:
-            nn.init.normal_(self.up_weight, mean=0.0, std=0.02)
-        if self.down_weight is not None:
-            nn.init.normal_(self.down_weight, mean=0.0, std=0.02)
-        if self.router_weight is not None:
-            nn.init.normal_(self.router_weight, mean=0.0, std=0.02)
+        if self.lin_out is not None:
+            nn.init.normal_(self.lin_out.weight, mean=0.0, std=0.02)
+        if self.gate is not None:
+            nn.init.normal_(self.gate.weight, mean=0.0, std=0.02)
+        if self.up is not None:
+            nn.init.normal_(self.up.weight, mean=0.0, std=0.02)
+        if self.down is not None:
+            nn.init.normal_(self.down.weight, mean=0.0, std=0.02)
+        if self.router is not None:
+            nn.init.normal_(self.router.weight, mean=0.0, std=0.02)
         if self.expert_gate is not None:
             nn.init.normal_(self.expert_gate, mean=0.0, std=0.02)
         if self.expert_up is not None:
             nn.init.normal_(self.expert_up, mean=0.0, std=0.02)
         if self.expert_down is not None:
             nn.init.normal_(self.expert_down, mean=0.0, std=0.02)
-        if self.shared_gate_weight is not None:
-            nn.init.normal_(self.shared_gate_weight, mean=0.0, std=0.02)
-        if self.shared_up_weight is not None:
-            nn.init.normal_(self.shared_up_weight, mean=0.0, std=0.02)
-        if self.shared_down_weight is not None:
-            nn.init.normal_(self.shared_down_weight, mean=0.0, std=0.02)
+        if self.shared_gate is not None:
+            nn.init.normal_(self.shared_gate.weight, mean=0.0, std=0.02)
+        if self.shared_up is not None:
+            nn.init.normal_(self.shared_up.weight, mean=0.0, std=0.02)
+        if self.shared_down is not None:
+            nn.init.normal_(self.shared_down.weight, mean=0.0, std=0.02)
         if self.shared_expert_gate is not None:
-            nn.init.normal_(self.shared_expert_gate, mean=0.0, std=0.02)
+            nn.init.normal_(self.shared_expert_gate.weight, mean=0.0, std=0.02)
 
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, new_keys: torch.Tensor, new_values: torch.Tensor, x: torch.Tensor, new_conv: torch.Tensor,
@@ -301,17 +297,14 @@ class Block(nn.Module):
         B, T, _ = x.shape
         h = F.rms_norm(x, (cfg.n_embd,), 1.0 + self.attn_norm_weight, cfg.norm_eps)  # [B, T, D]  qwen3_next.snf:143
         if (l + 1) % cfg.full_attention_interval == 0:
-            # [B, T, H, 2*head_dim]  qwen3_next.snf:147
-            qg = F.linear(h, self.q_weight).reshape(B, T, cfg.n_head, 2 * cfg.head_dim)
+            qg = self.q(h).unflatten(2, (-1, 2*cfg.head_dim))  # [B, T, H, 2*head_dim]  qwen3_next.snf:147
             # [B, T, H, head_dim]  qwen3_next.snf:148
             q = F.rms_norm(qg[:, :, :, 0:cfg.head_dim], (cfg.head_dim,), 1.0 + self.q_norm_weight, cfg.norm_eps)
-            # [B, T, q_dim]  qwen3_next.snf:149
-            gate = qg[:, :, :, cfg.head_dim:2 * cfg.head_dim].reshape(B, T, cfg.q_dim)
+            gate = qg[:, :, :, cfg.head_dim:2 * cfg.head_dim].flatten(2, 3)  # [B, T, q_dim]  qwen3_next.snf:149
             # [B, T, KVH, head_dim]  qwen3_next.snf:150
-            k = F.rms_norm(F.linear(h, self.k_weight).reshape(B, T, cfg.n_kv_head, cfg.head_dim), (cfg.head_dim,),
-                           1.0 + self.k_norm_weight, cfg.norm_eps)
-            # [B, T, KVH, head_dim]  qwen3_next.snf:152
-            v_new = F.linear(h, self.v_weight).reshape(B, T, cfg.n_kv_head, cfg.head_dim)
+            k = F.rms_norm(self.k(h).unflatten(2, (-1, cfg.head_dim)), (cfg.head_dim,), 1.0 + self.k_norm_weight,
+                           cfg.norm_eps)
+            v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen3_next.snf:152
             q_rot = _rope(q, T_past, cfg.rope_base, rotary_dim=cfg.rot)  # [B, T, H, head_dim]  qwen3_next.snf:154
             k_new = _rope(k, T_past, cfg.rope_base, rotary_dim=cfg.rot)  # [B, T, KVH, head_dim]  qwen3_next.snf:155
             # [B, T + T_past, KVH, head_dim]  qwen3_next.snf:156
@@ -324,26 +317,24 @@ class Block(nn.Module):
                     _set_layer(new_values, l, v_all)  # qwen3_next.snf:159
             # [B, T, q_dim]  qwen3_next.snf:160
             attn = _attention(q_rot.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
-                              decode=decode).transpose(1, 2).reshape(B, T, cfg.q_dim)
-            x = x + F.linear(attn * torch.sigmoid(gate), self.o_weight)  # [B, T, D]  qwen3_next.snf:161
+                              decode=decode).transpose(1, 2).flatten(2, 3)
+            x = x + self.o(attn * torch.sigmoid(gate))  # [B, T, D]  qwen3_next.snf:161
         else:
-            # [B, T, Hk, qkvz_group]  qwen3_next.snf:164
-            qkvz = F.linear(h, self.qkvz_weight).reshape(B, T, cfg.lin_n_key_head, cfg.qkvz_group)
-            # [B, T, Hk, 2*R]  qwen3_next.snf:165
-            ba = F.linear(h, self.ba_weight).reshape(B, T, cfg.lin_n_key_head, 2 * cfg.R)
+            qkvz = self.qkvz(h).unflatten(2, (-1, cfg.qkvz_group))  # [B, T, Hk, qkvz_group]  qwen3_next.snf:164
+            ba = self.ba(h).unflatten(2, (-1, 2*cfg.R))  # [B, T, Hk, 2*R]  qwen3_next.snf:165
             # [B, T, conv_dim]  qwen3_next.snf:166
-            mixed = torch.cat([qkvz[:, :, :, 0:cfg.lin_key_dim].reshape(B, T, cfg.key_dim),
-                               qkvz[:, :, :, cfg.lin_key_dim:2 * cfg.lin_key_dim].reshape(B, T, cfg.key_dim),
+            mixed = torch.cat([qkvz[:, :, :, 0:cfg.lin_key_dim].flatten(2, 3),
+                               qkvz[:, :, :, cfg.lin_key_dim:2 * cfg.lin_key_dim].flatten(2, 3),
                                qkvz[:, :, :,
                                     2 * cfg.lin_key_dim:(2 * cfg.lin_key_dim + cfg.R
-                                                         * cfg.lin_value_dim)].reshape(B, T, cfg.value_dim)],
+                                                         * cfg.lin_value_dim)].flatten(2, 3)],
                               dim=2)
             # [B, T, Hv, Vd]  qwen3_next.snf:169
             z = qkvz[:, :, :,
                      (2 * cfg.lin_key_dim + cfg.R
                       * cfg.lin_value_dim):cfg.qkvz_group].reshape(B, T, cfg.lin_n_value_head, cfg.lin_value_dim)
-            b = ba[:, :, :, 0:cfg.R].reshape(B, T, cfg.lin_n_value_head)  # [B, T, Hv]  qwen3_next.snf:170
-            a = ba[:, :, :, cfg.R:2 * cfg.R].reshape(B, T, cfg.lin_n_value_head)  # [B, T, Hv]  qwen3_next.snf:171
+            b = ba[:, :, :, 0:cfg.R].flatten(2, 3)  # [B, T, Hv]  qwen3_next.snf:170
+            a = ba[:, :, :, cfg.R:2 * cfg.R].flatten(2, 3)  # [B, T, Hv]  qwen3_next.snf:171
             # [B, conv_kernel - 1, conv_dim]  qwen3_next.snf:173
             conv_state = past_conv if past_conv is not None else None
             # [B, T, conv_dim]  qwen3_next.snf:174
@@ -351,12 +342,11 @@ class Block(nn.Module):
             if use_cache:
                 # qwen3_next.snf:175
                 _set_layer(new_conv, l, _causal_conv1d_state(mixed, self.conv_weight, None, conv_state))
-            # [B, T, Hk, Kd]  qwen3_next.snf:176
-            cq = c[:, :, 0:cfg.key_dim].reshape(B, T, cfg.lin_n_key_head, cfg.lin_key_dim)
+            cq = c[:, :, 0:cfg.key_dim].unflatten(2, (-1, cfg.lin_key_dim))  # [B, T, Hk, Kd]  qwen3_next.snf:176
             # [B, T, Hk, Kd]  qwen3_next.snf:177
-            ck = c[:, :, cfg.key_dim:2 * cfg.key_dim].reshape(B, T, cfg.lin_n_key_head, cfg.lin_key_dim)
+            ck = c[:, :, cfg.key_dim:2 * cfg.key_dim].unflatten(2, (-1, cfg.lin_key_dim))
             # [B, T, Hv, Vd]  qwen3_next.snf:178
-            cv = c[:, :, 2 * cfg.key_dim:cfg.conv_dim].reshape(B, T, cfg.lin_n_value_head, cfg.lin_value_dim)
+            cv = c[:, :, 2 * cfg.key_dim:cfg.conv_dim].unflatten(2, (-1, cfg.lin_value_dim))
             u = a + self.dt_bias  # [B, T, Hv]  qwen3_next.snf:180
             # [B, T, Hv]  qwen3_next.snf:181
             g = -torch.exp(self.A_log) * (u.clamp(min=0.0) + torch.log(1.0 + torch.exp(-torch.abs(u))))
@@ -368,10 +358,10 @@ class Block(nn.Module):
                 _set_layer(new_delta, l, _gated_delta_state(cq, ck, cv, g, beta, delta_state, None, True))
             # [B, T, Hv, Vd]  qwen3_next.snf:187
             gated = F.rms_norm(o, (cfg.lin_value_dim,), self.gated_norm_weight, cfg.norm_eps) * F.silu(z)
-            x = x + F.linear(gated.reshape(B, T, cfg.value_dim), self.lin_out_weight)  # [B, T, D]  qwen3_next.snf:188
+            x = x + self.lin_out(gated.flatten(2, 3))  # [B, T, D]  qwen3_next.snf:188
         m = F.rms_norm(x, (cfg.n_embd,), 1.0 + self.mlp_norm_weight, cfg.norm_eps)  # [B, T, D]  qwen3_next.snf:190
         if self.dense_layers_l == 0 and (l + 1) % cfg.sparse_step == 0:
-            probs = F.softmax(F.linear(m, self.router_weight), dim=-1)  # [B, T, n_expert]  qwen3_next.snf:193
+            probs = F.softmax(self.router(m), dim=-1)  # [B, T, n_expert]  qwen3_next.snf:193
             # [B, T, n_expert_tok]  qwen3_next.snf:194
             chosen = torch.sort(probs, dim=-1, descending=True, stable=True).indices.narrow(-1, 0, cfg.n_expert_tok)
             top = torch.topk(probs, cfg.n_expert_tok, dim=-1).values  # [B, T, n_expert_tok]  qwen3_next.snf:195
@@ -379,18 +369,14 @@ class Block(nn.Module):
             weights = top / top.sum(dim=-1, keepdim=True) if cfg.norm_topk_prob else top
             # [B, T, D]  qwen3_next.snf:197
             routed = _moe_experts(m, chosen, weights, self.expert_gate, self.expert_up, self.expert_down, 'silu')
-            # [B, T, D]  qwen3_next.snf:200
-            shared = F.linear(F.silu(F.linear(m, self.shared_gate_weight)) * F.linear(m, self.shared_up_weight),
-                              self.shared_down_weight)
-            # [B, T, D]  qwen3_next.snf:202
-            x = x + routed + torch.sigmoid(F.linear(m, self.shared_expert_gate)) * shared
+            shared = self.shared_down(F.silu(self.shared_gate(m)) * self.shared_up(m))  # [B, T, D]  qwen3_next.snf:200
+            x = x + routed + torch.sigmoid(self.shared_expert_gate(m)) * shared  # [B, T, D]  qwen3_next.snf:202
             # [n_expert]  qwen3_next.snf:203
             picked = picked + F.one_hot(chosen, cfg.n_expert).to(self.attn_norm_weight.dtype).sum(dim=2).sum(dim=1).sum(dim=0)
             prob_sum = prob_sum + probs.sum(dim=1).sum(dim=0)  # [n_expert]  qwen3_next.snf:204
             n_sparse = n_sparse + 1.0  # []  qwen3_next.snf:205
         else:
-            # [B, T, D]  qwen3_next.snf:207
-            x = x + F.linear(F.silu(F.linear(m, self.gate_weight)) * F.linear(m, self.up_weight), self.down_weight)
+            x = x + self.down(F.silu(self.gate(m)) * self.up(m))  # [B, T, D]  qwen3_next.snf:207
         return (new_keys if use_cache else None), (new_values if use_cache
                                                    else None), x, (new_conv if use_cache else None), (
                                                            new_delta if use_cache else None), picked, prob_sum, n_sparse
@@ -444,28 +430,28 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.q_weight': 'colwise',
-        'layers.*.k_weight': 'colwise',
-        'layers.*.v_weight': 'colwise',
-        'layers.*.o_weight': 'rowwise',
+        'layers.*.q': 'colwise',
+        'layers.*.k': 'colwise',
+        'layers.*.v': 'colwise',
+        'layers.*.o': 'rowwise',
         'layers.*.q_norm_weight': 'head_norm',
         'layers.*.k_norm_weight': 'head_norm',
-        'layers.*.qkvz_weight': 'colwise',
-        'layers.*.ba_weight': 'colwise',
+        'layers.*.qkvz': 'colwise_pieces',
+        'layers.*.ba': 'colwise',
         'layers.*.conv_weight': 'shard:0',
         'layers.*.dt_bias': 'shard:0',
         'layers.*.A_log': 'shard:0',
         'layers.*.gated_norm_weight': 'head_norm',
-        'layers.*.lin_out_weight': 'rowwise',
-        'layers.*.gate_weight': 'colwise',
-        'layers.*.up_weight': 'colwise',
-        'layers.*.down_weight': 'rowwise',
+        'layers.*.lin_out': 'rowwise',
+        'layers.*.gate': 'colwise',
+        'layers.*.up': 'colwise',
+        'layers.*.down': 'rowwise',
         'layers.*.expert_gate': 'experts',
         'layers.*.expert_up': 'experts',
         'layers.*.expert_down': 'experts',
-        'layers.*.shared_gate_weight': 'colwise',
-        'layers.*.shared_up_weight': 'colwise',
-        'layers.*.shared_down_weight': 'rowwise',
+        'layers.*.shared_gate': 'colwise',
+        'layers.*.shared_up': 'colwise',
+        'layers.*.shared_down': 'rowwise',
         'lm_head': 'vocab_head',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
@@ -487,6 +473,9 @@ class Model(nn.Module):
         (lambda c, tp: c.mlp_hidden % tp == 0,
          'tp must divide mlp_hidden, the features of a column-wise `linear` (qwen3_next.snf:207)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('expert_hidden', 'lin_n_key_head', 'lin_n_value_head', 'mlp_hidden', 'n_head', 'n_kv_head',
+                'shared_hidden')
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,
@@ -623,103 +612,119 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm_weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'mlp_norm_weight': ('layers.{l}.mlp_norm_weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'q_weight': ('layers.{l}.q_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
-                     (2*cfg.head_dim*cfg.n_head, cfg.n_embd), torch.float32),
-        'k_weight': ('layers.{l}.k_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
-                     (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'v_weight': ('layers.{l}.v_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
-                     (cfg.kv_dim, cfg.n_embd), torch.float32),
-        'o_weight': ('layers.{l}.o_weight', None,
-                     tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
-                     (cfg.n_embd, cfg.q_dim), torch.float32),
-        'q_norm_weight': ('layers.{l}.q_norm_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
-                          (cfg.head_dim,), torch.float32),
-        'k_norm_weight': ('layers.{l}.k_norm_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval == 0),
-                          (cfg.head_dim,), torch.float32),
-        'qkvz_weight': ('layers.{l}.qkvz_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
-                        (2*cfg.lin_n_key_head*cfg.lin_value_dim*cfg.R + 2*cfg.lin_key_dim*cfg.lin_n_key_head,
-                         cfg.n_embd),
-                        torch.float32),
-        'ba_weight': ('layers.{l}.ba_weight', None,
-                      tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
-                      (2*cfg.lin_n_value_head, cfg.n_embd), torch.float32),
-        'conv_weight': ('layers.{l}.conv_weight', None,
-                        tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
-                        (cfg.conv_dim, 1, cfg.conv_kernel), torch.float32),
-        'dt_bias': ('layers.{l}.dt_bias', None,
-                    tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
-                    (cfg.lin_n_value_head,), torch.float32),
-        'A_log': ('layers.{l}.A_log', None,
-                  tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
-                  (cfg.lin_n_value_head,), torch.float32),
-        'gated_norm_weight': ('layers.{l}.gated_norm_weight', None,
-                              tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
-                              (cfg.lin_value_dim,), torch.float32),
-        'lin_out_weight': ('layers.{l}.lin_out_weight', None,
-                           tuple(l for l in range(cfg.n_layer) if (l + 1) % cfg.full_attention_interval != 0),
-                           (cfg.n_embd, cfg.value_dim), torch.float32),
-        'gate_weight': ('layers.{l}.gate_weight', None,
-                        tuple(l for l in range(cfg.n_layer)
-                              if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
-                        (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'up_weight': ('layers.{l}.up_weight', None,
-                      tuple(l for l in range(cfg.n_layer)
-                            if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
-                      (cfg.mlp_hidden, cfg.n_embd), torch.float32),
-        'down_weight': ('layers.{l}.down_weight', None,
-                        tuple(l for l in range(cfg.n_layer)
-                              if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0)),
-                        (cfg.n_embd, cfg.mlp_hidden), torch.float32),
-        'router_weight': ('layers.{l}.router_weight', None,
-                          tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                % cfg.sparse_step == 0),
-                          (cfg.n_expert, cfg.n_embd), torch.float32),
-        'expert_gate': ('layers.{l}.expert_gate', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                              % cfg.sparse_step == 0),
-                        (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'expert_up': ('layers.{l}.expert_up', None,
-                      tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                            % cfg.sparse_step == 0),
-                      (cfg.n_expert, cfg.expert_hidden, cfg.n_embd), torch.float32),
-        'expert_down': ('layers.{l}.expert_down', None,
-                        tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                              % cfg.sparse_step == 0),
-                        (cfg.n_expert, cfg.n_embd, cfg.expert_hidden), torch.float32),
-        'shared_gate_weight': ('layers.{l}.shared_gate_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                     % cfg.sparse_step == 0),
-                               (cfg.shared_hidden, cfg.n_embd), torch.float32),
-        'shared_up_weight': ('layers.{l}.shared_up_weight', None,
-                             tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                   % cfg.sparse_step == 0),
-                             (cfg.shared_hidden, cfg.n_embd), torch.float32),
-        'shared_down_weight': ('layers.{l}.shared_down_weight', None,
-                               tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                     % cfg.sparse_step == 0),
-                               (cfg.n_embd, cfg.shared_hidden), torch.float32),
-        'shared_expert_gate': ('layers.{l}.shared_expert_gate', None,
-                               tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
-                                     % cfg.sparse_step == 0),
-                               (1, cfg.n_embd), torch.float32),
-        'norm_weight': ('norm_weight', None, None, (cfg.n_embd,), torch.float32),
-        'lm_head_weight': ('lm_head.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm_weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'mlp_norm_weight': _SpecParameter('layers.{l}.mlp_norm_weight', shape=(cfg.n_embd,), dtype=torch.float32,
+                                          loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(2*cfg.head_dim*cfg.n_head, cfg.n_embd),
+                                   dtype=torch.float32, loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                % cfg.full_attention_interval == 0)),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                % cfg.full_attention_interval == 0)),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.kv_dim, cfg.n_embd), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                % cfg.full_attention_interval == 0)),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.n_embd, cfg.q_dim), dtype=torch.float32,
+                                   loop='layers',
+                                   layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                % cfg.full_attention_interval == 0)),
+        'q_norm_weight': _SpecParameter('layers.{l}.q_norm_weight', shape=(cfg.head_dim,), dtype=torch.float32,
+                                        loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                     % cfg.full_attention_interval == 0)),
+        'k_norm_weight': _SpecParameter('layers.{l}.k_norm_weight', shape=(cfg.head_dim,), dtype=torch.float32,
+                                        loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                     % cfg.full_attention_interval == 0)),
+        'qkvz_weight': _SpecParameter('layers.{l}.qkvz.weight',
+                                      shape=(2*cfg.lin_n_key_head*cfg.lin_value_dim*cfg.R + 2*cfg.lin_key_dim*cfg.lin_n_key_head,
+                                             cfg.n_embd),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                   % cfg.full_attention_interval != 0)),
+        'ba_weight': _SpecParameter('layers.{l}.ba.weight', shape=(2*cfg.lin_n_value_head, cfg.n_embd),
+                                    dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                 % cfg.full_attention_interval != 0)),
+        'conv_weight': _SpecParameter('layers.{l}.conv_weight', shape=(cfg.conv_dim, 1, cfg.conv_kernel),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                   % cfg.full_attention_interval != 0)),
+        'dt_bias': _SpecParameter('layers.{l}.dt_bias', shape=(cfg.lin_n_value_head,), dtype=torch.float32,
+                                  loop='layers',
+                                  layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                               % cfg.full_attention_interval != 0)),
+        'A_log': _SpecParameter('layers.{l}.A_log', shape=(cfg.lin_n_value_head,), dtype=torch.float32, loop='layers',
+                                layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                             % cfg.full_attention_interval != 0)),
+        'gated_norm_weight': _SpecParameter('layers.{l}.gated_norm_weight', shape=(cfg.lin_value_dim,),
+                                            dtype=torch.float32, loop='layers',
+                                            layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                         % cfg.full_attention_interval != 0)),
+        'lin_out_weight': _SpecParameter('layers.{l}.lin_out.weight', shape=(cfg.n_embd, cfg.value_dim),
+                                         dtype=torch.float32, loop='layers',
+                                         layers=tuple(l for l in range(cfg.n_layer) if (l + 1)
+                                                      % cfg.full_attention_interval != 0)),
+        'gate_weight': _SpecParameter('layers.{l}.gate.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer)
+                                                   if not (cfg.dense_layers[l] == 0 and (l + 1)
+                                                           % cfg.sparse_step == 0))),
+        'up_weight': _SpecParameter('layers.{l}.up.weight', shape=(cfg.mlp_hidden, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer)
+                                                 if not (cfg.dense_layers[l] == 0 and (l + 1) % cfg.sparse_step == 0))),
+        'down_weight': _SpecParameter('layers.{l}.down.weight', shape=(cfg.n_embd, cfg.mlp_hidden), dtype=torch.float32,
+                                      loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer)
+                                                   if not (cfg.dense_layers[l] == 0 and (l + 1)
+                                                           % cfg.sparse_step == 0))),
+        'router_weight': _SpecParameter('layers.{l}.router.weight', shape=(cfg.n_expert, cfg.n_embd),
+                                        dtype=torch.float32, loop='layers',
+                                        layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0
+                                                     and (l + 1) % cfg.sparse_step == 0)),
+        'expert_gate': _SpecParameter('layers.{l}.expert_gate', shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
+                                                   % cfg.sparse_step == 0)),
+        'expert_up': _SpecParameter('layers.{l}.expert_up', shape=(cfg.n_expert, cfg.expert_hidden, cfg.n_embd),
+                                    dtype=torch.float32, loop='layers',
+                                    layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
+                                                 % cfg.sparse_step == 0)),
+        'expert_down': _SpecParameter('layers.{l}.expert_down', shape=(cfg.n_expert, cfg.n_embd, cfg.expert_hidden),
+                                      dtype=torch.float32, loop='layers',
+                                      layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0 and (l + 1)
+                                                   % cfg.sparse_step == 0)),
+        'shared_gate_weight': _SpecParameter('layers.{l}.shared_gate.weight', shape=(cfg.shared_hidden, cfg.n_embd),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0
+                                                          and (l + 1) % cfg.sparse_step == 0)),
+        'shared_up_weight': _SpecParameter('layers.{l}.shared_up.weight', shape=(cfg.shared_hidden, cfg.n_embd),
+                                           dtype=torch.float32, loop='layers',
+                                           layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0
+                                                        and (l + 1) % cfg.sparse_step == 0)),
+        'shared_down_weight': _SpecParameter('layers.{l}.shared_down.weight', shape=(cfg.n_embd, cfg.shared_hidden),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0
+                                                          and (l + 1) % cfg.sparse_step == 0)),
+        'shared_expert_gate': _SpecParameter('layers.{l}.shared_expert_gate.weight', shape=(1, cfg.n_embd),
+                                             dtype=torch.float32, loop='layers',
+                                             layers=tuple(l for l in range(cfg.n_layer) if cfg.dense_layers[l] == 0
+                                                          and (l + 1) % cfg.sparse_step == 0)),
+        'norm_weight': _SpecParameter('norm_weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight', shape=(cfg.vocab_size, cfg.n_embd), dtype=torch.float32),
     }
 
 

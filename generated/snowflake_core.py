@@ -19,11 +19,12 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_config, _check_dims, _check_index, _check_input
 from snf.runtime.attention import _attention
 from snf.runtime.rope import _sinusoidal
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -98,19 +99,17 @@ class Block(nn.Module):
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.ln1(x)  # [B, T, D]  snowflake_core.snf:56
         qkv = self.qkv(h)  # [B, T, 3*D]  snowflake_core.snf:57
-        # [B, T, H, head_dim]  snowflake_core.snf:58
-        q = qkv[:, :, 0:cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)
+        q = qkv[:, :, 0:cfg.n_embd].unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  snowflake_core.snf:58
         # [B, T, H, head_dim]  snowflake_core.snf:59
-        k = qkv[:, :, cfg.n_embd:2 * cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)
+        k = qkv[:, :, cfg.n_embd:2 * cfg.n_embd].unflatten(2, (-1, cfg.head_dim))
         # [B, T, H, head_dim]  snowflake_core.snf:60
-        v = qkv[:, :, 2 * cfg.n_embd:3 * cfg.n_embd].reshape(B, T, cfg.n_head, cfg.head_dim)
+        v = qkv[:, :, 2 * cfg.n_embd:3 * cfg.n_embd].unflatten(2, (-1, cfg.head_dim))
         # [B, T, H, head_dim]  snowflake_core.snf:61
         attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask,
                           causal=False).transpose(1, 2)
-        attn_out = self.wo(attn.reshape(B, T, cfg.n_embd))  # [B, T, D]  snowflake_core.snf:62
+        attn_out = self.wo(attn.flatten(2, 3))  # [B, T, D]  snowflake_core.snf:62
         if cfg.dropout > 0:
             attn_out = F.dropout(attn_out, p=cfg.dropout, training=self.training)  # [B, T, D]  snowflake_core.snf:63
         x = x + attn_out  # [B, T, D]  snowflake_core.snf:64
@@ -169,7 +168,7 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'layers.*.qkv': 'colwise',
+        'layers.*.qkv': 'colwise_pieces',
         'layers.*.wo': 'rowwise',
         'layers.*.ff1': 'colwise',
         'layers.*.ff2': 'rowwise',
@@ -182,6 +181,8 @@ class Model(nn.Module):
         (lambda c, tp: c.d_ff % tp == 0,
          'tp must divide d_ff, the features of a column-wise `linear` (snowflake_core.snf:66)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('d_ff', 'n_head')
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -211,30 +212,42 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'ln1_weight': ('layers.{l}.ln1.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ln1_bias': ('layers.{l}.ln1.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'qkv_weight': ('layers.{l}.qkv.weight', None, cfg.n_layer, (3*cfg.n_embd, cfg.n_embd), torch.float32),
-        'qkv_bias': ('layers.{l}.qkv.bias', None, cfg.n_layer, (3*cfg.n_embd,), torch.float32),
-        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'wo_bias': ('layers.{l}.wo.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ln2_weight': ('layers.{l}.ln2.weight', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ln2_bias': ('layers.{l}.ln2.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ff1_weight': ('layers.{l}.ff1.weight', None, cfg.n_layer, (cfg.d_ff, cfg.n_embd), torch.float32),
-        'ff1_bias': ('layers.{l}.ff1.bias', None, cfg.n_layer, (cfg.d_ff,), torch.float32),
-        'ff2_weight': ('layers.{l}.ff2.weight', None, cfg.n_layer, (cfg.n_embd, cfg.d_ff), torch.float32),
-        'ff2_bias': ('layers.{l}.ff2.bias', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'ln_f_weight': ('ln_f.weight', None, None, (cfg.n_embd,), torch.float32),
-        'ln_f_bias': ('ln_f.bias', None, None, (cfg.n_embd,), torch.float32),
-        'out_bias': ('out_bias', None, None, (cfg.vocab_size,), torch.float32),
-        'position_table': ('position_table', None, None, (1, cfg.block_size, cfg.n_embd), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.n_embd),
+                                          dtype=torch.float32),
+        'ln1_weight': _SpecParameter('layers.{l}.ln1.weight', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                     layers=cfg.n_layer),
+        'ln1_bias': _SpecParameter('layers.{l}.ln1.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                   layers=cfg.n_layer),
+        'qkv_weight': _SpecParameter('layers.{l}.qkv.weight', shape=(3*cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                     loop='layers', layers=cfg.n_layer),
+        'qkv_bias': _SpecParameter('layers.{l}.qkv.bias', shape=(3*cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                   layers=cfg.n_layer),
+        'wo_weight': _SpecParameter('layers.{l}.wo.weight', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'wo_bias': _SpecParameter('layers.{l}.wo.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                  layers=cfg.n_layer),
+        'ln2_weight': _SpecParameter('layers.{l}.ln2.weight', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                     layers=cfg.n_layer),
+        'ln2_bias': _SpecParameter('layers.{l}.ln2.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                   layers=cfg.n_layer),
+        'ff1_weight': _SpecParameter('layers.{l}.ff1.weight', shape=(cfg.d_ff, cfg.n_embd), dtype=torch.float32,
+                                     loop='layers', layers=cfg.n_layer),
+        'ff1_bias': _SpecParameter('layers.{l}.ff1.bias', shape=(cfg.d_ff,), dtype=torch.float32, loop='layers',
+                                   layers=cfg.n_layer),
+        'ff2_weight': _SpecParameter('layers.{l}.ff2.weight', shape=(cfg.n_embd, cfg.d_ff), dtype=torch.float32,
+                                     loop='layers', layers=cfg.n_layer),
+        'ff2_bias': _SpecParameter('layers.{l}.ff2.bias', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                   layers=cfg.n_layer),
+        'ln_f_weight': _SpecParameter('ln_f.weight', shape=(cfg.n_embd,), dtype=torch.float32),
+        'ln_f_bias': _SpecParameter('ln_f.bias', shape=(cfg.n_embd,), dtype=torch.float32),
+        'out_bias': _SpecParameter('out_bias', shape=(cfg.vocab_size,), dtype=torch.float32),
+        'position_table': _SpecParameter('position_table', shape=(1, cfg.block_size, cfg.n_embd), dtype=torch.float32),
     }
 
 

@@ -19,13 +19,14 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_config, _check_index, _check_input, _check_together
 from snf.runtime.writes import _set_layer
 from snf.runtime.attention import _attention
 from snf.runtime.generate import _Generation, _generate_from_encoder
 from snf.runtime.loss import _cross_entropy
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -111,12 +112,9 @@ class Block(nn.Module):
         self.v = nn.Linear(cfg.d_model, cfg.inner, bias=False)  # v_weight  t5.snf:64
         self.o = nn.Linear(cfg.inner, cfg.d_model, bias=False)  # o_weight  t5.snf:65
         self.ff_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)  # ff_norm_weight  t5.snf:66
-        # [d_ff, D]  t5.snf:67
-        self.wi_weight = nn.Parameter(torch.empty(cfg.d_ff, cfg.d_model)) if not cfg.gated_gelu else None
-        # [d_ff, D]  t5.snf:68
-        self.wi0_weight = nn.Parameter(torch.empty(cfg.d_ff, cfg.d_model)) if cfg.gated_gelu else None
-        # [d_ff, D]  t5.snf:69
-        self.wi1_weight = nn.Parameter(torch.empty(cfg.d_ff, cfg.d_model)) if cfg.gated_gelu else None
+        self.wi = nn.Linear(cfg.d_model, cfg.d_ff, bias=False) if not cfg.gated_gelu else None  # wi_weight  t5.snf:67
+        self.wi0 = nn.Linear(cfg.d_model, cfg.d_ff, bias=False) if cfg.gated_gelu else None  # wi0_weight  t5.snf:68
+        self.wi1 = nn.Linear(cfg.d_model, cfg.d_ff, bias=False) if cfg.gated_gelu else None  # wi1_weight  t5.snf:69
         self.wo = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)  # wo_weight  t5.snf:70
 
     @torch.no_grad()
@@ -128,38 +126,35 @@ class Block(nn.Module):
         nn.init.normal_(self.v.weight, mean=0.0, std=0.02)
         nn.init.normal_(self.o.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.ff_norm.weight)
-        if self.wi_weight is not None:
-            nn.init.normal_(self.wi_weight, mean=0.0, std=0.02)
-        if self.wi0_weight is not None:
-            nn.init.normal_(self.wi0_weight, mean=0.0, std=0.02)
-        if self.wi1_weight is not None:
-            nn.init.normal_(self.wi1_weight, mean=0.0, std=0.02)
+        if self.wi is not None:
+            nn.init.normal_(self.wi.weight, mean=0.0, std=0.02)
+        if self.wi0 is not None:
+            nn.init.normal_(self.wi0.weight, mean=0.0, std=0.02)
+        if self.wi1 is not None:
+            nn.init.normal_(self.wi1.weight, mean=0.0, std=0.02)
         nn.init.normal_(self.wo.weight, mean=0.0, std=0.02)
 
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, position_bias: torch.Tensor,
                 attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
-        B, S, _ = x.shape
         h = self.attn_norm(x)  # [B, S, D]  t5.snf:111
-        q = self.q(h).reshape(B, S, cfg.n_head, cfg.d_kv)  # [B, S, H, d_kv]  t5.snf:112
-        k = self.k(h).reshape(B, S, cfg.n_head, cfg.d_kv)  # [B, S, H, d_kv]  t5.snf:113
-        v = self.v(h).reshape(B, S, cfg.n_head, cfg.d_kv)  # [B, S, H, d_kv]  t5.snf:114
+        q = self.q(h).unflatten(2, (-1, cfg.d_kv))  # [B, S, H, d_kv]  t5.snf:112
+        k = self.k(h).unflatten(2, (-1, cfg.d_kv))  # [B, S, H, d_kv]  t5.snf:113
+        v = self.v(h).unflatten(2, (-1, cfg.d_kv))  # [B, S, H, d_kv]  t5.snf:114
         # [B, S, H, d_kv]  t5.snf:115
         attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False,
                           dropout_p=(cfg.dropout if self.training else 0.0), scale=1.0,
                           bias=position_bias).transpose(1, 2)
-        # [B, S, D]  t5.snf:116
-        x = x + F.dropout(self.o(attn.reshape(B, S, cfg.inner)), p=cfg.dropout, training=self.training)
+        x = x + F.dropout(self.o(attn.flatten(2, 3)), p=cfg.dropout, training=self.training)  # [B, S, D]  t5.snf:116
         m = self.ff_norm(x)  # [B, S, D]  t5.snf:117
         if cfg.gated_gelu:
-            # [B, S, d_ff]  t5.snf:119
-            gated = F.gelu(F.linear(m, self.wi0_weight), approximate='tanh') * F.linear(m, self.wi1_weight)
+            gated = F.gelu(self.wi0(m), approximate='tanh') * self.wi1(m)  # [B, S, d_ff]  t5.snf:119
             # [B, S, D]  t5.snf:120
             x = x + F.dropout(self.wo(F.dropout(gated, p=cfg.dropout, training=self.training)), p=cfg.dropout,
                               training=self.training)
         if not cfg.gated_gelu:
-            act = F.relu(F.linear(m, self.wi_weight))  # [B, S, d_ff]  t5.snf:122
+            act = F.relu(self.wi(m))  # [B, S, d_ff]  t5.snf:122
             # [B, S, D]  t5.snf:123
             x = x + F.dropout(self.wo(F.dropout(act, p=cfg.dropout, training=self.training)), p=cfg.dropout,
                               training=self.training)
@@ -185,12 +180,8 @@ class Block2(nn.Module):
     def forward(self, cross_keys: torch.Tensor, cross_values: torch.Tensor, encoder_last_hidden_state: torch.Tensor,
                 l: int) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B = cross_keys.size(1)
-        S = cross_keys.size(2)
-        # t5.snf:131
-        _set_layer(cross_keys, l, self.cross_k(encoder_last_hidden_state).reshape(B, S, cfg.n_head, cfg.d_kv))
-        # t5.snf:132
-        _set_layer(cross_values, l, self.cross_v(encoder_last_hidden_state).reshape(B, S, cfg.n_head, cfg.d_kv))
+        _set_layer(cross_keys, l, self.cross_k(encoder_last_hidden_state).unflatten(2, (-1, cfg.d_kv)))  # t5.snf:131
+        _set_layer(cross_values, l, self.cross_v(encoder_last_hidden_state).unflatten(2, (-1, cfg.d_kv)))  # t5.snf:132
         return cross_keys, cross_values
 
 
@@ -209,12 +200,12 @@ class Block3(nn.Module):
         self.cross_q = nn.Linear(cfg.d_model, cfg.inner, bias=False)  # cross_q_weight  t5.snf:83
         self.cross_o = nn.Linear(cfg.inner, cfg.d_model, bias=False)  # cross_o_weight  t5.snf:84
         self.dec_ff_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)  # dec_ff_norm_weight  t5.snf:85
-        # [d_ff, D]  t5.snf:86
-        self.dec_wi_weight = nn.Parameter(torch.empty(cfg.d_ff, cfg.d_model)) if not cfg.gated_gelu else None
-        # [d_ff, D]  t5.snf:87
-        self.dec_wi0_weight = nn.Parameter(torch.empty(cfg.d_ff, cfg.d_model)) if cfg.gated_gelu else None
-        # [d_ff, D]  t5.snf:88
-        self.dec_wi1_weight = nn.Parameter(torch.empty(cfg.d_ff, cfg.d_model)) if cfg.gated_gelu else None
+        # dec_wi_weight  t5.snf:86
+        self.dec_wi = nn.Linear(cfg.d_model, cfg.d_ff, bias=False) if not cfg.gated_gelu else None
+        # dec_wi0_weight  t5.snf:87
+        self.dec_wi0 = nn.Linear(cfg.d_model, cfg.d_ff, bias=False) if cfg.gated_gelu else None
+        # dec_wi1_weight  t5.snf:88
+        self.dec_wi1 = nn.Linear(cfg.d_model, cfg.d_ff, bias=False) if cfg.gated_gelu else None
         self.dec_wo = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)  # dec_wo_weight  t5.snf:89
 
     @torch.no_grad()
@@ -229,12 +220,12 @@ class Block3(nn.Module):
         nn.init.normal_(self.cross_q.weight, mean=0.0, std=0.02)
         nn.init.normal_(self.cross_o.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.dec_ff_norm.weight)
-        if self.dec_wi_weight is not None:
-            nn.init.normal_(self.dec_wi_weight, mean=0.0, std=0.02)
-        if self.dec_wi0_weight is not None:
-            nn.init.normal_(self.dec_wi0_weight, mean=0.0, std=0.02)
-        if self.dec_wi1_weight is not None:
-            nn.init.normal_(self.dec_wi1_weight, mean=0.0, std=0.02)
+        if self.dec_wi is not None:
+            nn.init.normal_(self.dec_wi.weight, mean=0.0, std=0.02)
+        if self.dec_wi0 is not None:
+            nn.init.normal_(self.dec_wi0.weight, mean=0.0, std=0.02)
+        if self.dec_wi1 is not None:
+            nn.init.normal_(self.dec_wi1.weight, mean=0.0, std=0.02)
         nn.init.normal_(self.dec_wo.weight, mean=0.0, std=0.02)
 
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
@@ -242,11 +233,10 @@ class Block3(nn.Module):
                 dec_bias: torch.Tensor, cross_keys: torch.Tensor, cross_values: torch.Tensor,
                 attention_mask: Optional[torch.Tensor], l: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = y.shape
         h = self.dec_attn_norm(y)  # [B, T, D]  t5.snf:146
-        q = self.dec_q(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5.snf:147
-        k = self.dec_k(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5.snf:148
-        v = self.dec_v(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5.snf:149
+        q = self.dec_q(h).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5.snf:147
+        k = self.dec_k(h).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5.snf:148
+        v = self.dec_v(h).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5.snf:149
         k_full = torch.cat([past_keys, k], dim=1) if past_keys is not None else k  # [B, T_total, H, d_kv]  t5.snf:150
         # [B, T_total, H, d_kv]  t5.snf:151
         v_full = torch.cat([past_values, v], dim=1) if past_values is not None else v
@@ -254,24 +244,23 @@ class Block3(nn.Module):
         attn = _attention(q.transpose(1, 2), k_full.transpose(1, 2), v_full.transpose(1, 2), None, causal=True,
                           dropout_p=(cfg.dropout if self.training else 0.0), scale=1.0, bias=dec_bias).transpose(1, 2)
         # [B, T, D]  t5.snf:155
-        y = y + F.dropout(self.dec_o(attn.reshape(B, T, cfg.inner)), p=cfg.dropout, training=self.training)
+        y = y + F.dropout(self.dec_o(attn.flatten(2, 3)), p=cfg.dropout, training=self.training)
         c = self.cross_norm(y)  # [B, T, D]  t5.snf:156
-        cq = self.cross_q(c).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5.snf:157
+        cq = self.cross_q(c).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5.snf:157
         # [B, T, H, d_kv]  t5.snf:158
         cross = _attention(cq.transpose(1, 2), cross_keys[l].transpose(1, 2), cross_values[l].transpose(1, 2),
                            attention_mask, causal=False, dropout_p=(cfg.dropout if self.training else 0.0),
                            scale=1.0).transpose(1, 2)
         # [B, T, D]  t5.snf:159
-        y = y + F.dropout(self.cross_o(cross.reshape(B, T, cfg.inner)), p=cfg.dropout, training=self.training)
+        y = y + F.dropout(self.cross_o(cross.flatten(2, 3)), p=cfg.dropout, training=self.training)
         m = self.dec_ff_norm(y)  # [B, T, D]  t5.snf:160
         if cfg.gated_gelu:
-            # [B, T, d_ff]  t5.snf:162
-            gated = F.gelu(F.linear(m, self.dec_wi0_weight), approximate='tanh') * F.linear(m, self.dec_wi1_weight)
+            gated = F.gelu(self.dec_wi0(m), approximate='tanh') * self.dec_wi1(m)  # [B, T, d_ff]  t5.snf:162
             # [B, T, D]  t5.snf:163
             y = y + F.dropout(self.dec_wo(F.dropout(gated, p=cfg.dropout, training=self.training)), p=cfg.dropout,
                               training=self.training)
         if not cfg.gated_gelu:
-            act = F.relu(F.linear(m, self.dec_wi_weight))  # [B, T, d_ff]  t5.snf:165
+            act = F.relu(self.dec_wi(m))  # [B, T, d_ff]  t5.snf:165
             # [B, T, D]  t5.snf:166
             y = y + F.dropout(self.dec_wo(F.dropout(act, p=cfg.dropout, training=self.training)), p=cfg.dropout,
                               training=self.training)
@@ -297,8 +286,8 @@ class Model(nn.Module):
             config = dataclasses.replace(config, **overrides)
         self.config = cfg = config
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)  # token_embedding  t5.snf:56
-        # [vocab_size, D]  t5.snf:57
-        self.lm_head_weight = nn.Parameter(torch.empty(cfg.vocab_size, cfg.d_model)) if not cfg.tie_embeddings else None
+        # lm_head_weight  t5.snf:57
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False) if not cfg.tie_embeddings else None
         self.rel_bias_table = nn.Embedding(cfg.num_buckets, cfg.n_head)  # rel_bias_table  t5.snf:60
         self.final_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)  # final_norm_weight  t5.snf:71
         self.dec_rel_bias_table = nn.Embedding(cfg.num_buckets, cfg.n_head)  # dec_rel_bias_table  t5.snf:74
@@ -313,8 +302,8 @@ class Model(nn.Module):
         """Initialise every parameter as the spec declares (normal, std 0.02, by default)."""
         cfg = self.config
         nn.init.normal_(self.token_embedding.weight, mean=0.0, std=1.0)
-        if self.lm_head_weight is not None:
-            nn.init.normal_(self.lm_head_weight, mean=0.0, std=0.02)
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
         nn.init.normal_(self.rel_bias_table.weight, mean=0.0, std=0.02)
         nn.init.ones_(self.final_norm.weight)
         nn.init.normal_(self.dec_rel_bias_table.weight, mean=0.0, std=0.02)
@@ -339,15 +328,15 @@ class Model(nn.Module):
     # snf.parallelize applies it.
     tp_plan = {
         'token_embedding': 'vocab_embedding',
-        'lm_head_weight': 'vocab_head',
+        'lm_head': 'vocab_head',
         'rel_bias_table': 'shard:1',
         'layers.*.q': 'colwise',
         'layers.*.k': 'colwise',
         'layers.*.v': 'colwise',
         'layers.*.o': 'rowwise',
-        'layers.*.wi_weight': 'colwise',
-        'layers.*.wi0_weight': 'colwise',
-        'layers.*.wi1_weight': 'colwise',
+        'layers.*.wi': 'colwise',
+        'layers.*.wi0': 'colwise',
+        'layers.*.wi1': 'colwise',
         'layers.*.wo': 'rowwise',
         'dec_rel_bias_table': 'shard:1',
         'layers2.*.cross_k': 'colwise',
@@ -358,9 +347,9 @@ class Model(nn.Module):
         'layers3.*.dec_o': 'rowwise',
         'layers3.*.cross_q': 'colwise',
         'layers3.*.cross_o': 'rowwise',
-        'layers3.*.dec_wi_weight': 'colwise',
-        'layers3.*.dec_wi0_weight': 'colwise',
-        'layers3.*.dec_wi1_weight': 'colwise',
+        'layers3.*.dec_wi': 'colwise',
+        'layers3.*.dec_wi0': 'colwise',
+        'layers3.*.dec_wi1': 'colwise',
         'layers3.*.dec_wo': 'rowwise',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
@@ -369,6 +358,8 @@ class Model(nn.Module):
          'tp must divide H = n_head, the heads `reshape` makes of sharded features (t5.snf:112)'),
         (lambda c, tp: c.d_ff % tp == 0, 'tp must divide d_ff, the features of a column-wise `linear` (t5.snf:119)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('d_ff', 'n_head')
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor,
@@ -421,8 +412,7 @@ class Model(nn.Module):
         out = F.dropout(self.dec_final_norm(y), p=cfg.dropout, training=self.training)  # [B, T, D]  t5.snf:167
         scaled = out * (1.0 / math.sqrt(cfg.d_model)) if cfg.scale_head else out  # [B, T, D]  t5.snf:170
         # [B, T, vocab_size]  t5.snf:171
-        logits = F.linear(scaled, self.lm_head_weight) if not cfg.tie_embeddings else F.linear(
-                scaled, self.token_embedding.weight)
+        logits = self.lm_head(scaled) if not cfg.tie_embeddings else F.linear(scaled, self.token_embedding.weight)
         # []  t5.snf:173
         loss = _cross_entropy(logits, labels, -100, dtype, 'input labels', 'vocab_size') if labels is not None else None
         return Output(logits, loss, new_keys, new_values, encoder_last_hidden_state)
@@ -517,56 +507,77 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.d_model), torch.float32),
-        'lm_head_weight': ('lm_head_weight', None, None,
-                           (cfg.vocab_size, cfg.d_model) if not cfg.tie_embeddings else None, torch.float32),
-        'rel_bias_table': ('rel_bias_table.weight', None, None, (cfg.num_buckets, cfg.n_head), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.d_model,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.d_model, cfg.inner), torch.float32),
-        'ff_norm_weight': ('layers.{l}.ff_norm.weight', None, cfg.n_layer, (cfg.d_model,), torch.float32),
-        'wi_weight': ('layers.{l}.wi_weight', None, cfg.n_layer,
-                      (cfg.d_ff, cfg.d_model) if not cfg.gated_gelu else None, torch.float32),
-        'wi0_weight': ('layers.{l}.wi0_weight', None, cfg.n_layer, (cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None,
-                       torch.float32),
-        'wi1_weight': ('layers.{l}.wi1_weight', None, cfg.n_layer, (cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None,
-                       torch.float32),
-        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer, (cfg.d_model, cfg.d_ff), torch.float32),
-        'final_norm_weight': ('final_norm.weight', None, None, (cfg.d_model,), torch.float32),
-        'dec_rel_bias_table': ('dec_rel_bias_table.weight', None, None, (cfg.num_buckets, cfg.n_head), torch.float32),
-        'cross_k_weight': ('layers2.{l}.cross_k.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model),
-                           torch.float32),
-        'cross_v_weight': ('layers2.{l}.cross_v.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model),
-                           torch.float32),
-        'dec_attn_norm_weight': ('layers3.{l}.dec_attn_norm.weight', None, cfg.n_dec_layer, (cfg.d_model,),
-                                 torch.float32),
-        'dec_q_weight': ('layers3.{l}.dec_q.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'dec_k_weight': ('layers3.{l}.dec_k.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'dec_v_weight': ('layers3.{l}.dec_v.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'dec_o_weight': ('layers3.{l}.dec_o.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.inner), torch.float32),
-        'cross_norm_weight': ('layers3.{l}.cross_norm.weight', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
-        'cross_q_weight': ('layers3.{l}.cross_q.weight', None, cfg.n_dec_layer, (cfg.inner, cfg.d_model),
-                           torch.float32),
-        'cross_o_weight': ('layers3.{l}.cross_o.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.inner),
-                           torch.float32),
-        'dec_ff_norm_weight': ('layers3.{l}.dec_ff_norm.weight', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
-        'dec_wi_weight': ('layers3.{l}.dec_wi_weight', None, cfg.n_dec_layer,
-                          (cfg.d_ff, cfg.d_model) if not cfg.gated_gelu else None, torch.float32),
-        'dec_wi0_weight': ('layers3.{l}.dec_wi0_weight', None, cfg.n_dec_layer,
-                           (cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None, torch.float32),
-        'dec_wi1_weight': ('layers3.{l}.dec_wi1_weight', None, cfg.n_dec_layer,
-                           (cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None, torch.float32),
-        'dec_wo_weight': ('layers3.{l}.dec_wo.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.d_ff), torch.float32),
-        'dec_final_norm_weight': ('dec_final_norm.weight', None, None, (cfg.d_model,), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.d_model),
+                                          dtype=torch.float32),
+        'lm_head_weight': _SpecParameter('lm_head.weight',
+                                         shape=(cfg.vocab_size, cfg.d_model) if not cfg.tie_embeddings else None,
+                                         dtype=torch.float32),
+        'rel_bias_table': _SpecParameter('rel_bias_table.weight', shape=(cfg.num_buckets, cfg.n_head),
+                                         dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.d_model,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.d_model, cfg.inner), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'ff_norm_weight': _SpecParameter('layers.{l}.ff_norm.weight', shape=(cfg.d_model,), dtype=torch.float32,
+                                         loop='layers', layers=cfg.n_layer),
+        'wi_weight': _SpecParameter('layers.{l}.wi.weight',
+                                    shape=(cfg.d_ff, cfg.d_model) if not cfg.gated_gelu else None, dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'wi0_weight': _SpecParameter('layers.{l}.wi0.weight', shape=(cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None,
+                                     dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'wi1_weight': _SpecParameter('layers.{l}.wi1.weight', shape=(cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None,
+                                     dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'wo_weight': _SpecParameter('layers.{l}.wo.weight', shape=(cfg.d_model, cfg.d_ff), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'final_norm_weight': _SpecParameter('final_norm.weight', shape=(cfg.d_model,), dtype=torch.float32),
+        'dec_rel_bias_table': _SpecParameter('dec_rel_bias_table.weight', shape=(cfg.num_buckets, cfg.n_head),
+                                             dtype=torch.float32),
+        'cross_k_weight': _SpecParameter('layers2.{l}.cross_k.weight', shape=(cfg.inner, cfg.d_model),
+                                         dtype=torch.float32, loop='layers2', layers=cfg.n_dec_layer),
+        'cross_v_weight': _SpecParameter('layers2.{l}.cross_v.weight', shape=(cfg.inner, cfg.d_model),
+                                         dtype=torch.float32, loop='layers2', layers=cfg.n_dec_layer),
+        'dec_attn_norm_weight': _SpecParameter('layers3.{l}.dec_attn_norm.weight', shape=(cfg.d_model,),
+                                               dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_q_weight': _SpecParameter('layers3.{l}.dec_q.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                       loop='layers3', layers=cfg.n_dec_layer),
+        'dec_k_weight': _SpecParameter('layers3.{l}.dec_k.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                       loop='layers3', layers=cfg.n_dec_layer),
+        'dec_v_weight': _SpecParameter('layers3.{l}.dec_v.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                       loop='layers3', layers=cfg.n_dec_layer),
+        'dec_o_weight': _SpecParameter('layers3.{l}.dec_o.weight', shape=(cfg.d_model, cfg.inner), dtype=torch.float32,
+                                       loop='layers3', layers=cfg.n_dec_layer),
+        'cross_norm_weight': _SpecParameter('layers3.{l}.cross_norm.weight', shape=(cfg.d_model,), dtype=torch.float32,
+                                            loop='layers3', layers=cfg.n_dec_layer),
+        'cross_q_weight': _SpecParameter('layers3.{l}.cross_q.weight', shape=(cfg.inner, cfg.d_model),
+                                         dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'cross_o_weight': _SpecParameter('layers3.{l}.cross_o.weight', shape=(cfg.d_model, cfg.inner),
+                                         dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_ff_norm_weight': _SpecParameter('layers3.{l}.dec_ff_norm.weight', shape=(cfg.d_model,),
+                                             dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_wi_weight': _SpecParameter('layers3.{l}.dec_wi.weight',
+                                        shape=(cfg.d_ff, cfg.d_model) if not cfg.gated_gelu else None,
+                                        dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_wi0_weight': _SpecParameter('layers3.{l}.dec_wi0.weight',
+                                         shape=(cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None, dtype=torch.float32,
+                                         loop='layers3', layers=cfg.n_dec_layer),
+        'dec_wi1_weight': _SpecParameter('layers3.{l}.dec_wi1.weight',
+                                         shape=(cfg.d_ff, cfg.d_model) if cfg.gated_gelu else None, dtype=torch.float32,
+                                         loop='layers3', layers=cfg.n_dec_layer),
+        'dec_wo_weight': _SpecParameter('layers3.{l}.dec_wo.weight', shape=(cfg.d_model, cfg.d_ff), dtype=torch.float32,
+                                        loop='layers3', layers=cfg.n_dec_layer),
+        'dec_final_norm_weight': _SpecParameter('dec_final_norm.weight', shape=(cfg.d_model,), dtype=torch.float32),
     }
 
 

@@ -19,10 +19,11 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_config, _check_index, _check_input
 from snf.runtime.attention import _attention
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -110,16 +111,15 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, position_bias: torch.Tensor,
                 attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
-        B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  t5_encoder.snf:59
-        q = self.q(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5_encoder.snf:60
-        k = self.k(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5_encoder.snf:61
-        v = self.v(h).reshape(B, T, cfg.n_head, cfg.d_kv)  # [B, T, H, d_kv]  t5_encoder.snf:62
+        q = self.q(h).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5_encoder.snf:60
+        k = self.k(h).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5_encoder.snf:61
+        v = self.v(h).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5_encoder.snf:62
         # [B, T, H, d_kv]  t5_encoder.snf:63
         attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False,
                           scale=1.0, bias=position_bias).transpose(1, 2)
         # [B, T, D]  t5_encoder.snf:64
-        x = x + F.dropout(self.o(attn.reshape(B, T, cfg.inner)), p=cfg.dropout, training=self.training)
+        x = x + F.dropout(self.o(attn.flatten(2, 3)), p=cfg.dropout, training=self.training)
         m = self.ff_norm(x)  # [B, T, D]  t5_encoder.snf:65
         # [B, T, D]  t5_encoder.snf:66
         x = x + F.dropout(self.wo(F.relu(self.wi(m))), p=cfg.dropout, training=self.training)
@@ -180,6 +180,8 @@ class Model(nn.Module):
         (lambda c, tp: c.d_ff % tp == 0,
          'tp must divide d_ff, the features of a column-wise `linear` (t5_encoder.snf:66)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('d_ff', 'n_head')
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -219,24 +221,33 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.d_model), torch.float32),
-        'rel_bias_table': ('rel_bias_table.weight', None, None, (cfg.num_buckets, cfg.n_head), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.d_model,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.inner, cfg.d_model), torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.d_model, cfg.inner), torch.float32),
-        'ff_norm_weight': ('layers.{l}.ff_norm.weight', None, cfg.n_layer, (cfg.d_model,), torch.float32),
-        'wi_weight': ('layers.{l}.wi.weight', None, cfg.n_layer, (cfg.d_ff, cfg.d_model), torch.float32),
-        'wo_weight': ('layers.{l}.wo.weight', None, cfg.n_layer, (cfg.d_model, cfg.d_ff), torch.float32),
-        'final_norm_weight': ('final_norm.weight', None, None, (cfg.d_model,), torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.d_model),
+                                          dtype=torch.float32),
+        'rel_bias_table': _SpecParameter('rel_bias_table.weight', shape=(cfg.num_buckets, cfg.n_head),
+                                         dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.d_model,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.inner, cfg.d_model), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.d_model, cfg.inner), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'ff_norm_weight': _SpecParameter('layers.{l}.ff_norm.weight', shape=(cfg.d_model,), dtype=torch.float32,
+                                         loop='layers', layers=cfg.n_layer),
+        'wi_weight': _SpecParameter('layers.{l}.wi.weight', shape=(cfg.d_ff, cfg.d_model), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'wo_weight': _SpecParameter('layers.{l}.wo.weight', shape=(cfg.d_model, cfg.d_ff), dtype=torch.float32,
+                                    loop='layers', layers=cfg.n_layer),
+        'final_norm_weight': _SpecParameter('final_norm.weight', shape=(cfg.d_model,), dtype=torch.float32),
     }
 
 

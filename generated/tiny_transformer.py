@@ -18,9 +18,10 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import _check_config, _check_dims, _check_index, _check_input
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -86,13 +87,12 @@ class Block(nn.Module):
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         cfg = self.config
-        B, T, _ = h.shape
-        q = (h @ self.W_q).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  tiny_transformer.snf:42
-        k = (h @ self.W_k).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  tiny_transformer.snf:43
-        v = (h @ self.W_v).reshape(B, T, cfg.n_head, cfg.head_dim)  # [B, T, H, head_dim]  tiny_transformer.snf:44
+        q = (h @ self.W_q).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  tiny_transformer.snf:42
+        k = (h @ self.W_k).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  tiny_transformer.snf:43
+        v = (h @ self.W_v).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  tiny_transformer.snf:44
         # [B, T, D]  tiny_transformer.snf:45
         attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                              is_causal=False).transpose(1, 2).reshape(B, T, cfg.n_embd)
+                                              is_causal=False).transpose(1, 2).flatten(2, 3)
         # [B, T, D]  tiny_transformer.snf:46
         h = F.layer_norm(h + attn @ self.W_o, (cfg.n_embd,), self.gamma_1, self.beta_1, 1e-05)
         h = h + F.gelu(h @ self.W_ff1) @ self.W_ff2  # [B, T, D]  tiny_transformer.snf:47
@@ -144,6 +144,8 @@ class Model(nn.Module):
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
     tp_requires = ()
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ()
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, x: torch.Tensor) -> Output:
@@ -168,23 +170,30 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'E': ('E.weight', None, None, (cfg.vocab_size, cfg.n_embd), torch.float32),
-        'W_q': ('layers.{l}.W_q', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'W_k': ('layers.{l}.W_k', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'W_v': ('layers.{l}.W_v', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'W_o': ('layers.{l}.W_o', None, cfg.n_layer, (cfg.n_embd, cfg.n_embd), torch.float32),
-        'gamma_1': ('layers.{l}.gamma_1', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'beta_1': ('layers.{l}.beta_1', None, cfg.n_layer, (cfg.n_embd,), torch.float32),
-        'W_ff1': ('layers.{l}.W_ff1', None, cfg.n_layer, (cfg.n_embd, cfg.d_ff), torch.float32),
-        'W_ff2': ('layers.{l}.W_ff2', None, cfg.n_layer, (cfg.d_ff, cfg.n_embd), torch.float32),
-        'W_out': ('W_out', None, None, (cfg.n_embd, cfg.vocab_size), torch.float32),
+        'E': _SpecParameter('E.weight', shape=(cfg.vocab_size, cfg.n_embd), dtype=torch.float32),
+        'W_q': _SpecParameter('layers.{l}.W_q', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32, loop='layers',
+                              layers=cfg.n_layer),
+        'W_k': _SpecParameter('layers.{l}.W_k', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32, loop='layers',
+                              layers=cfg.n_layer),
+        'W_v': _SpecParameter('layers.{l}.W_v', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32, loop='layers',
+                              layers=cfg.n_layer),
+        'W_o': _SpecParameter('layers.{l}.W_o', shape=(cfg.n_embd, cfg.n_embd), dtype=torch.float32, loop='layers',
+                              layers=cfg.n_layer),
+        'gamma_1': _SpecParameter('layers.{l}.gamma_1', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                  layers=cfg.n_layer),
+        'beta_1': _SpecParameter('layers.{l}.beta_1', shape=(cfg.n_embd,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'W_ff1': _SpecParameter('layers.{l}.W_ff1', shape=(cfg.n_embd, cfg.d_ff), dtype=torch.float32, loop='layers',
+                                layers=cfg.n_layer),
+        'W_ff2': _SpecParameter('layers.{l}.W_ff2', shape=(cfg.d_ff, cfg.n_embd), dtype=torch.float32, loop='layers',
+                                layers=cfg.n_layer),
+        'W_out': _SpecParameter('W_out', shape=(cfg.n_embd, cfg.vocab_size), dtype=torch.float32),
     }
 
 

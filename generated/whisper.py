@@ -19,7 +19,7 @@ from torch import nn
 
 from snf.runtime import _require_runtime
 
-_require_runtime(8, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
+_require_runtime(9, __name__)  # before the imports below: a runtime of another ABI fails here, clearly
 from snf.runtime.compiling import _by_compile_unit, _hot_path
 from snf.runtime.checks import (_check_cache, _check_config, _check_decode, _check_dims, _check_index, _check_input,
                                 _check_together)
@@ -27,6 +27,7 @@ from snf.runtime.writes import _set_layer
 from snf.runtime.attention import _attention
 from snf.runtime.generate import _Generation, _generate_from_encoder
 from snf.runtime.loss import _cross_entropy, _linear_cross_entropy
+from snf.runtime.tables import _SpecParameter
 
 
 @dataclass(frozen=True)
@@ -147,19 +148,16 @@ class Block(nn.Module):
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         cfg = self.config
-        B = x.size(0)
         h = self.attn_norm(x)  # [B, P, D]  whisper.snf:134
-        # [B, P, n_head, hd]  whisper.snf:135
-        q = (self.q(h) * cfg.scaling).reshape(B, cfg.max_source_positions, cfg.n_head, cfg.hd)
-        k = self.k(h).reshape(B, cfg.max_source_positions, cfg.n_head, cfg.hd)  # [B, P, n_head, hd]  whisper.snf:136
-        v = self.v(h).reshape(B, cfg.max_source_positions, cfg.n_head, cfg.hd)  # [B, P, n_head, hd]  whisper.snf:137
+        q = (self.q(h) * cfg.scaling).unflatten(2, (-1, cfg.hd))  # [B, P, n_head, hd]  whisper.snf:135
+        k = self.k(h).unflatten(2, (-1, cfg.hd))  # [B, P, n_head, hd]  whisper.snf:136
+        v = self.v(h).unflatten(2, (-1, cfg.hd))  # [B, P, n_head, hd]  whisper.snf:137
         # [B, P, n_head, hd]  whisper.snf:138
         attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=False,
                                               dropout_p=(cfg.attention_dropout if self.training else 0.0),
                                               scale=1.0).transpose(1, 2)
         # [B, P, D]  whisper.snf:139
-        x = x + F.dropout(self.o(attn.reshape(B, cfg.max_source_positions, cfg.d_model)), p=cfg.dropout,
-                          training=self.training)
+        x = x + F.dropout(self.o(attn.flatten(2, 3)), p=cfg.dropout, training=self.training)
         m = self.ff_norm(x)  # [B, P, D]  whisper.snf:140
         # [B, P, encoder_ffn_dim]  whisper.snf:141
         act = F.dropout(F.gelu(self.fc1(m)), p=cfg.activation_dropout, training=self.training)
@@ -187,15 +185,10 @@ class Block2(nn.Module):
     def forward(self, cross_keys: torch.Tensor, cross_values: torch.Tensor, encoder_last_hidden_state: torch.Tensor,
                 l: int) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B = cross_keys.size(1)
         # whisper.snf:150
-        _set_layer(cross_keys, l,
-                   self.cross_k(encoder_last_hidden_state).reshape(
-                           B, cfg.max_source_positions, cfg.n_dec_head, cfg.dec_hd))
+        _set_layer(cross_keys, l, self.cross_k(encoder_last_hidden_state).unflatten(2, (-1, cfg.dec_hd)))
         # whisper.snf:151
-        _set_layer(cross_values, l,
-                   self.cross_v(encoder_last_hidden_state).reshape(
-                           B, cfg.max_source_positions, cfg.n_dec_head, cfg.dec_hd))
+        _set_layer(cross_values, l, self.cross_v(encoder_last_hidden_state).unflatten(2, (-1, cfg.dec_hd)))
         return cross_keys, cross_values
 
 
@@ -252,12 +245,11 @@ class Block3(nn.Module):
                 cross_keys: torch.Tensor, cross_values: torch.Tensor,
                 l: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        B, T, _ = y.shape
         h = self.dec_attn_norm(y)  # [B, T, D]  whisper.snf:160
         # [B, T, n_dec_head, dec_hd]  whisper.snf:161
-        q = (self.dec_q(h) * cfg.dec_scaling).reshape(B, T, cfg.n_dec_head, cfg.dec_hd)
-        k = self.dec_k(h).reshape(B, T, cfg.n_dec_head, cfg.dec_hd)  # [B, T, n_dec_head, dec_hd]  whisper.snf:162
-        v = self.dec_v(h).reshape(B, T, cfg.n_dec_head, cfg.dec_hd)  # [B, T, n_dec_head, dec_hd]  whisper.snf:163
+        q = (self.dec_q(h) * cfg.dec_scaling).unflatten(2, (-1, cfg.dec_hd))
+        k = self.dec_k(h).unflatten(2, (-1, cfg.dec_hd))  # [B, T, n_dec_head, dec_hd]  whisper.snf:162
+        v = self.dec_v(h).unflatten(2, (-1, cfg.dec_hd))  # [B, T, n_dec_head, dec_hd]  whisper.snf:163
         # [B, T_total, n_dec_head, dec_hd]  whisper.snf:164
         k_full = torch.cat([past_keys, k], dim=1) if past_keys is not None else k
         # [B, T_total, n_dec_head, dec_hd]  whisper.snf:165
@@ -266,17 +258,17 @@ class Block3(nn.Module):
         attn = _attention(q.transpose(1, 2), k_full.transpose(1, 2), v_full.transpose(1, 2), None, causal=True,
                           dropout_p=(cfg.attention_dropout if self.training else 0.0), scale=1.0).transpose(1, 2)
         # [B, T, D]  whisper.snf:169
-        y = y + F.dropout(self.dec_o(attn.reshape(B, T, cfg.d_model)), p=cfg.dropout, training=self.training)
+        y = y + F.dropout(self.dec_o(attn.flatten(2, 3)), p=cfg.dropout, training=self.training)
         c = self.cross_norm(y)  # [B, T, D]  whisper.snf:170
         # [B, T, n_dec_head, dec_hd]  whisper.snf:171
-        cq = (self.cross_q(c) * cfg.dec_scaling).reshape(B, T, cfg.n_dec_head, cfg.dec_hd)
+        cq = (self.cross_q(c) * cfg.dec_scaling).unflatten(2, (-1, cfg.dec_hd))
         # [B, T, n_dec_head, dec_hd]  whisper.snf:173
         cross = F.scaled_dot_product_attention(cq.transpose(1, 2), cross_keys[l].transpose(1, 2),
                                                cross_values[l].transpose(1, 2), is_causal=False,
                                                dropout_p=(cfg.attention_dropout if self.training else 0.0),
                                                scale=1.0).transpose(1, 2)
         # [B, T, D]  whisper.snf:174
-        y = y + F.dropout(self.cross_o(cross.reshape(B, T, cfg.d_model)), p=cfg.dropout, training=self.training)
+        y = y + F.dropout(self.cross_o(cross.flatten(2, 3)), p=cfg.dropout, training=self.training)
         m = self.dec_ff_norm(y)  # [B, T, D]  whisper.snf:175
         # [B, T, decoder_ffn_dim]  whisper.snf:176
         act = F.dropout(F.gelu(self.dec_fc1(m)), p=cfg.activation_dropout, training=self.training)
@@ -385,6 +377,8 @@ class Model(nn.Module):
         (lambda c, tp: c.decoder_ffn_dim % tp == 0,
          'tp must divide decoder_ffn_dim, the features of a column-wise `linear` (whisper.snf:176)'),
     )
+    # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
+    tp_local = ('d_model', 'decoder_ffn_dim', 'encoder_ffn_dim', 'n_dec_head', 'n_head')
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_features: torch.Tensor, decoder_input_ids: torch.Tensor,
@@ -496,8 +490,7 @@ class Model(nn.Module):
                     + F.linear(padded[:, 2:(cfg.n_frames + 2), :], self.conv1_weight[:, :, 2], self.conv1_bias))
         # [B, 1, D]  whisper.snf:125
         d_pad = torch.full((B, 1, cfg.d_model), 0.0, dtype=dtype, device=input_features.device)
-        # [B, P + 1, 2, D]  whisper.snf:126
-        pairs = torch.cat([d_pad, c1, d_pad], dim=1).reshape(B, cfg.max_source_positions + 1, 2, cfg.d_model)
+        pairs = torch.cat([d_pad, c1, d_pad], dim=1).unflatten(1, (-1, 2))  # [B, P + 1, 2, D]  whisper.snf:126
         # [B, P, D]  whisper.snf:127
         c2 = F.gelu(F.linear(pairs[:, 0:cfg.max_source_positions, 0, :], self.conv2_weight[:, :, 0])
                     + F.linear(pairs[:, 0:cfg.max_source_positions, 1, :], self.conv2_weight[:, :, 1])
@@ -543,70 +536,104 @@ class Model(nn.Module):
 
 
 def spec_parameters(config: Config) -> dict:
-    """Where each of the spec's parameters lives: name -> (state-dict key, with {l} for the layer;
-    the rows of that tensor which are this parameter, or None for all of it; the number of layers,
-    the numbers of the layers that have it for one of some layers only, or None when it is not per
-    layer; the shape of this parameter's piece of that tensor (one layer's), or None where the
-    config leaves the parameter out; its dtype)."""
+    """Where each of the spec's parameters lives: name -> its state-dict key ({l} for the layer), the
+    shape of its piece of that tensor (one layer's; None where the config leaves it out) and dtype;
+    the rows of that tensor which are this parameter (None: all of it); for a per-layer one, its
+    loop's module list and the number of layers (or the numbers of the layers that have it)."""
     cfg = config
     return {
-        'conv1_weight': ('conv1_weight', None, None, (cfg.d_model, cfg.num_mel_bins, 3), torch.float32),
-        'conv1_bias': ('conv1_bias', None, None, (cfg.d_model,), torch.float32),
-        'conv2_weight': ('conv2_weight', None, None, (cfg.d_model, cfg.d_model, 3), torch.float32),
-        'conv2_bias': ('conv2_bias', None, None, (cfg.d_model,), torch.float32),
-        'enc_pos_table': ('enc_pos_table', None, None, (cfg.max_source_positions, cfg.d_model), torch.float32),
-        'attn_norm_weight': ('layers.{l}.attn_norm.weight', None, cfg.n_layer, (cfg.d_model,), torch.float32),
-        'attn_norm_bias': ('layers.{l}.attn_norm.bias', None, cfg.n_layer, (cfg.d_model,), torch.float32),
-        'q_weight': ('layers.{l}.q.weight', None, cfg.n_layer, (cfg.d_model, cfg.d_model), torch.float32),
-        'q_bias': ('layers.{l}.q.bias', None, cfg.n_layer, (cfg.d_model,), torch.float32),
-        'k_weight': ('layers.{l}.k.weight', None, cfg.n_layer, (cfg.d_model, cfg.d_model), torch.float32),
-        'v_weight': ('layers.{l}.v.weight', None, cfg.n_layer, (cfg.d_model, cfg.d_model), torch.float32),
-        'v_bias': ('layers.{l}.v.bias', None, cfg.n_layer, (cfg.d_model,), torch.float32),
-        'o_weight': ('layers.{l}.o.weight', None, cfg.n_layer, (cfg.d_model, cfg.d_model), torch.float32),
-        'o_bias': ('layers.{l}.o.bias', None, cfg.n_layer, (cfg.d_model,), torch.float32),
-        'ff_norm_weight': ('layers.{l}.ff_norm.weight', None, cfg.n_layer, (cfg.d_model,), torch.float32),
-        'ff_norm_bias': ('layers.{l}.ff_norm.bias', None, cfg.n_layer, (cfg.d_model,), torch.float32),
-        'fc1_weight': ('layers.{l}.fc1.weight', None, cfg.n_layer, (cfg.encoder_ffn_dim, cfg.d_model), torch.float32),
-        'fc1_bias': ('layers.{l}.fc1.bias', None, cfg.n_layer, (cfg.encoder_ffn_dim,), torch.float32),
-        'fc2_weight': ('layers.{l}.fc2.weight', None, cfg.n_layer, (cfg.d_model, cfg.encoder_ffn_dim), torch.float32),
-        'fc2_bias': ('layers.{l}.fc2.bias', None, cfg.n_layer, (cfg.d_model,), torch.float32),
-        'final_norm_weight': ('final_norm.weight', None, None, (cfg.d_model,), torch.float32),
-        'final_norm_bias': ('final_norm.bias', None, None, (cfg.d_model,), torch.float32),
-        'token_embedding': ('token_embedding.weight', None, None, (cfg.vocab_size, cfg.d_model), torch.float32),
-        'dec_pos_table': ('dec_pos_table', None, None, (cfg.max_target_positions, cfg.d_model), torch.float32),
-        'cross_k_weight': ('layers2.{l}.cross_k.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.d_model),
-                           torch.float32),
-        'cross_v_weight': ('layers2.{l}.cross_v.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.d_model),
-                           torch.float32),
-        'cross_v_bias': ('layers2.{l}.cross_v.bias', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
-        'dec_attn_norm_weight': ('layers3.{l}.dec_attn_norm.weight', None, cfg.n_dec_layer, (cfg.d_model,),
-                                 torch.float32),
-        'dec_attn_norm_bias': ('layers3.{l}.dec_attn_norm.bias', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
-        'dec_q_weight': ('layers3.{l}.dec_q.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.d_model), torch.float32),
-        'dec_q_bias': ('layers3.{l}.dec_q.bias', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
-        'dec_k_weight': ('layers3.{l}.dec_k.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.d_model), torch.float32),
-        'dec_v_weight': ('layers3.{l}.dec_v.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.d_model), torch.float32),
-        'dec_v_bias': ('layers3.{l}.dec_v.bias', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
-        'dec_o_weight': ('layers3.{l}.dec_o.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.d_model), torch.float32),
-        'dec_o_bias': ('layers3.{l}.dec_o.bias', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
-        'cross_norm_weight': ('layers3.{l}.cross_norm.weight', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
-        'cross_norm_bias': ('layers3.{l}.cross_norm.bias', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
-        'cross_q_weight': ('layers3.{l}.cross_q.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.d_model),
-                           torch.float32),
-        'cross_q_bias': ('layers3.{l}.cross_q.bias', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
-        'cross_o_weight': ('layers3.{l}.cross_o.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.d_model),
-                           torch.float32),
-        'cross_o_bias': ('layers3.{l}.cross_o.bias', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
-        'dec_ff_norm_weight': ('layers3.{l}.dec_ff_norm.weight', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
-        'dec_ff_norm_bias': ('layers3.{l}.dec_ff_norm.bias', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
-        'dec_fc1_weight': ('layers3.{l}.dec_fc1.weight', None, cfg.n_dec_layer, (cfg.decoder_ffn_dim, cfg.d_model),
-                           torch.float32),
-        'dec_fc1_bias': ('layers3.{l}.dec_fc1.bias', None, cfg.n_dec_layer, (cfg.decoder_ffn_dim,), torch.float32),
-        'dec_fc2_weight': ('layers3.{l}.dec_fc2.weight', None, cfg.n_dec_layer, (cfg.d_model, cfg.decoder_ffn_dim),
-                           torch.float32),
-        'dec_fc2_bias': ('layers3.{l}.dec_fc2.bias', None, cfg.n_dec_layer, (cfg.d_model,), torch.float32),
-        'dec_final_norm_weight': ('dec_final_norm.weight', None, None, (cfg.d_model,), torch.float32),
-        'dec_final_norm_bias': ('dec_final_norm.bias', None, None, (cfg.d_model,), torch.float32),
+        'conv1_weight': _SpecParameter('conv1_weight', shape=(cfg.d_model, cfg.num_mel_bins, 3), dtype=torch.float32),
+        'conv1_bias': _SpecParameter('conv1_bias', shape=(cfg.d_model,), dtype=torch.float32),
+        'conv2_weight': _SpecParameter('conv2_weight', shape=(cfg.d_model, cfg.d_model, 3), dtype=torch.float32),
+        'conv2_bias': _SpecParameter('conv2_bias', shape=(cfg.d_model,), dtype=torch.float32),
+        'enc_pos_table': _SpecParameter('enc_pos_table', shape=(cfg.max_source_positions, cfg.d_model),
+                                        dtype=torch.float32),
+        'attn_norm_weight': _SpecParameter('layers.{l}.attn_norm.weight', shape=(cfg.d_model,), dtype=torch.float32,
+                                           loop='layers', layers=cfg.n_layer),
+        'attn_norm_bias': _SpecParameter('layers.{l}.attn_norm.bias', shape=(cfg.d_model,), dtype=torch.float32,
+                                         loop='layers', layers=cfg.n_layer),
+        'q_weight': _SpecParameter('layers.{l}.q.weight', shape=(cfg.d_model, cfg.d_model), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'q_bias': _SpecParameter('layers.{l}.q.bias', shape=(cfg.d_model,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'k_weight': _SpecParameter('layers.{l}.k.weight', shape=(cfg.d_model, cfg.d_model), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_weight': _SpecParameter('layers.{l}.v.weight', shape=(cfg.d_model, cfg.d_model), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'v_bias': _SpecParameter('layers.{l}.v.bias', shape=(cfg.d_model,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'o_weight': _SpecParameter('layers.{l}.o.weight', shape=(cfg.d_model, cfg.d_model), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'o_bias': _SpecParameter('layers.{l}.o.bias', shape=(cfg.d_model,), dtype=torch.float32, loop='layers',
+                                 layers=cfg.n_layer),
+        'ff_norm_weight': _SpecParameter('layers.{l}.ff_norm.weight', shape=(cfg.d_model,), dtype=torch.float32,
+                                         loop='layers', layers=cfg.n_layer),
+        'ff_norm_bias': _SpecParameter('layers.{l}.ff_norm.bias', shape=(cfg.d_model,), dtype=torch.float32,
+                                       loop='layers', layers=cfg.n_layer),
+        'fc1_weight': _SpecParameter('layers.{l}.fc1.weight', shape=(cfg.encoder_ffn_dim, cfg.d_model),
+                                     dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'fc1_bias': _SpecParameter('layers.{l}.fc1.bias', shape=(cfg.encoder_ffn_dim,), dtype=torch.float32,
+                                   loop='layers', layers=cfg.n_layer),
+        'fc2_weight': _SpecParameter('layers.{l}.fc2.weight', shape=(cfg.d_model, cfg.encoder_ffn_dim),
+                                     dtype=torch.float32, loop='layers', layers=cfg.n_layer),
+        'fc2_bias': _SpecParameter('layers.{l}.fc2.bias', shape=(cfg.d_model,), dtype=torch.float32, loop='layers',
+                                   layers=cfg.n_layer),
+        'final_norm_weight': _SpecParameter('final_norm.weight', shape=(cfg.d_model,), dtype=torch.float32),
+        'final_norm_bias': _SpecParameter('final_norm.bias', shape=(cfg.d_model,), dtype=torch.float32),
+        'token_embedding': _SpecParameter('token_embedding.weight', shape=(cfg.vocab_size, cfg.d_model),
+                                          dtype=torch.float32),
+        'dec_pos_table': _SpecParameter('dec_pos_table', shape=(cfg.max_target_positions, cfg.d_model),
+                                        dtype=torch.float32),
+        'cross_k_weight': _SpecParameter('layers2.{l}.cross_k.weight', shape=(cfg.d_model, cfg.d_model),
+                                         dtype=torch.float32, loop='layers2', layers=cfg.n_dec_layer),
+        'cross_v_weight': _SpecParameter('layers2.{l}.cross_v.weight', shape=(cfg.d_model, cfg.d_model),
+                                         dtype=torch.float32, loop='layers2', layers=cfg.n_dec_layer),
+        'cross_v_bias': _SpecParameter('layers2.{l}.cross_v.bias', shape=(cfg.d_model,), dtype=torch.float32,
+                                       loop='layers2', layers=cfg.n_dec_layer),
+        'dec_attn_norm_weight': _SpecParameter('layers3.{l}.dec_attn_norm.weight', shape=(cfg.d_model,),
+                                               dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_attn_norm_bias': _SpecParameter('layers3.{l}.dec_attn_norm.bias', shape=(cfg.d_model,),
+                                             dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_q_weight': _SpecParameter('layers3.{l}.dec_q.weight', shape=(cfg.d_model, cfg.d_model),
+                                       dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_q_bias': _SpecParameter('layers3.{l}.dec_q.bias', shape=(cfg.d_model,), dtype=torch.float32,
+                                     loop='layers3', layers=cfg.n_dec_layer),
+        'dec_k_weight': _SpecParameter('layers3.{l}.dec_k.weight', shape=(cfg.d_model, cfg.d_model),
+                                       dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_v_weight': _SpecParameter('layers3.{l}.dec_v.weight', shape=(cfg.d_model, cfg.d_model),
+                                       dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_v_bias': _SpecParameter('layers3.{l}.dec_v.bias', shape=(cfg.d_model,), dtype=torch.float32,
+                                     loop='layers3', layers=cfg.n_dec_layer),
+        'dec_o_weight': _SpecParameter('layers3.{l}.dec_o.weight', shape=(cfg.d_model, cfg.d_model),
+                                       dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_o_bias': _SpecParameter('layers3.{l}.dec_o.bias', shape=(cfg.d_model,), dtype=torch.float32,
+                                     loop='layers3', layers=cfg.n_dec_layer),
+        'cross_norm_weight': _SpecParameter('layers3.{l}.cross_norm.weight', shape=(cfg.d_model,), dtype=torch.float32,
+                                            loop='layers3', layers=cfg.n_dec_layer),
+        'cross_norm_bias': _SpecParameter('layers3.{l}.cross_norm.bias', shape=(cfg.d_model,), dtype=torch.float32,
+                                          loop='layers3', layers=cfg.n_dec_layer),
+        'cross_q_weight': _SpecParameter('layers3.{l}.cross_q.weight', shape=(cfg.d_model, cfg.d_model),
+                                         dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'cross_q_bias': _SpecParameter('layers3.{l}.cross_q.bias', shape=(cfg.d_model,), dtype=torch.float32,
+                                       loop='layers3', layers=cfg.n_dec_layer),
+        'cross_o_weight': _SpecParameter('layers3.{l}.cross_o.weight', shape=(cfg.d_model, cfg.d_model),
+                                         dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'cross_o_bias': _SpecParameter('layers3.{l}.cross_o.bias', shape=(cfg.d_model,), dtype=torch.float32,
+                                       loop='layers3', layers=cfg.n_dec_layer),
+        'dec_ff_norm_weight': _SpecParameter('layers3.{l}.dec_ff_norm.weight', shape=(cfg.d_model,),
+                                             dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_ff_norm_bias': _SpecParameter('layers3.{l}.dec_ff_norm.bias', shape=(cfg.d_model,), dtype=torch.float32,
+                                           loop='layers3', layers=cfg.n_dec_layer),
+        'dec_fc1_weight': _SpecParameter('layers3.{l}.dec_fc1.weight', shape=(cfg.decoder_ffn_dim, cfg.d_model),
+                                         dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_fc1_bias': _SpecParameter('layers3.{l}.dec_fc1.bias', shape=(cfg.decoder_ffn_dim,), dtype=torch.float32,
+                                       loop='layers3', layers=cfg.n_dec_layer),
+        'dec_fc2_weight': _SpecParameter('layers3.{l}.dec_fc2.weight', shape=(cfg.d_model, cfg.decoder_ffn_dim),
+                                         dtype=torch.float32, loop='layers3', layers=cfg.n_dec_layer),
+        'dec_fc2_bias': _SpecParameter('layers3.{l}.dec_fc2.bias', shape=(cfg.d_model,), dtype=torch.float32,
+                                       loop='layers3', layers=cfg.n_dec_layer),
+        'dec_final_norm_weight': _SpecParameter('dec_final_norm.weight', shape=(cfg.d_model,), dtype=torch.float32),
+        'dec_final_norm_bias': _SpecParameter('dec_final_norm.bias', shape=(cfg.d_model,), dtype=torch.float32),
     }
 
 

@@ -1,6 +1,6 @@
 """Reading checkpoint files: a `.safetensors` file (its header parsed here, its data memory-mapped),
 a `torch.save` state dict, or a `save_pretrained` folder of either (one file, or shards listed in an
-index), as a lazy mapping of key -> tensor (`_open_checkpoint`). `snf.interop` maps the tensors onto a
+index), as a lazy mapping of key -> tensor (`open_checkpoint`). `snf.interop` maps the tensors onto a
 model; `snf.quantized` sees a quantized release's tensors through it.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-_SAFETENSORS_INDEX, _SAFETENSORS = "model.safetensors.index.json", "model.safetensors"
-_TORCH_INDEX, _TORCH = "pytorch_model.bin.index.json", "pytorch_model.bin"
+SAFETENSORS_INDEX, SAFETENSORS = "model.safetensors.index.json", "model.safetensors"
+TORCH_INDEX, TORCH = "pytorch_model.bin.index.json", "pytorch_model.bin"
 
 
 class _KeysOf(Mapping):
@@ -35,7 +35,7 @@ class _KeysOf(Mapping):
         return len(self._keys)
 
 
-class _MetaView(_KeysOf):
+class MetaView(_KeysOf):
     """A checkpoint's tensors as meta tensors of their shapes and dtypes, its other values as they
     are: shapes and transforms are checked on it without reading any tensor's data."""
 
@@ -70,7 +70,7 @@ class _LazyTensors(_KeysOf):
 
     def meta(self, key: str):
         file = self._file(key)
-        return file.meta(key) if hasattr(file, "meta") else _MetaView(file)[key]
+        return file.meta(key) if hasattr(file, "meta") else MetaView(file)[key]
 
     def read_into(self, key: str, out: torch.Tensor) -> bool:
         """Read `key` straight into `out` where its file can (a safetensors file's tensor of out's
@@ -92,7 +92,7 @@ class _LazyTensors(_KeysOf):
 
 
 @contextlib.contextmanager
-def _open_checkpoint(path: Path) -> Iterator[Mapping]:
+def open_checkpoint(path: Path) -> Iterator[Mapping]:
     """The tensors of a checkpoint file or `save_pretrained` folder, as a lazy mapping."""
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}")
@@ -118,18 +118,18 @@ def _files_of(path: Path) -> dict | Path:
     pytorch_model.bin, its shard index; the first there is the checkpoint, the others are ignored."""
     if not path.is_dir():
         return path
-    for name in (_SAFETENSORS, _SAFETENSORS_INDEX, _TORCH, _TORCH_INDEX):
+    for name in (SAFETENSORS, SAFETENSORS_INDEX, TORCH, TORCH_INDEX):
         if not (path / name).is_file():
             continue
-        if name in (_SAFETENSORS, _TORCH):
+        if name in (SAFETENSORS, TORCH):
             return path / name
         try:
             weight_map = json.loads((path / name).read_text(encoding="utf-8"))["weight_map"]
             return {key: _shard(path, name, file) for key, file in weight_map.items()}
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
             raise ValueError(f"{path / name} is not a shard index ({type(err).__name__}: {err})") from None
-    raise FileNotFoundError(f"{path} is a folder without a checkpoint: expected {_SAFETENSORS_INDEX}, "
-                            f"{_SAFETENSORS}, {_TORCH_INDEX} or {_TORCH} in it")
+    raise FileNotFoundError(f"{path} is a folder without a checkpoint: expected {SAFETENSORS_INDEX}, "
+                            f"{SAFETENSORS}, {TORCH_INDEX} or {TORCH} in it")
 
 
 def _shard(folder: Path, index: str, name) -> Path:
@@ -147,7 +147,7 @@ def _open_file(file: Path, stack: contextlib.ExitStack) -> Mapping:
     with open(file, "rb") as f:
         head = f.read(9)
     if len(head) == 9 and head[8:9] == b"{":  # 8-byte header length, then the JSON header
-        opened = _SafetensorsFile(file)
+        opened = SafetensorsFile(file)
         stack.callback(opened.close)
         return opened
     if head[:2] == b"PK" or head[:1] == b"\x80":  # torch.save's zip format, or its legacy pickle
@@ -183,7 +183,7 @@ _SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.
 FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)  # codes that mean nothing without their scales
 
 
-class _SafetensorsFile(Mapping):
+class SafetensorsFile(Mapping):
     """An open safetensors file as a mapping: its header read once and its data memory-mapped, `[key]`
     a tensor over the mapping (nothing copied), `read_into` one copy of it into a tensor of its shape
     and dtype. The mapping is private (a write to a tensor never reaches the file), and the pages a

@@ -5,7 +5,7 @@ printed (show). One meaning for every reader: nothing in a mapping is ever evalu
 from __future__ import annotations
 
 from . import ir
-from .checkpoints import MappingError, encode_mapping, mapping_keys
+from .weight_mapping import MappingError, encode_mapping, mapping_keys, show_field
 from .ops import by_symbol
 
 ABOVE = "a Config field mapped above (a field is read from the names mapped before it)"
@@ -17,7 +17,7 @@ LONGEST_LIST = 1_000_000  # the most items a config section's list repetition or
 def can_be_absent(enc) -> bool:
     """Whether an encoded config expression may have no value: a key of the foreign config (absent,
     or null), or an "or else" whose last alternative may. Everything else has a value or fails."""
-    return enc[0] == "key" or enc[0] == "or" and can_be_absent(enc[2])
+    return enc[0] in ("key", "at") or enc[0] == "or" and can_be_absent(enc[2])
 
 
 def config_key(e: ir.Expr, fmt: str) -> str | None:
@@ -39,11 +39,24 @@ def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "
     equal it), ("flags", numbers, length) (1 at the listed positions of `length`, 0 elsewhere),
     ("positions", list, value) (where its items equal the value: flags' inverse for value 1),
     ("range", start, stop, step) (the list of Python's range), ("int", value) (Python's int)
-    and ("match", source, ((value, result), ...)). With `keys=False` no key may be read (what the way
-    back writes comes from the Config alone). `scope` says what `names` are."""
+    ("match", source, ((value, result), ...)), ("at", "obj", number, "a.b") (`FMT.obj[number].a.b`:
+    the entry of a config object keyed by layer number, or a list's item; absent where it has none),
+    ("per_layer", "obj", "a.b", length, default) (the list of each layer's entry) and ("keyed",
+    numbers, ((name, value), ...)) (the object keyed by those numbers, each entry holding the names).
+    With `keys=False` no key may be read (what the way back writes comes from the Config alone).
+    `scope` says what `names` are."""
     def enc(x):
         return encode_config(x, fmt, names, keys, scope)
 
+    at = _entry(e, fmt)
+    if at is not None:
+        obj, index, path = at
+        if not keys:
+            raise MappingError(f"`{fmt}.{obj}[...]` reads the foreign config, which a value written back cannot",
+                               e.span)
+        if len(index) != 1 or isinstance(index[0], ir.SliceExpr):
+            raise MappingError(f"write `{fmt}.{obj}[number]`: one layer number (or list position)", e.span)
+        return ("at", obj, enc(index[0]), path)
     key = config_key(e, fmt)
     if key is not None:
         if not keys:
@@ -72,9 +85,8 @@ def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "
         return ("cmp", e.op, enc(e.left), enc(e.right))
     if isinstance(e, ir.Cond) and e.orelse is not None:
         return ("if", enc(e.test), enc(e.body), enc(e.orelse))
-    if isinstance(e, ir.Subscript) and len(e.index) == 1 and isinstance(e.index[0], ir.Num) \
-            and isinstance(e.index[0].value, int):
-        return ("item", enc(e.value), e.index[0].value)
+    if isinstance(e, ir.Subscript) and len(e.index) == 1 and _constant_int(e.index[0]) is not None:
+        return ("item", enc(e.value), _constant_int(e.index[0]))
     if isinstance(e, ir.Call) and e.func == "int":
         if len(e.args) != 1 or e.kwargs:
             raise MappingError("write int(value): a number toward zero, as Python's int", e.span)
@@ -89,6 +101,19 @@ def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "
                                "start up to stop (not included), step apart", e.span)
         args = [enc(a) for a in e.args]
         return ("range", args[0], args[1], args[2] if len(args) == 3 else ("const", 1))
+    if isinstance(e, ir.Call) and e.func == "per_layer":
+        usage = ("write per_layer(FMT.obj, \"field\", length, default): the list of `length` values, the i-th "
+                 "the field of the object's entry for layer i, the default where it has none")
+        if len(e.args) != 4 or e.kwargs or config_key(e.args[0], fmt) is None \
+                or not isinstance(e.args[1], ir.Str):
+            raise MappingError(usage, e.span)
+        enc(e.args[0])  # a key: refused where no key may be read
+        return ("per_layer", config_key(e.args[0], fmt), e.args[1].value, enc(e.args[2]), enc(e.args[3]))
+    if isinstance(e, ir.Call) and e.func == "keyed":
+        if len(e.args) != 1 or not e.kwargs:
+            raise MappingError("write keyed(numbers, field=value, ...): the object with an entry for each listed layer "
+                               "number, holding those fields", e.span)
+        return ("keyed", enc(e.args[0]), tuple((k.name, enc(k.value)) for k in e.kwargs))
     if isinstance(e, ir.Call) and e.func == "match":
         if len(e.args) != 1 or not e.kwargs:
             raise MappingError("write match(source, value=result, ...): one source, then what each value gives", e.span)
@@ -100,6 +125,25 @@ def encode_config(e: ir.Expr, fmt: str, names, keys: bool = True, scope: str = "
             cases.append((k.name, result[1]))
         return ("match", enc(e.args[0]), tuple(cases))
     raise MappingError("unsupported config expression", getattr(e, "span", None))
+
+
+def _constant_int(e: ir.Expr) -> int | None:
+    """The int a list index writes (`1`, `-1`: from the end), else None."""
+    if isinstance(e, ir.Unary) and e.op == "-":
+        inner = _constant_int(e.operand)
+        return None if inner is None else -inner
+    return e.value if isinstance(e, ir.Num) and isinstance(e.value, int) and not isinstance(e.value, bool) else None
+
+
+def _entry(e: ir.Expr, fmt: str):
+    """(obj, index, "a.b") for `FMT.obj[index].a.b` (a subscript of a key, then attributes), else None."""
+    path = []
+    while isinstance(e, ir.Attribute):
+        path.append(e.attr)
+        e = e.value
+    if isinstance(e, ir.Subscript) and config_key(e.value, fmt) is not None:
+        return config_key(e.value, fmt), e.index, ".".join(reversed(path))
+    return None
 
 
 # the two-argument list functions, with how each is written and what it gives
@@ -124,6 +168,9 @@ def config_names(enc) -> list[str]:
 def _leaves(enc, kind: str) -> list[str]:
     if enc[0] == kind:
         return [enc[1]]
+    if kind == "key" and enc[0] in ("at", "per_layer"):  # every layer's entry: `obj.*.a.b`, then the numbers' keys
+        path, numbers = (enc[3], enc[2:3]) if enc[0] == "at" else (enc[2], enc[3:5])
+        return [f"{enc[1]}.*" + (f".{path}" if path else "")] + [k for x in numbers for k in _leaves(x, kind)]
     out: list = []
     for part in enc[1:]:
         if isinstance(part, tuple) and part and isinstance(part[0], str):
@@ -206,6 +253,8 @@ class ConfigEval:
         self.sources = sources or {}
 
     def key(self, key: str):
+        if ".*" in key:  # every layer's entry (config_keys of `FMT.obj[i]`): shown as the object
+            key = key.partition(".*")[0]
         node = self.hf
         for part in key.split("."):
             node = node.get(part) if isinstance(node, dict) else None
@@ -254,7 +303,8 @@ class ConfigEval:
         if kind == "item":
             items = self.value(e[1])
             if not isinstance(items, (list, tuple)) or not -len(items) <= e[2] < len(items):
-                raise self.error(f"{self.where}: `{show(e)}` needs a list of more than {e[2]} values; "
+                least = e[2] + 1 if e[2] >= 0 else -e[2]
+                raise self.error(f"{self.where}: `{show(e)}` needs a list of at least {least} values; "
                                  f"{self.settings(e[1])}")
             return items[e[2]]
         if kind == "int":
@@ -284,6 +334,23 @@ class ConfigEval:
             numbers = self.arith(e, lambda: range(*(self.value(x) for x in e[1:])))
             self.check_length(e, len(numbers))
             return list(numbers)
+        if kind == "at":
+            return self.entry(e, self.key(e[1]), self.value(e[2]), e[3])
+        if kind == "per_layer":
+            length = self.value(e[3])
+            if not _is_int(length) or length < 0:
+                raise self.error(f"{self.where}: `{show(e)}` needs a length that is an int, at least 0; "
+                                 f"{self.settings(e[3])}")
+            self.check_length(e, length)
+            obj = self.key(e[1])
+            items = [self.entry(e, obj, i, e[2]) for i in range(length)]
+            return [self.value(e[4]) if x is ABSENT else x for x in items]
+        if kind == "keyed":
+            numbers = self.value(e[1])
+            if not isinstance(numbers, list) or not all(_is_int(n) and n >= 0 for n in numbers):
+                raise self.error(f"{self.where}: `{show(e)}` needs a list of layer numbers; {self.settings(e[1])}")
+            fields = {name: self.value(x) for name, x in e[2]}
+            return {str(n): dict(fields) for n in numbers}
         if kind == "match":
             value = self.value(e[1])
             for case, result in e[2]:
@@ -292,6 +359,26 @@ class ConfigEval:
             raise self.error(f"{self.where}: {self.settings(e[1])}: the spec supports "
                              + ", ".join(repr(c) for c, _ in e[2]))
         raise ValueError(f"unknown config expression {kind!r}")
+
+    def entry(self, e, obj, index, path: str):
+        """`obj[index].path`: a config object's entry for a layer number (JSON keys it as the number's
+        digits), or a list's item; ABSENT where there is none."""
+        if obj is ABSENT:
+            return ABSENT
+        if isinstance(obj, dict) and (_is_int(index) and index >= 0 or isinstance(index, str)):
+            node = obj.get(str(index), ABSENT)
+        elif isinstance(obj, list) and _is_int(index):
+            node = obj[index] if -len(obj) <= index < len(obj) else ABSENT
+        else:
+            raise self.error(f"{self.where}: `{show(e)}` needs an object keyed by layer number (or a list) and a "
+                             f"number at least 0; {self.settings(e)}")
+        for part in path.split(".") if path else ():
+            if node is ABSENT or node is None:
+                return ABSENT
+            if not isinstance(node, dict):
+                raise self.error(f"{self.where}: `{show(e)}` needs an object at `{part}`'s place; {self.settings(e)}")
+            node = node.get(part, ABSENT)
+        return ABSENT if node is None else node
 
     def check_length(self, e, length: int) -> None:
         """A list `e` makes (repeated, or a range) from config.json's sizes is not built past LONGEST_LIST
@@ -310,7 +397,7 @@ class ConfigEval:
         """`key = value` for each key `e` reads, as the foreign config gives it."""
         import json
         shown = []
-        for key in dict.fromkeys(config_keys(e)):
+        for key in dict.fromkeys(k.partition(".*")[0] for k in config_keys(e)):  # an entry by layer: its object
             value = self.key(key)
             shown.append(f"{key} = " + ("(absent)" if value is ABSENT else json.dumps(value, default=repr)))
         for name in dict.fromkeys(config_names(e)):  # the Config fields it reads, as config.json gave them
@@ -355,7 +442,8 @@ def _show(e, fmt: str) -> str:
         return f"({_show(e[2], fmt)} if {_show(e[1], fmt)} else {_show(e[3], fmt)})"
     if kind == "item":
         inner = _show(e[1], fmt)
-        return f"{inner if e[1][0] in ('key', 'list', 'or') else '(' + inner + ')'}[{e[2]}]"
+        bare = e[1][0] in ("key", "list", "or", "name", "at", "range", "per_layer", *_LIST_FUNCS)
+        return f"{inner if bare else '(' + inner + ')'}[{e[2]}]"
     if kind in _LIST_FUNCS:
         return f"{kind}({show(e[1], fmt)}, {show(e[2], fmt)})"
     if kind == "int":
@@ -364,6 +452,12 @@ def _show(e, fmt: str) -> str:
         return f"range({', '.join(show(x, fmt) for x in e[1:])})"
     if kind == "match":
         return f"match({show(e[1], fmt)}, " + ", ".join(f"{c}={r!r}" for c, r in e[2]) + ")"
+    if kind == "at":
+        return f"{fmt}.{e[1]}[{show(e[2], fmt)}]" + (f".{e[3]}" if e[3] else "")
+    if kind == "per_layer":
+        return f'per_layer({fmt}.{e[1]}, "{e[2]}", {show(e[3], fmt)}, {show(e[4], fmt)})'
+    if kind == "keyed":
+        return f"keyed({show(e[1], fmt)}, " + ", ".join(f"{n}={show(x, fmt)}" for n, x in e[2]) + ")"
     if kind == "T":
         return f"{_show(e[1], '')}.T"
     if kind in ("split", "interleave"):
@@ -371,6 +465,9 @@ def _show(e, fmt: str) -> str:
                 + (", interleaved=True)" if kind == "interleave" else ")"))
     if kind == "experts":
         return _show(e[1], "")
+    if kind == "join":
+        sources, sizes = ", ".join(_show(x, "") for x in e[1]), ", ".join(show_field(t) for t in e[3])
+        return f"join([{sources}], axis={e[2]}, sizes=[{sizes}])"
     raise ValueError(f"unknown mapping expression {kind!r}")
 
 
@@ -435,10 +532,19 @@ def unknown_keys(hf: dict, known: set, prefix: str = "") -> list:
     out = []
     for key, value in hf.items():
         path = prefix + key
-        if path in known:
+        if any(_covers(k, path) for k in known):
             continue
-        inner = any(k.startswith(path + ".") for k in known)
+        inner = any(_covers(k, path, inside=True) for k in known)
         if inner and value is None:
             continue  # `"rope_scaling": null`: read, as absent
         out += unknown_keys(value, known, path + ".") if inner and isinstance(value, dict) else [(path, value)]
     return out
+
+
+def _covers(known: str, path: str, inside: bool = False) -> bool:
+    """Whether the known key `known` is `path` (with inside=True: a key inside it); a `*` part of a
+    known key (an entry of an object keyed by layer) stands for any one part."""
+    parts, want = known.split("."), path.split(".")
+    if (len(parts) <= len(want)) if inside else (len(parts) != len(want)):
+        return False
+    return all(k in ("*", w) for k, w in zip(parts, want))

@@ -1,8 +1,9 @@
 """Checkpoints: foreign ones through the mapping a spec declares (`checkpoint FMT:` sections), and
 files in the spec's own names.
 
-The generated module carries `spec_parameters(config)` (spec name -> where it lives: a state-dict
-key, the rows of that tensor, the number of layers, the shape and dtype of its piece) and
+The generated module carries `spec_parameters(config)` (spec name -> where it lives, a
+`_SpecParameter` row: a state-dict key, the shape and dtype of its piece, the rows of that tensor,
+the layer loop and its layers) and
 `CHECKPOINTS` (format -> spec name -> source expression, as plain tuples). This module evaluates
 those expressions against a foreign state dict, checks every shape first, and only then copies. `load_checkpoint` and
 `save_checkpoint` do the same from and to files: safetensors (one file, or a transformers
@@ -20,14 +21,13 @@ import re
 import sys
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
-from .checkpoint_files import (_SAFETENSORS, _SAFETENSORS_INDEX, _TORCH, _TORCH_INDEX, FLOAT8,  # noqa: F401
-                               _MetaView, _open_checkpoint, _SafetensorsFile)
-from .checkpoints import Reading, key_of, read_tensor, stored_keys
+from .checkpoint_files import FLOAT8, MetaView, open_checkpoint
+from .weight_mapping import Reading, key_of, read_tensor, stored_keys
 
 
 class CheckpointError(ValueError):
@@ -68,29 +68,24 @@ class CheckpointWarning(UserWarning):
     """`load_state_dict(strict=False)` left tensors the checkpoint does not give, or ignored keys."""
 
 
-def _module_of(model: torch.nn.Module):
+def module_of(model: torch.nn.Module):
+    """The generated module a model's class comes from: its tables (`spec_parameters`, `CHECKPOINTS`)."""
     return sys.modules[type(model).__module__]
-
-
-def layer_numbers(layers) -> Sequence:
-    """The layers a spec parameter has, from `spec_parameters`' third entry: a count (every layer of
-    its loop), or the numbers of the layers that have it (a tensor of some layers only,
-    `name[l] : ... if cond else None`); spec_state stacks those layers only, in order."""
-    return range(layers) if isinstance(layers, int) else tuple(layers)
 
 
 def _pieces(model: torch.nn.Module) -> list[tuple[str, int | None, str, tuple | None]]:
     """Every stored piece of every spec parameter: (spec name, layer or None, state-dict key, rows
     of that tensor or None), as the generated module's `spec_parameters` places them."""
     out = []
-    for name, (key, rows, layers, _, _) in _module_of(model).spec_parameters(model.config).items():
-        for layer in (layer_numbers(layers) if layers is not None else [None]):
-            out.append((name, layer, key.replace("{l}", str(layer)) if layer is not None else key, rows))
+    for name, p in module_of(model).spec_parameters(model.config).items():
+        for layer in (p.layer_numbers() if p.loop is not None else [None]):
+            out.append((name, layer, p.key.replace("{l}", str(layer)) if layer is not None else p.key, p.rows))
     return out
 
 
-def _formats(model: torch.nn.Module) -> dict:
-    return getattr(_module_of(model), "CHECKPOINTS", {})
+def checkpoint_formats(model: torch.nn.Module) -> dict:
+    """The checkpoint formats the model's spec declares (its module's `CHECKPOINTS`): format -> its data."""
+    return getattr(module_of(model), "CHECKPOINTS", {})
 
 
 def convert_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool = True) -> dict:
@@ -109,23 +104,22 @@ def convert_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str, st
 def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool) -> tuple[list, list, list]:
     """How to get each piece of the model the checkpoint gives: (state-dict key, rows or None,
     get(state_dict) -> tensor, the first checkpoint key it reads, the keys that hold it as it is
-    stored (checkpoints.stored_keys)); the pieces left as they are; and
-    the keys nothing used. Every shape is checked here (CheckpointError): on a `_MetaView` of the
+    stored (weight_mapping.stored_keys)); the pieces left as they are; and
+    the keys nothing used. Every shape is checked here (CheckpointError): on a `MetaView` of the
     checkpoint, without reading a tensor's data."""
-    formats = _formats(model)
+    formats = checkpoint_formats(model)
     if fmt != "spec" and fmt not in formats:
         raise ValueError(f"the spec declares no checkpoint format {fmt!r}; it has: "
                          + (", ".join(sorted(formats)) or "none") + " (and 'spec', the spec's own names)")
     own = model.state_dict()
     pieces = [(name, layer, key, rows) for name, layer, key, rows in _pieces(model) if key in own]  # present here
-    recomputed = set(getattr(_module_of(model), "RECOMPUTED_BUFFERS", ()))
+    recomputed = set(getattr(module_of(model), "RECOMPUTED_BUFFERS", ()))
     if fmt == "spec":
         shapes = _spec_shapes(model)
         values, unexpected = _checked(fmt, state_dict, shapes, strict, optional=recomputed)
-        table = _module_of(model).spec_parameters(model.config)
+        table = module_of(model).spec_parameters(model.config)
         # the index of a layer's slice: its place among the layers that have the parameter
-        at = {(name, layer): i for name, (_, _, layers, _, _) in table.items() if layers is not None
-              for i, layer in enumerate(layer_numbers(layers))}
+        at = {(name, layer): i for name, p in table.items() for i, layer in enumerate(p.layer_numbers())}
         found = [(key, rows, (lambda sd, name=name: sd[name]) if layer is None else
                   (lambda sd, name=name, i=at[name, layer]: sd[name][i]), name,
                   [(None, name)] if layer is None else [])
@@ -166,11 +160,11 @@ def _spec_shapes(model: torch.nn.Module) -> dict:
     """The shape of each spec parameter as `spec_state` gives it (per-layer ones stacked on axis 0),
     from `spec_parameters`' shapes: nothing is read or stacked."""
     shapes: dict = {}
-    for name, (_, _, layers, shape, _) in _module_of(model).spec_parameters(model.config).items():
-        numbers = layer_numbers(layers) if layers is not None else None
-        if shape is None or numbers is not None and not numbers and layers != 0:  # off, or on no layer it has
+    for name, p in module_of(model).spec_parameters(model.config).items():
+        numbers = p.layer_numbers()
+        if p.shape is None or p.loop is not None and not numbers and p.layers != 0:  # off, or on no layer it has
             continue
-        shapes[name] = shape if numbers is None else (len(numbers), *shape)
+        shapes[name] = p.shape if p.loop is None else (len(numbers), *p.shape)
     return shapes
 
 
@@ -287,10 +281,10 @@ def _kept(model: torch.nn.Module, key: str, piece: torch.Tensor, tensor: torch.T
 
 def _plan(model: torch.nn.Module, own: dict, state_dict: Mapping, fmt: str, strict: bool) -> list:
     """load_state_dict's pieces (as _convert gives them), every key, shape and dtype checked on a
-    _MetaView of the checkpoint (CheckpointError): no tensor's data is read."""
-    shapes_only = _MetaView(state_dict)  # everything is checked before a tensor is read or copied
+    MetaView of the checkpoint (CheckpointError): no tensor's data is read."""
+    shapes_only = MetaView(state_dict)  # everything is checked before a tensor is read or copied
     if fmt == "spec" and sum(k in own for k in state_dict) > sum(k in _spec_names(model) for k in state_dict):
-        recomputed = set(getattr(_module_of(model), "RECOMPUTED_BUFFERS", ()))
+        recomputed = set(getattr(module_of(model), "RECOMPUTED_BUFFERS", ()))
         optional = {key for name, _, key, _ in _pieces(model) if name in recomputed}
         checked, unexpected = _checked(fmt, shapes_only, {k: tuple(v.shape) for k, v in own.items()}, strict,
                                        optional)
@@ -317,7 +311,7 @@ def _plan(model: torch.nn.Module, own: dict, state_dict: Mapping, fmt: str, stri
 
 
 def _spec_names(model: torch.nn.Module) -> set:
-    return set(_module_of(model).spec_parameters(model.config))
+    return set(module_of(model).spec_parameters(model.config))
 
 
 def _checked(fmt: str, state_dict: Mapping, shapes: dict, strict: bool = True,
@@ -354,16 +348,16 @@ def spec_state(model: torch.nn.Module) -> dict:
     for name, parts in layers.items():
         out[name] = torch.stack(parts)
     out.update(_empty_layers(model, own))
-    return {name: out[name] for name in _module_of(model).spec_parameters(model.config) if name in out}
+    return {name: out[name] for name in module_of(model).spec_parameters(model.config) if name in out}
 
 
 def _empty_layers(model: torch.nn.Module, own: dict) -> dict:
     """Per-layer parameters of layer loops that run no layer: [0, ...] tensors of one layer's shape,
     as `spec_parameters` gives it (one of some layers, on none, is absent, as one the config leaves out)."""
     device = next(iter(own.values())).device if own else torch.device("cpu")
-    return {name: torch.empty((0, *shape), dtype=dtype, device=device)
-            for name, (_, _, layers, shape, dtype) in _module_of(model).spec_parameters(model.config).items()
-            if layers == 0 and shape is not None}
+    return {name: torch.empty((0, *p.shape), dtype=p.dtype, device=device)
+            for name, p in module_of(model).spec_parameters(model.config).items()
+            if p.layers == 0 and p.shape is not None}
 
 
 # ----------------------------------------------------------------------------- files
@@ -385,13 +379,13 @@ def load_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec",
     field of the model's config differs (a CheckpointWarning with `strict=False`).
     `strict`, `before_copy` and `progress` are `load_state_dict`'s.
     """
-    with _open_checkpoint(Path(path)) as tensors:
+    with open_checkpoint(Path(path)) as tensors:
         return load_opened(model, tensors, path, fmt, strict, before_copy, progress)
 
 
 def load_opened(model: torch.nn.Module, tensors: Mapping, path, fmt: str = "spec", strict: bool = True,
                 before_copy=None, progress: str | None = None, keep: bool = False) -> torch.nn.Module:
-    """load_checkpoint of a checkpoint already open (`_open_checkpoint`, or a view of one such as
+    """load_checkpoint of a checkpoint already open (`open_checkpoint`, or a view of one such as
     snf.quantized's), `path` where it is: an error names it, with what the view notes on its keys.
     `keep` is load_state_dict's."""
     try:
@@ -464,7 +458,7 @@ def write_safetensors(tensors: dict, path: Path, metadata: dict) -> Path:
 def _metadata(model: torch.nn.Module) -> dict:
     """The spec the generated module comes from (its `SPEC` table) and the config, as strings."""
     meta = {"format": "pt", "snfc.layout": "spec_state"}
-    spec = getattr(_module_of(model), "SPEC", {})
+    spec = getattr(module_of(model), "SPEC", {})
     if "path" in spec:
         meta["snfc.spec_file"] = spec["path"]
     if "sha256" in spec:

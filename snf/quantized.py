@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-from .checkpoint_files import FLOAT8, _MetaView
+from .checkpoint_files import FLOAT8, MetaView
 
 CHUNK = 1 << 22  # values dequantized at a time: the float32 temporaries stay 16 MB whatever the tensor
 
@@ -302,7 +302,7 @@ class Dequantized(Mapping):
     def __init__(self, raw: Mapping, scheme: tuple[Format, dict], dtype: torch.dtype):
         self._raw, (self.format, self.settings), self.dtype = raw, scheme, dtype
         self.metadata = getattr(raw, "metadata", None)
-        meta = _MetaView(raw)
+        meta = MetaView(raw)
         fmt, problems = self.format, []
         self._pairs: dict = {}  # plain key -> the plain tensor's shape
         for key in raw:
@@ -359,7 +359,7 @@ class Dequantized(Mapping):
     def meta(self, key: str):
         if key in self._pairs:
             return torch.empty(self._pairs[key], dtype=self.dtype, device="meta")
-        return _MetaView(self._raw)[key]
+        return MetaView(self._raw)[key]
 
     def read_into(self, key: str, out: torch.Tensor) -> bool:
         """Dequantize `key` straight into `out` where it is a contiguous CPU tensor of its shape in the
@@ -386,7 +386,7 @@ class Dequantized(Mapping):
     def notes(self, texts) -> list[str]:
         """For an error's lines that name a plain key of a pair: which tensors it is read from."""
         named = {t.split(" ")[0] for t in texts}
-        fmt, meta = self.format, _MetaView(self._raw)
+        fmt, meta = self.format, MetaView(self._raw)
         return [f"`{plain}` is dequantized ({fmt.method}) from `{fmt.codes_key(plain)}` "
                 f"{_shape(meta[fmt.codes_key(plain)])} and `{fmt.scales_key(plain)}` "
                 f"{_shape(meta[fmt.scales_key(plain)])}, which make it {list(shape)}"

@@ -507,9 +507,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"snfc quickstart: the {len(specs)} specs in specs/, compiled to generated/; {len(trained)} trained "
           f"briefly ({', '.join(trained)}{'' if args.all else '; --all trains every one'}; torch "
           f"{torch.__version__}, 1 thread)")
-    from .runtime.compiling import _compile_mode
+    from .runtime import compile_mode
     try:
-        print("mode: " + MODES[_compile_mode()])
+        print("mode: " + MODES[compile_mode()])
     except ValueError as err:  # SNF_COMPILE set to a value it does not know
         print(f"snfc quickstart: error: {err}", file=sys.stderr)
         return 1

@@ -32,13 +32,10 @@ class Row:
     hf: dict | None = None
     # overrides of `hf` for the compiled session, where `hf` costs graphs for no construct more
     session_hf: dict = field(default_factory=dict)
-    # the compiled session trains a step compiled whole (the CUDA default) on the CPU too; False where
-    # each construct the spec has is in another spec's whole training (on CUDA every spec trains so)
-    whole_training: bool = True
-    # the session's bfloat16 cast compiles its generate; False where the spec's decode step holds no
-    # construct the other specs' compiled bfloat16 decode steps lack
-    cast_generate_compiled: bool = True
     fast: bool = False  # the session runs in the fast tier too (`-m "not slow"`): the compiled path on a few
+    # the session runs moe_experts' sparse form (its opaque op inside the compiled graphs) even at the row's
+    # sizes, where the dense form is the default: one spec with experts does
+    sparse_experts: bool = False
     # the exports of tests/test_export.py: each the optional inputs it gives besides the required ones
     exports: tuple = ((),)
 
@@ -49,59 +46,50 @@ DECODER = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_l
                num_key_value_heads=2, max_position_embeddings=64, bos_token_id=None, eos_token_id=None)
 GEMMA3_ROPE = {"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 5000.0},
                "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}}
+GEMMA4_ROPE = {"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 5000.0},
+               "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}}
 LLAMA4_ROPE = {"rope_type": "llama3", "rope_theta": 5000.0, "factor": 4.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 8}
 # the small configs' shared sizes: a decoder with grouped-query attention
 GQA = dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48)
 
-# The reasons a row leaves out its session's whole training (`whole_training=False`) or its compiled
-# bfloat16 generate (`cast_generate_compiled=False`) name the specs whose sessions keep them for those
-# constructs: mixtures of experts in mixtral's, gpt_oss's, deepseek_v3's and llama4_text's; the
-# recurrent ops and a hybrid's layer kinds in mamba2's and nemotron_h's; a Llama-style decoder in
-# llama3's and phi3's; attention biases and a window on some layers in gpt_oss's and gemma2's; q and
-# k normed per head in llama4_text's; norms after the attention and the MLP, (1 + weight) norms and a
-# soft cap in gemma2's; layer kinds from a list in nemotron_h's; scaled RoPE in llama3's; one norm
-# feeding parallel attention and MLP, and interleaved RoPE, in gptj's; partial rotate-half RoPE,
-# biases and dropout in gpt_neox's; a tied head in nanogpt's; an encoder and cross-attention in t5's.
 ROWS = {
     "nanogpt": Row(dict(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=32),
                    hf=dict(vocab_size=97, n_positions=32, n_embd=48, n_layer=2, n_head=3, bos_token_id=None,
                            eos_token_id=None),
                    fast=True, exports=((), CACHE)),
     "gpt_decoder": Row(dict(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=32, mlp_hidden=48),
-                       whole_training=False, cast_generate_compiled=False, exports=((), ("labels",))),
+                       exports=((), ("labels",))),
     "snowflake_core": Row(dict(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=32, d_ff=48),
-                          cast_generate_compiled=False, exports=((), ("attention_mask",))),
+                          exports=((), ("attention_mask",))),
     # its defaults are tiny; two layers for the layer loop
     "tiny_transformer": Row(dict(block_size=16, n_layer=2), fast=True),
-    "nanogpt_model": Row(dict(V=64, P=32, L=2, H=2, D=32), cast_generate_compiled=False),
+    "nanogpt_model": Row(dict(V=64, P=32, L=2, H=2, D=32)),
     "llama3": Row(dict(GQA), hf=dict(DECODER, rope_theta=5000.0), exports=(CACHE,)),
-    "mistral": Row(dict(GQA, sliding_window=3), hf=dict(DECODER, sliding_window=5), whole_training=False),
+    "mistral": Row(dict(GQA, sliding_window=3), hf=dict(DECODER, sliding_window=5)),
+    # a Llama-style decoder whose MLP is squared ReLU
+    "arcee": Row(dict(GQA), hf=dict(DECODER, hidden_act="relu2")),
     "mixtral": Row(dict(GQA, sliding_window=3, n_expert=4, n_expert_tok=2),
-                   hf=dict(DECODER, sliding_window=5, num_local_experts=4, num_experts_per_tok=2)),
+                   hf=dict(DECODER, sliding_window=5, num_local_experts=4, num_experts_per_tok=2), sparse_experts=True),
     "olmoe": Row(dict(GQA, n_expert=4, n_expert_tok=2),
-                 hf=dict(DECODER, num_experts=4, num_experts_per_tok=2, pad_token_id=None),
-                 whole_training=False, cast_generate_compiled=False),
+                 hf=dict(DECODER, num_experts=4, num_experts_per_tok=2, pad_token_id=None)),
     # layer 0 dense by mlp_only_layers (dense_layers), layer 1 sparse; with decoder_sparse_step too:
     # tests/test_from_pretrained_families.py
     "qwen3_moe": Row(dict(GQA, head_dim=16, mlp_hidden=24, n_expert=4, n_expert_tok=2, dense_hidden=48,
                           dense_layers=[1, 0]),
                      hf=dict(DECODER, head_dim=16, moe_intermediate_size=24, num_experts=4, num_experts_per_tok=2,
-                             norm_topk_prob=True, mlp_only_layers=[0]),
-                     whole_training=False, cast_generate_compiled=False),
+                             norm_topk_prob=True, mlp_only_layers=[0])),
     # sparse_step 2: a dense layer (a SwiGLU MLP), then a sparse one (experts and the shared expert)
     "qwen2_moe": Row(dict(GQA, expert_hidden=24, shared_hidden=40, n_expert=4, n_expert_tok=2, sparse_step=2,
                           dense_layers=[0, 0]),
                      hf=dict(DECODER, moe_intermediate_size=24, shared_expert_intermediate_size=40, num_experts=4,
-                             num_experts_per_tok=2, decoder_sparse_step=2),
-                     whole_training=False, cast_generate_compiled=False),
+                             num_experts_per_tok=2, decoder_sparse_step=2)),
     "bert": Row(dict(vocab_size=64, max_positions=32, n_layer=2, n_head=2, n_embd=32, intermediate=48),
                 hf=dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=48, max_position_embeddings=64, type_vocab_size=3),
                 exports=(("attention_mask",),)),
     "t5_encoder": Row(dict(vocab_size=64, n_layer=2, n_head=2, d_model=32, d_kv=8, d_ff=48, num_buckets=8,
-                           max_distance=16),
-                      whole_training=False, exports=(("attention_mask",),)),
+                           max_distance=16), exports=(("attention_mask",),)),
     # three encoder layers, two decoder ones (transformers 5's generate sizes its cache by num_layers)
     "t5": Row(dict(vocab_size=64, n_layer=2, n_dec_layer=2, n_head=2, d_model=32, d_kv=8, d_ff=48, num_buckets=8,
                    max_distance=16),
@@ -117,9 +105,8 @@ ROWS = {
                    hf=dict(vocab_size=97, num_mel_bins=8, max_source_positions=12, max_target_positions=24,
                            encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=4,
                            d_model=32, encoder_ffn_dim=48, decoder_ffn_dim=40, decoder_start_token_id=90,
-                           bos_token_id=91, pad_token_id=91, eos_token_id=92),
-                   whole_training=False),
-    "qwen2": Row(dict(GQA), hf=dict(DECODER, rope_theta=20000.0), whole_training=False, cast_generate_compiled=False),
+                           bos_token_id=91, pad_token_id=91, eos_token_id=92)),
+    "qwen2": Row(dict(GQA), hf=dict(DECODER, rope_theta=20000.0)),
     "gemma2": Row(dict(GQA, head_dim=16, query_pre_attn_scalar=12, sliding_window=3, attn_softcap=2.0,
                        final_softcap=5.0),
                   hf=dict(DECODER, head_dim=16, query_pre_attn_scalar=12, sliding_window=5, attn_logit_softcapping=2.0,
@@ -138,7 +125,25 @@ ROWS = {
                                rope_parameters=GEMMA3_ROPE, attn_logit_softcapping=2.0, final_logit_softcapping=5.0,
                                pad_token_id=None),
                        session_hf=dict(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"]),
-                       whole_training=False, exports=(CACHE,)),
+                       exports=(CACHE,)),
+    # small: a sliding layer, a full one with a head twice as wide, then a sliding one sharing layer 0's keys and
+    # values; per-layer embeddings, experts beside each MLP, the logits capped. hf: five layers, the last two
+    # sharing (a sliding and a full one), proportional RoPE on a quarter of the full layers' pairs; its session
+    # three layers, the last sharing
+    "gemma4": Row(dict(vocab_size=64, block_size=32, layer_types=["sliding_attention", "full_attention",
+                                                                  "sliding_attention"],
+                       n_head=4, n_kv_head=2, n_embd=32, head_dim=8, global_head_dim=16, mlp_hidden=48,
+                       rope_local_base=100.0, sliding_window=3, n_kv_shared=1, ple_dim=4, moe=True, n_expert=4,
+                       n_expert_tok=2, expert_hidden=24, final_softcapping=True, final_softcap=5.0),
+                  hf=dict(DECODER, num_hidden_layers=5, head_dim=8, global_head_dim=16, sliding_window=5,
+                          rms_norm_eps=1e-5, hidden_size_per_layer_input=4, vocab_size_per_layer_input=97,
+                          layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
+                                       "full_attention"],
+                          num_kv_shared_layers=2, enable_moe_block=True, num_experts=4, top_k_experts=2,
+                          moe_intermediate_size=24, final_logit_softcapping=5.0, pad_token_id=None,
+                          rope_parameters=GEMMA4_ROPE),
+                  session_hf=dict(num_hidden_layers=3, num_kv_shared_layers=1,
+                                  layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
     "gptj": Row(dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_embd=32, mlp_hidden=48, rotary_dim=4),
                 hf=dict(vocab_size=97, n_positions=64, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, bos_token_id=None,
                         eos_token_id=None)),
@@ -160,8 +165,7 @@ ROWS = {
                              embedding_multiplier=1.5, lm_head_multiplier=0.7, attention_in_multiplier=0.9,
                              attention_out_multiplier=1.2, key_multiplier=0.6, ssm_in_multiplier=1.3,
                              ssm_out_multiplier=0.8, ssm_multipliers=[0.5, 1.5, 0.75, 1.25, 0.9],
-                             mlp_multipliers=[0.7, 1.4], rope_theta=5000.0, pad_token_id=None),
-                     whole_training=False),
+                             mlp_multipliers=[0.7, 1.4], rope_theta=5000.0, pad_token_id=None)),
     # gated DeltaNet on layer 0, gated attention on layer 1 (full_attention_interval 2, which config.json
     # keeps only beside layer_types); a dense MLP, then a sparse one (sparse_step 2)
     "qwen3_next": Row(dict(GQA, full_attention_interval=2, head_dim=16, lin_n_key_head=2, lin_n_value_head=4,
@@ -171,8 +175,7 @@ ROWS = {
                               layer_types=["linear_attention", "full_attention"], head_dim=16, linear_num_key_heads=2,
                               linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
                               moe_intermediate_size=24, shared_expert_intermediate_size=40, num_experts=4,
-                              num_experts_per_tok=2, decoder_sparse_step=2, pad_token_id=None),
-                      whole_training=False),
+                              num_experts_per_tok=2, decoder_sparse_step=2, pad_token_id=None)),
     # small: LongRoPE on, the switch inside the session's lengths (its decode crosses it). hf: fused
     # projections, three quarters of each head rotating, plain RoPE (LongRoPE against transformers:
     # test_phi3_longrope_matches_transformers_past_the_switch)
@@ -193,31 +196,41 @@ ROWS = {
                                first_k_dense_replace=1, n_shared_experts=2, routed_scaling_factor=1.5,
                                rope_parameters={"rope_type": "default", "rope_theta": 5000.0}, pad_token_id=None),
                        session_hf=dict(num_hidden_layers=2)),
+    # small: a KDA layer (the delta rule with a decay per key channel) with a dense MLP, then an MLA layer
+    # (no RoPE) with experts (4 groups of 2, 2 picked). hf: KDA, MLA, KDA; one dense layer, then experts
+    # picked in the 2 best of 4 groups, two shared experts. Its session: one of each
+    "kimi_linear": Row(dict(vocab_size=64, block_size=32, layer_types=["linear_attention", "full_attention"],
+                            n_embd=32, n_head=4, kv_rank=16, nope_dim=12, rope_dim=8, v_dim=10, lin_n_head=2,
+                            lin_head_dim=8, mlp_hidden=48, n_expert=8, n_expert_tok=2, expert_hidden=16, n_group=4,
+                            topk_group=2),
+                       hf=dict(DECODER, num_key_value_heads=4, num_hidden_layers=3,
+                               layer_types=["linear_attention", "full_attention", "linear_attention"],
+                               kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=12,
+                               v_head_dim=10, linear_num_heads=4, linear_head_dim=8, moe_intermediate_size=16,
+                               num_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, n_shared_experts=2,
+                               routed_scaling_factor=1.5, pad_token_id=None),
+                       session_hf=dict(num_hidden_layers=2, layer_types=["linear_attention", "full_attention"])),
     # small: biases on the attention, an untied head, a window on layer 1. hf: heads 16 wide (not 32 // 4),
     # biases on the attention, a tied head, a window on layer 1
     "qwen3": Row(dict(GQA, head_dim=16, attention_bias=True, tie_embeddings=False, use_sliding_window=True,
                       sliding_window=3, max_window_layers=1),
                  hf=dict(DECODER, head_dim=16, attention_bias=True, tie_word_embeddings=True, use_sliding_window=True,
-                         sliding_window=5, max_window_layers=1, rope_theta=5000.0),
-                 whole_training=False, cast_generate_compiled=False),
+                         sliding_window=5, max_window_layers=1, rope_theta=5000.0)),
     # norms after the attention and the MLP, q and k normalised whole; biases on the attention, a tied head
     "olmo2": Row(dict(GQA, attention_bias=True, tie_embeddings=True),
                  hf=dict(DECODER, attention_bias=True, tie_word_embeddings=True, rope_theta=5000.0, rms_norm_eps=1e-6,
-                         pad_token_id=None),
-                 whole_training=False, cast_generate_compiled=False),
+                         pad_token_id=None)),
     # parallel attention and MLP, interleaved RoPE, scaled logits; a LayerNorm per head of q and k
     # (use_qk_norm, Command-R+'s), biases on the attention and an untied head
     "cohere": Row(dict(GQA, logit_scale=0.5, use_qk_norm=True, attention_bias=True, tie_embeddings=False),
                   hf=dict(DECODER, logit_scale=0.4, use_qk_norm=True, attention_bias=True, tie_word_embeddings=False,
-                          rope_theta=5000.0, layer_norm_eps=1e-4),
-                  whole_training=False, cast_generate_compiled=False),
+                          rope_theta=5000.0, layer_norm_eps=1e-4)),
     # Phi-2-style: one layer norm for attention and MLP, biases everywhere; here grouped key/value heads,
     # part of each head rotating, queries and keys layer-normed per head, a tied head
     "phi": Row(dict(GQA, rotary_pct=0.5, qk_layernorm=True, tie_embeddings=True),
                hf=dict(DECODER, rope_parameters={"rope_type": "default", "rope_theta": 5000.0,
                                                  "partial_rotary_factor": 0.75},
-                       qk_layernorm=True, layer_norm_eps=1e-4, resid_pdrop=0.1, embd_pdrop=0.05),
-               whole_training=False, cast_generate_compiled=False),
+                       qk_layernorm=True, layer_norm_eps=1e-4, resid_pdrop=0.1, embd_pdrop=0.05)),
     # small: a layer of each kind: RoPE and chunked (3 positions) or NoPE with a temperature; dense or sparse
     # (top 2). hf: layer 0 RoPE and dense, 1 NoPE and sparse, 2 NoPE and dense, 3 RoPE and sparse (moe step 2),
     # the RoPE layers chunked (5 positions), Llama 3's RoPE scaling, the NoPE layers' temperature within 13
@@ -273,13 +286,51 @@ def spec_path(name: str) -> Path:
 
 
 @functools.cache
-def plans(name: str):
-    """The spec's plans, as the compiler made them for its generated module."""
-    from snf.compiler import analyze, planned
+def checked(name: str):
+    """The spec's checked IR."""
+    from snf.compiler import analyze
     from snf.source import Source
     result = analyze(Source.read(spec_path(name)))
     assert result.ok, [d.message for d in result.diagnostics if d.severity == "error"]
-    return planned(result.model)
+    return result.model
+
+
+@functools.cache
+def plans(name: str):
+    """The spec's plans, as the compiler made them for its generated module."""
+    from snf.compiler import planned
+    return planned(checked(name))
+
+
+def constructs(name: str) -> frozenset:
+    """What the spec asks of torch.compile, as its checked IR says: each op it calls with the literal
+    options of the call (`rope` with `scaling="yarn"`, `interleaved=True`), and its kind (causal,
+    encoder-decoder, encoder)."""
+    from snf.ir.typed import Op
+    from snf.ir.walk import walk_exprs
+
+    def options(call: Op) -> tuple:
+        literal = [(k, v.value) for k, v in call.args if isinstance(getattr(v, "value", None), (str, bool))]
+        return tuple(sorted((k, repr(value)) for k, value in literal))
+    ops = {(e.op,) + options(e) for e in walk_exprs(checked(name).body) if isinstance(e, Op)}
+    return frozenset(ops | {("kind", kind(name))})
+
+
+@functools.cache
+def compiled_whole() -> frozenset:
+    """The specs whose CPU sessions compile every unit (the eval forward per block, a training step
+    whole, the bfloat16 cast's generate) besides what the defaults compile: the fast rows, then
+    greedily the spec with the most constructs not yet compiled, until every construct of every spec
+    is in one of them. The other specs' sessions compile what a user's run compiles by default on a
+    CPU (generate's decode steps) and run the rest eagerly; on CUDA every session compiles every unit."""
+    want = {name: constructs(name) for name in ROWS}
+    chosen = {name for name, row in ROWS.items() if row.fast}
+    covered = set().union(*(want[name] for name in chosen))
+    while left := {name: want[name] - covered for name in ROWS if want[name] - covered}:
+        best = max(sorted(left), key=lambda name: len(left[name]))
+        chosen.add(best)
+        covered |= want[best]
+    return frozenset(chosen)
 
 
 def kind(name: str) -> str:

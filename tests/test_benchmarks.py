@@ -138,6 +138,14 @@ def test_bench_recurrent_runs(capsys):
     assert "peak memory" in out and "decode after" in out
 
 
+def test_bench_kda_runs(capsys):
+    from benchmarks import bench_kda
+    assert bench_kda.main(["--quick", "--reps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert re.findall(r"^\| decode 1 token after (\d+) +\| [\d.]+ +\|", out, re.M) == ["8", "64"]
+    assert "snfc decode after 64 / after 8" in out
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not __import__("torch").cuda.is_available(), reason="the GPU rows: needs a CUDA device"))])
 def test_bench_first_runs(capsys, device):

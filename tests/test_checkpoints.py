@@ -14,6 +14,7 @@ import generated.nanogpt as ng
 import snf
 from conftest import REPO, python_subprocess
 from snf import interop
+from snf.checkpoint_files import SafetensorsFile
 from snf.interop import CheckpointError, load_checkpoint, load_state_dict, save_checkpoint, spec_state
 
 transformers = pytest.importorskip("transformers")
@@ -140,9 +141,9 @@ def test_only_the_keys_the_mapping_needs_are_read(tmp_path, monkeypatch):
     sd["transformer.h.0.attn.bias"] = torch.ones(1, 1, 16, 16)  # an old mask buffer the spec ignores
     safetensors_torch.save_file({k: v.clone() for k, v in sd.items()}, str(tmp_path / "gpt2.safetensors"))
     read = []
-    real, into = interop._SafetensorsFile.__getitem__, interop._SafetensorsFile.read_into
-    monkeypatch.setattr(interop._SafetensorsFile, "__getitem__", lambda self, key: read.append(key) or real(self, key))
-    monkeypatch.setattr(interop._SafetensorsFile, "read_into",  # a tensor read straight into its parameter
+    real, into = SafetensorsFile.__getitem__, SafetensorsFile.read_into
+    monkeypatch.setattr(SafetensorsFile, "__getitem__", lambda self, key: read.append(key) or real(self, key))
+    monkeypatch.setattr(SafetensorsFile, "read_into",  # a tensor read straight into its parameter
                         lambda self, key, out: into(self, key, out) and not read.append(key))
     load_checkpoint(nanogpt(), tmp_path / "gpt2.safetensors", "hf")
     assert "transformer.h.0.attn.bias" not in read
@@ -283,7 +284,7 @@ def test_spec_parameters_give_each_pieces_shape_and_dtype(spec):
         model = mod.Model(mod.Config(**{**_small(m), **switches}))
         own, table = model.state_dict(), mod.spec_parameters(model.config)
         for name, _, key, rows in interop._pieces(model):
-            shape, dtype = table[name][3:]
+            shape, dtype = table[name].shape, table[name].dtype
             if key not in own:
                 assert shape is None, (name, switches)
                 continue
@@ -357,8 +358,8 @@ def test_a_misshapen_source_behind_a_transform_names_its_key(bad, key, want):
     with pytest.raises(CheckpointError) as info:
         load_state_dict(model, sd, "hf")
     (shown, expected, got), = info.value.mismatched  # once, though three parts read it
-    assert shown.startswith(f"{key} (for layers.0.attn_qkv.weight[0:48])") and (expected, got) == (want, tuple(bad.shape))
-    assert f"{key} (for layers.0.attn_qkv.weight[0:48]): expected shape {list(want)}, got {list(bad.shape)}" \
+    assert shown.startswith(f"{key} (for layers.0.attn_q.weight)") and (expected, got) == (want, tuple(bad.shape))
+    assert f"{key} (for layers.0.attn_q.weight): expected shape {list(want)}, got {list(bad.shape)}" \
         in str(info.value)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
@@ -376,7 +377,7 @@ def test_an_interleaved_split_reads_every_nth_entry_and_writes_them_back():
     """split(..., interleaved=True) (gpt-oss's gate and up columns, alternating in gate_up_proj):
     part j is entries j, j + n, ... of the axis, read through `.T` too; unmap_tensor and join_parts
     interleave the parts back into the stored tensor, bit for bit."""
-    from snf.checkpoints import Reading, join_parts, read_tensor, unmap_tensor
+    from snf.weight_mapping import Reading, join_parts, read_tensor, unmap_tensor
     stored = torch.arange(2 * 3 * 8, dtype=torch.float32).reshape(2, 3, 8)  # [E, D, 2F], F = 4
     parts, out = {}, {}
     for j in range(2):

@@ -149,13 +149,14 @@ def test_generated_is_in_sync_with_specs():
 
 # ------------------------------------------------------------------------ ir, explain
 
-def test_ir_prints_shapes_and_lowered_shows_fusion():
+def test_ir_prints_shapes_and_lowered_shows_the_rewrites():
     rc, plain, _ = snfc("ir", "specs/nanogpt.snf")
     assert rc == 0
     assert "  let logits: [B, T, vocab_size] float32 = linear(x=x_final, weight=token_embedding)" in plain
-    rc, lowered, _ = snfc("ir", "--lowered", "specs/nanogpt.snf")
-    assert rc == 0 and lowered != plain
-    assert "fused_linear(" in lowered and "fused_linear(" not in plain
+    rc, plain, _ = snfc("ir", "specs/deepseek_v3.snf")
+    rc2, lowered, _ = snfc("ir", "--lowered", "specs/deepseek_v3.snf")
+    assert rc == rc2 == 0 and lowered != plain
+    assert "latent_attention(" in lowered and "latent_attention(" not in plain  # the absorb pass
 
 
 def test_ir_of_bad_or_missing_spec(tree):

@@ -206,3 +206,55 @@ def test_positions_of_what_is_no_list_is_named(tmp_path):
     model = snf.from_pretrained(_layers_folder(tmp_path, listed=[1]), spec=spec)
     with pytest.raises(PretrainedError, match=r"`positions\(n_layer, 1\)` lists the positions in a list; n_layer = 3"):
         snf.save_pretrained(model, tmp_path / "out")
+
+
+# LIST_SPEC's marked layers are wide: their width read from an object keyed by layer number
+KEYED_SPEC = LIST_SPEC.replace("  D : int = 4\n",
+                               "  D : int = 4\n  wide : int = 4\n  widths : list[int, n_layer] = [4, 4, 4]\n") + """\
+  wide <- hf.per_layer[positions(marks, 1)[-1]].width or 4
+  widths <- per_layer(hf.per_layer, "width", n_layer, 4)
+  assert (hf.per_layer or keyed([], width=0)) == keyed(positions(marks, 1), width=wide), "the wide layers' width"
+  hf.per_layer <- keyed(positions(marks, 1), width=wide)
+"""
+
+
+def test_an_object_keyed_by_layer_number_reads_and_writes_back(tmp_path):
+    # Gemma 4's per_layer_config, {"1": {"head_dim": 512}}: `hf.obj[number].field` reads one layer's entry (a
+    # number computed from the Config; JSON keys it by its digits), per_layer(...) every layer's as a list, and
+    # keyed(numbers, field=value) is the object written back (and required, whole, by the assert)
+    spec = write_spec(tmp_path, KEYED_SPEC, "keyed.snf")
+    assert snfc("check", str(spec))[0] == 0
+    folder = _layers_folder(tmp_path, listed=[1], per_layer={"1": {"width": 8}})
+    model = snf.from_pretrained(folder, spec=spec)
+    assert (model.config.marks, model.config.wide, model.config.widths) == ((0, 1, 0), 8, (4, 8, 4))
+    snf.save_pretrained(model, tmp_path / "out")
+    read = json.loads((folder / "config.json").read_text())
+    assert json.loads((tmp_path / "out" / "config.json").read_text()) == read
+    # a fresh model's Config writes the object, which reads back as the same Config
+    fresh = type(model)(model.config.__class__(n_layer=3, marks=[1, 0, 1], wide=6, widths=[6, 4, 6]))
+    snf.save_pretrained(fresh, tmp_path / "fresh")
+    written = json.loads((tmp_path / "fresh" / "config.json").read_text())
+    assert written["per_layer"] == {"0": {"width": 6}, "2": {"width": 6}} and written["listed"] == [0, 2]
+    # an entry of another field, or for another layer, is what the assert refuses, naming the object
+    for per_layer, says in (({"1": {"width": 8, "heads": 2}}, "the wide layers' width"),
+                            ({"0": {"width": 8}, "1": {"width": 8}}, "the wide layers' width"),
+                            ("1: 8", r"`hf.per_layer\[positions\(marks, 1\)\[-1\]\].width` needs an object keyed by "
+                                     r"layer number \(or a list\).*per_layer = \"1: 8\""),
+                            ([8, 8], r"`hf.per_layer\[positions\(marks, 1\)\[-1\]\].width` needs an object at "
+                                     r"`width`'s place; per_layer = \[8, 8\]")):
+        with pytest.raises(PretrainedError, match=says):
+            snf.from_pretrained(_layers_folder(tmp_path, listed=[1], per_layer=per_layer), spec=spec)
+
+
+def test_an_entry_read_by_layer_number_leaves_no_other_setting_unread(tmp_path):
+    # without the assert on the whole object, a field of an entry the spec does not read is still named:
+    # `hf.obj[n].width` reads `obj.*.width` of every layer's entry, nothing more
+    text = KEYED_SPEC.replace("  assert (hf.per_layer or", "  # assert (hf.per_layer or")
+    spec = write_spec(tmp_path, text, "keyed_open.snf")
+    folder = _layers_folder(tmp_path, listed=[1], per_layer={"1": {"width": 8, "heads": 2}})
+    with pytest.raises(PretrainedError, match=r"per_layer.1.heads = 2: the spec does not map it"):
+        snf.from_pretrained(folder, spec=spec)
+    # a field read from an entry is one-way: without `hf.per_layer <- keyed(...)` nothing writes the object back
+    unwritten = text.replace("  hf.per_layer <- keyed(positions(marks, 1), width=wide)\n", "")
+    code, out, _ = snfc("check", str(write_spec(tmp_path, unwritten, "keyed_unwritten.snf")))
+    assert code == 1 and "`wide` is computed from `hf.per_layer.*.width`, which nothing writes back" in out, out

@@ -20,10 +20,8 @@ import torch.utils._pytree as pytree
 from torch.export import Dim
 
 import runner
-from snf.compiler import analyze
 from snf.interpret import Interpreter
-from snf.source import Source
-from specs_table import HINTS, ROWS, SPECS, spec_path
+from specs_table import HINTS, ROWS, SPECS, checked
 
 pytestmark = pytest.mark.slow  # about 1-3 s per export on a 2-core CPU
 
@@ -42,7 +40,7 @@ class Case:
 
     @functools.cached_property
     def checked(self):
-        return analyze(Source.read(spec_path(self.module))).model
+        return checked(self.module)
 
     def inputs(self):
         return [i for i in self.checked.inputs if not i.optional or i.name in self.given]

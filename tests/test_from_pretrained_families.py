@@ -1,6 +1,6 @@
 """snf.from_pretrained against transformers on settings of one family each, away from the tiny
 configs of their rows in tests/specs_table.py (`hf`), at which tests/test_from_pretrained.py runs every
-family (Gemma 2 and 3, GPT-J, GPT-NeoX, Phi, Qwen3, OLMo 2, Command-R, Nemotron-H and the Qwen mixtures of
+family (Gemma 2, 3 and 4, GPT-J, GPT-NeoX, Phi, Qwen3, OLMo 2, Command-R, Nemotron-H and the Qwen mixtures of
 experts' dense layers; DeepSeek-V3's are in tests/test_latent_attention.py), and the settings the specs
 refuse, each named."""
 
@@ -15,6 +15,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import snf  # noqa: E402
+from snf.interop import CheckpointError  # noqa: E402
 from snf.pretrained import PretrainedError  # noqa: E402
 from test_from_pretrained import _close, _round_trip, edit_config, hf_model, refused, saved, tokens  # noqa: E402
 
@@ -263,6 +264,26 @@ def test_mlp_only_layers_with_a_sparse_step_match_transformers(tmp_path, family,
     _round_trip(tmp_path / "round_trip", family, agree, **MLP_ONLY, **extra)
 
 
+def test_kimi_linear_over_several_chunks_and_the_released_dense_keys(tmp_path):
+    """A prompt of 40 tokens (three of snfc's KDA chunks): the logits agree, and
+    greedy generate after it gives transformers' tokens; a checkpoint whose dense MLP is under `mlp.`
+    (the released files' layout, not save_pretrained's `block_sparse_moe.`) reads the same weights."""
+    from safetensors.torch import load_file, save_file
+    hf, folder = saved(tmp_path, "kimi_linear", max_position_embeddings=128)
+    model = snf.from_pretrained(folder)
+    idx = tokens(hf.config.vocab_size, t=40)
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+    want = hf.generate(idx, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(idx, 4, temperature=0), want)
+    weights = load_file(folder / "model.safetensors")
+    moved = {k.replace("layers.0.block_sparse_moe.", "layers.0.mlp."): v for k, v in weights.items()}
+    assert moved.keys() != weights.keys()
+    save_file(moved, folder / "model.safetensors", metadata={"format": "pt"})
+    released = snf.from_pretrained(folder)
+    assert all(torch.equal(a, b) for a, b in zip(released.state_dict().values(), model.state_dict().values()))
+
+
 @pytest.mark.parametrize("family, changes, named", [
     ("qwen3", dict(layer_types=["sliding_attention", "full_attention"]), "layer_types = [\"sliding_attention\", \"fu"),
     ("qwen3", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e5, "factor": 4.0,
@@ -279,6 +300,28 @@ def test_mlp_only_layers_with_a_sparse_step_match_transformers(tmp_path, family,
     ("nemotron_h", dict(num_nextn_predict_layers=1), "num_nextn_predict_layers = 1"),
     ("nemotron_h", dict(layers_block_type=["linear_attention", "attention", "moe", "mlp", "linear_attention"]),
      "each item of `layer_types` must be 'linear_attention', 'moe', 'full_attention' or 'mlp'"),
+    ("kimi_linear", dict(q_lora_rank=8), "q_lora_rank = 8"),
+    ("kimi_linear", dict(mlp_layer_types=["sparse", "dense", "sparse"]), "dense layers first, then sparse ones"),
+    ("kimi_linear", dict(layer_types=["linear_attention", "sliding_attention", "linear_attention"]),
+     "each item of `layer_types` must be 'linear_attention' or 'full_attention'"),
+    ("kimi_linear", dict(layer_types=...), "layer_types"),
 ])
 def test_a_setting_the_spec_cannot_honour_is_named(tmp_path, family, changes, named):
     refused(tmp_path, family, changes, named)
+
+
+def test_gemma4_reads_the_full_layers_head_size_from_per_layer_config(tmp_path):
+    """Gemma 4 keeps its full layers' head size in per_layer_config, an object keyed by layer number:
+    `{}` where the two sizes are equal (as transformers writes it), and where the key is absent
+    transformers builds it from global_head_dim's default, 512, as the spec does."""
+    hf, folder = saved(tmp_path, "gemma4_text", global_head_dim=8)
+    assert json.loads((folder / "config.json").read_text())["per_layer_config"] == {}
+    model = snf.from_pretrained(folder)
+    assert model.config.global_head_dim == model.config.head_dim == 8
+    idx = tokens(hf.config.vocab_size)
+    with torch.no_grad():
+        assert _close(model(idx).logits, hf(idx).logits)
+    edit_config(folder, per_layer_config=...)
+    with pytest.raises(CheckpointError, match=r"layers.1.self_attn.o_proj.weight \(for layers.1.fo_weight\): "
+                                              r"expected shape \[32, 2048\], got \[32, 32\]"):
+        snf.from_pretrained(folder)

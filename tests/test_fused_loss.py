@@ -161,7 +161,9 @@ def test_bfloat16_fused_loss_and_gradients_agree_with_the_unfused_ones(how, smal
             got = fused_grads[key]
             assert got.dtype == want.dtype == next(model.parameters()).dtype, key
             scale = want.float().abs().max().item()
-            assert (got.float() - want.float()).abs().max().item() <= 0.02 * scale + 1e-6, (mod.__name__, key)
+            # 3% of the largest: a bias's gradient sums the rows' bf16-rounded terms, which cancel; nanogpt's
+            # layers.0.ln2.bias measured 2.6% (4 bf16 ulps) once q, k and v became three linears (issue 50)
+            assert (got.float() - want.float()).abs().max().item() <= 0.03 * scale + 1e-6, (mod.__name__, key)
 
 
 def test_a_loss_with_every_target_ignored_is_zero_with_zero_gradients(small_chunks):

@@ -130,13 +130,13 @@ def test_all_problems_are_reported_together(pair):
 
 def test_a_fused_part_of_the_wrong_shape_names_its_rows(pair):
     """A source split three ways (and transposed) is checked before the transforms: it is named
-    once, with the shape it must have and the first rows of the fused tensor it fills."""
+    once, with the shape it must have and the first parameter it fills."""
     hf, model = pair
     sd = dict(hf.state_dict())
     sd["transformer.h.0.attn.c_attn.weight"] = torch.zeros(48, 3 * 40)
     with pytest.raises(CheckpointError) as info:
         load_state_dict(model, sd, "hf")
-    assert info.value.mismatched == [("transformer.h.0.attn.c_attn.weight (for layers.0.attn_qkv.weight[0:48])",
+    assert info.value.mismatched == [("transformer.h.0.attn.c_attn.weight (for layers.0.attn_q.weight)",
                                       (48, 144), (48, 120))]
 
 
@@ -153,13 +153,13 @@ def test_strict_false_keeps_what_the_checkpoint_lacks_and_says_so(pair):
     after = model.state_dict()
     assert torch.equal(after["layers.0.ln1.weight"], before["layers.0.ln1.weight"])  # its initial value
     assert torch.equal(after["layers.1.ln1.weight"], sd["transformer.h.1.ln_1.weight"])  # the rest loaded
-    del sd["transformer.h.1.attn.c_attn.weight"]  # q, k and v of layer 1: rows of one fused tensor
+    del sd["transformer.h.1.attn.c_attn.weight"]  # q, k and v of layer 1: one fused tensor of GPT-2's
     sd["transformer.h.1.ln_1.weight"] = torch.zeros(48)
     before = _snapshot(model)
-    with pytest.warns(CheckpointWarning, match=r"layers.1.attn_qkv.weight\[0:48\]"):
+    with pytest.warns(CheckpointWarning, match=r"layers.1.attn_q.weight, layers.1.attn_k.weight"):
         load_state_dict(model, sd, "hf", strict=False)
     after = model.state_dict()
-    assert torch.equal(after["layers.1.attn_qkv.weight"], before["layers.1.attn_qkv.weight"])
+    assert torch.equal(after["layers.1.attn_q.weight"], before["layers.1.attn_q.weight"])
     assert torch.equal(after["layers.1.ln1.weight"], torch.zeros(48))
     sd["transformer.wpe.weight"] = torch.zeros(3, 3)  # a wrong shape is an error even so
     with pytest.raises(CheckpointError, match="position_embedding"):
@@ -211,16 +211,18 @@ def test_state_dict_and_named_parameters_tell_one_story():
     model = make_snf(CONFIGS[0])
     assert list(model.state_dict()) == [n for n, _ in model.named_parameters()]  # no hidden renaming
     keys = set(model.state_dict())
-    assert {"layers.0.attn_qkv.weight", "layers.0.attn_qkv.bias", "layers.1.ln1.weight",
+    assert {"layers.0.attn_q.weight", "layers.0.attn_q.bias", "layers.1.ln1.weight",
             "token_embedding.weight", "position_embedding"} <= keys
-    # where each spec name lives: the fused q, k, v are rows of one nn.Linear
+    # where each spec name lives: q, k and v each an nn.Linear (GPT-2's fused c_attn split on loading)
     table = sys.modules[type(model).__module__].spec_parameters(model.config)
-    assert table["attn_k_weight"] == ("layers.{l}.attn_qkv.weight", (48, 96), 2, (48, 48), torch.float32)
-    assert table["ln_f_bias"] == ("ln_f.bias", None, None, (48,), torch.float32)
-    assert isinstance(model.layers[0].attn_qkv, torch.nn.Linear)
+    assert table["attn_k_weight"]._asdict() == dict(key="layers.{l}.attn_k.weight", shape=(48, 48),
+                                                    dtype=torch.float32, rows=None, loop="layers", layers=2)
+    assert table["ln_f_bias"]._asdict() == dict(key="ln_f.bias", shape=(48,), dtype=torch.float32, rows=None,
+                                                loop=None, layers=None)
+    assert isinstance(model.layers[0].attn_k, torch.nn.Linear)
     spec = spec_state(model)
     assert spec["attn_k_weight"].shape == (2, 48, 48)
-    assert torch.equal(spec["attn_k_weight"][1], model.layers[1].attn_qkv.weight[48:96])
+    assert torch.equal(spec["attn_k_weight"][1], model.layers[1].attn_k.weight)
 
 
 def test_state_dict_round_trip():
@@ -236,8 +238,7 @@ def test_state_dict_round_trip():
     idx = torch.randint(0, cfg["vocab_size"], (1, 6))
     with torch.no_grad():
         assert torch.equal(src(idx).logits, dst(idx).logits) and torch.equal(src(idx).logits, other(idx).logits)
-    # the fused weight is the spec's q, k, v stacked in order
-    assert torch.equal(dst.layers[1].attn_qkv.weight[48:96], spec_state(src)["attn_k_weight"][1])
+    assert torch.equal(dst.layers[1].attn_k.weight, spec_state(src)["attn_k_weight"][1])
 
 
 def test_spec_load_reports_wrong_names():

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from conftest import REPO, snfc, write_spec
 from snf.check.key_proof import key_problem
 from snf.check.key_proof import LISTED
-from snf.checkpoints import eval_field, format_key, key_fields, parse_field
+from snf.weight_mapping import eval_field, format_key, key_fields, parse_field
 
 COMMON = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 VALUES = {"n": 3, "z": 0, "k": 2}  # config ints at their defaults; `m` has no default

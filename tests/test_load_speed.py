@@ -52,9 +52,9 @@ def _compiles(monkeypatch) -> list:
 
 def _both(repo):
     """A module's code and the bundled specs' claims, each through the cache, as a new process gets them."""
-    from snf import api, pretrained
+    from snf import api, hf_config
     from snf.source import Source
-    return api._compiled(Source.read(repo / "specs" / "llama3.snf"), "llama3.snf"), pretrained._claims.__wrapped__()
+    return api._compiled(Source.read(repo / "specs" / "llama3.snf"), "llama3.snf"), hf_config._claims.__wrapped__()
 
 
 @pytest.mark.parametrize("damage", [
@@ -117,7 +117,7 @@ def test_weights_stay_on_the_file_s_pages_and_writes_stay_private(tmp_path):
     digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
     model = snf.from_pretrained(folder)
     kept = dict(model.named_parameters())
-    assert _file_backed(kept["layers.0.o.weight"]) and not _file_backed(kept["layers.0.qkv.weight"])  # q, k, v fused
+    assert _file_backed(kept["layers.0.o.weight"]) and _file_backed(kept["layers.0.q.weight"])
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with torch.no_grad():
         for p in model.parameters():

@@ -226,7 +226,7 @@ def _spec_params(m):
     """The module's parameters under the spec's names (no layer loop here)."""
     own = m.state_dict()
     table = type(m).__init__.__globals__["spec_parameters"](m.config)  # the generated module's
-    return {n: own[key] if rows is None else own[key][rows[0]:rows[1]] for n, (key, rows, *_) in table.items()}
+    return {n: own[p.key] if p.rows is None else own[p.key][p.rows[0]:p.rows[1]] for n, p in table.items()}
 
 
 def _formula(m, x, route):

@@ -26,14 +26,14 @@ from snf.ops.registry import ScalarError
 from snf.source import Source
 
 # The recurrent ops' inputs: H heads of M channels, B and C in G groups of a state of N; the delta rule's
-# KH key heads of M and H value heads of N
+# KH key heads of M and H value heads of N, its decay per value head (g) or per value head and key channel (gk)
 SSD_INPUTS = ("x : Tensor([B, T, H, M], float32)\n  dt : Tensor([B, T, H], float32)\n  al : Tensor([H], float32)\n"
               "  bm : Tensor([B, T, G, N], float32)\n  cm : Tensor([B, T, G, N], float32)\n  d : Tensor([H], float32)\n"
               "  db : Tensor([H], float32)\n  s : Tensor([B, H, M, N], float32)")
 SSD_PARAMS = "param:\n  H : int = 4\n  G : int = 2\n"
 DELTA_INPUTS = ("q : Tensor([B, T, KH, M], float32)\n  k : Tensor([B, T, KH, M], float32)\n"
                 "  v : Tensor([B, T, H, N], float32)\n  g : Tensor([B, T, H], float32)\n  bt : Tensor([B, T, H], float32)\n"
-                "  s : Tensor([B, H, M, N], float32)")
+                "  s : Tensor([B, H, M, N], float32)\n  gk : Tensor([B, T, H, M], float32)")
 DELTA_PARAMS = "param:\n  H : int = 4\n  KH : int = 2\n"
 LISTS = 'param:\n  scales : list[float, 3] = [0.5, 2, 3.0]\n  tags : list[str, 2] = ["x", "y"]\n  n_tags = len(tags)\n\n'
 
@@ -117,10 +117,12 @@ CASES = {
     "ssd_state": (SSD_INPUTS, "ssd_state(x, dt, -exp(al), bm, cm, D=d, dt_bias=db, state=s) + "
                               "ssd_state(x, dt, -exp(al), bm, cm)", SSD_PARAMS),
     "gated_delta_rule": (DELTA_INPUTS, "gated_delta_rule(q, k, v, -exp(g), sigmoid(bt), state=s) + "
-                                       "gated_delta_rule(q, k, v, -exp(g), sigmoid(bt), scale=0.5, l2norm=False)",
+                                       "gated_delta_rule(q, k, v, -exp(g), sigmoid(bt), scale=0.5, l2norm=False) + "
+                                       "gated_delta_rule(q, k, v, -exp(gk), sigmoid(bt), state=s)",
                          DELTA_PARAMS),
     "gated_delta_state": (DELTA_INPUTS, "gated_delta_state(q, k, v, -exp(g), sigmoid(bt), state=s) + "
-                                        "gated_delta_state(q, k, v, -exp(g), sigmoid(bt), scale=0.5, l2norm=False)",
+                                        "gated_delta_state(q, k, v, -exp(g), sigmoid(bt), scale=0.5, l2norm=False) + "
+                                        "gated_delta_state(q, k, v, -exp(gk), sigmoid(bt), state=s)",
                           DELTA_PARAMS),
     # config-level logic and scalar arithmetic, exercised through a guarded assignment
     "eq": ("a : Tensor([B, N], float32)", "a * 2.0 if 3 == 3 else a"),
@@ -328,7 +330,7 @@ def test_attention_sinks_gradients(window):
     and its gradients (q, k, v and the sinks) against finite differences, with grouped heads, keys
     longer than the queries (a cache), a window, and a padding mask that hides every key of a query;
     and a decode step over a preallocated cache against the reference."""
-    from snf.ops.attention import _np_attention
+    from snf.ops.attention import np_attention
     from snf.runtime.attention import _sink_attention
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True)
@@ -339,7 +341,7 @@ def test_attention_sinks_gradients(window):
     def run(q, k, v, sinks):
         return _sink_attention(q, k, v, mask, causal=True, window=window, sinks=sinks)
     got = run(q, k, v, sinks)
-    ref = _np_attention(*(t.detach().transpose(1, 2).numpy() for t in (q, k, v)), causal=True,
+    ref = np_attention(*(t.detach().transpose(1, 2).numpy() for t in (q, k, v)), causal=True,
                         mask=mask.numpy(), window=window, sinks=sinks.detach().numpy())
     np.testing.assert_allclose(got.detach().transpose(1, 2).numpy(), ref, rtol=1e-12, atol=1e-12)
     if window is not None:
@@ -352,7 +354,7 @@ def test_attention_sinks_gradients(window):
              for t in (k, v)]
     step = _sink_attention(q.detach()[:, :, -1:], *cache, None, causal=True, window=window, sinks=sinks.detach(),
                            decode=_DecodeState(torch.tensor(4), 8))
-    ref = _np_attention(*(t.transpose(1, 2).numpy() for t in (q.detach()[:, :, -1:], k.detach()[:, :, :5],
+    ref = np_attention(*(t.transpose(1, 2).numpy() for t in (q.detach()[:, :, -1:], k.detach()[:, :, :5],
                                                                v.detach()[:, :, :5])),
                         causal=True, window=window, sinks=sinks.detach().numpy())
     np.testing.assert_allclose(step.transpose(1, 2).numpy(), ref, rtol=1e-12, atol=1e-12)

@@ -23,7 +23,8 @@ def test_wheel_ships_grammars_and_templates_and_compiles(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("snf/grammars/snf.lark", "snf/grammars/snf_model.lark", "snf/templates/module.py.j2",
                    "snf/templates/frame.py.j2",
-                   "snf/runtime/checks.py", "snf/runtime/writes.py", "snf/runtime/compiling.py", "snf/runtime/loss.py", "snf/cli.py",
+                   "snf/runtime/checks.py", "snf/runtime/writes.py", "snf/runtime/compiling.py", "snf/runtime/loss.py",
+                   "snf/runtime/tables.py", "snf/cli.py",
                    "snf/specs/nanogpt.snf", "snf/specs/llama3.snf", "snf/specs/qwen2.snf", "snf/specs/gemma2.snf",
                    "snf/specs/gptj.snf", "snf/specs/gpt_neox.snf", "snf/pretrained.py"):
         assert needed in names, needed

@@ -209,9 +209,11 @@ def _example(name: str, text: str, before: str, after: str) -> str:
 
 
 def test_fuse_linear():
-    """The rewrite pass: the q, k and v projections of one input become one fused projection."""
+    """The rewrite pass: the q, k and v projections of one input become one fused projection. Not in
+    PASSES (a fused weight cannot be split column-wise into whole heads per rank), run here by itself."""
+    from snf.passes.fuse_linear import fuse_linear
     model = _checked(LAYERS, "fuse_linear")
-    assert_golden("passes/fuse_linear.txt", _example("fuse_linear", LAYERS, dump(model), dump(lower(model))))
+    assert_golden("passes/fuse_linear.txt", _example("fuse_linear", LAYERS, dump(model), dump(fuse_linear(model))))
 
 
 def test_absorb_latent():

@@ -142,8 +142,10 @@ def test_two_layer_loops_have_one_name_each_everywhere(tmp_path):
     mod = load(tmp_path, TWO_LOOPS, "two_loops")
     model = mod.Model()
     table = mod.spec_parameters(model.config)
-    assert table["enc_weight"] == ("layers.{l}.enc.weight", None, 2, (4, 4), torch.float32)
-    assert table["dec_weight"] == ("layers2.{l}.dec.weight", None, 3, (4, 4), torch.float32)
+    assert table["enc_weight"]._asdict() == dict(key="layers.{l}.enc.weight", shape=(4, 4), dtype=torch.float32,
+                                                 rows=None, loop="layers", layers=2)
+    assert table["dec_weight"]._asdict() == dict(key="layers2.{l}.dec.weight", shape=(4, 4), dtype=torch.float32,
+                                                 rows=None, loop="layers2", layers=3)
     assert set(model.state_dict()) == {f"layers.{i}.enc.weight" for i in range(2)} | \
         {f"layers2.{i}.dec.{p}" for i in range(3) for p in ("weight", "bias")}
     assert spec_state(model)["dec_weight"].shape == (3, 4, 4)
@@ -222,7 +224,7 @@ def test_linear_layers_are_nn_linear_and_named_for_weight_decay():
     import generated.gpt_decoder as gd
     model = gd.Model(vocab_size=31, block_size=16, n_layer=2, n_head=2, n_embd=16, mlp_hidden=24)
     linears = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-    assert linears == {f"layers.{i}.{m}" for i in range(2) for m in ("qkv", "o", "gateup", "down")}
+    assert linears == {f"layers.{i}.{m}" for i in range(2) for m in ("q", "k", "v", "o", "gate", "up", "down")}
     norms = {n for n, m in model.named_modules() if isinstance(m, torch.nn.RMSNorm)}
     assert norms == {"norm"} | {f"layers.{i}.{m}" for i in range(2) for m in ("attn_norm", "mlp_norm")}
     # minGPT's rule: decay the weights of linear layers, not norms, embeddings or biases
@@ -241,11 +243,12 @@ def test_peft_lora_wraps_the_linear_layers():
     idx = torch.randint(0, 31, (2, 8))
     with torch.no_grad():
         base = model(idx).logits
-    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["attn_qkv", "attn_proj", "mlp_fc", "mlp_proj"])
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["attn_q", "attn_k", "attn_v", "attn_proj", "mlp_fc",
+                                                                 "mlp_proj"])
     lora = peft.get_peft_model(model, config)
     trainable = [n for n, p in lora.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
-    assert len(trainable) == 2 * 4 * SMALL["n_layer"]  # A and B of 4 linear layers per block
+    assert len(trainable) == 2 * 6 * SMALL["n_layer"]  # A and B of 6 linear layers per block
     with torch.no_grad():
         assert (lora(idx).logits - base).abs().max() == 0  # LoRA's B starts at zero
     lora.train()
@@ -266,7 +269,7 @@ def test_torchao_quantizes_the_linear_layers():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         quantize_(model, Int8WeightOnlyConfig())
-    weight = model.layers[0].attn_qkv.weight
+    weight = model.layers[0].attn_q.weight
     assert type(weight).__name__ != "Parameter" or type(weight.data).__name__ != "Tensor"  # a quantized tensor
     assert "Int8" in type(weight).__name__ or "Affine" in type(weight).__name__, type(weight)
     with torch.no_grad():

@@ -204,9 +204,9 @@ def test_deepseek_v3_edge_blocks_match_transformers_fp8_linear(tmp_path):
 def test_the_view_reads_a_pair_into_a_cpu_tensor_or_gives_it(qwen3_fp8):
     """Straight into a contiguous CPU tensor of the model's dtype; another device's (CUDA) copies what
     `[key]` gives, dequantized on the CPU."""
-    from snf.checkpoint_files import _open_checkpoint
+    from snf.checkpoint_files import open_checkpoint
     from snf.quantized import Dequantized, scheme_of
-    with _open_checkpoint(qwen3_fp8) as raw:
+    with open_checkpoint(qwen3_fp8) as raw:
         view = Dequantized(raw, scheme_of({"quantization_config": QWEN3_FP8}, "test"), torch.bfloat16)
         assert Q in view and Q + "_scale_inv" not in view and view.meta(Q).dtype == torch.bfloat16
         whole = view[Q].clone()

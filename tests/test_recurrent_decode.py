@@ -13,7 +13,7 @@ import torch
 from conftest import REPO
 from specs_table import ROWS
 
-HYBRIDS = ["mamba2", "nemotron_h", "qwen3_next"]
+HYBRIDS = ["mamba2", "nemotron_h", "qwen3_next", "kimi_linear"]
 
 
 @pytest.fixture(autouse=True)

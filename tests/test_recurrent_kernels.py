@@ -33,6 +33,7 @@ def _seeded():
 def small_chunks(monkeypatch):
     monkeypatch.setattr(rec, "_SSD_CHUNK", CHUNK)
     monkeypatch.setattr(rec, "_GDR_CHUNK", CHUNK)
+    monkeypatch.setattr(rec, "_KDA_CHUNK", CHUNK)
 
 
 def _np(args):
@@ -62,10 +63,13 @@ def _ssd_args(bt=2, t=7, h=4, p=3, g=2, n=5, D=True, dt_bias=True, state=True, d
             torch.randn(bt, h, p, n, dtype=dtype) if state else None]
 
 
-def _delta_args(bt=2, t=7, hk=2, hv=4, kd=3, vd=5, state=True, scale=None, l2norm=True, dtype=F64):
-    """Positional arguments of _gated_delta_rule: q, k, v, g, beta, state, scale, l2norm."""
+def _delta_args(bt=2, t=7, hk=2, hv=4, kd=3, vd=5, state=True, scale=None, l2norm=True, dtype=F64, kda=False):
+    """Positional arguments of _gated_delta_rule: q, k, v, g, beta, state, scale, l2norm; `kda`: g
+    [Bt, T, Hv, Kd], a decay per key channel (Kimi Delta Attention), some channels decaying steeply."""
+    g = (-torch.rand(bt, t, hv, kd, dtype=dtype) * torch.tensor([0.1, 3.0, 1.0] * kd, dtype=dtype)[:kd]
+         if kda else -torch.rand(bt, t, hv, dtype=dtype))
     return [torch.randn(bt, t, hk, kd, dtype=dtype), torch.randn(bt, t, hk, kd, dtype=dtype),
-            torch.randn(bt, t, hv, vd, dtype=dtype), -torch.rand(bt, t, hv, dtype=dtype),
+            torch.randn(bt, t, hv, vd, dtype=dtype), g,
             torch.rand(bt, t, hv, dtype=dtype), torch.randn(bt, hv, kd, vd, dtype=dtype) if state else None,
             scale, l2norm]
 
@@ -80,6 +84,9 @@ _DELTA_CASES = {
     "Hv=Hk,no-state": dict(hk=4, state=False),
     "Hv=2Hk+state": dict(),
     "no-l2norm+scale": dict(l2norm=False, scale=0.3),
+    "per-key-channel,Hv=Hk,no-state": dict(hk=4, state=False, kda=True),
+    "per-key-channel,Hv=2Hk+state": dict(kda=True),
+    "per-key-channel,no-l2norm+scale": dict(l2norm=False, scale=0.3, kda=True),
 }
 
 
@@ -121,13 +128,14 @@ def test_gated_delta_rule_and_state_chunked_and_one_token_match_reference(small_
 
 def test_default_chunk_sizes_match_reference_over_several_chunks():
     """The module's own chunk sizes (not the tests' small one), over more than two chunks with padding."""
-    t = 2 * max(rec._SSD_CHUNK, rec._GDR_CHUNK) + 7
+    t = 2 * max(rec._SSD_CHUNK, rec._GDR_CHUNK, rec._KDA_CHUNK) + 7
     args = _ssd_args(t=t, h=2, p=2, g=1, n=3)
     _close(rec._ssd_scan(*args), ref.np_ssd_scan(*_np(args)))
     _close(rec._ssd_state(*args), ref.np_ssd_state(*_np(args)))
-    args = _delta_args(t=t, hk=1, hv=2, kd=3, vd=2)
-    _close(rec._gated_delta_rule(*args), ref.np_gated_delta_rule(*_np(args)))
-    _close(rec._gated_delta_state(*args), ref.np_gated_delta_state(*_np(args)))
+    for kda in (False, True):
+        args = _delta_args(t=t, hk=1, hv=2, kd=3, vd=2, kda=kda)
+        _close(rec._gated_delta_rule(*args), ref.np_gated_delta_rule(*_np(args)))
+        _close(rec._gated_delta_state(*args), ref.np_gated_delta_state(*_np(args)))
 
 
 def test_references_reduce_to_hand_computed_values():
@@ -175,6 +183,7 @@ def test_prefill_then_one_token_steps_equals_one_pass(small_chunks, prefill):
     run(rec._causal_conv1d, rec._causal_conv1d_state, _conv_args(t=t), (0,), 3)
     run(rec._ssd_scan, rec._ssd_state, _ssd_args(t=t), _SSD_TIME, 10)
     run(rec._gated_delta_rule, rec._gated_delta_state, _delta_args(t=t), _DELTA_TIME, 5)
+    run(rec._gated_delta_rule, rec._gated_delta_state, _delta_args(t=t, kda=True), _DELTA_TIME, 5)
 
 
 # ----------------------------------------------------------------------------- gradients
@@ -198,9 +207,12 @@ def test_gradients_wrt_every_input_including_state(monkeypatch, t):
     """Through the chunked forms (3 chunks of 2, the last padded) and the one-token update."""
     monkeypatch.setattr(rec, "_SSD_CHUNK", 2)
     monkeypatch.setattr(rec, "_GDR_CHUNK", 2)
+    monkeypatch.setattr(rec, "_KDA_CHUNK", 2)
     _gradcheck((rec._causal_conv1d, rec._causal_conv1d_state), _conv_args(b=1, t=t, c=2, k=3))
     _gradcheck((rec._ssd_scan, rec._ssd_state), _ssd_args(bt=1, t=t, h=2, p=2, g=1, n=2))
     _gradcheck((rec._gated_delta_rule, rec._gated_delta_state), _delta_args(bt=1, t=t, hk=1, hv=2, kd=2, vd=2))
+    _gradcheck((rec._gated_delta_rule, rec._gated_delta_state),
+               _delta_args(bt=1, t=t, hk=1, hv=2, kd=2, vd=2, kda=True))
 
 
 # ----------------------------------------------------------------------------- dtypes
@@ -216,9 +228,10 @@ def test_half_inputs_compute_in_float32_and_keep_their_dtypes():
     assert (y.double() - want).abs().max() <= 1e-2 * want.abs().max()
     _close(s, ref.np_ssd_state(*_np([a.double() if isinstance(a, torch.Tensor) else a for a in args])), 1e-5)
 
-    args = _delta_args(t=9, dtype=torch.bfloat16)
-    o, s = rec._gated_delta_rule(*args), rec._gated_delta_state(*args)
-    assert (o.dtype, s.dtype) == (torch.bfloat16, torch.bfloat16)
+    for kda in (False, True):
+        args = _delta_args(t=9, dtype=torch.bfloat16, kda=kda)
+        o, s = rec._gated_delta_rule(*args), rec._gated_delta_state(*args)
+        assert (o.dtype, s.dtype) == (torch.bfloat16, torch.bfloat16)
     args = _conv_args(t=3, dtype=torch.bfloat16)
     args[1] = args[1].float()  # a float32 weight: computed in float32, returned in x's dtype
     assert rec._causal_conv1d(*args).dtype == torch.bfloat16
@@ -259,21 +272,26 @@ def test_ssd_matches_transformers_mamba2_chunk_scan_and_state_update():
     _same(rec._ssd_state(*step), theirs)
 
 
-def test_gated_delta_rule_matches_transformers_qwen3_next_chunk_and_recurrent():
-    """torch_chunk_gated_delta_rule (chunks of 16) and torch_recurrent_gated_delta_rule (its decode
-    step, and over a prompt), with Hv = 2 Hk and the L2 norm in the kernel, in float32."""
-    m = _transformers("qwen3_next.modeling_qwen3_next")
-    q, k, v, g, beta, state, _, _ = args = _delta_args(t=37, hk=2, hv=4, kd=16, vd=8, dtype=torch.float32)
-    o, final = m.torch_chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=16, initial_state=state,
-                                              output_final_state=True, use_qk_l2norm_in_kernel=True)
+@pytest.mark.parametrize("family", ["qwen3_next", "kimi_linear"])
+def test_gated_delta_rule_matches_transformers_chunk_and_recurrent(family):
+    """Qwen3-Next's torch_chunk_gated_delta_rule and torch_recurrent_gated_delta_rule (Hv = 2 Hk), Kimi
+    Linear's chunk_kimi_delta_attention and recurrent_kimi_delta_attention (a decay per key channel,
+    the heads of q, k and v equal): chunks of 16, the decode step and the recurrence over a prompt,
+    with the L2 norm in the kernel, in float32."""
+    m = _transformers(f"{family}.modeling_{family}")
+    kda = family == "kimi_linear"
+    chunk, recurrent = ((m.chunk_kimi_delta_attention, m.recurrent_kimi_delta_attention) if kda
+                        else (m.torch_chunk_gated_delta_rule, m.torch_recurrent_gated_delta_rule))
+    q, k, v, g, beta, state, _, _ = args = _delta_args(t=37, hk=4 if kda else 2, hv=4, kd=16, vd=8,
+                                                       dtype=torch.float32, kda=kda)
+    o, final = chunk(q, k, v, g, beta, chunk_size=16, initial_state=state, output_final_state=True,
+                     use_qk_l2norm_in_kernel=True)
     _same(rec._gated_delta_rule(*args), o)
     _same(rec._gated_delta_state(*args), final)
-    o, final = m.torch_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=state, output_final_state=True,
-                                                  use_qk_l2norm_in_kernel=True)
+    o, final = recurrent(q, k, v, g, beta, initial_state=state, output_final_state=True, use_qk_l2norm_in_kernel=True)
     _same(rec._gated_delta_rule(*args), o)
     step = _slice(args, 0, 1, _DELTA_TIME)
-    o, final = m.torch_recurrent_gated_delta_rule(*step[:5], initial_state=state, output_final_state=True,
-                                                  use_qk_l2norm_in_kernel=True)
+    o, final = recurrent(*step[:5], initial_state=state, output_final_state=True, use_qk_l2norm_in_kernel=True)
     _same(rec._gated_delta_rule(*step), o)
     _same(rec._gated_delta_state(*step), final)
 
@@ -349,6 +367,7 @@ def test_entry_points_compile_fullgraph(monkeypatch, op):
     ("ssd_state", lambda: _ssd_args(bt=1, t=6, h=2, p=2, g=2, n=2, D=False, state=False)),
     ("gated_delta_rule", lambda: _delta_args(bt=1, t=6, hk=1, hv=2, kd=2, vd=2)),
     ("gated_delta_state", lambda: _delta_args(bt=1, t=6, hk=1, hv=2, kd=2, vd=2, state=False, scale=0.5)),
+    ("gated_delta_rule", lambda: _delta_args(bt=1, t=6, hk=1, hv=2, kd=2, vd=2, kda=True)),
 ])
 def test_the_opaque_ops_torch_compile_sees_have_the_kernels_gradients(small_chunks, name, args):
     """What a compiled graph runs (torch.ops.snf.<name>, its backward by torch.func.vjp of the chunked

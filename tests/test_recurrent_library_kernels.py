@@ -126,7 +126,8 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
 
 
 def _delta_loop(q, k, v, g, beta, scale, initial_state, l2norm):
-    """Per token: S = S exp(g); S += k ((v - k^T S) beta)^T; o = (scale q)^T S; in float32."""
+    """Per token: S = S exp(g) (g [B, T, H], or [B, T, H, K]: S's rows each by its own); S += k ((v -
+    k^T S) beta)^T; o = (scale q)^T S; in float32."""
     q, k, v, g, beta = (u.float() for u in (q, k, v, g, beta))
     if l2norm:
         q, k = (u / torch.sqrt((u * u).sum(-1, keepdim=True) + 1e-6) for u in (q, k))
@@ -134,7 +135,7 @@ def _delta_loop(q, k, v, g, beta, scale, initial_state, l2norm):
     s = q.new_zeros(b, h, kd, v.shape[3]) if initial_state is None else initial_state.float()
     os_ = []
     for i in range(t):
-        s = s * torch.exp(g[:, i])[..., None, None]
+        s = s * (torch.exp(g[:, i])[..., None, None] if g.dim() == 3 else torch.exp(g[:, i])[..., None])
         u = (v[:, i] - (k[:, i, :, :, None] * s).sum(-2)) * beta[:, i, :, None]
         s = s + k[:, i, :, :, None] * u[:, :, None, :]
         os_.append((scale * q[:, i, :, :, None] * s).sum(-2))
@@ -164,6 +165,25 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     return o.to(v.dtype), (s if output_final_state else None)
 
 
+def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+              use_qk_l2norm_in_kernel=False, cu_seqlens=None, **kwargs):
+    """q, k (B, T, H, K), v (B, T, HV, V), g (decays) (B, T, HV, K), beta (B, T, HV), initial_state
+    (N, HV, K, V); (o, the final state in float32 or None). Here H == HV (as snf calls it)."""
+    assert q.shape == k.shape == g.shape and v.shape[:3] == beta.shape == q.shape[:3]
+    assert not kwargs.get("use_gate_in_kernel") and not kwargs.get("use_beta_sigmoid_in_kernel")
+    scale = k.shape[-1] ** -0.5 if scale is None else scale
+    o, s = _delta_loop(q, k, v, g, beta, scale, initial_state, use_qk_l2norm_in_kernel)
+    return o.to(q.dtype), (s if output_final_state else None)
+
+
+def fused_recurrent_kda(q, k, v, g, beta=None, A_log=None, dt_bias=None, scale=None, initial_state=None,
+                        output_final_state=False, use_qk_l2norm_in_kernel=False, **kwargs):
+    """As chunk_kda, without a backward (A_log and dt_bias sit between beta and scale)."""
+    _no_grad(q, k, v, g, beta, initial_state)
+    assert A_log is None and dt_bias is None and beta is not None
+    return chunk_kda(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel)
+
+
 @pytest.fixture
 def calls(monkeypatch):
     """The fakes installed (their calls recorded, in order: (name, args, kwargs)) and the device test
@@ -191,6 +211,7 @@ def calls(monkeypatch):
     module("fla", __version__="0.5.2")
     module("fla.ops.gated_delta_rule", chunk_gated_delta_rule=chunk_gated_delta_rule,
            fused_recurrent_gated_delta_rule=fused_recurrent_gated_delta_rule)
+    module("fla.ops.kda", chunk_kda=chunk_kda, fused_recurrent_kda=fused_recurrent_kda)
     monkeypatch.setattr(kern, "_kernel_device", lambda t: True)
     monkeypatch.setattr(kern, "_KERNEL_LIBRARIES", {})
     monkeypatch.delenv("SNF_RECURRENT_KERNELS", raising=False)
@@ -410,6 +431,29 @@ def test_gated_delta_rule_runs_fla(calls, monkeypatch, case, t, called, fn):
     assert runtime.recurrent_kernels() == {fn.__name__[1:]: LIBRARIES["gated_delta"]}
 
 
+@pytest.mark.parametrize("t, called", [(7, "chunk_kda"), (1, "fused_recurrent_kda")], ids=["prompt", "one-token"])
+@pytest.mark.parametrize("fn", [rec._gated_delta_rule, rec._gated_delta_state], ids=["rule", "state"])
+def test_a_decay_per_key_channel_runs_fla_kda(calls, monkeypatch, t, called, fn):
+    """g [B, T, Hv, K] (Kimi Delta Attention): fla.ops.kda's functions, q and k repeated to the value
+    heads, g and beta by keyword; gradients through chunk_kda; without fla.ops.kda (fla before 0.4),
+    the torch code, while the per-head decay still runs fla."""
+    args = _delta_args(t=t, dtype=F32, kda=True)
+    _check(monkeypatch, calls, fn, args, called)
+    _, given, options = calls[0]
+    assert given[0].shape == given[1].shape == (2, t, 4, 3)
+    assert options["g"] is args[3] and options["beta"] is args[4] and options["initial_state"] is args[5]
+    assert options["output_final_state"] == (fn is rec._gated_delta_state)
+    assert runtime.recurrent_kernels() == {fn.__name__[1:]: LIBRARIES["gated_delta"]}
+    if t == 7 and fn is rec._gated_delta_rule:
+        _check(monkeypatch, calls, fn, args, "chunk_kda", grads=True)
+        monkeypatch.setitem(sys.modules, "fla.ops.kda", None)
+        monkeypatch.setattr(kern, "_KERNEL_LIBRARIES", {})
+        del calls[:]
+        fn(*args)
+        assert calls == [] and runtime.recurrent_kernels() == {"gated_delta_rule": "torch"}
+        _check(monkeypatch, calls, fn, _delta_args(t=t, dtype=F32), "chunk_gated_delta_rule")
+
+
 def test_gated_delta_gradients_through_the_library(calls, monkeypatch):
     """Prompts and one token alike run chunk_gated_delta_rule when a gradient is wanted."""
     for t in (6, 1):
@@ -436,7 +480,7 @@ def test_gated_delta_falls_back_where_fla_does_not_reach(calls, monkeypatch):
 
 # ----------------------------------------------------------------------------- generated modules, compiled
 
-@pytest.mark.parametrize("spec", ["mamba2", "qwen3_next"])
+@pytest.mark.parametrize("spec", ["mamba2", "qwen3_next", "kimi_linear"])
 def test_a_generated_model_prefills_and_decodes_through_the_libraries(calls, monkeypatch, spec):
     """Eager: the logits and caches of a prompt and of a decode step after it equal the torch code's."""
     monkeypatch.setenv("SNF_COMPILE", "0")
@@ -463,8 +507,10 @@ def test_a_generated_model_prefills_and_decodes_through_the_libraries(calls, mon
         assert {"mamba_chunk_scan_combined", "selective_state_update"} <= names
         # the decode step's state is the one its output's call updated: one call a layer, not two
         assert sum(c[0] == "selective_state_update" for c in calls) == model.config.n_layer
-    else:
+    elif spec == "qwen3_next":
         assert {"chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"} <= names
+    else:  # a decay per key channel
+        assert {"chunk_kda", "fused_recurrent_kda"} <= names and not any("gated_delta" in n for n in names)
 
 
 def test_the_opaque_ops_run_the_library_without_its_autograd(calls, monkeypatch):

@@ -139,7 +139,8 @@ def test_gpt_decoder_matches_hf_llama(shape):
     assert abs(got.loss.item() - want.loss.item()) <= 1e-5
     # the comparison can fail: perturb one weight and the logits move
     with torch.no_grad():
-        ours.layers[0].qkv.weight.mul_(3.0)
+        for x in "qkv":
+            getattr(ours.layers[0], x).weight.mul_(3.0)
         assert (ours(idx).logits - want.logits).abs().max().item() > 1e-3
 
 
@@ -198,7 +199,7 @@ def test_scaled_residual_init():
     assert abs(on.layers[0].o.weight.std().item() - want) < 0.1 * want
     assert abs(on.layers[0].down.weight.std().item() - want) < 0.1 * want
     assert abs(off.layers[0].o.weight.std().item() - 0.02) < 0.002
-    assert abs(on.layers[0].qkv.weight.std().item() - 0.02) < 0.002  # other weights keep std 0.02
+    assert abs(on.layers[0].q.weight.std().item() - 0.02) < 0.002  # other weights keep std 0.02
     assert torch.equal(on.layers[0].attn_norm.weight, torch.ones(256))
 
 
@@ -246,7 +247,7 @@ def test_tiny_transformer_matches_the_equations(cfg):
     out = m(x)
     table = sys.modules[type(m).__module__].spec_parameters(m.config)
     # one layer: a per-layer parameter's only slice
-    params = {k: (v[0] if table[k][2] else v).detach().double().numpy() for k, v in spec_state(m).items()}
+    params = {k: (v[0] if table[k].loop else v).detach().double().numpy() for k, v in spec_state(m).items()}
     logits, y = _tiny_equations(params, x.numpy())
     assert np.abs(out.logits.detach().numpy() - logits).max() <= 1e-5
     assert (out.y.numpy() == y).all()
@@ -288,13 +289,9 @@ def test_every_spec_matches_the_numpy_interpreter(spec):
     with torch.no_grad():
         for p in m.parameters():
             p.normal_(0.0, 0.3)
-    rng = np.random.default_rng(0)
-    vocab = m.config.vocab_size if hasattr(m.config, "vocab_size") else 8
-    feeds = {}
-    for i in model_ir.inputs:
-        if i.optional:
-            continue
-        feeds[i.name] = rng.integers(0, vocab, size=(2, 5))
+    from test_stats import _feeds  # the required inputs by their checked types: token ids, or features
+    drawn = _feeds(model_ir, {f: getattr(m.config, f) for f in fields})
+    feeds = {k: (v.double() if v.is_floating_point() else v).numpy() for k, v in drawn.items()}
     got = m(**{k: torch.from_numpy(v) for k, v in feeds.items()})
     outs = got._asdict() if hasattr(got, "_asdict") else {model_ir.outputs[0].name: got}
     values = {k: v.detach().numpy() for k, v in spec_state(m).items()}

@@ -59,8 +59,8 @@ def test_the_layers_that_have_it(tmp_path, cfg):
     n_layer, step = cfg.get("n_layer", 5), cfg.get("step", 2)
     sparse = [i for i in range(n_layer) if i % step == step - 1]
     keys = model.state_dict()
-    assert [i for i in range(n_layer) if f"layers.{i}.up" in keys] == sparse
-    assert [i for i in range(n_layer) if f"layers.{i}.dense" in keys] == [i for i in range(n_layer) if i not in sparse]
+    assert [i for i in range(n_layer) if f"layers.{i}.up.weight" in keys] == sparse  # an nn.Linear or None
+    assert [i for i in range(n_layer) if f"layers.{i}.dense.weight" in keys] == [i for i in range(n_layer) if i not in sparse]
     assert all((model.layers[i].up is None) == (i not in sparse) for i in range(n_layer))
     state = spec_state(model)
     if sparse:
@@ -123,8 +123,8 @@ def test_qwen2_moe_layers_hold_their_kind_of_weights(tmp_path, overrides):
     step, keys, theirs = model.config.sparse_step, model.state_dict(), hf.state_dict()
     for i in range(model.config.n_layer):
         sparse = (i + 1) % step == 0 and i not in overrides.get("mlp_only_layers", [])
-        assert (f"layers.{i}.router_weight" in keys) == sparse == (f"model.layers.{i}.mlp.gate.weight" in theirs)
-        assert (f"layers.{i}.gate_weight" in keys) != sparse
+        assert (f"layers.{i}.router.weight" in keys) == sparse == (f"model.layers.{i}.mlp.gate.weight" in theirs)
+        assert (f"layers.{i}.gate.weight" in keys) != sparse
         assert (f"model.layers.{i}.mlp.gate_proj.weight" in theirs) != sparse
 
 

@@ -25,7 +25,8 @@ from snf.ops import all_ops
 from snf.passes.caches import plan_caches
 from snf.passes.liveness import plan_outputs
 from snf.source import Source
-from snf.stats import DTYPE_BYTES, StatsError, parse_overrides, stats
+from snf.stats import StatsError, parse_overrides, stats
+from snf.stats.caches import DTYPE_BYTES
 from specs_table import ROWS
 
 SPECS = sorted((REPO / "specs").glob("*.snf"))

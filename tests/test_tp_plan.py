@@ -63,9 +63,11 @@ def test_llama3_plan_is_torchtitans_and_transformers():
     sharded = {n for n, s in styles.items() if s != "replicate"}
     assert sharded == set(hf_to_snf.values()), sharded  # the norms stay whole, as in both
     assert llama3.tp.full and [(c[0], c[2]) for c in llama3.tp.caches] == [("past_keys", 3), ("past_values", 3)]
-    assert llama3.tp.styles() == {"token_embedding": "vocab_embedding", "layers.*.qkv": "colwise",
+    # module for module, torchtitan's and transformers' (q, k, v separate nn.Linears; the head an nn.Linear)
+    assert llama3.tp.styles() == {"token_embedding": "vocab_embedding", "layers.*.q": "colwise",
+                                 "layers.*.k": "colwise", "layers.*.v": "colwise",
                                  "layers.*.o": "rowwise", "layers.*.gate": "colwise", "layers.*.up": "colwise",
-                                 "layers.*.down": "rowwise", "lm_head_weight": "vocab_head"}
+                                 "layers.*.down": "rowwise", "lm_head": "vocab_head"}
 
 
 def test_families_shard_as_their_anchors():
@@ -81,13 +83,13 @@ def test_families_shard_as_their_anchors():
     mamba = plans("mamba2")
     s = _by_param(mamba)
     assert (s["in_proj_weight"], s["out_proj_weight"], s["A_log"], s["conv_weight"]) == (
-        "colwise", "rowwise", "shard:0", "shard:0")
+        "colwise_pieces", "rowwise", "shard:0", "shard:0")
     display = dict(mamba.model.display)
     assert {r.message(display, "m").split(",")[0] for r in mamba.tp.requires} >= {
         "tp must divide H = n_head", "tp must divide G = n_groups"}
     phi3 = plans("phi3")
     qkv = next(p for p in phi3.tp.placements if "qkv_weight" in p.params)
-    assert qkv.style == "colwise" and "pieces at lines 74, 75, 76" in qkv.reason
+    assert qkv.style == "colwise_pieces" and "pieces at lines 74, 75, 76" in qkv.reason
     assert _by_param(plans("olmo2"))["q_norm_weight"] == "width_norm"
     assert _by_param(plans("qwen3"))["q_norm_weight"] == "head_norm"
 
@@ -101,7 +103,7 @@ def _check(*argv) -> tuple[int, str, str]:
 
 def test_check_tp_prints_the_plan_and_refuses_what_cannot_shard():
     code, out, _ = _check("--tp", "2", str(ROOT / "specs" / "llama3.snf"))
-    assert code == 0 and "layers.*.qkv" in out and "colwise" in out
+    assert code == 0 and "layers.*.q " in out and "colwise" in out
     # 16 ranks cannot hold llama3's 8 key/value heads: refused at the line that makes them
     code, out, _ = _check("--tp", "16", str(ROOT / "specs" / "llama3.snf"))
     assert code == 1

@@ -1,11 +1,11 @@
 """`config FMT:` sections (docs/language.md 7.1): how a foreign config (transformers' config.json)
-gives the Config, checked here; `snf.checkpoints` encodes them as data, `snf.pretrained`
+gives the Config, checked here; `snf.weight_mapping` encodes them as data, `snf.pretrained`
 evaluates them."""
 
 from __future__ import annotations
 
 from .. import ir
-from ..checkpoints import MappingError
+from ..weight_mapping import MappingError
 from ..config_mapping import ABOVE, config_keys, config_scope, encode_config, written_key
 from ..diagnostics import Related
 from ..source import Span
@@ -13,8 +13,8 @@ from ..source import Span
 _HINT = ("a config entry is `field <- source`, `_ <- FMT.key` (keys to ignore), `FMT.key <- value` (written back) "
          'or `assert test, "message"`; sources are keys `FMT.key` (`FMT.outer.inner` for a nested one), Config '
          "names, constants, arithmetic, comparisons, `and`/`or`/`not`, `a if c else b`, "
-         "match(source, value=result, ...) and the list functions count, range, flags and positions "
-         "(docs/language.md 7.1)")
+         "match(source, value=result, ...), the list functions count, range, flags and positions, and for an "
+         "object keyed by layer number `FMT.obj[number].field`, per_layer and keyed (docs/language.md 7.1)")
 
 
 class ConfigMaps:
@@ -112,7 +112,9 @@ class ConfigMaps:
                 self.r.error("bad-config-map", f"`{e.target}` is computed from `{fmt}.{lost[0]}`, which nothing writes "
                              "back, so save_pretrained could not write a config.json that reads as this Config",
                              e.span, hint=f"read `{e.target}` straight from a key (`{e.target} <- {fmt}.key`, with `or` "
-                             f"defaults or match(...)), or write the key back: `{fmt}.{lost[0]} <- value`")
+                             f"defaults or match(...)), or write the key back: "
+                             f"`{fmt}.{lost[0].partition('.*')[0]} <- value`"
+                             + (" (an object keyed by layer: keyed(numbers, field=value))" if ".*" in lost[0] else ""))
 
     def check_sources(self) -> None:
         """Each `checkpoint FMT:` section gives every parameter a source (a buffer the config decides

@@ -4,7 +4,7 @@ fields, derived dims, tensor types with symbolic shapes, run-time dims) and `che
 from __future__ import annotations
 
 from .. import ir
-from ..checkpoints import MappingError, encode_mapping, field_names, format_key, key_fields, parse_field
+from ..weight_mapping import MappingError, encode_mapping, eval_field, field_names, format_key, key_fields, parse_field
 from ..diagnostics import Related
 from ..dims import Dim
 from ..ir import ErrorT, ScalarT, TensorT
@@ -372,7 +372,8 @@ class Declarations:
                 self.key_fields(e, encoded, target, e.name in stacked, values)
             except MappingError as err:
                 self.r.error("bad-checkpoint", str(err), getattr(err, "span", None) or e.span,
-                             hint='sources are "key" strings, `.T`, `a or b` and split("key", n, axis=i, index=j[, interleaved=True])')
+                             hint='sources are "key" strings, `.T`, `a or b`, split("key", n, axis=i, index=j[, '
+                                  'interleaved=True]) and join(["key", ...], axis=i, sizes=[n, ...])')
 
     def key_values(self) -> dict:
         """What a key's fields read for the defaults: the int params and the derived dims."""
@@ -397,6 +398,7 @@ class Declarations:
                            "an expert number replaces it only in `name[l, e] <- ...`" if name == "e" else
                            "a key reads the layer number `l`, the expert number `e` and int params")
                     raise MappingError(f"`{name}` in the key field `{{{field}}}`: {why}", _key_span(e.source, key))
+        _join_sizes(e.source, target, per_layer, values, ints, self.at_defaults)
         if e.name == "_" or target is None or not per_layer:
             return
         layers = self.at_defaults(target.ty.shape[0])
@@ -407,6 +409,30 @@ class Declarations:
             if (problem := key_problem(key, values, layers, experts)) is not None:
                 raise MappingError(_problem_text(key, problem, values, e.expert_var is not None),
                                    _key_span(e.source, key))
+
+
+def _join_sizes(source: ir.Expr, target, per_layer: bool, values: dict, ints: set, at_defaults) -> None:
+    """A `join`'s sizes read int params and dims (`ints`) only, and add up to the axis it fills (for
+    the defaults, `values`, where they are known)."""
+    if isinstance(source, ir.BoolOp):
+        _join_sizes(source.left, target, per_layer, values, ints, at_defaults)
+        _join_sizes(source.right, target, per_layer, values, ints, at_defaults)
+        return
+    if not (isinstance(source, ir.Call) and source.func == "join") or target is None:
+        return
+    shape = target.ty.shape[1:] if per_layer else target.ty.shape
+    enc = encode_mapping(source, len(shape))
+    for size, tree in zip(next(k.value.items for k in source.kwargs if k.name == "sizes"), enc[3]):
+        if unknown := sorted(field_names(tree) - ints):
+            raise MappingError(f"`{unknown[0]}` in a join's size: a size reads int params and dims", size.span)
+    want = at_defaults(shape[enc[2]])
+    try:
+        got = [eval_field(tree, values) for tree in enc[3]]
+    except KeyError:  # a param without a default: interop checks the sizes as it loads
+        return
+    if want is not None and sum(got) != want:
+        raise MappingError(f"the join's sizes add up to {' + '.join(map(str, got))} = {sum(got)} (for the "
+                           f"defaults), and axis {enc[2]} of the tensor it fills is {want}", source.span)
 
 
 def _problem_text(key: str, problem: tuple, values: dict, per_expert: bool) -> str:

@@ -15,7 +15,7 @@ from fractions import Fraction
 from itertools import islice, product
 from math import gcd, lcm
 
-from ..checkpoints import eval_field, field_names, key_parts, parse_field
+from ..weight_mapping import eval_field, field_names, key_parts, parse_field
 
 LISTED = 100_000  # keys listed at most where the proof does not apply: above it, the key is "unproved"
 CLASSES = 10_000  # classes of (l, e) the proof computes the fields on, at most (a few evaluations each)

@@ -365,6 +365,15 @@ class LowerCtx:
         return ", ".join(self.em.dim(i.ty.dim) if isinstance(i, ir.Lit) or isinstance(i, ir.Ref) and
                          i.kind in ("config", "dim") else self.em.code(i) for i in a.items)
 
+    def dim_items(self, name: str) -> list[Dim] | None:
+        """The sizes of the dims list `name` as dims, or None where one is not a size the checker named."""
+        dims = [getattr(i.ty, "dim", None) for i in self.args[name].items]
+        return None if any(d is None for d in dims) else dims
+
+    def run_time(self, d: Dim) -> bool:
+        """Whether `d` names a dim a call decides (`B`, `T`): it may be 0 at run time."""
+        return bool(d.symbols() & self.em.g.model.run_time_dims)
+
     def slices(self, name: str) -> str:
         return ", ".join(self.em.code(i) for i in self.args[name].items)
 

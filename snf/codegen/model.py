@@ -398,35 +398,41 @@ class Generator:
         return ctx
 
     # ---------------------------------------------------------------- tables for snf.interop
-    def tp_rows(self) -> tuple[list[str], list[str]]:
-        """`Model.tp_plan`'s entries (module path: style) and `tp_requires`' (a check of the config and tp,
-        the message when it fails), as the tensor-parallel pass planned them."""
+    def tp_rows(self) -> tuple[list[str], list[str], tuple[str, ...]]:
+        """`Model.tp_plan`'s entries (module path: style), `tp_requires`' (a check of the config and tp,
+        the message when it fails) and `tp_local`'s names, as the tensor-parallel pass planned them."""
         tp = self.plans.tp
         plan = [f"{key!r}: {style!r}," for key, style in tp.styles().items()]
         em = Emitter(self, None, Namespace(), cfg="c")
         requires = [f"(lambda c, tp: {em.dim(r.units, 20)} % tp == 0, {r.message(self.display, self.spec_file)!r}),"
                     for r in tp.requires]
-        return plan, requires
+        return plan, requires, tp.local()
 
     def spec_parameter_rows(self) -> list[str]:
-        """`spec_parameters(cfg)`: spec name -> (state-dict key, rows of it or None, layers or None, the
-        shape of its piece of that tensor (one layer's) or None where the config leaves it out, dtype);
-        the layers are their count, or for a tensor of some layers only the tuple of their numbers."""
+        """`spec_parameters(cfg)`: spec name -> a `_SpecParameter` row (snf/runtime/tables.py): its
+        state-dict key, the shape of its piece of that tensor (one layer's) or None where the config
+        leaves it out, its dtype, and where they apply the rows of a fused tensor, the layer loop (the
+        layout plan's owner) and its layers: their count, or for a tensor of some layers only the tuple
+        of their numbers."""
         em = Emitter(self, "config", Namespace())
         rows = []
         for place in self.plans.layout.places:
-            rows_code = "None" if place.rows is None else f"({em.dim(place.rows[0])}, {em.dim(place.rows[1])})"
-            block = self.plans.blocks.owner(place.name)
-            layers = em.dim(block.loop.count) if block else "None"
             t = self.model.param(place.name)
-            if block and t.layer_var:  # the layers it exists on, as a tuple of their numbers
-                var = em.names.name(block.loop.var)
-                layers = f"tuple({var} for {var} in range({layers}) if {em.code(params.layer_condition(self, t))})"
+            block = self.plans.blocks.owner(place.name)
             dims = [em.dim(d) for d in (t.ty.shape[1:] if block else t.ty.shape)]
             shape = f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
             if t.condition is not None and not t.layer_var:  # a config switch, which the layers above do not say
                 shape = f"{shape} if {em.code(t.condition)} else None"
-            rows.append(f"{place.name!r}: ({place.key!r}, {rows_code}, {layers}, {shape}, torch.{t.ty.dtype}),")
+            fields = [repr(place.key), f"shape={shape}", f"dtype=torch.{t.ty.dtype}"]
+            if place.rows is not None:
+                fields.append(f"rows=({em.dim(place.rows[0])}, {em.dim(place.rows[1])})")
+            if block:
+                layers = em.dim(block.loop.count)
+                if t.layer_var:  # the layers it exists on, as a tuple of their numbers
+                    var = em.names.name(block.loop.var)
+                    layers = f"tuple({var} for {var} in range({layers}) if {em.code(params.layer_condition(self, t))})"
+                fields += [f"loop={place.owner!r}", f"layers={layers}"]
+            rows.append(f"{place.name!r}: _SpecParameter({', '.join(fields)}),")
         return rows
 
     def checkpoint_rows(self) -> list[str]:

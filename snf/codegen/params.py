@@ -50,7 +50,8 @@ def module_line(em: Emitter, gen, m: Module) -> str:
         spec_names = ", ".join(m.weights) + " fused" + (" (and their biases)" if any(m.biases) else "")
     else:
         spec_names = ", ".join(n for n in m.weights + m.biases if n)
-    return f"self.{m.attr} = {cls}({args}{dtype})  # {spec_names}  {gen.spec_file}:{weight.span.line}"
+    cond = f" if {em.code(layer_condition(gen, weight))} else None" if weight.condition is not None else ""
+    return f"self.{m.attr} = {cls}({args}{dtype}){cond}  # {spec_names}  {gen.spec_file}:{weight.span.line}"
 
 
 def declaration_lines(em: Emitter, gen, owner: str | None) -> list[str]:
@@ -106,14 +107,16 @@ def init_lines(em: Emitter, gen, owner: str | None) -> list[str]:
     for place in gen.plans.layout.places:
         if place.owner == owner:
             t = gen.model.param(place.name)
-            groups.setdefault(place.path, []).append((t, _init_line(em, t, _target(em, place))))
+            groups.setdefault(place.path, []).append((t, _init_line(em, t, _target(em, place)),
+                                                   place.module if place.path == f"{place.module}.weight" else None))
     lines = []
     for path, parts in groups.items():
         t = parts[0][0]
-        alike = {_init_line(em, p, "X") for p, _ in parts}
-        todo = [_init_line(em, t, f"self.{path}")] if len(parts) > 1 and len(alike) == 1 else [ln for _, ln in parts]
+        alike = {_init_line(em, p, "X") for p, _, _ in parts}
+        todo = [_init_line(em, t, f"self.{path}")] if len(parts) > 1 and len(alike) == 1 else [ln for _, ln, _ in parts]
         if t.condition is not None:
-            lines += [f"if self.{path} is not None:"] + ["    " + ln for ln in todo]
+            held = f"self.{parts[0][2] or path}"  # a conditional linear is None, not its weight
+            lines += [f"if {held} is not None:"] + ["    " + ln for ln in todo]
         else:
             lines += todo
     return lines

@@ -385,7 +385,7 @@ class Model:
     dim_sources: tuple[tuple[str, str, int], ...] = ()  # (dim, input, axis) where first bound
     display: tuple[tuple[Any, str], ...] = ()  # atom -> spec spelling, for messages and comments
     mappings: tuple[MapEntry, ...] = ()
-    config_maps: tuple[ConfigEntry, ...] = ()  # `config FMT:` sections, checked (snf.checkpoints encodes them)
+    config_maps: tuple[ConfigEntry, ...] = ()  # `config FMT:` sections, checked (snf.weight_mapping encodes them)
     stacked: tuple[str, ...] = ()  # parameters that live per layer
     checks: tuple[Check, ...] = ()
     input_groups: tuple[tuple[str, ...], ...] = ()  # optional inputs given together or not at all

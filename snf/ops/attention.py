@@ -33,7 +33,7 @@ def _attention_rule(ctx, args):
     same_dtype(q, v, "q", "v")
     for n, t in (("k", k), ("v", v)):
         if not ctx.eq(q.shape[0], t.shape[0]):
-            raise _layout_error(ctx, q, t, n, 0, "batch")
+            raise layout_error(ctx, q, t, n, 0, "batch")
     _kv_heads(ctx, q, k, v)
     if not ctx.eq(q.shape[3], k.shape[3]):
         raise OpError(f"`k` is {ctx.show(k.shape)} but `q` is {ctx.show(q.shape)}: head dims differ", "k",
@@ -97,7 +97,7 @@ def _attention_sinks(ctx, q: TensorT, sinks: TensorT) -> None:
                       hint="the sinks join the scores: give them the dtype of q", blame=("q", "sinks"))
 
 
-def _layout_error(ctx, q: TensorT, t: TensorT, n: str, axis: int, label: str) -> OpError:
+def layout_error(ctx, q: TensorT, t: TensorT, n: str, axis: int, label: str) -> OpError:
     return OpError(f"`{n}` is {ctx.show(t.shape)} but `q` is {ctx.show(q.shape)}: the {label} axes "
                    f"({ctx.show_dim(t.shape[axis])} vs {ctx.show_dim(q.shape[axis])}) differ; "
                    f"layout is [B, T, H, head_dim]", n, blame=("q", n))
@@ -114,7 +114,7 @@ def _kv_heads(ctx, q: TensorT, k: TensorT, v: TensorT) -> None:
     if ctx.eq(h, kvh):
         return
     if not (ctx.static(h) and ctx.static(kvh)):  # a run-time length where heads belong: a layout mistake
-        raise _layout_error(ctx, q, k, "k", 2, "heads")
+        raise layout_error(ctx, q, k, "k", 2, "heads")
     if not divides(ctx, kvh, h):
         raise OpError(f"`k` has {ctx.show_dim(kvh)} heads and `q` {ctx.show_dim(h)}: in grouped-query attention "
                       f"each key/value head serves the same number of query heads, so {ctx.show_dim(kvh)} must "
@@ -147,7 +147,7 @@ def _attention_bias(ctx, q: TensorT, k: TensorT, bias: TensorT) -> None:
                            "for one bias per head")
 
 
-def _np_attention(q, k, v, causal=False, scale=None, mask=None, dropout=0.0, window=None, bias=None, softcap=None,
+def np_attention(q, k, v, causal=False, scale=None, mask=None, dropout=0.0, window=None, bias=None, softcap=None,
                   sinks=None):
     q, k, v = (np.swapaxes(t, 1, 2) for t in (q, k, v))  # [B, H, T, hd]
     group = q.shape[1] // k.shape[1]  # grouped-query attention: query head h reads key/value head h // group
@@ -172,13 +172,13 @@ def _np_attention(q, k, v, causal=False, scale=None, mask=None, dropout=0.0, win
 
 
 def _np_chunked_attention(q, k, v, chunk=None, **args):
-    """_np_attention with `chunk=C`: query i (at position i + T_k - T_q, as `causal` aligns it) also
+    """np_attention with `chunk=C`: query i (at position i + T_k - T_q, as `causal` aligns it) also
     sees only the keys j of its own chunk, j // C == (i + T_k - T_q) // C, as a -inf bias."""
     if chunk is not None:
         i = np.arange(q.shape[1])[:, None] + (k.shape[1] - q.shape[1])
         outside = np.where(np.arange(k.shape[1])[None, :] // chunk == i // chunk, 0.0, -np.inf)
         args["bias"] = outside if args.get("bias") is None else args["bias"] + outside
-    return _np_attention(q, k, v, **args)
+    return np_attention(q, k, v, **args)
 
 
 def _np_sink_softmax(s, sinks):

@@ -31,7 +31,7 @@ def _float_tensor_rule(ctx, args):
     return args["x"]
 
 
-def _np_gelu(x, approximate="none"):
+def np_gelu(x, approximate="none"):
     if approximate == "tanh":
         return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
     from math import erf
@@ -40,7 +40,7 @@ def _np_gelu(x, approximate="none"):
 
 register(OpDef(
     "gelu", (Param("x", "tensor"), Param("approximate", "str", "none", choices=("none", "tanh"), static=True)),
-    _float_tensor_rule, numpy=_np_gelu,
+    _float_tensor_rule, numpy=np_gelu,
     torch=lambda call: (f"F.gelu({call.code('x')}, approximate='tanh')" if call.val("approximate") == "tanh"
                      else f"F.gelu({call.code('x')})"),
     doc="GELU; `approximate=\"tanh\"` is GPT-2's tanh form, the default is exact (erf).", elementwise=True,
@@ -289,9 +289,34 @@ def _reshape_rule(ctx, args):
     return TensorT(tuple(dims), x.dtype)
 
 
+def _changed_axes(old, new, eq) -> tuple[int, int, int]:
+    """(i, j, k): the axes old[i:j] that become new[i:k], the others kept on either side."""
+    i = 0
+    while i < min(len(old), len(new)) and eq(old[i], new[i]):
+        i += 1
+    s = 0
+    while s < min(len(old), len(new)) - i and eq(old[-1 - s], new[-1 - s]):
+        s += 1
+    return i, len(old) - s, len(new) - s
+
+
+def _reshape_torch(call) -> str:
+    """A split of one axis leaves its outer size to torch (`[B, T, D]` to `[B, T, H, head_dim]` is
+    `unflatten(2, (-1, head_dim))`) and a merge of neighbouring axes is a `flatten`, so that a
+    tensor-parallel shard of that axis (a rank's heads) reshapes as the whole does; any other reshape
+    names every size."""
+    x, new = call.code('x', prec=50), call.dim_items('shape')
+    if new is not None:
+        i, j, k = _changed_axes(call.ty('x').shape, new, call.eq)
+        if j - i == 1 and k - i > 1 and not any(call.run_time(d) for d in new[i + 1:k]):
+            return f"{x}.unflatten({i}, (-1, {', '.join(call.dim(d) for d in new[i + 1:k])}))"
+        if k - i == 1 and j - i > 1:
+            return f"{x}.flatten({i}, {j - 1})"
+    return f"{x}.reshape({call.dims_code('shape')})"
+
+
 register(OpDef("reshape", (Param("x", "tensor"), Param("shape", "dims")), _reshape_rule,
-               numpy=lambda x, shape: x.reshape(shape), view=True,
-               torch=lambda call: f"{call.code('x', prec=50)}.reshape({call.dims_code('shape')})",
+               numpy=lambda x, shape: x.reshape(shape), view=True, torch=_reshape_torch,
                doc="reshape; the element counts must agree symbolically.", shard=sharding.reshape))
 
 

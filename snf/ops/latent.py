@@ -15,7 +15,7 @@ step takes, where expanding every cached token for one query costs far more.
 from __future__ import annotations
 
 from ..ir import TensorT
-from .attention import _layout_error, _np_attention
+from .attention import layout_error, np_attention
 from .lazy_numpy import np
 from . import sharding
 from .registry import POSITIVE, OpDef, OpError, Param, registrar
@@ -40,7 +40,7 @@ def _latent_rule(ctx, args):
         if not ctx.static(d):
             raise OpError(f"`{n}` must be a config value (a number of dims), not a run-time one", n, code="arg-kind")
     if not ctx.eq(q.shape[0], latent.shape[0]):
-        raise _layout_error(ctx, q, latent, "latent", 0, "batch")
+        raise layout_error(ctx, q, latent, "latent", 0, "batch")
     rank = w.shape[1]
     if not ctx.need(latent.shape[2], "==", rank + dr, "the latent is the kv rank's values, then the RoPE key's"):
         raise OpError(f"`latent` is {ctx.show(latent.shape)}: its last axis must be kv_rank + rope_dim = "
@@ -68,7 +68,7 @@ def _expand(latent, kv_weight, heads: int, nope: int, rope_dim: int):
 
 def _np_latent_attention(q, latent, kv_weight, rope_dim, v_dim, causal=False, scale=None):
     k, v = _expand(latent, kv_weight, q.shape[2], q.shape[3] - rope_dim, rope_dim)
-    return _np_attention(q, k, v, causal=causal, scale=scale)
+    return np_attention(q, k, v, causal=causal, scale=scale)
 
 
 def _latent_flops(args, out, grads):

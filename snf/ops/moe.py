@@ -188,8 +188,8 @@ _NP_ACTS = {"silu": lambda h: h / (1.0 + np.exp(-h)), "relu": lambda h: np.maxim
 def _np_act(act, h):
     if act in _NP_ACTS:
         return _NP_ACTS[act](h)
-    from .core import _np_gelu
-    return _np_gelu(h, "tanh" if act == "gelu_tanh" else "none")
+    from .core import np_gelu
+    return np_gelu(h, "tanh" if act == "gelu_tanh" else "none")
 
 
 def np_clamped_swiglu(g, u, alpha, limit):

@@ -197,8 +197,17 @@ def _delta_rule(state_out: bool):
         hv, vd = v.shape[2], v.shape[3]
         _shaped(ctx, v, "v", (b, t, hv, vd), "[B, T, Hv, V]", "q")
         _groups(ctx, hv, hk, "k", "v", "key heads")
-        for n in ("g", "beta"):
-            _shaped(ctx, args[n], n, (b, t, hv), "one per token and value head", "v")
+        _shaped(ctx, args["beta"], "beta", (b, t, hv), "one per token and value head", "v")
+        # the decay: one per token and value head (gated DeltaNet) or also per key channel (Kimi Delta Attention)
+        g = args["g"]
+        if g.rank == 4:  # its heads are v's, its width q's
+            if not all(ctx.eq(a, w) for a, w in zip(g.shape, (b, t, hv, kd))):
+                raise OpError(f"`g` is {ctx.show(g.shape)} but `v`'s heads and `q`'s width make it "
+                              f"{ctx.show((b, t, hv, kd))}: one per token, value head and key channel (or [B, T, Hv]: "
+                              f"one per token and value head)", "g", blame=("v", "g"))
+        else:
+            _shaped(ctx, g, "g", (b, t, hv), "one per token and value head (or [B, T, Hv, K]: one per key "
+                    "channel too)", "v")
         _shaped(ctx, args.get("state"), "state", (b, hv, kd, vd), "one [K, V] state per value head", "v")
         return TensorT((b, hv, kd, vd), v.dtype) if state_out else v
     return rule
@@ -207,8 +216,9 @@ def _delta_rule(state_out: bool):
 _DELTA_DOC = ("the gated delta rule of gated DeltaNet (Qwen3-Next) over q, k [B, T, Hk, K] and v [B, T, Hv, V] "
               "(Hk divides Hv: value head h reads key head h // (Hv / Hk)): with q and k L2-normalised (`l2norm`) "
               "and q scaled (by 1 / sqrt(K) unless `scale`), per token the state S [K, V] becomes S exp(g), then "
-              "S + k ((v - k^T S) beta)^T, and the output is q^T S; g (the log decay) and beta [B, T, Hv]; `state` "
-              "[B, Hv, K, V] is S before the first token (zeros without one).")
+              "S + k ((v - k^T S) beta)^T, and the output is q^T S; g (the log decay) [B, T, Hv], or [B, T, Hv, K] "
+              "for a decay per key channel (Kimi Delta Attention: S's row i times exp(g_i)); beta [B, T, Hv]; "
+              "`state` [B, Hv, K, V] is S before the first token (zeros without one).")
 
 _pair(("gated_delta_rule", "gated_delta_state"), _DELTA, _delta_rule, (np_gated_delta_rule, np_gated_delta_state),
       _recurrence_flops(6, "v", lambda a: a["q"].shape[3]), _DELTA_DOC,

@@ -89,7 +89,8 @@ def _delta(q, k, v, g, beta, state, scale, l2norm):
     s = np.zeros((bt, hv, kd, vd)) if state is None else _f64(state).copy()
     o = np.zeros((bt, t, hv, vd))
     for i in range(t):
-        s = s * np.exp(g[:, i])[:, :, None, None]
+        # one decay per head [Bt, Hv], or per head and key channel [Bt, Hv, Kd] (Kimi Delta Attention)
+        s = s * (np.exp(g[:, i])[:, :, None, None] if g.ndim == 3 else np.exp(g[:, i])[:, :, :, None])
         mem = np.einsum("bhk,bhkv->bhv", k[:, i], s)
         delta = (v[:, i] - mem) * beta[:, i][:, :, None]
         s = s + k[:, i][:, :, :, None] * delta[:, :, None, :]
@@ -100,7 +101,8 @@ def _delta(q, k, v, g, beta, state, scale, l2norm):
 def np_gated_delta_rule(q, k, v, g, beta, state=None, scale=None, l2norm=True):
     """The gated delta rule over q, k [Bt, T, Hk, Kd], v [Bt, T, Hv, Vd]: per step S = S exp(g),
     S = S + k ((v - k^T S) beta)^T, o = q^T S (q, k L2-normalised if `l2norm`, q scaled by `scale`,
-    1/sqrt(Kd) by default). Returns o [Bt, T, Hv, Vd]."""
+    1/sqrt(Kd) by default); g [Bt, T, Hv] scales S whole, g [Bt, T, Hv, Kd] its rows (one decay per
+    key channel). Returns o [Bt, T, Hv, Vd]."""
     return _delta(q, k, v, g, beta, state, scale, l2norm)[0]
 
 

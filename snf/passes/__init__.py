@@ -26,7 +26,9 @@ from .tensor_parallel import TensorParallelPlan, plan_tensor_parallel
 from .verify import verify
 from .writes import plan_writes
 
-PASSES = (absorb_latent, fuse_linear)
+# fuse_linear is not run: a fused [Wq; Wk; Wv] cannot be split column-wise into whole heads per rank
+# (tensor parallelism, issue 50), and it measured no faster on a CPU (benchmarks/README.md).
+PASSES = (absorb_latent,)
 
 
 def run_passes(model: ir.Model) -> ir.Model:

@@ -3,8 +3,9 @@
 Parameters that play one role in one kind of op live in the torch module made for it, as a
 hand-written model keeps them: a weight used only by `linear` (with one bias) is an
 `nn.Linear`, one used only by `layer_norm` / `rms_norm` an `nn.LayerNorm` / `nn.RMSNorm`, an
-embedding table an `nn.Embedding` (a tied LM head then reads `token_embedding.weight`). The
-`linear`s the `fuse_linear` pass fused share one `nn.Linear` whose rows are the spec's weights.
+embedding table an `nn.Embedding` (a tied LM head then reads `token_embedding.weight`); a linear
+weight present under a condition, with no bias, an `nn.Linear` or None (an LM head untied by a switch),
+so that every weight a tensor-parallel plan shards lives in a module `parallelize_module` can place.
 Everything else is a plain `nn.Parameter` (or buffer) named as in the spec. So state-dict keys
 and `named_parameters()` agree, tools that look for `nn.Linear` (PEFT/LoRA, torchao) find the
 linear layers, and `spec_parameters` says where each spec name lives.
@@ -128,12 +129,14 @@ def plan_layout(model: ir.Model, blocks: BlockPlan) -> LayoutPlan:
             _place_fused(placed, owner, module)
 
     for name, t in tensors.items():
-        if name in placed or name in buffers or t.condition is not None:
+        if name in placed or name in buffers:
             continue
         form = _module_form(name, uses, tensors, blocks)
         if form is None:
             continue
         kind, site, bias = form
+        if t.condition is not None and (kind != "linear" or bias is not None):
+            continue  # a conditional linear is a module or None (a head untied by a switch: `lm_head`)
         if bias is not None and bias in placed:
             continue
         attr = claim(owner_of[name], name)

@@ -108,6 +108,12 @@ class TensorParallelPlan:
         refused = {w for w, *_ in self.refused}
         return {p.key: p.style for p in self.placements if p.sharded or set(p.params) & refused}
 
+    def local(self) -> tuple[str, ...]:
+        """`tp_local`: the config values (fields or derived dims) a rank holds 1/tp of, the units of the
+        requirements that are one name (`n_head`, `n_kv_head`): a rank's forward reads them to size and
+        check its caches."""
+        return tuple(sorted({r.units.as_symbol() for r in self.requires if r.units.as_symbol() is not None}))
+
 
 class _Refused(Exception):
     def __init__(self, origins, reason: str, span: Span, low_rank: bool = False):
@@ -424,6 +430,8 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
             if lines:
                 how += (f"; sliced into pieces at line{'s' * (len(lines) > 1)} {', '.join(map(str, lines))}, "
                         "each rank holding its part of each")
+                if style == "colwise":  # not a contiguous block of rows per rank: a style of its own
+                    style = "colwise_pieces"
             placements.append(Placement(key, style, tuple(names), how, span))
         elif named:
             parts = ", ".join(f"`{n}` {flow.styles[n][0] if n in flow.styles else 'replicate'}" for n in names)

@@ -7,9 +7,9 @@ has before its classes (`DECORATORS`: they wrap them as they are defined), and w
 calls as it runs is in `checks.py` (of the config, the inputs, the dims), `writes.py` (in place, into
 caches, at a decode step's position), `attention.py`, `rope.py`, `experts.py`,
 `recurrent.py` (with `kernels.py`, the libraries' kernels it runs on CUDA where they are installed)
-and `loss.py`; `generate.py` is a decoder's generate. A generated module imports the names
-its code calls (`imports`) after checking that this runtime is the one it was generated for
-(`_require_runtime(ABI)`). A standalone one (`snfc compile --standalone`) has them copied in
+and `loss.py`; `generate.py` is a decoder's generate; `tables.py` holds the row types of the module's
+tables. A generated module imports the names its code calls (`imports`) after checking that this
+runtime is the one it was generated for (`_require_runtime(ABI)`). A standalone one (`snfc compile --standalone`) has them copied in
 instead, with the ones those call, each with the comment lines right above it, in the order they
 have here (`copy`), but no compile policy: the unit reads policy.py's `_Payoff` through its module's
 globals, not by name, so a standalone module's units compile where SNF_COMPILE=1 (or
@@ -37,12 +37,14 @@ from ..version import __version__
 # piece's shape and dtype (snf.interop reads them); 8: generate's state passed, not set on the model:
 # forward takes `decode=` (a decode step's _DecodeState, now in writes.py) and `encoded=` (an
 # encoder-decoder's values), the decorators make a _CompiledUnit, _check_fields is in checks.py, and
-# nothing locks a model
-ABI = 8
+# nothing locks a model; 9: spec_parameters' rows are _SpecParameter (tables.py), read by field name, with
+# the layer loop each per-layer parameter is in
+ABI = 9
 
 # The files a generated module imports from, in the order a standalone module holds them; not policy.py,
 # which only compiling.py reads (through its globals: see above).
-PARTS = ("compiling", "checks", "writes", "attention", "rope", "generate", "experts", "kernels", "recurrent", "loss")
+PARTS = ("compiling", "checks", "writes", "attention", "rope", "generate", "experts", "kernels", "recurrent", "loss",
+         "tables")
 
 # What a module's classes need as they are defined: a standalone module holds these before them, the rest
 # of the runtime after them.
@@ -91,6 +93,13 @@ def recurrent_kernels() -> dict:
     library's kernel with its version (snf/runtime/kernels.py); empty before any ran. Imports torch."""
     from .kernels import recurrent_kernels as ran
     return ran()
+
+
+def compile_mode() -> str:
+    """How generated modules compile as this process is set: "never", "always" or "auto" (SNF_COMPILE;
+    docs/language.md 10); a ValueError names a setting it does not know. Imports torch."""
+    from .compiling import _compile_mode
+    return _compile_mode()
 
 
 def _require_runtime(abi: int, module: str = "a generated module") -> None:

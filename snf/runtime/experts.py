@@ -246,6 +246,9 @@ def _moe_experts(x, indices, weights, gate: Optional[torch.Tensor], up, down, ac
     """`moe_experts`: x [..., D] through the experts `indices` [..., k] names, weighted by `weights`
     [..., k] and added; gate and up [E, F, D], down [E, D, F], their biases [E, F] and [E, D] where
     given; `alpha` and `limit` those of act="clamped_swiglu". Dense or sparse by _moe_dense_wins."""
+    if type(up).__name__ == "DTensor":  # sharded by hidden width (snf.parallelize), torch.distributed loaded
+        return _moe_experts_sharded(x, indices, weights, gate, up, down, act, gate_bias, up_bias, down_bias, alpha,
+                                    limit)
     experts = up.shape[0]
     if _eager_check(indices):
         low, high = int(indices.min()), int(indices.max())
@@ -261,3 +264,24 @@ def _moe_experts(x, indices, weights, gate: Optional[torch.Tensor], up, down, ac
     if _moe_dense_wins(x2.shape[0], experts, up.shape[1], up.shape[2], gate is not None):
         return _moe_dense(x2, i2, w2, gate, up, down, act, *extra).reshape(shape)
     return _MOE_OP(x2, i2, w2, gate, up, down, act, *extra).reshape(shape)
+
+
+def _moe_experts_sharded(x, indices, weights, gate, up, down, act: str, gate_bias, up_bias, down_bias,
+                         alpha: float, limit: float):
+    """`moe_experts` on this tensor-parallel rank's slice of every expert's hidden width: gate and up
+    sharded on F (axis 1), down on F (axis 2). Each rank's output is a partial sum, added over the
+    ranks; x and the routing weights enter whole, and each rank's share of their gradients is added
+    over the ranks in the backward (the trap of exact logits with gradients off). DTensor does both."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate
+    if down_bias is not None:
+        raise NotImplementedError("moe_experts sharded by hidden width with a down bias (added once, not per rank)")
+    mesh = up.device_mesh
+
+    def whole(t):  # forward: t itself; backward: its gradient summed over the ranks
+        return DTensor.from_local(t, mesh, [Replicate()], run_check=False).to_local(grad_placements=[Partial()])
+
+    def mine(t):
+        return t.to_local() if t is not None else None
+    out = _moe_experts(whole(x), indices, whole(weights), mine(gate), mine(up), mine(down), act, mine(gate_bias),
+                       mine(up_bias), None, alpha, limit)
+    return DTensor.from_local(out, mesh, [Partial()], run_check=False).redistribute(mesh, [Replicate()]).to_local()

@@ -2,7 +2,8 @@
 it instead of its own torch code. causal-conv1d (`causal_conv1d_fn`, `causal_conv1d_update`) for
 `causal_conv1d`, mamba_ssm (`mamba_chunk_scan_combined`, `selective_state_update`) for `ssd_scan`
 and `ssd_state`, flash-linear-attention (`chunk_gated_delta_rule`, `fused_recurrent_gated_delta_rule`)
-for `gated_delta_rule` and `gated_delta_state`.
+for `gated_delta_rule` and `gated_delta_state`, and its `chunk_kda`, `fused_recurrent_kda` for those with
+a decay per key channel (Kimi Delta Attention).
 
 A library is imported at the first call whose tensors are on CUDA, once (a failed import is cached
 too), never as a module is imported and never on the CPU. The torch code runs instead where the
@@ -16,7 +17,8 @@ The calling conventions, as read in the libraries' sources (causal_conv1d/causal
 and csrc/causal_conv1d.cpp of Dao-AILab/causal-conv1d 1.6.1, commit 0d2252d;
 mamba_ssm/ops/triton/ssd_combined.py, ssd_chunk_state.py and selective_state_update.py of
 state-spaces/mamba 2.3.2.post1, commit e9594ce; fla/ops/gated_delta_rule/chunk.py and
-fused_recurrent.py of fla-org/flash-linear-attention 0.5.2, commit bc3b101) and in how
+fused_recurrent.py of fla-org/flash-linear-attention 0.5.2, commit bc3b101; fla/ops/kda/fused_recurrent.py
+of its commit 04a0bc0) and in how
 transformers 5.23 calls them (models/mamba2, qwen3_next), are noted where they are used.
 """
 
@@ -39,6 +41,8 @@ _KERNEL_SOURCES = {
                                 "selective_state_update": "mamba_ssm.ops.triton.selective_state_update"}),
     "fla": ("flash-linear-attention", {"chunk_gated_delta_rule": "fla.ops.gated_delta_rule",
                                        "fused_recurrent_gated_delta_rule": "fla.ops.gated_delta_rule"}),
+    # the decay per key channel (Kimi Delta Attention): a library apart, since releases before 0.4 lack it
+    "fla_kda": ("flash-linear-attention", {"chunk_kda": "fla.ops.kda", "fused_recurrent_kda": "fla.ops.kda"}),
 }
 # what the kernels take (all three refuse float64)
 _KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -66,7 +70,8 @@ def _kernel_library(name: str, t: torch.Tensor) -> Optional[dict]:
         label, functions = _KERNEL_SOURCES[name]
         try:
             found = {f: getattr(importlib.import_module(m), f) for f, m in functions.items()}
-            found["version"] = f"{label} {getattr(importlib.import_module(name), '__version__', '?')}"
+            package = importlib.import_module(next(iter(functions.values())).split(".")[0])
+            found["version"] = f"{label} {getattr(package, '__version__', '?')}"
             found["release"] = tuple(int(part) for part in found["version"].split()[-1].split(".")[:2]
                                      if part.isdigit())
         except Exception:  # missing, or installed but broken (triton, CUDA): the torch code serves
@@ -178,10 +183,11 @@ def _kernel_gated_delta(q, k, v, g, beta, state, scale, l2norm, want_state):
     value heads are only in recent versions). One token without gradient:
     fused_recurrent_gated_delta_rule(q, k, v, g=, beta=, scale=, initial_state=, output_final_state=,
     use_qk_l2norm_in_kernel=) (keywords: gk and gv sit between g and beta), which has no backward;
-    else chunk_gated_delta_rule(q, k, v, g, beta, same keywords), differentiable. Not covered: T == 0,
-    float64, q, k, v of different dtypes, K > 256 (its state kernels assert K <= 256), float32 in
-    chunk_gated_delta_rule before 0.4 (it refused)."""
-    lib = _kernel_library("fla", q)
+    else chunk_gated_delta_rule(q, k, v, g, beta, same keywords), differentiable. A decay per key
+    channel (g [B, T, H, K]): fused_recurrent_kda and chunk_kda (fla.ops.kda), the same arguments and
+    keywords. Not covered: T == 0, float64, q, k, v of different dtypes, K > 256 (its state kernels
+    assert K <= 256), float32 in chunk_gated_delta_rule before 0.4 (it refused)."""
+    lib = _kernel_library("fla" if g.dim() == 3 else "fla_kda", q)
     if (lib is None or q.shape[1] == 0 or q.shape[3] > 256 or not q.dtype == k.dtype == v.dtype
             or any(t is not None and t.dtype not in _KERNEL_DTYPES for t in (q, g, beta, state))):
         return None
@@ -192,7 +198,9 @@ def _kernel_gated_delta(q, k, v, g, beta, state, scale, l2norm, want_state):
         q, k = (u.repeat_interleave(v.shape[2] // k.shape[2], dim=2) for u in (q, k))
     options = dict(scale=k.shape[-1] ** -0.5 if scale is None else scale, initial_state=state,
                    output_final_state=want_state, use_qk_l2norm_in_kernel=l2norm)
-    if step:
+    if g.dim() == 4:  # the decay per key channel: g [B, T, H, K], the same keywords
+        o, final = lib["fused_recurrent_kda" if step else "chunk_kda"](q, k, v, g=g, beta=beta, **options)
+    elif step:
         o, final = lib["fused_recurrent_gated_delta_rule"](q, k, v, g=g, beta=beta, **options)
     else:
         o, final = lib["chunk_gated_delta_rule"](q, k, v, g, beta, **options)

@@ -75,7 +75,7 @@ class Session(runner.Runner):
 
     def __init__(self, text, hints, rng, *, calls: int = 8, whole_training: bool = False, casts: bool = True,
                  config: dict | None = None, device: str = "cpu", after=None, all_casts: bool = True,
-                 batches: tuple | None = None, cast_generate_compiled: bool = True):
+                 batches: tuple | None = None, cast_generate_compiled: bool = True, eval_blocks: bool = True):
         super().__init__(text, hints, rng, compiled=True)
         self.n_calls, self.whole_training, self.casts, self.config = calls, whole_training, casts, config
         # the cast's and autocast's forwards compiled per block and autocast's generate compiled; else
@@ -84,6 +84,7 @@ class Session(runner.Runner):
         self.after = after  # after(model): more calls on the session's compiled model, before it goes
         self.batches = batches  # generate's batch sizes (two drawn when None): a decode step compiles per size
         self.cast_generate_compiled = cast_generate_compiled  # False: the bfloat16 cast's generate runs eagerly
+        self.eval_blocks = eval_blocks  # the eval forward compiled per block; False: on the device's default unit
         self.device = torch.device(device)
         self.session = SessionOutcome(False)
         self.first_sizes = None  # (presence, sizes) of the first eval call that ran
@@ -129,7 +130,8 @@ class Session(runner.Runner):
             for a, b in zip(self.model64.state_dict().values(), self.model.state_dict().values()):
                 a.copy_(b)
         self.model.to(self.device)
-        runner.compile_eval_blocks(self.model)
+        if self.eval_blocks:
+            runner.compile_eval_blocks(self.model)
         from snf.interop import spec_state
         self.params = {k: v.detach().double().numpy() for k, v in spec_state(self.model64).items()}
         return True

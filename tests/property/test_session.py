@@ -32,7 +32,7 @@ import runner
 import session
 from snf.runtime import experts
 from conftest import REPO
-from specs_table import HINTS, ROWS, SPECS, kind
+from specs_table import HINTS, ROWS, SPECS, compiled_whole, kind
 from specs_table import family as family_of
 
 LONG = os.environ.get("SNF_SESSION_LONG") == "1"
@@ -70,9 +70,10 @@ def _against_transformers(name: str, family: str, folder):
     """The session's config, read from the family's transformers config by the spec's `config hf:`
     section (as snf.from_pretrained reads config.json), and what to run after the session: the
     compiled model, given the transformers model's weights through the spec's `checkpoint hf:`
-    mapping, against transformers. The forward compiled per block (logits; BERT: hidden states) and
-    the default `generate` (greedy, its decode steps compiled) token for token. This is what
-    tests/test_from_pretrained.py checks eagerly; here it reuses the session's compiled graphs."""
+    mapping, against transformers. The forward on the session's units (compiled per block where the
+    session compiles every unit; logits, BERT's hidden states) and the default `generate` (greedy, its
+    decode steps compiled) token for token. This is what tests/test_from_pretrained.py checks eagerly;
+    here it reuses the session's compiled graphs."""
     import importlib
     import warnings
 
@@ -127,19 +128,21 @@ DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
 @pytest.mark.parametrize("name", [n if ROWS[n].fast else pytest.param(n, marks=pytest.mark.slow) for n in SPECS])
 def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypatch, tmp_path):
     """Each spec, at its row's config (tests/specs_table.py): varied eval calls with and without
-    caches, a training step on the CPU default and one compiled whole (the CUDA default; on the CPU
-    where the row says `whole_training`), eval again (at the first call's sizes), generate at two
-    batch sizes (a family's at batch 2, which its transformers comparison reuses), a bfloat16 cast
-    and autocast; compiled against eager. The bfloat16 cast runs on the model's own units (its
-    generate compiles where the row says `cast_generate_compiled`; its forward runs eagerly) and
-    autocast eagerly: compiling their forwards per block and autocast's generate cost a quarter of
-    a session, and the random specs' sessions below still do it (all_casts). A spec snf.from_pretrained loads for a transformers family
-    runs at that family's test config and then, on the same compiled model, against transformers
-    (_against_transformers: the former tests/test_from_pretrained_compiled.py and a compiled test of
-    test_some_layers.py); Mixtral's runs its sparse experts op, as test_moe.py's compiled test did.
-    On CUDA a decode
-    step is a CUDA graph (`reduce-overhead`) and a recompile costs more. One test a spec, so that
-    test workers share them out."""
+    caches, training steps, eval again (at the first call's sizes), generate at two batch sizes (a
+    family's at batch 2, which its transformers comparison reuses), a bfloat16 cast and autocast;
+    compiled against eager.
+
+    What compiles on the CPU: for every spec, what a user's run compiles by default there,
+    `generate`'s decode steps; for the specs of specs_table.compiled_whole(), which between them hold
+    every construct of every spec (each op with its options, each kind of model), also the eval
+    forward per block (a unit users may choose), a training step compiled whole (the CUDA default) and
+    the bfloat16 cast's generate. The bfloat16 cast's forward and autocast run eagerly (the random
+    specs' sessions below compile them: all_casts). On CUDA every unit compiles for every spec, and a
+    decode step is a CUDA graph (`reduce-overhead`).
+
+    A spec snf.from_pretrained loads for a transformers family runs at that family's test config and
+    then, on the same model, against transformers (_against_transformers); a row with `sparse_experts`
+    (Mixtral's) runs the sparse experts op. One test a spec, so that test workers share them out."""
     start = time.time()
     family = _family(name)
     options, seen = {}, {}
@@ -148,11 +151,11 @@ def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypat
         # generate at batch 2 alone, whose decode graphs the comparison's batches of 2 then reuse (a batch
         # size's own graphs are the runtime's, which the other specs' sessions and the random ones vary)
         options = dict(config=config, after=after, batches=(2,))
-    if name == "mixtral":  # the sparse experts op inside the compiled graphs, even at these sizes
+    if ROWS[name].sparse_experts:  # the sparse experts op inside the compiled graphs, even at these sizes
         monkeypatch.setattr(experts, "_MOE_DENSE_MACS", -1)
-    row = ROWS[name]
-    out = _session(name, calls=4, whole_training=device == "cuda" or row.whole_training, device=device,
-                   all_casts=False, cast_generate_compiled=device == "cuda" or row.cast_generate_compiled, **options)
+    every_unit = device == "cuda" or name in compiled_whole()
+    out = _session(name, calls=4, whole_training=every_unit, eval_blocks=every_unit, device=device,
+                   all_casts=False, cast_generate_compiled=every_unit, **options)
     assert out.accepted and out.calls >= 4, (name, out)
     assert family is None or seen, (name, "the transformers comparison did not run")
     for unit, count in out.graphs.items():

@@ -71,7 +71,48 @@ def _encode(e: ir.Expr, rank: int | None, fields: tuple):
             raise MappingError(f"axis={axis} is out of range for the rank-{rank} tensor this fills", kw["axis"].span)
         # interleaved: entries index, index + n, index + 2n, ... (gpt-oss's gate and up columns, alternating)
         return ("interleave" if interleaved.value else "split", _encode(e.args[0], rank, fields), n, axis, index)
+    if isinstance(e, ir.Call) and e.func == "join":
+        return _encode_join(e, rank, fields)
     raise MappingError("unsupported checkpoint source expression", getattr(e, "span", None))
+
+
+_JOIN = ('write join(["key", "key", ...], axis=i, sizes=[n, m, ...]): the keys\' tensors joined along axis i, '
+         'each n, m, ... long there')
+
+
+def _encode_join(e: ir.Call, rank: int | None, fields: tuple):
+    """`join([a, b, ...], axis=i, sizes=[n, m, ...])`: one tensor from several sources joined on axis i,
+    each its size there (ints of the config): ("join", sources, axis, size fields). OLMo hybrid's q, k
+    and v short convolutions, separate keys of unequal size, as the one weight transformers joins."""
+    kw = {k.name: k.value for k in e.kwargs}
+    if len(e.args) != 1 or set(kw) != {"axis", "sizes"} or not isinstance(e.args[0], ir.ListExpr) \
+            or not isinstance(kw["sizes"], ir.ListExpr):
+        raise MappingError(_JOIN, e.span)
+    parts, sizes = e.args[0].items, kw["sizes"].items
+    if len(parts) < 2 or len(sizes) != len(parts):
+        raise MappingError(f"join reads {len(parts)} source{'s' * (len(parts) != 1)} and gives {len(sizes)} "
+                           f"size{'s' * (len(sizes) != 1)}: two sources at least, one size each", e.span)
+    axis = _int(kw["axis"], "axis")
+    if rank is not None and not -rank <= axis < rank:
+        raise MappingError(f"axis={axis} is out of range for the rank-{rank} tensor this fills", kw["axis"].span)
+    return ("join", tuple(_encode(x, rank, fields) for x in parts), axis, tuple(_size_field(x) for x in sizes))
+
+
+def _size_field(e: ir.Expr):
+    """A join's size as a key field's tree (an int expression of config ints: `key_dim`, `2 * n`)."""
+    if isinstance(e, ir.Num) and isinstance(e.value, int) and not isinstance(e.value, bool):
+        return ("const", e.value)
+    if isinstance(e, ir.Name):
+        return ("name", e.id)
+    if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*", "//", "%"):
+        return ("op", e.op, _size_field(e.left), _size_field(e.right))
+    raise MappingError("a join's size is an int of the config: a name, a number, or + - * // % of them",
+                       getattr(e, "span", None))
+
+
+def join_sizes(src: tuple, config) -> list[int]:
+    """A join's sizes for the config (`src` as _encode_join gives it)."""
+    return [eval_field(tree, _Fields((), config)) for tree in src[3]]
 
 
 # ----------------------------------------------------------------------------- key fields
@@ -156,6 +197,15 @@ def is_affine(tree, variables=frozenset({"l", "e"})) -> bool:
     if tree[1] == "*":
         return any(free) and is_affine(tree[2], variables) and is_affine(tree[3], variables)
     return all(free)
+
+
+def show_field(tree, prec: int = 0) -> str:
+    """A parsed field as written (`2 * n + 1`), parenthesized where its operator binds looser than `prec`."""
+    if tree[0] != "op":
+        return str(tree[1])
+    mine = 1 if tree[1] in ("+", "-") else 2
+    text = f"{show_field(tree[2], mine)} {tree[1]} {show_field(tree[3], mine + 1)}"
+    return f"({text})" if mine < prec else text
 
 
 def eval_field(tree, values) -> int:
@@ -286,6 +336,21 @@ def read_tensor(src, want: tuple, layer: int | None, r: Reading, shown: str, tra
         if parts[0].is_meta:  # shapes checked: stacking meta tensors imports torch's compiler (2 s)
             return torch.empty((len(parts), *parts[0].shape), dtype=parts[0].dtype, device="meta")
         return torch.stack(parts)
+    if kind == "join":  # each source its size along the axis, checked before any is joined
+        sizes, axis = join_sizes(src, r.config), src[2]
+        if sum(sizes) != want[axis]:
+            r.mismatched.append((f"{shown} (joined from {len(sizes)} keys, {' + '.join(map(str, sizes))} along "
+                                 f"axis {axis})", tuple(want), tuple(want[:axis % len(want)]) + (sum(sizes),)
+                                 + tuple(want[axis % len(want) + 1:])))
+            return None
+        pieces = [read_tensor(part, tuple(size if i == axis % len(want) else w for i, w in enumerate(want)),
+                              layer, r, shown, True) for part, size in zip(src[1], sizes)]
+        if any(p is None for p in pieces):
+            return None
+        import torch  # only where tensors are read: `snfc check` never imports torch
+        if pieces[0].is_meta:
+            return torch.empty(want, dtype=pieces[0].dtype, device="meta")
+        return torch.cat(pieces, dim=axis)
     if kind in ("split", "interleave"):
         _, _, n, axis, index = src
         whole = list(want)
@@ -306,6 +371,8 @@ def source_keys(src, layer: int | None, config) -> list[str]:
         return [key_of(src, layer, config)]
     if src[0] == "experts":
         return source_keys(for_expert(src[1], 0), layer, config)
+    if src[0] == "join":
+        return [k for part in src[1] for k in source_keys(part, layer, config)]
     return [k for part in src[1:] if isinstance(part, tuple) for k in source_keys(part, layer, config)]
 
 
@@ -323,8 +390,8 @@ def stored_keys(src, want: tuple, layer: int | None, config) -> list[tuple[int |
 def unmap_tensor(source, tensor, layer, out: dict, parts: dict, config=None) -> None:
     """The inverse of read_tensor: `tensor` (one layer's) written where `source` reads it from, into
     `out` (key -> tensor): `.T` transposes back, an `or` writes its first source, one key per expert,
-    and the parts of a `split` are gathered in `parts` ((inner, layer, n, axis, interleaved) ->
-    {index: tensor}) for the caller to join (join_parts)."""
+    a `join` writes each source its part, and the parts of a `split` are gathered in `parts` ((inner,
+    layer, n, axis, interleaved) -> {index: tensor}) for the caller to join (join_parts)."""
     kind = source[0]
     if kind == "key":
         out[key_of(source, layer, config)] = tensor
@@ -335,6 +402,9 @@ def unmap_tensor(source, tensor, layer, out: dict, parts: dict, config=None) -> 
     elif kind == "experts":
         for e in range(tensor.shape[0]):
             unmap_tensor(for_expert(source[1], e), tensor[e], layer, out, parts, config)
+    elif kind == "join":  # saved back split: each source its part
+        for part, piece in zip(source[1], tensor.split(join_sizes(source, config), dim=source[2])):
+            unmap_tensor(part, piece.contiguous(), layer, out, parts, config)
     elif kind in ("split", "interleave"):
         _, inner, n, axis, index = source
         parts.setdefault((inner, layer, n, axis, kind == "interleave"), {})[index] = tensor

@@ -1,0 +1,180 @@
+"""Run by tests/test_tensor_parallel.py under torchrun (gloo, CPU): every model's tensor-parallel checks
+in one launch. Each rank builds the same model (same seed), shards a copy with snf.parallelize and
+compares it with the whole model run in this process. Rank 0 writes the numbers as JSON to OUT.
+
+usage: python -m torch.distributed.run --standalone --nproc_per_node N tests/tensor_parallel_worker.py OUT.json
+
+N = 2: the checks at tp = 2. N = 4: the same checks on each half of a 2 x 2 ("dp", "tp") mesh, then
+FSDP2 over "dp" x tensor parallel over "tp": 3 AdamW steps with gradient clipping against the same
+steps of one process on the whole batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import snf  # noqa: E402
+
+# The plans are the generated modules' own (Model.tp_plan, derived from the specs).
+
+TINY = dict(block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32)
+CASES = {  # name -> (spec, config)
+    # (rope_original_max_position = block_size: a config save_pretrained writes back as it is)
+    "llama3": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48, rope_scaling=0, rope_original_max_position=32)),
+    "llama3_tied": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48, rope_scaling=0, tie_embeddings=True)),
+    "llama3_odd_vocab": ("llama3", dict(TINY, vocab_size=61, mlp_hidden=48, rope_scaling=0)),
+    "qwen3": ("qwen3", dict(TINY, vocab_size=64, mlp_hidden=48, head_dim=8, tie_embeddings=False)),
+    "mixtral": ("mixtral", dict(block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, vocab_size=64,
+                                mlp_hidden=24, n_expert=4, n_expert_tok=2)),
+}
+
+
+def diff(a, b) -> float:
+    return (a.float() - b.float()).abs().max().item() if a.numel() else 0.0
+
+
+def check(name: str, mesh) -> dict:
+    spec, cfg = CASES[name]
+    mod = importlib.import_module(f"generated.{spec}")
+    torch.manual_seed(0)
+    whole = mod.Model(mod.Config(**cfg)).eval()
+    sharded = snf.parallelize(copy.deepcopy(whole), mesh)
+    rank, tp = mesh.get_local_rank(), mesh.size()
+    idx = torch.randint(0, cfg["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(1))
+    out, ref = sharded(idx, use_cache=True), whole(idx, use_cache=True)
+    kvh = cfg["n_kv_head"] // tp
+    mine = slice(rank * kvh, (rank + 1) * kvh)
+    res = {"logits": diff(out.logits, ref.logits),
+           "keys": diff(out.new_keys, ref.new_keys[:, :, :, mine]),
+           "values": diff(out.new_values, ref.new_values[:, :, :, mine])}
+    res["generate_same"] = bool(torch.equal(sharded.generate(idx, max_new_tokens=6, temperature=0),
+                                            whole.generate(idx, max_new_tokens=6, temperature=0)))
+    # gradients of the same loss, gathered
+    sharded.train(), whole.train()
+    for m in (sharded, whole):
+        logits = m(idx, use_cache=False).logits
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), idx.flatten()).backward()
+    grads = dict(whole.named_parameters())
+    worst = 0.0
+    for n, p in sharded.named_parameters():
+        g = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+        worst = max(worst, diff(g, grads[n].grad))
+    res["grads"] = worst
+    # bytes: the fullest rank holds at most 1/tp of each sharded tensor (its sharded axis rounded up:
+    # an uneven vocabulary gives the first ranks one row more) plus the replicated ones
+    local, bound = 0, 0
+    for p in sharded.parameters():
+        if isinstance(p, DTensor) and p.placements[0].is_shard():
+            local += p.to_local().nbytes
+            axis = p.placements[0].dim
+            bound += -(-p.shape[axis] // tp) * (p.numel() // p.shape[axis]) * p.element_size()
+        else:  # a plain tensor, or a Replicate DTensor (a per-head norm's weight)
+            local += p.nbytes
+            bound += p.nbytes
+    fullest = torch.tensor(local)
+    dist.all_reduce(fullest, op=dist.ReduceOp.MAX, group=mesh.get_group())
+    res["bytes"] = [fullest.item(), bound, sum(p.nbytes for p in whole.parameters())]
+    return res
+
+
+def from_folder(mesh, folder: str) -> dict:
+    """snf.from_pretrained(folder, device_mesh=mesh): a llama3 saved by rank 0, loaded sharded on each rank."""
+    spec, cfg = CASES["llama3"]
+    mod = importlib.import_module(f"generated.{spec}")
+    torch.manual_seed(0)
+    whole = mod.Model(mod.Config(**cfg)).eval()
+    try:
+        if dist.get_rank() == 0:
+            snf.save_pretrained(whole, folder)
+    finally:
+        dist.barrier()  # every rank, even where the save failed: no rank waits alone
+    model = snf.from_pretrained(folder, device_mesh=mesh)
+    idx = torch.randint(0, cfg["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(1))
+    return {"logits": diff(model(idx).logits, whole(idx).logits),
+            "sharded": isinstance(model.layers[0].q.weight, DTensor)}
+
+
+def loss_of(model, tokens):
+    logits = model(tokens[:, :-1], use_cache=False).logits
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+
+
+def train(mesh) -> dict:
+    """3 AdamW steps with clip_grad_norm_ on a ("dp", "tp") mesh: each dp group trains on its half
+    of the batch; one process trains the whole model on the whole batch."""
+    from snf.parallel import clip_grad_norm_
+    spec, cfg = CASES["llama3"]
+    mod = importlib.import_module(f"generated.{spec}")
+    torch.manual_seed(0)
+    whole = mod.Model(mod.Config(**cfg)).train()
+    sharded = snf.parallelize(copy.deepcopy(whole), mesh)
+    # eps 1e-6: Adam's step lr * g / (|g| + eps) turns rounding in a tiny gradient into a visible move
+    # at the default 1e-8 (tests/test_distributed.py)
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, eps=1e-6, foreach=False) for m in (whole, sharded)]
+    tokens = torch.randint(0, cfg["vocab_size"], (4, 9), generator=torch.Generator().manual_seed(2))
+    dp = mesh["dp"]
+    half = tokens.size(0) // dp.size()
+    mine = tokens[dp.get_local_rank() * half:(dp.get_local_rank() + 1) * half]
+    losses, values = [], []
+    for _ in range(3):
+        pair = []
+        for model, batch, opt in ((whole, tokens, opts[0]), (sharded, mine, opts[1])):
+            loss = loss_of(model, batch)
+            loss.backward()
+            clip_grad_norm_(model.parameters(), 0.05)  # small: every step clips
+            opt.step()
+            opt.zero_grad()
+            pair.append(loss.detach())
+        dist.all_reduce(pair[1], group=dp.get_group())  # the dp groups' halves: the whole batch's mean
+        losses.append(abs(pair[0].item() - pair[1].item() / dp.size()))
+        values.append(pair[0].item())
+    state = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in sharded.state_dict().items()}
+    ref = whole.state_dict()
+    plain = mod.Model(mod.Config(**cfg)).eval()
+    plain.load_state_dict(state)
+    idx = tokens[:, :-1]
+    return {"losses": max(losses), "loss_values": values, "params": max(diff(state[k], ref[k]) for k in ref),
+            "loaded_logits": diff(plain(idx).logits, whole.eval()(idx).logits)}
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    n = dist.get_world_size()
+    # 4 processes: a 2 x 2 ("dp", "tp") mesh, each dp group running the checks on its "tp" ranks
+    mesh = init_device_mesh("cpu", (n // 2, 2), mesh_dim_names=("dp", "tp")) if n == 4 else \
+        init_device_mesh("cpu", (n,), mesh_dim_names=("tp",))
+    results = {}
+    for name in CASES:
+        try:
+            results[name] = check(name, mesh["tp"] if n == 4 else mesh)
+        except Exception as e:  # reported, so the test names the case that failed
+            results[name] = {"error": f"{type(e).__name__}: {e}"}
+    try:
+        folder = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "llama3-saved")
+        results["from_pretrained"] = from_folder(mesh["tp"] if n == 4 else mesh, folder)
+    except Exception as e:
+        results["from_pretrained"] = {"error": f"{type(e).__name__}: {e}"}
+    if n == 4:
+        try:
+            results["fsdp2_tp"] = train(mesh)
+        except Exception as e:
+            results["fsdp2_tp"] = {"error": f"{type(e).__name__}: {e}"}
+    if dist.get_rank() == 0:
+        with open(sys.argv[1], "w") as f:
+            json.dump(results, f, indent=1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

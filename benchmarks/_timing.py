@@ -135,8 +135,29 @@ def _fmt(c: object) -> str:
     return str(c)
 
 
+def cpu_line(threads: Optional[int] = None) -> str:
+    """The CPU a table was measured on, to print with it: the model name and vendor (/proc/cpuinfo, else
+    platform), the logical CPUs, the vector ISA torch's kernels use, and the threads used (torch's count
+    unless `threads` says otherwise). A figure from one CPU can differ several-fold on another."""
+    info: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    model = info.get("model name") or platform.processor() or platform.machine()
+    vendor = info.get("vendor_id", "")
+    capability = torch.backends.cpu.get_cpu_capability()
+    used = torch.get_num_threads() if threads is None else threads
+    family = f", family {info['cpu family']} model {info['model']}" if "cpu family" in info and "model" in info else ""
+    return (f"CPU: {model}" + (f" ({vendor}{family})" if vendor and vendor not in model else family)
+            + f", {os.cpu_count()} logical CPUs, torch's kernels {capability}, {used} thread{'s' * (used != 1)} used")
+
+
 def environment_lines(threads_set_by: str = "") -> list[str]:
-    """What a reader needs to compare runs: versions, threads, machine.
+    """What a reader needs to compare runs: the CPU, versions, threads.
 
     `threads_set_by`: say who changed torch's thread count (e.g. "--threads"), if anyone did.
     """
@@ -147,6 +168,7 @@ def environment_lines(threads_set_by: str = "") -> list[str]:
     else:
         how = "torch's default, unchanged"
     lines = [
+        cpu_line(),
         f"torch {torch.__version__}, python {platform.python_version()}, {platform.machine()}",
         f"threads: torch.get_num_threads()={torch.get_num_threads()} ({how}), os.cpu_count()={os.cpu_count()}",
     ]

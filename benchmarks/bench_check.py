@@ -31,6 +31,15 @@ LARGE_BUDGET_S = 0.3  # issue 35: a 1000-layer, 1024-expert spec, whole process
 SIZES = ((1000, 1024), (2, 4))  # (n_layer, n_expert) of the generated specs
 
 
+def _cpu_line() -> str:
+    """The CPU the table was taken on (benchmarks/_timing.py; imported late: it imports torch)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks._timing import cpu_line  # noqa: PLC0415
+
+    return cpu_line()
+
+
 def spec_lines(paths: list[str]) -> tuple[int, int]:
     """(specs, lines) under `paths`, as `snfc check` finds them."""
     files = []
@@ -102,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{LARGE_BUDGET_S:.3f} s; at {SIZES[1][0]} x {SIZES[1][1]} for comparison")
     print(f"load average {load:.2f} before, {os.getloadavg()[0]:.2f} after, on {os.cpu_count()} CPUs; "
           f"{args.runs} runs each")
+    print(_cpu_line())
     print("| checkout | checked | median wall s | min wall s | median CPU s | budget s | within budget (wall) |")
     print("|---|---|---|---|---|---|---|")
     for (c, name), runs in samples.items():

@@ -217,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
             print("no CUDA device here: the cuda rows are skipped (run with --device cuda where one is)")
             return 0
     marks_at = {"generate": (1, min(32, args.tokens), args.tokens), "train": (1, args.steps)}
+    from benchmarks._timing import cpu_line  # noqa: PLC0415 (imports torch, which the children time)
+
+    print(cpu_line())
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; device {args.device}; "
           f"{args.tokens} tokens, {args.steps} steps; seconds from the process's start")
     header = ("| config | contender | first token | 32 tokens | 512 tokens | tokens vs eager | first step | "

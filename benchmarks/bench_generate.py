@@ -5,6 +5,8 @@ its dynamic and its static KV cache, on the same weights (greedy, so all produce
     PYTHONPATH=. python3 benchmarks/bench_generate.py --quick         # smoke run
     PYTHONPATH=. python3 benchmarks/bench_generate.py --model llama   # gpt_decoder.snf vs LlamaForCausalLM
     PYTHONPATH=. python3 benchmarks/bench_generate.py --device cuda --dtype bfloat16   # the H100 table
+    PYTHONPATH=. python3 benchmarks/bench_generate.py --batches 1 --block-sizes 1024 --threads 1 --clock cpu \
+        --step-options   # the decode step under each inductor CPU option set (README, issue 53)
 
 4 layers, 4 heads, D=256, vocab 1024 (Llama: SwiGLU hidden 704, tied embeddings); a 16-token
 prompt, 64 new tokens; batch 1 and 8; a context (block_size, the cache's preallocated slots) of
@@ -65,6 +67,11 @@ FULL = dict(n_layer=4, n_head=4, n_embd=256, vocab_size=1024, block_size=128, pr
 GPT2 = dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, block_size=1024, prompt=16, new=64,
             mlp_hidden=2048)
 QUICK = dict(n_layer=2, n_head=2, n_embd=64, vocab_size=128, block_size=64, prompt=8, new=8)
+# --step-options: the decode step under each inductor CPU option set (contender name -> options)
+_DECOMPOSE = {"post_grad_fusion_options": {"decompose_mm_pass": {}}}
+STEP_OPTIONS = {"step:decompose+threshold": {"realize_opcount_threshold": 4, **_DECOMPOSE},
+                "step:decompose": dict(_DECOMPOSE), "step:threshold": {"realize_opcount_threshold": 4},
+                "step:plain": {}}
 BLOCK_SIZES = {"cpu": "128,256,1024", "cuda": "1024"}
 BATCHES = {"cpu": "1,8", "cuda": "1,16"}
 
@@ -81,6 +88,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "bf16-autocast"), default="float32",
                         help="float32 (default), bfloat16 weights, or float32 weights under bf16 autocast")
     parser.add_argument("--hf-compile", action="store_true", help="also hf-static-compiled on a CPU")
+    parser.add_argument("--step-options", action="store_true",
+                        help="also snfc-compiled with its decode step compiled under each of STEP_OPTIONS' inductor "
+                             "CPU options (the one-row matmul decomposition and the realize threshold, on and off)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if args.threads:
@@ -90,8 +100,10 @@ def main(argv=None) -> int:
     batches = [int(b) for b in (args.batches or BATCHES[device.type]).split(",")]
     contenders = ["hf", "hf-static"] + (["hf-static-compiled"] if device.type == "cuda" or args.hf_compile else []) \
         + ["snfc", "snfc-compiled"]
+    if args.step_options:
+        contenders += list(STEP_OPTIONS)
     if args.no_compile:
-        contenders = [c for c in contenders if not c.endswith("-compiled")]
+        contenders = [c for c in contenders if not c.endswith("-compiled") and c not in STEP_OPTIONS]
     peak = _timing.peak_flops(device, args.dtype != "float32")
     print("\n".join(_timing.environment_lines("--threads" if args.threads else "")))
     print(f"device {device}, {args.dtype}, clock {args.clock}; "
@@ -145,9 +157,25 @@ def _rows(ours, hf, static, cfg: dict, batch: int, contenders: list, device, pea
             return out
         return run
 
+    def step_variant(options: dict):  # `ours` whose decode step compiles with these CPU options
+        from snf.runtime.compiling import _hot_path  # noqa: PLC0415
+
+        cls = type(ours)
+        step = _hot_path(cls.forward.__wrapped__, dynamic=False, unit="decode", cpu_options=options)
+        variant = copy.copy(ours)  # the same weights and buffers
+        variant.__class__ = type(cls.__name__, (cls,), {"_decode_step": step})
+
+        def run():
+            os.environ["SNF_COMPILE"] = "1"
+            out = variant.generate(prompt, cfg["new"], temperature=0)
+            sync()
+            return out
+        return run
+
     fns = {"hf": hf_generate(hf), "hf-static": hf_generate(hf, cache_implementation="static"),
            "hf-static-compiled": hf_generate(static, cache_implementation="static"),
            "snfc": snfc_generate(False), "snfc-compiled": snfc_generate(True)}
+    fns.update({name: step_variant(options) for name, options in STEP_OPTIONS.items() if name in contenders})
     fns = {c: fns[c] for c in contenders}
     tokens = {c: fn() for c, fn in fns.items()}
     if args.dtype == "float32":

@@ -80,6 +80,9 @@ def main() -> None:
                 raise SystemExit(out.stderr[-2000:])
             rows.append((kind, json.loads(out.stdout.strip().splitlines()[-1])))
     peer = rows[0][1]
+    from benchmarks._timing import cpu_line
+
+    print(cpu_line())
     print(f"nanogpt n_layer={config['n_layer']}: {peer['weights'] / 2**30:.2f} GiB of weights, torch {torch.__version__}")
     print(f"{'load':38} {'peak above the model':>22} {'x weights':>10} {'vs peer':>8} {'seconds':>8}")
     names = {"peer": "load_state_dict(load_file(own))", "spec": "load_checkpoint(spec safetensors)",

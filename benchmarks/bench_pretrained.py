@@ -204,6 +204,11 @@ def main(argv=None) -> int:
                              f"{_median(results, 'load'):.2f}", f"{first:.2f}", f"{first / peer['first']:.2f}",
                              f"{cpu:.2f}", f"{cpu / peer['cpu']:.2f}", f"{peak / 2**30:.2f} GiB",
                              f"{peak / weights:.2f}"))
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks._timing import cpu_line  # noqa: PLC0415
+
+    print(cpu_line(args.threads or torch.get_num_threads()))
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, CPU, {args.threads or torch.get_num_threads()} "
           f"threads, medians of {args.reps}; load average {os.getloadavg()[0]:.1f} at the end")
     headers = ("folder", "load", "dtype", "weights", "load s", "first logits s", "vs transformers", "CPU s",

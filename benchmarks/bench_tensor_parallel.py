@@ -122,6 +122,9 @@ def main(argv=None) -> int:
             step, peak, params = json.loads(out.read_text())
             rows.append({"tp": tp, "step_ms": step * 1e3, "peak_mb": peak / 2 ** 20, "params_mb": params / 2 ** 20})
     device = "CUDA, NCCL" if gpus else "CPU, gloo"
+    from benchmarks._timing import cpu_line  # noqa: PLC0415
+
+    print(cpu_line(threads=1) + " by each rank (OMP_NUM_THREADS=1)")
     print(f"llama3 {'(quick)' if args.quick else ''} on {device}, batch {args.batch} x {(QUICK if args.quick else FULL)['block_size']}")
     print("| tp | step ms (median, slowest rank) | peak MB (fullest rank) | params MB a rank |")
     print("|---|---|---|---|")

@@ -125,6 +125,9 @@ def measure(args, ng) -> int:
     model.generate(prompt, 64, temperature=0, compile=True)
     compiled = sorted(b - a for a, b in zip(stamps, stamps[1:]))[31]
 
+    from benchmarks._timing import cpu_line  # noqa: PLC0415
+
+    print(cpu_line())
     print(f"{args.model}, batch 1, torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     print("| measure | value |")

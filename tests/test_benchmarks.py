@@ -17,10 +17,20 @@ def test_bench_generate_runs(model, capsys, monkeypatch):
     from benchmarks import bench_generate
     monkeypatch.setenv("SNF_COMPILE", "0")  # the script sets it; restored afterwards
     assert bench_generate.main([*QUICK, "--model", model]) == 0
-    rows = re.findall(r"^\| (\d+) +\| (\d+) +\| ([\w-]+) +\| (\d+) +\|.*\| ([\d.]+)x +\|", capsys.readouterr().out, re.M)
+    out = capsys.readouterr().out
+    assert re.search(r"^CPU: .+, \d+ logical CPUs, torch's kernels \w+, \d+ threads? used$", out, re.M)  # with its table
+    rows = re.findall(r"^\| (\d+) +\| (\d+) +\| ([\w-]+) +\| (\d+) +\|.*\| ([\d.]+)x +\|", out, re.M)
     assert [(size, batch, who) for size, batch, who, *_ in rows] == \
         [("64", batch, who) for batch in ("1", "8") for who in ("hf", "hf-static", "snfc")]
     assert all(int(rate) > 0 and float(x) > 0 for *_, rate, x in rows)
+
+
+def test_bench_generate_step_options_as_generated():
+    """--step-options' `step:decompose+threshold` is what generated modules pass (its README table says so)."""
+    from benchmarks import bench_generate
+    from generated import gpt_decoder, nanogpt
+    for module in (nanogpt, gpt_decoder):
+        assert module.Model._decode_step.unit.cpu_options == bench_generate.STEP_OPTIONS["step:decompose+threshold"]
 
 
 def test_bench_gpt2_runs(capsys, monkeypatch):

@@ -39,7 +39,7 @@ def launched(tmp_path_factory) -> dict:
 @pytest.mark.slow  # the launch: about 30 s on a 2-core CPU
 def test_two_ranks_match_one_process(launched):
     results = {name: res for name, res in launched.items() if name not in ("fsdp2_tp", "from_pretrained")}
-    assert set(results) == {"llama3", "llama3_tied", "llama3_odd_vocab", "qwen3", "mixtral"}
+    assert set(results) == {"llama3", "llama3_tied", "llama3_odd_vocab", "qwen3", "mixtral", "phi3", "gpt_oss"}
     for name, res in results.items():
         assert "error" not in res, (name, res)
         assert max(res["logits"], res["keys"], res["values"], res["grads"]) <= 1e-5, (name, res)
@@ -94,12 +94,15 @@ def test_a_tp_the_plan_cannot_take_is_refused_before_anything_is_sharded():
     assert type(model.layers[0].k.weight) is torch.nn.Parameter  # nothing sharded
     assert mod.Model.tp_local == ("mlp_hidden", "n_head", "n_kv_head")  # the plan's, which forward reads divided
 
-    # a projection the spec slices into pieces (Phi-3's fused q/k/v): a contiguous block of rows per rank
-    # would hand rank 0 q's rows and rank 1 k's and v's, wrong logits with no error; refused by name
+    # a projection the spec slices into pieces with no tp_pieces entry (SnowflakeCore's qkv: pieces of
+    # n_embd, which its forward reads whole elsewhere): a contiguous block of rows per rank would hand
+    # rank 0 q's rows and rank 1 k's and v's, wrong logits with no error; refused by name
     import generated.phi3 as phi3
-    assert phi3.Model.tp_plan["layers.*.qkv"] == "colwise_pieces"
+    import generated.snowflake_core as snowflake
+    assert phi3.Model.tp_plan["layers.*.qkv"] == "colwise_pieces" and "layers.*.qkv" in phi3.Model.tp_pieces
+    assert snowflake.Model.tp_plan["layers.*.qkv"] == "colwise_pieces" and not hasattr(snowflake.Model, "tp_pieces")
     from specs_table import ROWS
-    small = phi3.Model(**ROWS["phi3"].small)
-    with pytest.raises(ShardingError, match=r"layers.\*.qkv: style 'colwise_pieces' is not supported yet: a "
-                                             r"projection the spec slices into pieces"):
+    small = snowflake.Model(**ROWS["snowflake_core"].small)
+    with pytest.raises(ShardingError, match=r"layers.\*.qkv: style 'colwise_pieces' is not supported here: the "
+                                             r"model has no tp_pieces entry"):
         snf.parallelize(small, Mesh())

@@ -398,15 +398,25 @@ class Generator:
         return ctx
 
     # ---------------------------------------------------------------- tables for snf.interop
-    def tp_rows(self) -> tuple[list[str], list[str], tuple[str, ...]]:
+    def tp_rows(self) -> tuple[list[str], list[str], tuple[str, ...], list[str]]:
         """`Model.tp_plan`'s entries (module path: style), `tp_requires`' (a check of the config and tp,
-        the message when it fails) and `tp_local`'s names, as the tensor-parallel pass planned them."""
+        the message when it fails), `tp_local`'s names and `tp_pieces`' entries (a colwise_pieces path:
+        its pieces' sizes of a config), as the tensor-parallel pass planned them."""
         tp = self.plans.tp
         plan = [f"{key!r}: {style!r}," for key, style in tp.styles().items()]
         em = Emitter(self, None, Namespace(), cfg="c")
         requires = [f"(lambda c, tp: {em.dim(r.units, 20)} % tp == 0, {r.message(self.display, self.spec_file)!r}),"
                     for r in tp.requires]
-        return plan, requires, tp.local()
+        local = set(tp.local())
+        # the forward slices by the sizes' code, which must read the rank's part: a derived dim (Phi-3's
+        # `cfg.q_dim`, then divided too) or a local name; a size the forward reads whole elsewhere
+        # (SnowflakeCore's pieces of n_embd) gets no entry, and snf.parallelize refuses the projection
+        tables = [(key, sizes) for key, sizes in tp.pieces
+                  if all(d in self.derived_by_dim or d.as_symbol() in local for d in sizes)]
+        pieces = [f"{key!r}: lambda c: ({', '.join(em.dim(d) for d in sizes)}{',' * (len(sizes) == 1)}),"
+                  for key, sizes in tables]
+        derived = {self.derived_by_dim[d] for _, sizes in tables for d in sizes if d in self.derived_by_dim}
+        return plan, requires, tuple(sorted(local | derived)), pieces
 
     def spec_parameter_rows(self) -> list[str]:
         """`spec_parameters(cfg)`: spec name -> a `_SpecParameter` row (snf/runtime/tables.py): its

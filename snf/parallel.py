@@ -201,7 +201,8 @@ def whole_tensor(model: nn.Module, name: str, t) -> torch.Tensor:
     full = t.full_tensor()
     for path, sizes in getattr(type(model), "tp_pieces", {}).items():
         if fnmatch.fnmatchcase(name.rpartition(".")[0], path):
-            tp = t.device_mesh.size()
+            mesh = t.device_mesh  # ("dp", "tp") under FSDP2: the pieces are laid out over "tp"
+            tp = mesh["tp"].size() if mesh.ndim == 2 else mesh.size()
             return full[torch.argsort(_pieces_order([n * tp for n in sizes(model.config)], tp))]
     return full
 

@@ -79,6 +79,10 @@ def check(name: str, mesh) -> dict:
     for n, p in sharded.named_parameters():
         worst = max(worst, diff(whole_tensor(sharded, n, p.grad), grads[n].grad))
     res["grads"] = worst
+    # the gathered parameters (a projection of pieces' rows put back in order): the whole model's
+    whole_params = dict(whole.named_parameters())
+    res["params"] = max(diff(whole_tensor(sharded, n, p.detach()), whole_params[n])
+                        for n, p in sharded.named_parameters())
     # bytes: the fullest rank holds at most 1/tp of each sharded tensor (its sharded axis rounded up:
     # an uneven vocabulary gives the first ranks one row more) plus the replicated ones
     local, bound = 0, 0

@@ -43,6 +43,7 @@ def test_two_ranks_match_one_process(launched):
     for name, res in results.items():
         assert "error" not in res, (name, res)
         assert max(res["logits"], res["keys"], res["values"], res["grads"]) <= 1e-5, (name, res)
+        assert res["params"] == 0, (name, res)  # gathered with snf.parallel.whole_tensor
         assert res["generate_same"], name
         local, bound, whole = res["bytes"]
         assert local <= bound < whole, (name, res["bytes"])
@@ -99,9 +100,15 @@ def test_a_tp_the_plan_cannot_take_is_refused_before_anything_is_sharded():
     # rank 0 q's rows and rank 1 k's and v's, wrong logits with no error; refused by name
     import generated.phi3 as phi3
     import generated.snowflake_core as snowflake
-    assert phi3.Model.tp_plan["layers.*.qkv"] == "colwise_pieces" and "layers.*.qkv" in phi3.Model.tp_pieces
-    assert snowflake.Model.tp_plan["layers.*.qkv"] == "colwise_pieces" and not hasattr(snowflake.Model, "tp_pieces")
+    import generated.mamba2 as mamba2
     from specs_table import ROWS
+    c = phi3.Config(**ROWS["phi3"].small)
+    assert phi3.Model.tp_plan["layers.*.qkv"] == "colwise_pieces"
+    assert {k: f(c) for k, f in phi3.Model.tp_pieces.items()} == {  # the rows' order: q, k, v; gate, up
+        "layers.*.qkv": (c.q_dim, c.kv_dim, c.kv_dim), "layers.*.gate_up": (c.mlp_hidden, c.mlp_hidden)}
+    assert {"q_dim", "kv_dim"} <= set(phi3.Model.tp_local)  # the forward slices by them: divided
+    # no table: pieces of a size read whole elsewhere (n_embd), pieces of pieces (Mamba2's x, B, C of xbc)
+    assert not hasattr(snowflake.Model, "tp_pieces") and not hasattr(mamba2.Model, "tp_pieces")
     small = snowflake.Model(**ROWS["snowflake_core"].small)
     with pytest.raises(ShardingError, match=r"layers.\*.qkv: style 'colwise_pieces' is not supported here: the "
                                              r"model has no tp_pieces entry"):

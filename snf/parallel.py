@@ -138,6 +138,9 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
                 raise ShardingError(f"{path}: style {style!r} is not supported here: the model has no tp_pieces "
                                     "entry for it (its pieces' sizes), and a contiguous block of rows per rank "
                                     "would mix the pieces")
+            sizes = pieces[path](model.config)
+            if any(n % tp for n in sizes):  # before anything is sharded
+                raise ShardingError(f"{path}: its pieces of sizes {tuple(sizes)} do not divide by tp = {tp}")
             style = "colwise"
         if style in _NOT_YET:
             raise ShardingError(f"{path}: style {style!r} is not supported yet: {_NOT_YET[style]}")

@@ -233,7 +233,12 @@ class Model(nn.Module):
          'tp must divide mlp_hidden, a piece of sharded features (`index`) (phi3.snf:93)'),
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
-    tp_local = ('mlp_hidden', 'n_head', 'n_kv_head')
+    tp_local = ('kv_dim', 'mlp_hidden', 'n_head', 'n_kv_head', 'q_dim')
+    # a projection the spec slices into pieces: their sizes, in its rows' order (each rank holds its part of each)
+    tp_pieces = {
+        'layers.*.qkv': lambda c: (c.q_dim, c.kv_dim, c.kv_dim),
+        'layers.*.gate_up': lambda c: (c.mlp_hidden, c.mlp_hidden),
+    }
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,

@@ -72,10 +72,11 @@ def _styles() -> dict:
 _NOT_YET = {
     "width_norm": "a norm over the whole sharded width needs its statistics all-reduced",
     "sequence_norm": "sequence parallelism is not applied yet",
-    # a contiguous block of rows per rank would mix the pieces (q's rows with k's): wrong results, no error
-    "colwise_pieces": "a projection the spec slices into pieces (a fused q/k/v or gate/up) needs each rank to "
-                      "hold its part of each piece",
 }
+# a projection the spec slices into pieces (Phi-3's fused q/k/v): its rows are reordered (_pieces_order)
+# so that a contiguous block per rank (ColwiseParallel) is the rank's part of each piece; one with no
+# `tp_pieces` entry is refused, as a contiguous block would mix the pieces (wrong results, no error)
+PIECES = "colwise_pieces"
 # "experts": the stacked weights of a moe_experts call (parameters, not modules), sharded on the hidden
 # width F: gate and up [E, F, D] (and their biases [E, F]) on axis 1, down [E, D, F] on axis 2, told
 # apart by the spec's names (`down` in the name, as every bundled spec has it). moe_experts
@@ -83,10 +84,12 @@ _NOT_YET = {
 EXPERTS = "experts"
 
 
-def _expert_axis(name: str, p) -> int:
+def _expert_axis(name: str, p) -> Optional[int]:
+    """The axis an expert weight is sharded on; None for a down bias [E, D], kept whole (moe_experts adds
+    it once, after the ranks' partial sums)."""
     down = "down" in name.rpartition(".")[2]
     if down and p.dim() == 2:
-        raise ShardingError(f"{name} (experts): a down bias, added once after the ranks' sum, is not supported yet")
+        return None
     return 2 if down else 1
 
 
@@ -123,10 +126,22 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
     tp = tp_axis.size()
     layout = {}
     tied = any(s == "vocab_head" and not _exists(model, p) for p, s in plan.items())
+    pieces = getattr(cls, "tp_pieces", {})
     for path, style in plan.items():
         if style.startswith("shard:"):
-            raise ShardingError(f"{path}: style {style!r} (a parameter sharded along with the heads it meets) "
-                                "is not supported yet")
+            if not style[6:].isdigit() or not (_exists(model, path, parameter=True) or _left_out(model, path)):
+                raise ShardingError(f"{path} ({style}): no parameter of {cls.__module__}.Model has this path, "
+                                    "or the axis is not a number")
+            continue
+        if style == PIECES:
+            if path not in pieces:
+                raise ShardingError(f"{path}: style {style!r} is not supported here: the model has no tp_pieces "
+                                    "entry for it (its pieces' sizes), and a contiguous block of rows per rank "
+                                    "would mix the pieces")
+            sizes = pieces[path](model.config)
+            if any(n % tp for n in sizes):  # before anything is sharded
+                raise ShardingError(f"{path}: its pieces of sizes {tuple(sizes)} do not divide by tp = {tp}")
+            style = "colwise"
         if style in _NOT_YET:
             raise ShardingError(f"{path}: style {style!r} is not supported yet: {_NOT_YET[style]}")
         if style not in STYLES and style != EXPERTS:
@@ -145,8 +160,16 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
     if tp > 1:
         from torch.distributed.tensor.parallel import parallelize_module
         styles = _styles()
+        for path in (p for p, s in plan.items() if s == PIECES):
+            sizes = pieces[path](model.config)
+            for name, m in model.named_modules():
+                if fnmatch.fnmatchcase(name, path):
+                    for p in (m.weight, m.bias):
+                        if p is not None:
+                            p.data = p.data[_pieces_order(sizes, tp)]
         parallelize_module(model, tp_axis, {path: styles[style]() for path, style in layout.items()})
         _shard_experts(model, tp_axis, [p for p, s in plan.items() if s == EXPERTS])
+        _shard_along(model, tp_axis, {p: int(s[6:]) for p, s in plan.items() if s.startswith("shard:")})
         shard = _local_config(model.config, local, tp)
         for m in model.modules():
             if getattr(m, "config", None) is model.config and m is not model:
@@ -163,6 +186,52 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
     return model
 
 
+def _pieces_order(sizes, tp: int) -> torch.Tensor:
+    """The rows of a projection of pieces `sizes` (whole), reordered rank by rank: rank 0's part of each
+    piece, then rank 1's, ... (a contiguous Shard(0) then gives each rank its part of each)."""
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return torch.cat([torch.arange(start + r * (n // tp), start + (r + 1) * (n // tp))
+                      for r in range(tp) for start, n in zip(starts, sizes)])
+
+
+def whole_tensor(model: nn.Module, name: str, t) -> torch.Tensor:
+    """The parameter (or gradient) `t` of `name` of a parallelized `model` as the whole model holds it:
+    gathered (a DTensor), and a projection of pieces' rows put back in the spec's order."""
+    import fnmatch
+    from torch.distributed.tensor import DTensor
+    if not isinstance(t, DTensor):
+        return t
+    full = t.full_tensor()
+    for path, sizes in getattr(type(model), "tp_pieces", {}).items():
+        if fnmatch.fnmatchcase(name.rpartition(".")[0], path):
+            mesh = t.device_mesh  # ("dp", "tp") under FSDP2: the pieces are laid out over "tp"
+            tp = mesh["tp"].size() if mesh.ndim == 2 else mesh.size()
+            return full[torch.argsort(_pieces_order([n * tp for n in sizes(model.config)], tp))]
+    return full
+
+
+def _shard_along(model: nn.Module, mesh, axes: dict) -> None:
+    """Each parameter a path of `axes` names (`layers.*.sinks`: K), a DTensor sharded on its axis K, which
+    its module reads as this rank's part: a property of the module's class (a subclass made here, as
+    torch's parametrize does) returns `to_local()`, whose backward gives the DTensor its part of the
+    gradient. The state dict keeps its keys."""
+    import fnmatch
+
+    from torch.distributed.tensor import Shard, distribute_tensor
+    for name, p in list(model.named_parameters()):
+        axis = next((k for path, k in axes.items() if fnmatch.fnmatchcase(name, path)), None)
+        if axis is None:
+            continue
+        owner, _, attr = name.rpartition(".")
+        m = model.get_submodule(owner)
+        m._parameters[attr] = nn.Parameter(distribute_tensor(p.data, mesh, [Shard(axis)]), p.requires_grad)
+        if not hasattr(type(m), "_snf_local"):
+            m.__class__ = type(type(m).__name__, (type(m),), {"_snf_local": ()})
+        if attr not in type(m)._snf_local:
+            type(m)._snf_local += (attr,)
+            setattr(type(m), attr, property(lambda self, a=attr: self._parameters[a].to_local()))
+
+
 def _shard_experts(model: nn.Module, mesh, paths: list) -> None:
     """Each parameter a path of `paths` names (`layers.*.gate_weight`) a DTensor sharded on its hidden width."""
     import fnmatch
@@ -171,6 +240,8 @@ def _shard_experts(model: nn.Module, mesh, paths: list) -> None:
     for name, p in list(model.named_parameters()):
         if any(fnmatch.fnmatchcase(name, path) for path in paths):
             axis = _expert_axis(name, p)
+            if axis is None:
+                continue
             owner, _, attr = name.rpartition(".")
             model.get_submodule(owner).register_parameter(
                     attr, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(axis)]), p.requires_grad))

@@ -23,7 +23,10 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import snf  # noqa: E402
+from snf.parallel import whole_tensor  # noqa: E402
+from specs_table import ROWS  # noqa: E402
 
 # The plans are the generated modules' own (Model.tp_plan, derived from the specs).
 
@@ -36,6 +39,10 @@ CASES = {  # name -> (spec, config)
     "qwen3": ("qwen3", dict(TINY, vocab_size=64, mlp_hidden=48, head_dim=8, tie_embeddings=False)),
     "mixtral": ("mixtral", dict(block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, vocab_size=64,
                                 mlp_hidden=24, n_expert=4, n_expert_tok=2)),
+    # fused q/k/v and gate/up sliced into pieces (tp_pieces: each rank holds its part of each)
+    "phi3": ("phi3", ROWS["phi3"].small),
+    # attention sinks sharded by heads (shard:0), experts with biases (the down bias added once)
+    "gpt_oss": ("gpt_oss", ROWS["gpt_oss"].small),
 }
 
 
@@ -48,6 +55,9 @@ def check(name: str, mesh) -> dict:
     mod = importlib.import_module(f"generated.{spec}")
     torch.manual_seed(0)
     whole = mod.Model(mod.Config(**cfg)).eval()
+    with torch.no_grad():  # off the initial values (zero biases, unit norms), so that each one counts
+        for p in whole.parameters():
+            p.add_(0.05 * torch.randn_like(p))
     sharded = snf.parallelize(copy.deepcopy(whole), mesh)
     rank, tp = mesh.get_local_rank(), mesh.size()
     idx = torch.randint(0, cfg["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(1))
@@ -67,9 +77,12 @@ def check(name: str, mesh) -> dict:
     grads = dict(whole.named_parameters())
     worst = 0.0
     for n, p in sharded.named_parameters():
-        g = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
-        worst = max(worst, diff(g, grads[n].grad))
+        worst = max(worst, diff(whole_tensor(sharded, n, p.grad), grads[n].grad))
     res["grads"] = worst
+    # the gathered parameters (a projection of pieces' rows put back in order): the whole model's
+    whole_params = dict(whole.named_parameters())
+    res["params"] = max(diff(whole_tensor(sharded, n, p.detach()), whole_params[n])
+                        for n, p in sharded.named_parameters())
     # bytes: the fullest rank holds at most 1/tp of each sharded tensor (its sharded axis rounded up:
     # an uneven vocabulary gives the first ranks one row more) plus the replicated ones
     local, bound = 0, 0

@@ -39,10 +39,11 @@ def launched(tmp_path_factory) -> dict:
 @pytest.mark.slow  # the launch: about 30 s on a 2-core CPU
 def test_two_ranks_match_one_process(launched):
     results = {name: res for name, res in launched.items() if name not in ("fsdp2_tp", "from_pretrained")}
-    assert set(results) == {"llama3", "llama3_tied", "llama3_odd_vocab", "qwen3", "mixtral"}
+    assert set(results) == {"llama3", "llama3_tied", "llama3_odd_vocab", "qwen3", "mixtral", "phi3", "gpt_oss"}
     for name, res in results.items():
         assert "error" not in res, (name, res)
         assert max(res["logits"], res["keys"], res["values"], res["grads"]) <= 1e-5, (name, res)
+        assert res["params"] == 0, (name, res)  # gathered with snf.parallel.whole_tensor
         assert res["generate_same"], name
         local, bound, whole = res["bytes"]
         assert local <= bound < whole, (name, res["bytes"])
@@ -94,12 +95,21 @@ def test_a_tp_the_plan_cannot_take_is_refused_before_anything_is_sharded():
     assert type(model.layers[0].k.weight) is torch.nn.Parameter  # nothing sharded
     assert mod.Model.tp_local == ("mlp_hidden", "n_head", "n_kv_head")  # the plan's, which forward reads divided
 
-    # a projection the spec slices into pieces (Phi-3's fused q/k/v): a contiguous block of rows per rank
-    # would hand rank 0 q's rows and rank 1 k's and v's, wrong logits with no error; refused by name
+    # a projection the spec slices into pieces with no tp_pieces entry (SnowflakeCore's qkv: pieces of
+    # n_embd, which its forward reads whole elsewhere): a contiguous block of rows per rank would hand
+    # rank 0 q's rows and rank 1 k's and v's, wrong logits with no error; refused by name
     import generated.phi3 as phi3
-    assert phi3.Model.tp_plan["layers.*.qkv"] == "colwise_pieces"
+    import generated.snowflake_core as snowflake
+    import generated.mamba2 as mamba2
     from specs_table import ROWS
-    small = phi3.Model(**ROWS["phi3"].small)
-    with pytest.raises(ShardingError, match=r"layers.\*.qkv: style 'colwise_pieces' is not supported yet: a "
-                                             r"projection the spec slices into pieces"):
+    c = phi3.Config(**ROWS["phi3"].small)
+    assert phi3.Model.tp_plan["layers.*.qkv"] == "colwise_pieces"
+    assert {k: f(c) for k, f in phi3.Model.tp_pieces.items()} == {  # the rows' order: q, k, v; gate, up
+        "layers.*.qkv": (c.q_dim, c.kv_dim, c.kv_dim), "layers.*.gate_up": (c.mlp_hidden, c.mlp_hidden)}
+    assert {"q_dim", "kv_dim"} <= set(phi3.Model.tp_local)  # the forward slices by them: divided
+    # no table: pieces of a size read whole elsewhere (n_embd), pieces of pieces (Mamba2's x, B, C of xbc)
+    assert not hasattr(snowflake.Model, "tp_pieces") and not hasattr(mamba2.Model, "tp_pieces")
+    small = snowflake.Model(**ROWS["snowflake_core"].small)
+    with pytest.raises(ShardingError, match=r"layers.\*.qkv: style 'colwise_pieces' is not supported here: the "
+                                             r"model has no tp_pieces entry"):
         snf.parallelize(small, Mesh())

@@ -398,15 +398,17 @@ class Generator:
         return ctx
 
     # ---------------------------------------------------------------- tables for snf.interop
-    def tp_rows(self) -> tuple[list[str], list[str], tuple[str, ...]]:
+    def tp_rows(self) -> tuple[list[str], list[str], tuple[str, ...], list[str]]:
         """`Model.tp_plan`'s entries (module path: style), `tp_requires`' (a check of the config and tp,
-        the message when it fails) and `tp_local`'s names, as the tensor-parallel pass planned them."""
+        the message when it fails), `tp_local`'s names and `tp_pieces`' entries (a colwise_pieces path:
+        its pieces' sizes of a config), as the tensor-parallel pass planned them."""
         tp = self.plans.tp
         plan = [f"{key!r}: {style!r}," for key, style in tp.styles().items()]
         em = Emitter(self, None, Namespace(), cfg="c")
         requires = [f"(lambda c, tp: {em.dim(r.units, 20)} % tp == 0, {r.message(self.display, self.spec_file)!r}),"
                     for r in tp.requires]
-        return plan, requires, tp.local()
+        local, pieces = _tp_pieces(tp, self.derived_by_dim, em)
+        return plan, requires, local, pieces
 
     def spec_parameter_rows(self) -> list[str]:
         """`spec_parameters(cfg)`: spec name -> a `_SpecParameter` row (snf/runtime/tables.py): its
@@ -441,6 +443,20 @@ class Generator:
         # a format, and its 'params' and 'config', one entry a line
         return [row for fmt, entry in encode_sections(self.model).items()
                 for row in _data_rows(f"{fmt!r}: ", entry, open_levels=2)]
+
+
+def _tp_pieces(tp, derived_by_dim: dict, em) -> tuple[tuple[str, ...], list[str]]:
+    """`tp_local`'s names and `tp_pieces`' entries. The forward slices a projection of pieces by the
+    sizes' code, which must read the rank's part: a derived dim (Phi-3's `cfg.q_dim`, then divided
+    too) or a name of tp_local; a size the forward reads whole elsewhere (SnowflakeCore's pieces of
+    n_embd) gets no entry, and snf.parallelize refuses the projection."""
+    local = set(tp.local())
+    tables = [(key, sizes) for key, sizes in tp.pieces
+              if all(d in derived_by_dim or d.as_symbol() in local for d in sizes)]
+    pieces = [f"{key!r}: lambda c: ({', '.join(em.dim(d) for d in sizes)}{',' * (len(sizes) == 1)}),"
+              for key, sizes in tables]
+    derived = {derived_by_dim[d] for _, sizes in tables for d in sizes if d in derived_by_dim}
+    return tuple(sorted(local | derived)), pieces
 
 
 def _data_rows(head: str, value, indent: str = "", open_levels: int = 0) -> list[str]:

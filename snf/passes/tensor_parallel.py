@@ -27,7 +27,7 @@ from ..ops import all_ops
 from ..ops.shapes import FLOATS
 from ..ops.sharding import KEPT, REDUCED
 from ..source import NO_SPAN, Span
-from .caches import CachePlan
+from .caches import CachePlan, _dim_of
 from .decode import token_input
 from .layout import LayoutPlan
 
@@ -97,6 +97,9 @@ class TensorParallelPlan:
     caches: tuple[tuple[str, str, int | None], ...]
     # (linear weight, why it stays whole, where, whether by design: a low-rank projection)
     refused: tuple[tuple[str, str, Span, bool], ...]
+    # `tp_pieces`: a colwise_pieces key -> its pieces' sizes in the weight's row order (where the spec's
+    # slices of its output tile it, each once); the runtime lays out each rank's part of each piece
+    pieces: tuple[tuple[str, tuple[Dim, ...]], ...] = ()
 
     @property
     def full(self) -> bool:
@@ -196,6 +199,9 @@ class _Flow:
         self.requires: dict[Dim, Requirement] = {}
         self.caches: dict[str, int] = {}
         self.pieces: dict[str, set[int]] = {}  # a column-wise linear -> the lines that slice its output into pieces
+        # a column-wise linear -> (start, stop, size) of each slice of its own output, in source order
+        self.slices: dict[str, list[tuple[Dim | None, Dim | None, Dim]]] = {}
+        self.widths: dict[str, Dim] = {}  # a column-wise linear -> its output features
         self.tied: int | None = None  # the line of an LM head tied to the token embedding
         self.whole: dict[str, Span] = {}  # a parameter used with whole activations -> where
         self.follows: dict[str, frozenset] = {}  # a parameter sharded with activations -> their linears
@@ -335,6 +341,10 @@ class _Flow:
                     raise _refuse(v, f"`{e.op}` slices it at a run-time bound", e.span)
                 for o in v.origins:
                     self.pieces.setdefault(o, set()).add(e.span.line)
+                    if v.what == _LINEAR_OUT and e.op in ("index", "slice"):
+                        self.slices.setdefault(o, []).append(_slice_bounds(e, v.axis, p.units))
+                    else:  # pieces of a piece (Mamba2's x, B, C of xbc), or concatenated: no one table
+                        self.slices.setdefault(o, []).append((None, None, p.units))
                 units, at, what = p.units, e.span, f"a piece of sharded features (`{e.op}`)"
             elif p.units is not None:  # split into heads: a norm over the width came before, not a low rank
                 units, at, what, width = p.units, e.span, f"the heads `{e.op}` makes of sharded features", False
@@ -408,7 +418,28 @@ class _Flow:
             return WHOLE
         for p in (w, bias):
             self.style(p, "colwise", "column-wise: its output features sharded", span)
-        return Sharded(ty.rank - 1, ty.shape[-1], span, "the features of a column-wise `linear`", frozenset({w}))
+        self.widths[w] = ty.shape[-1]
+        return Sharded(ty.rank - 1, ty.shape[-1], span, _LINEAR_OUT, frozenset({w}))
+
+
+_LINEAR_OUT = "the features of a column-wise `linear`"
+
+
+def _slice_bounds(e: ir.Op, axis: int, size: Dim) -> tuple[Dim | None, Dim | None, Dim]:
+    """(start, stop, size) of `e`'s slice along `axis` (None: an open end, or a bound of no known value)."""
+    it = e.arg("index").items[axis]
+    lo = _dim_of(it.lo) if it.lo is not None else Dim.const(0)
+    return lo, _dim_of(it.hi) if it.hi is not None else None, size
+
+
+def _tiling(slices, width: Dim) -> tuple[Dim, ...] | None:
+    """The slices' sizes where they cut [0, width) into consecutive pieces in source order, each once."""
+    at = Dim.const(0)
+    for lo, hi, size in slices:
+        if lo is None or lo != at:
+            return None
+        at = width if hi is None else hi
+    return tuple(size for _, _, size in slices) if slices and at == width else None
 
 
 def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> TensorParallelPlan:
@@ -418,6 +449,7 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
         groups.setdefault(key, []).append(p.name)
     uses = _first_uses(model)
     placements = []
+    pieces: dict[str, tuple[Dim, ...]] = {}
     for key, names in groups.items():
         named = [n for n in names if n in flow.styles]
         if named and len(named) == len(names) and len({flow.styles[n][0] for n in named}) == 1:
@@ -428,6 +460,9 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
                 how += (f"; {'where the config ties them, ' if untied else ''}the LM head at line {flow.tied} "
                         "is this table (its logits gathered)")
             if lines:
+                tiled = {_tiling(flow.slices.get(n, ()), flow.widths[n]) for n in names if n in flow.widths}
+                if len(tiled) == 1 and None not in tiled:
+                    pieces[key] = tiled.pop()
                 how += (f"; sliced into pieces at line{'s' * (len(lines) > 1)} {', '.join(map(str, lines))}, "
                         "each rank holding its part of each")
                 if style == "colwise":  # not a contiguous block of rows per rank: a style of its own
@@ -445,7 +480,8 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
     cache_axes = tuple((c.input, c.output, flow.caches.get(c.output, flow.caches.get(c.input)))
                        for c in flow.cache_plan.caches)
     return TensorParallelPlan(tuple(placements), reqs, cache_axes,
-                              tuple((w,) + r for w, r in sorted(refused.items(), key=lambda kv: kv[1][1].line)))
+                              tuple((w,) + r for w, r in sorted(refused.items(), key=lambda kv: kv[1][1].line)),
+                              tuple(pieces.items()))
 
 
 def _first_uses(model: ir.Model) -> dict[str, tuple[str, Span]]:

@@ -273,8 +273,6 @@ def _moe_experts_sharded(x, indices, weights, gate, up, down, act: str, gate_bia
     ranks; x and the routing weights enter whole, and each rank's share of their gradients is added
     over the ranks in the backward (the trap of exact logits with gradients off). DTensor does both."""
     from torch.distributed.tensor import DTensor, Partial, Replicate
-    if down_bias is not None:
-        raise NotImplementedError("moe_experts sharded by hidden width with a down bias (added once, not per rank)")
     mesh = up.device_mesh
 
     def whole(t):  # forward: t itself; backward: its gradient summed over the ranks
@@ -284,4 +282,11 @@ def _moe_experts_sharded(x, indices, weights, gate, up, down, act: str, gate_bia
         return t.to_local() if t is not None else None
     out = _moe_experts(whole(x), indices, whole(weights), mine(gate), mine(up), mine(down), act, mine(gate_bias),
                        mine(up_bias), None, alpha, limit)
-    return DTensor.from_local(out, mesh, [Partial()], run_check=False).redistribute(mesh, [Replicate()]).to_local()
+    out = DTensor.from_local(out, mesh, [Partial()], run_check=False).redistribute(mesh, [Replicate()]).to_local()
+    if down_bias is None:
+        return out
+    # the down bias [E, D] (whole on every rank) once, after the sum: each token's chosen biases, weighted
+    shape, k = x.shape, indices.shape[-1]
+    dense = x.new_zeros(x.numel() // shape[-1], down_bias.shape[0]).scatter_add(
+        1, indices.reshape(-1, k), weights.reshape(-1, k).to(x.dtype))
+    return out + (dense @ down_bias.to(x.dtype)).reshape(shape)

@@ -76,6 +76,7 @@ def test_bench_load_runs():
     assert len(rows) == 3 and all(float(seconds) > 0 for *_, seconds in rows), out.stdout
 
 
+@pytest.mark.slow  # about 35 s of CPU: folders written and read several ways
 def test_bench_pretrained_runs():
     import subprocess
     import sys

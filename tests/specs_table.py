@@ -318,11 +318,11 @@ def constructs(name: str) -> frozenset:
 
 @functools.cache
 def compiled_whole() -> frozenset:
-    """The specs whose CPU sessions compile every unit (the eval forward per block, a training step
-    whole, the bfloat16 cast's generate) besides what the defaults compile: the fast rows, then
-    greedily the spec with the most constructs not yet compiled, until every construct of every spec
-    is in one of them. The other specs' sessions compile what a user's run compiles by default on a
-    CPU (generate's decode steps) and run the rest eagerly; on CUDA every session compiles every unit."""
+    """The specs whose CPU sessions compile what CUDA's default compiles too (a training step whole)
+    and the bfloat16 cast's generate, besides what the CPU's default compiles (generate's decode steps,
+    which every session compiles): the fast rows, then greedily the spec with the most constructs not
+    yet compiled, until every construct of every spec is in one of them. On CUDA every session compiles
+    every unit."""
     want = {name: constructs(name) for name in ROWS}
     chosen = {name for name, row in ROWS.items() if row.fast}
     covered = set().union(*(want[name] for name in chosen))

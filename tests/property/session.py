@@ -3,7 +3,8 @@ after call, checked against the same model run eagerly.
 
 `run_session(text, hints, seed)` builds the spec's module once and one model of a valid config,
 whose eval forward compiles per layer block on every device (a unit users may choose; both devices'
-defaults evaluate eagerly, and compile generate's decode step), then runs, in order:
+defaults evaluate eagerly, and compile generate's decode step; `eval_blocks=False`: the device's
+default), then runs, in order:
 
 * eval forwards with varied batch and lengths, optional inputs given or not, and chained calls
   that feed a call's caches to the next (as `generate` and chat loops do); the first is also

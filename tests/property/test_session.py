@@ -134,11 +134,12 @@ def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypat
 
     What compiles on the CPU: for every spec, what a user's run compiles by default there,
     `generate`'s decode steps; for the specs of specs_table.compiled_whole(), which between them hold
-    every construct of every spec (each op with its options, each kind of model), also the eval
-    forward per block (a unit users may choose), a training step compiled whole (the CUDA default) and
-    the bfloat16 cast's generate. The bfloat16 cast's forward and autocast run eagerly (the random
-    specs' sessions below compile them: all_casts). On CUDA every unit compiles for every spec, and a
-    decode step is a CUDA graph (`reduce-overhead`).
+    every construct of every spec (each op with its options, each kind of model), also what CUDA's
+    default compiles, a training step whole, and the bfloat16 cast's generate. The eval forward
+    compiled per block, a unit users may choose and no device's default, compiles in the fast rows'
+    sessions (nanoGPT's, TinyTransformer's), the 30 varied calls below and the random specs' sessions
+    (which compile the casts' forwards and autocast too: all_casts). On CUDA every unit compiles for
+    every spec, and a decode step is a CUDA graph (`reduce-overhead`).
 
     A spec snf.from_pretrained loads for a transformers family runs at that family's test config and
     then, on the same model, against transformers (_against_transformers); a row with `sparse_experts`
@@ -154,8 +155,8 @@ def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypat
     if ROWS[name].sparse_experts:  # the sparse experts op inside the compiled graphs, even at these sizes
         monkeypatch.setattr(experts, "_MOE_DENSE_MACS", -1)
     every_unit = device == "cuda" or name in compiled_whole()
-    out = _session(name, calls=4, whole_training=every_unit, eval_blocks=every_unit, device=device,
-                   all_casts=False, cast_generate_compiled=every_unit, **options)
+    out = _session(name, calls=4, whole_training=every_unit, eval_blocks=device == "cuda" or ROWS[name].fast,
+                   device=device, all_casts=False, cast_generate_compiled=every_unit, **options)
     assert out.accepted and out.calls >= 4, (name, out)
     assert family is None or seen, (name, "the transformers comparison did not run")
     for unit, count in out.graphs.items():

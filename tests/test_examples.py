@@ -84,7 +84,8 @@ def test_train_under_torchrun_with_tp_resumes_and_hands_back_a_plain_checkpoint(
     """A single-process run stops at step 3; `torchrun ... --tp 2 --resume` goes on from it to step 5
     (the step losses printed are the straight run's); a plain run resumes from its gathered checkpoint
     to step 6, and ends where training straight through in one process does (weights and loss within
-    1e-5 fp32: the sharded matmuls sum in another order)."""
+    1e-5 fp32: the sharded matmuls sum in another order). The commands of docs/training.md's
+    "examples/train.py under torchrun"."""
     import os
 
     corpus = tmp_path / "tiny.txt"

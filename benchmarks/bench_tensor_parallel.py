@@ -1,7 +1,7 @@
 """Tensor parallelism (snf.parallelize): per-rank peak memory and training-step time of a llama3 at
 tp = 1, 2, 4, one torchrun launch per tp, with ratios against tp = 1 of the same run.
 
-    PYTHONPATH=. python3 benchmarks/bench_tensor_parallel.py            # llama3 of about 420 MB (fp32), CPU, gloo
+    PYTHONPATH=. python3 benchmarks/bench_tensor_parallel.py            # llama3 of 107 M parameters (407 MiB fp32), CPU, gloo
     PYTHONPATH=. python3 benchmarks/bench_tensor_parallel.py --quick    # smoke run: tiny sizes, tp 1, 2
     PYTHONPATH=. python3 benchmarks/bench_tensor_parallel.py --device cuda --backend nccl   # one GPU a rank
 
@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-# 105 M parameters (420 MB fp32): 8 blocks of 11 M, a vocabulary of 8,000 so the blocks dominate
+# 107 M parameters (407 MiB fp32): 8 blocks of 11 M, a vocabulary of 8,000 so the blocks dominate
 FULL = dict(vocab_size=8000, block_size=128, n_layer=8, n_head=16, n_kv_head=4, n_embd=1024, mlp_hidden=2816,
             rope_scaling=0)
 QUICK = dict(vocab_size=64, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, mlp_hidden=48, rope_scaling=0)

@@ -520,6 +520,8 @@ def train(args) -> int:
         if ranks is not None:
             torch.distributed.barrier()  # no rank goes on (or ends) before the file is whole
 
+    dp = ranks.dp if ranks else 1
+    mine = slice(ranks.dp_rank * args.batch_size, (ranks.dp_rank + 1) * args.batch_size) if ranks else None
     model.train()
     tick = time.perf_counter()
     done, last_saved = start, (start if saved else None)
@@ -529,20 +531,15 @@ def train(args) -> int:
                 save(it)
                 last_saved = it
             lr = learning_rate(it, args)
-            if ranks is None:
-                micro = [batch(parts["train"], args.batch_size, length, g, args.device) for _ in range(args.grad_accum)]
-                loss = train_step(model, opt, lambda x, y: next_token_loss(model, lm, x, y), micro, lr, args.grad_clip,
-                                  autocast)
-            else:  # every rank draws the whole step's batch (one data generator, one state to save), keeps its part
-                mine = slice(ranks.dp_rank * args.batch_size, (ranks.dp_rank + 1) * args.batch_size)
-                micro = [tuple(t[mine] for t in batch(parts["train"], args.batch_size * ranks.dp, length, g, args.device))
-                         for _ in range(args.grad_accum)]
-                loss = train_step(model, opt, lambda x, y: next_token_loss(model, lm, x, y), micro, lr, args.grad_clip,
-                                  autocast, clip=clip_grad_norm_)
-                if ranks.dp > 1:  # the step's loss: the mean of the dp ranks' (each its own sequences)
-                    mean = torch.tensor(loss / ranks.dp, dtype=torch.float64)
-                    torch.distributed.all_reduce(mean, group=ranks.mesh["dp"].get_group())
-                    loss = mean.item()
+            micro = [batch(parts["train"], args.batch_size * dp, length, g, args.device) for _ in range(args.grad_accum)]
+            if dp > 1:  # every rank draws the whole step's batch (one data generator, one state to save), keeps its part
+                micro = [(x[mine], y[mine]) for x, y in micro]
+            loss = train_step(model, opt, lambda x, y: next_token_loss(model, lm, x, y), micro, lr, args.grad_clip, autocast,
+                              clip=torch.nn.utils.clip_grad_norm_ if ranks is None else clip_grad_norm_)
+            if dp > 1:  # the step's loss: the mean of the dp ranks' (each its own sequences)
+                mean = torch.tensor(loss / dp, dtype=torch.float64, device=args.device)
+                torch.distributed.all_reduce(mean, group=ranks.mesh["dp"].get_group())
+                loss = mean.item()
             done = it + 1
             if done % args.log_interval == 0 or done == end:
                 elapsed = (time.perf_counter() - tick) / args.log_interval

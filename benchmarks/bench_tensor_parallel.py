@@ -74,7 +74,7 @@ def worker(args) -> None:
     else:
         torch.set_num_threads(1)
     tp = dist.get_world_size()
-    import torch.distributed.tensor.parallel  # noqa: F401  what sharding imports, before the baseline
+    from torch.distributed.tensor import parallel  # noqa: F401  what sharding imports, before the baseline
 
     mesh = init_device_mesh(device.type, (tp,), mesh_dim_names=("tp",))
     base = resident_kb("VmRSS")

@@ -10,6 +10,16 @@ module has `generate` works (specs/nanogpt.snf, llama3.snf, mistral.snf, gpt_dec
 the loss is the next-token cross-entropy of its logits, whatever its own loss input is called.
 The module compiles as its `compile_units` say for the device (on a CPU, training runs eagerly).
 Exit status: 0 done, 1 a bad argument or file (spec, checkpoint, a failed save), 130 Ctrl-C.
+
+Under torchrun it trains on every rank, tensor parallel over --tp ranks (snf.parallelize, the plan
+derived from the spec) and data parallel (FSDP2) over the rest of the world, as nanoGPT's DDP mode:
+
+    torchrun --standalone --nproc-per-node 2 examples/train.py --tp 2 --data input.txt --spec specs/llama3.snf ...
+
+Each data-parallel rank trains on its own --batch-size sequences (a step sees batch-size x world/tp).
+The checkpoint is gathered: rank 0 writes the whole model and optimizer state into the same
+out/ckpt.pt a single-process run writes, so a run with or without torchrun (any --tp) resumes from
+it and examples/sample.py samples from it.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ import torch.nn.functional as F
 import snf
 from snf.compiler import analyze, lower
 from snf.diagnostics import SpecError
+from snf.parallel import clip_grad_norm_
 from snf.passes import plan
 from snf.source import Source
 
@@ -79,6 +90,8 @@ def arguments(argv=None) -> argparse.Namespace:
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--seed", type=seed, default=1337)
+    p.add_argument("--tp", type=int, help="under torchrun: ranks a model is split over (tensor parallel); "
+                   "the world size / tp ranks train data parallel (default 1)")
     args = p.parse_args(argv)
     check_arguments(args)
     return args
@@ -87,7 +100,13 @@ def arguments(argv=None) -> argparse.Namespace:
 def check_arguments(args) -> None:
     """What the command line alone shows to be wrong, before the spec compiles."""
     at_least(args, batch_size=1, grad_accum=1, eval_interval=1, eval_iters=1, log_interval=1, max_iters=0,
-             stop_at=0, warmup_iters=0, lr=0, min_lr=0, weight_decay=0, grad_clip=0)
+             stop_at=0, warmup_iters=0, lr=0, min_lr=0, weight_decay=0, grad_clip=0, tp=1)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if (args.tp or 1) > 1 and "WORLD_SIZE" not in os.environ:
+        raise BadArgument(f"--tp {args.tp} runs under torchrun: torchrun --nproc-per-node {args.tp} examples/train.py "
+                          f"--tp {args.tp} ...")
+    if world % (args.tp or 1):
+        raise BadArgument(f"--tp {args.tp} does not divide the {world} ranks torchrun started")
     check_device(args.device)
     for flag, path in (("--data", args.data), ("--spec", args.spec), ("--config", args.config)):
         if path is not None and not Path(path).is_file():
@@ -327,10 +346,11 @@ def next_token_loss(model, lm: LanguageModel, x, y) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
 
 
-def train_step(model, opt, loss_of, micro_batches: list, lr: float, grad_clip: float, autocast) -> float:
+def train_step(model, opt, loss_of, micro_batches: list, lr: float, grad_clip: float, autocast,
+               clip=torch.nn.utils.clip_grad_norm_) -> float:
     """One optimizer step as nanoGPT's train.py takes it: the micro-batches' gradients summed,
-    clipped, AdamW, gradients dropped. Returns the loss (of the last micro-batch, unscaled).
-    benchmarks/bench_train_example.py times it against nanoGPT."""
+    clipped (by `clip`: snf.parallel's for a parallelized model), AdamW, gradients dropped. Returns
+    the loss (of the last micro-batch, unscaled). benchmarks/bench_train_example.py times it against nanoGPT."""
     for group in opt.param_groups:
         group["lr"] = lr
     for x, y in micro_batches:
@@ -338,24 +358,88 @@ def train_step(model, opt, loss_of, micro_batches: list, lr: float, grad_clip: f
             loss = loss_of(x, y) / len(micro_batches)
         loss.backward()
     if grad_clip:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        clip(model.parameters(), grad_clip)
     opt.step()
     opt.zero_grad(set_to_none=True)
     return loss.item() * len(micro_batches)
 
 
 def main(argv=None) -> int:
+    first = int(os.environ.get("RANK", "0")) == 0  # under torchrun every rank meets the same error: one says it
     try:
         return train(arguments(argv))
     except UserError as e:
-        print(f"train.py: error: {e}", file=sys.stderr)
+        if first:
+            print(f"train.py: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:  # train() says where it stopped
-        print(f"train.py: {e or 'interrupted'}", file=sys.stderr)
+        if first:
+            print(f"train.py: {e or 'interrupted'}", file=sys.stderr)
         return 130
+    finally:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------------------- under torchrun
+
+@dataclasses.dataclass(frozen=True)
+class Ranks:
+    """Where this process is in a torchrun world of dp x tp ranks."""
+    mesh: object  # DeviceMesh: ("tp",), or ("dp", "tp") when dp > 1
+    rank: int
+    dp: int
+    dp_rank: int
+
+
+def start_ranks(args) -> Ranks | None:
+    """The process group and mesh under torchrun (None without it); on CUDA each rank its own GPU (nccl)."""
+    if "WORLD_SIZE" not in os.environ:
+        return None
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    kind = torch.device(args.device).type
+    if kind == "cuda":
+        args.device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+        torch.cuda.set_device(args.device)
+    dist.init_process_group("nccl" if kind == "cuda" else "gloo")
+    tp = args.tp or 1
+    dp = dist.get_world_size() // tp
+    mesh = init_device_mesh(kind, (dp, tp), mesh_dim_names=("dp", "tp")) if dp > 1 else \
+        init_device_mesh(kind, (tp,), mesh_dim_names=("tp",))
+    return Ranks(mesh, dist.get_rank(), dp, mesh["dp"].get_local_rank() if dp > 1 else 0)
+
+
+def whole(t):
+    """A DTensor gathered (a collective: every rank calls it), anything else as it is."""
+    from torch.distributed.tensor import DTensor
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def gathered_states(model, opt) -> tuple[dict, dict]:
+    """The model's and optimizer's state dicts with every shard gathered: what one process would hold."""
+    state = opt.state_dict()
+    state["state"] = {i: {k: whole(v) for k, v in s.items()} for i, s in state["state"].items()}
+    return {k: whole(v) for k, v in model.state_dict().items()}, state
+
+
+def sharded_optimizer_state(opt, saved: dict) -> dict:
+    """A gathered optimizer state dict with each tensor laid out as its (DTensor) parameter is."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+    params = [p for group in opt.param_groups for p in group["params"]]
+    state = dict(saved, state={})
+    for i, s in saved["state"].items():
+        p = params[i]
+        state["state"][i] = {k: distribute_tensor(v.to(p.device), p.device_mesh, p.placements)
+                             if isinstance(p, DTensor) and torch.is_tensor(v) and v.shape == p.shape else v
+                             for k, v in s.items()}
+    return state
 
 
 def train(args) -> int:
+    ranks = start_ranks(args)
+    say = print if ranks is None or ranks.rank == 0 else (lambda *a, **k: None)
     out = Path(args.out)
     ckpt_path = out / "ckpt.pt"
     saved = None
@@ -384,6 +468,13 @@ def train(args) -> int:
         parts["val"] = data  # a tiny corpus: evaluate on all of it
     torch.manual_seed(args.seed)
     model = lm.module.Model(config).to(args.device)
+    if ranks is not None:  # the whole model on every rank (the same seed), loaded, then sharded
+        if saved:
+            model.load_state_dict(saved["model"])
+        try:
+            model = snf.parallelize(model, ranks.mesh)
+        except ValueError as e:  # snf.parallel.ShardingError: a tp the plan cannot take
+            raise BadArgument(f"--tp {args.tp}: {first_line(e)}") from None
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
@@ -391,19 +482,21 @@ def train(args) -> int:
     g = torch.Generator().manual_seed(args.seed)
     if saved:
         try:
-            model.load_state_dict(saved["model"])
-            opt.load_state_dict(saved["optimizer"])
+            if ranks is None:
+                model.load_state_dict(saved["model"])
+            opt.load_state_dict(saved["optimizer"] if ranks is None else sharded_optimizer_state(opt, saved["optimizer"]))
             if any(torch.is_tensor(v) and v.dim() and v.shape != p.shape for p, s in opt.state.items() for v in s.values()):
                 raise ValueError("its optimizer state does not fit the weights")
             g.set_state(saved["data_rng"])
             torch.set_rng_state(saved["rng"])
         except (RuntimeError, ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
             raise UserError(f"{ckpt_path}: its optimizer or random states do not fit the model ({first_line(e)})") from None
-        print(f"resuming at step {start} from {ckpt_path}")
+        say(f"resuming at step {start} from {ckpt_path}")
     autocast = torch.autocast(args.device.split(":")[0], torch.bfloat16) if args.bf16 else contextlib.nullcontext()
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"{Path(args.spec).name}: {n_params / 1e6:.2f}M parameters, {len(vocab)} {args.tokens} tokens, "
-          f"{lm.context_field or 'context'} = {length}, {len(data):,} tokens of data")
+    say(f"{Path(args.spec).name}: {n_params / 1e6:.2f}M parameters, {len(vocab)} {args.tokens} tokens, "
+        f"{lm.context_field or 'context'} = {length}, {len(data):,} tokens of data"
+        + (f", {ranks.dp} x tp {args.tp or 1} ranks" if ranks else ""))
 
     def evaluate() -> dict:
         model.eval()
@@ -418,11 +511,17 @@ def train(args) -> int:
 
     def save(it: int) -> None:
         losses = evaluate()
-        print(f"step {it}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-        save_checkpoint({"model": model.state_dict(), "optimizer": opt.state_dict(), "iter": it,
-                         "config": dataclasses.asdict(config), "spec": args.spec, "tokens": args.tokens,
-                         "vocab": vocab, "data_rng": g.get_state(), "rng": torch.get_rng_state()}, ckpt_path)
+        say(f"step {it}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+        model_state, opt_state = (model.state_dict(), opt.state_dict()) if ranks is None else gathered_states(model, opt)
+        if ranks is None or ranks.rank == 0:
+            save_checkpoint({"model": model_state, "optimizer": opt_state, "iter": it,
+                             "config": dataclasses.asdict(config), "spec": args.spec, "tokens": args.tokens,
+                             "vocab": vocab, "data_rng": g.get_state(), "rng": torch.get_rng_state()}, ckpt_path)
+        if ranks is not None:
+            torch.distributed.barrier()  # no rank goes on (or ends) before the file is whole
 
+    dp = ranks.dp if ranks else 1
+    mine = slice(ranks.dp_rank * args.batch_size, (ranks.dp_rank + 1) * args.batch_size) if ranks else None
     model.train()
     tick = time.perf_counter()
     done, last_saved = start, (start if saved else None)
@@ -432,14 +531,21 @@ def train(args) -> int:
                 save(it)
                 last_saved = it
             lr = learning_rate(it, args)
-            micro = [batch(parts["train"], args.batch_size, length, g, args.device) for _ in range(args.grad_accum)]
-            loss = train_step(model, opt, lambda x, y: next_token_loss(model, lm, x, y), micro, lr, args.grad_clip, autocast)
+            micro = [batch(parts["train"], args.batch_size * dp, length, g, args.device) for _ in range(args.grad_accum)]
+            if dp > 1:  # every rank draws the whole step's batch (one data generator, one state to save), keeps its part
+                micro = [(x[mine], y[mine]) for x, y in micro]
+            loss = train_step(model, opt, lambda x, y: next_token_loss(model, lm, x, y), micro, lr, args.grad_clip, autocast,
+                              clip=torch.nn.utils.clip_grad_norm_ if ranks is None else clip_grad_norm_)
+            if dp > 1:  # the step's loss: the mean of the dp ranks' (each its own sequences)
+                mean = torch.tensor(loss / dp, dtype=torch.float64, device=args.device)
+                torch.distributed.all_reduce(mean, group=ranks.mesh["dp"].get_group())
+                loss = mean.item()
             done = it + 1
             if done % args.log_interval == 0 or done == end:
                 elapsed = (time.perf_counter() - tick) / args.log_interval
                 tokens = args.batch_size * args.grad_accum * length
-                print(f"step {done}: loss {loss:.4f}, lr {lr:.2e}, {elapsed * 1000:.1f} ms/iter, "
-                      f"{tokens / elapsed:,.0f} tokens/s", flush=True)
+                say(f"step {done}: loss {loss:.4f}, lr {lr:.2e}, {elapsed * 1000:.1f} ms/iter, "
+                    f"{tokens / elapsed:,.0f} tokens/s", flush=True)
                 tick = time.perf_counter()
         save(end)
     except KeyboardInterrupt:
@@ -447,7 +553,7 @@ def train(args) -> int:
         kept = f"{ckpt_path} holds step {last_saved} (--resume goes on from it)" if last_saved is not None \
             else "no checkpoint was saved"
         raise KeyboardInterrupt(f"stopped by Ctrl-C after step {done}; {kept}") from None
-    print(f"saved {ckpt_path}")
+    say(f"saved {ckpt_path}")
     return 0
 
 

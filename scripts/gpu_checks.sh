@@ -8,6 +8,8 @@
 # 2. beside them, sessions of random specs on CUDA for SAMPLE_S seconds in SAMPLES processes;
 # 3. then, alone on the GPU, bench_compile.py on CUDA: the data behind compile_units' CUDA row and
 #    the decode step's figures (--decode), and bench_first.py's rows (first token, first step) there.
+# 4. bench_tensor_parallel.py on CUDA with NCCL, one GPU a rank: tp = 1, 2, 4 as far as the GPUs go
+#    (a tp above the GPU count is skipped, and said so).
 # The machine's own torch runs it. Its image has no lark: carry its wheel in .whl/ (here:
 # `python3 -m pip download --no-deps lark==1.3.1 -d .whl`), installed below into a temporary folder.
 # Each step has its own time limit.
@@ -41,3 +43,5 @@ timeout -s INT "${DECODE_S:-150}" $PY benchmarks/bench_compile.py --device cuda 
     2>&1 | tee "$out/bench_decode.log"
 timeout -s INT "${FIRST_S:-300}" $PY benchmarks/bench_first.py --device cuda --configs nanogpt-2x64 gpt2-small \
     2>&1 | tee "$out/bench_first.log"
+timeout -s INT "${TP_S:-300}" $PY benchmarks/bench_tensor_parallel.py --device cuda --backend nccl \
+    2>&1 | tee "$out/bench_tensor_parallel.log"

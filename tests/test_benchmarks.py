@@ -170,3 +170,19 @@ def test_bench_tiering_runs(capsys):
     out = capsys.readouterr().out
     assert re.search(r"^\| compile behind \(bucket 128\) \| [\d.]+ s \(\d+ eager tokens meanwhile\) \|$", out, re.M), out
     assert len(re.findall(r"^\| (32|128|512|2048) \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", out, re.M)) == 4, out
+
+
+def test_bench_tensor_parallel_table():
+    """Its table without a launch (a torchrun launch a tp costs about 15 s: the script's --quick is run
+    by hand): ratios against tp = 1, the processor named under it, tp above the cores said to oversubscribe."""
+    import os
+
+    from benchmarks import bench_tensor_parallel as bench
+    rows = [{"tp": 1, "step_ms": 100.0, "peak_mb": 400.0, "params_mb": 200.0},
+            {"tp": 2, "step_ms": 60.0, "peak_mb": 220.0, "params_mb": 101.0},
+            {"tp": (os.cpu_count() or 1) + 1, "step_ms": 80.0, "peak_mb": 120.0, "params_mb": 51.0}]
+    text = bench.table(rows, "header", "cpu")
+    assert "| 2 | 60.0 | 0.60 | 220.0 | 0.55 | 101.0 | 0.51 |" in text, text
+    assert f"{os.cpu_count()} cores" in text and "oversubscribes" in text, text
+    args = bench.arguments(["--device", "cuda", "--backend", "nccl", "--tp", "1", "2"])
+    assert (args.device, args.backend, args.tp) == ("cuda", "nccl", [1, 2])

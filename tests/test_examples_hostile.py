@@ -58,6 +58,8 @@ def _fails(script, argv, capsys, message: str, status: int = 1) -> str:
     ("--device", "cuda:7" if torch.cuda.is_available() else "cuda", "this torch sees"),
     ("--device", "quantum", "is not a device name"),
     ("--max-iters", "many", "invalid int value"),
+    ("--tp", "0", "--tp must be an int >= 1"),
+    ("--tp", "2", "--tp 2 runs under torchrun: torchrun --nproc-per-node 2 examples/train.py --tp 2"),
 ])
 def test_bad_arguments(flag, value, message, corpus, tmp_path, capsys):
     _fails(train, ["--data", str(corpus), "--out", str(tmp_path / "o"), flag, value], capsys, message)

@@ -63,7 +63,7 @@ ROWS = {
     "snowflake_core": Row(dict(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=32, d_ff=48),
                           exports=((), ("attention_mask",))),
     # its defaults are tiny; two layers for the layer loop
-    "tiny_transformer": Row(dict(block_size=16, n_layer=2), fast=True),
+    "tiny_transformer": Row(dict(block_size=16, n_layer=2)),
     "nanogpt_model": Row(dict(V=64, P=32, L=2, H=2, D=32)),
     "llama3": Row(dict(GQA), hf=dict(DECODER, rope_theta=5000.0), exports=(CACHE,)),
     "mistral": Row(dict(GQA, sliding_window=3), hf=dict(DECODER, sliding_window=5)),

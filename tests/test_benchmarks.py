@@ -12,6 +12,7 @@ pytest.importorskip("transformers")
 QUICK = ["--quick", "--no-compile", "--reps", "1", "--warmup", "0"]
 
 
+@pytest.mark.slow  # 13-16 s a model: the fast tier keeps the cheaper benchmarks
 @pytest.mark.parametrize("model", ["gpt2", "llama"])
 def test_bench_generate_runs(model, capsys, monkeypatch):
     from benchmarks import bench_generate
@@ -33,6 +34,7 @@ def test_bench_generate_step_options_as_generated():
         assert module.Model._decode_step.unit.cpu_options == bench_generate.STEP_OPTIONS["step:decompose+threshold"]
 
 
+@pytest.mark.slow  # 10 s
 def test_bench_gpt2_runs(capsys, monkeypatch):
     from benchmarks import bench_gpt2
     monkeypatch.setenv("SNF_COMPILE", "0")
@@ -147,6 +149,7 @@ def test_bench_kda_runs(capsys):
     assert "snfc decode after 64 / after 8" in out
 
 
+@pytest.mark.slow  # 13 s: two processes
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not __import__("torch").cuda.is_available(), reason="the GPU rows: needs a CUDA device"))])
 def test_bench_first_runs(capsys, device):

@@ -232,6 +232,7 @@ def test_a_checkout_runs_check_with_lark_alone_and_compile_with_jinja2_too(tmp_p
     assert compiled.returncode == 0, compiled.stdout + compiled.stderr
 
 
+@pytest.mark.slow  # 15 s: every spec compiled in three processes
 @pytest.mark.parametrize("has, args, missing", [
     ((), ("check", "specs/nanogpt.snf"), "lark"),
     (("lark",), ("compile", "specs/nanogpt.snf", "-o", "OUT"), "jinja2"),

@@ -87,6 +87,7 @@ def test_quickstart_trains_a_few_specs_and_shows_every_one():
             assert re.search(rf"^  {name} +not trained: {why} \(", summary, re.M), name
 
 
+@pytest.mark.slow  # 15 s: every spec trained
 def test_quickstart_all_trains_every_spec_and_says_what_its_numbers_are():
     out, err = _quickstart("--steps", "3", "--all")
     summary = out[out.index("\nsummary"):]

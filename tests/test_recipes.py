@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO
 from test_docs import blocks
 
@@ -129,6 +131,7 @@ GUARDS = ("tests/test_ops.py::test_every_op_has_a_case", "tests/test_ops.py::tes
           "tests/property/test_property.py::test_the_generator_covers_every_op_and_construct")
 
 
+@pytest.mark.slow  # 6-9 s: a copy of the checkout's tests run
 def test_adding_an_activation_touches_three_files(tmp_path):
     root = applied(tmp_path, "test_adding_an_activation_touches_three_files",
                    {"snf/ops/core.py", "tests/test_ops.py", "docs/language.md"})
@@ -145,6 +148,7 @@ def test_adding_an_activation_touches_three_files(tmp_path):
     assert "2 failed, 1 passed" in out and "softsign" in out, out
 
 
+@pytest.mark.slow  # 6-9 s: a copy of the checkout's tests run
 def test_adding_a_family_touches_four_files(tmp_path):
     root = applied(tmp_path, "test_adding_a_family_touches_four_files",
                    {"snf/ops/toy.py", "snf/ops/__init__.py", "tests/test_ops.py", "docs/language.md"})
@@ -154,6 +158,7 @@ def test_adding_a_family_touches_four_files(tmp_path):
     assert " failed" not in out and "passed" in out, out
 
 
+@pytest.mark.slow  # 6-9 s: a copy of the checkout's tests run
 def test_adding_a_statement_kind_touches_six_files(tmp_path):
     root = applied(tmp_path, "test_adding_a_statement_kind_touches_six_files",
                    {"grammars/snf.lark", "snf/ir/syntax.py", "snf/frontend/dsl.py", "snf/check/statements.py",

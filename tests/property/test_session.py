@@ -136,8 +136,8 @@ def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypat
     `generate`'s decode steps; for the specs of specs_table.compiled_whole(), which between them hold
     every construct of every spec (each op with its options, each kind of model), also what CUDA's
     default compiles, a training step whole, and the bfloat16 cast's generate. The eval forward
-    compiled per block, a unit users may choose and no device's default, compiles in the fast rows'
-    sessions (nanoGPT's, TinyTransformer's), the 30 varied calls below and the random specs' sessions
+    compiled per block, a unit users may choose and no device's default, compiles in the fast row's
+    session (nanoGPT's), the 30 varied calls below and the random specs' sessions
     (which compile the casts' forwards and autocast too: all_casts). On CUDA every unit compiles for
     every spec, and a decode step is a CUDA graph (`reduce-overhead`).
 

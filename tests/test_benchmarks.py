@@ -50,6 +50,7 @@ def test_bench_tricks_runs(capsys, monkeypatch):
     assert re.search(r"^\| fused q/k/v +\| eager ", capsys.readouterr().out, re.M)
 
 
+@pytest.mark.slow  # 5 s
 def test_bench_gqa_runs(capsys):
     from benchmarks import bench_gqa
     assert bench_gqa.main(QUICK) == 0
@@ -57,6 +58,7 @@ def test_bench_gqa_runs(capsys):
     assert len(rows) == 4 * 3 and {c for _, c in rows} == {"enable_gqa", "repeat_interleave", "expand"}
 
 
+@pytest.mark.slow  # 7 s
 def test_bench_sinks_runs(capsys):
     from benchmarks import bench_sinks
     assert bench_sinks.main(QUICK) == 0

@@ -232,7 +232,6 @@ def test_a_checkout_runs_check_with_lark_alone_and_compile_with_jinja2_too(tmp_p
     assert compiled.returncode == 0, compiled.stdout + compiled.stderr
 
 
-@pytest.mark.slow  # 15 s: every spec compiled in three processes
 @pytest.mark.parametrize("has, args, missing", [
     ((), ("check", "specs/nanogpt.snf"), "lark"),
     (("lark",), ("compile", "specs/nanogpt.snf", "-o", "OUT"), "jinja2"),
@@ -268,6 +267,7 @@ DETERMINISM_SCRIPT = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.slow  # 15 s: every spec compiled in three processes
 def test_output_is_byte_identical_across_runs_and_hash_seeds():
     import contextlib
     import io

@@ -69,6 +69,7 @@ def _trained_as_said(name: str, out: str, err: str) -> None:
                      section).group(1) == step1, name
 
 
+@pytest.mark.slow  # 18 s: specs trained in a subprocess
 def test_quickstart_trains_a_few_specs_and_shows_every_one():
     """scripts/demo.sh's last step: nanoGPT, an encoder and a mixture of experts trained on the
     default path (which compiles nothing at these sizes), every other spec imported and run on the

@@ -203,6 +203,7 @@ class _Flow:
         self.slices: dict[str, list[tuple[Dim | None, Dim | None, Dim]]] = {}
         self.widths: dict[str, Dim] = {}  # a column-wise linear -> its output features
         self.tied: int | None = None  # the line of an LM head tied to the token embedding
+        self.tied_table: str | None = None  # that embedding's parameter
         self.whole: dict[str, Span] = {}  # a parameter used with whole activations -> where
         self.follows: dict[str, frozenset] = {}  # a parameter sharded with activations -> their linears
         self.outs = {o.name for o in model.outputs}
@@ -410,7 +411,7 @@ class _Flow:
                 self.style(p, "rowwise", "row-wise: contracts the sharded features, its output all-reduced", span)
             return WHOLE
         if self.styles.get(w, ("",))[0] == "vocab_embedding":  # a head tied to the token embedding
-            self.tied = span.line
+            self.tied, self.tied_table = span.line, w
         if w in self.fixed or w in self.refused:
             style, why, at = self.fixed.get(w) or ("replicate",) + self.refused[w][:2]
             for p in (w, bias):
@@ -455,7 +456,7 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
         if named and len(named) == len(names) and len({flow.styles[n][0] for n in named}) == 1:
             style, how, span = flow.styles[named[0]]
             lines = sorted({line for n in names for line in flow.pieces.get(n, ())})
-            if style == "vocab_embedding" and flow.tied is not None:
+            if style == "vocab_embedding" and flow.tied is not None and flow.tied_table in names:
                 untied = any(s == "vocab_head" for s, _, _ in flow.styles.values())
                 how += (f"; {'where the config ties them, ' if untied else ''}the LM head at line {flow.tied} "
                         "is this table (its logits gathered)")
@@ -489,8 +490,9 @@ def _first_uses(model: ir.Model) -> dict[str, tuple[str, Span]]:
     for e in ir.walk_exprs(model.body):
         if isinstance(e, ir.Op):
             for _, a in e.args:
-                if _is_param(a):
-                    out.setdefault(a.name, (e.op, e.span))
+                for item in (a.items if isinstance(a, ir.TList) else (a,)):  # concat's list of tensors too
+                    if _is_param(item):
+                        out.setdefault(item.name, (e.op, e.span))
     return out
 
 

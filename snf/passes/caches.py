@@ -327,11 +327,11 @@ def _test_uses(s, dim: str) -> bool:
 
 
 def _mentions(e, dim: str) -> bool:
-    d = _dim_of(e)
+    d = dim_of(e)
     return d is not None and dim in d.symbols()
 
 
-def _dim_of(e) -> Dim | None:
+def dim_of(e) -> Dim | None:
     """The symbolic value of an int-valued expression (`T_past + T`), if it has one."""
     if isinstance(e, ir.DimVal):
         return e.dim
@@ -347,7 +347,7 @@ def _is_narrow(e, dim: str) -> bool:
     starts = [i for i in e.arg("index").items if isinstance(i, ir.TSlice) and i.lo is not None and _mentions(i.lo, dim)]
     if len(starts) != 1 or any(not isinstance(i, ir.TSlice) for i in e.arg("index").items):
         return False
-    lo, hi = _dim_of(starts[0].lo), _dim_of(starts[0].hi) if starts[0].hi is not None else None
+    lo, hi = dim_of(starts[0].lo), dim_of(starts[0].hi) if starts[0].hi is not None else None
     return lo is not None and hi is not None and dim not in (hi - lo).symbols()
 
 

@@ -27,7 +27,7 @@ from ..ops import all_ops
 from ..ops.shapes import FLOATS
 from ..ops.sharding import KEPT, REDUCED
 from ..source import NO_SPAN, Span
-from .caches import CachePlan, _dim_of
+from .caches import CachePlan, dim_of
 from .decode import token_input
 from .layout import LayoutPlan
 
@@ -429,8 +429,8 @@ _LINEAR_OUT = "the features of a column-wise `linear`"
 def _slice_bounds(e: ir.Op, axis: int, size: Dim) -> tuple[Dim | None, Dim | None, Dim]:
     """(start, stop, size) of `e`'s slice along `axis` (None: an open end, or a bound of no known value)."""
     it = e.arg("index").items[axis]
-    lo = _dim_of(it.lo) if it.lo is not None else Dim.const(0)
-    return lo, _dim_of(it.hi) if it.hi is not None else None, size
+    lo = dim_of(it.lo) if it.lo is not None else Dim.const(0)
+    return lo, dim_of(it.hi) if it.hi is not None else None, size
 
 
 def _tiling(slices, width: Dim) -> tuple[Dim, ...] | None:

@@ -243,6 +243,20 @@ def test_a_missing_dependency_is_named_not_called_a_bug(tmp_path, has, args, mis
     assert f"lacks the package '{missing}'" in p.stderr and "bug" not in p.stderr and "Traceback" not in p.stderr
 
 
+def test_python_m_snf_in_a_checkout_runs_with_its_venv_where_this_python_lacks_lark():
+    """`python3 -m snf check specs` from a checkout, with the Python the venv was made from and no
+    site-packages (so no lark): it runs again with the checkout's .venv/bin/python, and says so; the
+    venv's own Python lacking lark is the error above, not a loop."""
+    import subprocess
+    import sys
+    base = getattr(sys, "_base_executable", None)
+    if sys.prefix == sys.base_prefix or not base or not (REPO / ".venv" / "bin" / "python").exists():
+        pytest.skip("needs the checkout's .venv (scripts/setup.sh) and the Python it was made from")
+    p = subprocess.run([base, "-S", "-m", "snf", "check", "specs/nanogpt.snf"], cwd=REPO, capture_output=True,
+                       text=True, timeout=120, env={"PYTHONPATH": str(REPO)})
+    assert p.returncode == 0 and "Success: 1 spec checked" in p.stderr, p.stdout + p.stderr
+    assert "lacks lark or jinja2; running with the checkout's" in p.stderr
+
 def test_the_dependencies_the_cli_names_are_pyproject_s():
     import re
     import tomllib

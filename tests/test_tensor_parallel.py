@@ -47,6 +47,7 @@ def test_two_ranks_match_one_process(launched):
         assert res["generate_same"], name
         local, bound, whole = res["bytes"]
         assert local <= bound < whole, (name, res["bytes"])
+    assert results["llama3"]["compiled_generate_same"]  # generate's decode step compiled, as by default
 
 
 @pytest.mark.slow  # the same launch

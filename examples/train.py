@@ -411,29 +411,28 @@ def start_ranks(args) -> Ranks | None:
     return Ranks(mesh, dist.get_rank(), dp, mesh["dp"].get_local_rank() if dp > 1 else 0)
 
 
-def whole(t):
-    """A DTensor gathered (a collective: every rank calls it), anything else as it is."""
-    from torch.distributed.tensor import DTensor
-    return t.full_tensor() if isinstance(t, DTensor) else t
-
-
 def gathered_states(model, opt) -> tuple[dict, dict]:
-    """The model's and optimizer's state dicts with every shard gathered: what one process would hold."""
+    """The model's and optimizer's state dicts with every shard gathered, as one process would hold
+    them (snf.parallel.whole_tensor: a projection of pieces' rows back in the spec's order too)."""
+    from snf.parallel import whole_tensor
+    names = {id(p): n for n, p in model.named_parameters()}
+    params = [p for group in opt.param_groups for p in group["params"]]
     state = opt.state_dict()
-    state["state"] = {i: {k: whole(v) for k, v in s.items()} for i, s in state["state"].items()}
-    return {k: whole(v) for k, v in model.state_dict().items()}, state
+    state["state"] = {i: {k: whole_tensor(model, names[id(params[i])], v) for k, v in s.items()}
+                      for i, s in state["state"].items()}
+    return {k: whole_tensor(model, k, v) for k, v in model.state_dict().items()}, state
 
 
-def sharded_optimizer_state(opt, saved: dict) -> dict:
+def sharded_optimizer_state(model, opt, saved: dict) -> dict:
     """A gathered optimizer state dict with each tensor laid out as its (DTensor) parameter is."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
+    from snf.parallel import sharded_like
+    names = {id(p): n for n, p in model.named_parameters()}
     params = [p for group in opt.param_groups for p in group["params"]]
     state = dict(saved, state={})
     for i, s in saved["state"].items():
         p = params[i]
-        state["state"][i] = {k: distribute_tensor(v.to(p.device), p.device_mesh, p.placements)
-                             if isinstance(p, DTensor) and torch.is_tensor(v) and v.shape == p.shape else v
-                             for k, v in s.items()}
+        state["state"][i] = {k: sharded_like(model, names[id(p)], v, p) if torch.is_tensor(v) and v.shape == p.shape
+                             else v for k, v in s.items()}
     return state
 
 
@@ -484,7 +483,7 @@ def train(args) -> int:
         try:
             if ranks is None:
                 model.load_state_dict(saved["model"])
-            opt.load_state_dict(saved["optimizer"] if ranks is None else sharded_optimizer_state(opt, saved["optimizer"]))
+            opt.load_state_dict(saved["optimizer"] if ranks is None else sharded_optimizer_state(model, opt, saved["optimizer"]))
             if any(torch.is_tensor(v) and v.dim() and v.shape != p.shape for p, s in opt.state.items() for v in s.values()):
                 raise ValueError("its optimizer state does not fit the weights")
             g.set_state(saved["data_rng"])

@@ -194,20 +194,37 @@ def _pieces_order(sizes, tp: int) -> torch.Tensor:
                       for r in range(tp) for start, n in zip(starts, sizes)])
 
 
-def whole_tensor(model: nn.Module, name: str, t) -> torch.Tensor:
-    """The parameter (or gradient) `t` of `name` of a parallelized `model` as the whole model holds it:
-    gathered (a DTensor), and a projection of pieces' rows put back in the spec's order."""
+def _pieces_rows(model: nn.Module, name: str, mesh) -> Optional[torch.Tensor]:
+    """For the parameter `name` of a projection of pieces, the order its rows were laid out in by
+    parallelize (_pieces_order, over the "tp" axis of `mesh`); None for any other parameter."""
     import fnmatch
+    for path, sizes in getattr(type(model), "tp_pieces", {}).items():
+        if fnmatch.fnmatchcase(name.rpartition(".")[0], path):
+            tp = mesh["tp"].size() if mesh.ndim == 2 else mesh.size()  # ("dp", "tp") under FSDP2
+            return _pieces_order([n * tp for n in sizes(model.config)], tp)  # the config is a rank's
+    return None
+
+
+def whole_tensor(model: nn.Module, name: str, t) -> torch.Tensor:
+    """The parameter (or gradient, or an optimizer moment of it) `t` of `name` of a parallelized `model`
+    as the whole model holds it: gathered (a DTensor), and a projection of pieces' rows put back in the
+    spec's order. A collective: every rank calls it."""
     from torch.distributed.tensor import DTensor
     if not isinstance(t, DTensor):
         return t
+    rows = _pieces_rows(model, name, t.device_mesh)
     full = t.full_tensor()
-    for path, sizes in getattr(type(model), "tp_pieces", {}).items():
-        if fnmatch.fnmatchcase(name.rpartition(".")[0], path):
-            mesh = t.device_mesh  # ("dp", "tp") under FSDP2: the pieces are laid out over "tp"
-            tp = mesh["tp"].size() if mesh.ndim == 2 else mesh.size()
-            return full[torch.argsort(_pieces_order([n * tp for n in sizes(model.config)], tp))]
-    return full
+    return full if rows is None else full[torch.argsort(rows)]
+
+
+def sharded_like(model: nn.Module, name: str, whole: torch.Tensor, p) -> torch.Tensor:
+    """`whole_tensor`'s inverse: `whole` (a tensor of the parameter `name`'s shape, as the whole model
+    holds it: a checkpoint's weight or optimizer moment) laid out as the parallelized parameter `p` is."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+    if not isinstance(p, DTensor):
+        return whole
+    rows = _pieces_rows(model, name, p.device_mesh)
+    return distribute_tensor((whole if rows is None else whole[rows]).to(p.device), p.device_mesh, p.placements)
 
 
 def _shard_along(model: nn.Module, mesh, axes: dict) -> None:

@@ -25,7 +25,7 @@ from torch.distributed.tensor import DTensor
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import snf  # noqa: E402
-from snf.parallel import whole_tensor  # noqa: E402
+from snf.parallel import sharded_like, whole_tensor  # noqa: E402
 from specs_table import ROWS  # noqa: E402
 
 # The plans are the generated modules' own (Model.tp_plan, derived from the specs).
@@ -44,6 +44,10 @@ CASES = {  # name -> (spec, config)
     # attention sinks sharded by heads (shard:0), experts with biases (the down bias added once)
     "gpt_oss": ("gpt_oss", ROWS["gpt_oss"].small),
 }
+
+
+def _local(t):
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def diff(a, b) -> float:
@@ -86,6 +90,9 @@ def check(name: str, mesh) -> dict:
     whole_params = dict(whole.named_parameters())
     res["params"] = max(diff(whole_tensor(sharded, n, p.detach()), whole_params[n])
                         for n, p in sharded.named_parameters())
+    # and back: the whole model's tensors laid out as this rank's (a checkpoint's weights and moments, resumed)
+    res["params_back"] = max(diff(_local(sharded_like(sharded, n, whole_params[n].detach(), p)), _local(p.detach()))
+                             for n, p in sharded.named_parameters())
     # bytes: the fullest rank holds at most 1/tp of each sharded tensor (its sharded axis rounded up:
     # an uneven vocabulary gives the first ranks one row more) plus the replicated ones
     local, bound = 0, 0
@@ -163,6 +170,29 @@ def train(mesh) -> dict:
             "loaded_logits": diff(plain(idx).logits, whole.eval()(idx).logits)}
 
 
+def _worst_over_ranks(results: dict) -> dict:
+    """Each rank's results, the worst of every rank kept: the largest of each difference, any rank's
+    error, False where any rank's check is False (rank 1 holds the other half of the heads)."""
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, results)
+    out = {}
+    for case in results:
+        errors = [r[case]["error"] for r in every if "error" in r[case]]
+        if errors:
+            out[case] = {"error": errors[0]}
+            continue
+        out[case] = {}
+        for key, value in results[case].items():
+            values = [r[case][key] for r in every]
+            if isinstance(value, bool):
+                out[case][key] = all(values)
+            elif isinstance(value, float):
+                out[case][key] = max(values)
+            else:  # lists (bytes per rank: each rank's own bound; losses as logged): rank 0's
+                out[case][key] = value
+    return out
+
+
 def main() -> None:
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
@@ -186,6 +216,7 @@ def main() -> None:
             results["fsdp2_tp"] = train(mesh)
         except Exception as e:
             results["fsdp2_tp"] = {"error": f"{type(e).__name__}: {e}"}
+    results = _worst_over_ranks(results)
     if dist.get_rank() == 0:
         with open(sys.argv[1], "w") as f:
             json.dump(results, f, indent=1)

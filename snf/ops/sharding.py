@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..dims import Dim, equal
+from .shapes import product
 
 KEPT, CONTRACTED, REDUCED, MIXED = "kept", "contracted", "reduced", "mixed"
 
@@ -109,12 +110,12 @@ def reshape(op: ir.Op, arg: str, axis: int) -> Passage:
     count its units), (heads, head_dim) merged back into features, or (heads, a * b) regrouped into
     (heads * a, b); mixed where the reshape cuts it otherwise."""
     src, dst = op.arg(arg).ty.shape, op.ty.shape
-    before = _product(src[:axis])
-    lo = next((j for j in range(len(dst)) if _same(_product(dst[:j]), before)), None)
+    before = product(src[:axis])
+    lo = next((j for j in range(len(dst)) if _same(product(dst[:j]), before)), None)
     if lo is None:
         return Passage(MIXED, why="reshapes across it")
     for m in range(axis + 1, len(src) + 1):
-        hi = next((j for j in range(lo + 1, len(dst) + 1) if _same(_product(dst[:j]), _product(src[:m]))), None)
+        hi = next((j for j in range(lo + 1, len(dst) + 1) if _same(product(dst[:j]), product(src[:m]))), None)
         if hi is not None:
             return Passage(KEPT, lo, units=dst[lo] if m == axis + 1 and hi - lo > 1 else None)
     return Passage(MIXED, why="reshapes across it")
@@ -124,11 +125,6 @@ def _same(a: Dim, b: Dim) -> bool:
     return equal(a, b)[0]
 
 
-def _product(dims) -> Dim:
-    out = Dim.const(1)
-    for d in dims:
-        out = out * d
-    return out
 
 
 def transpose(op: ir.Op, arg: str, axis: int) -> Passage:

@@ -132,8 +132,8 @@ class Block(nn.Module):
         q = self.q(h)  # [B, T, D]  arcee.snf:62
         k = self.k(h)  # [B, T, kv_dim]  arcee.snf:63
         v = self.v(h)  # [B, T, kv_dim]  arcee.snf:64
-        q_heads = q.unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  arcee.snf:65
-        k_heads = k.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  arcee.snf:66
+        q_heads = q.unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  arcee.snf:65
+        k_heads = k.unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  arcee.snf:66
         q_rot = q_heads  # [B, T, H, head_dim]  arcee.snf:68
         k_new = k_heads  # [B, T, KVH, head_dim]  arcee.snf:69
         if cfg.rope_scaling == 0:
@@ -167,7 +167,7 @@ class Block(nn.Module):
             # [B, T, KVH, head_dim]  arcee.snf:91
             k_new = _scaled_rope(k_heads, T_past, cfg.rope_base, scaling='yarn', factor=cfg.rope_factor,
                                  original_max_position=cfg.rope_original_max_position)
-        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  arcee.snf:93
+        v_new = v.unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  arcee.snf:93
         # [B, T + T_past, KVH, head_dim]  arcee.snf:94
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  arcee.snf:95

@@ -108,9 +108,9 @@ class Block(nn.Module):
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
-        q = self.q(x).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  bert.snf:63
-        k = self.k(x).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  bert.snf:64
-        v = self.v(x).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  bert.snf:65
+        q = self.q(x).unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  bert.snf:63
+        k = self.k(x).unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  bert.snf:64
+        v = self.v(x).unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  bert.snf:65
         # [B, T, H, head_dim]  bert.snf:67
         attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False,
                           dropout_p=(cfg.attn_dropout if self.training else 0.0)).transpose(1, 2)

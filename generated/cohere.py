@@ -126,9 +126,9 @@ class Block(nn.Module):
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
         h = F.layer_norm(x, (cfg.n_embd,), self.norm_weight_l, None, cfg.norm_eps)  # [B, T, D]  cohere.snf:68
-        q_heads = self.q(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  cohere.snf:69
-        k_heads = self.k(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  cohere.snf:70
-        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  cohere.snf:71
+        q_heads = self.q(h).unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  cohere.snf:69
+        k_heads = self.k(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  cohere.snf:70
+        v_new = self.v(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  cohere.snf:71
         # [B, T, H, head_dim]  cohere.snf:73
         q = F.layer_norm(q_heads, (cfg.head_dim,), None, None,
                          cfg.norm_eps) * self.q_norm_weight if cfg.use_qk_norm else q_heads

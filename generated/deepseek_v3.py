@@ -243,7 +243,7 @@ class Block(nn.Module):
         # [B, T, H*nope_dim + H*rope_dim]  deepseek_v3.snf:100
         q = self.q_b(F.rms_norm(self.q_a(h), (cfg.q_rank,), self.q_a_norm_weight,
                                 cfg.norm_eps)) if cfg.q_lora else self.q(h)
-        q_heads = q.unflatten(2, (-1, cfg.qk_dim))  # [B, T, H, qk_dim]  deepseek_v3.snf:102
+        q_heads = q.unflatten(2, (cfg.n_head, cfg.qk_dim))  # [B, T, H, qk_dim]  deepseek_v3.snf:102
         kv_a = self.kv_a(h)  # [B, T, latent_dim]  deepseek_v3.snf:103
         # [B, T, 1, rope_dim]  deepseek_v3.snf:104
         k_pe = kv_a[:, :, cfg.kv_rank:cfg.latent_dim].reshape(B, T, 1, cfg.rope_dim)
@@ -273,7 +273,7 @@ class Block(nn.Module):
             scores = torch.sigmoid(self.router(m))  # [B, T, n_expert]  deepseek_v3.snf:133
             choice = scores + self.router_bias  # [B, T, n_expert]  deepseek_v3.snf:136
             # [B, T, n_group]  deepseek_v3.snf:137
-            group_scores = torch.topk(choice.unflatten(2, (-1, cfg.group_size)), 2, dim=-1).values.sum(dim=-1)
+            group_scores = torch.topk(choice.unflatten(2, (cfg.n_group, cfg.group_size)), 2, dim=-1).values.sum(dim=-1)
             # [B, T, n_group]  deepseek_v3.snf:138
             groups = F.one_hot(torch.sort(group_scores, dim=-1, descending=True,
                                           stable=True).indices.narrow(-1, 0, cfg.topk_group),

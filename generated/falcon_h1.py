@@ -218,15 +218,15 @@ class Block(nn.Module):
         if use_cache:
             _set_layer(new_conv, l, _causal_conv1d_state(xbc, self.conv_weight, None, conv_state))  # falcon_h1.snf:135
         # [B, T, SH, mamba_d_head]  falcon_h1.snf:136
-        xs = xbc_conv[:, :, 0:cfg.mamba_d_ssm].unflatten(2, (-1, cfg.mamba_d_head))
+        xs = xbc_conv[:, :, 0:cfg.mamba_d_ssm].unflatten(2, (cfg.mamba_n_heads, cfg.mamba_d_head))
         # [B, T, G, N]  falcon_h1.snf:137
         b_in = xbc_conv[:, :,
                         cfg.mamba_d_ssm:(cfg.mamba_d_ssm + cfg.mamba_n_groups
-                                         * cfg.mamba_d_state)].unflatten(2, (-1, cfg.mamba_d_state))
+                                         * cfg.mamba_d_state)].unflatten(2, (cfg.mamba_n_groups, cfg.mamba_d_state))
         # [B, T, G, N]  falcon_h1.snf:138
         c_out = xbc_conv[:, :,
                          (cfg.mamba_d_ssm + cfg.mamba_n_groups
-                          * cfg.mamba_d_state):cfg.conv_dim].unflatten(2, (-1, cfg.mamba_d_state))
+                          * cfg.mamba_d_state):cfg.conv_dim].unflatten(2, (cfg.mamba_n_groups, cfg.mamba_d_state))
         A = -torch.exp(self.A_log)  # [SH]  falcon_h1.snf:139
         ssm_state = past_ssm if past_ssm is not None else None  # [B, SH, mamba_d_head, N]  falcon_h1.snf:140
         # [B, T, d_ssm]  falcon_h1.snf:141
@@ -239,19 +239,20 @@ class Block(nn.Module):
         if cfg.mamba_rms_norm:
             if cfg.mamba_norm_before_gate:
                 # [B, T, d_ssm]  falcon_h1.snf:149
-                gated = F.rms_norm(y.unflatten(2, (-1, cfg.mamba_d_ssm // cfg.mamba_n_groups)),
+                gated = F.rms_norm(y.unflatten(2, (cfg.mamba_n_groups, cfg.mamba_d_ssm // cfg.mamba_n_groups)),
                                    ((cfg.mamba_d_ssm // cfg.mamba_n_groups),), None,
                                    cfg.norm_eps).flatten(2, 3) * self.gate_norm_weight * F.silu(z)
             else:
                 # [B, T, d_ssm]  falcon_h1.snf:152
-                gated = F.rms_norm(gated.unflatten(2, (-1, cfg.mamba_d_ssm // cfg.mamba_n_groups)),
+                gated = F.rms_norm(gated.unflatten(2, (cfg.mamba_n_groups, cfg.mamba_d_ssm // cfg.mamba_n_groups)),
                                    ((cfg.mamba_d_ssm // cfg.mamba_n_groups),), None,
                                    cfg.norm_eps).flatten(2, 3) * self.gate_norm_weight
         mamba_out = self.out_proj(gated) * cfg.ssm_out_multiplier  # [B, T, D]  falcon_h1.snf:154
         ha = h * cfg.attention_in_multiplier  # [B, T, D]  falcon_h1.snf:157
-        q = self.q(ha).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  falcon_h1.snf:158
-        k = self.k(ha).unflatten(2, (-1, cfg.head_dim)) * cfg.key_multiplier  # [B, T, KVH, head_dim]  falcon_h1.snf:159
-        v_new = self.v(ha).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  falcon_h1.snf:160
+        q = self.q(ha).unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  falcon_h1.snf:158
+        # [B, T, KVH, head_dim]  falcon_h1.snf:159
+        k = self.k(ha).unflatten(2, (cfg.n_kv_head, cfg.head_dim)) * cfg.key_multiplier
+        v_new = self.v(ha).unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  falcon_h1.snf:160
         q_rot = _rope(q, T_past, cfg.rope_base)  # [B, T, H, head_dim]  falcon_h1.snf:162
         k_new = _rope(k, T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  falcon_h1.snf:163
         # [B, T + T_past, KVH, head_dim]  falcon_h1.snf:164

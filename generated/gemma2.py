@@ -136,9 +136,11 @@ class Block(nn.Module):
         q = self.q(h)  # [B, T, q_dim]  gemma2.snf:71
         k = self.k(h)  # [B, T, kv_dim]  gemma2.snf:72
         v = self.v(h)  # [B, T, kv_dim]  gemma2.snf:73
-        q_rot = _rope(q.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, H, head_dim]  gemma2.snf:75
-        k_new = _rope(k.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  gemma2.snf:76
-        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  gemma2.snf:77
+        # [B, T, H, head_dim]  gemma2.snf:75
+        q_rot = _rope(q.unflatten(2, (cfg.n_head, cfg.head_dim)), T_past, cfg.rope_base)
+        # [B, T, KVH, head_dim]  gemma2.snf:76
+        k_new = _rope(k.unflatten(2, (cfg.n_kv_head, cfg.head_dim)), T_past, cfg.rope_base)
+        v_new = v.unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  gemma2.snf:77
         # [B, T + T_past, KVH, head_dim]  gemma2.snf:78
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  gemma2.snf:79

@@ -164,12 +164,12 @@ class Block(nn.Module):
         cfg = self.config
         h = F.rms_norm(x, (cfg.n_embd,), 1.0 + self.attn_norm_weight, cfg.norm_eps)  # [B, T, D]  gemma3_text.snf:89
         # [B, T, H, head_dim]  gemma3_text.snf:91
-        q = F.rms_norm(self.q(h).unflatten(2, (-1, cfg.head_dim)), (cfg.head_dim,), 1.0 + self.q_norm_weight,
+        q = F.rms_norm(self.q(h).unflatten(2, (cfg.n_head, cfg.head_dim)), (cfg.head_dim,), 1.0 + self.q_norm_weight,
                        cfg.norm_eps)
         # [B, T, KVH, head_dim]  gemma3_text.snf:93
-        k = F.rms_norm(self.k(h).unflatten(2, (-1, cfg.head_dim)), (cfg.head_dim,), 1.0 + self.k_norm_weight,
+        k = F.rms_norm(self.k(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim)), (cfg.head_dim,), 1.0 + self.k_norm_weight,
                        cfg.norm_eps)
-        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  gemma3_text.snf:95
+        v_new = self.v(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  gemma3_text.snf:95
         q_rot = q  # [B, T, H, head_dim]  gemma3_text.snf:97
         k_new = k  # [B, T, KVH, head_dim]  gemma3_text.snf:98
         if self.layer_types_l == 'sliding_attention':

@@ -316,16 +316,17 @@ class Block(nn.Module):
         a = torch.full((B, T, cfg.n_embd), 0.0, dtype=self.attn_norm.weight.dtype, device=kv_k.device)
         if self.layer_types_l == 'sliding_attention':
             # [B, T, H, head_dim]  gemma4.snf:152
-            q = _rope(F.rms_norm(self.q(h).unflatten(2, (-1, cfg.head_dim)), (cfg.head_dim,), self.q_norm_weight,
-                                 cfg.norm_eps),
+            q = _rope(F.rms_norm(self.q(h).unflatten(2, (cfg.n_head, cfg.head_dim)), (cfg.head_dim,),
+                                 self.q_norm_weight, cfg.norm_eps),
                       T_past, cfg.rope_local_base)
             if self.layer_types_l == 'sliding_attention' and l < cfg.first_shared:
                 # [B, T, KVH, head_dim]  gemma4.snf:155
-                kv_k = _rope(F.rms_norm(self.k(h).unflatten(2, (-1, cfg.head_dim)), (cfg.head_dim,), self.k_norm_weight,
-                                        cfg.norm_eps),
+                kv_k = _rope(F.rms_norm(self.k(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim)), (cfg.head_dim,),
+                                        self.k_norm_weight, cfg.norm_eps),
                              T_past, cfg.rope_local_base)
                 # [B, T, KVH, head_dim]  gemma4.snf:157
-                kv_v = F.rms_norm(self.v(h).unflatten(2, (-1, cfg.head_dim)), (cfg.head_dim,), None, cfg.norm_eps)
+                kv_v = F.rms_norm(self.v(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim)), (cfg.head_dim,), None,
+                                  cfg.norm_eps)
             # [B, T + T_past, KVH, head_dim]  gemma4.snf:158
             k_all = _cache_cat(past_keys, kv_k, decode) if past_keys is not None else kv_k
             # [B, T + T_past, KVH, head_dim]  gemma4.snf:159
@@ -340,7 +341,7 @@ class Block(nn.Module):
             a = self.o(attn.flatten(2, 3))  # [B, T, D]  gemma4.snf:163
         if self.layer_types_l == 'full_attention':
             # [B, T, H, global_head_dim]  gemma4.snf:165
-            fq = F.rms_norm(self.fq(h).unflatten(2, (-1, cfg.global_head_dim)), (cfg.global_head_dim,),
+            fq = F.rms_norm(self.fq(h).unflatten(2, (cfg.n_head, cfg.global_head_dim)), (cfg.global_head_dim,),
                             self.fq_norm_weight, cfg.norm_eps)
             # [B, T, H, 2*rot]  gemma4.snf:168
             fq_r = _rope(torch.cat([fq[:, :, :, 0:cfg.rot], fq[:, :, :, cfg.g_half:(cfg.g_half + cfg.rot)]], dim=3),
@@ -352,7 +353,7 @@ class Block(nn.Module):
                                dim=3)
             if self.layer_types_l == 'full_attention' and l < cfg.first_shared:
                 # [B, T, KVH, global_head_dim]  gemma4.snf:173
-                fk = F.rms_norm(self.fk(h).unflatten(2, (-1, cfg.global_head_dim)), (cfg.global_head_dim,),
+                fk = F.rms_norm(self.fk(h).unflatten(2, (cfg.n_kv_head, cfg.global_head_dim)), (cfg.global_head_dim,),
                                 self.fk_norm_weight, cfg.norm_eps)
                 # [B, T, KVH, 2*rot]  gemma4.snf:175
                 fk_r = _rope(torch.cat([fk[:, :, :, 0:cfg.rot], fk[:, :, :, cfg.g_half:(cfg.g_half + cfg.rot)]], dim=3),
@@ -363,8 +364,8 @@ class Block(nn.Module):
                                    fk[:, :, :, (cfg.g_half + cfg.rot):cfg.global_head_dim]],
                                   dim=3)
                 # [B, T, KVH, global_head_dim]  gemma4.snf:179
-                kv_fv = F.rms_norm(self.fv(h).unflatten(2, (-1, cfg.global_head_dim)), (cfg.global_head_dim,), None,
-                                   cfg.norm_eps)
+                kv_fv = F.rms_norm(self.fv(h).unflatten(2, (cfg.n_kv_head, cfg.global_head_dim)),
+                                   (cfg.global_head_dim,), None, cfg.norm_eps)
             # [B, T + T_past, KVH, global_head_dim]  gemma4.snf:180
             fk_all = _cache_cat(past_full_keys, kv_fk, decode) if past_full_keys is not None else kv_fk
             # [B, T + T_past, KVH, global_head_dim]  gemma4.snf:181
@@ -519,9 +520,10 @@ class Model(nn.Module):
         if cfg.ple_dim > 0:
             # [B, T, n_layer, ple_dim]  gemma4.snf:133
             ple_tok = (F.embedding(idx, self.ple_table)
-                       * torch.full((), cfg.ple_scale, dtype=dtype, device=idx.device)).unflatten(2, (-1, cfg.ple_dim))
+                       * torch.full((), cfg.ple_scale, dtype=dtype,
+                                    device=idx.device)).unflatten(2, (cfg.n_layer, cfg.ple_dim))
             # [B, T, n_layer, ple_dim]  gemma4.snf:134
-            ple_ctx = F.rms_norm((self.ple_model_proj(x) * cfg.ple_proj_scale).unflatten(2, (-1, cfg.ple_dim)),
+            ple_ctx = F.rms_norm((self.ple_model_proj(x) * cfg.ple_proj_scale).unflatten(2, (cfg.n_layer, cfg.ple_dim)),
                                  (cfg.ple_dim,), self.ple_norm_weight, cfg.norm_eps)
             # [n_layer, B, T, ple_dim]  gemma4.snf:136
             ple_in = ((ple_ctx + ple_tok) * 0.7071067811865476).transpose(1, 2).transpose(0, 1)

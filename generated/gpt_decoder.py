@@ -127,14 +127,14 @@ class Block(nn.Module):
         k = self.k(h)  # [B, T, D]  gpt_decoder.snf:62
         v = self.v(h)  # [B, T, D]  gpt_decoder.snf:63
         # [B, T, H, head_dim]  gpt_decoder.snf:65
-        k_new = _rope(k.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)
-        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  gpt_decoder.snf:66
+        k_new = _rope(k.unflatten(2, (cfg.n_head, cfg.head_dim)), T_past, cfg.rope_base)
+        v_new = v.unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  gpt_decoder.snf:66
         # [B, T + T_past, H, head_dim]  gpt_decoder.snf:67
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, H, head_dim]  gpt_decoder.snf:68
         v_all = _cache_cat(past_values, v_new, decode) if past_keys is not None else v_new
         # [B, T, H, head_dim]  gpt_decoder.snf:71
-        attn = _attention(_rope(q.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base).transpose(1, 2),
+        attn = _attention(_rope(q.unflatten(2, (cfg.n_head, cfg.head_dim)), T_past, cfg.rope_base).transpose(1, 2),
                           k_all.transpose(1, 2), v_all.transpose(1, 2), None, causal=True,
                           dropout_p=(cfg.attn_dropout if self.training else 0.0), decode=decode).transpose(1, 2)
         x = x + self.o(attn.flatten(2, 3))  # [B, T, D]  gpt_decoder.snf:73

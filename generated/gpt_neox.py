@@ -120,7 +120,7 @@ class Block(nn.Module):
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
         h = self.ln1(x)  # [B, T, D]  gpt_neox.snf:65
-        qkv = self.qkv(h).unflatten(2, (-1, 3 * cfg.head_dim))  # [B, T, H, 3*head_dim]  gpt_neox.snf:67
+        qkv = self.qkv(h).unflatten(2, (cfg.n_head, 3 * cfg.head_dim))  # [B, T, H, 3*head_dim]  gpt_neox.snf:67
         q = qkv[:, :, :, 0:cfg.head_dim]  # [B, T, H, head_dim]  gpt_neox.snf:68
         k = qkv[:, :, :, cfg.head_dim:2 * cfg.head_dim]  # [B, T, H, head_dim]  gpt_neox.snf:69
         v_new = qkv[:, :, :, 2 * cfg.head_dim:3 * cfg.head_dim]  # [B, T, H, head_dim]  gpt_neox.snf:70

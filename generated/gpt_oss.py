@@ -179,9 +179,9 @@ class Block(nn.Module):
                         torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
         h = self.attn_norm(x)  # [B, T, D]  gpt_oss.snf:103
-        q = self.q(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  gpt_oss.snf:104
-        k = self.k(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  gpt_oss.snf:105
-        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  gpt_oss.snf:106
+        q = self.q(h).unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  gpt_oss.snf:104
+        k = self.k(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  gpt_oss.snf:105
+        v_new = self.v(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  gpt_oss.snf:106
         # [B, T, H, head_dim]  gpt_oss.snf:108
         q_rot = _scaled_rope(q, T_past, cfg.rope_base, scaling='yarn', factor=cfg.rope_factor,
                              beta_fast=cfg.rope_beta_fast, beta_slow=cfg.rope_beta_slow,

@@ -105,9 +105,9 @@ class Block(nn.Module):
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
         h = self.ln(x)  # [B, T, D]  gptj.snf:56
-        q = self.q(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  gptj.snf:57
-        k = self.k(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  gptj.snf:58
-        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  gptj.snf:59
+        q = self.q(h).unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  gptj.snf:57
+        k = self.k(h).unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  gptj.snf:58
+        v_new = self.v(h).unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  gptj.snf:59
         # [B, T, H, head_dim]  gptj.snf:61
         q_rot = _rope(q, T_past, 10000.0, rotary_dim=cfg.rotary_dim, interleaved=True)
         # [B, T, H, head_dim]  gptj.snf:62

@@ -315,7 +315,7 @@ class Block(nn.Module):
         B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  kimi_linear.snf:134
         if self.layer_types_l == 'full_attention':
-            q_heads = self.q(h).unflatten(2, (-1, cfg.qk_dim))  # [B, T, H, qk_dim]  kimi_linear.snf:137
+            q_heads = self.q(h).unflatten(2, (cfg.n_head, cfg.qk_dim))  # [B, T, H, qk_dim]  kimi_linear.snf:137
             kv_a = self.kv_a(h)  # [B, T, latent_dim]  kimi_linear.snf:138
             # [B, T, kv_rank]  kimi_linear.snf:140
             c_kv = F.rms_norm(kv_a[:, :, 0:cfg.kv_rank], (cfg.kv_rank,), self.kv_a_norm_weight, cfg.norm_eps)
@@ -341,13 +341,14 @@ class Block(nn.Module):
             if use_cache:
                 # kimi_linear.snf:160
                 _set_layer(new_conv, l, _causal_conv1d_state(mixed, conv_weight, None, conv_state))
-            cq = c[:, :, 0:cfg.lin_dim].unflatten(2, (-1, cfg.lin_head_dim))  # [B, T, LH, LK]  kimi_linear.snf:161
+            # [B, T, LH, LK]  kimi_linear.snf:161
+            cq = c[:, :, 0:cfg.lin_dim].unflatten(2, (cfg.lin_n_head, cfg.lin_head_dim))
             # [B, T, LH, LK]  kimi_linear.snf:162
-            ck = c[:, :, cfg.lin_dim:2 * cfg.lin_dim].unflatten(2, (-1, cfg.lin_head_dim))
+            ck = c[:, :, cfg.lin_dim:2 * cfg.lin_dim].unflatten(2, (cfg.lin_n_head, cfg.lin_head_dim))
             # [B, T, LH, LK]  kimi_linear.snf:163
-            cv = c[:, :, 2 * cfg.lin_dim:cfg.conv_dim].unflatten(2, (-1, cfg.lin_head_dim))
+            cv = c[:, :, 2 * cfg.lin_dim:cfg.conv_dim].unflatten(2, (cfg.lin_n_head, cfg.lin_head_dim))
             # [B, T, LH, LK]  kimi_linear.snf:166
-            u = (self.f_b(self.f_a(h)) + self.dt_bias).unflatten(2, (-1, cfg.lin_head_dim))
+            u = (self.f_b(self.f_a(h)) + self.dt_bias).unflatten(2, (cfg.lin_n_head, cfg.lin_head_dim))
             # [B, T, LH, LK]  kimi_linear.snf:167
             g = -torch.exp(self.A_log).reshape(cfg.lin_n_head, 1) * (
                     u.clamp(min=0.0) + torch.log(1.0 + torch.exp(-torch.abs(u))))
@@ -357,7 +358,8 @@ class Block(nn.Module):
             if use_cache:
                 # kimi_linear.snf:171
                 _set_layer(new_delta, l, _gated_delta_state(cq, ck, cv, g, beta, delta_state, None, True))
-            gate = self.g_b(self.g_a(h)).unflatten(2, (-1, cfg.lin_head_dim))  # [B, T, LH, LK]  kimi_linear.snf:173
+            # [B, T, LH, LK]  kimi_linear.snf:173
+            gate = self.g_b(self.g_a(h)).unflatten(2, (cfg.lin_n_head, cfg.lin_head_dim))
             # [B, T, LH, LK]  kimi_linear.snf:174
             gated = F.rms_norm(o, (cfg.lin_head_dim,), self.o_norm_weight, cfg.norm_eps) * torch.sigmoid(gate)
             x = x + self.lin_o(gated.flatten(2, 3))  # [B, T, D]  kimi_linear.snf:175
@@ -366,7 +368,7 @@ class Block(nn.Module):
             scores = torch.sigmoid(self.router(m))  # [B, T, n_expert]  kimi_linear.snf:179
             choice = scores + self.router_bias  # [B, T, n_expert]  kimi_linear.snf:182
             # [B, T, n_group]  kimi_linear.snf:183
-            group_scores = torch.topk(choice.unflatten(2, (-1, cfg.group_size)), 2, dim=-1).values.sum(dim=-1)
+            group_scores = torch.topk(choice.unflatten(2, (cfg.n_group, cfg.group_size)), 2, dim=-1).values.sum(dim=-1)
             # [B, T, n_group]  kimi_linear.snf:184
             groups = F.one_hot(torch.sort(group_scores, dim=-1, descending=True,
                                           stable=True).indices.narrow(-1, 0, cfg.topk_group),

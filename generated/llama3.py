@@ -134,8 +134,8 @@ class Block(nn.Module):
         q = self.q(h)  # [B, T, D]  llama3.snf:68
         k = self.k(h)  # [B, T, kv_dim]  llama3.snf:69
         v = self.v(h)  # [B, T, kv_dim]  llama3.snf:70
-        q_heads = q.unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  llama3.snf:71
-        k_heads = k.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  llama3.snf:72
+        q_heads = q.unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  llama3.snf:71
+        k_heads = k.unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  llama3.snf:72
         q_rot = q_heads  # [B, T, H, head_dim]  llama3.snf:74
         k_new = k_heads  # [B, T, KVH, head_dim]  llama3.snf:75
         if cfg.rope_scaling == 0:
@@ -169,7 +169,7 @@ class Block(nn.Module):
             # [B, T, KVH, head_dim]  llama3.snf:97
             k_new = _scaled_rope(k_heads, T_past, cfg.rope_base, scaling='yarn', factor=cfg.rope_factor,
                                  original_max_position=cfg.rope_original_max_position)
-        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  llama3.snf:99
+        v_new = v.unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  llama3.snf:99
         # [B, T + T_past, KVH, head_dim]  llama3.snf:100
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  llama3.snf:101

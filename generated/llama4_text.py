@@ -219,9 +219,9 @@ class Block(nn.Module):
         cfg = self.config
         B, T, _ = x.shape
         h = self.attn_norm(x)  # [B, T, D]  llama4_text.snf:115
-        q = self.q(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  llama4_text.snf:116
-        k = self.k(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  llama4_text.snf:117
-        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  llama4_text.snf:118
+        q = self.q(h).unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  llama4_text.snf:116
+        k = self.k(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  llama4_text.snf:117
+        v_new = self.v(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  llama4_text.snf:118
         q_pos = q  # [B, T, H, head_dim]  llama4_text.snf:119
         k_new = k  # [B, T, KVH, head_dim]  llama4_text.snf:120
         if self.no_rope_layers_l == 1:

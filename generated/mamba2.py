@@ -133,13 +133,16 @@ class Block(nn.Module):
         xbc_conv = F.silu(_causal_conv1d(xbc, self.conv_weight, self.conv_bias, conv_state))
         if use_cache:
             _set_layer(new_conv, l, _causal_conv1d_state(xbc, self.conv_weight, None, conv_state))  # mamba2.snf:71
-        xs = xbc_conv[:, :, 0:cfg.d_inner].unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  mamba2.snf:72
+        # [B, T, H, head_dim]  mamba2.snf:72
+        xs = xbc_conv[:, :, 0:cfg.d_inner].unflatten(2, (cfg.n_head, cfg.head_dim))
         # [B, T, G, N]  mamba2.snf:73
         b_in = xbc_conv[:, :,
-                        cfg.d_inner:(cfg.d_inner + cfg.n_groups * cfg.state_size)].unflatten(2, (-1, cfg.state_size))
+                        cfg.d_inner:(cfg.d_inner + cfg.n_groups
+                                     * cfg.state_size)].unflatten(2, (cfg.n_groups, cfg.state_size))
         # [B, T, G, N]  mamba2.snf:74
         c_out = xbc_conv[:, :,
-                         (cfg.d_inner + cfg.n_groups * cfg.state_size):cfg.conv_dim].unflatten(2, (-1, cfg.state_size))
+                         (cfg.d_inner + cfg.n_groups
+                          * cfg.state_size):cfg.conv_dim].unflatten(2, (cfg.n_groups, cfg.state_size))
         A = -torch.exp(self.A_log)  # [H]  mamba2.snf:75
         ssm_state = past_ssm if past_ssm is not None else None  # [B, H, head_dim, N]  mamba2.snf:76
         # [B, T, d_inner]  mamba2.snf:77
@@ -149,7 +152,7 @@ class Block(nn.Module):
             _set_layer(new_ssm, l,
                        _ssd_state(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, 0.0, None, ssm_state))
         # [B, T, G, (d_inner // G)]  mamba2.snf:81
-        gated = (y * F.silu(z)).unflatten(2, (-1, cfg.d_inner // cfg.n_groups))
+        gated = (y * F.silu(z)).unflatten(2, (cfg.n_groups, cfg.d_inner // cfg.n_groups))
         # [B, T, d_inner]  mamba2.snf:82
         normed = F.rms_norm(gated, ((cfg.d_inner // cfg.n_groups),), None,
                             cfg.norm_eps).flatten(2, 3) * self.gate_norm_weight

@@ -113,10 +113,11 @@ class Block(nn.Module):
         q = self.q(h)  # [B, T, D]  mistral.snf:55
         k = self.k(h)  # [B, T, kv_dim]  mistral.snf:56
         v = self.v(h)  # [B, T, kv_dim]  mistral.snf:57
-        q_rot = _rope(q.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, H, head_dim]  mistral.snf:59
+        # [B, T, H, head_dim]  mistral.snf:59
+        q_rot = _rope(q.unflatten(2, (cfg.n_head, cfg.head_dim)), T_past, cfg.rope_base)
         # [B, T, KVH, head_dim]  mistral.snf:60
-        k_new = _rope(k.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)
-        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  mistral.snf:61
+        k_new = _rope(k.unflatten(2, (cfg.n_kv_head, cfg.head_dim)), T_past, cfg.rope_base)
+        v_new = v.unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  mistral.snf:61
         # [B, T + T_past, KVH, head_dim]  mistral.snf:62
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  mistral.snf:63

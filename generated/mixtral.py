@@ -127,10 +127,11 @@ class Block(nn.Module):
         q = self.q(h)  # [B, T, D]  mixtral.snf:63
         k = self.k(h)  # [B, T, kv_dim]  mixtral.snf:64
         v = self.v(h)  # [B, T, kv_dim]  mixtral.snf:65
-        q_rot = _rope(q.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, H, head_dim]  mixtral.snf:67
+        # [B, T, H, head_dim]  mixtral.snf:67
+        q_rot = _rope(q.unflatten(2, (cfg.n_head, cfg.head_dim)), T_past, cfg.rope_base)
         # [B, T, KVH, head_dim]  mixtral.snf:68
-        k_new = _rope(k.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)
-        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  mixtral.snf:69
+        k_new = _rope(k.unflatten(2, (cfg.n_kv_head, cfg.head_dim)), T_past, cfg.rope_base)
+        v_new = v.unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  mixtral.snf:69
         # [B, T + T_past, KVH, head_dim]  mixtral.snf:70
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  mixtral.snf:71

@@ -120,14 +120,14 @@ class Block(nn.Module):
         q = self.attn_q(x_norm)  # [B, T, D]  nanogpt.snf:79
         k = self.attn_k(x_norm)  # [B, T, D]  nanogpt.snf:80
         v = self.attn_v(x_norm)  # [B, T, D]  nanogpt.snf:81
-        k_head = k.unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  nanogpt.snf:82
-        v_head = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  nanogpt.snf:83
+        k_head = k.unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  nanogpt.snf:82
+        v_head = v.unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  nanogpt.snf:83
         # [B, T_total, H, head_dim]  nanogpt.snf:84
         k_full = _cache_cat(past_keys, k_head, decode) if past_keys is not None else k_head
         # [B, T_total, H, head_dim]  nanogpt.snf:85
         v_full = _cache_cat(past_values, v_head, decode) if past_values is not None else v_head
         # [B, T, H, head_dim]  nanogpt.snf:88
-        attn_output = _attention(q.unflatten(2, (-1, cfg.head_dim)).transpose(1, 2), k_full.transpose(1, 2),
+        attn_output = _attention(q.unflatten(2, (cfg.n_head, cfg.head_dim)).transpose(1, 2), k_full.transpose(1, 2),
                                  v_full.transpose(1, 2), None, causal=True,
                                  dropout_p=(cfg.dropout if self.training else 0.0), decode=decode).transpose(1, 2)
         attn_proj = self.attn_proj(attn_output.flatten(2, 3))  # [B, T, D]  nanogpt.snf:95

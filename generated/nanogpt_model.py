@@ -97,9 +97,12 @@ class Block(nn.Module):
         cfg = self.config
         x = h  # [B, T, D]  nanogpt_model.snf:50
         attention_x = self.θ_ln_attn(x)  # [B, T, D]  nanogpt_model.snf:51
-        q = self.θ_attn_Wq(attention_x).unflatten(2, (-1, cfg.D // cfg.H))  # [B, T, H, (D // H)]  nanogpt_model.snf:37
-        k = self.θ_attn_Wk(attention_x).unflatten(2, (-1, cfg.D // cfg.H))  # [B, T, H, (D // H)]  nanogpt_model.snf:38
-        v = self.θ_attn_Wv(attention_x).unflatten(2, (-1, cfg.D // cfg.H))  # [B, T, H, (D // H)]  nanogpt_model.snf:39
+        # [B, T, H, (D // H)]  nanogpt_model.snf:37
+        q = self.θ_attn_Wq(attention_x).unflatten(2, (cfg.H, cfg.D // cfg.H))
+        # [B, T, H, (D // H)]  nanogpt_model.snf:38
+        k = self.θ_attn_Wk(attention_x).unflatten(2, (cfg.H, cfg.D // cfg.H))
+        # [B, T, H, (D // H)]  nanogpt_model.snf:39
+        v = self.θ_attn_Wv(attention_x).unflatten(2, (cfg.H, cfg.D // cfg.H))
         # [B, T, D]  nanogpt_model.snf:41
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
                                            scale=1 / math.sqrt(cfg.D // cfg.H)).transpose(1, 2).flatten(2, 3)

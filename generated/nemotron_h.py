@@ -331,15 +331,15 @@ class Block(nn.Module):
                 # nemotron_h.snf:150
                 _set_layer(new_conv, l, _causal_conv1d_state(xbc, self.conv_weight, None, conv_state))
             # [B, T, SH, ssm_head_dim]  nemotron_h.snf:151
-            xs = xbc_conv[:, :, 0:cfg.d_inner].unflatten(2, (-1, cfg.ssm_head_dim))
+            xs = xbc_conv[:, :, 0:cfg.d_inner].unflatten(2, (cfg.ssm_n_head, cfg.ssm_head_dim))
             # [B, T, G, N]  nemotron_h.snf:152
             b_in = xbc_conv[:, :,
                             cfg.d_inner:(cfg.d_inner + cfg.n_groups
-                                         * cfg.state_size)].unflatten(2, (-1, cfg.state_size))
+                                         * cfg.state_size)].unflatten(2, (cfg.n_groups, cfg.state_size))
             # [B, T, G, N]  nemotron_h.snf:153
             c_out = xbc_conv[:, :,
                              (cfg.d_inner + cfg.n_groups
-                              * cfg.state_size):cfg.conv_dim].unflatten(2, (-1, cfg.state_size))
+                              * cfg.state_size):cfg.conv_dim].unflatten(2, (cfg.n_groups, cfg.state_size))
             A = -torch.exp(self.A_log)  # [SH]  nemotron_h.snf:154
             ssm_state = past_ssm if past_ssm is not None else None  # [B, SH, ssm_head_dim, N]  nemotron_h.snf:155
             # [B, T, d_inner]  nemotron_h.snf:156
@@ -351,16 +351,18 @@ class Block(nn.Module):
                            _ssd_state(xs, dt, A, b_in, c_out, self.D_skip, self.dt_bias, True, cfg.dt_min, None,
                                       ssm_state))
             # [B, T, G, (d_inner // G)]  nemotron_h.snf:161
-            gated = (y * F.silu(z)).unflatten(2, (-1, cfg.d_inner // cfg.n_groups))
+            gated = (y * F.silu(z)).unflatten(2, (cfg.n_groups, cfg.d_inner // cfg.n_groups))
             # [B, T, d_inner]  nemotron_h.snf:162
             normed = F.rms_norm(gated, ((cfg.d_inner // cfg.n_groups),), None,
                                 cfg.norm_eps).flatten(2, 3) * self.gate_norm_weight
             x = x + F.linear(normed, self.out_proj_weight, self.out_proj_bias)  # [B, T, D]  nemotron_h.snf:163
         else:
             if self.layer_types_l == 'full_attention':
-                q = self.q(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  nemotron_h.snf:166
-                k_new = self.k(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  nemotron_h.snf:167
-                v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  nemotron_h.snf:168
+                q = self.q(h).unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  nemotron_h.snf:166
+                # [B, T, KVH, head_dim]  nemotron_h.snf:167
+                k_new = self.k(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim))
+                # [B, T, KVH, head_dim]  nemotron_h.snf:168
+                v_new = self.v(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim))
                 # [B, T + T_past, KVH, head_dim]  nemotron_h.snf:169
                 k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
                 # [B, T + T_past, KVH, head_dim]  nemotron_h.snf:170
@@ -382,7 +384,7 @@ class Block(nn.Module):
                         scores = torch.sigmoid(self.router(h))  # [B, T, n_expert]  nemotron_h.snf:181
                         choice = scores + self.router_bias  # [B, T, n_expert]  nemotron_h.snf:184
                         # [B, T, expert_groups]  nemotron_h.snf:185
-                        group_scores = torch.topk(choice.unflatten(2, (-1, cfg.group_size)), 2,
+                        group_scores = torch.topk(choice.unflatten(2, (cfg.expert_groups, cfg.group_size)), 2,
                                                   dim=-1).values.sum(dim=-1)
                         # [B, T, expert_groups]  nemotron_h.snf:186
                         groups = F.one_hot(torch.sort(group_scores, dim=-1, descending=True,

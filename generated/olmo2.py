@@ -124,9 +124,11 @@ class Block(nn.Module):
         q = self.q_norm(self.q(x))  # [B, T, D]  olmo2.snf:65
         k = self.k_norm(self.k(x))  # [B, T, kv_dim]  olmo2.snf:66
         v = self.v(x)  # [B, T, kv_dim]  olmo2.snf:67
-        q_rot = _rope(q.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, H, head_dim]  olmo2.snf:69
-        k_new = _rope(k.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  olmo2.snf:70
-        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  olmo2.snf:71
+        # [B, T, H, head_dim]  olmo2.snf:69
+        q_rot = _rope(q.unflatten(2, (cfg.n_head, cfg.head_dim)), T_past, cfg.rope_base)
+        # [B, T, KVH, head_dim]  olmo2.snf:70
+        k_new = _rope(k.unflatten(2, (cfg.n_kv_head, cfg.head_dim)), T_past, cfg.rope_base)
+        v_new = v.unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  olmo2.snf:71
         # [B, T + T_past, KVH, head_dim]  olmo2.snf:72
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  olmo2.snf:73

@@ -130,9 +130,11 @@ class Block(nn.Module):
         q = self.q_norm(self.q(h))  # [B, T, D]  olmoe.snf:67
         k = self.k_norm(self.k(h))  # [B, T, kv_dim]  olmoe.snf:68
         v = self.v(h)  # [B, T, kv_dim]  olmoe.snf:69
-        q_rot = _rope(q.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, H, head_dim]  olmoe.snf:71
-        k_new = _rope(k.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  olmoe.snf:72
-        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  olmoe.snf:73
+        # [B, T, H, head_dim]  olmoe.snf:71
+        q_rot = _rope(q.unflatten(2, (cfg.n_head, cfg.head_dim)), T_past, cfg.rope_base)
+        # [B, T, KVH, head_dim]  olmoe.snf:72
+        k_new = _rope(k.unflatten(2, (cfg.n_kv_head, cfg.head_dim)), T_past, cfg.rope_base)
+        v_new = v.unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  olmoe.snf:73
         # [B, T + T_past, KVH, head_dim]  olmoe.snf:74
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  olmoe.snf:75

@@ -151,9 +151,9 @@ class Block(nn.Module):
                 T_past: int, decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
         h = self.ln(x)  # [B, T, D]  phi.snf:80
-        q = self.q(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  phi.snf:81
-        k = self.k(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  phi.snf:82
-        v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  phi.snf:83
+        q = self.q(h).unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  phi.snf:81
+        k = self.k(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  phi.snf:82
+        v_new = self.v(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  phi.snf:83
         # [B, T, H, head_dim]  phi.snf:84
         q_normed = F.layer_norm(q, (cfg.head_dim,), self.q_ln_weight, self.q_ln_bias,
                                 cfg.norm_eps) if cfg.qk_layernorm else q

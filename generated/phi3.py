@@ -140,11 +140,12 @@ class Block(nn.Module):
         cfg = self.config
         h = self.attn_norm(x)  # [B, T, D]  phi3.snf:72
         qkv = self.qkv(h)  # [B, T, H*head_dim + 2*KVH*head_dim]  phi3.snf:73
-        q = qkv[:, :, 0:cfg.q_dim].unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  phi3.snf:74
+        q = qkv[:, :, 0:cfg.q_dim].unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  phi3.snf:74
         # [B, T, KVH, head_dim]  phi3.snf:75
-        k = qkv[:, :, cfg.q_dim:(cfg.q_dim + cfg.kv_dim)].unflatten(2, (-1, cfg.head_dim))
+        k = qkv[:, :, cfg.q_dim:(cfg.q_dim + cfg.kv_dim)].unflatten(2, (cfg.n_kv_head, cfg.head_dim))
         # [B, T, KVH, head_dim]  phi3.snf:76
-        v_new = qkv[:, :, (cfg.q_dim + cfg.kv_dim):(cfg.q_dim + 2 * cfg.kv_dim)].unflatten(2, (-1, cfg.head_dim))
+        v_new = qkv[:, :,
+                    (cfg.q_dim + cfg.kv_dim):(cfg.q_dim + 2 * cfg.kv_dim)].unflatten(2, (cfg.n_kv_head, cfg.head_dim))
         # [B, T, H, head_dim]  phi3.snf:78
         q_rot = _scaled_rope(q, T_past, cfg.rope_base, rotary_dim=cfg.rot, scaling='longrope', factor=cfg.rope_factor,
                              original_max_position=cfg.original_max_position, short_factor=cfg.short_factor,

@@ -115,9 +115,11 @@ class Block(nn.Module):
         q = self.q(h)  # [B, T, D]  qwen2.snf:59
         k = self.k(h)  # [B, T, kv_dim]  qwen2.snf:60
         v = self.v(h)  # [B, T, kv_dim]  qwen2.snf:61
-        q_rot = _rope(q.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, H, head_dim]  qwen2.snf:63
-        k_new = _rope(k.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  qwen2.snf:64
-        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen2.snf:65
+        # [B, T, H, head_dim]  qwen2.snf:63
+        q_rot = _rope(q.unflatten(2, (cfg.n_head, cfg.head_dim)), T_past, cfg.rope_base)
+        # [B, T, KVH, head_dim]  qwen2.snf:64
+        k_new = _rope(k.unflatten(2, (cfg.n_kv_head, cfg.head_dim)), T_past, cfg.rope_base)
+        v_new = v.unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen2.snf:65
         # [B, T + T_past, KVH, head_dim]  qwen2.snf:66
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  qwen2.snf:67

@@ -199,10 +199,10 @@ class Block(nn.Module):
         k = self.k(h)  # [B, T, kv_dim]  qwen2_moe.snf:98
         v = self.v(h)  # [B, T, kv_dim]  qwen2_moe.snf:99
         # [B, T, H, head_dim]  qwen2_moe.snf:101
-        q_rot = _rope(q.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)
+        q_rot = _rope(q.unflatten(2, (cfg.n_head, cfg.head_dim)), T_past, cfg.rope_base)
         # [B, T, KVH, head_dim]  qwen2_moe.snf:102
-        k_new = _rope(k.unflatten(2, (-1, cfg.head_dim)), T_past, cfg.rope_base)
-        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen2_moe.snf:103
+        k_new = _rope(k.unflatten(2, (cfg.n_kv_head, cfg.head_dim)), T_past, cfg.rope_base)
+        v_new = v.unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen2_moe.snf:103
         # [B, T + T_past, KVH, head_dim]  qwen2_moe.snf:104
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  qwen2_moe.snf:105

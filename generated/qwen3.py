@@ -129,12 +129,12 @@ class Block(nn.Module):
                 decode: Optional[_DecodeState] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
         h = self.attn_norm(x)  # [B, T, D]  qwen3.snf:68
-        q = self.q_norm(self.q(h).unflatten(2, (-1, cfg.head_dim)))  # [B, T, H, head_dim]  qwen3.snf:70
-        k = self.k_norm(self.k(h).unflatten(2, (-1, cfg.head_dim)))  # [B, T, KVH, head_dim]  qwen3.snf:72
+        q = self.q_norm(self.q(h).unflatten(2, (cfg.n_head, cfg.head_dim)))  # [B, T, H, head_dim]  qwen3.snf:70
+        k = self.k_norm(self.k(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim)))  # [B, T, KVH, head_dim]  qwen3.snf:72
         v = self.v(h)  # [B, T, kv_dim]  qwen3.snf:74
         q_rot = _rope(q, T_past, cfg.rope_base)  # [B, T, H, head_dim]  qwen3.snf:76
         k_new = _rope(k, T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  qwen3.snf:77
-        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen3.snf:78
+        v_new = v.unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen3.snf:78
         # [B, T + T_past, KVH, head_dim]  qwen3.snf:79
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  qwen3.snf:80

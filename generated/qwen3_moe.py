@@ -167,12 +167,13 @@ class Block(nn.Module):
                         torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
         h = self.attn_norm(x)  # [B, T, D]  qwen3_moe.snf:86
-        q = self.q_norm(self.q(h).unflatten(2, (-1, cfg.head_dim)))  # [B, T, H, head_dim]  qwen3_moe.snf:88
-        k = self.k_norm(self.k(h).unflatten(2, (-1, cfg.head_dim)))  # [B, T, KVH, head_dim]  qwen3_moe.snf:89
+        q = self.q_norm(self.q(h).unflatten(2, (cfg.n_head, cfg.head_dim)))  # [B, T, H, head_dim]  qwen3_moe.snf:88
+        # [B, T, KVH, head_dim]  qwen3_moe.snf:89
+        k = self.k_norm(self.k(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim)))
         v = self.v(h)  # [B, T, kv_dim]  qwen3_moe.snf:91
         q_rot = _rope(q, T_past, cfg.rope_base)  # [B, T, H, head_dim]  qwen3_moe.snf:93
         k_new = _rope(k, T_past, cfg.rope_base)  # [B, T, KVH, head_dim]  qwen3_moe.snf:94
-        v_new = v.unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen3_moe.snf:95
+        v_new = v.unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen3_moe.snf:95
         # [B, T + T_past, KVH, head_dim]  qwen3_moe.snf:96
         k_all = _cache_cat(past_keys, k_new, decode) if past_keys is not None else k_new
         # [B, T + T_past, KVH, head_dim]  qwen3_moe.snf:97

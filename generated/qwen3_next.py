@@ -297,14 +297,14 @@ class Block(nn.Module):
         B, T, _ = x.shape
         h = F.rms_norm(x, (cfg.n_embd,), 1.0 + self.attn_norm_weight, cfg.norm_eps)  # [B, T, D]  qwen3_next.snf:143
         if (l + 1) % cfg.full_attention_interval == 0:
-            qg = self.q(h).unflatten(2, (-1, 2 * cfg.head_dim))  # [B, T, H, 2*head_dim]  qwen3_next.snf:147
+            qg = self.q(h).unflatten(2, (cfg.n_head, 2 * cfg.head_dim))  # [B, T, H, 2*head_dim]  qwen3_next.snf:147
             # [B, T, H, head_dim]  qwen3_next.snf:148
             q = F.rms_norm(qg[:, :, :, 0:cfg.head_dim], (cfg.head_dim,), 1.0 + self.q_norm_weight, cfg.norm_eps)
             gate = qg[:, :, :, cfg.head_dim:2 * cfg.head_dim].flatten(2, 3)  # [B, T, q_dim]  qwen3_next.snf:149
             # [B, T, KVH, head_dim]  qwen3_next.snf:150
-            k = F.rms_norm(self.k(h).unflatten(2, (-1, cfg.head_dim)), (cfg.head_dim,), 1.0 + self.k_norm_weight,
-                           cfg.norm_eps)
-            v_new = self.v(h).unflatten(2, (-1, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen3_next.snf:152
+            k = F.rms_norm(self.k(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim)), (cfg.head_dim,),
+                           1.0 + self.k_norm_weight, cfg.norm_eps)
+            v_new = self.v(h).unflatten(2, (cfg.n_kv_head, cfg.head_dim))  # [B, T, KVH, head_dim]  qwen3_next.snf:152
             q_rot = _rope(q, T_past, cfg.rope_base, rotary_dim=cfg.rot)  # [B, T, H, head_dim]  qwen3_next.snf:154
             k_new = _rope(k, T_past, cfg.rope_base, rotary_dim=cfg.rot)  # [B, T, KVH, head_dim]  qwen3_next.snf:155
             # [B, T + T_past, KVH, head_dim]  qwen3_next.snf:156
@@ -320,8 +320,9 @@ class Block(nn.Module):
                               decode=decode).transpose(1, 2).flatten(2, 3)
             x = x + self.o(attn * torch.sigmoid(gate))  # [B, T, D]  qwen3_next.snf:161
         else:
-            qkvz = self.qkvz(h).unflatten(2, (-1, cfg.qkvz_group))  # [B, T, Hk, qkvz_group]  qwen3_next.snf:164
-            ba = self.ba(h).unflatten(2, (-1, 2 * cfg.R))  # [B, T, Hk, 2*R]  qwen3_next.snf:165
+            # [B, T, Hk, qkvz_group]  qwen3_next.snf:164
+            qkvz = self.qkvz(h).unflatten(2, (cfg.lin_n_key_head, cfg.qkvz_group))
+            ba = self.ba(h).unflatten(2, (cfg.lin_n_key_head, 2 * cfg.R))  # [B, T, Hk, 2*R]  qwen3_next.snf:165
             # [B, T, conv_dim]  qwen3_next.snf:166
             mixed = torch.cat([qkvz[:, :, :, 0:cfg.lin_key_dim].flatten(2, 3),
                                qkvz[:, :, :, cfg.lin_key_dim:2 * cfg.lin_key_dim].flatten(2, 3),
@@ -342,11 +343,12 @@ class Block(nn.Module):
             if use_cache:
                 # qwen3_next.snf:175
                 _set_layer(new_conv, l, _causal_conv1d_state(mixed, self.conv_weight, None, conv_state))
-            cq = c[:, :, 0:cfg.key_dim].unflatten(2, (-1, cfg.lin_key_dim))  # [B, T, Hk, Kd]  qwen3_next.snf:176
+            # [B, T, Hk, Kd]  qwen3_next.snf:176
+            cq = c[:, :, 0:cfg.key_dim].unflatten(2, (cfg.lin_n_key_head, cfg.lin_key_dim))
             # [B, T, Hk, Kd]  qwen3_next.snf:177
-            ck = c[:, :, cfg.key_dim:2 * cfg.key_dim].unflatten(2, (-1, cfg.lin_key_dim))
+            ck = c[:, :, cfg.key_dim:2 * cfg.key_dim].unflatten(2, (cfg.lin_n_key_head, cfg.lin_key_dim))
             # [B, T, Hv, Vd]  qwen3_next.snf:178
-            cv = c[:, :, 2 * cfg.key_dim:cfg.conv_dim].unflatten(2, (-1, cfg.lin_value_dim))
+            cv = c[:, :, 2 * cfg.key_dim:cfg.conv_dim].unflatten(2, (cfg.lin_n_value_head, cfg.lin_value_dim))
             u = a + self.dt_bias  # [B, T, Hv]  qwen3_next.snf:180
             # [B, T, Hv]  qwen3_next.snf:181
             g = -torch.exp(self.A_log) * (u.clamp(min=0.0) + torch.log(1.0 + torch.exp(-torch.abs(u))))

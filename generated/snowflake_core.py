@@ -101,11 +101,12 @@ class Block(nn.Module):
         cfg = self.config
         h = self.ln1(x)  # [B, T, D]  snowflake_core.snf:56
         qkv = self.qkv(h)  # [B, T, 3*D]  snowflake_core.snf:57
-        q = qkv[:, :, 0:cfg.n_embd].unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  snowflake_core.snf:58
+        # [B, T, H, head_dim]  snowflake_core.snf:58
+        q = qkv[:, :, 0:cfg.n_embd].unflatten(2, (cfg.n_head, cfg.head_dim))
         # [B, T, H, head_dim]  snowflake_core.snf:59
-        k = qkv[:, :, cfg.n_embd:2 * cfg.n_embd].unflatten(2, (-1, cfg.head_dim))
+        k = qkv[:, :, cfg.n_embd:2 * cfg.n_embd].unflatten(2, (cfg.n_head, cfg.head_dim))
         # [B, T, H, head_dim]  snowflake_core.snf:60
-        v = qkv[:, :, 2 * cfg.n_embd:3 * cfg.n_embd].unflatten(2, (-1, cfg.head_dim))
+        v = qkv[:, :, 2 * cfg.n_embd:3 * cfg.n_embd].unflatten(2, (cfg.n_head, cfg.head_dim))
         # [B, T, H, head_dim]  snowflake_core.snf:61
         attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask,
                           causal=False).transpose(1, 2)

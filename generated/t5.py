@@ -139,9 +139,9 @@ class Block(nn.Module):
                 attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
         h = self.attn_norm(x)  # [B, S, D]  t5.snf:111
-        q = self.q(h).unflatten(2, (-1, cfg.d_kv))  # [B, S, H, d_kv]  t5.snf:112
-        k = self.k(h).unflatten(2, (-1, cfg.d_kv))  # [B, S, H, d_kv]  t5.snf:113
-        v = self.v(h).unflatten(2, (-1, cfg.d_kv))  # [B, S, H, d_kv]  t5.snf:114
+        q = self.q(h).unflatten(2, (cfg.n_head, cfg.d_kv))  # [B, S, H, d_kv]  t5.snf:112
+        k = self.k(h).unflatten(2, (cfg.n_head, cfg.d_kv))  # [B, S, H, d_kv]  t5.snf:113
+        v = self.v(h).unflatten(2, (cfg.n_head, cfg.d_kv))  # [B, S, H, d_kv]  t5.snf:114
         # [B, S, H, d_kv]  t5.snf:115
         attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False,
                           dropout_p=(cfg.dropout if self.training else 0.0), scale=1.0,
@@ -180,8 +180,10 @@ class Block2(nn.Module):
     def forward(self, cross_keys: torch.Tensor, cross_values: torch.Tensor, encoder_last_hidden_state: torch.Tensor,
                 l: int) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.config
-        _set_layer(cross_keys, l, self.cross_k(encoder_last_hidden_state).unflatten(2, (-1, cfg.d_kv)))  # t5.snf:131
-        _set_layer(cross_values, l, self.cross_v(encoder_last_hidden_state).unflatten(2, (-1, cfg.d_kv)))  # t5.snf:132
+        # t5.snf:131
+        _set_layer(cross_keys, l, self.cross_k(encoder_last_hidden_state).unflatten(2, (cfg.n_head, cfg.d_kv)))
+        # t5.snf:132
+        _set_layer(cross_values, l, self.cross_v(encoder_last_hidden_state).unflatten(2, (cfg.n_head, cfg.d_kv)))
         return cross_keys, cross_values
 
 
@@ -234,9 +236,9 @@ class Block3(nn.Module):
                 attention_mask: Optional[torch.Tensor], l: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
         h = self.dec_attn_norm(y)  # [B, T, D]  t5.snf:146
-        q = self.dec_q(h).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5.snf:147
-        k = self.dec_k(h).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5.snf:148
-        v = self.dec_v(h).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5.snf:149
+        q = self.dec_q(h).unflatten(2, (cfg.n_head, cfg.d_kv))  # [B, T, H, d_kv]  t5.snf:147
+        k = self.dec_k(h).unflatten(2, (cfg.n_head, cfg.d_kv))  # [B, T, H, d_kv]  t5.snf:148
+        v = self.dec_v(h).unflatten(2, (cfg.n_head, cfg.d_kv))  # [B, T, H, d_kv]  t5.snf:149
         k_full = torch.cat([past_keys, k], dim=1) if past_keys is not None else k  # [B, T_total, H, d_kv]  t5.snf:150
         # [B, T_total, H, d_kv]  t5.snf:151
         v_full = torch.cat([past_values, v], dim=1) if past_values is not None else v
@@ -246,7 +248,7 @@ class Block3(nn.Module):
         # [B, T, D]  t5.snf:155
         y = y + F.dropout(self.dec_o(attn.flatten(2, 3)), p=cfg.dropout, training=self.training)
         c = self.cross_norm(y)  # [B, T, D]  t5.snf:156
-        cq = self.cross_q(c).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5.snf:157
+        cq = self.cross_q(c).unflatten(2, (cfg.n_head, cfg.d_kv))  # [B, T, H, d_kv]  t5.snf:157
         # [B, T, H, d_kv]  t5.snf:158
         cross = _attention(cq.transpose(1, 2), cross_keys[l].transpose(1, 2), cross_values[l].transpose(1, 2),
                            attention_mask, causal=False, dropout_p=(cfg.dropout if self.training else 0.0),

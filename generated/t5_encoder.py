@@ -112,9 +112,9 @@ class Block(nn.Module):
                 attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.config
         h = self.attn_norm(x)  # [B, T, D]  t5_encoder.snf:59
-        q = self.q(h).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5_encoder.snf:60
-        k = self.k(h).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5_encoder.snf:61
-        v = self.v(h).unflatten(2, (-1, cfg.d_kv))  # [B, T, H, d_kv]  t5_encoder.snf:62
+        q = self.q(h).unflatten(2, (cfg.n_head, cfg.d_kv))  # [B, T, H, d_kv]  t5_encoder.snf:60
+        k = self.k(h).unflatten(2, (cfg.n_head, cfg.d_kv))  # [B, T, H, d_kv]  t5_encoder.snf:61
+        v = self.v(h).unflatten(2, (cfg.n_head, cfg.d_kv))  # [B, T, H, d_kv]  t5_encoder.snf:62
         # [B, T, H, d_kv]  t5_encoder.snf:63
         attn = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask, causal=False,
                           scale=1.0, bias=position_bias).transpose(1, 2)

@@ -87,9 +87,9 @@ class Block(nn.Module):
     @_hot_path  # compiled on its own where Model.compile_units say "block" (see Model)
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         cfg = self.config
-        q = (h @ self.W_q).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  tiny_transformer.snf:42
-        k = (h @ self.W_k).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  tiny_transformer.snf:43
-        v = (h @ self.W_v).unflatten(2, (-1, cfg.head_dim))  # [B, T, H, head_dim]  tiny_transformer.snf:44
+        q = (h @ self.W_q).unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  tiny_transformer.snf:42
+        k = (h @ self.W_k).unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  tiny_transformer.snf:43
+        v = (h @ self.W_v).unflatten(2, (cfg.n_head, cfg.head_dim))  # [B, T, H, head_dim]  tiny_transformer.snf:44
         # [B, T, D]  tiny_transformer.snf:45
         attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                               is_causal=False).transpose(1, 2).flatten(2, 3)

@@ -149,9 +149,9 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         cfg = self.config
         h = self.attn_norm(x)  # [B, P, D]  whisper.snf:134
-        q = (self.q(h) * cfg.scaling).unflatten(2, (-1, cfg.hd))  # [B, P, n_head, hd]  whisper.snf:135
-        k = self.k(h).unflatten(2, (-1, cfg.hd))  # [B, P, n_head, hd]  whisper.snf:136
-        v = self.v(h).unflatten(2, (-1, cfg.hd))  # [B, P, n_head, hd]  whisper.snf:137
+        q = (self.q(h) * cfg.scaling).unflatten(2, (cfg.n_head, cfg.hd))  # [B, P, n_head, hd]  whisper.snf:135
+        k = self.k(h).unflatten(2, (cfg.n_head, cfg.hd))  # [B, P, n_head, hd]  whisper.snf:136
+        v = self.v(h).unflatten(2, (cfg.n_head, cfg.hd))  # [B, P, n_head, hd]  whisper.snf:137
         # [B, P, n_head, hd]  whisper.snf:138
         attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=False,
                                               dropout_p=(cfg.attention_dropout if self.training else 0.0),
@@ -186,9 +186,9 @@ class Block2(nn.Module):
                 l: int) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.config
         # whisper.snf:150
-        _set_layer(cross_keys, l, self.cross_k(encoder_last_hidden_state).unflatten(2, (-1, cfg.dec_hd)))
+        _set_layer(cross_keys, l, self.cross_k(encoder_last_hidden_state).unflatten(2, (cfg.n_dec_head, cfg.dec_hd)))
         # whisper.snf:151
-        _set_layer(cross_values, l, self.cross_v(encoder_last_hidden_state).unflatten(2, (-1, cfg.dec_hd)))
+        _set_layer(cross_values, l, self.cross_v(encoder_last_hidden_state).unflatten(2, (cfg.n_dec_head, cfg.dec_hd)))
         return cross_keys, cross_values
 
 
@@ -247,9 +247,9 @@ class Block3(nn.Module):
         cfg = self.config
         h = self.dec_attn_norm(y)  # [B, T, D]  whisper.snf:160
         # [B, T, n_dec_head, dec_hd]  whisper.snf:161
-        q = (self.dec_q(h) * cfg.dec_scaling).unflatten(2, (-1, cfg.dec_hd))
-        k = self.dec_k(h).unflatten(2, (-1, cfg.dec_hd))  # [B, T, n_dec_head, dec_hd]  whisper.snf:162
-        v = self.dec_v(h).unflatten(2, (-1, cfg.dec_hd))  # [B, T, n_dec_head, dec_hd]  whisper.snf:163
+        q = (self.dec_q(h) * cfg.dec_scaling).unflatten(2, (cfg.n_dec_head, cfg.dec_hd))
+        k = self.dec_k(h).unflatten(2, (cfg.n_dec_head, cfg.dec_hd))  # [B, T, n_dec_head, dec_hd]  whisper.snf:162
+        v = self.dec_v(h).unflatten(2, (cfg.n_dec_head, cfg.dec_hd))  # [B, T, n_dec_head, dec_hd]  whisper.snf:163
         # [B, T_total, n_dec_head, dec_hd]  whisper.snf:164
         k_full = torch.cat([past_keys, k], dim=1) if past_keys is not None else k
         # [B, T_total, n_dec_head, dec_hd]  whisper.snf:165
@@ -261,7 +261,7 @@ class Block3(nn.Module):
         y = y + F.dropout(self.dec_o(attn.flatten(2, 3)), p=cfg.dropout, training=self.training)
         c = self.cross_norm(y)  # [B, T, D]  whisper.snf:170
         # [B, T, n_dec_head, dec_hd]  whisper.snf:171
-        cq = (self.cross_q(c) * cfg.dec_scaling).unflatten(2, (-1, cfg.dec_hd))
+        cq = (self.cross_q(c) * cfg.dec_scaling).unflatten(2, (cfg.n_dec_head, cfg.dec_hd))
         # [B, T, n_dec_head, dec_hd]  whisper.snf:173
         cross = F.scaled_dot_product_attention(cq.transpose(1, 2), cross_keys[l].transpose(1, 2),
                                                cross_values[l].transpose(1, 2), is_causal=False,

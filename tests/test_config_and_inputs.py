@@ -228,3 +228,22 @@ def test_config_refuses_a_layer_kind_the_spec_does_not_know(spec, layer_types, b
     with pytest.raises(ConfigError, match="each item of `layer_types` must be"):
         Interpreter(model, values)
     module.Config(layer_types=[k for k in layer_types if k != bad] or list(module.Config().layer_types[:1]))
+
+
+def test_a_config_of_width_0_the_checker_approves_runs():
+    """n_embd = 0 passes every check of Config (a size, divisible by n_head): forward runs. A split into
+    heads names its count (`unflatten(2, (cfg.n_head, cfg.head_dim))`): with -1 and a head width of 0,
+    torch cannot tell the count and raised."""
+    import warnings
+
+    import generated.llama3 as llama3
+    import generated.nanogpt as nanogpt
+    for mod, config in ((llama3, dict(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_kv_head=1, n_embd=0,
+                                      mlp_hidden=4, rope_scaling=0)),
+                        (nanogpt, dict(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=0))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch: initializing zero-element tensors is a no-op
+            model = mod.Model(**config).eval()
+        with torch.no_grad():
+            out = model(torch.randint(0, 16, (2, 3)))
+        assert out.logits.shape == (2, 3, 16) and torch.equal(out.logits, torch.zeros(2, 3, 16)), mod.__name__

@@ -216,7 +216,7 @@ def test_nanogpt_model_spec_is_multi_head_and_checks():
     assert shapes["θ_mlp_W_proj"] == "[L, D, 4*D]" and shapes["θ_pos"] == "[P, D]"
     assert "θ_unembed" not in shapes  # the head is tied to θ_embed
     code = generate_source(result, "specs/nanogpt_model.snf")
-    assert ".unflatten(2, (-1, cfg.D // cfg.H))" in code  # heads split, their count left to torch
+    assert ".unflatten(2, (cfg.H, cfg.D // cfg.H))" in code  # heads split
     assert "scale=1 / math.sqrt(cfg.D // cfg.H)" in code
 
 

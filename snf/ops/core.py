@@ -301,15 +301,18 @@ def _changed_axes(old, new, eq) -> tuple[int, int, int]:
 
 
 def _reshape_torch(call) -> str:
-    """A split of one axis leaves its outer size to torch (`[B, T, D]` to `[B, T, H, head_dim]` is
-    `unflatten(2, (-1, head_dim))`) and a merge of neighbouring axes is a `flatten`, so that a
-    tensor-parallel shard of that axis (a rank's heads) reshapes as the whole does; any other reshape
-    names every size."""
+    """A split of one axis is an `unflatten` and a merge of neighbouring axes a `flatten`, which read
+    the sizes a tensor-parallel rank holds: a split's outer size is the config value that names it
+    (`unflatten(2, (cfg.n_head, cfg.head_dim))`, a rank's view of the config divides it: Model.tp_local),
+    or left to torch (-1) where it is an expression of several; any other reshape names every size."""
     x, new = call.code('x', prec=50), call.dim_items('shape')
     if new is not None:
         i, j, k = _changed_axes(call.ty('x').shape, new, call.eq)
-        if j - i == 1 and k - i > 1 and not any(call.run_time(d) for d in new[i + 1:k]):
-            return f"{x}.unflatten({i}, (-1, {', '.join(call.dims_codes('shape')[i + 1:k])}))"
+        if j - i == 1 and k - i > 1 and not any(call.run_time(d) for d in new[i:k]):
+            codes = call.dims_codes('shape')[i:k]
+            # a named count, not -1: an inner size of 0 (a config of width 0) leaves -1 undecidable
+            outer = codes[0] if new[i].as_symbol() is not None else "-1"
+            return f"{x}.unflatten({i}, ({outer}, {', '.join(codes[1:])}))"
         if k - i == 1 and j - i > 1:
             return f"{x}.flatten({i}, {j - 1})"
     return f"{x}.reshape({call.dims_code('shape')})"

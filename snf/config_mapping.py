@@ -543,8 +543,8 @@ def unknown_keys(hf: dict, known: set, prefix: str = "") -> list:
 
 def _covers(known: str, path: str, inside: bool = False) -> bool:
     """Whether the known key `known` is `path` (with inside=True: a key inside it); a `*` part of a
-    known key (an entry of an object keyed by layer) stands for any one part."""
+    known key (an entry of an object keyed by layer) stands for any one layer number."""
     parts, want = known.split("."), path.split(".")
     if (len(parts) <= len(want)) if inside else (len(parts) != len(want)):
         return False
-    return all(k in ("*", w) for k, w in zip(parts, want))
+    return all(k == w or k == "*" and w.isdigit() for k, w in zip(parts, want))

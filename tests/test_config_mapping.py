@@ -254,6 +254,10 @@ def test_an_entry_read_by_layer_number_leaves_no_other_setting_unread(tmp_path):
     folder = _layers_folder(tmp_path, listed=[1], per_layer={"1": {"width": 8, "heads": 2}})
     with pytest.raises(PretrainedError, match=r"per_layer.1.heads = 2: the spec does not map it"):
         snf.from_pretrained(folder, spec=spec)
+    # an entry keyed by anything but a layer number is no layer's: named too, not read as one
+    folder = _layers_folder(tmp_path, listed=[1], per_layer={"1": {"width": 8}, "wide": {"width": 8}})
+    with pytest.raises(PretrainedError, match=r"per_layer.wide = \{\"width\": 8\}: the spec does not map it"):
+        snf.from_pretrained(folder, spec=spec)
     # a field read from an entry is one-way: without `hf.per_layer <- keyed(...)` nothing writes the object back
     unwritten = text.replace("  hf.per_layer <- keyed(positions(marks, 1), width=wide)\n", "")
     code, out, _ = snfc("check", str(write_spec(tmp_path, unwritten, "keyed_unwritten.snf")))

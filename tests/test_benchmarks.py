@@ -80,21 +80,23 @@ def test_bench_load_runs():
     assert len(rows) == 3 and all(float(seconds) > 0 for *_, seconds in rows), out.stdout
 
 
-@pytest.mark.slow  # about 35 s of CPU: folders written and read several ways
+@pytest.mark.slow  # about 12 s of CPU: a folder written, then read three ways, each in a process of its own
 def test_bench_pretrained_runs():
     import subprocess
     import sys
 
     from conftest import REPO
-    out = subprocess.run([sys.executable, "benchmarks/bench_pretrained.py", "--quick", "--reps", "1"], cwd=REPO,
-                         capture_output=True, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-                         timeout=600)
+    # one folder, the MXFP4 one (each folder costs three processes' imports; the three loaders' values
+    # against transformers for every quantization: tests/test_quantized.py)
+    out = subprocess.run([sys.executable, "benchmarks/bench_pretrained.py", "--quick", "--reps", "1", "--only",
+                          "gpt_oss"], cwd=REPO, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    # every folder (bfloat16, MXFP4, FP8) by snfc without and with its compiled spec kept, and by transformers
+    # the folder by snfc without and with its compiled spec kept, and by transformers
     rows = re.findall(r"^\| (\w+) \| (snf|AutoModel)[^|]* \| bfloat16 \| [\d.]+ GiB \| ([\d.]+) \| ([\d.]+) \| "
                       r"[\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ GiB \| [\d.]+ \|$", out.stdout, re.M)
-    assert [(name, who) for name, who, *_ in rows] == [(name, who) for name in ("llama", "gpt_oss", "deepseek_v3")
-                                                       for who in ("snf", "snf", "AutoModel")], out.stdout
+    assert [(name, who) for name, who, *_ in rows] == [("gpt_oss", who) for who in ("snf", "snf", "AutoModel")], \
+        out.stdout
     assert all(0 < float(load) <= float(first) for *_, load, first in rows), out.stdout
 
 

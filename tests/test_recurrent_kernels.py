@@ -345,17 +345,21 @@ def test_runtime_files_import_only_what_a_generated_module_has(module):
 # ----------------------------------------------------------------------------- torch.compile
 
 @pytest.mark.slow
-@pytest.mark.parametrize("op", ["conv", "ssd", "delta"])
+@pytest.mark.parametrize("op", ["conv", "ssd", "delta", "kda"])
 def test_entry_points_compile_fullgraph(monkeypatch, op):
     """Each entry point under torch.compile(fullgraph=True), chunked (2 chunks, padded) with a state,
-    equal to eager."""
+    equal to eager; "kda" is the delta rule with a decay per key channel (Kimi Linear's chunked form,
+    which no bundled spec's compiled session needs to cover: a compiled model calls it as an opaque op)."""
     monkeypatch.setattr(rec, "_SSD_CHUNK", 4)
     monkeypatch.setattr(rec, "_GDR_CHUNK", 4)
+    monkeypatch.setattr(rec, "_KDA_CHUNK", 4)
     fns, args = {
         "conv": ((rec._causal_conv1d, rec._causal_conv1d_state), _conv_args(b=1, t=6, c=3, k=3, dtype=torch.float32)),
         "ssd": ((rec._ssd_scan, rec._ssd_state), _ssd_args(bt=1, t=6, h=2, p=2, g=1, n=2, dtype=torch.float32)),
         "delta": ((rec._gated_delta_rule, rec._gated_delta_state),
                   _delta_args(bt=1, t=6, hk=1, hv=2, kd=2, vd=2, dtype=torch.float32)),
+        "kda": ((rec._gated_delta_rule, rec._gated_delta_state),
+                _delta_args(bt=1, t=6, hk=1, hv=2, kd=2, vd=2, dtype=torch.float32, kda=True)),
     }[op]
     torch._dynamo.reset()
     for fn in fns:

@@ -182,33 +182,6 @@ def test_checkpoint_keys_compute_the_layer_number(tmp_path, cfg):
     assert sorted(back) == sorted(sd) and all(torch.equal(back[k], sd[k]) for k in sd)
 
 
-@pytest.mark.slow  # torch.compile
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
-# at the family's test config (decoder_sparse_step 2) this runs in qwen2_moe's spec session
-# (tests/property/test_session.py, _against_transformers); here a sparse layer every third
-@pytest.mark.parametrize("overrides", [{"num_hidden_layers": 4, "decoder_sparse_step": 3}], ids=["step3"])
-def test_qwen2_moe_compiled(tmp_path, monkeypatch, overrides):
-    """The two kinds of layer compiled per block (the layer number a symbolic int: a graph per kind),
-    and the default generate's compiled decode step, against transformers."""
-    import warnings
-    pytest.importorskip("transformers")
-    from tests.test_from_pretrained import _close, saved, tokens
-    monkeypatch.setenv("SNF_COMPILE", "1")
-    torch._dynamo.reset()
-    hf, folder = saved(tmp_path, "qwen2_moe", **overrides)
-    model = snf.from_pretrained(folder)
-    idx = tokens(hf.config.vocab_size)
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)  # a fallback to eager fails here
-        want = hf(idx).logits
-        model.compile_units = {device: {"train": "none", "eval": "block"} for device in ("cpu", "cuda")}
-        assert _close(model(idx).logits, want)
-        del model.compile_units
-        prompt = idx[:, :5]
-        got = model.generate(prompt, 6, temperature=0)
-    assert torch.equal(got, hf.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0))
-
-
 NONE_ACCEPTING = """\
 param:
   n_layer : int = 4

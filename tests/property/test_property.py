@@ -201,24 +201,3 @@ let y = gelu(x)
     monkeypatch.setattr(F, "gelu", lambda x, approximate="none": real(x) + 1e-4)
     with pytest.raises(runner.Unsound, match="differs from the interpreter"):
         runner.run(spec, None, 0)
-
-
-@pytest.mark.slow
-def test_a_sample_compiled(one_thread, monkeypatch):
-    """A few specs with layer loops, attention and a cache, compiled (SNF_COMPILE=1), in this one
-    process: forward, cached forward and generate against the interpreter, as eagerly."""
-    picked, seed = [], 0
-    while len(picked) < 2:  # a cached LM and another, each of which runs eagerly with these seeds
-        spec = specgen.build(specgen.RandomChooser(seed))
-        if {"loop", "op:flash_attention"} <= spec.features and ("cache" in spec.features) == (not picked) \
-                and len(spec.text) < 2600 and runner.run(spec.text, spec, seed, configs=1).runs >= 2:
-            picked.append((seed, spec))
-        seed += 1
-    monkeypatch.setenv("SNF_COMPILE", "1")
-    torch._dynamo.reset()
-    from torch._dynamo.utils import counters
-    counters.clear()
-    for seed, spec in picked:
-        out = runner.run(spec.text, spec, seed, configs=1, compiled=True)
-        assert out.accepted and out.runs >= 2, (seed, out)  # forward, and cached forward or generate
-    assert counters["stats"]["unique_graphs"] >= 4  # compiled indeed: blocks, and decode steps

@@ -69,7 +69,12 @@ class CheckpointWarning(UserWarning):
 
 
 def module_of(model: torch.nn.Module):
-    """The generated module a model's class comes from: its tables (`spec_parameters`, `CHECKPOINTS`)."""
+    """The generated module a model's class comes from: its tables (`spec_parameters`, `CHECKPOINTS`).
+    A class made over it at run time (FSDP2's `fully_shard` makes one, in torch's module) is passed by."""
+    for cls in type(model).__mro__:
+        module = sys.modules.get(cls.__module__)
+        if hasattr(module, "spec_parameters"):
+            return module
     return sys.modules[type(model).__module__]
 
 

@@ -405,12 +405,13 @@ def _read_index(src, want: tuple, layer: int | None, r: Reading, shown: str, ind
                             (*index[:-2], index[-1], index[-2]))
         return None if inner is None else inner.transpose(-1, -2)
     if kind == "experts":
+        chosen = range(want[0])[index[0]]
         parts = [_read_index(for_expert(src[1], e), tuple(want[1:]), layer, r, shown, index[1:])
-                 for e in range(want[0])[index[0]]]
+                 for e in chosen or range(want[0])[:1]]  # none chosen: one read for its dtype and shape
         if any(p is None for p in parts):
             return None
         import torch  # only where tensors are read: `snfc check` never imports torch
-        return torch.stack(parts)
+        return torch.stack(parts) if chosen else parts[0].new_empty((0, *parts[0].shape))
     axis = src[3] % len(want) if kind in ("split", "interleave") else src[2] % len(want)
     mine = range(want[axis])[index[axis]]  # the entries wanted along the transformed axis
     if kind == "join":  # each source the entries wanted that fall within it

@@ -220,9 +220,11 @@ def loss_of(model, tokens):
     return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
 
 
-def train(mesh) -> dict:
+def train(mesh, root: str) -> dict:
     """3 AdamW steps with clip_grad_norm_ on a ("dp", "tp") mesh: each dp group trains on its half
-    of the batch; one process trains the whole model on the whole batch."""
+    of the batch; one process trains the whole model on the whole batch. Then saved (save_pretrained
+    gathers it) and loaded back onto the mesh (from_pretrained: each rank reads its "tp" slice, FSDP2
+    keeps its "dp" part)."""
     from snf.parallel import clip_grad_norm_
     spec, cfg = CASES["llama3"]
     mod = importlib.import_module(f"generated.{spec}")
@@ -254,8 +256,12 @@ def train(mesh) -> dict:
     plain = mod.Model(mod.Config(**cfg)).eval()
     plain.load_state_dict(state)
     idx = tokens[:, :-1]
+    folder = os.path.join(root, "llama3-trained")
+    snf.save_pretrained(sharded, folder)
+    again = snf.from_pretrained(folder, device_mesh=mesh)
     return {"losses": max(losses), "loss_values": values, "params": max(diff(state[k], ref[k]) for k in ref),
-            "loaded_logits": diff(plain(idx).logits, whole.eval()(idx).logits)}
+            "loaded_logits": diff(plain(idx).logits, whole.eval()(idx).logits),
+            "reloaded_logits": diff(again(idx).logits, whole(idx).logits)}
 
 
 def _worst_over_ranks(results: dict) -> dict:
@@ -298,15 +304,15 @@ def main() -> None:
             results[name] = check(name, mesh["tp"] if n == 4 else mesh)
         except Exception as e:  # reported, so the test names the case that failed
             results[name] = {"error": f"{type(e).__name__}: {e}"}
+    root = os.path.dirname(os.path.abspath(sys.argv[1]))
     try:
         if "from_pretrained" in wanted:
-            results["from_pretrained"] = from_folder(mesh["tp"] if n == 4 else mesh,
-                                                     os.path.dirname(os.path.abspath(sys.argv[1])))
+            results["from_pretrained"] = from_folder(mesh["tp"] if n == 4 else mesh, root)
     except Exception as e:
         results["from_pretrained"] = {"error": f"{type(e).__name__}: {e}"}
     if n == 4 and "fsdp2_tp" in wanted:
         try:
-            results["fsdp2_tp"] = train(mesh)
+            results["fsdp2_tp"] = train(mesh, root)
         except Exception as e:
             results["fsdp2_tp"] = {"error": f"{type(e).__name__}: {e}"}
     results = _worst_over_ranks(results)

@@ -38,7 +38,8 @@ CASES = {  # name -> (spec, config)
     # (rope_original_max_position = block_size: a config save_pretrained writes back as it is)
     "llama3": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48, rope_scaling=0, rope_original_max_position=32)),
     "llama3_tied": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48, rope_scaling=0, tie_embeddings=True)),
-    "llama3_odd_vocab": ("llama3", dict(TINY, vocab_size=61, mlp_hidden=48, rope_scaling=0)),
+    "llama3_odd_vocab": ("llama3", dict(TINY, vocab_size=61, mlp_hidden=48, rope_scaling=0,
+                                        rope_original_max_position=32)),
     "qwen3": ("qwen3", dict(TINY, vocab_size=64, mlp_hidden=48, head_dim=8, tie_embeddings=False)),
     "mixtral": ("mixtral", dict(block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, vocab_size=64,
                                 mlp_hidden=24, n_expert=4, n_expert_tok=2)),
@@ -119,9 +120,9 @@ def check(name: str, mesh) -> dict:
     return res
 
 
-# sharded loading: plain weights (llama3); pieces (phi3); experts read through `.T` and interleaved
-# keys, and sinks (gpt_oss)
-LOADED = ("llama3", "phi3", "gpt_oss")
+# sharded loading: plain weights, a vocabulary split unevenly (llama3_odd_vocab); pieces (phi3);
+# experts read through `.T` and interleaved keys, and sinks (gpt_oss)
+LOADED = ("llama3_odd_vocab", "phi3", "gpt_oss")
 
 
 @contextlib.contextmanager

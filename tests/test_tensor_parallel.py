@@ -52,11 +52,11 @@ def test_two_ranks_match_one_process(launched):
 
 @pytest.mark.slow  # the same launch
 def test_from_pretrained_with_a_device_mesh_reads_a_slice_and_saves_whole(launched):
-    """llama3, phi3 (pieces) and gpt-oss (experts read through `.T` and interleaved keys, sinks) loaded
-    with a mesh: every rank's shards are those of snf.parallelize of a plain load, bit for bit, and
-    each rank read at most the bytes it holds of the files (a rank that read the whole tensors fails
-    this); saved from tp = 2, the folder is the whole model's save, file for file; a save that fails
-    while writing raises and leaves the folder loadable."""
+    """llama3 (an uneven vocabulary), phi3 (pieces) and gpt-oss (experts read through `.T` and
+    interleaved keys, sinks) loaded with a mesh: every rank's shards are those of snf.parallelize of a
+    plain load, bit for bit, and each rank read at most the bytes it holds of the files (a rank that
+    read the whole tensors fails this); saved from tp = 2, the folder is the whole model's save, file
+    for file; a save that fails while writing raises on every rank and leaves the folder loadable."""
     res = launched["from_pretrained"]
     assert "error" not in res, res
     assert res["sharded"] and res["shards_equal"] and res["logits"] <= 1e-5, res

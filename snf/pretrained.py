@@ -85,11 +85,12 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
     dtype = _dtype(dtype) if dtype is not None else _saved_dtype(hf, config_file, scheme is not None)
     module = load(spec if spec is not None else spec_for(hf.get("model_type"), folder, hf.get("architectures")))
     config = config_from_hf(module, hf, str(config_file))
-    part_of = None
     if device_mesh is not None:
         from .parallel import check_shardable, data_parallel, local_runs, parallelize, tp_mesh
         check_shardable(module.Model, config, device_mesh)
-        part_of = lambda key, tensor: local_runs(model, key, tensor)  # noqa: E731
+
+    def held(key: str, tensor):  # what this rank holds of a tensor, once allocate has sharded the model
+        return local_runs(model, key, tensor)
 
     def allocate() -> None:  # once every key, shape and dtype is checked on the meta device
         if device_mesh is not None:  # each parameter's placement, on the meta device: no rank holds the whole
@@ -106,7 +107,7 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
             with torch.device("meta"), _NoInitOnMeta():  # built without memory
                 model = module.Model(config)
             interop.load_opened(model, tensors, folder, "hf", before_copy=allocate, progress=f"loading {folder.name}",
-                                keep=mmap, part_of=part_of)
+                                keep=mmap, part_of=held if device_mesh is not None else None)
     except (ValueError, FileNotFoundError) as err:
         if isinstance(err, (PretrainedError, interop.CheckpointError)):
             raise

@@ -420,3 +420,17 @@ def test_a_slice_read_through_each_transform_is_that_slice_of_the_whole(tmp_path
             for index in indexes:
                 got = read_tensor(src, want, None, Reading(sd), "w", index=index)
                 assert torch.equal(got, whole[index]), (src, index)
+
+
+def test_what_a_rank_holds_is_filled_from_the_pieces_it_overlaps():
+    """A sharded load fills a rank's part of a tensor (runs of its rows, or of its columns, or all of
+    it) from the spec's parameters that are rows of that tensor, each reading only the entries held."""
+    from snf.interop import _copy_held
+    whole = torch.arange(40.0).reshape(10, 4)
+    pieces = [((0, 6), whole[0:6]), ((6, 10), whole[6:10])]  # two parameters: rows of one tensor
+    for runs, want in [([(0, 3, 5, 0), (0, 8, 10, 2)], torch.cat([whole[3:5], whole[8:10]])),  # pieces' rows
+                       ([(1, 1, 3, 0)], whole[:, 1:3]), ([(None, 0, 0, 0)], whole)]:
+        local = torch.full_like(want, -1.0)
+        for rows, t in pieces:
+            _copy_held(local, runs, rows, lambda sd, index=None, t=t: t if index is None else t[index], None)
+        assert torch.equal(local, want), runs

@@ -78,6 +78,12 @@ class _LazyTensors(_KeysOf):
         file = self._file(key)
         return hasattr(file, "read_into") and file.read_into(key, out)
 
+    def part(self, key: str, index: tuple) -> torch.Tensor:
+        """`self[key][index]`, where its file can without reading the rest of it (a safetensors file's,
+        or a torch.save file's memory-mapped tensor, indexed: only the pages of the entries are read)."""
+        file = self._file(key)
+        return file.part(key, index) if hasattr(file, "part") else file[key][index]
+
     def mapped(self, key: str) -> torch.Tensor | None:
         """`key` over its file's pages, to keep (a safetensors file's); None where it cannot be."""
         file = self._file(key)
@@ -237,6 +243,13 @@ class SafetensorsFile(Mapping):
         out.copy_(self._tensor(key))
         self.release(key)
         return True
+
+    def part(self, key: str, index: tuple) -> torch.Tensor:
+        """A copy of the entries `index` (a slice per leading axis) of `key`: only their bytes are read
+        from the file (a rank's slice of a sharded load), and the pages handed back."""
+        out = self._tensor(key)[index].clone()
+        self.release(key)
+        return out
 
     def mapped(self, key: str) -> torch.Tensor | None:
         """`key` over the file's pages, for a model to keep as its own tensor: nothing is read until it

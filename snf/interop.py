@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from .checkpoint_files import FLOAT8, MetaView, open_checkpoint
-from .weight_mapping import Reading, key_of, read_tensor, stored_keys
+from .weight_mapping import Reading, key_of, read_part, read_tensor, stored_keys
 
 
 class CheckpointError(ValueError):
@@ -69,7 +69,12 @@ class CheckpointWarning(UserWarning):
 
 
 def module_of(model: torch.nn.Module):
-    """The generated module a model's class comes from: its tables (`spec_parameters`, `CHECKPOINTS`)."""
+    """The generated module a model's class comes from: its tables (`spec_parameters`, `CHECKPOINTS`).
+    A class made over it at run time (FSDP2's `fully_shard` makes one, in torch's module) is passed by."""
+    for cls in type(model).__mro__:
+        module = sys.modules.get(cls.__module__)
+        if hasattr(module, "spec_parameters"):
+            return module
     return sys.modules[type(model).__module__]
 
 
@@ -120,15 +125,17 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
         table = module_of(model).spec_parameters(model.config)
         # the index of a layer's slice: its place among the layers that have the parameter
         at = {(name, layer): i for name, p in table.items() for i, layer in enumerate(p.layer_numbers())}
-        found = [(key, rows, (lambda sd, name=name: sd[name]) if layer is None else
-                  (lambda sd, name=name, i=at[name, layer]: sd[name][i]), name,
+        found = [(key, rows, (lambda sd, index=None, name=name: read_part(sd, name, index)) if layer is None else
+                  (lambda sd, index=None, name=name, i=at[name, layer]: read_part(sd, name, (i, *(index or ())))),
+                  name,
                   [(None, name)] if layer is None else [])
                  for name, layer, key, rows in pieces if name in values]
         left = [_shown(key, rows) for name, layer, key, rows in pieces if name not in values]
         return found, left, unexpected
     mapping = formats[fmt]["params"]
     found, left = [], []
-    r = Reading(state_dict, model.config)
+    config = model.config  # the whole model's: a sharded load reads after snf.parallelize gave the model a rank's
+    r = Reading(state_dict, config)
     for name, layer, key, rows in pieces:
         shown = _shown(key, rows)
         want = tuple(_piece(own, key, rows).shape)
@@ -145,9 +152,9 @@ def _convert(model: torch.nn.Module, state_dict: Mapping, fmt: str, strict: bool
         if tuple(tensor.shape) != want:
             r.mismatched.append((f"{first} (for {shown})" if first else shown, want, tuple(tensor.shape)))
             continue
-        found.append((key, rows, lambda sd, src=mapping[name], want=want, layer=layer, shown=shown:
-                      read_tensor(src, want, layer, Reading(sd, model.config), shown), first,
-                      stored_keys(mapping[name], want, layer, model.config)))
+        found.append((key, rows, lambda sd, index=None, src=mapping[name], want=want, layer=layer, shown=shown:
+                      read_tensor(src, want, layer, Reading(sd, config), shown, index=index), first,
+                      stored_keys(mapping[name], want, layer, config)))
     missing, mismatched, invalid = r.missing, r.mismatched, r.invalid
     ignored = _key_patterns(formats[fmt]["ignore"])
     unexpected = sorted(k for k in state_dict if k not in r.used and not ignored.fullmatch(k))
@@ -225,7 +232,8 @@ class _Progress:
 
 
 def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spec", strict: bool = True,
-                    before_copy=None, progress: str | None = None, keep: bool = False) -> torch.nn.Module:
+                    before_copy=None, progress: str | None = None, keep: bool = False,
+                    part_of=None) -> torch.nn.Module:
     """Load a checkpoint into a generated model through the spec's declared mapping.
 
     `fmt="spec"` takes the spec's own names, per-layer parameters stacked on axis 0 (what
@@ -239,7 +247,10 @@ def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spe
     `progress` (a label), a load that takes a while says how far it is on stderr. With `keep`, a
     tensor the model takes whole as it is stored (its dtype and shape, on the CPU) from a
     memory-mapped file (`state_dict.mapped`) is not copied: the model's tensor is the file's pages,
-    read when first used, private to the process (a write copies the page it touches).
+    read when first used, private to the process (a write copies the page it touches). With
+    `part_of` (a sharded load: snf.parallel.local_runs of a key and its tensor, once `before_copy` has
+    sharded the model), a tensor this process holds part of is filled with only the entries it holds, each read
+    alone from the checkpoint (`weight_mapping.read_part`).
     """
     found = _plan(model, model.state_dict(), state_dict, fmt, strict)
     if before_copy is not None:
@@ -251,9 +262,21 @@ def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spe
     # safetensors file straight into the parameter (no copy held)
     read_into = getattr(state_dict, "read_into", None)
     mapped = getattr(state_dict, "mapped", None) if keep else None
-    shown = _Progress(progress, sum(_piece(own, k, r).nbytes for k, r, *_ in found)) if progress else None
+    # key -> (this process's tensor of it, the runs of the whole tensor it holds): a sharded load's
+    shards = {k: held for k in dict.fromkeys(k for k, *_ in found)
+              if part_of is not None and (held := part_of(k, own[k])) is not None}
+    shown = _Progress(progress, sum(_piece(own, k, r).nbytes for k, r, *_ in found if k not in shards)
+                      + sum(local.nbytes for local, _ in shards.values())) if progress else None
+    counted: set = set()  # the held tensors shown as read (at their first piece)
     with torch.no_grad():
         for key, rows, get, first, stored in sorted(found, key=lambda piece: piece[3]):
+            if key in shards:
+                local, runs = shards[key]
+                _copy_held(local, runs, rows, get, state_dict)
+                if shown is not None and key not in counted:
+                    counted.add(key)
+                    shown.add(local.nbytes)
+                continue
             piece = _piece(own, key, rows)
             kept = mapped is not None and rows is None and stored == [(None, first)] and _kept(model, key, piece,
                                                                                               mapped(first))
@@ -263,6 +286,24 @@ def load_state_dict(model: torch.nn.Module, state_dict: Mapping, fmt: str = "spe
             if shown is not None:
                 shown.add(piece.nbytes)
     return model
+
+
+def _copy_held(local: torch.Tensor, runs: list, rows, get, state_dict: Mapping) -> None:
+    """Fill what `local` holds of a tensor, as `runs` say ((axis, start, stop, at): local's entries
+    `at` on along `axis` are the whole tensor's `start:stop`; axis None: all of it), from the piece
+    `get` reads (the tensor's `rows`, or all of it): only the entries held are read."""
+    r0, r1 = rows if rows is not None else (0, None)
+    for axis, start, stop, at in runs:
+        if axis == 0 and rows is not None:  # the rows held that are this piece's
+            lo, hi = max(start, r0), min(stop, r1)
+            if lo < hi:
+                local[at + lo - start:at + hi - start].copy_(get(state_dict, (slice(lo - r0, hi - r0),)))
+            continue
+        out = local if rows is None else local[r0:r1]
+        if axis is None:
+            out.copy_(get(state_dict))
+        else:
+            out.narrow(axis, at, stop - start).copy_(get(state_dict, (slice(None),) * axis + (slice(start, stop),)))
 
 
 def _kept(model: torch.nn.Module, key: str, piece: torch.Tensor, tensor: torch.Tensor | None) -> bool:
@@ -288,7 +329,8 @@ def _plan(model: torch.nn.Module, own: dict, state_dict: Mapping, fmt: str, stri
         optional = {key for name, _, key, _ in _pieces(model) if name in recomputed}
         checked, unexpected = _checked(fmt, shapes_only, {k: tuple(v.shape) for k, v in own.items()}, strict,
                                        optional)
-        found = [(k, None, lambda sd, k=k: sd[k], k, [(None, k)]) for k in own if k in checked]
+        found = [(k, None, lambda sd, index=None, k=k: read_part(sd, k, index), k, [(None, k)]) for k in own
+                 if k in checked]
         left = [k for k in own if k not in checked]
     else:
         found, left, unexpected = _convert(model, shapes_only, fmt, strict)
@@ -384,13 +426,13 @@ def load_checkpoint(model: torch.nn.Module, path: str | Path, fmt: str = "spec",
 
 
 def load_opened(model: torch.nn.Module, tensors: Mapping, path, fmt: str = "spec", strict: bool = True,
-                before_copy=None, progress: str | None = None, keep: bool = False) -> torch.nn.Module:
+                before_copy=None, progress: str | None = None, keep: bool = False, part_of=None) -> torch.nn.Module:
     """load_checkpoint of a checkpoint already open (`open_checkpoint`, or a view of one such as
     snf.quantized's), `path` where it is: an error names it, with what the view notes on its keys.
-    `keep` is load_state_dict's."""
+    `keep` and `part_of` are load_state_dict's."""
     try:
         _check_saved_config(model, getattr(tensors, "metadata", None), fmt, strict)
-        return load_state_dict(model, tensors, fmt, strict, before_copy, progress, keep)
+        return load_state_dict(model, tensors, fmt, strict, before_copy, progress, keep, part_of)
     except CheckpointError as err:
         raise err.at(path, tensors.notes(err.keys()) if hasattr(tensors, "notes") else ()) from None
 

@@ -101,12 +101,28 @@ def _local_config(config, names: tuple[str, ...], tp: int):
     cls = type(config)
     kept = {n: getattr(config, n) // tp if n in names else getattr(config, n)
             for n, v in vars(cls).items() if isinstance(v, property)}
-    shard_cls = type(f"{cls.__name__}Shard", (cls,), {n: property(lambda self, v=v: v) for n, v in kept.items()})
+    shard_cls = type(f"{cls.__name__}Shard", (cls,), {n: property(lambda self, v=v: v) for n, v in kept.items()}
+                     | {"_whole": config})  # whole_config
     local = object.__new__(shard_cls)
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         object.__setattr__(local, f.name, value // tp if f.name in names else value)
     return local
+
+
+def is_parallelized(model: nn.Module) -> bool:
+    """Whether `model` holds DTensors (snf.parallelize sharded it, or FSDP2)."""
+    import torch.distributed as dist
+    if not dist.is_available() or not dist.is_initialized():
+        return False
+    from torch.distributed.tensor import DTensor
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def whole_config(config):
+    """The whole model's config of a rank's view of it (a parallelized model's `model.config`);
+    `config` itself where it is no view."""
+    return getattr(type(config), "_whole", config)
 
 
 def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: Optional[tuple] = None) -> nn.Module:
@@ -176,14 +192,55 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
                 m.config = shard
         model.config = shard
     if mesh.ndim == 2:
-        from torch.distributed.fsdp import fully_shard
-        dp_mesh = mesh["dp"]
-        for m in model.modules():
-            if isinstance(m, nn.ModuleList):
-                for block in m:
-                    fully_shard(block, mesh=dp_mesh)
-        fully_shard(model, mesh=dp_mesh)
+        data_parallel(model, mesh)
     return model
+
+
+def data_parallel(model: nn.Module, mesh) -> None:
+    """FSDP2 over the "dp" axis of a ("dp", "tp") `mesh`, after tensor parallelism over "tp": each
+    layer block, then the root (torchtitan's order)."""
+    from torch.distributed.fsdp import fully_shard
+    dp_mesh = mesh["dp"]
+    for m in model.modules():
+        if isinstance(m, nn.ModuleList):
+            for block in m:
+                fully_shard(block, mesh=dp_mesh)
+    fully_shard(model, mesh=dp_mesh)
+
+
+def local_runs(model: nn.Module, name: str, p):
+    """What this rank holds of the parameter `name` of a model `parallelize` sharded over "tp" (its
+    tensor `p`), as the whole model's tensor: (its local tensor, runs), each run (axis, start, stop,
+    at): the local entries from `at` on along `axis` are the whole tensor's `start:stop` there (axis
+    None: all of it, a Replicate one). A projection of pieces holds a run per piece (_pieces_order).
+    None for a plain tensor (held whole). snf.from_pretrained reads only these entries."""
+    from torch.distributed.tensor import DTensor
+    if not isinstance(p, DTensor):
+        return None
+    local = p.to_local()
+    shards = [(i, placement.dim) for i, placement in enumerate(p.placements) if placement.is_shard()]
+    if not shards:
+        return local, [(None, 0, 0, 0)]
+    if len(shards) > 1:
+        raise ShardingError(f"{name}: sharded on {len(shards)} mesh axes; a load reads a slice of one")
+    mesh_dim, axis = shards[0]
+    n, tp = p.shape[axis], p.device_mesh.size(mesh_dim)
+    chunk = -(-n // tp)  # torch.chunk's split, as DTensor's Shard makes it
+    start = min(p.device_mesh.get_local_rank(mesh_dim) * chunk, n)
+    stop = min(start + chunk, n)
+    if local.shape[axis] != stop - start:
+        raise ShardingError(f"{name}: {local.shape[axis]} entries on this rank, not the {stop - start} of "
+                            f"torch.chunk's split of {n}")
+    rows = _pieces_rows(model, name, p.device_mesh) if axis == 0 else None
+    if rows is None:
+        return local, [(axis, start, stop, 0)]
+    order = rows[start:stop].tolist()  # the whole tensor's rows this rank holds, in its order
+    runs, at = [], 0
+    for i in range(1, len(order) + 1):
+        if i == len(order) or order[i] != order[i - 1] + 1:
+            runs.append((0, order[at], order[i - 1] + 1, at))
+            at = i
+    return local, runs
 
 
 def _pieces_order(sizes, tp: int) -> torch.Tensor:

@@ -53,16 +53,21 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
     checkpoint that does not fit is interop.CheckpointError.
 
     With `device_mesh` (under torchrun) the model is returned sharded by snf.parallelize (`tp_plan`,
-    `tp_local` its plan= and local=); a config the plan cannot shard at that mesh is refused before
-    any weight is read. Each rank maps the whole folder (the ranks of one machine share its pages)
-    and keeps its own shards."""
+    `tp_local` its plan= and local=), on the mesh's device type by default; a config the plan cannot
+    shard at that mesh is refused before any weight is read. No rank holds the whole model: the
+    meta model is sharded first (each parameter's placement, as parallelize gives it), and each rank
+    reads only the entries it holds of each tensor (snf.parallel.local_runs), through the spec's
+    mapping (`.T`, `split`, `join`, experts' keys: each key reads its own part). A tensor a mapping
+    cannot read in part is read whole and sliced: a quantized release's (dequantized whole), a
+    torch.save file's (memory-mapped: only the pages of the slice are touched). Over a ("dp", "tp")
+    mesh each rank reads its "tp" slice, and FSDP2 then keeps its "dp" part of it."""
     from .api import load
 
     folder = local_folder(path)
     config_file = folder / CONFIG_FILE
     if not config_file.is_file():
         raise FileNotFoundError(f"{folder} is not a save_pretrained folder: it has no {CONFIG_FILE}")
-    device = _device(device)
+    device = _device(device if device is not None or device_mesh is None else device_mesh.device_type)
     try:
         hf = json.loads(config_file.read_text(encoding="utf-8"), object_hook=_special_float)
     except (ValueError, RecursionError) as err:
@@ -81,10 +86,15 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
     module = load(spec if spec is not None else spec_for(hf.get("model_type"), folder, hf.get("architectures")))
     config = config_from_hf(module, hf, str(config_file))
     if device_mesh is not None:
-        from .parallel import check_shardable
+        from .parallel import check_shardable, data_parallel, local_runs, parallelize, tp_mesh
         check_shardable(module.Model, config, device_mesh)
 
+    def held(key: str, tensor):  # what this rank holds of a tensor, once allocate has sharded the model
+        return local_runs(model, key, tensor)
+
     def allocate() -> None:  # once every key, shape and dtype is checked on the meta device
+        if device_mesh is not None:  # each parameter's placement, on the meta device: no rank holds the whole
+            parallelize(model, tp_mesh(device_mesh), plan=tp_plan, local=tp_local)
         _allocate(model, dtype, device)
         if getattr(module, "RECOMPUTED_BUFFERS", ()):
             model.reset_parameters()  # the buffers the config decides; the checkpoint gives the rest
@@ -97,15 +107,14 @@ def from_pretrained(path, *, spec=None, dtype: torch.dtype | None = None, device
             with torch.device("meta"), _NoInitOnMeta():  # built without memory
                 model = module.Model(config)
             interop.load_opened(model, tensors, folder, "hf", before_copy=allocate, progress=f"loading {folder.name}",
-                                keep=mmap)
+                                keep=mmap, part_of=held if device_mesh is not None else None)
     except (ValueError, FileNotFoundError) as err:
         if isinstance(err, (PretrainedError, interop.CheckpointError)):
             raise
         raise PretrainedError(f"{folder}: {err}") from None
     model.loaded_from = LoadedFrom(str(folder.resolve()), hf, generation_config(folder, hf))
-    if device_mesh is not None:
-        from .parallel import parallelize
-        return parallelize(model.eval(), device_mesh, plan=tp_plan, local=tp_local)
+    if device_mesh is not None and device_mesh.ndim == 2:
+        data_parallel(model, device_mesh)
     return model.eval()
 
 
@@ -144,7 +153,14 @@ def _allocate(model: torch.nn.Module, dtype: torch.dtype, device: torch.device) 
         for name, t in [*module.named_parameters(recurse=False, remove_duplicate=False),
                         *module.named_buffers(recurse=False, remove_duplicate=False)]:
             if id(t) not in made:
-                empty = torch.empty(t.shape, dtype=dtype if t.is_floating_point() else t.dtype, device=device)
+                kind = dtype if t.is_floating_point() else t.dtype
+                if hasattr(t, "device_mesh"):  # a DTensor (a sharded load): this rank's part of it
+                    from torch.distributed.tensor import DTensor
+                    empty = DTensor.from_local(torch.empty(t.to_local().shape, dtype=kind, device=device),
+                                               t.device_mesh, t.placements, run_check=False, shape=t.shape,
+                                               stride=t.stride())
+                else:
+                    empty = torch.empty(t.shape, dtype=kind, device=device)
                 made[id(t)] = torch.nn.Parameter(empty, t.requires_grad) if isinstance(t, torch.nn.Parameter) else empty
             setattr(module, name, made[id(t)])  # a buffer stays one, persistent or not, as nn.Module sets it
 
@@ -316,7 +332,15 @@ def save_pretrained(model: torch.nn.Module, folder) -> Path:
     Into an existing folder without losing it: every file is written beside its final name first,
     and renamed over it once all are written, config.json last, so that a save that fails or is
     interrupted while writing (a full disk) leaves the folder as it was. A shard index left by an
-    earlier save (which would outlive the new model.safetensors) is removed with the shards it lists."""
+    earlier save (which would outlive the new model.safetensors) is removed with the shards it lists.
+
+    A parallelized model (snf.parallelize, from_pretrained's device_mesh=) is saved whole, as one
+    process would save it: every rank calls save_pretrained (it gathers each weight, whole_tensor),
+    rank 0 writes the whole model's config and weights, and every rank returns once it has, or
+    raises what failed there."""
+    from .parallel import is_parallelized
+    if is_parallelized(model):
+        return _save_gathered(model, folder)
     config = config_to_hf(model)
     weights = hf_state_dict(model)
     folder = Path(folder)
@@ -346,6 +370,41 @@ def save_pretrained(model: torch.nn.Module, folder) -> Path:
                                   f"{err.strerror or err}; the folder is as it was") from None
         raise
     return folder
+
+
+def _save_gathered(model: torch.nn.Module, folder) -> Path:
+    """save_pretrained of a parallelized model: its weights gathered one at a time (only rank 0 keeps
+    them) into a plain model of the whole config on rank 0, which saves it; the outcome broadcast."""
+    import torch.distributed as dist
+
+    from .parallel import whole_config, whole_tensor
+    rank0 = dist.get_rank() == 0
+    state = {}
+    for key, tensor in model.state_dict().items():
+        whole = whole_tensor(model, key, tensor.detach())  # a collective: every rank takes part
+        if rank0:
+            state[key] = whole
+    failed = None
+    if rank0:
+        try:
+            with torch.device("meta"), _NoInitOnMeta():
+                plain = interop.module_of(model).Model(whole_config(model.config))
+            plain.load_state_dict(state, assign=True)
+            for name, buffer in model.named_buffers():  # the ones no state dict holds: whole on every rank
+                if name not in state:
+                    owner, _, attr = name.rpartition(".")
+                    plain.get_submodule(owner)._buffers[attr] = buffer
+            plain.loaded_from = getattr(model, "loaded_from", None)
+            save_pretrained(plain, folder)
+        except BaseException as err:
+            failed = err
+    outcome = [None if failed is None else f"{type(failed).__name__}: {failed}"]
+    dist.broadcast_object_list(outcome, src=0)
+    if failed is not None:
+        raise failed
+    if outcome[0] is not None:
+        raise PretrainedError(f"save_pretrained of a parallelized model: rank 0 failed ({outcome[0]})")
+    return Path(folder)
 
 
 # what a save_pretrained folder holds beside the weights and config.json that describes the model too:

@@ -291,19 +291,22 @@ def for_expert(src: tuple, expert: int) -> tuple:
     return tuple(for_expert(x, expert) if isinstance(x, tuple) else x for x in src)
 
 
-def read_tensor(src, want: tuple, layer: int | None, r: Reading, shown: str, transformed: bool = False):
+def read_tensor(src, want: tuple, layer: int | None, r: Reading, shown: str, transformed: bool = False,
+                index: tuple | None = None):
     """The tensor `src` gives for a piece of shape `want`, or None (and the problem noted). A
     source that goes through `.T` or `split` is checked against the shape it must have before any
-    transform runs, so a misshapen one is named with that shape, never an IndexError."""
+    transform runs, so a misshapen one is named with that shape, never an IndexError.
+
+    With `index` (a slice per leading axis of the piece), only those entries: the index is carried
+    through the transforms to each key, which reads only its own entries (`read_part`), so a rank
+    of a sharded load reads its slice of each tensor. Shapes are not checked again: a load checks
+    them first, on the checkpoint's shapes."""
     kind = src[0]
+    if index is not None:
+        return _read_index(src, want, layer, r, shown, tuple(index) + (slice(None),) * (len(want) - len(index)))
     if kind == "key":
-        key = key_of(src, layer, r.config)
-        if key not in r.sd:
-            r.missing.append(key)
-            return None
-        r.used.add(key)
-        r.trace.append(key)
-        tensor = r.tensor(key)
+        key = _found(src, layer, r)
+        tensor = None if key is None else r.tensor(key)
         if tensor is not None and transformed and tuple(tensor.shape) != tuple(want):
             if key not in r.reported:
                 r.reported.add(key)
@@ -361,6 +364,77 @@ def read_tensor(src, want: tuple, layer: int | None, r: Reading, shown: str, tra
         if kind == "interleave":  # every n-th entry along the axis, from `index`
             return inner.unflatten(axis, (want[axis], n)).select(axis % len(whole) + 1, index)
         return inner.narrow(axis, index * want[axis], want[axis])
+    raise ValueError(f"unknown checkpoint expression {kind!r}")
+
+
+def _found(src: tuple, layer: int | None, r: Reading) -> str | None:
+    """The key of a ("key", ...) source at `layer`, noted as used; None, noted missing, where the
+    checkpoint has no such key."""
+    key = key_of(src, layer, r.config)
+    if key not in r.sd:
+        r.missing.append(key)
+        return None
+    r.used.add(key)
+    r.trace.append(key)
+    return key
+
+
+def read_part(sd: Mapping, key: str, index: tuple | None):
+    """sd[key][index], reading only those entries where the checkpoint can (its `part`: a safetensors
+    file's); a mapping without one gives its whole tensor, indexed. sd[key] itself for None."""
+    part = getattr(sd, "part", None)
+    if index is None:
+        return sd[key]
+    return part(key, index) if part is not None else sd[key][index]
+
+
+def _read_index(src, want: tuple, layer: int | None, r: Reading, shown: str, index: tuple):
+    """read_tensor's entries `index` (a slice per axis of `want`) of the piece `src` gives."""
+    kind = src[0]
+    if kind == "key":
+        key = _found(src, layer, r)
+        return None if key is None else read_part(r.sd, key, index)
+    if kind == "or":
+        trial = Reading(r.sd, r.config)
+        first = _read_index(src[1], want, layer, trial, shown, index)
+        if first is not None:
+            return r.absorb(trial, first)
+        return _read_index(src[2], want, layer, r, shown, index)
+    if kind == "T":
+        inner = _read_index(src[1], (*want[:-2], want[-1], want[-2]), layer, r, shown,
+                            (*index[:-2], index[-1], index[-2]))
+        return None if inner is None else inner.transpose(-1, -2)
+    if kind == "experts":
+        chosen = range(want[0])[index[0]]
+        parts = [_read_index(for_expert(src[1], e), tuple(want[1:]), layer, r, shown, index[1:])
+                 for e in chosen or range(want[0])[:1]]  # none chosen: one read for its dtype and shape
+        if any(p is None for p in parts):
+            return None
+        import torch  # only where tensors are read: `snfc check` never imports torch
+        return torch.stack(parts) if chosen else parts[0].new_empty((0, *parts[0].shape))
+    axis = src[3] % len(want) if kind in ("split", "interleave") else src[2] % len(want)
+    mine = range(want[axis])[index[axis]]  # the entries wanted along the transformed axis
+    if kind == "join":  # each source the entries wanted that fall within it
+        pieces, start = [], 0
+        for part, size in zip(src[1], join_sizes(src, r.config)):
+            # the first entry wanted at `start` or past it
+            first = mine.start + max(0, -(-(start - mine.start) // mine.step)) * mine.step
+            inner = slice(first - start, max(min(mine.stop, start + size), first) - start, mine.step)
+            shape = tuple(size if i == axis else w for i, w in enumerate(want))
+            pieces.append(_read_index(part, shape, layer, r, shown, (*index[:axis], inner, *index[axis + 1:])))
+            start += size
+        if any(p is None for p in pieces):
+            return None
+        import torch  # only where tensors are read: `snfc check` never imports torch
+        return torch.cat(pieces, dim=axis)
+    if kind in ("split", "interleave"):
+        _, _, n, _, at = src
+        whole = tuple(w * n if i == axis else w for i, w in enumerate(want))
+        if kind == "interleave":  # entry k is the inner entry k * n + at
+            inner = slice(mine.start * n + at, mine.stop * n + at, mine.step * n)
+        else:  # entry k is the inner entry at * want[axis] + k
+            inner = slice(at * want[axis] + mine.start, at * want[axis] + mine.stop, mine.step)
+        return _read_index(src[1], whole, layer, r, shown, (*index[:axis], inner, *index[axis + 1:]))
     raise ValueError(f"unknown checkpoint expression {kind!r}")
 
 

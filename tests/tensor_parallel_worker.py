@@ -4,6 +4,8 @@ compares it with the whole model run in this process. Rank 0 writes the numbers 
 
 usage: python -m torch.distributed.run --standalone --nproc_per_node N tests/tensor_parallel_worker.py OUT.json
 
+SNF_TP_CASES=llama3,from_pretrained (names of CASES, "from_pretrained", "fsdp2_tp") runs only those.
+
 N = 2: the checks at tp = 2. N = 4: the same checks on each half of a 2 x 2 ("dp", "tp") mesh, then
 FSDP2 over "dp" x tensor parallel over "tp": 3 AdamW steps with gradient clipping against the same
 steps of one process on the whole batch.
@@ -11,6 +13,7 @@ steps of one process on the whole batch.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import json
@@ -35,7 +38,8 @@ CASES = {  # name -> (spec, config)
     # (rope_original_max_position = block_size: a config save_pretrained writes back as it is)
     "llama3": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48, rope_scaling=0, rope_original_max_position=32)),
     "llama3_tied": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48, rope_scaling=0, tie_embeddings=True)),
-    "llama3_odd_vocab": ("llama3", dict(TINY, vocab_size=61, mlp_hidden=48, rope_scaling=0)),
+    "llama3_odd_vocab": ("llama3", dict(TINY, vocab_size=61, mlp_hidden=48, rope_scaling=0,
+                                        rope_original_max_position=32)),
     "qwen3": ("qwen3", dict(TINY, vocab_size=64, mlp_hidden=48, head_dim=8, tie_embeddings=False)),
     "mixtral": ("mixtral", dict(block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, vocab_size=64,
                                 mlp_hidden=24, n_expert=4, n_expert_tok=2)),
@@ -54,7 +58,8 @@ def diff(a, b) -> float:
     return (a.float() - b.float()).abs().max().item() if a.numel() else 0.0
 
 
-def check(name: str, mesh) -> dict:
+def built(name: str):
+    """The whole model of the case `name` (the same on every rank) and its config's values."""
     spec, cfg = CASES[name]
     mod = importlib.import_module(f"generated.{spec}")
     torch.manual_seed(0)
@@ -62,6 +67,11 @@ def check(name: str, mesh) -> dict:
     with torch.no_grad():  # off the initial values (zero biases, unit norms), so that each one counts
         for p in whole.parameters():
             p.add_(0.05 * torch.randn_like(p))
+    return whole, cfg
+
+
+def check(name: str, mesh) -> dict:
+    whole, cfg = built(name)
     sharded = snf.parallelize(copy.deepcopy(whole), mesh)
     rank, tp = mesh.get_local_rank(), mesh.size()
     idx = torch.randint(0, cfg["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(1))
@@ -110,21 +120,100 @@ def check(name: str, mesh) -> dict:
     return res
 
 
-def from_folder(mesh, folder: str) -> dict:
-    """snf.from_pretrained(folder, device_mesh=mesh): a llama3 saved by rank 0, loaded sharded on each rank."""
-    spec, cfg = CASES["llama3"]
-    mod = importlib.import_module(f"generated.{spec}")
-    torch.manual_seed(0)
-    whole = mod.Model(mod.Config(**cfg)).eval()
+# sharded loading: plain weights, a vocabulary split unevenly (llama3_odd_vocab); pieces (phi3);
+# experts read through `.T` and interleaved keys, and sinks (gpt_oss)
+LOADED = ("llama3_odd_vocab", "phi3", "gpt_oss")
+
+
+@contextlib.contextmanager
+def _bytes_read():
+    """The bytes this process reads of safetensors files meanwhile: a tensor read whole (`[key]`,
+    `read_into`, `mapped`), or a part of one (`part`)."""
+    from snf.checkpoint_files import SafetensorsFile
+    count = [0]
+
+    def whole(f):
+        def counted(self, key, *args):
+            out = f(self, key, *args)
+            if out is not None and out is not False:
+                _, _, begin, end = self._entries[key]
+                count[0] += end - begin
+            return out
+        return counted
+
+    def part(self, key, index):
+        out = saved["part"](self, key, index)
+        count[0] += out.nbytes
+        return out
+    saved = {n: getattr(SafetensorsFile, n) for n in ("__getitem__", "read_into", "mapped", "part")}
+    for n in ("__getitem__", "read_into", "mapped"):
+        setattr(SafetensorsFile, n, whole(saved[n]))
+    SafetensorsFile.part = part
     try:
-        if dist.get_rank() == 0:
-            snf.save_pretrained(whole, folder)
+        yield count
     finally:
-        dist.barrier()  # every rank, even where the save failed: no rank waits alone
-    model = snf.from_pretrained(folder, device_mesh=mesh)
-    idx = torch.randint(0, cfg["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(1))
-    return {"logits": diff(model(idx).logits, whole(idx).logits),
-            "sharded": isinstance(model.layers[0].q.weight, DTensor)}
+        for n, f in saved.items():
+            setattr(SafetensorsFile, n, f)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def from_folder(mesh, root: str) -> dict:
+    """snf.from_pretrained(folder, device_mesh=mesh) of a folder rank 0 saved, against snf.parallelize
+    of a plain load: logits, every local shard bit-equal, the bytes each rank read of the files (at
+    most what it holds). Then save_pretrained of the sharded model (rank 0 writes the whole model),
+    loaded in one process; and a save that fails leaves the folder as it was."""
+    from snf.pretrained import PretrainedError
+    res = {"logits": 0.0, "sharded": True, "shards_equal": True, "read_at_most_held": True, "bytes": {},
+           "saved_logits": 0.0, "saved_same": True, "failed_save_kept": True}
+    rank = dist.get_rank()
+    for name in LOADED:
+        whole, cfg = built(name)
+        folder, saved = os.path.join(root, f"{name}-saved"), os.path.join(root, f"{name}-from-tp")
+        try:
+            if rank == 0:
+                snf.save_pretrained(whole, folder)
+        finally:
+            dist.barrier()  # every rank, even where the save failed: no rank waits alone
+        with _bytes_read() as read:
+            model = snf.from_pretrained(folder, device_mesh=mesh)
+        plain = snf.parallelize(snf.from_pretrained(folder), mesh)
+        idx = torch.randint(0, cfg["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(1))
+        logits = model(idx).logits
+        res["logits"] = max(res["logits"], diff(logits, whole(idx).logits), diff(logits, plain(idx).logits))
+        res["sharded"] &= any(isinstance(p, DTensor) for p in model.parameters())
+        mine, theirs = dict(model.named_parameters()), dict(plain.named_parameters())
+        res["shards_equal"] &= mine.keys() == theirs.keys() and all(
+            type(p) is type(theirs[n]) and getattr(p, "placements", None) == getattr(theirs[n], "placements", None)
+            and torch.equal(_local(p), _local(theirs[n])) for n, p in mine.items())
+        held = sum(_local(p).nbytes for p in model.parameters())
+        res["read_at_most_held"] &= read[0] <= held
+        res["bytes"][name] = [read[0], held, sum(p.nbytes for p in whole.parameters())]  # rank 0's
+        # saved from tp = 2 (every rank gathers, rank 0 writes), loaded whole in one process
+        snf.save_pretrained(model, saved)
+        back = snf.from_pretrained(saved)
+        res["saved_logits"] = max(res["saved_logits"], diff(back(idx).logits, whole(idx).logits))
+        # the same files as the whole model's save: config.json and every weight, bit for bit
+        res["saved_same"] &= all(_read(os.path.join(saved, f)) == _read(os.path.join(folder, f))
+                                 for f in ("config.json", "model.safetensors"))
+    # a save that fails while writing (a full disk) raises on every rank and leaves the folder as it was
+    from snf import interop
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    write, interop.write_safetensors = interop.write_safetensors, full
+    try:
+        snf.save_pretrained(model, saved)
+        res["failed_save_kept"] = False
+    except PretrainedError:
+        pass
+    finally:
+        interop.write_safetensors = write
+    res["failed_save_kept"] &= diff(snf.from_pretrained(saved)(idx).logits, whole(idx).logits) <= 1e-5
+    return res
 
 
 def loss_of(model, tokens):
@@ -132,9 +221,11 @@ def loss_of(model, tokens):
     return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
 
 
-def train(mesh) -> dict:
+def train(mesh, root: str) -> dict:
     """3 AdamW steps with clip_grad_norm_ on a ("dp", "tp") mesh: each dp group trains on its half
-    of the batch; one process trains the whole model on the whole batch."""
+    of the batch; one process trains the whole model on the whole batch. Then saved (save_pretrained
+    gathers it) and loaded back onto the mesh (from_pretrained: each rank reads its "tp" slice, FSDP2
+    keeps its "dp" part)."""
     from snf.parallel import clip_grad_norm_
     spec, cfg = CASES["llama3"]
     mod = importlib.import_module(f"generated.{spec}")
@@ -166,8 +257,12 @@ def train(mesh) -> dict:
     plain = mod.Model(mod.Config(**cfg)).eval()
     plain.load_state_dict(state)
     idx = tokens[:, :-1]
+    folder = os.path.join(root, "llama3-trained")
+    snf.save_pretrained(sharded, folder)
+    again = snf.from_pretrained(folder, device_mesh=mesh)
     return {"losses": max(losses), "loss_values": values, "params": max(diff(state[k], ref[k]) for k in ref),
-            "loaded_logits": diff(plain(idx).logits, whole.eval()(idx).logits)}
+            "loaded_logits": diff(plain(idx).logits, whole.eval()(idx).logits),
+            "reloaded_logits": diff(again(idx).logits, whole(idx).logits)}
 
 
 def _worst_over_ranks(results: dict) -> dict:
@@ -200,20 +295,25 @@ def main() -> None:
     # 4 processes: a 2 x 2 ("dp", "tp") mesh, each dp group running the checks on its "tp" ranks
     mesh = init_device_mesh("cpu", (n // 2, 2), mesh_dim_names=("dp", "tp")) if n == 4 else \
         init_device_mesh("cpu", (n,), mesh_dim_names=("tp",))
+    chosen = os.environ.get("SNF_TP_CASES")
+    wanted = set(chosen.split(",")) if chosen else {*CASES, "from_pretrained", "fsdp2_tp"}
     results = {}
     for name in CASES:
+        if name not in wanted:
+            continue
         try:
             results[name] = check(name, mesh["tp"] if n == 4 else mesh)
         except Exception as e:  # reported, so the test names the case that failed
             results[name] = {"error": f"{type(e).__name__}: {e}"}
+    root = os.path.dirname(os.path.abspath(sys.argv[1]))
     try:
-        folder = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "llama3-saved")
-        results["from_pretrained"] = from_folder(mesh["tp"] if n == 4 else mesh, folder)
+        if "from_pretrained" in wanted:
+            results["from_pretrained"] = from_folder(mesh["tp"] if n == 4 else mesh, root)
     except Exception as e:
         results["from_pretrained"] = {"error": f"{type(e).__name__}: {e}"}
-    if n == 4:
+    if n == 4 and "fsdp2_tp" in wanted:
         try:
-            results["fsdp2_tp"] = train(mesh)
+            results["fsdp2_tp"] = train(mesh, root)
         except Exception as e:
             results["fsdp2_tp"] = {"error": f"{type(e).__name__}: {e}"}
     results = _worst_over_ranks(results)

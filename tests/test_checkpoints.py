@@ -388,3 +388,49 @@ def test_an_interleaved_split_reads_every_nth_entry_and_writes_them_back():
     ((inner, layer, n, axis, interleaved), pieces), = parts.items()
     assert interleaved and (n, axis) == (2, 2)
     assert torch.equal(join_parts([pieces[0], pieces[1]], axis, interleaved), stored)
+
+
+def test_a_slice_read_through_each_transform_is_that_slice_of_the_whole(tmp_path, monkeypatch):
+    """read_tensor(index=...) (a rank's slice in a sharded load, snf.from_pretrained(device_mesh=))
+    carries the slice through `.T`, split, interleave, join, `or` and experts' keys down to each key,
+    which reads only its entries from a safetensors file (`part`; reading a tensor whole fails here):
+    the result is the whole read's slice, stepped slices across a join's parts included."""
+    from safetensors.torch import save_file
+
+    from snf.checkpoint_files import open_checkpoint
+    from snf.weight_mapping import Reading, read_tensor
+    g = torch.Generator().manual_seed(0)
+    stored = {k: torch.randn(shape, generator=g) for k, shape in
+              {"a": (6, 8), "b": (4, 8), "e.0": (3, 8), "e.1": (3, 8)}.items()}
+    save_file(stored, tmp_path / "m.safetensors")
+    cases = [  # (source, the shape it gives)
+        (("key", "a"), (6, 8)),
+        (("T", ("key", "a")), (8, 6)),
+        (("split", ("key", "a"), 2, 0, 1), (3, 8)),
+        (("T", ("interleave", ("key", "a"), 2, 1, 1)), (4, 6)),
+        (("join", (("key", "a"), ("key", "b")), 0, (("const", 6), ("const", 4))), (10, 8)),
+        (("or", ("key", "absent"), ("key", "b")), (4, 8)),
+        (("experts", ("key", "e.{e}")), (2, 3, 8)),
+    ]
+    indexes = [(slice(1, 3),), (slice(None), slice(2, 7)), (slice(0, 5, 2),), (slice(3, 9, 2),), (slice(5, 5),)]
+    with open_checkpoint(tmp_path / "m.safetensors") as sd:
+        wholes = [read_tensor(src, want, None, Reading(sd), "w") for src, want in cases]
+        monkeypatch.setattr(SafetensorsFile, "__getitem__", lambda self, key: pytest.fail(f"{key} read whole"))
+        for (src, want), whole in zip(cases, wholes):
+            for index in indexes:
+                got = read_tensor(src, want, None, Reading(sd), "w", index=index)
+                assert torch.equal(got, whole[index]), (src, index)
+
+
+def test_what_a_rank_holds_is_filled_from_the_pieces_it_overlaps():
+    """A sharded load fills a rank's part of a tensor (runs of its rows, or of its columns, or all of
+    it) from the spec's parameters that are rows of that tensor, each reading only the entries held."""
+    from snf.interop import _copy_held
+    whole = torch.arange(40.0).reshape(10, 4)
+    pieces = [((0, 6), whole[0:6]), ((6, 10), whole[6:10])]  # two parameters: rows of one tensor
+    for runs, want in [([(0, 3, 5, 0), (0, 8, 10, 2)], torch.cat([whole[3:5], whole[8:10]])),  # pieces' rows
+                       ([(1, 1, 3, 0)], whole[:, 1:3]), ([(None, 0, 0, 0)], whole)]:
+        local = torch.full_like(want, -1.0)
+        for rows, t in pieces:
+            _copy_held(local, runs, rows, lambda sd, index=None, t=t: t if index is None else t[index], None)
+        assert torch.equal(local, want), runs

@@ -48,7 +48,7 @@ def check_shardable(model_class, config, mesh) -> None:
 
 
 # the module styles a plan may name ("replicate": nothing to do; the rest: _styles); the experts' is EXPERTS
-STYLES = ("colwise", "rowwise", "vocab_embedding", "vocab_head", "head_norm", "replicate")
+STYLES = ("colwise", "rowwise", "vocab_embedding", "vocab_head", "head_norm", "width_norm", "replicate")
 
 
 def _styles() -> dict:
@@ -65,12 +65,51 @@ def _styles() -> dict:
         # a weight applied to this rank's heads (axis 2 of [B, T, heads, head_dim]): a Replicate DTensor
         # meeting a Shard one, so its gradient is all-reduced by DTensor (torchtitan's qwen3 q_norm)
         "head_norm": lambda: SequenceParallel(sequence_dim=2, use_local_output=True),
+        "width_norm": _width_norm,
     }
+
+
+def _norm_over_shards(self, x):
+    """The forward of a norm module (nn.RMSNorm, nn.LayerNorm) over a width sharded across the ranks: `x`
+    a DTensor sharded along it, the weight (and bias) too. Each mean over the width is a Partial that
+    DTensor all-reduces, forward and backward (F.rms_norm adds eps to it in place, which DTensor refuses).
+    Unsharded it is the module's own forward, written out."""
+    eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+    if isinstance(self, nn.LayerNorm):
+        x = x - x.mean(-1, keepdim=True)
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    y = y * self.weight if self.weight is not None else y
+    return y + self.bias if getattr(self, "bias", None) is not None else y
+
+
+def _width_norm():
+    """"width_norm": a norm over the whole width of a column-wise linear's output (OLMo 2's q/k norm), each
+    rank holding its slice of the width. Its weight (and bias) sharded as the width is; its input taken
+    as this rank's slice of one DTensor; its statistics all-reduced (_norm_over_shards); its output this
+    rank's slice again. torch's own distribute_module places it."""
+    from torch.distributed.tensor import DTensor, Shard, distribute_module, distribute_tensor
+    from torch.distributed.tensor.parallel import ParallelStyle
+
+    def params(name, m, mesh):
+        for attr, p in list(m.named_parameters(recurse=False)):
+            m.register_parameter(attr, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(0)]), p.requires_grad))
+
+    def inputs(m, args, mesh):
+        x = args[0]
+        return (DTensor.from_local(x, mesh, [Shard(x.dim() - 1)], run_check=False),) + tuple(args[1:])
+
+    def output(m, y, mesh):
+        return y.redistribute(mesh, [Shard(y.dim() - 1)]).to_local()
+
+    class WidthNorm(ParallelStyle):
+        def _apply(self, module: nn.Module, mesh) -> nn.Module:  # an nn.RMSNorm or nn.LayerNorm (parallelize)
+            module.__class__ = type(type(module).__name__, (type(module),), {"forward": _norm_over_shards})
+            return distribute_module(module, mesh, params, inputs, output)
+    return WidthNorm()
 
 
 # styles a plan may name that this runtime refuses for now, and why
 _NOT_YET = {
-    "width_norm": "a norm over the whole sharded width needs its statistics all-reduced",
     "sequence_norm": "sequence parallelism is not applied yet",
 }
 # a projection the spec slices into pieces (Phi-3's fused q/k/v): its rows are reordered (_pieces_order)
@@ -148,6 +187,11 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
             raise ShardingError(f"{path}: unknown tensor-parallel style {style!r}")
         if not _exists(model, path, parameter=style == EXPERTS) and not _left_out(model, path):
             raise ShardingError(f"{path} ({style}): no module or parameter of {cls.__module__}.Model has this path")
+        if style == "width_norm":
+            for name, m in model.named_modules():
+                if fnmatch.fnmatchcase(name, path) and type(m) not in (nn.RMSNorm, nn.LayerNorm):
+                    raise ShardingError(f"{path} ({style}): a norm over a sharded width must be an nn.RMSNorm "
+                                        f"or nn.LayerNorm, not {type(m).__name__}")
         if style == EXPERTS:  # a weight this runtime cannot shard is refused here, before any is
             for name, p in model.named_parameters():
                 if fnmatch.fnmatchcase(name, path):

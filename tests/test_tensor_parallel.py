@@ -39,7 +39,8 @@ def launched(tmp_path_factory) -> dict:
 @pytest.mark.slow  # the launch: about 30 s on a 2-core CPU
 def test_two_ranks_match_one_process(launched):
     results = {name: res for name, res in launched.items() if name not in ("fsdp2_tp", "from_pretrained")}
-    assert set(results) == {"llama3", "llama3_tied", "llama3_odd_vocab", "qwen3", "mixtral", "phi3", "gpt_oss"}
+    assert set(results) == {"llama3", "llama3_tied", "llama3_odd_vocab", "qwen3", "mixtral", "phi3", "gpt_oss",
+                            "olmo2"}
     for name, res in results.items():
         assert "error" not in res, (name, res)
         assert max(res["logits"], res["keys"], res["values"], res["grads"]) <= 1e-5, (name, res)
@@ -90,8 +91,9 @@ def test_a_tp_the_plan_cannot_take_is_refused_before_anything_is_sharded():
     Mesh.size = lambda self: 2  # a tp the config takes, and a plan naming nothing the model has
     with pytest.raises(ShardingError, match=r"layers.\*.qkv \(colwise\): no module or parameter"):
         snf.parallelize(model, Mesh(), plan={"layers.*.qkv": "colwise"})
-    with pytest.raises(ShardingError, match=r"'width_norm' is not supported yet"):
-        snf.parallelize(model, Mesh(), plan={"layers.*.attn_norm": "width_norm"})
+    with pytest.raises(ShardingError, match=r"layers.\*.q \(width_norm\): a norm over a sharded width must be an "
+                                             r"nn.RMSNorm or nn.LayerNorm, not Linear"):
+        snf.parallelize(model, Mesh(), plan={"layers.*.q": "width_norm"})
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     assert type(model.layers[0].k.weight) is torch.nn.Parameter  # nothing sharded
     assert mod.Model.tp_local == ("mlp_hidden", "n_head", "n_kv_head")  # the plan's, which forward reads divided

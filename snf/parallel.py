@@ -108,10 +108,6 @@ def _width_norm():
     return WidthNorm()
 
 
-# styles a plan may name that this runtime refuses for now, and why
-_NOT_YET = {
-    "sequence_norm": "sequence parallelism is not applied yet",
-}
 # a projection the spec slices into pieces (Phi-3's fused q/k/v): its rows are reordered (_pieces_order)
 # so that a contiguous block per rank (ColwiseParallel) is the rank's part of each piece; one with no
 # `tp_pieces` entry is refused, as a contiguous block would mix the pieces (wrong results, no error)
@@ -148,11 +144,15 @@ def _local_config(config, names: tuple[str, ...], tp: int):
     return local
 
 
-def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: Optional[tuple] = None) -> nn.Module:
+def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: Optional[tuple] = None,
+                sequence_parallel: bool = False) -> nn.Module:
     """Shard `model` (a generated Model, built or loaded, identical on every rank) over `mesh` by its
     tensor-parallel plan and return it. `plan` / `local`, where given, are used instead of the
     Model's `tp_plan` / `tp_local`. A config the plan cannot shard at this tp is refused before
-    anything is sharded (ShardingError naming the dim and the spec line)."""
+    anything is sharded (ShardingError naming the dim and the spec line). `sequence_parallel`: also
+    split each sequence's positions over the ranks between the row-wise outputs and the column-wise
+    inputs, by the Model's `tp_sequence` (its norms there run on a rank's positions); every forward's
+    length must then divide by tp, so such a model does not generate (a decode step has one position)."""
     import fnmatch
 
     cls = type(model)
@@ -160,6 +160,12 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
     local = tuple(local if local is not None else getattr(cls, "tp_local", None) or ())
     if not plan:
         raise ShardingError(f"{cls.__module__}.Model has no tp_plan: pass plan=")
+    sequence = {}
+    if sequence_parallel:
+        sequence = getattr(cls, "tp_sequence", None)
+        if sequence is None:
+            raise ShardingError(f"{cls.__module__}.Model cannot split its sequences over the tp ranks: "
+                                f"{getattr(cls, 'tp_no_sequence', 'its module has no tp_sequence: regenerate it')}")
     check_shardable(cls, model.config, mesh)
     tp_axis = tp_mesh(mesh)
     tp = tp_axis.size()
@@ -181,8 +187,6 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
             if any(n % tp for n in sizes):  # before anything is sharded
                 raise ShardingError(f"{path}: its pieces of sizes {tuple(sizes)} do not divide by tp = {tp}")
             style = "colwise"
-        if style in _NOT_YET:
-            raise ShardingError(f"{path}: style {style!r} is not supported yet: {_NOT_YET[style]}")
         if style not in STYLES and style != EXPERTS:
             raise ShardingError(f"{path}: unknown tensor-parallel style {style!r}")
         if not _exists(model, path, parameter=style == EXPERTS) and not _left_out(model, path):
@@ -211,7 +215,10 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
                     for p in (m.weight, m.bias):
                         if p is not None:
                             p.data = p.data[_pieces_order(sizes, tp)]
-        parallelize_module(model, tp_axis, {path: styles[style]() for path, style in layout.items()})
+        if sequence:
+            _sequence_parallel(model, tp_axis, layout, sequence, tied)
+        else:
+            parallelize_module(model, tp_axis, {path: styles[style]() for path, style in layout.items()})
         _shard_experts(model, tp_axis, [p for p, s in plan.items() if s == EXPERTS])
         _shard_along(model, tp_axis, {p: int(s[6:]) for p, s in plan.items() if s.startswith("shard:")})
         shard = _local_config(model.config, local, tp)
@@ -228,6 +235,55 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
                     fully_shard(block, mesh=dp_mesh)
         fully_shard(model, mesh=dp_mesh)
     return model
+
+
+def _sequence_parallel(model: nn.Module, mesh, layout: dict, sequence: dict, tied: bool) -> None:
+    """The plan `layout` (path -> style) applied with each sequence's positions split over the ranks
+    between the row-wise outputs and the column-wise inputs (torchtitan's llama3 `apply_tp` with
+    sequence parallelism): `sequence` (the Model's `tp_sequence`) names the modules that reduce-scatter
+    their output over the positions ("scatter"), all-gather their input ("gather"), or are norms run on
+    a rank's positions ("sequence_norm"; "sequence_norm_head": the LM head reads it, all-gathered first
+    where that head is the token embedding, a plain tensor here). A forward whose length tp does not
+    divide is refused at the token embedding: its positions would split unevenly."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleOutput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+    styles, positions = _styles(), Shard(1)
+    made = {
+        ("colwise", "gather"): lambda: ColwiseParallel(input_layouts=positions),
+        ("rowwise", "scatter"): lambda: RowwiseParallel(output_layouts=positions),
+        ("vocab_embedding", "scatter"): lambda: RowwiseParallel(input_layouts=Replicate(), output_layouts=positions),
+        ("vocab_head", "gather"): lambda: ColwiseParallel(input_layouts=positions, output_layouts=Replicate()),
+    }
+    tp, first, after = mesh.size(), {}, {}
+    for path, role in sequence.items():
+        if not _exists(model, path):
+            continue  # a module the config leaves out (a tied head's lm_head)
+        if role in ("sequence_norm", "sequence_norm_head"):
+            first[path] = SequenceParallel(use_local_output=True)
+            if role == "sequence_norm_head" and tied:
+                after[path] = PrepareModuleOutput(output_layouts=positions, desired_output_layouts=Replicate())
+        elif role == "scatter" and path not in layout:  # a tied head's embedding, whole: its output split
+            first[path] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=positions)
+        if role == "scatter" and layout.get(path, "vocab_embedding") == "vocab_embedding":
+            for _, m in _modules(model, path):
+                m.register_forward_pre_hook(lambda m, args: _divides(args[0].shape[-1], tp))
+    for path, style in layout.items():
+        first[path] = made[style, sequence[path]]() if (style, sequence.get(path)) in made else styles[style]()
+    parallelize_module(model, mesh, first)
+    parallelize_module(model, mesh, after)
+
+
+def _divides(length: int, tp: int) -> None:
+    if length % tp:
+        raise ShardingError(f"sequence parallel over {tp} ranks splits each sequence's positions: a length of "
+                            f"{length} does not divide by {tp} (generate's decode steps have 1: generate with a "
+                            "model parallelized without sequence_parallel)")
+
+
+def _modules(model: nn.Module, path: str):
+    import fnmatch
+    return [(name, m) for name, m in model.named_modules() if fnmatch.fnmatchcase(name, path)]
 
 
 def _pieces_order(sizes, tp: int) -> torch.Tensor:

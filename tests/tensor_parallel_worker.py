@@ -43,9 +43,14 @@ CASES = {  # name -> (spec, config)
     "phi3": ("phi3", ROWS["phi3"].small),
     # attention sinks sharded by heads (shard:0), experts with biases (the down bias added once)
     "gpt_oss": ("gpt_oss", ROWS["gpt_oss"].small),
+    # sequence parallel (SEQUENCE): the norms on a rank's positions, untied and tied
+    "llama3_sp": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48, rope_scaling=0, n_layer=1)),
+    "llama3_tied_sp": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48, rope_scaling=0, n_layer=1,
+                                      tie_embeddings=True)),
     # q and k normalised over their whole width (width_norm: the statistics all-reduced), a tied head
     "olmo2": ("olmo2", dict(ROWS["olmo2"].small, n_layer=1)),
 }
+SEQUENCE = {"llama3_sp", "llama3_tied_sp"}  # parallelized with sequence_parallel=True
 
 
 def _local(t):
@@ -64,17 +69,26 @@ def check(name: str, mesh) -> dict:
     with torch.no_grad():  # off the initial values (zero biases, unit norms), so that each one counts
         for p in whole.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    sharded = snf.parallelize(copy.deepcopy(whole), mesh)
+    sequence = name in SEQUENCE
+    sharded = snf.parallelize(copy.deepcopy(whole), mesh, sequence_parallel=sequence)
     rank, tp = mesh.get_local_rank(), mesh.size()
-    idx = torch.randint(0, cfg["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(1))
+    # split by positions, a length tp divides
+    idx = torch.randint(0, cfg["vocab_size"], (2, 8 if sequence else 7), generator=torch.Generator().manual_seed(1))
     out, ref = sharded(idx, use_cache=True), whole(idx, use_cache=True)
     kvh = cfg["n_kv_head"] // tp
     mine = slice(rank * kvh, (rank + 1) * kvh)
     res = {"logits": diff(out.logits, ref.logits),
            "keys": diff(out.new_keys, ref.new_keys[:, :, :, mine]),
            "values": diff(out.new_values, ref.new_values[:, :, :, mine])}
-    want = whole.generate(idx, max_new_tokens=6, temperature=0)
-    res["generate_same"] = bool(torch.equal(sharded.generate(idx, max_new_tokens=6, temperature=0), want))
+    if sequence:  # refused: a decode step's one position does not split
+        try:
+            sharded.generate(idx, max_new_tokens=2, temperature=0)
+            res["generate_refused"] = False
+        except snf.parallel.ShardingError as e:
+            res["generate_refused"] = "a length of 1 does not divide by 2" in str(e)
+    else:
+        want = whole.generate(idx, max_new_tokens=6, temperature=0)
+        res["generate_same"] = bool(torch.equal(sharded.generate(idx, max_new_tokens=6, temperature=0), want))
     if name == "llama3":  # the default path's decode step, compiled, on the sharded weights
         res["compiled_generate_same"] = bool(torch.equal(
             sharded.generate(idx, max_new_tokens=6, temperature=0, compile=True), want))

@@ -71,8 +71,8 @@ def test_llama3_plan_is_torchtitans_and_transformers():
     # and with sequence parallelism, torchtitan's (enable_sp): tok_embeddings output Shard(1), attention_norm,
     # ffn_norm and norm SequenceParallel, wq/wk/wv/w1/w3 input Shard(1) (all-gathered), wo/w2 output Shard(1)
     # (reduce-scattered), output input Shard(1)
-    roles = {key: role for key, role, _ in llama3.tp.sequence.roles}
-    assert llama3.tp.sequence.refused is None and roles == {
+    roles = {key: role for key, role, _ in llama3.sequence.roles}
+    assert llama3.sequence.refused is None and roles == {
         "token_embedding": "scatter", "layers.*.attn_norm": "sequence_norm", "layers.*.q": "gather",
         "layers.*.k": "gather", "layers.*.v": "gather", "layers.*.o": "scatter", "layers.*.mlp_norm": "sequence_norm",
         "layers.*.gate": "gather", "layers.*.up": "gather", "layers.*.down": "scatter",

@@ -1,7 +1,7 @@
 """Sequence parallelism over the tensor-parallel plan: where each sequence may be split over the tp ranks.
 
-A pure function of the lowered IR, its layout and the tensor-parallel styles of its parameters (the
-plan pass calls it once its flow is settled). Between a row-wise linear's output and the next
+A pure function of the lowered IR, its layout and its tensor-parallel plan (the styles of its
+parameters). Between a row-wise linear's output and the next
 column-wise linear's input, tensor parallelism leaves every rank the same whole activations: the
 residual stream, and the norms on it, computed tp times over. Sequence parallelism (Megatron's, as
 torchtitan's llama3 `apply_tp` writes it) holds there only this rank's positions (axis 1 of
@@ -24,7 +24,7 @@ from ..ops import all_ops
 from ..ops.sharding import KEPT
 from ..source import NO_SPAN, Span
 from .layout import LayoutPlan
-from .tensor_parallel import NORMS, SequencePlan, _Flow, _is_param, _is_token
+from .tensor_parallel import NORMS, TensorParallelPlan, _Flow, _is_param, _is_token
 
 # how a module takes part (the generated Model's `tp_sequence`, read by snf.parallelize):
 NORM = "sequence_norm"  # a norm on the stream: SequenceParallel over the positions
@@ -44,14 +44,20 @@ class Stream:
     norm: str | None = None
 
 
+@dataclass(frozen=True)
+class SequencePlan:
+    roles: tuple[tuple[str, str, Span], ...]  # (module key, its part, the op that decided it), in first-use order
+    refused: tuple[str, Span] | None = None  # why the model cannot split its sequences, and where
+
+
 class _Refused(Exception):
     def __init__(self, reason: str, span: Span):
         super().__init__(reason)
         self.reason, self.span = reason, span
 
 
-def plan_sequence(model: ir.Model, layout: LayoutPlan, styles: dict[str, str]) -> SequencePlan:
-    """`styles`: each parameter's tensor-parallel style (colwise, rowwise, vocab_embedding, ...)."""
+def plan_sequence(model: ir.Model, layout: LayoutPlan, tp: TensorParallelPlan) -> SequencePlan:
+    styles = {name: p.style for p in tp.placements for name in p.params}
     flow = _Sequence(model, layout, styles)
     try:
         flow.block(model.body)
@@ -150,7 +156,7 @@ class _Sequence(_Flow):
         if style == "rowwise":
             self.role(w, SCATTER, span, "the row-wise linear")
             return Stream()
-        if style in ("colwise", "vocab_head"):
+        if style in ("colwise", "colwise_pieces", "vocab_head"):
             self.role(w, GATHER if x is not None else None, span, "the column-wise linear")
         elif x is None:
             return None
@@ -165,4 +171,4 @@ def _has_params(e) -> bool:
     return any(isinstance(r, ir.Ref) and r.kind in ("param", "layer_param", "buffer") for r in ir.subexprs([e]))
 
 
-__all__ = ["GATHER", "NORM", "NORM_HEAD", "SCATTER", "plan_sequence"]
+__all__ = ["GATHER", "NORM", "NORM_HEAD", "SCATTER", "SequencePlan", "plan_sequence"]

@@ -133,7 +133,7 @@ def show_tensor_parallel(plans: Plans, tp: int) -> list[str]:
         out.append(f"  requires {r.message(display, path)}{at}")
     for w, why, span, low_rank in plan.refused:
         out.append(f"  {'whole by design' if low_rank else 'partial'}: {w} stays whole at line {span.line}: {why}")
-    return out + _show_sequence(plan.sequence, width)
+    return out + _show_sequence(plans.sequence, width)
 
 
 def _show_sequence(sq, width: int) -> list[str]:

@@ -19,7 +19,7 @@ features) must divide by tp: `requires`, each with the op and line that names th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .. import ir
 from ..dims import Dim, DimError, equal, show_dim
@@ -90,14 +90,6 @@ class Requirement:
 
 
 @dataclass(frozen=True)
-class SequencePlan:
-    """Sequence parallelism over the plan (passes/sequence_parallel.py)."""
-
-    roles: tuple[tuple[str, str, Span], ...]  # (module key, its part, the op that decided it), in first-use order
-    refused: tuple[str, Span] | None = None  # why the model cannot split its sequences, and where
-
-
-@dataclass(frozen=True)
 class TensorParallelPlan:
     placements: tuple[Placement, ...]  # one per module or plain parameter, in declaration order
     requires: tuple[Requirement, ...]
@@ -108,7 +100,6 @@ class TensorParallelPlan:
     # `tp_pieces`: a colwise_pieces key -> its pieces' sizes in the weight's row order (where the spec's
     # slices of its output tile it, each once); the runtime lays out each rank's part of each piece
     pieces: tuple[tuple[str, tuple[Dim, ...]], ...] = ()
-    sequence: SequencePlan = SequencePlan(())  # sequence parallelism over it (passes/sequence_parallel.py)
 
     @property
     def full(self) -> bool:
@@ -154,9 +145,7 @@ def plan_tensor_parallel(model: ir.Model, layout: LayoutPlan, caches: CachePlan)
             for o in sorted(new):
                 refused[o] = (r.reason, r.span, r.low_rank)
             continue
-        from .sequence_parallel import plan_sequence
-        styles = {n: style for n, (style, _, _) in flow.styles.items()}
-        return replace(_plan(model, layout, flow, refused), sequence=plan_sequence(model, layout, styles))
+        return _plan(model, layout, flow, refused)
 
 
 def _fixed(model: ir.Model) -> dict[str, tuple[str, str, Span]]:
@@ -526,4 +515,4 @@ def refusals(plan: TensorParallelPlan, model: ir.Model, tp: int) -> list[Require
     return out
 
 
-__all__ = ["Placement", "Requirement", "SequencePlan", "TensorParallelPlan", "plan_tensor_parallel", "refusals"]
+__all__ = ["Placement", "Requirement", "TensorParallelPlan", "plan_tensor_parallel", "refusals"]

@@ -3,9 +3,11 @@
 The plan is the generated `Model.tp_plan` (module path -> style, `*` for any layer; derived from the
 spec, docs/training.md) and `Model.tp_requires` ((config, tp) -> whether it shards, the message
 naming the dim and the spec line). Each style is one of PyTorch's own
-`torch.distributed.tensor.parallel` styles: the communication is DTensor's, none is written here.
-Every sharded module hands the body plain local tensors (`use_local_output=True`), so attention,
-RoPE and the caches run unchanged on a rank's heads.
+`torch.distributed.tensor.parallel` styles (or, for a norm over a sharded width, one built on torch's
+`distribute_module`): the communication is DTensor's, none is written here. Every sharded module
+hands the body plain local tensors (`use_local_output=True`), so attention, RoPE and the caches run
+unchanged on a rank's heads. With `sequence_parallel=True`, `Model.tp_sequence` also splits each
+sequence's positions over the ranks between the row-wise outputs and the column-wise inputs.
 
 A 1-D mesh is tensor parallel. A 2-D mesh named ("dp", "tp") shards by the plan over "tp", then
 with FSDP2 (`fully_shard`) over "dp": each layer block, then the root (torchtitan's order).

@@ -191,6 +191,10 @@ class Model(nn.Module):
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('intermediate', 'n_head')
+    # why snf.parallelize(..., sequence_parallel=True) refuses this model
+    tp_no_sequence = (
+        '`add` combines the stream split by positions with its `b`, which is whole (bert.snf:55)'
+    )
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, token_type_ids: Optional[torch.Tensor] = None,

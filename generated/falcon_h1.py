@@ -342,6 +342,10 @@ class Model(nn.Module):
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('mlp_hidden', 'n_head', 'n_kv_head')
+    # why snf.parallelize(..., sequence_parallel=True) refuses this model
+    tp_no_sequence = (
+        '`linear` of `in_proj_weight` (replicate) reads the stream split by positions (falcon_h1.snf:128)'
+    )
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,

@@ -221,6 +221,10 @@ class Model(nn.Module):
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('mlp_hidden', 'n_head', 'n_kv_head')
+    # why snf.parallelize(..., sequence_parallel=True) refuses this model
+    tp_no_sequence = (
+        "`rms_norm`'s weight is computed, not a module's (gemma2.snf:70)"
+    )
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,

@@ -193,6 +193,19 @@ class Model(nn.Module):
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('mlp_hidden', 'n_head')
+    # sequence parallelism (snf.parallelize(..., sequence_parallel=True)): each module's part in it
+    tp_sequence = {
+        'token_embedding': 'scatter',
+        'layers.*.ln': 'sequence_norm',
+        'layers.*.q': 'gather',
+        'layers.*.k': 'gather',
+        'layers.*.v': 'gather',
+        'layers.*.o': 'scatter',
+        'layers.*.fc_in': 'gather',
+        'layers.*.fc_out': 'scatter',
+        'ln_f': 'sequence_norm',
+        'lm_head': 'gather',
+    }
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,

@@ -479,6 +479,10 @@ class Model(nn.Module):
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('expert_hidden', 'lin_head_dim', 'mlp_hidden', 'n_head')
+    # why snf.parallelize(..., sequence_parallel=True) refuses this model
+    tp_no_sequence = (
+        '`linear` of `kv_a_weight` (replicate) reads the stream split by positions (kimi_linear.snf:138)'
+    )
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_latent: Optional[torch.Tensor] = None,

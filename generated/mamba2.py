@@ -230,6 +230,15 @@ class Model(nn.Module):
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('n_groups', 'n_head')
+    # sequence parallelism (snf.parallelize(..., sequence_parallel=True)): each module's part in it
+    tp_sequence = {
+        'token_embedding': 'scatter',
+        'layers.*.mixer_norm': 'sequence_norm',
+        'layers.*.in_proj': 'gather',
+        'layers.*.out_proj': 'scatter',
+        'norm': 'sequence_norm_head',
+        'lm_head': 'gather',
+    }
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_conv: Optional[torch.Tensor] = None,

@@ -210,6 +210,10 @@ class Model(nn.Module):
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('n_head',)
+    # why snf.parallelize(..., sequence_parallel=True) refuses this model
+    tp_no_sequence = (
+        '`add` combines the stream split by positions with `pos_emb`, which is whole (nanogpt.snf:71)'
+    )
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None,

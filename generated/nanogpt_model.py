@@ -174,6 +174,10 @@ class Model(nn.Module):
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('H',)
+    # why snf.parallelize(..., sequence_parallel=True) refuses this model
+    tp_no_sequence = (
+        '`add` combines the stream split by positions with its `b`, which is whole (nanogpt_model.snf:33)'
+    )
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, tok: torch.Tensor, *, return_logits: Optional[bool] = None) -> Output:

@@ -524,6 +524,11 @@ class Model(nn.Module):
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('expert_hidden', 'mlp_hidden', 'n_groups', 'n_head', 'n_kv_head', 'shared_hidden', 'ssm_n_head')
+    # why snf.parallelize(..., sequence_parallel=True) refuses this model
+    tp_no_sequence = (
+        "the norm's weight `norm_weight_l` is a bare parameter, no module torch can place "
+        '(nemotron_h.snf:140)'
+    )
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,

@@ -240,6 +240,18 @@ class Model(nn.Module):
         'layers.*.qkv': lambda c: (c.q_dim, c.kv_dim, c.kv_dim),
         'layers.*.gate_up': lambda c: (c.mlp_hidden, c.mlp_hidden),
     }
+    # sequence parallelism (snf.parallelize(..., sequence_parallel=True)): each module's part in it
+    tp_sequence = {
+        'token_embedding': 'scatter',
+        'layers.*.attn_norm': 'sequence_norm',
+        'layers.*.qkv': 'gather',
+        'layers.*.o': 'scatter',
+        'layers.*.mlp_norm': 'sequence_norm',
+        'layers.*.gate_up': 'gather',
+        'layers.*.down': 'scatter',
+        'norm': 'sequence_norm_head',
+        'lm_head': 'gather',
+    }
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,

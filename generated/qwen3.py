@@ -221,6 +221,21 @@ class Model(nn.Module):
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('mlp_hidden', 'n_head', 'n_kv_head')
+    # sequence parallelism (snf.parallelize(..., sequence_parallel=True)): each module's part in it
+    tp_sequence = {
+        'token_embedding': 'scatter',
+        'layers.*.attn_norm': 'sequence_norm',
+        'layers.*.q': 'gather',
+        'layers.*.k': 'gather',
+        'layers.*.v': 'gather',
+        'layers.*.o': 'scatter',
+        'layers.*.mlp_norm': 'sequence_norm',
+        'layers.*.gate': 'gather',
+        'layers.*.up': 'gather',
+        'layers.*.down': 'scatter',
+        'norm': 'sequence_norm_head',
+        'lm_head': 'gather',
+    }
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,

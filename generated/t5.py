@@ -362,6 +362,10 @@ class Model(nn.Module):
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('d_ff', 'n_head')
+    # why snf.parallelize(..., sequence_parallel=True) refuses this model
+    tp_no_sequence = (
+        'the output `encoder_last_hidden_state` would be split by positions (t5.snf:124)'
+    )
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor,

@@ -182,6 +182,10 @@ class Model(nn.Module):
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('d_ff', 'n_head')
+    # why snf.parallelize(..., sequence_parallel=True) refuses this model
+    tp_no_sequence = (
+        'the output `last_hidden_state` would be split by positions (t5_encoder.snf:68)'
+    )
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -146,6 +146,10 @@ class Model(nn.Module):
     tp_requires = ()
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ()
+    # why snf.parallelize(..., sequence_parallel=True) refuses this model
+    tp_no_sequence = (
+        '`matmul` combines the stream split by positions with `W_q`, which is whole (tiny_transformer.snf:42)'
+    )
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, x: torch.Tensor) -> Output:

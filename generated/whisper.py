@@ -379,6 +379,10 @@ class Model(nn.Module):
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('d_model', 'decoder_ffn_dim', 'encoder_ffn_dim', 'n_dec_head', 'n_head')
+    # why snf.parallelize(..., sequence_parallel=True) refuses this model
+    tp_no_sequence = (
+        '`add` combines the stream split by positions with `x`, which is whole (whisper.snf:139)'
+    )
 
     @_by_compile_unit  # run as compile_units say
     def forward(self, input_features: torch.Tensor, decoder_input_ids: torch.Tensor,

@@ -3,9 +3,11 @@
 The plan is the generated `Model.tp_plan` (module path -> style, `*` for any layer; derived from the
 spec, docs/training.md) and `Model.tp_requires` ((config, tp) -> whether it shards, the message
 naming the dim and the spec line). Each style is one of PyTorch's own
-`torch.distributed.tensor.parallel` styles: the communication is DTensor's, none is written here.
-Every sharded module hands the body plain local tensors (`use_local_output=True`), so attention,
-RoPE and the caches run unchanged on a rank's heads.
+`torch.distributed.tensor.parallel` styles (or, for a norm over a sharded width, one built on torch's
+`distribute_module`): the communication is DTensor's, none is written here. Every sharded module
+hands the body plain local tensors (`use_local_output=True`), so attention, RoPE and the caches run
+unchanged on a rank's heads. With `sequence_parallel=True`, `Model.tp_sequence` also splits each
+sequence's positions over the ranks between the row-wise outputs and the column-wise inputs.
 
 A 1-D mesh is tensor parallel. A 2-D mesh named ("dp", "tp") shards by the plan over "tp", then
 with FSDP2 (`fully_shard`) over "dp": each layer block, then the root (torchtitan's order).
@@ -48,7 +50,7 @@ def check_shardable(model_class, config, mesh) -> None:
 
 
 # the module styles a plan may name ("replicate": nothing to do; the rest: _styles); the experts' is EXPERTS
-STYLES = ("colwise", "rowwise", "vocab_embedding", "vocab_head", "head_norm", "replicate")
+STYLES = ("colwise", "rowwise", "vocab_embedding", "vocab_head", "head_norm", "width_norm", "replicate")
 
 
 def _styles() -> dict:
@@ -65,14 +67,49 @@ def _styles() -> dict:
         # a weight applied to this rank's heads (axis 2 of [B, T, heads, head_dim]): a Replicate DTensor
         # meeting a Shard one, so its gradient is all-reduced by DTensor (torchtitan's qwen3 q_norm)
         "head_norm": lambda: SequenceParallel(sequence_dim=2, use_local_output=True),
+        "width_norm": _width_norm,
     }
 
 
-# styles a plan may name that this runtime refuses for now, and why
-_NOT_YET = {
-    "width_norm": "a norm over the whole sharded width needs its statistics all-reduced",
-    "sequence_norm": "sequence parallelism is not applied yet",
-}
+def _norm_over_shards(self, x):
+    """The forward of a norm module (nn.RMSNorm, nn.LayerNorm) over a width sharded across the ranks: `x`
+    a DTensor sharded along it, the weight (and bias) too. Each mean over the width is a Partial that
+    DTensor all-reduces, forward and backward (F.rms_norm adds eps to it in place, which DTensor refuses).
+    Unsharded it is the module's own forward, written out."""
+    eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+    if isinstance(self, nn.LayerNorm):
+        x = x - x.mean(-1, keepdim=True)
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    y = y * self.weight if self.weight is not None else y
+    return y + self.bias if getattr(self, "bias", None) is not None else y
+
+
+def _width_norm():
+    """"width_norm": a norm over the whole width of a column-wise linear's output (OLMo 2's q/k norm), each
+    rank holding its slice of the width. Its weight (and bias) sharded as the width is; its input taken
+    as this rank's slice of one DTensor; its statistics all-reduced (_norm_over_shards); its output this
+    rank's slice again. torch's own distribute_module places it."""
+    from torch.distributed.tensor import DTensor, Shard, distribute_module, distribute_tensor
+    from torch.distributed.tensor.parallel import ParallelStyle
+
+    def params(name, m, mesh):
+        for attr, p in list(m.named_parameters(recurse=False)):
+            m.register_parameter(attr, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(0)]), p.requires_grad))
+
+    def inputs(m, args, mesh):
+        x = args[0]
+        return (DTensor.from_local(x, mesh, [Shard(x.dim() - 1)], run_check=False),) + tuple(args[1:])
+
+    def output(m, y, mesh):
+        return y.redistribute(mesh, [Shard(y.dim() - 1)]).to_local()
+
+    class WidthNorm(ParallelStyle):
+        def _apply(self, module: nn.Module, mesh) -> nn.Module:  # an nn.RMSNorm or nn.LayerNorm (parallelize)
+            module.__class__ = type(type(module).__name__, (type(module),), {"forward": _norm_over_shards})
+            return distribute_module(module, mesh, params, inputs, output)
+    return WidthNorm()
+
+
 # a projection the spec slices into pieces (Phi-3's fused q/k/v): its rows are reordered (_pieces_order)
 # so that a contiguous block per rank (ColwiseParallel) is the rank's part of each piece; one with no
 # `tp_pieces` entry is refused, as a contiguous block would mix the pieces (wrong results, no error)
@@ -125,11 +162,15 @@ def whole_config(config):
     return getattr(type(config), "_whole", config)
 
 
-def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: Optional[tuple] = None) -> nn.Module:
+def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: Optional[tuple] = None,
+                sequence_parallel: bool = False) -> nn.Module:
     """Shard `model` (a generated Model, built or loaded, identical on every rank) over `mesh` by its
     tensor-parallel plan and return it. `plan` / `local`, where given, are used instead of the
     Model's `tp_plan` / `tp_local`. A config the plan cannot shard at this tp is refused before
-    anything is sharded (ShardingError naming the dim and the spec line)."""
+    anything is sharded (ShardingError naming the dim and the spec line). `sequence_parallel`: also
+    split each sequence's positions over the ranks between the row-wise outputs and the column-wise
+    inputs, by the Model's `tp_sequence` (its norms there run on a rank's positions); every forward's
+    length must then divide by tp, so such a model does not generate (a decode step has one position)."""
     import fnmatch
 
     cls = type(model)
@@ -137,6 +178,12 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
     local = tuple(local if local is not None else getattr(cls, "tp_local", None) or ())
     if not plan:
         raise ShardingError(f"{cls.__module__}.Model has no tp_plan: pass plan=")
+    sequence = {}
+    if sequence_parallel:
+        sequence = getattr(cls, "tp_sequence", None)
+        if sequence is None:
+            raise ShardingError(f"{cls.__module__}.Model cannot split its sequences over the tp ranks: "
+                                f"{getattr(cls, 'tp_no_sequence', 'its module has no tp_sequence: regenerate it')}")
     check_shardable(cls, model.config, mesh)
     tp_axis = tp_mesh(mesh)
     tp = tp_axis.size()
@@ -158,12 +205,15 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
             if any(n % tp for n in sizes):  # before anything is sharded
                 raise ShardingError(f"{path}: its pieces of sizes {tuple(sizes)} do not divide by tp = {tp}")
             style = "colwise"
-        if style in _NOT_YET:
-            raise ShardingError(f"{path}: style {style!r} is not supported yet: {_NOT_YET[style]}")
         if style not in STYLES and style != EXPERTS:
             raise ShardingError(f"{path}: unknown tensor-parallel style {style!r}")
         if not _exists(model, path, parameter=style == EXPERTS) and not _left_out(model, path):
             raise ShardingError(f"{path} ({style}): no module or parameter of {cls.__module__}.Model has this path")
+        if style == "width_norm":
+            for name, m in model.named_modules():
+                if fnmatch.fnmatchcase(name, path) and type(m) not in (nn.RMSNorm, nn.LayerNorm):
+                    raise ShardingError(f"{path} ({style}): a norm over a sharded width must be an nn.RMSNorm "
+                                        f"or nn.LayerNorm, not {type(m).__name__}")
         if style == EXPERTS:  # a weight this runtime cannot shard is refused here, before any is
             for name, p in model.named_parameters():
                 if fnmatch.fnmatchcase(name, path):
@@ -183,7 +233,10 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
                     for p in (m.weight, m.bias):
                         if p is not None:
                             p.data = p.data[_pieces_order(sizes, tp)]
-        parallelize_module(model, tp_axis, {path: styles[style]() for path, style in layout.items()})
+        if sequence:
+            _sequence_parallel(model, tp_axis, layout, sequence, tied)
+        else:
+            parallelize_module(model, tp_axis, {path: styles[style]() for path, style in layout.items()})
         _shard_experts(model, tp_axis, [p for p, s in plan.items() if s == EXPERTS])
         _shard_along(model, tp_axis, {p: int(s[6:]) for p, s in plan.items() if s.startswith("shard:")})
         shard = _local_config(model.config, local, tp)
@@ -241,6 +294,55 @@ def local_runs(model: nn.Module, name: str, p):
             runs.append((0, order[at], order[i - 1] + 1, at))
             at = i
     return local, runs
+
+
+def _sequence_parallel(model: nn.Module, mesh, layout: dict, sequence: dict, tied: bool) -> None:
+    """The plan `layout` (path -> style) applied with each sequence's positions split over the ranks
+    between the row-wise outputs and the column-wise inputs (torchtitan's llama3 `apply_tp` with
+    sequence parallelism): `sequence` (the Model's `tp_sequence`) names the modules that reduce-scatter
+    their output over the positions ("scatter"), all-gather their input ("gather"), or are norms run on
+    a rank's positions ("sequence_norm"; "sequence_norm_head": the LM head reads it, all-gathered first
+    where that head is the token embedding, a plain tensor here). A forward whose length tp does not
+    divide is refused at the token embedding: its positions would split unevenly."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleOutput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+    styles, positions = _styles(), Shard(1)
+    made = {
+        ("colwise", "gather"): lambda: ColwiseParallel(input_layouts=positions),
+        ("rowwise", "scatter"): lambda: RowwiseParallel(output_layouts=positions),
+        ("vocab_embedding", "scatter"): lambda: RowwiseParallel(input_layouts=Replicate(), output_layouts=positions),
+        ("vocab_head", "gather"): lambda: ColwiseParallel(input_layouts=positions, output_layouts=Replicate()),
+    }
+    tp, first, after = mesh.size(), {}, {}
+    for path, role in sequence.items():
+        if not _exists(model, path):
+            continue  # a module the config leaves out (a tied head's lm_head)
+        if role in ("sequence_norm", "sequence_norm_head"):
+            first[path] = SequenceParallel(use_local_output=True)
+            if role == "sequence_norm_head" and tied:
+                after[path] = PrepareModuleOutput(output_layouts=positions, desired_output_layouts=Replicate())
+        elif role == "scatter" and path not in layout:  # a tied head's embedding, whole: its output split
+            first[path] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=positions)
+        if role == "scatter" and layout.get(path, "vocab_embedding") == "vocab_embedding":
+            for _, m in _modules(model, path):
+                m.register_forward_pre_hook(lambda m, args: _divides(args[0].shape[-1], tp))
+    for path, style in layout.items():
+        first[path] = made[style, sequence[path]]() if (style, sequence.get(path)) in made else styles[style]()
+    parallelize_module(model, mesh, first)
+    parallelize_module(model, mesh, after)
+
+
+def _divides(length: int, tp: int) -> None:
+    if length % tp:
+        raise ShardingError(f"sequence parallel over {tp} ranks splits each sequence's positions: a length of "
+                            f"{length} does not divide by {tp} (generate's decode steps have 1: generate with a "
+                            "model parallelized without sequence_parallel)")
+
+
+def _modules(model: nn.Module, path: str):
+    import fnmatch
+    return [(name, m) for name, m in model.named_modules() if fnmatch.fnmatchcase(name, path)]
 
 
 def _pieces_order(sizes, tp: int) -> torch.Tensor:

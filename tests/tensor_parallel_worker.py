@@ -47,7 +47,14 @@ CASES = {  # name -> (spec, config)
     "phi3": ("phi3", ROWS["phi3"].small),
     # attention sinks sharded by heads (shard:0), experts with biases (the down bias added once)
     "gpt_oss": ("gpt_oss", ROWS["gpt_oss"].small),
+    # sequence parallel (SEQUENCE): the norms on a rank's positions, untied and tied
+    "llama3_sp": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48, rope_scaling=0, n_layer=1)),
+    "llama3_tied_sp": ("llama3", dict(TINY, vocab_size=64, mlp_hidden=48, rope_scaling=0, n_layer=1,
+                                      tie_embeddings=True)),
+    # q and k normalised over their whole width (width_norm: the statistics all-reduced), a tied head
+    "olmo2": ("olmo2", dict(ROWS["olmo2"].small, n_layer=1)),
 }
+SEQUENCE = {"llama3_sp", "llama3_tied_sp"}  # parallelized with sequence_parallel=True
 
 
 def _local(t):
@@ -72,17 +79,26 @@ def built(name: str):
 
 def check(name: str, mesh) -> dict:
     whole, cfg = built(name)
-    sharded = snf.parallelize(copy.deepcopy(whole), mesh)
+    sequence = name in SEQUENCE
+    sharded = snf.parallelize(copy.deepcopy(whole), mesh, sequence_parallel=sequence)
     rank, tp = mesh.get_local_rank(), mesh.size()
-    idx = torch.randint(0, cfg["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(1))
+    # split by positions, a length tp divides
+    idx = torch.randint(0, cfg["vocab_size"], (2, 8 if sequence else 7), generator=torch.Generator().manual_seed(1))
     out, ref = sharded(idx, use_cache=True), whole(idx, use_cache=True)
     kvh = cfg["n_kv_head"] // tp
     mine = slice(rank * kvh, (rank + 1) * kvh)
     res = {"logits": diff(out.logits, ref.logits),
            "keys": diff(out.new_keys, ref.new_keys[:, :, :, mine]),
            "values": diff(out.new_values, ref.new_values[:, :, :, mine])}
-    want = whole.generate(idx, max_new_tokens=6, temperature=0)
-    res["generate_same"] = bool(torch.equal(sharded.generate(idx, max_new_tokens=6, temperature=0), want))
+    if sequence:  # refused: a decode step's one position does not split
+        try:
+            sharded.generate(idx, max_new_tokens=2, temperature=0)
+            res["generate_refused"] = False
+        except snf.parallel.ShardingError as e:
+            res["generate_refused"] = "a length of 1 does not divide by 2" in str(e)
+    else:
+        want = whole.generate(idx, max_new_tokens=6, temperature=0)
+        res["generate_same"] = bool(torch.equal(sharded.generate(idx, max_new_tokens=6, temperature=0), want))
     if name == "llama3":  # the default path's decode step, compiled, on the sharded weights
         res["compiled_generate_same"] = bool(torch.equal(
             sharded.generate(idx, max_new_tokens=6, temperature=0, compile=True), want))
@@ -295,27 +311,22 @@ def main() -> None:
     # 4 processes: a 2 x 2 ("dp", "tp") mesh, each dp group running the checks on its "tp" ranks
     mesh = init_device_mesh("cpu", (n // 2, 2), mesh_dim_names=("dp", "tp")) if n == 4 else \
         init_device_mesh("cpu", (n,), mesh_dim_names=("tp",))
+    tp = mesh["tp"] if n == 4 else mesh
+    root = os.path.dirname(os.path.abspath(sys.argv[1]))
+    runs = {name: (lambda name=name: check(name, tp)) for name in CASES}
+    runs["from_pretrained"] = lambda: from_folder(tp, root)
+    if n == 4:
+        runs["fsdp2_tp"] = lambda: train(mesh, root)
+    # SNF_TP_CASES=olmo2,fsdp2_tp: only these (to iterate on a few); the test runs them all
     chosen = os.environ.get("SNF_TP_CASES")
-    wanted = set(chosen.split(",")) if chosen else {*CASES, "from_pretrained", "fsdp2_tp"}
     results = {}
-    for name in CASES:
-        if name not in wanted:
+    for name, run in runs.items():
+        if chosen and name not in chosen.split(","):
             continue
         try:
-            results[name] = check(name, mesh["tp"] if n == 4 else mesh)
+            results[name] = run()
         except Exception as e:  # reported, so the test names the case that failed
             results[name] = {"error": f"{type(e).__name__}: {e}"}
-    root = os.path.dirname(os.path.abspath(sys.argv[1]))
-    try:
-        if "from_pretrained" in wanted:
-            results["from_pretrained"] = from_folder(mesh["tp"] if n == 4 else mesh, root)
-    except Exception as e:
-        results["from_pretrained"] = {"error": f"{type(e).__name__}: {e}"}
-    if n == 4 and "fsdp2_tp" in wanted:
-        try:
-            results["fsdp2_tp"] = train(mesh, root)
-        except Exception as e:
-            results["fsdp2_tp"] = {"error": f"{type(e).__name__}: {e}"}
     results = _worst_over_ranks(results)
     if dist.get_rank() == 0:
         with open(sys.argv[1], "w") as f:

@@ -68,6 +68,15 @@ def test_llama3_plan_is_torchtitans_and_transformers():
                                  "layers.*.k": "colwise", "layers.*.v": "colwise",
                                  "layers.*.o": "rowwise", "layers.*.gate": "colwise", "layers.*.up": "colwise",
                                  "layers.*.down": "rowwise", "lm_head": "vocab_head"}
+    # and with sequence parallelism, torchtitan's (enable_sp): tok_embeddings output Shard(1), attention_norm,
+    # ffn_norm and norm SequenceParallel, wq/wk/wv/w1/w3 input Shard(1) (all-gathered), wo/w2 output Shard(1)
+    # (reduce-scattered), output input Shard(1)
+    roles = {key: role for key, role, _ in llama3.sequence.roles}
+    assert llama3.sequence.refused is None and roles == {
+        "token_embedding": "scatter", "layers.*.attn_norm": "sequence_norm", "layers.*.q": "gather",
+        "layers.*.k": "gather", "layers.*.v": "gather", "layers.*.o": "scatter", "layers.*.mlp_norm": "sequence_norm",
+        "layers.*.gate": "gather", "layers.*.up": "gather", "layers.*.down": "scatter",
+        "norm": "sequence_norm_head", "lm_head": "gather"}
 
 
 def test_families_shard_as_their_anchors():
@@ -182,3 +191,12 @@ def test_an_op_without_a_rule_refuses_a_sharded_argument(monkeypatch):
         ("gate_weight", "`swiglu` has no sharding rule", 109), ("up_weight", "`swiglu` has no sharding rule", 109)}
     assert not tp.full and tp.styles()["layers.*.gate"] == "replicate"
 
+
+
+def test_sequence_parallel_is_refused_where_the_stream_is_not_per_position(tmp_path):
+    """Between the row-wise output and the next column-wise input, a cumulative sum over the positions
+    refuses sequence parallelism for the model, at its line; the tensor-parallel plan is unchanged."""
+    spec = _toy(tmp_path, 16, "", "let y = cumsum(h, axis=1)")
+    code, out, _ = _check("--tp", "2", spec)
+    assert code == 0 and "w_in" in out and "colwise" in out
+    assert out.splitlines()[-1] == "  no sequence parallel: `cumsum` does not work per position (line 15)"

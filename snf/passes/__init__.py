@@ -21,6 +21,7 @@ from .fuse_linear import fuse_linear
 from .fused_loss import FusedLoss, plan_fused_loss
 from .layout import LayoutPlan, plan_layout
 from .liveness import OutputPlan, plan_outputs
+from .sequence_parallel import SequencePlan, plan_sequence
 from .signatures import Signature, local_types, plan_signatures
 from .tensor_parallel import TensorParallelPlan, plan_tensor_parallel
 from .verify import verify
@@ -52,6 +53,7 @@ class Plans:
     signatures: tuple[Signature, ...] = ()  # each block's, in the order of blocks.blocks
     types: dict | None = None  # the type of each name a function may hold (signatures.local_types)
     tp: TensorParallelPlan | None = None  # how the model shards over tensor-parallel ranks
+    sequence: SequencePlan | None = None  # where its sequences' positions may split over those ranks
 
     def signature(self, block) -> Signature:
         return self.signatures[self.blocks.blocks.index(block)]
@@ -75,5 +77,6 @@ def plan(model: ir.Model) -> Plans:
     layout, outputs = plan_layout(model, blocks), plan_outputs(model, caches.outputs, loss)
     decode, types = plan_decode(model, caches), local_types(model)
     signatures = plan_signatures(model, blocks, caches, layout, outputs, _decode_steps(decode), types)
+    tp = plan_tensor_parallel(model, layout, caches)
     return Plans(model, blocks, caches, layout, outputs, decode, plan_writes(model), loss, signatures, types,
-                 plan_tensor_parallel(model, layout, caches))
+                 tp, plan_sequence(model, layout, tp))

@@ -133,4 +133,25 @@ def show_tensor_parallel(plans: Plans, tp: int) -> list[str]:
         out.append(f"  requires {r.message(display, path)}{at}")
     for w, why, span, low_rank in plan.refused:
         out.append(f"  {'whole by design' if low_rank else 'partial'}: {w} stays whole at line {span.line}: {why}")
+    return out + _show_sequence(plans.sequence, width)
+
+
+def _show_sequence(sq, width: int) -> list[str]:
+    """The sequence-parallel lines of `snfc check --tp N`: the norms on the positions, the linears that
+    gather and scatter them; or why a model's sequences cannot split."""
+    from .sequence_parallel import GATHER, NORM_HEAD, SCATTER
+    if sq.refused is not None:
+        why, span = sq.refused
+        return [f"  no sequence parallel: {why}" + (f" (line {span.line})" if span.line else "")]
+    out = ["  sequence parallel (sequence_parallel=True; T divisible by tp): each rank holds its positions "
+           "between the row-wise outputs and the column-wise inputs"]
+    for key, role, span in sq.roles:
+        if role not in (GATHER, SCATTER):
+            head = "; the LM head reads it (gathered first where the head is the token embedding)" \
+                if role == NORM_HEAD else ""
+            out.append(f"  {key:<{width}}  {'sequence_norm':<15}  a norm per position, on this rank's positions: "
+                       f"its weight whole, its gradient all-reduced{head} (line {span.line})")
+    for role, what in ((GATHER, "gather their input over the positions (all-gather)"),
+                       (SCATTER, "split their output over the positions (reduce-scatter)")):
+        out.append(f"  {', '.join(k for k, r, _ in sq.roles if r == role)}: {what}")
     return out

@@ -182,3 +182,21 @@ def test_an_op_without_a_rule_refuses_a_sharded_argument(monkeypatch):
         ("gate_weight", "`swiglu` has no sharding rule", 109), ("up_weight", "`swiglu` has no sharding rule", 109)}
     assert not tp.full and tp.styles()["layers.*.gate"] == "replicate"
 
+
+
+def test_a_requirement_on_a_computed_int_has_its_numbers(tmp_path):
+    """An MLP width the config computes (`F = int(D * r)`, folded by the checker) is evaluated at the
+    defaults like a field: its numbers are printed, and a tp that does not divide it is refused."""
+    spec = tmp_path / "computed.snf"
+    spec.write_text("param:\n  D : int = 8\n  r : float = 1.5\n  V : int = 10\n  F = int(D * r)\n"
+                    "input:\n  idx : Tensor([B, T], int64)\n"
+                    "parameter:\n  emb : Tensor([V, D], float32)\n  w_in : Tensor([F, D], float32)\n"
+                    "  w_out : Tensor([D, F], float32)\n"
+                    "output:\n  y : Tensor([B, T, D], float32)\n"
+                    "let x = gather(emb, idx)\n"
+                    "let y = x + linear(relu(linear(x, weight=w_in)), weight=w_out)\n")
+    code, out, _ = _check("--tp", "2", str(spec))
+    assert code == 0 and "requires tp must divide F, the features of a column-wise `linear` (computed.snf:15): " \
+                         "12 at the defaults, 6 per rank" in out
+    code, out, _ = _check("--tp", "5", str(spec))
+    assert code == 1 and "tp=5 does not divide F = 12 in the default config" in out

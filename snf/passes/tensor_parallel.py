@@ -499,8 +499,8 @@ def _first_uses(model: ir.Model) -> dict[str, tuple[str, Span]]:
 def defaults(model: ir.Model) -> dict[str, int]:
     """The int config fields' defaults, and the computed ints' values for them (`rot = int(...)`, as the
     checker folded them): every requirement's units evaluate."""
-    return {**{c.name: c.default for c in model.config if isinstance(c.default, int) and not isinstance(c.default, bool)},
-            **dict(model.computed)}
+    fields = {c.name: c.default for c in model.config if isinstance(c.default, int) and not isinstance(c.default, bool)}
+    return {**fields, **dict(model.computed)}
 
 
 def refusals(plan: TensorParallelPlan, model: ir.Model, tp: int) -> list[Requirement]:

@@ -292,6 +292,15 @@ class Model(nn.Module):
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('mlp_hidden', 'n_head', 'n_kv_head')
+    # each expert weight's axis of the hidden width, by its role in moe_experts (None: whole, the down bias)
+    tp_expert_axes = {
+        'layers.*.gate_weight': 1,
+        'layers.*.gate_bias': 1,
+        'layers.*.up_weight': 1,
+        'layers.*.up_bias': 1,
+        'layers.*.down_weight': 2,
+        'layers.*.down_bias': None,
+    }
 
     @_by_compile_unit(decodes=True)  # run as compile_units say; a decode step (`decode` given) as _decode_step
     def forward(self, idx: torch.Tensor, past_keys: Optional[torch.Tensor] = None,

@@ -78,19 +78,11 @@ _NOT_YET = {
 # `tp_pieces` entry is refused, as a contiguous block would mix the pieces (wrong results, no error)
 PIECES = "colwise_pieces"
 # "experts": the stacked weights of a moe_experts call (parameters, not modules), sharded on the hidden
-# width F: gate and up [E, F, D] (and their biases [E, F]) on axis 1, down [E, D, F] on axis 2, told
-# apart by the spec's names (`down` in the name, as every bundled spec has it). moe_experts
-# (snf.runtime.experts) runs them on this rank's slice and adds the partial outputs over the ranks.
+# width F on the axis the model's `tp_expert_axes` gives each path, by the weight's role in the call (gate
+# and up [E, F, D] and their biases [E, F]: 1, down [E, D, F]: 2, the down bias [E, D]: None, whole: moe_experts
+# adds it once, after the ranks' partial sums). moe_experts (snf.runtime.experts) runs them on this rank's
+# slice and adds the partial outputs over the ranks.
 EXPERTS = "experts"
-
-
-def _expert_axis(name: str, p) -> Optional[int]:
-    """The axis an expert weight is sharded on; None for a down bias [E, D], kept whole (moe_experts adds
-    it once, after the ranks' partial sums)."""
-    down = "down" in name.rpartition(".")[2]
-    if down and p.dim() == 2:
-        return None
-    return 2 if down else 1
 
 
 def _local_config(config, names: tuple[str, ...], tp: int):
@@ -127,6 +119,7 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
     layout = {}
     tied = any(s == "vocab_head" and not _exists(model, p) for p, s in plan.items())
     pieces = getattr(cls, "tp_pieces", {})
+    expert_axes = getattr(cls, "tp_expert_axes", {})
     for path, style in plan.items():
         if style.startswith("shard:"):
             if not style[6:].isdigit() or not (_exists(model, path, parameter=True) or _left_out(model, path)):
@@ -148,10 +141,9 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
             raise ShardingError(f"{path}: unknown tensor-parallel style {style!r}")
         if not _exists(model, path, parameter=style == EXPERTS) and not _left_out(model, path):
             raise ShardingError(f"{path} ({style}): no module or parameter of {cls.__module__}.Model has this path")
-        if style == EXPERTS:  # a weight this runtime cannot shard is refused here, before any is
-            for name, p in model.named_parameters():
-                if fnmatch.fnmatchcase(name, path):
-                    _expert_axis(name, p)
+        if style == EXPERTS and path not in expert_axes:  # refused before anything is sharded
+            raise ShardingError(f"{path} ({style}): the model has no tp_expert_axes entry for it (the axis of its "
+                                "hidden width, by its role in moe_experts)")
         if style in (EXPERTS, "replicate") or not _exists(model, path):
             continue  # experts: below; a module the config leaves out (a tied head's lm_head is None)
         if style == "vocab_embedding" and tied:
@@ -168,7 +160,7 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
                         if p is not None:
                             p.data = p.data[_pieces_order(sizes, tp)]
         parallelize_module(model, tp_axis, {path: styles[style]() for path, style in layout.items()})
-        _shard_experts(model, tp_axis, [p for p, s in plan.items() if s == EXPERTS])
+        _shard_experts(model, tp_axis, {p: expert_axes[p] for p, s in plan.items() if s == EXPERTS})
         _shard_along(model, tp_axis, {p: int(s[6:]) for p, s in plan.items() if s.startswith("shard:")})
         shard = _local_config(model.config, local, tp)
         for m in model.modules():
@@ -249,19 +241,18 @@ def _shard_along(model: nn.Module, mesh, axes: dict) -> None:
             setattr(type(m), attr, property(lambda self, a=attr: self._parameters[a].to_local()))
 
 
-def _shard_experts(model: nn.Module, mesh, paths: list) -> None:
-    """Each parameter a path of `paths` names (`layers.*.gate_weight`) a DTensor sharded on its hidden width."""
+def _shard_experts(model: nn.Module, mesh, axes: dict) -> None:
+    """Each parameter a path of `axes` names (`layers.*.gate_weight`: 1) a DTensor sharded on that axis, its
+    hidden width's; one whose axis is None stays whole."""
     import fnmatch
 
     from torch.distributed.tensor import Shard, distribute_tensor
     for name, p in list(model.named_parameters()):
-        if any(fnmatch.fnmatchcase(name, path) for path in paths):
-            axis = _expert_axis(name, p)
-            if axis is None:
-                continue
+        axis = next((k for path, k in axes.items() if fnmatch.fnmatchcase(name, path)), None)
+        if axis is not None:
             owner, _, attr = name.rpartition(".")
             model.get_submodule(owner).register_parameter(
-                    attr, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(axis)]), p.requires_grad))
+                attr, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(axis)]), p.requires_grad))
 
 
 def _exists(model: nn.Module, path: str, parameter: bool = False) -> bool:

@@ -92,6 +92,9 @@ def test_a_tp_the_plan_cannot_take_is_refused_before_anything_is_sharded():
         snf.parallelize(model, Mesh(), plan={"layers.*.qkv": "colwise"})
     with pytest.raises(ShardingError, match=r"'width_norm' is not supported yet"):
         snf.parallelize(model, Mesh(), plan={"layers.*.attn_norm": "width_norm"})
+    # an expert weight's axis is its role's (Model.tp_expert_axes), never guessed from its name
+    with pytest.raises(ShardingError, match=r"layers.\*.up.weight \(experts\): the model has no tp_expert_axes"):
+        snf.parallelize(model, Mesh(), plan={"layers.*.up.weight": "experts"})
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     assert type(model.layers[0].k.weight) is torch.nn.Parameter  # nothing sharded
     assert mod.Model.tp_local == ("mlp_hidden", "n_head", "n_kv_head")  # the plan's, which forward reads divided

@@ -200,3 +200,25 @@ def test_a_requirement_on_a_computed_int_has_its_numbers(tmp_path):
                          "12 at the defaults, 6 per rank" in out
     code, out, _ = _check("--tp", "5", str(spec))
     assert code == 1 and "tp=5 does not divide F = 12 in the default config" in out
+
+
+def test_expert_weights_shard_by_their_role_not_their_names(tmp_path):
+    """Experts named w1, w2, w3 (no `down` in any name): each weight's axis of the hidden width is the
+    one of its role in moe_experts (down=w2: axis 2), as `Model.tp_expert_axes` carries it."""
+    from snf.compiler import analyze, planned
+    from snf.source import Source
+    spec = tmp_path / "experts.snf"
+    spec.write_text("param:\n  D : int = 8\n  F : int = 4\n  E : int = 4\n  K : int = 2\n  V : int = 10\n"
+                    "input:\n  idx : Tensor([B, T], int64)\n"
+                    "parameter:\n  emb : Tensor([V, D], float32)\n  r : Tensor([E, D], float32)\n"
+                    "  w1 : Tensor([E, F, D], float32)\n  w2 : Tensor([E, D, F], float32)\n"
+                    "  w3 : Tensor([E, F, D], float32)\n  b2 : Tensor([E, D], float32)\n"
+                    "output:\n  y : Tensor([B, T, D], float32)\n"
+                    "let x = gather(emb, idx)\n"
+                    "let probs = softmax(linear(x, weight=r), axis=-1)\n"
+                    "let y = x + moe_experts(x, top_k_indices(probs, K), top_k(probs, K), gate=w1, up=w3, down=w2, "
+                    "down_bias=b2, act=\"silu\")\n")
+    tp = planned(analyze(Source.read(spec)).model).tp
+    assert dict(tp.expert_axes) == {"w1": 1, "w2": 2, "w3": 1, "b2": None}
+    assert {p.key: p.style for p in tp.placements if p.key != "emb"} == {
+        "r": "replicate", "w1": "experts", "w2": "experts", "w3": "experts", "b2": "experts"}

@@ -100,6 +100,9 @@ class TensorParallelPlan:
     # `tp_pieces`: a colwise_pieces key -> its pieces' sizes in the weight's row order (where the spec's
     # slices of its output tile it, each once); the runtime lays out each rank's part of each piece
     pieces: tuple[tuple[str, tuple[Dim, ...]], ...] = ()
+    # `tp_expert_axes`: an experts key -> the axis of its hidden width, by its role in moe_experts (gate and
+    # up [E, F, D] and their biases [E, F]: 1, down [E, D, F]: 2); None for the down bias [E, D], kept whole
+    expert_axes: tuple[tuple[str, int | None], ...] = ()
 
     @property
     def full(self) -> bool:
@@ -206,6 +209,7 @@ class _Flow:
         self.tied_table: str | None = None  # that embedding's parameter
         self.whole: dict[str, Span] = {}  # a parameter used with whole activations -> where
         self.follows: dict[str, frozenset] = {}  # a parameter sharded with activations -> their linears
+        self.expert_axes: dict[str, int | None] = {}  # an expert weight -> its hidden width's axis (None: whole)
         self.outs = {o.name for o in model.outputs}
         self.cache_outs = {c.output for c in caches.caches}
 
@@ -390,11 +394,13 @@ class _Flow:
                 self.style(n, style, how, e.span)
 
     def experts(self, e: ir.Op) -> None:
-        for role in ("up", "gate", "down", "gate_bias", "up_bias", "down_bias"):
+        for role, axis in _EXPERT_AXES.items():
             a = e.arg(role)
             if _is_param(a):
-                self.style(a.name, "experts", "an expert's weights, sharded by its hidden width (the router whole)",
-                           e.span)
+                how = f"sharded by its hidden width on axis {axis}" if axis is not None else \
+                    "whole, added once after the ranks' partial sums"
+                self.style(a.name, "experts", f"an expert's weights ({role}): {how} (the router whole)", e.span)
+                self.expert_axes.setdefault(a.name, axis)
         self.require(Sharded(1, e.arg("up").ty.shape[1], e.span, "the experts' hidden width", frozenset()))
 
     def linear(self, w: str, bias: str | None, x, ty, span: Span):
@@ -424,6 +430,9 @@ class _Flow:
 
 
 _LINEAR_OUT = "the features of a column-wise `linear`"
+# moe_experts' weights by role: the axis of their hidden width F (gate, up [E, F, D] and their biases [E, F];
+# down [E, D, F]); the down bias [E, D] has none
+_EXPERT_AXES = {"up": 1, "gate": 1, "down": 2, "gate_bias": 1, "up_bias": 1, "down_bias": None}
 
 
 def _slice_bounds(e: ir.Op, axis: int, size: Dim) -> tuple[Dim | None, Dim | None, Dim]:
@@ -451,6 +460,7 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
     uses = _first_uses(model)
     placements = []
     pieces: dict[str, tuple[Dim, ...]] = {}
+    expert_axes: dict[str, int | None] = {}
     for key, names in groups.items():
         named = [n for n in names if n in flow.styles]
         if named and len(named) == len(names) and len({flow.styles[n][0] for n in named}) == 1:
@@ -468,6 +478,8 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
                         "each rank holding its part of each")
                 if style == "colwise":  # not a contiguous block of rows per rank: a style of its own
                     style = "colwise_pieces"
+            if style == "experts":
+                (expert_axes[key],) = {flow.expert_axes[n] for n in names}  # a key per weight
             placements.append(Placement(key, style, tuple(names), how, span))
         elif named:
             parts = ", ".join(f"`{n}` {flow.styles[n][0] if n in flow.styles else 'replicate'}" for n in names)
@@ -482,7 +494,7 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
                        for c in flow.cache_plan.caches)
     return TensorParallelPlan(tuple(placements), reqs, cache_axes,
                               tuple((w,) + r for w, r in sorted(refused.items(), key=lambda kv: kv[1][1].line)),
-                              tuple(pieces.items()))
+                              tuple(pieces.items()), tuple(expert_axes.items()))
 
 
 def _first_uses(model: ir.Model) -> dict[str, tuple[str, Span]]:

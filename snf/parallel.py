@@ -275,18 +275,18 @@ def _left_out(model: nn.Module, path: str) -> bool:
 def clip_grad_norm_(parameters, max_norm: float) -> torch.Tensor:
     """torch.nn.utils.clip_grad_norm_ for a parallelized model, whose gradients are DTensors on two
     meshes (("dp", "tp") for the tensor-parallel ones, "dp" for the rest) that torch's foreach norm
-    cannot take together: each gradient's norm is made whole by DTensor (`full_tensor`), then
-    combined. Returns the total norm, as torch's does."""
+    cannot take together: each DTensor gradient's norm is made whole by DTensor (`full_tensor`, a
+    collective), the plain ones' by one foreach norm, then combined and applied as torch's are: on the
+    device, with no host sync (the scale a tensor, 1 where the norm is within `max_norm`). Returns the
+    total norm, as torch's does."""
     from torch.distributed.tensor import DTensor
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         return torch.tensor(0.0)
-    norms = []
-    for g in grads:
-        n = torch.linalg.vector_norm(g)
-        norms.append(n.full_tensor() if isinstance(n, DTensor) else n)
-    total = torch.linalg.vector_norm(torch.stack(norms))
-    scale = min(max_norm / (total.item() + 1e-6), 1.0)
-    for g in grads:
-        g.mul_(scale)
+    plain = iter(torch._foreach_norm([g for g in grads if not isinstance(g, DTensor)]))
+    norms = [torch.linalg.vector_norm(g).full_tensor() if isinstance(g, DTensor) else next(plain) for g in grads]
+    total = torch.linalg.vector_norm(torch.stack([n.to(grads[0].device) for n in norms]))
+    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    # a DTensor's local part is its storage (a view): scaling it scales the DTensor
+    torch._foreach_mul_([g.to_local() if isinstance(g, DTensor) else g for g in grads], scale)
     return total

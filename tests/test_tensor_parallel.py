@@ -117,3 +117,22 @@ def test_a_tp_the_plan_cannot_take_is_refused_before_anything_is_sharded():
     with pytest.raises(ShardingError, match=r"layers.\*.qkv: style 'colwise_pieces' is not supported here: the "
                                              r"model has no tp_pieces entry"):
         snf.parallelize(small, Mesh())
+
+
+def test_clip_grad_norm_is_torchs_with_no_host_sync(monkeypatch):
+    """snf.parallel.clip_grad_norm_ gives torch's norm and scaled gradients, bit for bit (clipped, and
+    within the bound), and reads nothing back to the host (the scale stays a tensor on the device)."""
+    from snf.parallel import clip_grad_norm_
+    torch.manual_seed(0)
+    for max_norm in (1.0, 1e3):
+        ours = [torch.nn.Parameter(torch.randn(5, 3)) for _ in range(3)] + [torch.nn.Parameter(torch.randn(4))]
+        theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+        for p, q in zip(ours, theirs):
+            p.grad = 3 * torch.randn_like(p)
+            q.grad = p.grad.clone()
+        want = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
+        with monkeypatch.context() as m:
+            for sync in ("item", "__float__", "tolist", "__bool__"):
+                m.setattr(torch.Tensor, sync, lambda *a: pytest.fail("a host sync"))
+            got = clip_grad_norm_(ours, max_norm)
+        assert torch.equal(got, want) and all(torch.equal(p.grad, q.grad) for p, q in zip(ours, theirs))

@@ -221,12 +221,14 @@ def sharded_like(model: nn.Module, name: str, whole: torch.Tensor, p) -> torch.T
 
 def _shard_along(model: nn.Module, mesh, axes: dict) -> None:
     """Each parameter a path of `axes` names (`layers.*.sinks`: K), a DTensor sharded on its axis K, which
-    its module reads as this rank's part: a property of the module's class (a subclass made here, as
-    torch's parametrize does) returns `to_local()`, whose backward gives the DTensor its part of the
-    gradient. The state dict keeps its keys."""
+    its module's forward reads as this rank's part: a forward pre-hook puts `to_local()` in the module's
+    instance dict (found before nn.Module's parameter lookup), whose backward gives the DTensor its part
+    of the gradient, and a forward hook takes it out again. The module keeps its class (type, isinstance
+    and pickling unchanged) and its state dict its keys."""
     import fnmatch
 
     from torch.distributed.tensor import Shard, distribute_tensor
+    owners: dict = {}
     for name, p in list(model.named_parameters()):
         axis = next((k for path, k in axes.items() if fnmatch.fnmatchcase(name, path)), None)
         if axis is None:
@@ -234,11 +236,26 @@ def _shard_along(model: nn.Module, mesh, axes: dict) -> None:
         owner, _, attr = name.rpartition(".")
         m = model.get_submodule(owner)
         m._parameters[attr] = nn.Parameter(distribute_tensor(p.data, mesh, [Shard(axis)]), p.requires_grad)
-        if not hasattr(type(m), "_snf_local"):
-            m.__class__ = type(type(m).__name__, (type(m),), {"_snf_local": ()})
-        if attr not in type(m)._snf_local:
-            type(m)._snf_local += (attr,)
-            setattr(type(m), attr, property(lambda self, a=attr: self._parameters[a].to_local()))
+        owners.setdefault(m, []).append(attr)
+    for m, attrs in owners.items():
+        views = _LocalViews(tuple(attrs))
+        m.register_forward_pre_hook(views.put)
+        m.register_forward_hook(views.drop, always_call=True)
+
+
+class _LocalViews:
+    """The hooks of _shard_along for a module's sharded parameters `attrs` (a class: a model keeps pickling)."""
+
+    def __init__(self, attrs: tuple):
+        self.attrs = attrs
+
+    def put(self, module, args):
+        for a in self.attrs:
+            module.__dict__[a] = module._parameters[a].to_local()
+
+    def drop(self, module, args, output):
+        for a in self.attrs:
+            module.__dict__.pop(a, None)
 
 
 def _shard_experts(model: nn.Module, mesh, axes: dict) -> None:

@@ -10,6 +10,7 @@ another order (an all-reduce of per-rank partial sums), so they differ by roundi
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -136,3 +137,61 @@ def test_clip_grad_norm_is_torchs_with_no_host_sync(monkeypatch):
                 m.setattr(torch.Tensor, sync, lambda *a: pytest.fail("a host sync"))
             got = clip_grad_norm_(ours, max_norm)
         assert torch.equal(got, want) and all(torch.equal(p.grad, q.grad) for p, q in zip(ours, theirs))
+
+
+def test_sharded_sinks_and_experts_on_one_rank_keep_the_model_a_plain_one(tmp_path, monkeypatch):
+    """gpt-oss's sinks (shard:K) and experts (by their role's axis) sharded on a 1-rank mesh, in this
+    process: the block keeps its class (type, pickling), the state dict its keys, the logits and every
+    gradient are the whole model's; and a sharded experts call imports nothing once the first has
+    (what a call can decide once, snf.runtime.experts decides once)."""
+    import builtins
+    import copy
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import generated.gpt_oss as mod
+    from snf.parallel import _shard_along, _shard_experts
+    from specs_table import ROWS
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        torch.manual_seed(0)
+        whole = mod.Model(mod.Config(**ROWS["gpt_oss"].small))
+        model = copy.deepcopy(whole)
+        _shard_along(model, mesh, {"layers.*.sinks": 0})
+        _shard_experts(model, mesh, mod.Model.tp_expert_axes)
+        assert type(model.layers[0]) is mod.Block and list(model.state_dict()) == list(whole.state_dict())
+        assert model.layers[0].down_weight.placements[0].dim == 2 and model.layers[0].down_bias.dim() == 2
+        idx = torch.randint(0, mod.Config(**ROWS["gpt_oss"].small).vocab_size, (2, 5))
+        model(idx)  # the first sharded call imports what the later ones use
+        imported = []
+        real = builtins.__import__
+
+        def spy(name, globals=None, *args, **kwargs):
+            if (globals or {}).get("__name__", "").startswith("snf"):
+                imported.append(name)
+            return real(name, globals, *args, **kwargs)
+        with monkeypatch.context() as m:
+            m.setattr(builtins, "__import__", spy)
+            out = model(idx).logits
+        assert imported == []
+        ref = whole(idx).logits
+        assert torch.equal(out, ref)
+        out.square().sum().backward()
+        ref.square().sum().backward()
+        grads = dict(whole.named_parameters())
+        for name, p in model.named_parameters():
+            g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+            assert torch.allclose(g, grads[name].grad, atol=1e-6), name
+        assert "sinks" not in vars(model.layers[0])  # the local view lives for a forward only
+        loaded = torch.load(io.BytesIO(_saved(model)), weights_only=False)  # pickles as a plain model
+        assert type(loaded.layers[0]) is mod.Block
+    finally:
+        dist.destroy_process_group()
+
+
+def _saved(model) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    return buffer.getvalue()

@@ -222,3 +222,21 @@ def test_expert_weights_shard_by_their_role_not_their_names(tmp_path):
     assert dict(tp.expert_axes) == {"w1": 1, "w2": 2, "w3": 1, "b2": None}
     assert {p.key: p.style for p in tp.placements if p.key != "emb"} == {
         "r": "replicate", "w1": "experts", "w2": "experts", "w3": "experts", "b2": "experts"}
+
+
+def test_a_size_a_rank_divides_that_also_splits_whole_features_is_refused(tmp_path):
+    """F, the MLP's sharded width (a rank's config divides it: tp_local), also splits a whole value (a
+    table's rows reshaped by F at line 16): divided there too, it would give wrong sizes. The plan keeps
+    the MLP whole, naming that op and line, and F is no size a rank divides (kimi_linear's lin_head_dim,
+    whisper's d_model were such sizes)."""
+    from snf.compiler import analyze, planned
+    from snf.source import Source
+    spec = _toy(tmp_path, 16, "  tab : Tensor([V, 2 * F], float32)\n",
+                "let y = h * sum(sum(reshape(gather(tab, idx), [B, T, 2, F]), axis=3, keepdim=True), axis=2)")
+    code, out, _ = _check("--tp", "2", str(spec))
+    assert code == 0 and "partial: w_in stays whole at line 16: `F`, which a rank holds 1/tp of, also sizes a whole " \
+                         "value (`reshape` at line 16)" in out
+    tp = planned(analyze(Source.read(Path(spec))).model).tp
+    assert tp.local() == () and tp.styles() == {"emb": "vocab_embedding", "tab": "vocab_embedding",
+                                                "w_in": "replicate", "w_out": "replicate"}
+    assert "lin_head_dim" not in plans("kimi_linear").tp.local() and "d_model" not in plans("whisper").tp.local()

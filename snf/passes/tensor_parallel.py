@@ -142,6 +142,7 @@ def plan_tensor_parallel(model: ir.Model, layout: LayoutPlan, caches: CachePlan)
         flow = _Flow(model, caches, fixed, refused)
         try:
             flow.block(model.body)
+            flow.local_sizes()
         except _Refused as r:
             new = r.origins - refused.keys()
             assert new, r.reason  # a refusal always names a column-wise linear not refused yet
@@ -210,6 +211,10 @@ class _Flow:
         self.whole: dict[str, Span] = {}  # a parameter used with whole activations -> where
         self.follows: dict[str, frozenset] = {}  # a parameter sharded with activations -> their linears
         self.expert_axes: dict[str, int | None] = {}  # an expert weight -> its hidden width's axis (None: whole)
+        self.units_origins: dict[Dim, frozenset] = {}  # a required units -> the column-wise linears it comes from
+        self.whole_sizes: list[tuple[Dim, ir.Op]] = []  # a size an op reads for a value that is not sharded
+        self.derived = frozenset(d.dim for d in model.derived if d.dim is not None and d.alias_of is None
+                                 and not d.dim.is_const and not d.opaque)
         self.outs = {o.name for o in model.outputs}
         self.cache_outs = {c.output for c in caches.caches}
 
@@ -263,6 +268,19 @@ class _Flow:
 
     def require(self, v: Sharded) -> None:
         self.requires.setdefault(v.units, Requirement(v.units, v.what, v.units_at))
+        self.units_origins[v.units] = self.units_origins.get(v.units, frozenset()) | v.origins
+
+    def local_sizes(self) -> None:
+        """A size a rank's config divides (`tp_local`: a requirement's units that are one name, or a derived
+        dim) that the forward also reads for a value that is not sharded would be divided there too (wrong
+        sizes, or a shape error): the linears it comes from are refused, with that op as the reason."""
+        for units, origins in self.units_origins.items():
+            name = units.as_symbol()
+            for d, e in self.whole_sizes:
+                if name is not None and name in _fields_read(d, self.derived) or units in self.derived and d == units:
+                    shown = name or show_dim(units, dict(self.model.display))
+                    raise _Refused(origins, f"`{shown}`, which a rank holds 1/tp of, also sizes a whole value "
+                                            f"(`{e.op}` at line {e.span.line})", e.span)
 
     def style(self, param: str | None, style: str, how: str, span: Span) -> None:
         if param is not None:
@@ -311,6 +329,8 @@ class _Flow:
                 return FLEX
             # of parameters and whole indices alone (T5's bias by head: a table's rows at buckets)
             tensors = [(a, states[n]) for n, a in e.args if isinstance(getattr(a, "ty", None), ir.TensorT)]
+            if e.op != "expand" and any(st == WHOLE for _, st in tensors):  # (expand: sized as what it meets)
+                self.whole_sizes += [(d, e) for d in _sizes_read(self.model, e)]  # a whole value split, sliced
             params = frozenset().union(*(st.names for _, st in tensors if isinstance(st, Params)))
             if params and isinstance(e.ty, ir.TensorT) and all(
                     isinstance(st, Params) or a.ty.dtype not in FLOATS for a, st in tensors):
@@ -430,6 +450,41 @@ class _Flow:
 
 
 _LINEAR_OUT = "the features of a column-wise `linear`"
+
+
+def _sizes_read(model: ir.Model, e: ir.Op) -> list[Dim]:
+    """The sizes `e` reads from the config: its arguments that are not tensors (shapes, bounds, counts)."""
+    derived = {d.name: d.dim for d in model.derived if d.dim is not None and not d.opaque}
+    out, stack = [], [a for _, a in e.args]
+    while stack:
+        a = stack.pop()
+        if isinstance(getattr(a, "ty", None), ir.TensorT):
+            continue
+        if isinstance(a, ir.DimVal):
+            out.append(a.dim)
+        elif isinstance(a, ir.Ref) and a.kind in ("config", "dim"):
+            out.append(derived.get(a.name) or Dim.sym(a.name))
+        elif isinstance(a, ir.Op):
+            stack += [x for _, x in a.args]
+        elif isinstance(a, ir.TList):
+            stack += list(a.items)
+        elif isinstance(a, ir.TSlice):
+            stack += [x for x in (a.lo, a.hi) if x is not None]
+    return out
+
+
+def _fields_read(d: Dim, derived: frozenset) -> set[str]:
+    """The config names the generated code reads for `d`: a derived dim is read as its own property
+    (`cfg.head_dim`, whole on every rank), any other atom by its field."""
+    if d in derived:
+        return set()
+    out: set[str] = set()
+    for a in d.atoms():
+        if isinstance(a, str):
+            out.add(a)
+        elif Dim({((a, 1),): 1}) not in derived:
+            out |= _fields_read(a.num, derived) | _fields_read(a.den, derived)
+    return out
 # moe_experts' weights by role: the axis of their hidden width F (gate, up [E, F, D] and their biases [E, F];
 # down [E, D, F]); the down bias [E, D] has none
 _EXPERT_AXES = {"up": 1, "gate": 1, "down": 2, "gate_bias": 1, "up_bias": 1, "down_bias": None}

@@ -300,8 +300,10 @@ def clip_grad_norm_(parameters, max_norm: float) -> torch.Tensor:
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         return torch.tensor(0.0)
-    plain = iter(torch._foreach_norm([g for g in grads if not isinstance(g, DTensor)]))
-    norms = [torch.linalg.vector_norm(g).full_tensor() if isinstance(g, DTensor) else next(plain) for g in grads]
+    plain = [g for g in grads if not isinstance(g, DTensor)]
+    plain_norms = iter(torch._foreach_norm(plain) if plain else ())  # (no empty list: where all are DTensors)
+    norms = [torch.linalg.vector_norm(g).full_tensor() if isinstance(g, DTensor) else next(plain_norms)
+             for g in grads]
     total = torch.linalg.vector_norm(torch.stack([n.to(grads[0].device) for n in norms]))
     scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     # a DTensor's local part is its storage (a view): scaling it scales the DTensor

@@ -151,7 +151,7 @@ def test_sharded_sinks_and_experts_on_one_rank_keep_the_model_a_plain_one(tmp_pa
     from torch.distributed.device_mesh import init_device_mesh
 
     import generated.gpt_oss as mod
-    from snf.parallel import _shard_along, _shard_experts
+    from snf.parallel import _shard_along, _shard_experts, clip_grad_norm_
     from specs_table import ROWS
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
     try:
@@ -184,6 +184,11 @@ def test_sharded_sinks_and_experts_on_one_rank_keep_the_model_a_plain_one(tmp_pa
         for name, p in model.named_parameters():
             g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
             assert torch.allclose(g, grads[name].grad, atol=1e-6), name
+        # clipping DTensor gradients alone (FSDP2 makes every one a DTensor): torch's on the whole ones
+        sharded = {n: p for n, p in model.named_parameters() if hasattr(p, "full_tensor")}
+        assert torch.allclose(clip_grad_norm_(sharded.values(), 1e-3),
+                              torch.nn.utils.clip_grad_norm_([grads[n] for n in sharded], 1e-3))
+        assert all(torch.allclose(p.grad.full_tensor(), grads[n].grad, atol=1e-9) for n, p in sharded.items())
         assert "sinks" not in vars(model.layers[0])  # the local view lives for a forward only
         loaded = torch.load(io.BytesIO(_saved(model)), weights_only=False)  # pickles as a plain model
         assert type(loaded.layers[0]) is mod.Block

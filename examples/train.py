@@ -414,7 +414,12 @@ def start_ranks(args) -> Ranks | None:
 def gathered_states(model, opt) -> tuple[dict, dict]:
     """The model's and optimizer's state dicts with every shard gathered, as one process would hold
     them (snf.parallel.whole_tensor: a projection of pieces' rows back in the spec's order too)."""
+    from torch.distributed.fsdp import FSDPModule
+
     from snf.parallel import whole_tensor
+    for m in model.modules():  # FSDP2 leaves the root unsharded after a forward (the eval before a save):
+        if isinstance(m, FSDPModule):  # its sharded parameters, the optimizer's, registered again
+            m.reshard()
     names = {id(p): n for n, p in model.named_parameters()}
     params = [p for group in opt.param_groups for p in group["params"]]
     state = opt.state_dict()
@@ -523,7 +528,7 @@ def train(args) -> int:
     mine = slice(ranks.dp_rank * args.batch_size, (ranks.dp_rank + 1) * args.batch_size) if ranks else None
     model.train()
     tick = time.perf_counter()
-    done, last_saved = start, (start if saved else None)
+    done, last_saved, logged = start, (start if saved else None), start
     try:
         for it in range(start, end):
             if it % args.eval_interval == 0 and it > start:
@@ -535,17 +540,17 @@ def train(args) -> int:
                 micro = [(x[mine], y[mine]) for x, y in micro]
             loss = train_step(model, opt, lambda x, y: next_token_loss(model, lm, x, y), micro, lr, args.grad_clip, autocast,
                               clip=torch.nn.utils.clip_grad_norm_ if ranks is None else clip_grad_norm_)
-            if dp > 1:  # the step's loss: the mean of the dp ranks' (each its own sequences)
-                mean = torch.tensor(loss / dp, dtype=torch.float64, device=args.device)
-                torch.distributed.all_reduce(mean, group=ranks.mesh["dp"].get_group())
-                loss = mean.item()
             done = it + 1
             if done % args.log_interval == 0 or done == end:
-                elapsed = (time.perf_counter() - tick) / args.log_interval
-                tokens = args.batch_size * args.grad_accum * length
+                if dp > 1:  # the step's loss: the mean of the dp ranks' (each its own sequences); every rank logs
+                    mean = torch.tensor(loss / dp, dtype=torch.float64, device=args.device)
+                    torch.distributed.all_reduce(mean, group=ranks.mesh["dp"].get_group())
+                    loss = mean.item()
+                elapsed = (time.perf_counter() - tick) / (done - logged)
+                tokens = args.batch_size * dp * args.grad_accum * length  # a step's, over the dp ranks
                 say(f"step {done}: loss {loss:.4f}, lr {lr:.2e}, {elapsed * 1000:.1f} ms/iter, "
                     f"{tokens / elapsed:,.0f} tokens/s", flush=True)
-                tick = time.perf_counter()
+                tick, logged = time.perf_counter(), done
         save(end)
     except KeyboardInterrupt:
         # nothing is saved: a step cut midway is half applied; the last checkpoint stays whole

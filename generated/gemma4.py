@@ -500,6 +500,12 @@ class Model(nn.Module):
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('expert_hidden', 'mlp_hidden', 'n_head', 'n_kv_head')
+    # each expert weight's axis of the hidden width, by its role in moe_experts (None: whole, the down bias)
+    tp_expert_axes = {
+        'layers.*.expert_gate': 1,
+        'layers.*.expert_up': 1,
+        'layers.*.expert_down': 2,
+    }
     # why snf.parallelize(..., sequence_parallel=True) refuses this model
     tp_no_sequence = (
         'the token embedding `ple_table` is a bare parameter, no module torch can place (gemma4.snf:133)'

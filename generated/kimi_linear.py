@@ -447,11 +447,11 @@ class Model(nn.Module):
         'layers.*.lin_q': 'replicate',
         'layers.*.lin_k': 'replicate',
         'layers.*.lin_v': 'replicate',
-        'layers.*.f_a': 'colwise',
-        'layers.*.f_b': 'rowwise',
+        'layers.*.f_a': 'replicate',
+        'layers.*.f_b': 'replicate',
         'layers.*.beta': 'replicate',
-        'layers.*.g_a': 'colwise',
-        'layers.*.g_b': 'rowwise',
+        'layers.*.g_a': 'replicate',
+        'layers.*.g_b': 'replicate',
         'layers.*.lin_o': 'replicate',
         'layers.*.gate': 'colwise',
         'layers.*.up': 'colwise',
@@ -468,8 +468,6 @@ class Model(nn.Module):
     tp_requires = (
         (lambda c, tp: c.n_head % tp == 0,
          'tp must divide H = n_head, the heads `reshape` makes of sharded features (kimi_linear.snf:137)'),
-        (lambda c, tp: c.lin_head_dim % tp == 0,
-         'tp must divide LK = lin_head_dim, the features of a column-wise `linear` (kimi_linear.snf:166)'),
         (lambda c, tp: c.expert_hidden % tp == 0,
          "tp must divide expert_hidden, the experts' hidden width (kimi_linear.snf:191)"),
         (lambda c, tp: c.shared_hidden % tp == 0,
@@ -478,7 +476,13 @@ class Model(nn.Module):
          'tp must divide mlp_hidden, the features of a column-wise `linear` (kimi_linear.snf:197)'),
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
-    tp_local = ('expert_hidden', 'lin_head_dim', 'mlp_hidden', 'n_head')
+    tp_local = ('expert_hidden', 'mlp_hidden', 'n_head')
+    # each expert weight's axis of the hidden width, by its role in moe_experts (None: whole, the down bias)
+    tp_expert_axes = {
+        'layers.*.expert_gate': 1,
+        'layers.*.expert_up': 1,
+        'layers.*.expert_down': 2,
+    }
     # why snf.parallelize(..., sequence_parallel=True) refuses this model
     tp_no_sequence = (
         '`linear` of `kv_a_weight` (replicate) reads the stream split by positions (kimi_linear.snf:138)'

@@ -478,6 +478,12 @@ class Model(nn.Module):
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('expert_hidden', 'lin_n_key_head', 'lin_n_value_head', 'mlp_hidden', 'n_head', 'n_kv_head',
                 'shared_hidden')
+    # each expert weight's axis of the hidden width, by its role in moe_experts (None: whole, the down bias)
+    tp_expert_axes = {
+        'layers.*.expert_gate': 1,
+        'layers.*.expert_up': 1,
+        'layers.*.expert_down': 2,
+    }
     # why snf.parallelize(..., sequence_parallel=True) refuses this model
     tp_no_sequence = (
         "`rms_norm`'s weight is computed, not a module's (qwen3_next.snf:143)"

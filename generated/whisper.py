@@ -346,42 +346,36 @@ class Model(nn.Module):
     # The tensor-parallel plan derived from whisper.snf (`snfc check --tp N` shows it with its reasons);
     # snf.parallelize applies it.
     tp_plan = {
-        'layers.*.q': 'colwise',
-        'layers.*.k': 'colwise',
-        'layers.*.v': 'colwise',
-        'layers.*.o': 'rowwise',
+        'layers.*.q': 'replicate',
+        'layers.*.k': 'replicate',
+        'layers.*.v': 'replicate',
+        'layers.*.o': 'replicate',
         'layers.*.fc1': 'colwise',
         'layers.*.fc2': 'rowwise',
         'token_embedding': 'replicate',
-        'layers2.*.cross_k': 'colwise',
-        'layers2.*.cross_v': 'colwise',
-        'layers3.*.dec_q': 'colwise',
-        'layers3.*.dec_k': 'colwise',
-        'layers3.*.dec_v': 'colwise',
-        'layers3.*.dec_o': 'rowwise',
-        'layers3.*.cross_q': 'colwise',
-        'layers3.*.cross_o': 'rowwise',
+        'layers2.*.cross_k': 'replicate',
+        'layers2.*.cross_v': 'replicate',
+        'layers3.*.dec_q': 'replicate',
+        'layers3.*.dec_k': 'replicate',
+        'layers3.*.dec_v': 'replicate',
+        'layers3.*.dec_o': 'replicate',
+        'layers3.*.cross_q': 'replicate',
+        'layers3.*.cross_o': 'replicate',
         'layers3.*.dec_fc1': 'colwise',
         'layers3.*.dec_fc2': 'rowwise',
     }
     # (check of the config and tp, the message when it fails), checked by snf.parallelize before anything is sharded
     tp_requires = (
-        (lambda c, tp: c.n_head % tp == 0,
-         'tp must divide n_head, the heads `reshape` makes of sharded features (whisper.snf:135)'),
-        (lambda c, tp: c.d_model % tp == 0,
-         'tp must divide D = d_model, the features of a column-wise `linear` (whisper.snf:135)'),
         (lambda c, tp: c.encoder_ffn_dim % tp == 0,
          'tp must divide encoder_ffn_dim, the features of a column-wise `linear` (whisper.snf:141)'),
-        (lambda c, tp: c.n_dec_head % tp == 0,
-         'tp must divide n_dec_head, the heads `reshape` makes of sharded features (whisper.snf:150)'),
         (lambda c, tp: c.decoder_ffn_dim % tp == 0,
          'tp must divide decoder_ffn_dim, the features of a column-wise `linear` (whisper.snf:176)'),
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
-    tp_local = ('d_model', 'decoder_ffn_dim', 'encoder_ffn_dim', 'n_dec_head', 'n_head')
+    tp_local = ('decoder_ffn_dim', 'encoder_ffn_dim')
     # why snf.parallelize(..., sequence_parallel=True) refuses this model
     tp_no_sequence = (
-        '`add` combines the stream split by positions with `x`, which is whole (whisper.snf:139)'
+        '`add` combines the stream split by positions with `x`, which is whole (whisper.snf:142)'
     )
 
     @_by_compile_unit  # run as compile_units say

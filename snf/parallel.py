@@ -115,19 +115,11 @@ def _width_norm():
 # `tp_pieces` entry is refused, as a contiguous block would mix the pieces (wrong results, no error)
 PIECES = "colwise_pieces"
 # "experts": the stacked weights of a moe_experts call (parameters, not modules), sharded on the hidden
-# width F: gate and up [E, F, D] (and their biases [E, F]) on axis 1, down [E, D, F] on axis 2, told
-# apart by the spec's names (`down` in the name, as every bundled spec has it). moe_experts
-# (snf.runtime.experts) runs them on this rank's slice and adds the partial outputs over the ranks.
+# width F on the axis the model's `tp_expert_axes` gives each path, by the weight's role in the call (gate
+# and up [E, F, D] and their biases [E, F]: 1, down [E, D, F]: 2, the down bias [E, D]: None, whole: moe_experts
+# adds it once, after the ranks' partial sums). moe_experts (snf.runtime.experts) runs them on this rank's
+# slice and adds the partial outputs over the ranks.
 EXPERTS = "experts"
-
-
-def _expert_axis(name: str, p) -> Optional[int]:
-    """The axis an expert weight is sharded on; None for a down bias [E, D], kept whole (moe_experts adds
-    it once, after the ranks' partial sums)."""
-    down = "down" in name.rpartition(".")[2]
-    if down and p.dim() == 2:
-        return None
-    return 2 if down else 1
 
 
 def _local_config(config, names: tuple[str, ...], tp: int):
@@ -190,6 +182,7 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
     layout = {}
     tied = any(s == "vocab_head" and not _exists(model, p) for p, s in plan.items())
     pieces = getattr(cls, "tp_pieces", {})
+    expert_axes = getattr(cls, "tp_expert_axes", {})
     for path, style in plan.items():
         if style.startswith("shard:"):
             if not style[6:].isdigit() or not (_exists(model, path, parameter=True) or _left_out(model, path)):
@@ -214,10 +207,9 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
                 if fnmatch.fnmatchcase(name, path) and type(m) not in (nn.RMSNorm, nn.LayerNorm):
                     raise ShardingError(f"{path} ({style}): a norm over a sharded width must be an nn.RMSNorm "
                                         f"or nn.LayerNorm, not {type(m).__name__}")
-        if style == EXPERTS:  # a weight this runtime cannot shard is refused here, before any is
-            for name, p in model.named_parameters():
-                if fnmatch.fnmatchcase(name, path):
-                    _expert_axis(name, p)
+        if style == EXPERTS and path not in expert_axes:  # refused before anything is sharded
+            raise ShardingError(f"{path} ({style}): the model has no tp_expert_axes entry for it (the axis of its "
+                                "hidden width, by its role in moe_experts)")
         if style in (EXPERTS, "replicate") or not _exists(model, path):
             continue  # experts: below; a module the config leaves out (a tied head's lm_head is None)
         if style == "vocab_embedding" and tied:
@@ -237,7 +229,7 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
             _sequence_parallel(model, tp_axis, layout, sequence, tied)
         else:
             parallelize_module(model, tp_axis, {path: styles[style]() for path, style in layout.items()})
-        _shard_experts(model, tp_axis, [p for p, s in plan.items() if s == EXPERTS])
+        _shard_experts(model, tp_axis, {p: expert_axes[p] for p, s in plan.items() if s == EXPERTS})
         _shard_along(model, tp_axis, {p: int(s[6:]) for p, s in plan.items() if s.startswith("shard:")})
         shard = _local_config(model.config, local, tp)
         for m in model.modules():
@@ -388,12 +380,14 @@ def sharded_like(model: nn.Module, name: str, whole: torch.Tensor, p) -> torch.T
 
 def _shard_along(model: nn.Module, mesh, axes: dict) -> None:
     """Each parameter a path of `axes` names (`layers.*.sinks`: K), a DTensor sharded on its axis K, which
-    its module reads as this rank's part: a property of the module's class (a subclass made here, as
-    torch's parametrize does) returns `to_local()`, whose backward gives the DTensor its part of the
-    gradient. The state dict keeps its keys."""
+    its module's forward reads as this rank's part: a forward pre-hook puts `to_local()` in the module's
+    instance dict (found before nn.Module's parameter lookup), whose backward gives the DTensor its part
+    of the gradient, and a forward hook takes it out again. The module keeps its class (type, isinstance
+    and pickling unchanged) and its state dict its keys."""
     import fnmatch
 
     from torch.distributed.tensor import Shard, distribute_tensor
+    owners: dict = {}
     for name, p in list(model.named_parameters()):
         axis = next((k for path, k in axes.items() if fnmatch.fnmatchcase(name, path)), None)
         if axis is None:
@@ -401,26 +395,40 @@ def _shard_along(model: nn.Module, mesh, axes: dict) -> None:
         owner, _, attr = name.rpartition(".")
         m = model.get_submodule(owner)
         m._parameters[attr] = nn.Parameter(distribute_tensor(p.data, mesh, [Shard(axis)]), p.requires_grad)
-        if not hasattr(type(m), "_snf_local"):
-            m.__class__ = type(type(m).__name__, (type(m),), {"_snf_local": ()})
-        if attr not in type(m)._snf_local:
-            type(m)._snf_local += (attr,)
-            setattr(type(m), attr, property(lambda self, a=attr: self._parameters[a].to_local()))
+        owners.setdefault(m, []).append(attr)
+    for m, attrs in owners.items():
+        views = _LocalViews(tuple(attrs))
+        m.register_forward_pre_hook(views.put)
+        m.register_forward_hook(views.drop, always_call=True)
 
 
-def _shard_experts(model: nn.Module, mesh, paths: list) -> None:
-    """Each parameter a path of `paths` names (`layers.*.gate_weight`) a DTensor sharded on its hidden width."""
+class _LocalViews:
+    """The hooks of _shard_along for a module's sharded parameters `attrs` (a class: a model keeps pickling)."""
+
+    def __init__(self, attrs: tuple):
+        self.attrs = attrs
+
+    def put(self, module, args):
+        for a in self.attrs:
+            module.__dict__[a] = module._parameters[a].to_local()
+
+    def drop(self, module, args, output):
+        for a in self.attrs:
+            module.__dict__.pop(a, None)
+
+
+def _shard_experts(model: nn.Module, mesh, axes: dict) -> None:
+    """Each parameter a path of `axes` names (`layers.*.gate_weight`: 1) a DTensor sharded on that axis, its
+    hidden width's; one whose axis is None stays whole."""
     import fnmatch
 
     from torch.distributed.tensor import Shard, distribute_tensor
     for name, p in list(model.named_parameters()):
-        if any(fnmatch.fnmatchcase(name, path) for path in paths):
-            axis = _expert_axis(name, p)
-            if axis is None:
-                continue
+        axis = next((k for path, k in axes.items() if fnmatch.fnmatchcase(name, path)), None)
+        if axis is not None:
             owner, _, attr = name.rpartition(".")
             model.get_submodule(owner).register_parameter(
-                    attr, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(axis)]), p.requires_grad))
+                attr, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(axis)]), p.requires_grad))
 
 
 def _exists(model: nn.Module, path: str, parameter: bool = False) -> bool:
@@ -443,18 +451,20 @@ def _left_out(model: nn.Module, path: str) -> bool:
 def clip_grad_norm_(parameters, max_norm: float) -> torch.Tensor:
     """torch.nn.utils.clip_grad_norm_ for a parallelized model, whose gradients are DTensors on two
     meshes (("dp", "tp") for the tensor-parallel ones, "dp" for the rest) that torch's foreach norm
-    cannot take together: each gradient's norm is made whole by DTensor (`full_tensor`), then
-    combined. Returns the total norm, as torch's does."""
+    cannot take together: each DTensor gradient's norm is made whole by DTensor (`full_tensor`, a
+    collective), the plain ones' by one foreach norm, then combined and applied as torch's are: on the
+    device, with no host sync (the scale a tensor, 1 where the norm is within `max_norm`). Returns the
+    total norm, as torch's does."""
     from torch.distributed.tensor import DTensor
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         return torch.tensor(0.0)
-    norms = []
-    for g in grads:
-        n = torch.linalg.vector_norm(g)
-        norms.append(n.full_tensor() if isinstance(n, DTensor) else n)
-    total = torch.linalg.vector_norm(torch.stack(norms))
-    scale = min(max_norm / (total.item() + 1e-6), 1.0)
-    for g in grads:
-        g.mul_(scale)
+    plain = [g for g in grads if not isinstance(g, DTensor)]
+    plain_norms = iter(torch._foreach_norm(plain) if plain else ())  # (no empty list: where all are DTensors)
+    norms = [torch.linalg.vector_norm(g).full_tensor() if isinstance(g, DTensor) else next(plain_norms)
+             for g in grads]
+    total = torch.linalg.vector_norm(torch.stack([n.to(grads[0].device) for n in norms]))
+    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    # a DTensor's local part is its storage (a view): scaling it scales the DTensor
+    torch._foreach_mul_([g.to_local() if isinstance(g, DTensor) else g for g in grads], scale)
     return total

@@ -81,11 +81,12 @@ def test_other_causal_specs_train_and_sample(spec, tmp_path):
 
 @pytest.mark.slow  # one torchrun launch of 2 processes and three plain runs: about 20 s on a 2-core CPU
 def test_train_under_torchrun_with_tp_resumes_and_hands_back_a_plain_checkpoint(tmp_path):
-    """A single-process run stops at step 3; `torchrun ... --tp 2 --resume` goes on from it to step 5
-    (the step losses printed are the straight run's); a plain run resumes from its gathered checkpoint
-    to step 6, and ends where training straight through in one process does (weights and loss within
-    1e-5 fp32: the sharded matmuls sum in another order). The commands of docs/training.md's
-    "examples/train.py under torchrun"."""
+    """A single-process run stops at step 3; `torchrun ... --tp 2 --resume` on 4 ranks (2 data-parallel
+    x tp 2, each dp rank 2 of the step's 4 sequences) goes on from it to step 5 (the step losses printed
+    are the straight run's, and its tokens/s counts every dp rank's); a plain run resumes from its
+    gathered checkpoint to step 6, and ends where training straight through in one process does
+    (weights and loss within 1e-5 fp32: the sharded matmuls sum in another order). The commands of
+    docs/training.md's "examples/train.py under torchrun"."""
     import os
 
     corpus = tmp_path / "tiny.txt"
@@ -93,21 +94,27 @@ def test_train_under_torchrun_with_tp_resumes_and_hands_back_a_plain_checkpoint(
     common = ["--data", str(corpus), "--spec", str(REPO / "specs" / "llama3.snf"), "--tokens", "byte", "--max-iters", "6",
               "--set", "n_layer=1", "--set", "n_head=4", "--set", "n_kv_head=2", "--set", "n_embd=32",
               "--set", "block_size=32", "--set", "mlp_hidden=48", "--eval-interval", "3", "--eval-iters", "1",
-              "--log-interval", "1", "--warmup-iters", "1", "--batch-size", "2"]
-    straight = _run("train.py", *common, "--out", str(tmp_path / "straight"), cwd=tmp_path)
+              "--log-interval", "1", "--warmup-iters", "1"]
+    whole = ["--batch-size", "4"]  # a step's sequences; 2 on each of the 2 data-parallel ranks below
+    straight = _run("train.py", *common, *whole, "--out", str(tmp_path / "straight"), cwd=tmp_path)
     assert straight.returncode == 0, straight.stderr
     out = str(tmp_path / "split")
-    assert _run("train.py", *common, "--stop-at", "3", "--out", out, cwd=tmp_path).returncode == 0
+    assert _run("train.py", *common, *whole, "--stop-at", "3", "--out", out, cwd=tmp_path).returncode == 0
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    ranks = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                            str(REPO / "examples" / "train.py"), "--tp", "2", *common, "--resume", "--stop-at", "5",
+    ranks = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                            str(REPO / "examples" / "train.py"), "--tp", "2", *common, "--batch-size", "2", "--resume",
+                            "--stop-at", "5",
                             "--out", out], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert ranks.returncode == 0, ranks.stderr[-3000:]
-    assert "resuming at step 3" in ranks.stdout and "1 x tp 2 ranks" in ranks.stdout
-    steps = [line.split(", lr")[0] for line in ranks.stdout.splitlines() if line.startswith("step ") and ", lr" in line]
+    assert "resuming at step 3" in ranks.stdout and "2 x tp 2 ranks" in ranks.stdout
+    logged = [line for line in ranks.stdout.splitlines() if line.startswith("step ") and ", lr" in line]
+    steps = [line.split(", lr")[0] for line in logged]
     assert steps == [line.split(", lr")[0] for line in straight.stdout.splitlines()
                      if line.startswith(("step 4: loss", "step 5: loss"))]
-    plain = _run("train.py", *common, "--resume", "--out", out, cwd=tmp_path)
+    for line in logged:  # a step's 4 sequences of 32 tokens over its ms/iter (printed to 0.1 ms), not one dp rank's
+        ms, rate = (float(part.split()[0].replace(",", "")) for part in line.split(", ")[2:4])
+        assert abs(rate * ms / 1000 - 4 * 32) <= 4 * 32 * 0.06 / ms + 0.5, line
+    plain = _run("train.py", *common, *whole, "--resume", "--out", out, cwd=tmp_path)
     assert plain.returncode == 0 and "resuming at step 5" in plain.stdout, plain.stderr
     a = torch.load(tmp_path / "straight" / "ckpt.pt", weights_only=True)
     b = torch.load(tmp_path / "split" / "ckpt.pt", weights_only=True)

@@ -10,6 +10,7 @@ another order (an all-reduce of per-rank partial sums), so they differ by roundi
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -111,6 +112,9 @@ def test_a_tp_the_plan_cannot_take_is_refused_before_anything_is_sharded():
                                              r"`router_weight` \(replicate\) reads the stream split by positions "
                                              r"\(mixtral.snf:80\)"):
         snf.parallelize(mixtral.Model(**ROWS["mixtral"].small), Mesh(), sequence_parallel=True)
+    # an expert weight's axis is its role's (Model.tp_expert_axes), never guessed from its name
+    with pytest.raises(ShardingError, match=r"layers.\*.up.weight \(experts\): the model has no tp_expert_axes"):
+        snf.parallelize(model, Mesh(), plan={"layers.*.up.weight": "experts"})
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     assert type(model.layers[0].k.weight) is torch.nn.Parameter  # nothing sharded
     assert mod.Model.tp_local == ("mlp_hidden", "n_head", "n_kv_head")  # the plan's, which forward reads divided
@@ -132,3 +136,85 @@ def test_a_tp_the_plan_cannot_take_is_refused_before_anything_is_sharded():
     with pytest.raises(ShardingError, match=r"layers.\*.qkv: style 'colwise_pieces' is not supported here: the "
                                              r"model has no tp_pieces entry"):
         snf.parallelize(small, Mesh())
+
+
+def test_clip_grad_norm_is_torchs_with_no_host_sync(monkeypatch):
+    """snf.parallel.clip_grad_norm_ gives torch's norm and scaled gradients, bit for bit (clipped, and
+    within the bound), and reads nothing back to the host (the scale stays a tensor on the device)."""
+    from snf.parallel import clip_grad_norm_
+    torch.manual_seed(0)
+    for max_norm in (1.0, 1e3):
+        ours = [torch.nn.Parameter(torch.randn(5, 3)) for _ in range(3)] + [torch.nn.Parameter(torch.randn(4))]
+        theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+        for p, q in zip(ours, theirs):
+            p.grad = 3 * torch.randn_like(p)
+            q.grad = p.grad.clone()
+        want = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
+        with monkeypatch.context() as m:
+            for sync in ("item", "__float__", "tolist", "__bool__"):
+                m.setattr(torch.Tensor, sync, lambda *a: pytest.fail("a host sync"))
+            got = clip_grad_norm_(ours, max_norm)
+        assert torch.equal(got, want) and all(torch.equal(p.grad, q.grad) for p, q in zip(ours, theirs))
+
+
+def test_sharded_sinks_and_experts_on_one_rank_keep_the_model_a_plain_one(tmp_path, monkeypatch):
+    """gpt-oss's sinks (shard:K) and experts (by their role's axis) sharded on a 1-rank mesh, in this
+    process: the block keeps its class (type, pickling), the state dict its keys, the logits and every
+    gradient are the whole model's; and a sharded experts call imports nothing once the first has
+    (what a call can decide once, snf.runtime.experts decides once)."""
+    import builtins
+    import copy
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import generated.gpt_oss as mod
+    from snf.parallel import _shard_along, _shard_experts, clip_grad_norm_
+    from specs_table import ROWS
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        torch.manual_seed(0)
+        whole = mod.Model(mod.Config(**ROWS["gpt_oss"].small))
+        model = copy.deepcopy(whole)
+        _shard_along(model, mesh, {"layers.*.sinks": 0})
+        _shard_experts(model, mesh, mod.Model.tp_expert_axes)
+        assert type(model.layers[0]) is mod.Block and list(model.state_dict()) == list(whole.state_dict())
+        assert model.layers[0].down_weight.placements[0].dim == 2 and model.layers[0].down_bias.dim() == 2
+        idx = torch.randint(0, mod.Config(**ROWS["gpt_oss"].small).vocab_size, (2, 5))
+        model(idx)  # the first sharded call imports what the later ones use
+        imported = []
+        real = builtins.__import__
+
+        def spy(name, globals=None, *args, **kwargs):
+            if (globals or {}).get("__name__", "").startswith("snf"):
+                imported.append(name)
+            return real(name, globals, *args, **kwargs)
+        with monkeypatch.context() as m:
+            m.setattr(builtins, "__import__", spy)
+            out = model(idx).logits
+        assert imported == []
+        ref = whole(idx).logits
+        assert torch.equal(out, ref)
+        out.square().sum().backward()
+        ref.square().sum().backward()
+        grads = dict(whole.named_parameters())
+        for name, p in model.named_parameters():
+            g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+            assert torch.allclose(g, grads[name].grad, atol=1e-6), name
+        # clipping DTensor gradients alone (FSDP2 makes every one a DTensor): torch's on the whole ones
+        sharded = {n: p for n, p in model.named_parameters() if hasattr(p, "full_tensor")}
+        assert torch.allclose(clip_grad_norm_(sharded.values(), 1e-3),
+                              torch.nn.utils.clip_grad_norm_([grads[n] for n in sharded], 1e-3))
+        assert all(torch.allclose(p.grad.full_tensor(), grads[n].grad, atol=1e-9) for n, p in sharded.items())
+        assert "sinks" not in vars(model.layers[0])  # the local view lives for a forward only
+        loaded = torch.load(io.BytesIO(_saved(model)), weights_only=False)  # pickles as a plain model
+        assert type(loaded.layers[0]) is mod.Block
+    finally:
+        dist.destroy_process_group()
+
+
+def _saved(model) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    return buffer.getvalue()

@@ -200,3 +200,61 @@ def test_sequence_parallel_is_refused_where_the_stream_is_not_per_position(tmp_p
     code, out, _ = _check("--tp", "2", spec)
     assert code == 0 and "w_in" in out and "colwise" in out
     assert out.splitlines()[-1] == "  no sequence parallel: `cumsum` does not work per position (line 15)"
+
+
+def test_a_requirement_on_a_computed_int_has_its_numbers(tmp_path):
+    """An MLP width the config computes (`F = int(D * r)`, folded by the checker) is evaluated at the
+    defaults like a field: its numbers are printed, and a tp that does not divide it is refused."""
+    spec = tmp_path / "computed.snf"
+    spec.write_text("param:\n  D : int = 8\n  r : float = 1.5\n  V : int = 10\n  F = int(D * r)\n"
+                    "input:\n  idx : Tensor([B, T], int64)\n"
+                    "parameter:\n  emb : Tensor([V, D], float32)\n  w_in : Tensor([F, D], float32)\n"
+                    "  w_out : Tensor([D, F], float32)\n"
+                    "output:\n  y : Tensor([B, T, D], float32)\n"
+                    "let x = gather(emb, idx)\n"
+                    "let y = x + linear(relu(linear(x, weight=w_in)), weight=w_out)\n")
+    code, out, _ = _check("--tp", "2", str(spec))
+    assert code == 0 and "requires tp must divide F, the features of a column-wise `linear` (computed.snf:15): " \
+                         "12 at the defaults, 6 per rank" in out
+    code, out, _ = _check("--tp", "5", str(spec))
+    assert code == 1 and "tp=5 does not divide F = 12 in the default config" in out
+
+
+def test_expert_weights_shard_by_their_role_not_their_names(tmp_path):
+    """Experts named w1, w2, w3 (no `down` in any name): each weight's axis of the hidden width is the
+    one of its role in moe_experts (down=w2: axis 2), as `Model.tp_expert_axes` carries it."""
+    from snf.compiler import analyze, planned
+    from snf.source import Source
+    spec = tmp_path / "experts.snf"
+    spec.write_text("param:\n  D : int = 8\n  F : int = 4\n  E : int = 4\n  K : int = 2\n  V : int = 10\n"
+                    "input:\n  idx : Tensor([B, T], int64)\n"
+                    "parameter:\n  emb : Tensor([V, D], float32)\n  r : Tensor([E, D], float32)\n"
+                    "  w1 : Tensor([E, F, D], float32)\n  w2 : Tensor([E, D, F], float32)\n"
+                    "  w3 : Tensor([E, F, D], float32)\n  b2 : Tensor([E, D], float32)\n"
+                    "output:\n  y : Tensor([B, T, D], float32)\n"
+                    "let x = gather(emb, idx)\n"
+                    "let probs = softmax(linear(x, weight=r), axis=-1)\n"
+                    "let y = x + moe_experts(x, top_k_indices(probs, K), top_k(probs, K), gate=w1, up=w3, down=w2, "
+                    "down_bias=b2, act=\"silu\")\n")
+    tp = planned(analyze(Source.read(spec)).model).tp
+    assert dict(tp.expert_axes) == {"w1": 1, "w2": 2, "w3": 1, "b2": None}
+    assert {p.key: p.style for p in tp.placements if p.key != "emb"} == {
+        "r": "replicate", "w1": "experts", "w2": "experts", "w3": "experts", "b2": "experts"}
+
+
+def test_a_size_a_rank_divides_that_also_splits_whole_features_is_refused(tmp_path):
+    """F, the MLP's sharded width (a rank's config divides it: tp_local), also splits a whole value (a
+    table's rows reshaped by F at line 16): divided there too, it would give wrong sizes. The plan keeps
+    the MLP whole, naming that op and line, and F is no size a rank divides (kimi_linear's lin_head_dim,
+    whisper's d_model were such sizes)."""
+    from snf.compiler import analyze, planned
+    from snf.source import Source
+    spec = _toy(tmp_path, 16, "  tab : Tensor([V, 2 * F], float32)\n",
+                "let y = h * sum(sum(reshape(gather(tab, idx), [B, T, 2, F]), axis=3, keepdim=True), axis=2)")
+    code, out, _ = _check("--tp", "2", str(spec))
+    assert code == 0 and "partial: w_in stays whole at line 16: `F`, which a rank holds 1/tp of, also sizes a whole " \
+                         "value (`reshape` at line 16)" in out
+    tp = planned(analyze(Source.read(Path(spec))).model).tp
+    assert tp.local() == () and tp.styles() == {"emb": "vocab_embedding", "tab": "vocab_embedding",
+                                                "w_in": "replicate", "w_out": "replicate"}
+    assert "lin_head_dim" not in plans("kimi_linear").tp.local() and "d_model" not in plans("whisper").tp.local()

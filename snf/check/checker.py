@@ -90,7 +90,8 @@ class Checker(Declarations, ConfigMaps, Expressions, Statements, Loops, Calls, F
             mappings=self.spec.mappings, config_maps=self.spec.config_maps, stacked=stacked,
             checks=self.checks(),
             input_groups=self.input_groups(), float_dtype=self.float_dtype,
-            values=self.numbers(set(stacked)), index_rows=ir.index_rows(body))
+            values=self.numbers(set(stacked)), index_rows=ir.index_rows(body),
+            computed=tuple((n, v) for n, v in self.defaults().items() if n in self.computed_ints()))
 
     def with_choices(self, body: tuple) -> tuple[ir.ConfigField, ...]:
         """The config, each list of strings with its known items: its defaults' and the strings

@@ -400,18 +400,20 @@ class Generator:
         return ctx
 
     # ---------------------------------------------------------------- tables for snf.interop
-    def tp_rows(self) -> tuple[list[str], list[str], tuple[str, ...], list[str], list[str]]:
+    def tp_rows(self) -> tuple[list[str], list[str], tuple[str, ...], list[str], list[str], list[str]]:
         """`Model.tp_plan`'s entries (module path: style), `tp_requires`' (a check of the config and tp,
         the message when it fails), `tp_local`'s names, `tp_pieces`' entries (a colwise_pieces path:
-        its pieces' sizes of a config) and `tp_sequence`'s or `tp_no_sequence`'s (_tp_sequence), as the
-        tensor-parallel and sequence-parallel passes planned them."""
+        its pieces' sizes of a config), `tp_sequence`'s or `tp_no_sequence`'s (_tp_sequence), as the
+        tensor-parallel and sequence-parallel passes planned them, and `tp_expert_axes`' (an experts path:
+        the axis its role in moe_experts shards, None for whole)."""
         tp = self.plans.tp
         plan = [f"{key!r}: {style!r}," for key, style in tp.styles().items()]
         em = Emitter(self, None, Namespace(), cfg="c")
         requires = [f"(lambda c, tp: {em.dim(r.units, 20)} % tp == 0, {r.message(self.display, self.spec_file)!r}),"
                     for r in tp.requires]
         local, pieces = _tp_pieces(tp, self.derived_by_dim, em)
-        return plan, requires, local, pieces, _tp_sequence(self.plans.sequence, self.spec_file)
+        return (plan, requires, local, pieces, _tp_sequence(self.plans.sequence, self.spec_file),
+                [f"{key!r}: {axis!r}," for key, axis in tp.expert_axes])
 
     def spec_parameter_rows(self) -> list[str]:
         """`spec_parameters(cfg)`: spec name -> a `_SpecParameter` row (snf/runtime/tables.py): its

@@ -392,6 +392,7 @@ class Model:
     float_dtype: str | None = None  # the parameters' floating dtype: in a cast model, the cast's
     values: tuple[ValueCheck, ...] = ()  # numbers computed from the config, checked by Config
     index_rows: tuple[tuple[str, tuple[Dim, ...]], ...] = ()  # input -> the distinct row counts it indexes (walk.index_rows)
+    computed: tuple[tuple[str, int], ...] = ()  # each computed int (`rot = int(...)`) at the defaults (checker's fold)
 
     def param(self, name: str) -> Tensor:
         return next(p for p in self.params + self.buffers if p.name == name)

@@ -106,6 +106,17 @@ def show_loss(plans: Plans) -> list[str]:
             + (f" with {', '.join(f.targets)}" if f.targets else "")]
 
 
+def _pieces_sizes(sizes, display: dict, env: dict, tp: int) -> str:
+    """A projection's pieces' sizes, in the spec's names, then at the defaults and per rank where they compute."""
+    names = ", ".join(show_dim(d, display) for d in sizes)
+    try:
+        ns = [d.evaluate(env) for d in sizes]
+    except (KeyError, ValueError, ZeroDivisionError):
+        return names
+    ranks = ", ".join(str(n // tp) for n in ns) + " per rank" if all(n % tp == 0 for n in ns) else "not divisible"
+    return f"{names}: {', '.join(map(str, ns))} at the defaults, {ranks}"
+
+
 def show_tensor_parallel(plans: Plans, tp: int) -> list[str]:
     """`snfc check --tp N`: each module's placement and why, the caches, and what tp must divide (with the
     default config's numbers at `tp`)."""
@@ -123,6 +134,12 @@ def show_tensor_parallel(plans: Plans, tp: int) -> list[str]:
         where = f"sharded along axis {axis}, as what is written into it" if axis is not None else "whole"
         out.append(f"  cache {name} -> {output}: {where}")
     env = defaults(model)
+    tables = dict(plan.pieces)
+    for p in plan.placements:
+        if p.style == "colwise_pieces":
+            out.append(f"  pieces {p.key}: " + (_pieces_sizes(tables[p.key], display, env, tp) if p.key in tables else
+                                                 "not one list of sizes (pieces of pieces, or slices that do not "
+                                                 "tile its rows): snf.parallelize refuses it"))
     for r in plan.requires:
         try:
             n = r.units.evaluate(env)

@@ -100,6 +100,9 @@ class TensorParallelPlan:
     # `tp_pieces`: a colwise_pieces key -> its pieces' sizes in the weight's row order (where the spec's
     # slices of its output tile it, each once); the runtime lays out each rank's part of each piece
     pieces: tuple[tuple[str, tuple[Dim, ...]], ...] = ()
+    # `tp_expert_axes`: an experts key -> the axis of its hidden width, by its role in moe_experts (gate and
+    # up [E, F, D] and their biases [E, F]: 1, down [E, D, F]: 2); None for the down bias [E, D], kept whole
+    expert_axes: tuple[tuple[str, int | None], ...] = ()
 
     @property
     def full(self) -> bool:
@@ -139,6 +142,7 @@ def plan_tensor_parallel(model: ir.Model, layout: LayoutPlan, caches: CachePlan)
         flow = _Flow(model, caches, fixed, refused)
         try:
             flow.block(model.body)
+            flow.local_sizes()
         except _Refused as r:
             new = r.origins - refused.keys()
             assert new, r.reason  # a refusal always names a column-wise linear not refused yet
@@ -206,6 +210,11 @@ class _Flow:
         self.tied_table: str | None = None  # that embedding's parameter
         self.whole: dict[str, Span] = {}  # a parameter used with whole activations -> where
         self.follows: dict[str, frozenset] = {}  # a parameter sharded with activations -> their linears
+        self.expert_axes: dict[str, int | None] = {}  # an expert weight -> its hidden width's axis (None: whole)
+        self.units_origins: dict[Dim, frozenset] = {}  # a required units -> the column-wise linears it comes from
+        self.whole_sizes: list[tuple[Dim, ir.Op]] = []  # a size an op reads for a value that is not sharded
+        self.derived = frozenset(d.dim for d in model.derived if d.dim is not None and d.alias_of is None
+                                 and not d.dim.is_const and not d.opaque)
         self.outs = {o.name for o in model.outputs}
         self.cache_outs = {c.output for c in caches.caches}
 
@@ -259,6 +268,19 @@ class _Flow:
 
     def require(self, v: Sharded) -> None:
         self.requires.setdefault(v.units, Requirement(v.units, v.what, v.units_at))
+        self.units_origins[v.units] = self.units_origins.get(v.units, frozenset()) | v.origins
+
+    def local_sizes(self) -> None:
+        """A size a rank's config divides (`tp_local`: a requirement's units that are one name, or a derived
+        dim) that the forward also reads for a value that is not sharded would be divided there too (wrong
+        sizes, or a shape error): the linears it comes from are refused, with that op as the reason."""
+        for units, origins in self.units_origins.items():
+            name = units.as_symbol()
+            for d, e in self.whole_sizes:
+                if name is not None and name in _fields_read(d, self.derived) or units in self.derived and d == units:
+                    shown = name or show_dim(units, dict(self.model.display))
+                    raise _Refused(origins, f"`{shown}`, which a rank holds 1/tp of, also sizes a whole value "
+                                            f"(`{e.op}` at line {e.span.line})", e.span)
 
     def style(self, param: str | None, style: str, how: str, span: Span) -> None:
         if param is not None:
@@ -307,6 +329,8 @@ class _Flow:
                 return FLEX
             # of parameters and whole indices alone (T5's bias by head: a table's rows at buckets)
             tensors = [(a, states[n]) for n, a in e.args if isinstance(getattr(a, "ty", None), ir.TensorT)]
+            if e.op != "expand" and any(st == WHOLE for _, st in tensors):  # (expand: sized as what it meets)
+                self.whole_sizes += [(d, e) for d in _sizes_read(self.model, e)]  # a whole value split, sliced
             params = frozenset().union(*(st.names for _, st in tensors if isinstance(st, Params)))
             if params and isinstance(e.ty, ir.TensorT) and all(
                     isinstance(st, Params) or a.ty.dtype not in FLOATS for a, st in tensors):
@@ -390,11 +414,13 @@ class _Flow:
                 self.style(n, style, how, e.span)
 
     def experts(self, e: ir.Op) -> None:
-        for role in ("up", "gate", "down", "gate_bias", "up_bias", "down_bias"):
+        for role, axis in _EXPERT_AXES.items():
             a = e.arg(role)
             if _is_param(a):
-                self.style(a.name, "experts", "an expert's weights, sharded by its hidden width (the router whole)",
-                           e.span)
+                how = f"sharded by its hidden width on axis {axis}" if axis is not None else \
+                    "whole, added once after the ranks' partial sums"
+                self.style(a.name, "experts", f"an expert's weights ({role}): {how} (the router whole)", e.span)
+                self.expert_axes.setdefault(a.name, axis)
         self.require(Sharded(1, e.arg("up").ty.shape[1], e.span, "the experts' hidden width", frozenset()))
 
     def linear(self, w: str, bias: str | None, x, ty, span: Span):
@@ -426,6 +452,44 @@ class _Flow:
 _LINEAR_OUT = "the features of a column-wise `linear`"
 
 
+def _sizes_read(model: ir.Model, e: ir.Op) -> list[Dim]:
+    """The sizes `e` reads from the config: its arguments that are not tensors (shapes, bounds, counts)."""
+    derived = {d.name: d.dim for d in model.derived if d.dim is not None and not d.opaque}
+    out, stack = [], [a for _, a in e.args]
+    while stack:
+        a = stack.pop()
+        if isinstance(getattr(a, "ty", None), ir.TensorT):
+            continue
+        if isinstance(a, ir.DimVal):
+            out.append(a.dim)
+        elif isinstance(a, ir.Ref) and a.kind in ("config", "dim"):
+            out.append(derived.get(a.name) or Dim.sym(a.name))
+        elif isinstance(a, ir.Op):
+            stack += [x for _, x in a.args]
+        elif isinstance(a, ir.TList):
+            stack += list(a.items)
+        elif isinstance(a, ir.TSlice):
+            stack += [x for x in (a.lo, a.hi) if x is not None]
+    return out
+
+
+def _fields_read(d: Dim, derived: frozenset) -> set[str]:
+    """The config names the generated code reads for `d`: a derived dim is read as its own property
+    (`cfg.head_dim`, whole on every rank), any other atom by its field."""
+    if d in derived:
+        return set()
+    out: set[str] = set()
+    for a in d.atoms():
+        if isinstance(a, str):
+            out.add(a)
+        elif Dim({((a, 1),): 1}) not in derived:
+            out |= _fields_read(a.num, derived) | _fields_read(a.den, derived)
+    return out
+# moe_experts' weights by role: the axis of their hidden width F (gate, up [E, F, D] and their biases [E, F];
+# down [E, D, F]); the down bias [E, D] has none
+_EXPERT_AXES = {"up": 1, "gate": 1, "down": 2, "gate_bias": 1, "up_bias": 1, "down_bias": None}
+
+
 def _slice_bounds(e: ir.Op, axis: int, size: Dim) -> tuple[Dim | None, Dim | None, Dim]:
     """(start, stop, size) of `e`'s slice along `axis` (None: an open end, or a bound of no known value)."""
     it = e.arg("index").items[axis]
@@ -451,6 +515,7 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
     uses = _first_uses(model)
     placements = []
     pieces: dict[str, tuple[Dim, ...]] = {}
+    expert_axes: dict[str, int | None] = {}
     for key, names in groups.items():
         named = [n for n in names if n in flow.styles]
         if named and len(named) == len(names) and len({flow.styles[n][0] for n in named}) == 1:
@@ -468,6 +533,8 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
                         "each rank holding its part of each")
                 if style == "colwise":  # not a contiguous block of rows per rank: a style of its own
                     style = "colwise_pieces"
+            if style == "experts":
+                (expert_axes[key],) = {flow.expert_axes[n] for n in names}  # a key per weight
             placements.append(Placement(key, style, tuple(names), how, span))
         elif named:
             parts = ", ".join(f"`{n}` {flow.styles[n][0] if n in flow.styles else 'replicate'}" for n in names)
@@ -482,7 +549,7 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
                        for c in flow.cache_plan.caches)
     return TensorParallelPlan(tuple(placements), reqs, cache_axes,
                               tuple((w,) + r for w, r in sorted(refused.items(), key=lambda kv: kv[1][1].line)),
-                              tuple(pieces.items()))
+                              tuple(pieces.items()), tuple(expert_axes.items()))
 
 
 def _first_uses(model: ir.Model) -> dict[str, tuple[str, Span]]:
@@ -497,8 +564,10 @@ def _first_uses(model: ir.Model) -> dict[str, tuple[str, Span]]:
 
 
 def defaults(model: ir.Model) -> dict[str, int]:
-    """The int config fields' defaults."""
-    return {c.name: c.default for c in model.config if isinstance(c.default, int) and not isinstance(c.default, bool)}
+    """The int config fields' defaults, and the computed ints' values for them (`rot = int(...)`, as the
+    checker folded them): every requirement's units evaluate."""
+    fields = {c.name: c.default for c in model.config if isinstance(c.default, int) and not isinstance(c.default, bool)}
+    return {**fields, **dict(model.computed)}
 
 
 def refusals(plan: TensorParallelPlan, model: ir.Model, tp: int) -> list[Requirement]:

@@ -246,9 +246,17 @@ def _moe_experts(x, indices, weights, gate: Optional[torch.Tensor], up, down, ac
     """`moe_experts`: x [..., D] through the experts `indices` [..., k] names, weighted by `weights`
     [..., k] and added; gate and up [E, F, D], down [E, D, F], their biases [E, F] and [E, D] where
     given; `alpha` and `limit` those of act="clamped_swiglu". Dense or sparse by _moe_dense_wins."""
-    if type(up).__name__ == "DTensor":  # sharded by hidden width (snf.parallelize), torch.distributed loaded
+    # the weights are what says a call is sharded (snf.parallelize made them DTensors): one look at
+    # their type a call, by name, so that a model never sharded imports nothing of torch.distributed
+    if type(up).__name__ == "DTensor":
         return _moe_experts_sharded(x, indices, weights, gate, up, down, act, gate_bias, up_bias, down_bias, alpha,
                                     limit)
+    return _moe_experts_local(x, indices, weights, gate, up, down, act, gate_bias, up_bias, down_bias, alpha, limit)
+
+
+def _moe_experts_local(x, indices, weights, gate, up, down, act: str, gate_bias, up_bias, down_bias, alpha: float,
+                       limit: float):
+    """_moe_experts on plain tensors (the whole experts, or a rank's slice of each)."""
     experts = up.shape[0]
     if _eager_check(indices):
         low, high = int(indices.min()), int(indices.max())
@@ -266,23 +274,36 @@ def _moe_experts(x, indices, weights, gate: Optional[torch.Tensor], up, down, ac
     return _MOE_OP(x2, i2, w2, gate, up, down, act, *extra).reshape(shape)
 
 
+_TP_PLACEMENTS: list = []  # (DTensor, (Partial(),), (Replicate(),)), imported by the first sharded call
+
+
+def _tp_placements():
+    """DTensor and the placements the sharded experts use, imported once (torch.distributed loaded by then)."""
+    if not _TP_PLACEMENTS:
+        from torch.distributed.tensor import DTensor, Partial, Replicate
+        _TP_PLACEMENTS.extend((DTensor, (Partial(),), (Replicate(),)))
+    return _TP_PLACEMENTS
+
+
+def _whole_on_ranks(t, mesh):
+    """`t` itself in the forward; its gradient summed over the ranks of `mesh` in the backward."""
+    dtensor, partial, replicate = _tp_placements()
+    return dtensor.from_local(t, mesh, replicate, run_check=False).to_local(grad_placements=partial)
+
+
 def _moe_experts_sharded(x, indices, weights, gate, up, down, act: str, gate_bias, up_bias, down_bias,
                          alpha: float, limit: float):
     """`moe_experts` on this tensor-parallel rank's slice of every expert's hidden width: gate and up
     sharded on F (axis 1), down on F (axis 2). Each rank's output is a partial sum, added over the
     ranks; x and the routing weights enter whole, and each rank's share of their gradients is added
     over the ranks in the backward (the trap of exact logits with gradients off). DTensor does both."""
-    from torch.distributed.tensor import DTensor, Partial, Replicate
+    dtensor, partial, replicate = _tp_placements()
     mesh = up.device_mesh
-
-    def whole(t):  # forward: t itself; backward: its gradient summed over the ranks
-        return DTensor.from_local(t, mesh, [Replicate()], run_check=False).to_local(grad_placements=[Partial()])
-
-    def mine(t):
-        return t.to_local() if t is not None else None
-    out = _moe_experts(whole(x), indices, whole(weights), mine(gate), mine(up), mine(down), act, mine(gate_bias),
-                       mine(up_bias), None, alpha, limit)
-    out = DTensor.from_local(out, mesh, [Partial()], run_check=False).redistribute(mesh, [Replicate()]).to_local()
+    gate, up, down, gate_bias, up_bias = (t.to_local() if t is not None else None
+                                          for t in (gate, up, down, gate_bias, up_bias))
+    out = _moe_experts_local(_whole_on_ranks(x, mesh), indices, _whole_on_ranks(weights, mesh), gate, up, down, act,
+                             gate_bias, up_bias, None, alpha, limit)
+    out = dtensor.from_local(out, mesh, partial, run_check=False).redistribute(mesh, replicate).to_local()
     if down_bias is None:
         return out
     # the down bias [E, D] (whole on every rank) once, after the sum: each token's chosen biases, weighted

@@ -243,7 +243,6 @@ class Model(nn.Module):
     # The tensor-parallel plan derived from gemma3_text.snf (`snfc check --tp N` shows it with its reasons);
     # snf.parallelize applies it.
     tp_plan = {
-        'token_embedding': 'vocab_embedding',
         'layers.*.q': 'colwise',
         'layers.*.k': 'colwise',
         'layers.*.v': 'colwise',

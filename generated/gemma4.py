@@ -463,7 +463,6 @@ class Model(nn.Module):
     # The tensor-parallel plan derived from gemma4.snf (`snfc check --tp N` shows it with its reasons);
     # snf.parallelize applies it.
     tp_plan = {
-        'token_embedding': 'vocab_embedding',
         'layers.*.q': 'colwise',
         'layers.*.q_norm_weight': 'head_norm',
         'layers.*.k': 'colwise',

@@ -193,7 +193,6 @@ class Model(nn.Module):
     # The tensor-parallel plan derived from nanogpt.snf (`snfc check --tp N` shows it with its reasons);
     # snf.parallelize applies it.
     tp_plan = {
-        'token_embedding': 'vocab_embedding',
         'layers.*.attn_q': 'colwise',
         'layers.*.attn_k': 'colwise',
         'layers.*.attn_v': 'colwise',

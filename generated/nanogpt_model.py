@@ -157,7 +157,6 @@ class Model(nn.Module):
     # The tensor-parallel plan derived from nanogpt_model.snf (`snfc check --tp N` shows it with its reasons);
     # snf.parallelize applies it.
     tp_plan = {
-        'θ_embed': 'vocab_embedding',
         'layers.*.θ_attn_Wq': 'colwise',
         'layers.*.θ_attn_Wk': 'colwise',
         'layers.*.θ_attn_Wv': 'colwise',

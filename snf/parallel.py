@@ -180,7 +180,10 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
     tp_axis = tp_mesh(mesh)
     tp = tp_axis.size()
     layout = {}
-    tied = any(s == "vocab_head" and not _exists(model, p) for p, s in plan.items())
+    # the LM head reads the token embedding as its weight: the config ties them (its lm_head is None), or
+    # the spec's head is always the table (the plan keeps it whole; the head reads the final norm's output)
+    tied = any(s == "vocab_head" and not _exists(model, p) for p, s in plan.items()) or (
+        "vocab_head" not in plan.values() and "sequence_norm_head" in getattr(cls, "tp_sequence", {}).values())
     pieces = getattr(cls, "tp_pieces", {})
     expert_axes = getattr(cls, "tp_expert_axes", {})
     for path, style in plan.items():

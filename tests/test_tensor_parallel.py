@@ -218,3 +218,30 @@ def _saved(model) -> bytes:
     buffer = io.BytesIO()
     torch.save(model, buffer)
     return buffer.getvalue()
+
+
+def test_a_head_always_tied_to_its_table_parallelizes(tmp_path):
+    """nanoGPT's and the GPT decoder's LM head is always the token embedding (`linear(x, weight=wte)`,
+    no lm_head): the plan keeps the table whole, so snf.parallelize (with sequence parallelism too) gives
+    the whole model's logits, on a 1-rank mesh in this process (it once handed the head a DTensor table
+    beside plain activations: "mixed torch.Tensor and DTensor")."""
+    import copy
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import generated.gpt_decoder as gpt_decoder
+    import generated.nanogpt as nanogpt
+    from specs_table import ROWS
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("tp",))
+        for mod, name, sequence in ((nanogpt, "nanogpt", False), (gpt_decoder, "gpt_decoder", True)):
+            assert "token_embedding" not in mod.Model.tp_plan  # replicated: whole
+            torch.manual_seed(0)
+            whole = mod.Model(mod.Config(**ROWS[name].small)).eval()
+            model = snf.parallelize(copy.deepcopy(whole), mesh, sequence_parallel=sequence)
+            idx = torch.randint(0, whole.config.vocab_size, (2, 6))
+            torch.testing.assert_close(model(idx).logits, whole(idx).logits, rtol=0, atol=1e-6)
+    finally:
+        dist.destroy_process_group()

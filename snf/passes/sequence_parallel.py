@@ -81,6 +81,7 @@ class _Sequence(_Flow):
         self.env: dict[str, Stream | None] = {}
         self.roles: dict[str, tuple[str | None, Span]] = {}  # module key -> (role; None: used on whole values)
         self.outs = {o.name for o in model.outputs}
+        self.tables: set[str] = set()  # the token embeddings' tables (a tied head's weight)
 
     def assign(self, name: str, v: Stream | None, span: Span) -> None:
         """A name bound or written into (`new_keys[l] = ...`: a cache, never the stream)."""
@@ -124,6 +125,7 @@ class _Sequence(_Flow):
             return self.linear(args["weight"].name, None, self.expr(args["x"]), e.ty, e.span)
         if e.op == "gather" and _is_param(args["table"]) and _is_token(self.model, args["index"]):
             self.role(args["table"].name, SCATTER, e.span, "the token embedding")
+            self.tables.add(args["table"].name)
             return Stream()
         states = {n: self.expr(a) for n, a in e.args}
         weight = args.get("weight") if e.op in NORMS else None
@@ -160,7 +162,7 @@ class _Sequence(_Flow):
             self.role(w, GATHER if x is not None else None, span, "the column-wise linear")
         elif x is None:
             return None
-        elif style == "vocab_embedding" and x.norm is not None:  # a head tied to the token embedding
+        elif (style == "vocab_embedding" or w in self.tables) and x.norm is not None:  # a head tied to the table
             self.roles[x.norm] = (NORM_HEAD, self.roles[x.norm][1])
         else:
             raise _Refused(f"`linear` of `{w}` ({style}) reads the stream split by positions", span)

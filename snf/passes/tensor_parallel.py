@@ -522,9 +522,13 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
             style, how, span = flow.styles[named[0]]
             lines = sorted({line for n in names for line in flow.pieces.get(n, ())})
             if style == "vocab_embedding" and flow.tied is not None and flow.tied_table in names:
-                untied = any(s == "vocab_head" for s, _, _ in flow.styles.values())
-                how += (f"; {'where the config ties them, ' if untied else ''}the LM head at line {flow.tied} "
-                        "is this table (its logits gathered)")
+                # the head reads the table as a plain weight (`linear(x, weight=table)`): sharded rows would
+                # hand it a part of its weight, so a tied table stays whole (snf.parallelize keeps it so)
+                if any(s == "vocab_head" for s, _, _ in flow.styles.values()):
+                    how += f"; where the config ties them, the LM head at line {flow.tied} reads it, and it stays whole"
+                else:
+                    style, how = "replicate", (f"the token embedding, which the LM head at line {flow.tied} reads "
+                                               "as its weight: a table the head reads stays whole")
             if lines:
                 tiled = {_tiling(flow.slices.get(n, ()), flow.widths[n]) for n in names if n in flow.widths}
                 if len(tiled) == 1 and None not in tiled:

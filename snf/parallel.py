@@ -84,6 +84,14 @@ def _norm_over_shards(self, x):
     return y + self.bias if getattr(self, "bias", None) is not None else y
 
 
+class _RMSNormOverShards(nn.RMSNorm):  # module-level classes: a parallelized model still pickles
+    forward = _norm_over_shards
+
+
+class _LayerNormOverShards(nn.LayerNorm):
+    forward = _norm_over_shards
+
+
 def _width_norm():
     """"width_norm": a norm over the whole width of a column-wise linear's output (OLMo 2's q/k norm), each
     rank holding its slice of the width. Its weight (and bias) sharded as the width is; its input taken
@@ -105,7 +113,7 @@ def _width_norm():
 
     class WidthNorm(ParallelStyle):
         def _apply(self, module: nn.Module, mesh) -> nn.Module:  # an nn.RMSNorm or nn.LayerNorm (parallelize)
-            module.__class__ = type(type(module).__name__, (type(module),), {"forward": _norm_over_shards})
+            module.__class__ = _RMSNormOverShards if isinstance(module, nn.RMSNorm) else _LayerNormOverShards
             return distribute_module(module, mesh, params, inputs, output)
     return WidthNorm()
 

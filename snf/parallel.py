@@ -75,7 +75,10 @@ _NOT_YET = {
 }
 # a projection the spec slices into pieces (Phi-3's fused q/k/v): its rows are reordered (_pieces_order)
 # so that a contiguous block per rank (ColwiseParallel) is the rank's part of each piece; one with no
-# `tp_pieces` entry is refused, as a contiguous block would mix the pieces (wrong results, no error)
+# `tp_pieces` entry is refused, as a contiguous block would mix the pieces (wrong results, no error).
+# Pieces of pieces (Mamba2's z, x B C, dt, then x, B, C) are flattened by the plan: the leaf pieces.
+# A shard:K parameter with a `tp_pieces` entry (Mamba2's conv weight over x, B and C) is reordered so
+# along K; so is a cache of that name (`new_conv`), which its forward writes a rank's part of each into.
 PIECES = "colwise_pieces"
 # "experts": the stacked weights of a moe_experts call (parameters, not modules), sharded on the hidden
 # width F: gate and up [E, F, D] (and their biases [E, F]) on axis 1, down [E, D, F] on axis 2, told
@@ -127,11 +130,15 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
     layout = {}
     tied = any(s == "vocab_head" and not _exists(model, p) for p, s in plan.items())
     pieces = getattr(cls, "tp_pieces", {})
+    norms = []  # head_norm weights that are plain parameters
     for path, style in plan.items():
         if style.startswith("shard:"):
             if not style[6:].isdigit() or not (_exists(model, path, parameter=True) or _left_out(model, path)):
                 raise ShardingError(f"{path} ({style}): no parameter of {cls.__module__}.Model has this path, "
                                     "or the axis is not a number")
+            if path in pieces and any(n % tp for n in pieces[path](model.config)):
+                raise ShardingError(f"{path}: its pieces of sizes {tuple(pieces[path](model.config))} do not "
+                                    f"divide by tp = {tp}")
             continue
         if style == PIECES:
             if path not in pieces:
@@ -152,6 +159,9 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
             for name, p in model.named_parameters():
                 if fnmatch.fnmatchcase(name, path):
                     _expert_axis(name, p)
+        if style == "head_norm" and not _exists(model, path) and _exists(model, path, parameter=True):
+            norms.append(path)  # a plain parameter (Qwen3-Next's `1.0 + q_norm_weight`): below
+            continue
         if style in (EXPERTS, "replicate") or not _exists(model, path):
             continue  # experts: below; a module the config leaves out (a tied head's lm_head is None)
         if style == "vocab_embedding" and tied:
@@ -169,7 +179,10 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
                             p.data = p.data[_pieces_order(sizes, tp)]
         parallelize_module(model, tp_axis, {path: styles[style]() for path, style in layout.items()})
         _shard_experts(model, tp_axis, [p for p, s in plan.items() if s == EXPERTS])
-        _shard_along(model, tp_axis, {p: int(s[6:]) for p, s in plan.items() if s.startswith("shard:")})
+        _shard_along(model, tp_axis, {**{p: int(s[6:]) for p, s in plan.items() if s.startswith("shard:")},
+                                      **{p: None for p in norms}},
+                     {p: _pieces_order(pieces[p](model.config), tp) for p, s in plan.items()
+                      if s.startswith("shard:") and p in pieces})
         shard = _local_config(model.config, local, tp)
         for m in model.modules():
             if getattr(m, "config", None) is model.config and m is not model:
@@ -194,15 +207,19 @@ def _pieces_order(sizes, tp: int) -> torch.Tensor:
                       for r in range(tp) for start, n in zip(starts, sizes)])
 
 
-def _pieces_rows(model: nn.Module, name: str, mesh) -> Optional[torch.Tensor]:
-    """For the parameter `name` of a projection of pieces, the order its rows were laid out in by
-    parallelize (_pieces_order, over the "tp" axis of `mesh`); None for any other parameter."""
+def _pieces_rows(model: nn.Module, name: str, mesh) -> tuple[Optional[torch.Tensor], int]:
+    """For the parameter `name` of a projection of pieces (or a shard:K parameter in pieces), the order
+    its rows (its axis K) were laid out in by parallelize (_pieces_order, over the "tp" axis of
+    `mesh`), and that axis; None for any other parameter."""
     import fnmatch
+    plan = getattr(type(model), "tp_plan", {})
     for path, sizes in getattr(type(model), "tp_pieces", {}).items():
-        if fnmatch.fnmatchcase(name.rpartition(".")[0], path):
+        style = plan.get(path, "")
+        if fnmatch.fnmatchcase(name.rpartition(".")[0] if style == PIECES else name, path):
             tp = mesh["tp"].size() if mesh.ndim == 2 else mesh.size()  # ("dp", "tp") under FSDP2
-            return _pieces_order([n * tp for n in sizes(model.config)], tp)  # the config is a rank's
-    return None
+            axis = int(style[6:]) if style.startswith("shard:") else 0
+            return _pieces_order([n * tp for n in sizes(model.config)], tp), axis  # the config is a rank's
+    return None, 0
 
 
 def whole_tensor(model: nn.Module, name: str, t) -> torch.Tensor:
@@ -212,9 +229,9 @@ def whole_tensor(model: nn.Module, name: str, t) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
     if not isinstance(t, DTensor):
         return t
-    rows = _pieces_rows(model, name, t.device_mesh)
+    rows, axis = _pieces_rows(model, name, t.device_mesh)
     full = t.full_tensor()
-    return full if rows is None else full[torch.argsort(rows)]
+    return full if rows is None else full.index_select(axis, torch.argsort(rows))
 
 
 def sharded_like(model: nn.Module, name: str, whole: torch.Tensor, p) -> torch.Tensor:
@@ -223,30 +240,59 @@ def sharded_like(model: nn.Module, name: str, whole: torch.Tensor, p) -> torch.T
     from torch.distributed.tensor import DTensor, distribute_tensor
     if not isinstance(p, DTensor):
         return whole
-    rows = _pieces_rows(model, name, p.device_mesh)
-    return distribute_tensor((whole if rows is None else whole[rows]).to(p.device), p.device_mesh, p.placements)
+    rows, axis = _pieces_rows(model, name, p.device_mesh)
+    return distribute_tensor((whole if rows is None else whole.index_select(axis, rows)).to(p.device),
+                             p.device_mesh, p.placements)
 
 
-def _shard_along(model: nn.Module, mesh, axes: dict) -> None:
+def _shard_along(model: nn.Module, mesh, axes: dict, orders: dict) -> None:
     """Each parameter a path of `axes` names (`layers.*.sinks`: K), a DTensor sharded on its axis K, which
     its module reads as this rank's part: a property of the module's class (a subclass made here, as
     torch's parametrize does) returns `to_local()`, whose backward gives the DTensor its part of the
-    gradient. The state dict keeps its keys."""
+    gradient. One a path of `orders` names has its axis K reordered first (pieces: _pieces_order).
+    K None: a weight applied whole to a rank's heads (head_norm), a Replicate DTensor whose local
+    gradient is a partial sum over the heads: DTensor all-reduces it. The state dict keeps its keys."""
     import fnmatch
 
-    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
     for name, p in list(model.named_parameters()):
-        axis = next((k for path, k in axes.items() if fnmatch.fnmatchcase(name, path)), None)
-        if axis is None:
+        path = next((path for path in axes if fnmatch.fnmatchcase(name, path)), None)
+        if path is None:
             continue
+        axis = axes[path]
+        order = next((o for path, o in orders.items() if fnmatch.fnmatchcase(name, path)), None)
+        data = p.data if order is None else p.data.index_select(axis, order)
         owner, _, attr = name.rpartition(".")
         m = model.get_submodule(owner)
-        m._parameters[attr] = nn.Parameter(distribute_tensor(p.data, mesh, [Shard(axis)]), p.requires_grad)
+        placement = Replicate() if axis is None else Shard(axis)
+        m._parameters[attr] = nn.Parameter(distribute_tensor(data, mesh, [placement]), p.requires_grad)
         if not hasattr(type(m), "_snf_local"):
             m.__class__ = type(type(m).__name__, (type(m),), {"_snf_local": ()})
         if attr not in type(m)._snf_local:
             type(m)._snf_local += (attr,)
-            setattr(type(m), attr, property(lambda self, a=attr: self._parameters[a].to_local()))
+            setattr(type(m), attr, property(lambda self, a=attr: _local(self._parameters[a])))
+
+
+class _AllReduced(torch.autograd.Function):
+    """The identity on a Replicate DTensor, whose backward makes a Partial gradient Replicate (all-reduced)."""
+
+    @staticmethod
+    def forward(ctx, p):
+        return p.view_as(p)
+
+    @staticmethod
+    def backward(ctx, grad):
+        from torch.distributed.tensor import Replicate
+        return grad.redistribute(grad.device_mesh, [Replicate()])
+
+
+def _local(p):
+    """A rank's part of the DTensor parameter `p`; of a Replicate one (a head_norm weight), the whole, whose
+    gradient, a partial sum over this rank's heads, is all-reduced into a Replicate one."""
+    from torch.distributed.tensor import Partial
+    if p.placements[0].is_shard():
+        return p.to_local()
+    return _AllReduced.apply(p).to_local(grad_placements=(Partial(),))
 
 
 def _shard_experts(model: nn.Module, mesh, paths: list) -> None:

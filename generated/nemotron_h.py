@@ -472,7 +472,7 @@ class Model(nn.Module):
     tp_plan = {
         'token_embedding': 'vocab_embedding',
         'layers.*.in_proj_weight': 'colwise_pieces',
-        'layers.*.in_proj_bias': 'colwise',
+        'layers.*.in_proj_bias': 'colwise_pieces',
         'layers.*.conv_weight': 'shard:0',
         'layers.*.conv_bias': 'shard:0',
         'layers.*.dt_bias': 'shard:0',
@@ -530,6 +530,8 @@ class Model(nn.Module):
     tp_pieces = {
         'layers.*.in_proj_weight': lambda c: (c.d_inner, c.d_inner, c.n_groups*c.state_size, c.n_groups*c.state_size,
                                               c.ssm_n_head),
+        'layers.*.in_proj_bias': lambda c: (c.d_inner, c.d_inner, c.n_groups*c.state_size, c.n_groups*c.state_size,
+                                            c.ssm_n_head),
         'layers.*.conv_weight': lambda c: (c.d_inner, c.n_groups*c.state_size, c.n_groups*c.state_size),
         'layers.*.conv_bias': lambda c: (c.d_inner, c.n_groups*c.state_size, c.n_groups*c.state_size),
         'new_conv': lambda c: (c.d_inner, c.n_groups*c.state_size, c.n_groups*c.state_size),

@@ -162,6 +162,10 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
         if style == "head_norm" and not _exists(model, path) and _exists(model, path, parameter=True):
             norms.append(path)  # a plain parameter (Qwen3-Next's `1.0 + q_norm_weight`): below
             continue
+        if style in STYLES and style != "replicate" and not _exists(model, path) and \
+                _exists(model, path, parameter=True):  # a linear of plain parameters (Nemotron-H's in_proj)
+            raise ShardingError(f"{path} ({style}): a plain parameter, not a module: torch's styles shard a "
+                                "module (an nn.Linear's input and output), which this runtime cannot do for it yet")
         if style in (EXPERTS, "replicate") or not _exists(model, path):
             continue  # experts: below; a module the config leaves out (a tied head's lm_head is None)
         if style == "vocab_embedding" and tied:

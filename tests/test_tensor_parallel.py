@@ -123,3 +123,8 @@ def test_a_tp_the_plan_cannot_take_is_refused_before_anything_is_sharded():
     with pytest.raises(ShardingError, match=r"layers.\*.qkv: style 'colwise_pieces' is not supported here: the "
                                              r"model has no tp_pieces entry"):
         snf.parallelize(small, Mesh())
+    # Nemotron-H's linears are plain parameters (F.linear of a layer type's weights), which torch's module
+    # styles cannot shard: refused by name, not a shape error mid-forward
+    import generated.nemotron_h as nemotron_h
+    with pytest.raises(ShardingError, match=r"layers.\*.in_proj_weight \(colwise\): a plain parameter"):
+        snf.parallelize(nemotron_h.Model(**ROWS["nemotron_h"].small), Mesh())

@@ -215,6 +215,7 @@ class _Flow:
         self.reads: dict[tuple, set] = {}  # a frame -> the dims its slices' bounds read (the forward's code)
         self.bounds: set[Dim] = set()
         self.widths: dict[str, Dim] = {}  # a column-wise linear -> its output features
+        self.bias_of: dict[str, str] = {}  # a column-wise linear's bias -> its weight
         self.tied: int | None = None  # the line of an LM head tied to the token embedding
         self.tied_table: str | None = None  # that embedding's parameter
         self.whole: dict[str, Span] = {}  # a parameter used with whole activations -> where
@@ -407,7 +408,8 @@ class _Flow:
         kids = self.children.get(frame)
         if not kids:
             return [(self.width(frame), None)]
-        if _tiling([k[:3] for k in kids], self.width(frame)) is None:
+        kids = _tiling(kids, self.width(frame))
+        if kids is None:
             return None
         out = []
         for lo, _, size, span in kids:
@@ -511,6 +513,8 @@ class _Flow:
             return WHOLE
         for p in (w, bias):
             self.style(p, "colwise", "column-wise: its output features sharded", span)
+        if bias is not None:
+            self.bias_of[bias] = w
         self.widths[w] = self.roots[("linear", w)] = ty.shape[-1]
         self.origins[("linear", w)] = frozenset({w})
         return Sharded(ty.rank - 1, ty.shape[-1], span, _LINEAR_OUT, frozenset({w}), frame=(("linear", w),))
@@ -545,14 +549,18 @@ def degree(d: Dim, fields: set) -> int | None:
     return 0 if scaled == d else 1 if scaled == d * t else None
 
 
-def _tiling(slices, width: Dim) -> tuple[Dim, ...] | None:
-    """The slices' sizes where they cut [0, width) into consecutive pieces in source order, each once."""
-    at = Dim.const(0)
-    for lo, hi, size in slices:
-        if lo is None or lo != at:
+def _tiling(slices, width: Dim) -> list | None:
+    """The slices (start, stop, size, ...) in the order they cut [0, width) into consecutive pieces, each
+    once; None where they do not."""
+    at, out, left = Dim.const(0), [], list(slices)
+    while left:
+        nxt = next((s for s in left if s[0] is not None and s[0] == at), None)
+        if nxt is None:
             return None
-        at = width if hi is None else lo + size
-    return tuple(size for _, _, size in slices) if slices and at == width else None
+        left.remove(nxt)
+        out.append(nxt)
+        at = nxt[0] + nxt[2]
+    return out if out and at == width else None
 
 
 def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> TensorParallelPlan:
@@ -567,18 +575,20 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
         named = [n for n in names if n in flow.styles]
         if named and len(named) == len(names) and len({flow.styles[n][0] for n in named}) == 1:
             style, how, span = flow.styles[named[0]]
-            lines = sorted({line for n in names for line in flow.pieces.get(n, ())})
+            # (a bias placed apart from its weight, both plain parameters, has the weight's pieces)
+            names_w = [flow.bias_of.get(n, n) for n in names]
+            lines = sorted({line for n in names_w for line in flow.pieces.get(n, ())})
             if style == "vocab_embedding" and flow.tied is not None and flow.tied_table in names:
                 untied = any(s == "vocab_head" for s, _, _ in flow.styles.values())
                 how += (f"; {'where the config ties them, ' if untied else ''}the LM head at line {flow.tied} "
                         "is this table (its logits gathered)")
             # a linear's output rows, or a parameter's or cache's sharded axis, laid out in pieces
             frames = {(("linear", n),) if n in flow.widths else next(iter(flow.framed[n]))[0]
-                      for n in names if n in flow.widths or len({f for f, _, _ in flow.framed.get(n, ())}) == 1}
+                      for n in names_w if n in flow.widths or len({f for f, _, _ in flow.framed.get(n, ())}) == 1}
             frames = {f for f in frames if f in flow.children}
-            if lines and (frames or set(names) & flow.untabled):
+            if lines and (frames or set(names_w) & flow.untabled):
                 tiled = {tuple(d for d, _ in flow.leaves(f) or [(None, None)]) for f in frames}
-                if len(tiled) == 1 and not set(names) & flow.untabled and None not in next(iter(tiled)):
+                if len(tiled) == 1 and not set(names_w) & flow.untabled and None not in next(iter(tiled)):
                     pieces[key] = tiled.pop()
                 how += (f"; sliced into pieces at line{'s' * (len(lines) > 1)} {', '.join(map(str, lines))}, "
                         "each rank holding its part of each")

@@ -258,13 +258,13 @@ def _shard_along(model: nn.Module, mesh, axes: dict, orders: dict) -> None:
     gradient is a partial sum over the heads: DTensor all-reduces it. The state dict keeps its keys."""
     import fnmatch
 
-    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     for name, p in list(model.named_parameters()):
         path = next((path for path in axes if fnmatch.fnmatchcase(name, path)), None)
         if path is None:
             continue
         axis = axes[path]
-        order = next((o for path, o in orders.items() if fnmatch.fnmatchcase(name, path)), None)
+        order = next((o for key, o in orders.items() if fnmatch.fnmatchcase(name, key)), None)
         data = p.data if order is None else p.data.index_select(axis, order)
         owner, _, attr = name.rpartition(".")
         m = model.get_submodule(owner)

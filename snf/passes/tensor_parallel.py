@@ -214,6 +214,7 @@ class _Flow:
         self.origins: dict[tuple, frozenset] = {}  # a frame's root -> the linears its features come from
         self.reads: dict[tuple, set] = {}  # a frame -> the dims its slices' bounds read (the forward's code)
         self.bounds: set[Dim] = set()
+        self.meets: list[tuple[list, frozenset, ir.Op]] = []  # the frames of sharded values one op combines
         self.widths: dict[str, Dim] = {}  # a column-wise linear -> its output features
         self.bias_of: dict[str, str] = {}  # a column-wise linear's bias -> its weight
         self.tied: int | None = None  # the line of an LM head tied to the token embedding
@@ -330,6 +331,9 @@ class _Flow:
             self.used_whole(params, e.span)
             return WHOLE
         rule = all_ops()[e.op].shard
+        if len({v.frame for _, v in sharded}) > 1:
+            self.meets.append(([v.frame for _, v in sharded], frozenset().union(
+                *(v.origins for _, v in sharded)), e))
         out = FLEX
         for n, v in sharded:
             if rule is None:
@@ -429,6 +433,12 @@ class _Flow:
                 origins = frozenset().union(*(o for _, o, _ in uses))
                 span = min((s for _, _, s in uses), key=lambda s: (s.line, s.col))
                 raise _Refused(origins, f"`{name}` meets sharded features in pieces no one layout gives it", span)
+        for values, origins, e in self.meets:  # each rank's elements must be the same features
+            layouts = {tuple(d for d, _ in self.leaves(f) or [(None, None)]) if f in self.children else None
+                       for f in values}
+            if len(layouts) > 1:
+                raise _Refused(origins, f"`{e.op}` combines it with sharded features laid out in other pieces",
+                               e.span)
         fields = {r.units.as_symbol() for r in self.requires.values()} - {None}
         for frame, kids in self.children.items():
             leaves = self.leaves(frame)

@@ -229,7 +229,16 @@ class Model(nn.Module):
          'tp must divide G = n_groups, the heads `reshape` makes of sharded features (mamba2.snf:73)'),
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
-    tp_local = ('n_groups', 'n_head')
+    tp_local = ('conv_dim', 'd_inner', 'n_groups', 'n_head', 'proj_dim')
+    # features in pieces (a projection's rows, a parameter's or a cache's sharded axis): the leaf pieces' sizes, in
+    # order (each rank holds its part of each)
+    tp_pieces = {
+        'layers.*.in_proj': lambda c: (c.d_inner, c.d_inner, c.n_groups*c.state_size, c.n_groups*c.state_size,
+                                       c.n_head),
+        'layers.*.conv_weight': lambda c: (c.d_inner, c.n_groups*c.state_size, c.n_groups*c.state_size),
+        'layers.*.conv_bias': lambda c: (c.d_inner, c.n_groups*c.state_size, c.n_groups*c.state_size),
+        'new_conv': lambda c: (c.d_inner, c.n_groups*c.state_size, c.n_groups*c.state_size),
+    }
     # sequence parallelism (snf.parallelize(..., sequence_parallel=True)): each module's part in it
     tp_sequence = {
         'token_embedding': 'scatter',

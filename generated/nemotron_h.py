@@ -472,7 +472,7 @@ class Model(nn.Module):
     tp_plan = {
         'token_embedding': 'vocab_embedding',
         'layers.*.in_proj_weight': 'colwise_pieces',
-        'layers.*.in_proj_bias': 'colwise',
+        'layers.*.in_proj_bias': 'colwise_pieces',
         'layers.*.conv_weight': 'shard:0',
         'layers.*.conv_bias': 'shard:0',
         'layers.*.dt_bias': 'shard:0',
@@ -523,7 +523,19 @@ class Model(nn.Module):
          'tp must divide shared_hidden, the features of a column-wise `linear` (nemotron_h.snf:205)'),
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
-    tp_local = ('expert_hidden', 'mlp_hidden', 'n_groups', 'n_head', 'n_kv_head', 'shared_hidden', 'ssm_n_head')
+    tp_local = ('conv_dim', 'd_inner', 'expert_hidden', 'mlp_hidden', 'n_groups', 'n_head', 'n_kv_head', 'proj_dim',
+                'shared_hidden', 'ssm_n_head')
+    # features in pieces (a projection's rows, a parameter's or a cache's sharded axis): the leaf pieces' sizes, in
+    # order (each rank holds its part of each)
+    tp_pieces = {
+        'layers.*.in_proj_weight': lambda c: (c.d_inner, c.d_inner, c.n_groups*c.state_size, c.n_groups*c.state_size,
+                                              c.ssm_n_head),
+        'layers.*.in_proj_bias': lambda c: (c.d_inner, c.d_inner, c.n_groups*c.state_size, c.n_groups*c.state_size,
+                                            c.ssm_n_head),
+        'layers.*.conv_weight': lambda c: (c.d_inner, c.n_groups*c.state_size, c.n_groups*c.state_size),
+        'layers.*.conv_bias': lambda c: (c.d_inner, c.n_groups*c.state_size, c.n_groups*c.state_size),
+        'new_conv': lambda c: (c.d_inner, c.n_groups*c.state_size, c.n_groups*c.state_size),
+    }
     # each expert weight's axis of the hidden width, by its role in moe_experts (None: whole, the down bias)
     tp_expert_axes = {
         'layers.*.expert_up': 1,

@@ -235,7 +235,8 @@ class Model(nn.Module):
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
     tp_local = ('kv_dim', 'mlp_hidden', 'n_head', 'n_kv_head', 'q_dim')
-    # a projection the spec slices into pieces: their sizes, in its rows' order (each rank holds its part of each)
+    # features in pieces (a projection's rows, a parameter's or a cache's sharded axis): the leaf pieces' sizes, in
+    # order (each rank holds its part of each)
     tp_pieces = {
         'layers.*.qkv': lambda c: (c.q_dim, c.kv_dim, c.kv_dim),
         'layers.*.gate_up': lambda c: (c.mlp_hidden, c.mlp_hidden),

@@ -438,7 +438,7 @@ class Model(nn.Module):
         'layers.*.o': 'rowwise',
         'layers.*.q_norm_weight': 'head_norm',
         'layers.*.k_norm_weight': 'head_norm',
-        'layers.*.qkvz': 'colwise_pieces',
+        'layers.*.qkvz': 'colwise',
         'layers.*.ba': 'colwise',
         'layers.*.conv_weight': 'shard:0',
         'layers.*.dt_bias': 'shard:0',
@@ -476,8 +476,14 @@ class Model(nn.Module):
          'tp must divide mlp_hidden, the features of a column-wise `linear` (qwen3_next.snf:207)'),
     )
     # the config values a rank holds 1/tp of: a sharded model's forward reads them divided by tp
-    tp_local = ('expert_hidden', 'lin_n_key_head', 'lin_n_value_head', 'mlp_hidden', 'n_head', 'n_kv_head',
-                'shared_hidden')
+    tp_local = ('conv_dim', 'expert_hidden', 'key_dim', 'lin_n_key_head', 'lin_n_value_head', 'mlp_hidden', 'n_head',
+                'n_kv_head', 'shared_hidden', 'value_dim')
+    # features in pieces (a projection's rows, a parameter's or a cache's sharded axis): the leaf pieces' sizes, in
+    # order (each rank holds its part of each)
+    tp_pieces = {
+        'layers.*.conv_weight': lambda c: (c.key_dim, c.key_dim, c.value_dim),
+        'new_conv': lambda c: (c.key_dim, c.key_dim, c.value_dim),
+    }
     # each expert weight's axis of the hidden width, by its role in moe_experts (None: whole, the down bias)
     tp_expert_axes = {
         'layers.*.expert_gate': 1,

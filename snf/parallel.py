@@ -120,7 +120,10 @@ def _width_norm():
 
 # a projection the spec slices into pieces (Phi-3's fused q/k/v): its rows are reordered (_pieces_order)
 # so that a contiguous block per rank (ColwiseParallel) is the rank's part of each piece; one with no
-# `tp_pieces` entry is refused, as a contiguous block would mix the pieces (wrong results, no error)
+# `tp_pieces` entry is refused, as a contiguous block would mix the pieces (wrong results, no error).
+# Pieces of pieces (Mamba2's z, x B C, dt, then x, B, C) are flattened by the plan: the leaf pieces.
+# A shard:K parameter with a `tp_pieces` entry (Mamba2's conv weight over x, B and C) is reordered so
+# along K; so is a cache of that name (`new_conv`), which its forward writes a rank's part of each into.
 PIECES = "colwise_pieces"
 # "experts": the stacked weights of a moe_experts call (parameters, not modules), sharded on the hidden
 # width F on the axis the model's `tp_expert_axes` gives each path, by the weight's role in the call (gate
@@ -194,11 +197,15 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
         "vocab_head" not in plan.values() and "sequence_norm_head" in getattr(cls, "tp_sequence", {}).values())
     pieces = getattr(cls, "tp_pieces", {})
     expert_axes = getattr(cls, "tp_expert_axes", {})
+    norms = []  # head_norm weights that are plain parameters
     for path, style in plan.items():
         if style.startswith("shard:"):
             if not style[6:].isdigit() or not (_exists(model, path, parameter=True) or _left_out(model, path)):
                 raise ShardingError(f"{path} ({style}): no parameter of {cls.__module__}.Model has this path, "
                                     "or the axis is not a number")
+            if path in pieces and any(n % tp for n in pieces[path](model.config)):
+                raise ShardingError(f"{path}: its pieces of sizes {tuple(pieces[path](model.config))} do not "
+                                    f"divide by tp = {tp}")
             continue
         if style == PIECES:
             if path not in pieces:
@@ -221,6 +228,13 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
         if style == EXPERTS and path not in expert_axes:  # refused before anything is sharded
             raise ShardingError(f"{path} ({style}): the model has no tp_expert_axes entry for it (the axis of its "
                                 "hidden width, by its role in moe_experts)")
+        if style == "head_norm" and not _exists(model, path) and _exists(model, path, parameter=True):
+            norms.append(path)  # a plain parameter (Qwen3-Next's `1.0 + q_norm_weight`): below
+            continue
+        if style in STYLES and style != "replicate" and not _exists(model, path) and \
+                _exists(model, path, parameter=True):  # a linear of plain parameters (Nemotron-H's in_proj)
+            raise ShardingError(f"{path} ({style}): a plain parameter, not a module: torch's styles shard a "
+                                "module (an nn.Linear's input and output), which this runtime cannot do for it yet")
         if style in (EXPERTS, "replicate") or not _exists(model, path):
             continue  # experts: below; a module the config leaves out (a tied head's lm_head is None)
         if style == "vocab_embedding" and tied:
@@ -241,7 +255,10 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
         else:
             parallelize_module(model, tp_axis, {path: styles[style]() for path, style in layout.items()})
         _shard_experts(model, tp_axis, {p: expert_axes[p] for p, s in plan.items() if s == EXPERTS})
-        _shard_along(model, tp_axis, {p: int(s[6:]) for p, s in plan.items() if s.startswith("shard:")})
+        _shard_along(model, tp_axis, {**{p: int(s[6:]) for p, s in plan.items() if s.startswith("shard:")},
+                                      **{p: None for p in norms}},
+                     {p: _pieces_order(pieces[p](model.config), tp) for p, s in plan.items()
+                      if s.startswith("shard:") and p in pieces})
         shard = _local_config(model.config, local, tp)
         for m in model.modules():
             if getattr(m, "config", None) is model.config and m is not model:
@@ -356,15 +373,19 @@ def _pieces_order(sizes, tp: int) -> torch.Tensor:
                       for r in range(tp) for start, n in zip(starts, sizes)])
 
 
-def _pieces_rows(model: nn.Module, name: str, mesh) -> Optional[torch.Tensor]:
-    """For the parameter `name` of a projection of pieces, the order its rows were laid out in by
-    parallelize (_pieces_order, over the "tp" axis of `mesh`); None for any other parameter."""
+def _pieces_rows(model: nn.Module, name: str, mesh) -> tuple[Optional[torch.Tensor], int]:
+    """For the parameter `name` of a projection of pieces (or a shard:K parameter in pieces), the order
+    its rows (its axis K) were laid out in by parallelize (_pieces_order, over the "tp" axis of
+    `mesh`), and that axis; None for any other parameter."""
     import fnmatch
+    plan = getattr(type(model), "tp_plan", {})
     for path, sizes in getattr(type(model), "tp_pieces", {}).items():
-        if fnmatch.fnmatchcase(name.rpartition(".")[0], path):
+        style = plan.get(path, "")
+        if fnmatch.fnmatchcase(name.rpartition(".")[0] if style == PIECES else name, path):
             tp = mesh["tp"].size() if mesh.ndim == 2 else mesh.size()  # ("dp", "tp") under FSDP2
-            return _pieces_order([n * tp for n in sizes(model.config)], tp)  # the config is a rank's
-    return None
+            axis = int(style[6:]) if style.startswith("shard:") else 0
+            return _pieces_order([n * tp for n in sizes(model.config)], tp), axis  # the config is a rank's
+    return None, 0
 
 
 def whole_tensor(model: nn.Module, name: str, t) -> torch.Tensor:
@@ -374,9 +395,9 @@ def whole_tensor(model: nn.Module, name: str, t) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
     if not isinstance(t, DTensor):
         return t
-    rows = _pieces_rows(model, name, t.device_mesh)
+    rows, axis = _pieces_rows(model, name, t.device_mesh)
     full = t.full_tensor()
-    return full if rows is None else full[torch.argsort(rows)]
+    return full if rows is None else full.index_select(axis, torch.argsort(rows))
 
 
 def sharded_like(model: nn.Module, name: str, whole: torch.Tensor, p) -> torch.Tensor:
@@ -385,32 +406,62 @@ def sharded_like(model: nn.Module, name: str, whole: torch.Tensor, p) -> torch.T
     from torch.distributed.tensor import DTensor, distribute_tensor
     if not isinstance(p, DTensor):
         return whole
-    rows = _pieces_rows(model, name, p.device_mesh)
-    return distribute_tensor((whole if rows is None else whole[rows]).to(p.device), p.device_mesh, p.placements)
+    rows, axis = _pieces_rows(model, name, p.device_mesh)
+    return distribute_tensor((whole if rows is None else whole.index_select(axis, rows)).to(p.device),
+                             p.device_mesh, p.placements)
 
 
-def _shard_along(model: nn.Module, mesh, axes: dict) -> None:
+def _shard_along(model: nn.Module, mesh, axes: dict, orders: dict) -> None:
     """Each parameter a path of `axes` names (`layers.*.sinks`: K), a DTensor sharded on its axis K, which
-    its module's forward reads as this rank's part: a forward pre-hook puts `to_local()` in the module's
-    instance dict (found before nn.Module's parameter lookup), whose backward gives the DTensor its part
-    of the gradient, and a forward hook takes it out again. The module keeps its class (type, isinstance
-    and pickling unchanged) and its state dict its keys."""
+    its module's forward reads as this rank's part: a forward pre-hook puts its local view (_local) in the
+    module's instance dict (found before nn.Module's parameter lookup), whose backward gives the DTensor
+    its part of the gradient, and a forward hook takes it out again. The module keeps its class (type,
+    isinstance and pickling unchanged) and its state dict its keys. One a path of `orders` names has its
+    axis K reordered first (pieces: _pieces_order). K None: a weight applied whole to a rank's heads
+    (head_norm), a Replicate DTensor whose local gradient is a partial sum over the heads: DTensor
+    all-reduces it."""
     import fnmatch
 
-    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     owners: dict = {}
     for name, p in list(model.named_parameters()):
-        axis = next((k for path, k in axes.items() if fnmatch.fnmatchcase(name, path)), None)
-        if axis is None:
+        path = next((path for path in axes if fnmatch.fnmatchcase(name, path)), None)
+        if path is None:
             continue
+        axis = axes[path]
+        order = next((o for key, o in orders.items() if fnmatch.fnmatchcase(name, key)), None)
+        data = p.data if order is None else p.data.index_select(axis, order)
         owner, _, attr = name.rpartition(".")
         m = model.get_submodule(owner)
-        m._parameters[attr] = nn.Parameter(distribute_tensor(p.data, mesh, [Shard(axis)]), p.requires_grad)
+        placement = Replicate() if axis is None else Shard(axis)
+        m._parameters[attr] = nn.Parameter(distribute_tensor(data, mesh, [placement]), p.requires_grad)
         owners.setdefault(m, []).append(attr)
     for m, attrs in owners.items():
         views = _LocalViews(tuple(attrs))
         m.register_forward_pre_hook(views.put)
         m.register_forward_hook(views.drop, always_call=True)
+
+
+class _AllReduced(torch.autograd.Function):
+    """The identity on a Replicate DTensor, whose backward makes a Partial gradient Replicate (all-reduced)."""
+
+    @staticmethod
+    def forward(ctx, p):
+        return p.view_as(p)
+
+    @staticmethod
+    def backward(ctx, grad):
+        from torch.distributed.tensor import Replicate
+        return grad.redistribute(grad.device_mesh, [Replicate()])
+
+
+def _local(p):
+    """A rank's part of the DTensor parameter `p`; of a Replicate one (a head_norm weight), the whole, whose
+    gradient, a partial sum over this rank's heads, is all-reduced into a Replicate one."""
+    from torch.distributed.tensor import Partial
+    if p.placements[0].is_shard():
+        return p.to_local()
+    return _AllReduced.apply(p).to_local(grad_placements=(Partial(),))
 
 
 class _LocalViews:
@@ -421,7 +472,7 @@ class _LocalViews:
 
     def put(self, module, args):
         for a in self.attrs:
-            module.__dict__[a] = module._parameters[a].to_local()
+            module.__dict__[a] = _local(module._parameters[a])
 
     def drop(self, module, args, output):
         for a in self.attrs:

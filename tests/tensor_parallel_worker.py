@@ -28,7 +28,7 @@ from torch.distributed.tensor import DTensor
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import snf  # noqa: E402
-from snf.parallel import sharded_like, whole_tensor  # noqa: E402
+from snf.parallel import _pieces_order, sharded_like, whole_tensor  # noqa: E402
 from specs_table import ROWS  # noqa: E402
 
 # The plans are the generated modules' own (Model.tp_plan, derived from the specs).
@@ -53,6 +53,10 @@ CASES = {  # name -> (spec, config)
                                       tie_embeddings=True)),
     # q and k normalised over their whole width (width_norm: the statistics all-reduced), a tied head
     "olmo2": ("olmo2", dict(ROWS["olmo2"].small, n_layer=1)),
+    # recurrent states: in_proj in pieces of pieces (z, x B C, dt; x, B, C), the conv weight and state in pieces
+    "mamba2": ("mamba2", ROWS["mamba2"].small),
+    # a hybrid: gated attention, the gated delta rule (q, k, v concatenated: the conv's pieces), experts
+    "qwen3_next": ("qwen3_next", ROWS["qwen3_next"].small),
 }
 SEQUENCE = {"llama3_sp", "llama3_tied_sp"}  # parallelized with sequence_parallel=True
 
@@ -63,6 +67,18 @@ def _local(t):
 
 def diff(a, b) -> float:
     return (a.float() - b.float()).abs().max().item() if a.numel() else 0.0
+
+
+def mine(model, name: str, whole, local, rank: int, tp: int):
+    """This rank's part of the whole model's cache `name`: along the axis where `local` is 1/tp of it,
+    its heads, or its part of each piece where the model's `tp_pieces` names the cache."""
+    if not isinstance(whole, torch.Tensor) or whole.shape == local.shape:
+        return whole
+    axis = next(a for a, (w, m) in enumerate(zip(whole.shape, local.shape)) if w != m)
+    pieces = getattr(type(model), "tp_pieces", {})
+    if name in pieces:
+        whole = whole.index_select(axis, _pieces_order(pieces[name](model.config), tp))
+    return whole.narrow(axis, rank * local.shape[axis], local.shape[axis])
 
 
 def built(name: str):
@@ -85,11 +101,10 @@ def check(name: str, mesh) -> dict:
     # split by positions, a length tp divides
     idx = torch.randint(0, cfg["vocab_size"], (2, 8 if sequence else 7), generator=torch.Generator().manual_seed(1))
     out, ref = sharded(idx, use_cache=True), whole(idx, use_cache=True)
-    kvh = cfg["n_kv_head"] // tp
-    mine = slice(rank * kvh, (rank + 1) * kvh)
-    res = {"logits": diff(out.logits, ref.logits),
-           "keys": diff(out.new_keys, ref.new_keys[:, :, :, mine]),
-           "values": diff(out.new_values, ref.new_values[:, :, :, mine])}
+    res = {"logits": diff(out.logits, ref.logits), "caches": 0.0}
+    for field in ref._fields[1:]:  # each cache (or other output): this rank's part of the whole one
+        res["caches"] = max(res["caches"], diff(getattr(out, field), mine(whole, field, getattr(ref, field),
+                                                                          getattr(out, field), rank, tp)))
     if sequence:  # refused: a decode step's one position does not split
         try:
             sharded.generate(idx, max_new_tokens=2, temperature=0)

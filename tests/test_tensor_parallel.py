@@ -2,9 +2,9 @@
 (docs/training.md, "Tensor parallelism": these tests run its examples' steps).
 
 One launch of 4 processes (tests/tensor_parallel_worker.py, about 30 s on a 2-core CPU: a launch's
-start-up is about 10 s, so there is one) runs every model's checks at tp = 2 (logits, each rank's KV
-cache (its heads of the whole model's), greedy `generate`, gathered gradients, the parameter bytes a
-rank holds), then FSDP2 x tensor-parallel training on a 2 x 2 ("dp", "tp") mesh. Tolerance 1e-5 fp32: the sharded matmuls sum the same products in
+start-up is about 10 s, so there is one) runs every model's checks at tp = 2 (logits, each rank's
+caches (its heads of the whole model's KV caches and recurrent states, its part of each piece of a
+convolution's state), greedy `generate`, gathered gradients, the parameter bytes a rank holds), then FSDP2 x tensor-parallel training on a 2 x 2 ("dp", "tp") mesh. Tolerance 1e-5 fp32: the sharded matmuls sum the same products in
 another order (an all-reduce of per-rank partial sums), so they differ by rounding (about 1e-7).
 """
 
@@ -41,10 +41,10 @@ def launched(tmp_path_factory) -> dict:
 def test_two_ranks_match_one_process(launched):
     results = {name: res for name, res in launched.items() if name not in ("fsdp2_tp", "from_pretrained")}
     assert set(results) == {"llama3", "llama3_tied", "llama3_odd_vocab", "qwen3", "mixtral", "phi3", "gpt_oss",
-                            "olmo2", "llama3_sp", "llama3_tied_sp"}
+                            "olmo2", "llama3_sp", "llama3_tied_sp", "mamba2", "qwen3_next"}
     for name, res in results.items():
         assert "error" not in res, (name, res)
-        assert max(res["logits"], res["keys"], res["values"], res["grads"]) <= 1e-5, (name, res)
+        assert max(res["logits"], res["caches"], res["grads"]) <= 1e-5, (name, res)
         assert res["params"] == 0 and res["params_back"] == 0, (name, res)  # whole_tensor and sharded_like
         # sequence parallel: generate refused by name (a decode step's one position does not split)
         assert res["generate_refused"] if name.endswith("_sp") else res["generate_same"], name
@@ -130,12 +130,25 @@ def test_a_tp_the_plan_cannot_take_is_refused_before_anything_is_sharded():
     assert {k: f(c) for k, f in phi3.Model.tp_pieces.items()} == {  # the rows' order: q, k, v; gate, up
         "layers.*.qkv": (c.q_dim, c.kv_dim, c.kv_dim), "layers.*.gate_up": (c.mlp_hidden, c.mlp_hidden)}
     assert {"q_dim", "kv_dim"} <= set(phi3.Model.tp_local)  # the forward slices by them: divided
-    # no table: pieces of a size read whole elsewhere (n_embd), pieces of pieces (Mamba2's x, B, C of xbc)
-    assert not hasattr(snowflake.Model, "tp_pieces") and not hasattr(mamba2.Model, "tp_pieces")
+    # no table: pieces of a size read whole elsewhere (n_embd)
+    assert not hasattr(snowflake.Model, "tp_pieces")
+    # pieces of pieces flattened (Mamba2's z, xbc, dt, then x, B, C of xbc), and the conv weight's and
+    # state's pieces; the forward's slices read a rank's d_inner, conv_dim, proj_dim
+    c = mamba2.Config(**ROWS["mamba2"].small)
+    x, bc = c.d_inner, c.n_groups * c.state_size
+    assert {k: f(c) for k, f in mamba2.Model.tp_pieces.items()} == {
+        "layers.*.in_proj": (x, x, bc, bc, c.n_head), "layers.*.conv_weight": (x, bc, bc),
+        "layers.*.conv_bias": (x, bc, bc), "new_conv": (x, bc, bc)}
+    assert {"d_inner", "conv_dim", "proj_dim"} <= set(mamba2.Model.tp_local)
     small = snowflake.Model(**ROWS["snowflake_core"].small)
     with pytest.raises(ShardingError, match=r"layers.\*.qkv: style 'colwise_pieces' is not supported here: the "
                                              r"model has no tp_pieces entry"):
         snf.parallelize(small, Mesh())
+    # Nemotron-H's linears are plain parameters (F.linear of a layer type's weights), which torch's module
+    # styles cannot shard: refused by name, not a shape error mid-forward
+    import generated.nemotron_h as nemotron_h
+    with pytest.raises(ShardingError, match=r"layers.\*.in_proj_weight \(colwise\): a plain parameter"):
+        snf.parallelize(nemotron_h.Model(**ROWS["nemotron_h"].small), Mesh())
 
 
 def test_clip_grad_norm_is_torchs_with_no_host_sync(monkeypatch):
@@ -177,7 +190,7 @@ def test_sharded_sinks_and_experts_on_one_rank_keep_the_model_a_plain_one(tmp_pa
         torch.manual_seed(0)
         whole = mod.Model(mod.Config(**ROWS["gpt_oss"].small))
         model = copy.deepcopy(whole)
-        _shard_along(model, mesh, {"layers.*.sinks": 0})
+        _shard_along(model, mesh, {"layers.*.sinks": 0}, {})
         _shard_experts(model, mesh, mod.Model.tp_expert_axes)
         assert type(model.layers[0]) is mod.Block and list(model.state_dict()) == list(whole.state_dict())
         assert model.layers[0].down_weight.placements[0].dim == 2 and model.layers[0].down_bias.dim() == 2

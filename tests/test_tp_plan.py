@@ -258,3 +258,39 @@ def test_a_size_a_rank_divides_that_also_splits_whole_features_is_refused(tmp_pa
     assert tp.local() == () and tp.styles() == {"emb": "vocab_embedding", "tab": "vocab_embedding",
                                                 "w_in": "replicate", "w_out": "replicate"}
     assert "lin_head_dim" not in plans("kimi_linear").tp.local() and "d_model" not in plans("whisper").tp.local()
+
+
+def test_pieces_of_pieces_are_flattened_and_a_bound_a_rank_cannot_read_is_refused(tmp_path):
+    """A projection sliced into a and bc, then bc (after a convolution over it) into b and c: its rows
+    are the leaf pieces a, b, c, the convolution's weight the pieces b, c. Cut at a constant instead
+    (4, not a rank's part of W = H * K), the projection stays whole, with that line as the reason; so
+    it does where bc meets a sharded value laid out otherwise (each rank's elements other features)."""
+    def spec(cut: str = "W", mix: bool = False) -> str:
+        path = tmp_path / "nested.snf"
+        mixed = " + linear(bc * linear(x, weight=w_m), weight=w_o)" if mix else ""
+        path.write_text("param:\n  D : int = 8\n  H : int = 2\n  K : int = 4\n  V : int = 10\n  W = H * K\n"
+                        "input:\n  idx : Tensor([B, T], int64)\n"
+                        "parameter:\n  emb : Tensor([V, D], float32)\n  w_in : Tensor([3 * W, D], float32)\n"
+                        f"  cw : Tensor([2 * W, 1, 4], float32)\n  w_b : Tensor([D, {cut}], float32)\n"
+                        f"  w_c : Tensor([D, 2 * W - {cut}], float32)\n  w_a : Tensor([D, W], float32)\n"
+                        + ("  w_m : Tensor([2 * W, D], float32)\n  w_o : Tensor([D, 2 * W], float32)\n" if mix else "")
+                        + "output:\n  y : Tensor([B, T, D], float32)\n"
+                        "let x = gather(emb, idx)\n"
+                        "let p = linear(x, weight=w_in)\n"
+                        "let bc = causal_conv1d(p[:, :, W:3 * W], weight=cw)\n"
+                        "let a = reshape(p[:, :, 0:W], [B, T, H, K])\n"  # W's units: H heads
+                        f"let y = x + linear(bc[:, :, 0:{cut}], weight=w_b) + linear(bc[:, :, {cut}:2 * W], weight=w_c)"
+                        f" + linear(reshape(a, [B, T, W]), weight=w_a){mixed}\n")
+        return str(path)
+    from snf.compiler import analyze, planned
+    from snf.dims import Dim
+    from snf.source import Source
+    tp = planned(analyze(Source.read(spec())).model).tp
+    w = Dim.sym("H") * Dim.sym("K")
+    assert dict(tp.pieces) == {"w_in": (w, w, w), "cw": (w, w)}
+    _, out, _ = _check("--tp", "2", spec("4"))
+    assert "partial: w_in stays whole at line 22: the bound `4` of its pieces is not a rank's part of the whole" \
+        in out, out
+    _, out, _ = _check("--tp", "2", spec(mix=True))
+    assert "partial: w_in stays whole at line 24: `mul` combines it with sharded features laid out in other " \
+        "pieces" in out, out

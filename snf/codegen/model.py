@@ -453,14 +453,18 @@ class Generator:
 def _tp_pieces(tp, derived_by_dim: dict, em) -> tuple[tuple[str, ...], list[str]]:
     """`tp_local`'s names and `tp_pieces`' entries. The forward slices a projection of pieces by the
     sizes' code, which must read the rank's part: a derived dim (Phi-3's `cfg.q_dim`, then divided
-    too) or a name of tp_local; a size the forward reads whole elsewhere (SnowflakeCore's pieces of
-    n_embd) gets no entry, and snf.parallelize refuses the projection."""
+    too), a name of tp_local, or a product of one with whole sizes (Mamba2's `G * N`); a size the
+    forward reads whole elsewhere (SnowflakeCore's pieces of n_embd) gets no entry, and
+    snf.parallelize refuses the projection. The derived dims the pieces' bounds read (Mamba2's
+    `d_inner + conv_dim`) are divided too."""
+    from ..passes.tensor_parallel import degree
     local = set(tp.local())
     tables = [(key, sizes) for key, sizes in tp.pieces
-              if all(d in derived_by_dim or d.as_symbol() in local for d in sizes)]
+              if all(d in derived_by_dim or degree(d, local) == 1 for d in sizes)]
     pieces = [f"{key!r}: lambda c: ({', '.join(em.dim(d) for d in sizes)}{',' * (len(sizes) == 1)}),"
               for key, sizes in tables]
-    derived = {derived_by_dim[d] for _, sizes in tables for d in sizes if d in derived_by_dim}
+    read = [d for _, sizes in tables for d in sizes] + sorted(tp.bounds, key=str)
+    derived = {derived_by_dim[d] for d in read if d in derived_by_dim}
     return tuple(sorted(local | derived)), pieces
 
 

@@ -132,6 +132,8 @@ def show_tensor_parallel(plans: Plans, tp: int) -> list[str]:
         out.append(f"  {p.key:<{width}}  {p.style:<15}  {p.reason} (line {p.span.line})")
     for name, output, axis in plan.caches:
         where = f"sharded along axis {axis}, as what is written into it" if axis is not None else "whole"
+        leaves = dict(plan.pieces).get(output)
+        where += f", in pieces: each rank holding its part of each of {len(leaves)}" if leaves else ""
         out.append(f"  cache {name} -> {output}: {where}")
     env = defaults(model)
     tables = dict(plan.pieces)

@@ -54,6 +54,9 @@ class Sharded:
     what: str
     origins: frozenset  # the column-wise linears (their weights' names) it comes from
     width: bool = False  # normalised over the whole sharded width: a linear contracting it is low-rank
+    # where its features lie in a tensor whose rows a rank's layout controls (a column-wise linear's
+    # output, a concat of sharded pieces): (root, (start, size) of each nested slice); None: elsewhere
+    frame: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -97,12 +100,15 @@ class TensorParallelPlan:
     caches: tuple[tuple[str, str, int | None], ...]
     # (linear weight, why it stays whole, where, whether by design: a low-rank projection)
     refused: tuple[tuple[str, str, Span, bool], ...]
-    # `tp_pieces`: a colwise_pieces key -> its pieces' sizes in the weight's row order (where the spec's
-    # slices of its output tile it, each once); the runtime lays out each rank's part of each piece
+    # `tp_pieces`: a colwise_pieces key, or a shard:K parameter's or a cache output's that meets sharded
+    # pieces -> the leaf pieces' sizes along its sharded axis, in order (where the spec's slices tile it,
+    # pieces of pieces flattened); the runtime lays out each rank's part of each leaf piece
     pieces: tuple[tuple[str, tuple[Dim, ...]], ...] = ()
     # `tp_expert_axes`: an experts key -> the axis of its hidden width, by its role in moe_experts (gate and
     # up [E, F, D] and their biases [E, F]: 1, down [E, D, F]: 2); None for the down bias [E, D], kept whole
     expert_axes: tuple[tuple[str, int | None], ...] = ()
+    # the dims the forward's slices of those pieces read (their bounds): a rank must read its part of each
+    bounds: frozenset = frozenset()
 
     @property
     def full(self) -> bool:
@@ -142,6 +148,7 @@ def plan_tensor_parallel(model: ir.Model, layout: LayoutPlan, caches: CachePlan)
         flow = _Flow(model, caches, fixed, refused)
         try:
             flow.block(model.body)
+            flow.finish()
             flow.local_sizes()
         except _Refused as r:
             new = r.origins - refused.keys()
@@ -203,9 +210,17 @@ class _Flow:
         self.requires: dict[Dim, Requirement] = {}
         self.caches: dict[str, int] = {}
         self.pieces: dict[str, set[int]] = {}  # a column-wise linear -> the lines that slice its output into pieces
-        # a column-wise linear -> (start, stop, size) of each slice of its own output, in source order
-        self.slices: dict[str, list[tuple[Dim | None, Dim | None, Dim]]] = {}
+        # a frame (Sharded.frame) -> (start, stop, size, span) of each slice of it, in source order
+        self.children: dict[tuple, list[tuple[Dim, Dim | None, Dim, Span]]] = {}
+        self.roots: dict[tuple, Dim] = {}  # a frame's root -> its width
+        self.untabled: set[str] = set()  # linears whose pieces lie where no layout reaches (no one table)
+        self.framed: dict[str, set] = {}  # a parameter or cache output sharded with pieces -> their frames
+        self.origins: dict[tuple, frozenset] = {}  # a frame's root -> the linears its features come from
+        self.reads: dict[tuple, set] = {}  # a frame -> the dims its slices' bounds read (the forward's code)
+        self.bounds: set[Dim] = set()
+        self.meets: list[tuple[list, frozenset, ir.Op]] = []  # the frames of sharded values one op combines
         self.widths: dict[str, Dim] = {}  # a column-wise linear -> its output features
+        self.bias_of: dict[str, str] = {}  # a column-wise linear's bias -> its weight
         self.tied: int | None = None  # the line of an LM head tied to the token embedding
         self.tied_table: str | None = None  # that embedding's parameter
         self.whole: dict[str, Span] = {}  # a parameter used with whole activations -> where
@@ -229,7 +244,7 @@ class _Flow:
                 v = self.expr(s.value)
                 if isinstance(v, Sharded):  # `new_keys[l] = k_all`: the integer indices come first
                     v = Sharded(v.axis + sum(1 for i in s.index if not isinstance(i, ir.TSlice)), v.units,
-                                v.units_at, v.what, v.origins)
+                                v.units_at, v.what, v.origins, frame=v.frame)
                 self.assign(s.name, v, s.span)
             elif isinstance(s, ir.TIf):
                 self.expr(s.test)
@@ -249,6 +264,7 @@ class _Flow:
             if name in self.cache_outs:
                 self.require(v)
                 self.caches[name] = v.axis
+                self.framed.setdefault(name, set()).add((v.frame, v.origins, span))
         self.env[name] = self.join(self.env.get(name, FLEX), v, span, f"`{name}` is assigned")
 
     def join(self, a, b, span: Span, what: str):
@@ -261,7 +277,8 @@ class _Flow:
         if isinstance(a, Params) or isinstance(b, Params):
             return b if isinstance(a, Params) else a
         if isinstance(a, Sharded) and isinstance(b, Sharded) and a.axis == b.axis:
-            return Sharded(a.axis, a.units, a.units_at, a.what, a.origins | b.origins, a.width or b.width)
+            return Sharded(a.axis, a.units, a.units_at, a.what, a.origins | b.origins, a.width or b.width,
+                           a.frame if a.frame == b.frame else None)
         origins = (a.origins if isinstance(a, Sharded) else frozenset()) | (
             b.origins if isinstance(b, Sharded) else frozenset())
         raise _Refused(origins, f"{what} both sharded and whole values", span)
@@ -338,6 +355,9 @@ class _Flow:
             self.used_whole(params, e.span)
             return WHOLE
         rule = all_ops()[e.op].shard
+        if len({v.frame for _, v in sharded}) > 1:
+            self.meets.append(([v.frame for _, v in sharded], frozenset().union(
+                *(v.origins for _, v in sharded)), e))
         out = FLEX
         for n, v in sharded:
             if rule is None:
@@ -361,21 +381,104 @@ class _Flow:
                     # a whole parameter on this rank's part only: its gradient would be a part too
                     raise _refuse(v, f"`{e.op}` applies `{min(st.names)}` whole to it", e.span)
             units, at, what = v.units, v.units_at, v.what
+            # the same features in the same places (an elementwise op, a convolution over channels)
+            axis = p.axis if p.kind == KEPT else v.axis
+            arg = e.arg(n)
+            frame = v.frame if p.units is None and not isinstance(arg, ir.TList) and \
+                equal(e.ty.shape[axis], arg.ty.shape[v.axis])[0] else None
             if p.piece:  # a piece of a fused projection, or pieces concatenated
                 if p.units.symbols() & self.model.run_time_dims:
                     raise _refuse(v, f"`{e.op}` slices it at a run-time bound", e.span)
                 for o in v.origins:
                     self.pieces.setdefault(o, set()).add(e.span.line)
-                    if v.what == _LINEAR_OUT and e.op in ("index", "slice"):
-                        self.slices.setdefault(o, []).append(_slice_bounds(e, v.axis, p.units))
-                    else:  # pieces of a piece (Mamba2's x, B, C of xbc), or concatenated: no one table
-                        self.slices.setdefault(o, []).append((None, None, p.units))
+                frame = self.piece(e, v, p)
                 units, at, what = p.units, e.span, f"a piece of sharded features (`{e.op}`)"
             elif p.units is not None:  # split into heads: a norm over the width came before, not a low rank
                 units, at, what, width = p.units, e.span, f"the heads `{e.op}` makes of sharded features", False
-            out = self.join(out, Sharded(p.axis if p.kind == KEPT else v.axis, units, at, what, v.origins, width),
-                            e.span, f"`{e.op}` gives")
+            out = self.join(out, Sharded(axis, units, at, what, v.origins, width, frame), e.span, f"`{e.op}` gives")
         return out
+
+    def piece(self, e: ir.Op, v: Sharded, p) -> tuple | None:
+        """The frame of the piece `e` makes of `v`: a slice of it within `v`'s frame, or the start of a
+        frame whose pieces are the sharded items `e` concatenates; the linears `v` comes from get no
+        table where neither is known (a piece of features whose layout no rank controls)."""
+        if e.op == "concat":
+            root = ("concat", e.span.line, e.span.col)
+            self.origins[root] = self.origins.get(root, frozenset()) | v.origins
+            if root not in self.roots:
+                self.roots[root] = e.ty.shape[p.axis]
+                at = Dim.const(0)
+                for item in e.arg("tensors").items:
+                    size = item.ty.shape[p.axis]
+                    self.child((root,), at, at + size, size, e.span)
+                    at = at + size
+            return (root,)
+        lo, hi, size = _slice_bounds(e, v.axis, p.units) if e.op in ("index", "slice") else (None, None, p.units)
+        if v.frame is None or lo is None:
+            self.untabled |= v.origins
+            return None
+        self.child(v.frame, lo, hi, size, e.span)
+        it = e.arg("index").items[v.axis]
+        self.reads.setdefault(v.frame, set()).update(d for b in (it.lo, it.hi) if b is not None for d in _dims_read(b))
+        return v.frame + ((lo, size),)
+
+    def child(self, frame: tuple, lo: Dim, hi: Dim | None, size: Dim, span: Span) -> None:
+        kids = self.children.setdefault(frame, [])
+        if not any(lo == k[0] and size == k[2] for k in kids):
+            kids.append((lo, hi, size, span))
+
+    def width(self, frame: tuple) -> Dim:
+        return frame[-1][1] if len(frame) > 1 else self.roots[frame[0]]
+
+    def leaves(self, frame: tuple) -> list[tuple[Dim, Span | None]] | None:
+        """The leaf pieces of `frame`, flattened in order (each with the slice that makes it), where its
+        slices tile it at every level; None where they do not."""
+        kids = self.children.get(frame)
+        if not kids:
+            return [(self.width(frame), None)]
+        kids = _tiling(kids, self.width(frame))
+        if kids is None:
+            return None
+        out = []
+        for lo, _, size, span in kids:
+            sub = self.leaves(frame + ((lo, size),))
+            if sub is None:
+                return None
+            out += [(d, s or span) for d, s in sub]
+        return out
+
+    def finish(self) -> None:
+        """After the flow: a parameter or cache that meets sharded pieces in two layouts, or in pieces
+        that do not tile it, is refused; every leaf piece of a layout must divide by tp, and the bounds
+        the forward slices them at must read a rank's sizes."""
+        for name, uses in self.framed.items():
+            frames = {f for f, _, _ in uses if f is not None and f in self.children}
+            if frames and (len({f for f, _, _ in uses}) > 1 or self.leaves(next(iter(frames))) is None):
+                origins = frozenset().union(*(o for _, o, _ in uses))
+                span = min((s for _, _, s in uses), key=lambda s: (s.line, s.col))
+                raise _Refused(origins, f"`{name}` meets sharded features in pieces no one layout gives it", span)
+        for values, origins, e in self.meets:  # each rank's elements must be the same features
+            layouts = {tuple(d for d, _ in self.leaves(f) or [(None, None)]) if f in self.children else None
+                       for f in values}
+            if len(layouts) > 1:
+                raise _Refused(origins, f"`{e.op}` combines it with sharded features laid out in other pieces",
+                               e.span)
+        fields = {r.units.as_symbol() for r in self.requires.values()} - {None}
+        for frame, kids in self.children.items():
+            leaves = self.leaves(frame)
+            reads = self.reads.get(frame, set())
+            if leaves is not None and (frame[0][0] != "linear" or len(frame) > 1):  # a linear's own: as phi3's
+                for size, span in leaves:  # (a piece of heads: the heads divide already)
+                    if span is not None and not any(degree(size, {f}) == 1 for f in fields):
+                        self.require(Sharded(0, size, span, "a piece of sharded features", frozenset()))
+                # a rank's forward slices its part with the same code: each bound must read a rank's part
+                # (n_head, d_inner = H * head_dim: divided by tp) times whole sizes (state_size)
+                bad = [d for d in reads if degree(d, fields) is None] + \
+                      [d for d, _ in leaves if degree(d, fields) != 1]
+                if bad:
+                    raise _Refused(self.origins[frame[0]], f"the bound `{show_dim(bad[0])}` of its pieces is "
+                                   "not a rank's part of the whole", kids[0][3])
+            self.bounds |= {d for d in reads if degree(d, fields) == 1}
 
     def used_whole(self, params, span: Span) -> None:
         """Parameters used with whole activations stay whole: the linears whose activations they were to
@@ -400,6 +503,7 @@ class _Flow:
                     if len(axes) != 1 or n in self.whole:
                         raise _refuse(v, f"`{e.op}` combines it with `{n}`, which is whole", e.span)
                     self.follows[n] = self.follows.get(n, frozenset()) | v.origins
+                    self.framed.setdefault(n, set()).add((v.frame, v.origins, e.span))
                     self.style(n, f"shard:{axes[0]}", f"sharded with the activations `{e.op}` meets it with", e.span)
             elif isinstance(item, ir.Ref) and item.kind in ("input", "layer_input") and st == FLEX:
                 self.caches.setdefault(item.name, axis + (1 if item.kind == "layer_input" else 0))
@@ -445,8 +549,11 @@ class _Flow:
             return WHOLE
         for p in (w, bias):
             self.style(p, "colwise", "column-wise: its output features sharded", span)
-        self.widths[w] = ty.shape[-1]
-        return Sharded(ty.rank - 1, ty.shape[-1], span, _LINEAR_OUT, frozenset({w}))
+        if bias is not None:
+            self.bias_of[bias] = w
+        self.widths[w] = self.roots[("linear", w)] = ty.shape[-1]
+        self.origins[("linear", w)] = frozenset({w})
+        return Sharded(ty.rank - 1, ty.shape[-1], span, _LINEAR_OUT, frozenset({w}), frame=(("linear", w),))
 
 
 _LINEAR_OUT = "the features of a column-wise `linear`"
@@ -497,14 +604,37 @@ def _slice_bounds(e: ir.Op, axis: int, size: Dim) -> tuple[Dim | None, Dim | Non
     return lo, dim_of(it.hi) if it.hi is not None else None, size
 
 
-def _tiling(slices, width: Dim) -> tuple[Dim, ...] | None:
-    """The slices' sizes where they cut [0, width) into consecutive pieces in source order, each once."""
-    at = Dim.const(0)
-    for lo, hi, size in slices:
-        if lo is None or lo != at:
+def _dims_read(e):
+    """The dims an int expression reads (config fields, derived dims), as its code reads them."""
+    if isinstance(e, ir.DimVal):
+        yield e.dim
+    elif isinstance(e, ir.Ref) and dim_of(e) is not None:
+        yield dim_of(e)
+    elif isinstance(e, ir.Op):
+        for _, a in e.args:
+            yield from _dims_read(a)
+
+
+def degree(d: Dim, fields: set) -> int | None:
+    """0 where `d` reads none of `fields` (a rank's sizes: each 1/tp of the whole), 1 where it is
+    proportional to them (H * head_dim + G * N: a rank's value is 1/tp of it), None otherwise."""
+    t = Dim.sym("__tp__")
+    scaled = d.subs({f: Dim.sym(f) * t for f in fields})
+    return 0 if scaled == d else 1 if scaled == d * t else None
+
+
+def _tiling(slices, width: Dim) -> list | None:
+    """The slices (start, stop, size, ...) in the order they cut [0, width) into consecutive pieces, each
+    once; None where they do not."""
+    at, out, left = Dim.const(0), [], list(slices)
+    while left:
+        nxt = next((s for s in left if s[0] is not None and s[0] == at), None)
+        if nxt is None:
             return None
-        at = width if hi is None else hi
-    return tuple(size for _, _, size in slices) if slices and at == width else None
+        left.remove(nxt)
+        out.append(nxt)
+        at = nxt[0] + nxt[2]
+    return out if out and at == width else None
 
 
 def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> TensorParallelPlan:
@@ -520,7 +650,9 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
         named = [n for n in names if n in flow.styles]
         if named and len(named) == len(names) and len({flow.styles[n][0] for n in named}) == 1:
             style, how, span = flow.styles[named[0]]
-            lines = sorted({line for n in names for line in flow.pieces.get(n, ())})
+            # (a bias placed apart from its weight, both plain parameters, has the weight's pieces)
+            names_w = [flow.bias_of.get(n, n) for n in names]
+            lines = sorted({line for n in names_w for line in flow.pieces.get(n, ())})
             if style == "vocab_embedding" and flow.tied is not None and flow.tied_table in names:
                 # the head reads the table as a plain weight (`linear(x, weight=table)`): sharded rows would
                 # hand it a part of its weight, so a tied table stays whole (snf.parallelize keeps it so)
@@ -529,14 +661,22 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
                 else:
                     style, how = "replicate", (f"the token embedding, which the LM head at line {flow.tied} reads "
                                                "as its weight: a table the head reads stays whole")
-            if lines:
-                tiled = {_tiling(flow.slices.get(n, ()), flow.widths[n]) for n in names if n in flow.widths}
-                if len(tiled) == 1 and None not in tiled:
+            # a linear's output rows, or a parameter's or cache's sharded axis, laid out in pieces
+            frames = {(("linear", n),) if n in flow.widths else next(iter(flow.framed[n]))[0]
+                      for n in names_w if n in flow.widths or len({f for f, _, _ in flow.framed.get(n, ())}) == 1}
+            frames = {f for f in frames if f in flow.children}
+            if lines and (frames or set(names_w) & flow.untabled):
+                tiled = {tuple(d for d, _ in flow.leaves(f) or [(None, None)]) for f in frames}
+                if len(tiled) == 1 and not set(names_w) & flow.untabled and None not in next(iter(tiled)):
                     pieces[key] = tiled.pop()
                 how += (f"; sliced into pieces at line{'s' * (len(lines) > 1)} {', '.join(map(str, lines))}, "
                         "each rank holding its part of each")
                 if style == "colwise":  # not a contiguous block of rows per rank: a style of its own
                     style = "colwise_pieces"
+            elif frames and style.startswith("shard:"):
+                leaves = flow.leaves(next(iter(frames)))
+                pieces[key] = tuple(d for d, _ in leaves)
+                how += f", in pieces: each rank holding its part of each of {len(leaves)}"
             if style == "experts":
                 (expert_axes[key],) = {flow.expert_axes[n] for n in names}  # a key per weight
             placements.append(Placement(key, style, tuple(names), how, span))
@@ -551,9 +691,13 @@ def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> Te
     reqs = tuple(sorted(flow.requires.values(), key=lambda r: (r.span.line, r.span.col)))
     cache_axes = tuple((c.input, c.output, flow.caches.get(c.output, flow.caches.get(c.input)))
                        for c in flow.cache_plan.caches)
+    for c in flow.cache_plan.caches:
+        framed = {f for f, _, _ in flow.framed.get(c.output, ())}
+        if len(framed) == 1 and next(iter(framed)) in flow.children:
+            pieces[c.output] = tuple(d for d, _ in flow.leaves(next(iter(framed))))
     return TensorParallelPlan(tuple(placements), reqs, cache_axes,
                               tuple((w,) + r for w, r in sorted(refused.items(), key=lambda kv: kv[1][1].line)),
-                              tuple(pieces.items()), tuple(expert_axes.items()))
+                              tuple(pieces.items()), tuple(expert_axes.items()), frozenset(flow.bounds))
 
 
 def _first_uses(model: ir.Model) -> dict[str, tuple[str, Span]]:
@@ -588,4 +732,4 @@ def refusals(plan: TensorParallelPlan, model: ir.Model, tp: int) -> list[Require
     return out
 
 
-__all__ = ["Placement", "Requirement", "TensorParallelPlan", "plan_tensor_parallel", "refusals"]
+__all__ = ["Placement", "Requirement", "TensorParallelPlan", "degree", "plan_tensor_parallel", "refusals"]

@@ -304,14 +304,14 @@ def local_runs(model: nn.Module, name: str, p):
     if local.shape[axis] != stop - start:
         raise ShardingError(f"{name}: {local.shape[axis]} entries on this rank, not the {stop - start} of "
                             f"torch.chunk's split of {n}")
-    rows = _pieces_rows(model, name, p.device_mesh) if axis == 0 else None
-    if rows is None:
+    rows, along = _pieces_rows(model, name, p.device_mesh)
+    if rows is None or along != axis:
         return local, [(axis, start, stop, 0)]
-    order = rows[start:stop].tolist()  # the whole tensor's rows this rank holds, in its order
+    order = rows[start:stop].tolist()  # the whole tensor's entries along `axis` this rank holds, in its order
     runs, at = [], 0
     for i in range(1, len(order) + 1):
         if i == len(order) or order[i] != order[i - 1] + 1:
-            runs.append((0, order[at], order[i - 1] + 1, at))
+            runs.append((axis, order[at], order[i - 1] + 1, at))
             at = i
     return local, runs
 
@@ -458,9 +458,9 @@ class _AllReduced(torch.autograd.Function):
 def _local(p):
     """A rank's part of the DTensor parameter `p`; of a Replicate one (a head_norm weight), the whole, whose
     gradient, a partial sum over this rank's heads, is all-reduced into a Replicate one."""
-    from torch.distributed.tensor import Partial
     if p.placements[0].is_shard():
         return p.to_local()
+    from torch.distributed.tensor import Partial
     return _AllReduced.apply(p).to_local(grad_placements=(Partial(),))
 
 

@@ -152,8 +152,9 @@ def check(name: str, mesh) -> dict:
 
 
 # sharded loading: plain weights, a vocabulary split unevenly (llama3_odd_vocab); pieces (phi3);
-# experts read through `.T` and interleaved keys, and sinks (gpt_oss)
-LOADED = ("llama3_odd_vocab", "phi3", "gpt_oss")
+# experts read through `.T` and interleaved keys, and sinks (gpt_oss); pieces of pieces, and a
+# convolution weight in pieces along its shard:0 axis (mamba2)
+LOADED = ("llama3_odd_vocab", "phi3", "gpt_oss", "mamba2")
 
 
 @contextlib.contextmanager

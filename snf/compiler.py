@@ -143,7 +143,7 @@ def tensor_parallel(result: Result, tp: int, show: bool = True) -> list[Diagnost
     default config breaks at `tp` (tp does not divide n_kv_head), at the line that names the dim."""
     from .dims import show_dim
     from .passes.show import show_tensor_parallel
-    from .passes.tensor_parallel import defaults, refusals
+    from .passes.tp_plan import defaults, refusals
     if not result.ok:
         return []
     plans = planned(result.model)

@@ -457,7 +457,7 @@ def _tp_pieces(tp, derived_by_dim: dict, em) -> tuple[tuple[str, ...], list[str]
     forward reads whole elsewhere (SnowflakeCore's pieces of n_embd) gets no entry, and
     snf.parallelize refuses the projection. The derived dims the pieces' bounds read (Mamba2's
     `d_inner + conv_dim`) are divided too."""
-    from ..passes.tensor_parallel import degree
+    from ..passes.tp_sizes import degree
     local = set(tp.local())
     tables = [(key, sizes) for key, sizes in tp.pieces
               if all(d in derived_by_dim or degree(d, local) == 1 for d in sizes)]

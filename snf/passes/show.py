@@ -120,7 +120,7 @@ def _pieces_sizes(sizes, display: dict, env: dict, tp: int) -> str:
 def show_tensor_parallel(plans: Plans, tp: int) -> list[str]:
     """`snfc check --tp N`: each module's placement and why, the caches, and what tp must divide (with the
     default config's numbers at `tp`)."""
-    from .tensor_parallel import defaults
+    from .tp_plan import defaults
     plan, model = plans.tp, plans.model
     display = dict(model.display)
     path = model.path.rsplit("/", 1)[-1]

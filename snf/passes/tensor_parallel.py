@@ -22,16 +22,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..dims import Dim, DimError, equal, show_dim
+from ..dims import Dim, equal, show_dim
 from ..ops import all_ops
 from ..ops.shapes import FLOATS
 from ..ops.sharding import KEPT, REDUCED
 from ..source import NO_SPAN, Span
-from .caches import CachePlan, dim_of
+from .caches import CachePlan
 from .decode import token_input
 from .layout import LayoutPlan
+from .tp_plan import Placement, Requirement, TensorParallelPlan, refusals
+from .tp_sizes import _sizes_read, _fields_read, _slice_bounds, _dims_read, degree, _tiling
 
 NORMS = ("rms_norm", "layer_norm")
+# moe_experts' weights by role: the axis of their hidden width F (gate, up [E, F, D] and their biases [E, F];
+# down [E, D, F]); the down bias [E, D] has none
+_EXPERT_AXES = {"up": 1, "gate": 1, "down": 2, "gate_bias": 1, "up_bias": 1, "down_bias": None}
 WHOLE, FLEX = "whole", "flex"  # replicated; follows what it meets (a cache fed back, a tensor `full` makes)
 
 
@@ -57,74 +62,6 @@ class Sharded:
     # where its features lie in a tensor whose rows a rank's layout controls (a column-wise linear's
     # output, a concat of sharded pieces): (root, (start, size) of each nested slice); None: elsewhere
     frame: tuple | None = None
-
-
-@dataclass(frozen=True)
-class Placement:
-    """How one module (or plain parameter) of the generated Model is placed."""
-
-    key: str  # its path in the Model: `layers.*.qkv`, `token_embedding`, `lm_head_weight`
-    style: str  # see docs/training.md: colwise, rowwise, vocab_embedding, ..., shard:K, replicate
-    params: tuple[str, ...]  # the spec parameters it holds
-    reason: str = ""  # replicated: what keeps it whole; else how it is used
-    span: Span = NO_SPAN  # the op that decided it
-
-    @property
-    def sharded(self) -> bool:
-        return self.style != "replicate"
-
-
-@dataclass(frozen=True)
-class Requirement:
-    """tp must divide `units` (a dim of config values), which `what` names at `span`."""
-
-    units: Dim
-    what: str
-    span: Span
-
-    def dim(self, display) -> str:
-        """The units in the spec's names, and the config field where that is another name for one (`KVH =
-        n_kv_head`)."""
-        dim, fields = show_dim(self.units, display), show_dim(self.units)
-        return f"{dim} = {fields}" if dim != fields and self.units.as_symbol() is not None else dim
-
-    def message(self, display, path: str) -> str:
-        return f"tp must divide {self.dim(display)}, {self.what} ({path}:{self.span.line})"
-
-
-@dataclass(frozen=True)
-class TensorParallelPlan:
-    placements: tuple[Placement, ...]  # one per module or plain parameter, in declaration order
-    requires: tuple[Requirement, ...]
-    # (cache input, output, the axis sharded as what is written into it; None: whole)
-    caches: tuple[tuple[str, str, int | None], ...]
-    # (linear weight, why it stays whole, where, whether by design: a low-rank projection)
-    refused: tuple[tuple[str, str, Span, bool], ...]
-    # `tp_pieces`: a colwise_pieces key, or a shard:K parameter's or a cache output's that meets sharded
-    # pieces -> the leaf pieces' sizes along its sharded axis, in order (where the spec's slices tile it,
-    # pieces of pieces flattened); the runtime lays out each rank's part of each leaf piece
-    pieces: tuple[tuple[str, tuple[Dim, ...]], ...] = ()
-    # `tp_expert_axes`: an experts key -> the axis of its hidden width, by its role in moe_experts (gate and
-    # up [E, F, D] and their biases [E, F]: 1, down [E, D, F]: 2); None for the down bias [E, D], kept whole
-    expert_axes: tuple[tuple[str, int | None], ...] = ()
-    # the dims the forward's slices of those pieces read (their bounds): a rank must read its part of each
-    bounds: frozenset = frozenset()
-
-    @property
-    def full(self) -> bool:
-        """Every linear sharded but those kept whole by design."""
-        return all(low_rank for _, _, _, low_rank in self.refused)
-
-    def styles(self) -> dict[str, str]:
-        """`tp_plan`: each sharded module's style, and `replicate` for a linear kept whole by a reason."""
-        refused = {w for w, *_ in self.refused}
-        return {p.key: p.style for p in self.placements if p.sharded or set(p.params) & refused}
-
-    def local(self) -> tuple[str, ...]:
-        """`tp_local`: the config values (fields or derived dims) a rank holds 1/tp of, the units of the
-        requirements that are one name (`n_head`, `n_kv_head`): a rank's forward reads them to size and
-        check its caches."""
-        return tuple(sorted({r.units.as_symbol() for r in self.requires if r.units.as_symbol() is not None}))
 
 
 class _Refused(Exception):
@@ -470,7 +407,7 @@ class _Flow:
             if leaves is not None and (frame[0][0] != "linear" or len(frame) > 1):  # a linear's own: as phi3's
                 for size, span in leaves:  # (a piece of heads: the heads divide already)
                     if span is not None and not any(degree(size, {f}) == 1 for f in fields):
-                        self.require(Sharded(0, size, span, "a piece of sharded features", frozenset()))
+                        self.require(Sharded(0, size, span, "a piece of sharded features", self.origins[frame[0]]))
                 # a rank's forward slices its part with the same code: each bound must read a rank's part
                 # (n_head, d_inner = H * head_dim: divided by tp) times whole sizes (state_size)
                 bad = [d for d in reads if degree(d, fields) is None] + \
@@ -518,6 +455,9 @@ class _Flow:
                 self.style(n, style, how, e.span)
 
     def experts(self, e: ir.Op) -> None:
+        up = e.arg("up")
+        if _is_param(up) and up.name in self.refused:
+            return  # kept whole, with the refusal's reason (its hidden width also sizes a whole value)
         for role, axis in _EXPERT_AXES.items():
             a = e.arg(role)
             if _is_param(a):
@@ -525,7 +465,8 @@ class _Flow:
                     "whole, added once after the ranks' partial sums"
                 self.style(a.name, "experts", f"an expert's weights ({role}): {how} (the router whole)", e.span)
                 self.expert_axes.setdefault(a.name, axis)
-        self.require(Sharded(1, e.arg("up").ty.shape[1], e.span, "the experts' hidden width", frozenset()))
+        self.require(Sharded(1, up.ty.shape[1], e.span, "the experts' hidden width",
+                             frozenset({up.name}) if _is_param(up) else frozenset()))
 
     def linear(self, w: str, bias: str | None, x, ty, span: Span):
         if isinstance(x, Params):
@@ -557,84 +498,6 @@ class _Flow:
 
 
 _LINEAR_OUT = "the features of a column-wise `linear`"
-
-
-def _sizes_read(model: ir.Model, e: ir.Op) -> list[Dim]:
-    """The sizes `e` reads from the config: its arguments that are not tensors (shapes, bounds, counts)."""
-    derived = {d.name: d.dim for d in model.derived if d.dim is not None and not d.opaque}
-    out, stack = [], [a for _, a in e.args]
-    while stack:
-        a = stack.pop()
-        if isinstance(getattr(a, "ty", None), ir.TensorT):
-            continue
-        if isinstance(a, ir.DimVal):
-            out.append(a.dim)
-        elif isinstance(a, ir.Ref) and a.kind in ("config", "dim"):
-            out.append(derived.get(a.name) or Dim.sym(a.name))
-        elif isinstance(a, ir.Op):
-            stack += [x for _, x in a.args]
-        elif isinstance(a, ir.TList):
-            stack += list(a.items)
-        elif isinstance(a, ir.TSlice):
-            stack += [x for x in (a.lo, a.hi) if x is not None]
-    return out
-
-
-def _fields_read(d: Dim, derived: frozenset) -> set[str]:
-    """The config names the generated code reads for `d`: a derived dim is read as its own property
-    (`cfg.head_dim`, whole on every rank), any other atom by its field."""
-    if d in derived:
-        return set()
-    out: set[str] = set()
-    for a in d.atoms():
-        if isinstance(a, str):
-            out.add(a)
-        elif Dim({((a, 1),): 1}) not in derived:
-            out |= _fields_read(a.num, derived) | _fields_read(a.den, derived)
-    return out
-# moe_experts' weights by role: the axis of their hidden width F (gate, up [E, F, D] and their biases [E, F];
-# down [E, D, F]); the down bias [E, D] has none
-_EXPERT_AXES = {"up": 1, "gate": 1, "down": 2, "gate_bias": 1, "up_bias": 1, "down_bias": None}
-
-
-def _slice_bounds(e: ir.Op, axis: int, size: Dim) -> tuple[Dim | None, Dim | None, Dim]:
-    """(start, stop, size) of `e`'s slice along `axis` (None: an open end, or a bound of no known value)."""
-    it = e.arg("index").items[axis]
-    lo = dim_of(it.lo) if it.lo is not None else Dim.const(0)
-    return lo, dim_of(it.hi) if it.hi is not None else None, size
-
-
-def _dims_read(e):
-    """The dims an int expression reads (config fields, derived dims), as its code reads them."""
-    if isinstance(e, ir.DimVal):
-        yield e.dim
-    elif isinstance(e, ir.Ref) and dim_of(e) is not None:
-        yield dim_of(e)
-    elif isinstance(e, ir.Op):
-        for _, a in e.args:
-            yield from _dims_read(a)
-
-
-def degree(d: Dim, fields: set) -> int | None:
-    """0 where `d` reads none of `fields` (a rank's sizes: each 1/tp of the whole), 1 where it is
-    proportional to them (H * head_dim + G * N: a rank's value is 1/tp of it), None otherwise."""
-    t = Dim.sym("__tp__")
-    scaled = d.subs({f: Dim.sym(f) * t for f in fields})
-    return 0 if scaled == d else 1 if scaled == d * t else None
-
-
-def _tiling(slices, width: Dim) -> list | None:
-    """The slices (start, stop, size, ...) in the order they cut [0, width) into consecutive pieces, each
-    once; None where they do not."""
-    at, out, left = Dim.const(0), [], list(slices)
-    while left:
-        nxt = next((s for s in left if s[0] is not None and s[0] == at), None)
-        if nxt is None:
-            return None
-        left.remove(nxt)
-        out.append(nxt)
-        at = nxt[0] + nxt[2]
-    return out if out and at == width else None
 
 
 def _plan(model: ir.Model, layout: LayoutPlan, flow: _Flow, refused: dict) -> TensorParallelPlan:
@@ -711,25 +574,4 @@ def _first_uses(model: ir.Model) -> dict[str, tuple[str, Span]]:
     return out
 
 
-def defaults(model: ir.Model) -> dict[str, int]:
-    """The int config fields' defaults, and the computed ints' values for them (`rot = int(...)`, as the
-    checker folded them): every requirement's units evaluate."""
-    fields = {c.name: c.default for c in model.config if isinstance(c.default, int) and not isinstance(c.default, bool)}
-    return {**fields, **dict(model.computed)}
-
-
-def refusals(plan: TensorParallelPlan, model: ir.Model, tp: int) -> list[Requirement]:
-    """The requirements the default config breaks at `tp` (a units count tp does not divide)."""
-    env = defaults(model)
-    out = []
-    for r in plan.requires:
-        try:
-            n = r.units.evaluate(env)
-        except (KeyError, DimError, ZeroDivisionError):
-            continue
-        if n % tp:
-            out.append(r)
-    return out
-
-
-__all__ = ["Placement", "Requirement", "TensorParallelPlan", "degree", "plan_tensor_parallel", "refusals"]
+__all__ = ["Placement", "Requirement", "TensorParallelPlan", "plan_tensor_parallel", "refusals"]

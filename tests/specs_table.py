@@ -320,16 +320,14 @@ def constructs(name: str) -> frozenset:
 def compiled_whole() -> frozenset:
     """The specs whose CPU sessions compile what CUDA's default compiles too (a training step whole)
     and the bfloat16 cast's generate, besides what the CPU's default compiles (generate's decode steps,
-    which every session compiles): the fast rows, then greedily the spec whose constructs are the largest
-    share not yet compiled (ties: the most of them), until every construct of every spec is in one of
-    them. By share, not count: a large spec costs compiling all of its constructs, so one whose few new
-    constructs a small spec also holds is left to the small one. On CUDA every session compiles every
-    unit."""
+    which every session compiles): the fast rows, then greedily the spec with the most constructs not
+    yet compiled, until every construct of every spec is in one of them. On CUDA every session compiles
+    every unit."""
     want = {name: constructs(name) for name in ROWS}
     chosen = {name for name, row in ROWS.items() if row.fast}
     covered = set().union(*(want[name] for name in chosen))
     while left := {name: want[name] - covered for name in ROWS if want[name] - covered}:
-        best = max(sorted(left), key=lambda name: (len(left[name]) / len(want[name]), len(left[name])))
+        best = max(sorted(left), key=lambda name: len(left[name]))
         chosen.add(best)
         covered |= want[best]
     return frozenset(chosen)

@@ -136,8 +136,8 @@ def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypat
     `generate`'s decode steps; for the specs of specs_table.compiled_whole(), which between them hold
     every construct of every spec (each op with its options, each kind of model), also what CUDA's
     default compiles, a training step whole, and the bfloat16 cast's generate. The eval forward
-    compiled per block, a unit users may choose and no device's default, compiles in the fast row's
-    session (nanoGPT's), the 30 varied calls below and the random specs' sessions
+    compiled per block, a unit users may choose and no device's default, compiles in the 30 varied
+    calls below (nanoGPT's) and the random specs' sessions
     (which compile the casts' forwards and autocast too: all_casts). On CUDA every unit compiles for
     every spec, and a decode step is a CUDA graph (`reduce-overhead`).
 
@@ -155,7 +155,7 @@ def test_every_spec_survives_a_session(name, device, compiled, capsys, monkeypat
     if ROWS[name].sparse_experts:  # the sparse experts op inside the compiled graphs, even at these sizes
         monkeypatch.setattr(experts, "_MOE_DENSE_MACS", -1)
     every_unit = device == "cuda" or name in compiled_whole()
-    out = _session(name, calls=4, whole_training=every_unit, eval_blocks=device == "cuda" or ROWS[name].fast,
+    out = _session(name, calls=4, whole_training=every_unit, eval_blocks=device == "cuda",
                    device=device, all_casts=False, cast_generate_compiled=every_unit, **options)
     assert out.accepted and out.calls >= 4, (name, out)
     assert family is None or seen, (name, "the transformers comparison did not run")

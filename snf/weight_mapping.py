@@ -111,8 +111,28 @@ def _size_field(e: ir.Expr):
 
 
 def join_sizes(src: tuple, config) -> list[int]:
-    """A join's sizes for the config (`src` as _encode_join gives it)."""
-    return [eval_field(tree, _Fields((), config)) for tree in src[3]]
+    """A join's sizes for the config (`src` as _encode_join gives it); a size that divides by zero or
+    is negative there is a MappingError that says which."""
+    sizes = []
+    for tree in src[3]:
+        try:
+            n = eval_field(tree, _Fields((), config))
+        except ZeroDivisionError:
+            raise MappingError(f"a size of join(...) divides by zero at this config ({_shown_field(tree)})") from None
+        if n < 0:
+            raise MappingError(f"a size of join(...) is {n} at this config ({_shown_field(tree)}): sizes are not negative")
+        sizes.append(n)
+    return sizes
+
+
+def _shown_field(tree) -> str:
+    """A parsed field as written (`value_dim // d`)."""
+    if tree[0] == "const":
+        return str(tree[1])
+    if tree[0] == "name":
+        return tree[1]
+    a, b = (_shown_field(t) if t[0] != "op" else f"({_shown_field(t)})" for t in tree[2:4])
+    return f"{a} {tree[1]} {b}"
 
 
 # ----------------------------------------------------------------------------- key fields
@@ -340,7 +360,10 @@ def read_tensor(src, want: tuple, layer: int | None, r: Reading, shown: str, tra
             return torch.empty((len(parts), *parts[0].shape), dtype=parts[0].dtype, device="meta")
         return torch.stack(parts)
     if kind == "join":  # each source its size along the axis, checked before any is joined
-        sizes, axis = join_sizes(src, r.config), src[2]
+        try:
+            sizes, axis = join_sizes(src, r.config), src[2]
+        except MappingError as err:
+            raise MappingError(f"{shown}: {err}") from None
         if sum(sizes) != want[axis]:
             r.mismatched.append((f"{shown} (joined from {len(sizes)} keys, {' + '.join(map(str, sizes))} along "
                                  f"axis {axis})", tuple(want), tuple(want[:axis % len(want)]) + (sum(sizes),)

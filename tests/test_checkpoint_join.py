@@ -57,3 +57,18 @@ def test_a_parameter_joined_from_keys_of_unequal_size_loads_and_saves_back_split
     with pytest.raises(CheckpointError, match=r"layers.0.v_conv1d.weight \(for layers.0.conv\): expected shape "
                                               r"\[3, 4\], got \[2, 4\]"):
         load_state_dict(fresh, {**released, "layers.0.v_conv1d.weight": torch.zeros(2, 4)}, "hf")
+
+
+def test_a_join_size_that_divides_by_zero_at_the_config_is_named(tmp_path):
+    """A size of the join the config makes impossible (`(value_dim * d) // d` with d = 0, which nothing else
+    in the spec divides by) is an error naming the parameter and the size, not a bare division error."""
+    from snf.weight_mapping import MappingError
+    spec = write_spec(tmp_path, SPEC.replace("  K : int = 4\n", "  K : int = 4\n  d : int = 1\n")
+                      .replace("sizes=[key_dim, key_dim, value_dim]", "sizes=[key_dim, key_dim, (value_dim * d) // d]"),
+                      "joined.snf")
+    model = snf.load(spec).Model(d=0)
+    parts = {f"layers.{l}.{p}_conv1d.weight": torch.zeros(n, 4) for l in range(2) for p, n in (("q", 2), ("k", 2),
+                                                                                                ("v", 3))}
+    with pytest.raises(MappingError, match=r"layers.0.conv: a size of join\(...\) divides by zero at this config "
+                                           r"\(\(value_dim \* d\) // d\)"):
+        load_state_dict(model, parts, "hf")

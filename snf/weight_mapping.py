@@ -118,21 +118,11 @@ def join_sizes(src: tuple, config) -> list[int]:
         try:
             n = eval_field(tree, _Fields((), config))
         except ZeroDivisionError:
-            raise MappingError(f"a size of join(...) divides by zero at this config ({_shown_field(tree)})") from None
+            raise MappingError(f"a size of join(...) divides by zero at this config ({show_field(tree)})") from None
         if n < 0:
-            raise MappingError(f"a size of join(...) is {n} at this config ({_shown_field(tree)}): sizes are not negative")
+            raise MappingError(f"a size of join(...) is {n} at this config ({show_field(tree)}): sizes are not negative")
         sizes.append(n)
     return sizes
-
-
-def _shown_field(tree) -> str:
-    """A parsed field as written (`value_dim // d`)."""
-    if tree[0] == "const":
-        return str(tree[1])
-    if tree[0] == "name":
-        return tree[1]
-    a, b = (_shown_field(t) if t[0] != "op" else f"({_shown_field(t)})" for t in tree[2:4])
-    return f"{a} {tree[1]} {b}"
 
 
 # ----------------------------------------------------------------------------- key fields

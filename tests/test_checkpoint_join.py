@@ -70,5 +70,5 @@ def test_a_join_size_that_divides_by_zero_at_the_config_is_named(tmp_path):
     parts = {f"layers.{l}.{p}_conv1d.weight": torch.zeros(n, 4) for l in range(2) for p, n in (("q", 2), ("k", 2),
                                                                                                 ("v", 3))}
     with pytest.raises(MappingError, match=r"layers.0.conv: a size of join\(...\) divides by zero at this config "
-                                           r"\(\(value_dim \* d\) // d\)"):
+                                           r"\(value_dim \* d // d\)"):
         load_state_dict(model, parts, "hf")

@@ -16,6 +16,7 @@ with FSDP2 (`fully_shard`) over "dp": each layer block, then the root (torchtita
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from typing import Optional
 
 import torch
@@ -174,8 +175,6 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
     split each sequence's positions over the ranks between the row-wise outputs and the column-wise
     inputs, by the Model's `tp_sequence` (its norms there run on a rank's positions); every forward's
     length must then divide by tp, so such a model does not generate (a decode step has one position)."""
-    import fnmatch
-
     cls = type(model)
     plan = dict(plan if plan is not None else getattr(cls, "tp_plan", None) or {})
     local = tuple(local if local is not None else getattr(cls, "tp_local", None) or ())
@@ -203,26 +202,23 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
             if not style[6:].isdigit() or not (_exists(model, path, parameter=True) or _left_out(model, path)):
                 raise ShardingError(f"{path} ({style}): no parameter of {cls.__module__}.Model has this path, "
                                     "or the axis is not a number")
-            if path in pieces and any(n % tp for n in pieces[path](model.config)):
-                raise ShardingError(f"{path}: its pieces of sizes {tuple(pieces[path](model.config))} do not "
-                                    f"divide by tp = {tp}")
+            if path in pieces:
+                _pieces_divide(path, pieces[path](model.config), tp)
             continue
         if style == PIECES:
             if path not in pieces:
                 raise ShardingError(f"{path}: style {style!r} is not supported here: the model has no tp_pieces "
                                     "entry for it (its pieces' sizes), and a contiguous block of rows per rank "
                                     "would mix the pieces")
-            sizes = pieces[path](model.config)
-            if any(n % tp for n in sizes):  # before anything is sharded
-                raise ShardingError(f"{path}: its pieces of sizes {tuple(sizes)} do not divide by tp = {tp}")
+            _pieces_divide(path, pieces[path](model.config), tp)  # before anything is sharded
             style = "colwise"
         if style not in STYLES and style != EXPERTS:
             raise ShardingError(f"{path}: unknown tensor-parallel style {style!r}")
         if not _exists(model, path, parameter=style == EXPERTS) and not _left_out(model, path):
             raise ShardingError(f"{path} ({style}): no module or parameter of {cls.__module__}.Model has this path")
         if style == "width_norm":
-            for name, m in model.named_modules():
-                if fnmatch.fnmatchcase(name, path) and type(m) not in (nn.RMSNorm, nn.LayerNorm):
+            for _, m in _modules(model, path):
+                if type(m) not in (nn.RMSNorm, nn.LayerNorm):
                     raise ShardingError(f"{path} ({style}): a norm over a sharded width must be an nn.RMSNorm "
                                         f"or nn.LayerNorm, not {type(m).__name__}")
         if style == EXPERTS and path not in expert_axes:  # refused before anything is sharded
@@ -244,12 +240,11 @@ def parallelize(model: nn.Module, mesh, *, plan: Optional[dict] = None, local: O
         from torch.distributed.tensor.parallel import parallelize_module
         styles = _styles()
         for path in (p for p, s in plan.items() if s == PIECES):
-            sizes = pieces[path](model.config)
-            for name, m in model.named_modules():
-                if fnmatch.fnmatchcase(name, path):
-                    for p in (m.weight, m.bias):
-                        if p is not None:
-                            p.data = p.data[_pieces_order(sizes, tp)]
+            order = _pieces_order(pieces[path](model.config), tp)
+            for _, m in _modules(model, path):
+                for p in (m.weight, m.bias):
+                    if p is not None:
+                        p.data = p.data[order]
         if sequence:
             _sequence_parallel(model, tp_axis, layout, sequence, tied)
         else:
@@ -353,6 +348,12 @@ def _sequence_parallel(model: nn.Module, mesh, layout: dict, sequence: dict, tie
     parallelize_module(model, mesh, after)
 
 
+def _pieces_divide(path: str, sizes, tp: int) -> None:
+    """Refuse pieces a rank cannot hold an equal part of each of."""
+    if any(n % tp for n in sizes):
+        raise ShardingError(f"{path}: its pieces of sizes {tuple(sizes)} do not divide by tp = {tp}")
+
+
 def _divides(length: int, tp: int) -> None:
     if length % tp:
         raise ShardingError(f"sequence parallel over {tp} ranks splits each sequence's positions: a length of "
@@ -361,7 +362,6 @@ def _divides(length: int, tp: int) -> None:
 
 
 def _modules(model: nn.Module, path: str):
-    import fnmatch
     return [(name, m) for name, m in model.named_modules() if fnmatch.fnmatchcase(name, path)]
 
 
@@ -377,7 +377,6 @@ def _pieces_rows(model: nn.Module, name: str, mesh) -> tuple[Optional[torch.Tens
     """For the parameter `name` of a projection of pieces (or a shard:K parameter in pieces), the order
     its rows (its axis K) were laid out in by parallelize (_pieces_order, over the "tp" axis of
     `mesh`), and that axis; None for any other parameter."""
-    import fnmatch
     plan = getattr(type(model), "tp_plan", {})
     for path, sizes in getattr(type(model), "tp_pieces", {}).items():
         style = plan.get(path, "")
@@ -420,8 +419,6 @@ def _shard_along(model: nn.Module, mesh, axes: dict, orders: dict) -> None:
     axis K reordered first (pieces: _pieces_order). K None: a weight applied whole to a rank's heads
     (head_norm), a Replicate DTensor whose local gradient is a partial sum over the heads: DTensor
     all-reduces it."""
-    import fnmatch
-
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     owners: dict = {}
     for name, p in list(model.named_parameters()):
@@ -482,8 +479,6 @@ class _LocalViews:
 def _shard_experts(model: nn.Module, mesh, axes: dict) -> None:
     """Each parameter a path of `axes` names (`layers.*.gate_weight`: 1) a DTensor sharded on that axis, its
     hidden width's; one whose axis is None stays whole."""
-    import fnmatch
-
     from torch.distributed.tensor import Shard, distribute_tensor
     for name, p in list(model.named_parameters()):
         axis = next((k for path, k in axes.items() if fnmatch.fnmatchcase(name, path)), None)
@@ -495,14 +490,12 @@ def _shard_experts(model: nn.Module, mesh, axes: dict) -> None:
 
 def _exists(model: nn.Module, path: str, parameter: bool = False) -> bool:
     """Whether some module (or parameter) matches `path` (`*` for any one name)."""
-    import fnmatch
     named = model.named_parameters() if parameter else model.named_modules()
     return any(fnmatch.fnmatchcase(name, path) for name, _ in named)
 
 
 def _left_out(model: nn.Module, path: str) -> bool:
     """Whether `path` names a module or parameter attribute the config set to None (an untied head)."""
-    import fnmatch
     for name, m in model.named_modules():
         for attr, value in (*vars(m).items(), *m._modules.items(), *m._parameters.items()):
             if value is None and fnmatch.fnmatchcase(f"{name}.{attr}" if name else attr, path):

@@ -41,7 +41,8 @@ def launched(tmp_path_factory) -> dict:
 def test_two_ranks_match_one_process(launched):
     results = {name: res for name, res in launched.items() if name not in ("fsdp2_tp", "from_pretrained")}
     assert set(results) == {"llama3", "llama3_tied", "llama3_odd_vocab", "qwen3", "mixtral", "phi3", "gpt_oss",
-                            "olmo2", "llama3_sp", "llama3_tied_sp", "mamba2", "qwen3_next"}
+                            "olmo2", "llama3_sp", "llama3_tied_sp", "mamba2", "qwen3_next", "gpt_decoder",
+                            "gpt_decoder_sp"}
     for name, res in results.items():
         assert "error" not in res, (name, res)
         assert max(res["logits"], res["caches"], res["grads"]) <= 1e-5, (name, res)
@@ -233,28 +234,14 @@ def _saved(model) -> bytes:
     return buffer.getvalue()
 
 
-def test_a_head_always_tied_to_its_table_parallelizes(tmp_path):
+def test_a_head_always_tied_to_its_table_keeps_the_table_whole():
     """nanoGPT's and the GPT decoder's LM head is always the token embedding (`linear(x, weight=wte)`,
-    no lm_head): the plan keeps the table whole, so snf.parallelize (with sequence parallelism too) gives
-    the whole model's logits, on a 1-rank mesh in this process (it once handed the head a DTensor table
-    beside plain activations: "mixed torch.Tensor and DTensor")."""
-    import copy
-
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-
+    no lm_head): the plan keeps the table whole (sharded, it handed the head a DTensor table beside plain
+    activations: "mixed torch.Tensor and DTensor"), and sequence parallelism gathers the final norm's
+    output before the head. The launch runs gpt_decoder so at tp = 2, with and without sequence
+    parallelism (test_two_ranks_match_one_process)."""
     import generated.gpt_decoder as gpt_decoder
     import generated.nanogpt as nanogpt
-    from specs_table import ROWS
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
-    try:
-        mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("tp",))
-        for mod, name, sequence in ((nanogpt, "nanogpt", False), (gpt_decoder, "gpt_decoder", True)):
-            assert "token_embedding" not in mod.Model.tp_plan  # replicated: whole
-            torch.manual_seed(0)
-            whole = mod.Model(mod.Config(**ROWS[name].small)).eval()
-            model = snf.parallelize(copy.deepcopy(whole), mesh, sequence_parallel=sequence)
-            idx = torch.randint(0, whole.config.vocab_size, (2, 6))
-            torch.testing.assert_close(model(idx).logits, whole(idx).logits, rtol=0, atol=1e-6)
-    finally:
-        dist.destroy_process_group()
+    for mod in (nanogpt, gpt_decoder):
+        assert "token_embedding" not in mod.Model.tp_plan and "vocab_head" not in mod.Model.tp_plan.values()
+    assert gpt_decoder.Model.tp_sequence["norm"] == "sequence_norm_head"

@@ -294,3 +294,24 @@ def test_pieces_of_pieces_are_flattened_and_a_bound_a_rank_cannot_read_is_refuse
     _, out, _ = _check("--tp", "2", spec(mix=True))
     assert "partial: w_in stays whole at line 24: `mul` combines it with sharded features laid out in other " \
         "pieces" in out, out
+
+
+def test_experts_with_a_weight_computed_in_the_body_stay_whole(tmp_path):
+    """An expert weight the body computes (`down=w2[0]`, a slice of a parameter) is no parameter the
+    runtime could shard: the experts stay whole, and their hidden width is no size a rank divides (a
+    rank's forward would read it divided beside whole weights). It once kept the others sharded and F
+    divided, and a random spec whose F also sized a whole value stopped the plan on an internal assert."""
+    from snf.compiler import analyze, planned
+    from snf.source import Source
+    spec = tmp_path / "computed_expert.snf"
+    spec.write_text("param:\n  D : int = 8\n  F : int = 4\n  E : int = 4\n  K : int = 2\n  V : int = 10\n"
+                    "input:\n  idx : Tensor([B, T], int64)\n"
+                    "parameter:\n  emb : Tensor([V, D], float32)\n  r : Tensor([E, D], float32)\n"
+                    "  w1 : Tensor([E, F, D], float32)\n  w2 : Tensor([2, E, D, F], float32)\n"
+                    "output:\n  y : Tensor([B, T, D], float32)\n"
+                    "let x = gather(emb, idx)\n"
+                    "let probs = softmax(linear(x, weight=r), axis=-1)\n"
+                    "let y = x + moe_experts(x, top_k_indices(probs, K), top_k(probs, K), up=w1, down=w2[0])\n")
+    tp = planned(analyze(Source.read(spec)).model).tp
+    assert dict(tp.expert_axes) == {} and "experts" not in tp.styles().values()
+    assert "F" not in tp.local() and not any(r.units.as_symbol() == "F" for r in tp.requires)

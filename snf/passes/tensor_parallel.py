@@ -455,18 +455,19 @@ class _Flow:
                 self.style(n, style, how, e.span)
 
     def experts(self, e: ir.Op) -> None:
-        up = e.arg("up")
-        if _is_param(up) and up.name in self.refused:
-            return  # kept whole, with the refusal's reason (its hidden width also sizes a whole value)
-        for role, axis in _EXPERT_AXES.items():
-            a = e.arg(role)
-            if _is_param(a):
-                how = f"sharded by its hidden width on axis {axis}" if axis is not None else \
-                    "whole, added once after the ranks' partial sums"
-                self.style(a.name, "experts", f"an expert's weights ({role}): {how} (the router whole)", e.span)
-                self.expert_axes.setdefault(a.name, axis)
-        self.require(Sharded(1, up.ty.shape[1], e.span, "the experts' hidden width",
-                             frozenset({up.name}) if _is_param(up) else frozenset()))
+        given = {role: a for role in _EXPERT_AXES if not (isinstance(a := e.arg(role), ir.Lit) and a.value is None)}
+        up = given["up"]
+        if not all(_is_param(a) for a in given.values()) or up.name in self.refused:
+            # whole: a weight computed in the body (no parameter the runtime could shard), or refused with
+            # a reason (its hidden width also sizes a whole value)
+            return
+        for role, a in given.items():
+            axis = _EXPERT_AXES[role]
+            how = f"sharded by its hidden width on axis {axis}" if axis is not None else \
+                "whole, added once after the ranks' partial sums"
+            self.style(a.name, "experts", f"an expert's weights ({role}): {how} (the router whole)", e.span)
+            self.expert_axes.setdefault(a.name, axis)
+        self.require(Sharded(1, up.ty.shape[1], e.span, "the experts' hidden width", frozenset({up.name})))
 
     def linear(self, w: str, bias: str | None, x, ty, span: Span):
         if isinstance(x, Params):

@@ -124,6 +124,10 @@ def check(name: str, mesh) -> dict:
     if name == "llama3":  # the default path's decode step, compiled, on the sharded weights
         res["compiled_generate_same"] = bool(torch.equal(
             sharded.generate(idx, max_new_tokens=6, temperature=0, compile=True), want))
+        # cast as users cast: bfloat16 DTensors against the whole model cast, relative to the largest logit
+        half, ref_half = copy.deepcopy(sharded).to(torch.bfloat16), copy.deepcopy(whole).to(torch.bfloat16)
+        want_half = ref_half(idx).logits.float()
+        res["bf16_logits"] = diff(half(idx).logits, want_half) / want_half.abs().max().item()
     # gradients of the same loss, gathered
     sharded.train(), whole.train()
     for m in (sharded, whole):

@@ -37,7 +37,7 @@ def launched(tmp_path_factory) -> dict:
     return json.loads(out.read_text())
 
 
-@pytest.mark.slow  # the launch: about 40 s on a quiet 2-core CPU
+@pytest.mark.slow  # the launch: about 25 s on a quiet 2-core CPU
 def test_two_ranks_match_one_process(launched):
     results = {name: res for name, res in launched.items() if name not in ("fsdp2_tp", "from_pretrained")}
     assert set(results) == {"llama3", "llama3_tied", "llama3_odd_vocab", "qwen3", "mixtral", "phi3", "gpt_oss",

@@ -123,6 +123,31 @@ def unwrapped(code: str) -> str:
     return re.sub(r"([,(\[{])\n\s+", r"\1 ", re.sub(r"\n\s+([-+*/%@]|if |else |and |or )", r" \1", code))
 
 
+def once_per_run(tmp_path_factory, name: str, make) -> Path:
+    """A folder that `make(folder)` fills once in the whole run, whichever test worker asks first; a
+    module-scoped fixture runs once per worker that runs one of its tests (a 4-process launch twice).
+    The others wait for it (the launches it is for keep both cores busy) and read what it wrote; if it
+    failed, they fail with its error instead of running it again."""
+    import fcntl
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers' folders share a parent
+        base = base.parent
+    folder, done, failed = base / name, base / f"{name}.done", base / f"{name}.failed"
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if failed.exists():
+            pytest.fail(failed.read_text(encoding="utf-8"), pytrace=False)
+        if not done.exists():
+            folder.mkdir(exist_ok=True)
+            try:
+                make(folder)
+            except BaseException as error:  # pytest.fail's exception too
+                failed.write_text(f"{name}, made once for the run, failed in another test: {error}", encoding="utf-8")
+                raise
+            done.touch()
+    return folder
+
+
 def write_spec(tmp_path: Path, text: str, name: str = "spec.snf") -> Path:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")

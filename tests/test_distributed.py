@@ -23,6 +23,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import once_per_run
+
 pytestmark = pytest.mark.slow  # two processes: about 20 s on a 2-core CPU
 
 WORLD = 2
@@ -127,12 +129,9 @@ def worker(rank: int, init_file: str, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def distributed_results(tmp_path_factory) -> dict:
-    """Run every (model, wrapper) pair across 2 processes once; their results by (model, wrapper, rank)."""
+def _spawn(out) -> None:
     import torch.multiprocessing as mp
 
-    out = tmp_path_factory.mktemp("distributed")
     context = mp.spawn(worker, args=(str(out / "init"), str(out)), nprocs=WORLD, join=False)
     deadline = time.monotonic() + 300
     while not context.join(timeout=5):
@@ -140,6 +139,12 @@ def distributed_results(tmp_path_factory) -> dict:
             for process in context.processes:
                 process.kill()
             pytest.fail("the distributed workers did not finish in 300 s")
+
+
+@pytest.fixture(scope="module")
+def distributed_results(tmp_path_factory) -> dict:
+    """Run every (model, wrapper) pair across 2 processes once; their results by (model, wrapper, rank)."""
+    out = once_per_run(tmp_path_factory, "distributed", _spawn)
     return {(name, wrapper, rank): torch.load(out / f"{name}-{wrapper}-{rank}.pt")
             for name in MODELS for wrapper in WRAPPERS for rank in range(WORLD)}
 

@@ -23,18 +23,24 @@ import torch
 import snf
 from snf.parallel import ShardingError, requirement_errors
 
+from conftest import once_per_run
+
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = ROOT / "tests" / "tensor_parallel_worker.py"
 
 
-@pytest.fixture(scope="module")
-def launched(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("tp") / "results.json"
+def _launch(folder: Path) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
-                           str(WORKER), str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                           str(WORKER), str(folder / "results.json")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory) -> dict:
+    """The one launch's results, shared by the tests below on whichever workers run them."""
+    return json.loads((once_per_run(tmp_path_factory, "tp-launch", _launch) / "results.json").read_text())
 
 
 @pytest.mark.slow  # the launch: about 25 s on a quiet 2-core CPU

@@ -11,7 +11,8 @@ default), then runs, in order:
   checked against `snf.interpret` (runner.Runner.forward_pair, in the float64 twin);
 * two training steps (forward, a loss, backward, an SGD update) on the model's own training unit,
   and, with `whole_training`, two more compiled whole (`compile_units` "model": the CUDA
-  default), gradients against an eager twin;
+  default; on the CPU traced as CUDA's compile traces it, not lowered: _as_cuda_traces), gradients
+  against an eager twin;
 * eval again, at the first call's sizes (the switch back must not break what was compiled);
 * `generate` at two batch sizes, greedy, against eager `generate`;
 * the model cast to bfloat16 (`.to(torch.bfloat16)`), and a float32 model under autocast:
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 import sys
 import time
@@ -333,7 +335,8 @@ class Session(runner.Runner):
         import torch._inductor.config as inductor_config
         try:
             for step in range(steps):
-                with inductor_config.patch(fallback_random=True):  # dropout: the same masks compiled
+                with (_as_cuda_traces() if unit == "model" and self.device.type == "cpu" else _nothing()), \
+                        inductor_config.patch(fallback_random=True):  # dropout: the same masks compiled
                     grads = [self.gradients(m, kwargs, f"{what} {step + 1}", eager)
                              for m, eager in ((model, False), (twin, True))]
                 if grads[0] is None:
@@ -504,6 +507,21 @@ class Session(runner.Runner):
         if out.shape != (2, 4) or out.min() < 0 or out.max() >= max(high, 1):
             self.fail(f"{what} returned {out.tolist()}")
         self.session.calls += 1
+
+
+class _as_cuda_traces:
+    """CUDA's default training unit (the whole model) on the CPU: torch.compile's `aot_eager_decomp_partition`
+    backend, which runs what inductor does before it lowers (dynamo's capture, AOTAutograd's joint
+    graph, inductor's decompositions and partitioner) and the partitioned graphs eagerly. CUDA lowers
+    them to Triton, which no CPU runs; lowering them to C++ instead, a unit no CPU default compiles,
+    was a fifth of the suite's time (issue 53). The CUDA sessions lower it (scripts/gpu_checks.sh)."""
+
+    def __enter__(self):
+        self.compile = torch.compile
+        torch.compile = functools.partial(self.compile, backend="aot_eager_decomp_partition")
+
+    def __exit__(self, *exc):
+        torch.compile = self.compile
 
 
 class _nothing:

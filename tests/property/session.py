@@ -78,7 +78,8 @@ class Session(runner.Runner):
 
     def __init__(self, text, hints, rng, *, calls: int = 8, whole_training: bool = False, casts: bool = True,
                  config: dict | None = None, device: str = "cpu", after=None, all_casts: bool = True,
-                 batches: tuple | None = None, cast_generate_compiled: bool = True, eval_blocks: bool = True):
+                 batches: tuple | None = None, cast_generate_compiled: bool = True, eval_blocks: bool = True,
+                 lower_whole_training: bool = False):
         super().__init__(text, hints, rng, compiled=True)
         self.n_calls, self.whole_training, self.casts, self.config = calls, whole_training, casts, config
         # the cast's and autocast's forwards compiled per block and autocast's generate compiled; else
@@ -88,6 +89,7 @@ class Session(runner.Runner):
         self.batches = batches  # generate's batch sizes (two drawn when None): a decode step compiles per size
         self.cast_generate_compiled = cast_generate_compiled  # False: the bfloat16 cast's generate runs eagerly
         self.eval_blocks = eval_blocks  # the eval forward compiled per block; False: on the device's default unit
+        self.lower_whole_training = lower_whole_training  # on the CPU too, inductor lowers it (else _as_cuda_traces)
         self.device = torch.device(device)
         self.session = SessionOutcome(False)
         self.first_sizes = None  # (presence, sizes) of the first eval call that ran
@@ -335,7 +337,8 @@ class Session(runner.Runner):
         import torch._inductor.config as inductor_config
         try:
             for step in range(steps):
-                with (_as_cuda_traces() if unit == "model" and self.device.type == "cpu" else _nothing()), \
+                traced = unit == "model" and self.device.type == "cpu" and not self.lower_whole_training
+                with (_as_cuda_traces() if traced else _nothing()), \
                         inductor_config.patch(fallback_random=True):  # dropout: the same masks compiled
                     grads = [self.gradients(m, kwargs, f"{what} {step + 1}", eager)
                              for m, eager in ((model, False), (twin, True))]
@@ -554,15 +557,17 @@ def new_stats() -> dict:
 
 
 def random_sessions(count: int, stats: dict, seed0: int = 0, progress=None, keep_going: bool = False,
-                    report_failure=None, device: str = "cpu", deadline: float | None = None) -> int:
+                    report_failure=None, device: str = "cpu", deadline: float | None = None,
+                    lower_whole_training: bool = False) -> int:
     """Sessions of the first `count` accepted random specs from seed0 on (a third also train
-    compiled whole), on `device`, starting none after the time.time() `deadline`; `progress(seed)`
-    is called after each hundredth session. Returns the first seed not tried."""
+    compiled whole: `lower_whole_training`, Session's), on `device`, starting none after the time.time()
+    `deadline`; `progress(seed)` is called after each hundredth session. Returns the first seed not tried."""
     seed = seed0
     while stats["sessions"] < count and (deadline is None or time.time() < deadline):
         spec = specgen.build(specgen.RandomChooser(seed))
         try:
-            out = run_session(spec.text, spec, seed, calls=6, whole_training=seed % 3 == 0, device=device)
+            out = run_session(spec.text, spec, seed, calls=6, whole_training=seed % 3 == 0, device=device,
+                              lower_whole_training=lower_whole_training)
         except Unsound as err:
             stats["failures"] += 1
             report = f"a session broke (seed {seed}): {err}\n--- spec ---\n{spec.text}"

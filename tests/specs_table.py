@@ -319,8 +319,8 @@ def constructs(name: str) -> frozenset:
 @functools.cache
 def compiled_whole() -> frozenset:
     """The specs whose CPU sessions compile what CUDA's default compiles too (a training step whole,
-    traced as CUDA's compile traces it: session._as_cuda_traces) and the bfloat16 cast's generate, besides what the CPU's default compiles (generate's decode steps,
-    which every session compiles): the fast rows, then greedily the spec with the most constructs not
+    traced as CUDA's compile traces it: session._as_cuda_traces), besides what the CPU's default
+    compiles (generate's decode steps, which every session compiles): the fast rows, then greedily the spec with the most constructs not
     yet compiled, until every construct of every spec is in one of them. On CUDA every session compiles
     every unit."""
     want = {name: constructs(name) for name in ROWS}

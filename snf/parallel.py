@@ -85,7 +85,9 @@ def _norm_over_shards(self, x):
     return y + self.bias if getattr(self, "bias", None) is not None else y
 
 
-class _RMSNormOverShards(nn.RMSNorm):  # module-level classes: a parallelized model still pickles
+# A model parallelize_module sharded does not pickle (torch's distribute_module registers lambdas as
+# hooks): save it with snf.save_pretrained or its state dict.
+class _RMSNormOverShards(nn.RMSNorm):
     forward = _norm_over_shards
 
 
@@ -462,7 +464,8 @@ def _local(p):
 
 
 class _LocalViews:
-    """The hooks of _shard_along for a module's sharded parameters `attrs` (a class: a model keeps pickling)."""
+    """The hooks of _shard_along for a module's sharded parameters `attrs` (a class, not a closure: a model
+    only _shard_along and _shard_experts sharded, as on one rank, still pickles)."""
 
     def __init__(self, attrs: tuple):
         self.attrs = attrs

@@ -7,6 +7,7 @@ import ast
 import functools
 import textwrap
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 import jinja2
 
@@ -400,20 +401,16 @@ class Generator:
         return ctx
 
     # ---------------------------------------------------------------- tables for snf.interop
-    def tp_rows(self) -> tuple[list[str], list[str], tuple[str, ...], list[str], list[str], list[str]]:
-        """`Model.tp_plan`'s entries (module path: style), `tp_requires`' (a check of the config and tp,
-        the message when it fails), `tp_local`'s names, `tp_pieces`' entries (a colwise_pieces path:
-        its pieces' sizes of a config), `tp_sequence`'s or `tp_no_sequence`'s (_tp_sequence), as the
-        tensor-parallel and sequence-parallel passes planned them, and `tp_expert_axes`' (an experts path:
-        the axis its role in moe_experts shards, None for whole)."""
+    def tp_rows(self) -> TpRows:
+        """The tensor-parallel tables' rows, as the tensor-parallel and sequence-parallel passes planned them."""
         tp = self.plans.tp
         plan = [f"{key!r}: {style!r}," for key, style in tp.styles().items()]
         em = Emitter(self, None, Namespace(), cfg="c")
         requires = [f"(lambda c, tp: {em.dim(r.units, 20)} % tp == 0, {r.message(self.display, self.spec_file)!r}),"
                     for r in tp.requires]
         local, pieces = _tp_pieces(tp, self.derived_by_dim, em)
-        return (plan, requires, local, pieces, _tp_sequence(self.plans.sequence, self.spec_file),
-                [f"{key!r}: {axis!r}," for key, axis in tp.expert_axes])
+        return TpRows(plan, requires, local, pieces, _tp_sequence(self.plans.sequence, self.spec_file),
+                      [f"{key!r}: {axis!r}," for key, axis in tp.expert_axes])
 
     def spec_parameter_rows(self) -> list[str]:
         """`spec_parameters(cfg)`: spec name -> a `_SpecParameter` row (snf/runtime/tables.py): its
@@ -448,6 +445,17 @@ class Generator:
         # a format, and its 'params' and 'config', one entry a line
         return [row for fmt, entry in encode_sections(self.model).items()
                 for row in _data_rows(f"{fmt!r}: ", entry, open_levels=2)]
+
+
+class TpRows(NamedTuple):
+    """The rows of the generated Model's tensor-parallel tables (module.py.j2 reads them by name)."""
+
+    plan: list[str]  # `tp_plan`: module path: style
+    requires: list[str]  # `tp_requires`: (a check of the config and tp, the message when it fails)
+    local: tuple[str, ...]  # `tp_local`: the config values a rank holds 1/tp of
+    pieces: list[str]  # `tp_pieces`: a colwise_pieces path: its pieces' sizes of a config
+    sequence: list[str]  # `tp_sequence`'s entries, or `tp_no_sequence`'s lines (_tp_sequence)
+    expert_axes: list[str]  # `tp_expert_axes`: an experts path: the axis its role shards, None for whole
 
 
 def _tp_pieces(tp, derived_by_dim: dict, em) -> tuple[tuple[str, ...], list[str]]:
